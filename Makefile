@@ -1,0 +1,64 @@
+# nimbix-burst: every setup step lives here, so a fresh clone needs only `make demo` / `make test`.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+DEV_DIR := .dev
+# Control-plane binaries are cached outside the checkout (keyed by k8s version, Go version, go.sum).
+export NIMBIX_BURST_CACHE ?= $(HOME)/.cache/nimbix-burst
+export NO_PROXY := 127.0.0.1,localhost
+export no_proxy := 127.0.0.1,localhost
+unexport http_proxy https_proxy HTTP_PROXY HTTPS_PROXY
+
+.PHONY: help venv controlplane lint unit e2e test dev-up dev-down demo bench replay clean
+
+help:
+	@echo "make demo      run the whole thing on an embedded local control plane"
+	@echo "make test      set everything up, lint, and run unit + integration + e2e tests"
+	@echo "make dev-up    start control plane + webhook + JARVICE emulator in the background (.dev/)"
+	@echo "make dev-down  stop everything dev-up started"
+	@echo "make bench     admission benchmarks (bench/results.json, bench/results.png)"
+	@echo "make replay    what-if replay of the Alibaba GPU trace through the real stack"
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+controlplane:
+	@tests/cluster/build-controlplane.sh >/dev/null
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+unit: venv
+	$(BIN)/pytest tests/unit tests/integration -q
+
+e2e: venv controlplane
+	$(BIN)/pytest tests/e2e -q
+
+test: venv controlplane lint
+	$(BIN)/pytest -q
+
+dev-up: venv controlplane
+	$(BIN)/python -m tests.cluster up --dir $(DEV_DIR)
+
+dev-down: venv
+	$(BIN)/python -m tests.cluster down --dir $(DEV_DIR)
+
+demo: venv controlplane
+	$(BIN)/python -m tests.demo
+
+bench: venv controlplane
+	$(BIN)/python -m bench
+
+replay: venv controlplane
+	$(BIN)/python -m replay
+
+clean:
+	rm -rf $(VENV) $(DEV_DIR) .test-runs .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,26 @@
+"""Names shared by the webhook and the runner: the only module the webhook imports from here.
+
+The webhook writes these onto a pod; the runner reads them from its environment. Keeping both
+sides on one definition is what makes a rewritten pod runnable.
+"""
+
+from typing import Final
+
+# The label that opts a pod in (the original design's label, kept for compatibility).
+LABEL_TASK_TYPE: Final = "task-type"
+LABEL_TASK_TYPE_VALUE: Final = "Nimbix"
+
+# Environment the webhook sets on a rewritten pod.
+ENV_REMOTE: Final = "REMOTE"
+ENV_NUM_GPUS: Final = "NUM_GPUS"
+ENV_NUM_CPUS: Final = "NUM_CPUS"
+
+# Annotations recording the decision; the prefix marks them as ours.
+ANNOTATION_PREFIX: Final = "nimbix-burst.io/"
+ANNOTATION_DECISION: Final = ANNOTATION_PREFIX + "decision"
+ANNOTATION_REASON: Final = ANNOTATION_PREFIX + "reason"
+ANNOTATION_ORIGINAL_RESOURCES: Final = ANNOTATION_PREFIX + "original-resources"
+ANNOTATION_CANDIDATES: Final = ANNOTATION_PREFIX + "candidate-nodes"
+
+DECISION_LOCAL: Final = "local"
+DECISION_REMOTE: Final = "remote"
