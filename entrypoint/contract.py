@@ -21,6 +21,9 @@ ANNOTATION_DECISION: Final = ANNOTATION_PREFIX + "decision"
 ANNOTATION_REASON: Final = ANNOTATION_PREFIX + "reason"
 ANNOTATION_ORIGINAL_RESOURCES: Final = ANNOTATION_PREFIX + "original-resources"
 ANNOTATION_CANDIDATES: Final = ANNOTATION_PREFIX + "candidate-nodes"
+# Set on pods admitted as local: lets the cache release the GPUs it reserved for this admission
+# the moment the pod appears (its name and UID do not exist yet at admission time).
+ANNOTATION_RESERVATION: Final = ANNOTATION_PREFIX + "reservation"
 
 DECISION_LOCAL: Final = "local"
 DECISION_REMOTE: Final = "remote"

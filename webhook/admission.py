@@ -1,0 +1,77 @@
+"""One admission: gather inputs from the review, decide, reserve, build the response.
+
+No I/O. The only side effect is the GPU reservation in the cache, made in the same event-loop
+tick as the decision (and never for dry-run requests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from entrypoint import contract
+from webhook import decision as decisions
+from webhook import mutation
+from webhook.cache import ClusterCache
+from webhook.model import ObjectError, parse_placement, pod_gpus
+from webhook.review import AdmissionRequest, MalformedReview, build_response
+from webhook.types import Decision
+
+Outcome = Literal["local", "remote", "skipped", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    response: dict[str, Any]
+    outcome: Outcome
+    reason: str
+    node: str = ""
+
+
+def _skip(request: AdmissionRequest, reason: str) -> Admission:
+    return Admission(response=build_response(request.uid), outcome="skipped", reason=reason)
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def admit(request: AdmissionRequest, *, cache: ClusterCache, policy: mutation.RewritePolicy) -> Admission:
+    if request.kind != "Pod" or request.group != "" or request.operation != "CREATE":
+        return _skip(request, f"not a pod CREATE ({request.group or 'core'}/{request.kind} {request.operation})")
+    pod = request.object
+    meta = _mapping(pod.get("metadata"))
+    labels = _mapping(meta.get("labels"))
+    if labels.get(contract.LABEL_TASK_TYPE) != contract.LABEL_TASK_TYPE_VALUE:
+        return _skip(request, f"pod is not labeled {contract.LABEL_TASK_TYPE}={contract.LABEL_TASK_TYPE_VALUE}")
+    annotations = _mapping(meta.get("annotations"))
+    if contract.ANNOTATION_DECISION in annotations:
+        # Reinvocation, or a pod copied from one we already rewrote: never rewrite twice.
+        return _skip(request, f"already decided: {annotations[contract.ANNOTATION_DECISION]}")
+    spec = _mapping(pod.get("spec"))
+    try:
+        gpus = pod_gpus(spec, policy.gpu_resources)
+        placement = parse_placement(spec)
+    except ObjectError as exc:
+        raise MalformedReview(f"request.object: {exc}") from exc
+    if not gpus:
+        return _skip(request, "pod requests no GPU")
+
+    cache.expire_reservations()
+    decision: Decision = decisions.decide(gpus, placement, cache)
+    if decision.kind == "local":
+        if not request.dry_run:
+            cache.reserve(request.uid, node=decision.node, gpus=gpus)
+        patch = mutation.build_local_patch(pod, decision=decision, reservation_id=request.uid)
+        return Admission(build_response(request.uid, patch=patch), "local", decision.reason, decision.node)
+    patch = mutation.build_remote_patch(pod, gpus=gpus, decision=decision, policy=policy)
+    warning = f"nimbix-burst: this pod will run on Nimbix JARVICE: {decision.reason}"
+    return Admission(build_response(request.uid, patch=patch, warnings=[warning]), "remote", decision.reason)
+
+
+def build_error_response(uid: str) -> dict[str, Any]:
+    """Fail open: a webhook bug must not block pod creation. The pod stays as submitted."""
+    return build_response(
+        uid, warnings=["nimbix-burst: internal webhook error; pod admitted unchanged (see webhook logs)"]
+    )

@@ -1,0 +1,158 @@
+"""The aiohttp application: /mutate, /healthz, /readyz, /metrics, and its background tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from webhook import admission
+from webhook.cache import ClusterCache
+from webhook.metrics import Metrics
+from webhook.review import MalformedReview, parse_review
+from webhook.settings import Settings
+from webhook.sync import CacheSync
+
+log = logging.getLogger(__name__)
+
+SETTINGS = web.AppKey("settings", Settings)
+CACHE = web.AppKey("cache", ClusterCache)
+SYNC = web.AppKey("sync", CacheSync)
+METRICS = web.AppKey("metrics", Metrics)
+
+BackgroundTask = Callable[[], Coroutine[Any, Any, None]]
+RESERVATION_SWEEP_SECONDS = 5.0
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+async def mutate(request: web.Request) -> web.Response:
+    app = request.app
+    metrics = app[METRICS]
+    started = time.perf_counter()
+    metrics.in_flight.inc()
+    try:
+        if request.content_type != "application/json":
+            metrics.errors.labels(kind="malformed").inc()
+            return _error(415, f"Content-Type must be application/json, got {request.content_type!r}")
+        body = await request.read()
+        try:
+            review = parse_review(body)
+        except MalformedReview as exc:
+            metrics.errors.labels(kind="malformed").inc()
+            log.warning("malformed admission review", extra={"error": str(exc)[:500]})
+            return _error(400, str(exc))
+        try:
+            result = admission.admit(review, cache=app[CACHE], policy=app[SETTINGS].policy)
+        except MalformedReview as exc:
+            metrics.errors.labels(kind="malformed").inc()
+            log.warning("malformed admission review", extra={"uid": review.uid, "error": str(exc)[:500]})
+            return _error(400, str(exc))
+        except Exception:
+            # A bug in the decision must never block pod creation: answer allowed, unchanged.
+            metrics.errors.labels(kind="internal").inc()
+            metrics.admissions.labels(decision="error").inc()
+            log.exception("admission failed", extra={"uid": review.uid, "namespace": review.namespace})
+            return web.json_response(admission.build_error_response(review.uid))
+        elapsed = time.perf_counter() - started
+        metrics.admissions.labels(decision=result.outcome).inc()
+        metrics.latency.observe(elapsed)
+        log.info(
+            "admission",
+            extra={
+                "uid": review.uid,
+                "namespace": review.namespace,
+                "pod": review.pod_label,
+                "decision": result.outcome,
+                "reason": result.reason,
+                "node": result.node,
+                "dry_run": review.dry_run,
+                "latency_ms": round(elapsed * 1000, 3),
+            },
+        )
+        return web.Response(body=json.dumps(result.response), content_type="application/json")
+    finally:
+        metrics.in_flight.dec()
+
+
+async def healthz(_request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    ready, reason = request.app[SYNC].ready(stale_after=request.app[SETTINGS].watch_stale_seconds)
+    return web.Response(text=reason, status=200 if ready else 503)
+
+
+async def metrics_endpoint(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[METRICS].registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def _sweep_reservations(app: web.Application) -> None:
+    while True:
+        await asyncio.sleep(RESERVATION_SWEEP_SECONDS)
+        expired = app[CACHE].expire_reservations()
+        if expired:
+            log.warning("reservations expired without their pod appearing", extra={"count": expired})
+
+
+def _background(*tasks: BackgroundTask) -> Callable[[web.Application], AsyncIterator[None]]:
+    """cleanup_ctx: start tasks with the app; cancel and await them on shutdown.
+
+    If one of them crashes (the watcher is built not to), the process exits: failing loudly
+    beats answering from a cache that silently stopped updating.
+    """
+
+    async def ctx(app: web.Application) -> AsyncIterator[None]:
+        running = [asyncio.create_task(task()) for task in tasks]
+        running.append(asyncio.create_task(_sweep_reservations(app)))
+
+        def crashed(task: asyncio.Task[None]) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                log.critical("background task crashed", exc_info=task.exception())
+                os.kill(os.getpid(), signal.SIGTERM)  # graceful stop; the Deployment restarts us
+
+        for task in running:
+            task.add_done_callback(crashed)
+        yield
+        for task in running:
+            task.remove_done_callback(crashed)
+            task.cancel()
+        for task in running:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    return ctx
+
+
+def create_app(
+    settings: Settings,
+    *,
+    cache: ClusterCache,
+    sync: CacheSync,
+    clock: Callable[[], float],
+    background: tuple[BackgroundTask, ...] = (),
+) -> web.Application:
+    app = web.Application(client_max_size=settings.max_body_bytes)
+    app[SETTINGS] = settings
+    app[CACHE] = cache
+    app[SYNC] = sync
+    app[METRICS] = Metrics(cache, sync, clock)
+    app.router.add_post("/mutate", mutate)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_endpoint)
+    app.cleanup_ctx.append(_background(*background))
+    return app

@@ -1,0 +1,288 @@
+"""The in-memory cluster state the webhook decides from (pure state: no I/O, no locks).
+
+One writer: the event loop applies watch events and admission reservations, and decisions read
+the same state in the same tick, so two concurrent admissions can never claim the same GPUs.
+
+Per node:  free = allocatable - used - claimed
+  used     effective GPU requests of non-terminal pods bound to the node (terminating ones count)
+  claimed  GPUs promised to pods that are not bound yet: unbound GPU pods seen by the watch (placed
+           on their nominated node, else best-fit) and reservations for pods this webhook just
+           admitted as local but the watch has not shown yet (they expire after a TTL)
+
+Schedulable nodes (Ready, not cordoned) are indexed per GPU resource in buckets keyed by free
+count, so finding the best-fit node costs a few dictionary look-ups whatever the cluster size.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from webhook.scheduling import placement_allows
+from webhook.types import GpuCounts, NodeInfo, Placement, PodInfo
+
+# Stop counting candidate nodes here: the count is advice for humans, and counting every
+# fitting node would make local decisions linear in cluster size.
+CANDIDATE_CAP = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    node: str  # "" when no node could take it: such a claim holds nothing
+    gpus: GpuCounts
+    expires_at: float | None  # reservations expire; claims of watched pods do not
+
+
+@dataclass(frozen=True, slots=True)
+class FitResult:
+    node: NodeInfo | None  # the best-fit node (least free GPUs that still fit), if any
+    candidates: int  # nodes that fit, counted up to CANDIDATE_CAP
+    excluded_by_placement: int  # nodes with enough free GPUs that taints/selectors rule out
+
+
+def _add(target: dict[str, int], gpus: GpuCounts, sign: int) -> None:
+    for resource, count in gpus.items():
+        value = target.get(resource, 0) + sign * count
+        if value:
+            target[resource] = value
+        else:
+            target.pop(resource, None)
+
+
+class ClusterCache:
+    def __init__(self, *, gpu_resources: Sequence[str], clock: Callable[[], float], reservation_ttl: float) -> None:
+        self.gpu_resources = tuple(gpu_resources)
+        self._clock = clock
+        self._reservation_ttl = reservation_ttl
+        self._nodes: dict[str, NodeInfo] = {}
+        self._pods: dict[str, PodInfo] = {}
+        self._used: dict[str, dict[str, int]] = {}
+        self._claimed: dict[str, dict[str, int]] = {}
+        self._claims: dict[str, Claim] = {}
+        self._reservations: OrderedDict[str, float] = OrderedDict()  # id -> expiry, oldest first
+        # resource -> free count -> node names (insertion-ordered set) of schedulable nodes
+        self._buckets: dict[str, dict[int, dict[str, None]]] = {r: {} for r in self.gpu_resources}
+        self._bucket_of: dict[tuple[str, str], int] = {}
+        self._max_allocatable: dict[str, int] = dict.fromkeys(self.gpu_resources, 0)
+        self._unschedulable_gpu_nodes: set[str] = set()
+
+    # ----- reads -------------------------------------------------------------------------------
+
+    @property
+    def node_count(self) -> int:
+        return len(self._nodes)
+
+    @property
+    def pod_count(self) -> int:
+        return len(self._pods)
+
+    @property
+    def unschedulable_gpu_nodes(self) -> int:
+        return len(self._unschedulable_gpu_nodes)
+
+    def node(self, name: str) -> NodeInfo | None:
+        return self._nodes.get(name)
+
+    def free(self, node_name: str) -> dict[str, int]:
+        node = self._nodes.get(node_name)
+        if node is None:
+            return {}
+        used = self._used.get(node_name, {})
+        claimed = self._claimed.get(node_name, {})
+        return {r: a - used.get(r, 0) - claimed.get(r, 0) for r, a in node.allocatable.items()}
+
+    def total_free(self) -> dict[str, int]:
+        """Free GPUs per resource over schedulable nodes (for the metrics gauge)."""
+        return {r: sum(free * len(names) for free, names in buckets.items()) for r, buckets in self._buckets.items()}
+
+    def reserved_gpus(self) -> dict[str, int]:
+        total: dict[str, int] = {}
+        for claim in self._claims.values():
+            if claim.node:
+                _add(total, claim.gpus, 1)
+        return total
+
+    def find_fit(self, gpus: GpuCounts, placement: Placement) -> FitResult:
+        """Best-fit schedulable node whose free GPUs cover `gpus` and whose filters admit the pod."""
+        primary = max(gpus, key=lambda r: gpus[r])
+        need = gpus[primary]
+        buckets = self._buckets.get(primary, {})
+        best: NodeInfo | None = None
+        candidates = 0
+        excluded = 0
+        for free in range(need, self._max_allocatable.get(primary, 0) + 1):
+            for name in buckets.get(free, ()):
+                node = self._nodes[name]
+                if not self._covers(name, gpus):
+                    continue
+                if not placement_allows(placement, node):
+                    excluded += 1
+                    continue
+                best = best or node
+                candidates += 1
+                if candidates >= CANDIDATE_CAP:
+                    return FitResult(best, candidates, excluded)
+        return FitResult(best, candidates, excluded)
+
+    def best_partial_fit(self, resource: str, placement: Placement) -> tuple[NodeInfo, int] | None:
+        """The eligible node with the most free `resource`, for explaining a remote decision."""
+        buckets = self._buckets.get(resource, {})
+        for free in range(self._max_allocatable.get(resource, 0), -1, -1):
+            for name in buckets.get(free, ()):
+                node = self._nodes[name]
+                if placement_allows(placement, node):
+                    return node, free
+        return None
+
+    def advertises(self, resource: str) -> bool:
+        return self._max_allocatable.get(resource, 0) > 0
+
+    def _covers(self, node_name: str, gpus: GpuCounts) -> bool:
+        if len(gpus) == 1:
+            return True  # the bucket already guarantees the primary resource
+        free = self.free(node_name)
+        return all(free.get(r, 0) >= n for r, n in gpus.items())
+
+    # ----- node writes -------------------------------------------------------------------------
+
+    def replace_nodes(self, nodes: Iterable[NodeInfo]) -> None:
+        fresh = {n.name: n for n in nodes}
+        for name in list(self._nodes):
+            if name not in fresh:
+                self.delete_node(name)
+        for node in fresh.values():
+            self.upsert_node(node)
+
+    def upsert_node(self, node: NodeInfo) -> None:
+        self._nodes[node.name] = node
+        for resource, count in node.allocatable.items():
+            if count > self._max_allocatable.get(resource, -1):
+                self._max_allocatable[resource] = count
+        if node.allocatable and not node.schedulable:
+            self._unschedulable_gpu_nodes.add(node.name)
+        else:
+            self._unschedulable_gpu_nodes.discard(node.name)
+        self._reindex(node.name)
+
+    def delete_node(self, name: str) -> None:
+        self._nodes.pop(name, None)
+        self._unschedulable_gpu_nodes.discard(name)
+        self._reindex(name)
+
+    def _reindex(self, name: str) -> None:
+        node = self._nodes.get(name)
+        free = self.free(name) if node is not None and node.schedulable else {}
+        for resource in self.gpu_resources:
+            old = self._bucket_of.pop((resource, name), None)
+            if old is not None:
+                del self._buckets[resource][old][name]
+            if resource in free:
+                key = max(free[resource], 0)
+                self._buckets[resource].setdefault(key, {})[name] = None
+                self._bucket_of[(resource, name)] = key
+
+    # ----- pod writes --------------------------------------------------------------------------
+
+    def replace_pods(self, pods: Iterable[tuple[str, PodInfo | None]]) -> None:
+        """Apply a full list: (uid, pod or None for pods without GPUs)."""
+        fresh = dict(pods)
+        for uid in list(self._pods):
+            if fresh.get(uid) is None:
+                self.delete_pod(uid)
+        for pod in fresh.values():
+            if pod is not None:
+                self.upsert_pod(pod)
+
+    def upsert_pod(self, pod: PodInfo) -> None:
+        old = self._pods.get(pod.uid)
+        if pod.reservation_id:
+            self.release_reservation(pod.reservation_id)
+        if old is not None and self._same_holding(old, pod):
+            self._pods[pod.uid] = pod
+            return
+        if old is not None:
+            self._drop_holding(old)
+        self._pods[pod.uid] = pod
+        self._take_holding(pod)
+
+    def delete_pod(self, uid: str) -> None:
+        old = self._pods.pop(uid, None)
+        if old is not None:
+            if old.reservation_id:
+                self.release_reservation(old.reservation_id)
+            self._drop_holding(old)
+
+    @staticmethod
+    def _same_holding(old: PodInfo, new: PodInfo) -> bool:
+        return (old.node_name, old.terminal, old.nominated_node) == (new.node_name, new.terminal, new.nominated_node)
+
+    def _take_holding(self, pod: PodInfo) -> None:
+        if pod.terminal:
+            return
+        if pod.node_name:
+            _add(self._used.setdefault(pod.node_name, {}), pod.gpus, 1)
+            self._reindex(pod.node_name)
+            return
+        node = pod.nominated_node if pod.nominated_node in self._nodes else ""
+        if not node:
+            fit = self.find_fit(pod.gpus, pod.placement)
+            node = fit.node.name if fit.node is not None else ""
+        self._add_claim("pod:" + pod.uid, Claim(node=node, gpus=pod.gpus, expires_at=None))
+
+    def _drop_holding(self, pod: PodInfo) -> None:
+        if pod.terminal:
+            return
+        if pod.node_name:
+            _add(self._used.setdefault(pod.node_name, {}), pod.gpus, -1)
+            self._reindex(pod.node_name)
+        else:
+            self._remove_claim("pod:" + pod.uid)
+
+    # ----- claims and reservations -------------------------------------------------------------
+
+    def reserve(self, reservation_id: str, *, node: str, gpus: GpuCounts) -> None:
+        """Hold GPUs on `node` for a pod just admitted as local, until the watch shows it."""
+        expires_at = self._clock() + self._reservation_ttl
+        self._add_claim("res:" + reservation_id, Claim(node=node, gpus=gpus, expires_at=expires_at))
+        self._reservations[reservation_id] = expires_at
+
+    def release_reservation(self, reservation_id: str) -> None:
+        if self._reservations.pop(reservation_id, None) is not None:
+            self._remove_claim("res:" + reservation_id)
+
+    def expire_reservations(self) -> int:
+        now = self._clock()
+        expired = 0
+        while self._reservations:
+            reservation_id, expires_at = next(iter(self._reservations.items()))
+            if expires_at > now:
+                break
+            self.release_reservation(reservation_id)
+            expired += 1
+        return expired
+
+    @property
+    def reservation_count(self) -> int:
+        return len(self._reservations)
+
+    def _add_claim(self, claim_id: str, claim: Claim) -> None:
+        self._remove_claim(claim_id)
+        self._claims[claim_id] = claim
+        if claim.node:
+            _add(self._claimed.setdefault(claim.node, {}), claim.gpus, 1)
+            self._reindex(claim.node)
+
+    def _remove_claim(self, claim_id: str) -> None:
+        claim = self._claims.pop(claim_id, None)
+        if claim is not None and claim.node:
+            _add(self._claimed.setdefault(claim.node, {}), claim.gpus, -1)
+            self._reindex(claim.node)
+
+    # ----- introspection for tests and the replay's independent checker -------------------------
+
+    def nodes(self) -> Iterator[NodeInfo]:
+        return iter(self._nodes.values())
+
+    def pods(self) -> Mapping[str, PodInfo]:
+        return self._pods

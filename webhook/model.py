@@ -1,0 +1,196 @@
+"""Raw Kubernetes JSON (as the API server sends it) -> the typed values accounting needs (pure).
+
+Used both for objects from the watch and for the pod inside an AdmissionReview. Anything of the
+wrong shape raises ObjectError with a message naming the field, so a bad review is a clear 400.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from entrypoint import contract
+from webhook.resources import QuantityError, effective_gpus, parse_device_count
+from webhook.scheduling import FILTERING_EFFECTS
+from webhook.types import (
+    NodeInfo,
+    Placement,
+    PodInfo,
+    SelectorRequirement,
+    SelectorTerm,
+    Taint,
+    Toleration,
+)
+
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+# Taints the node-lifecycle controller sets; a node carrying them is not a candidate however the
+# pod tolerates them, because the scheduler's NoSchedule variants are never tolerated by default.
+NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
+class ObjectError(ValueError):
+    """A Kubernetes object whose shape we cannot use; the message names the field."""
+
+
+def _mapping(value: object, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ObjectError(f"{where} must be an object")
+    return value
+
+
+def _sequence(value: object, where: str) -> Sequence[Any]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ObjectError(f"{where} must be a list")
+    return value
+
+
+def _string(value: object, where: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ObjectError(f"{where} must be a string")
+    return value
+
+
+def _string_map(value: object, where: str) -> dict[str, str]:
+    raw = _mapping(value, where)
+    return {str(k): _string(v, f"{where}.{k}") for k, v in raw.items()}
+
+
+def parse_requirement(raw: object, where: str) -> SelectorRequirement:
+    item = _mapping(raw, where)
+    values = tuple(_string(v, f"{where}.values") for v in _sequence(item.get("values"), f"{where}.values"))
+    return SelectorRequirement(
+        key=_string(item.get("key"), f"{where}.key"),
+        operator=_string(item.get("operator"), f"{where}.operator"),
+        values=values,
+    )
+
+
+def parse_placement(spec: Mapping[str, Any]) -> Placement:
+    affinity = _mapping(spec.get("affinity"), "spec.affinity")
+    node_affinity = _mapping(affinity.get("nodeAffinity"), "spec.affinity.nodeAffinity")
+    required_raw = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    required_terms: tuple[SelectorTerm, ...] | None = None
+    if required_raw is not None:
+        where = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        required = _mapping(required_raw, where)
+        terms = []
+        for i, term_raw in enumerate(_sequence(required.get("nodeSelectorTerms"), f"{where}.nodeSelectorTerms")):
+            term = _mapping(term_raw, f"{where}.nodeSelectorTerms[{i}]")
+            terms.append(
+                SelectorTerm(
+                    match_expressions=tuple(
+                        parse_requirement(r, f"nodeSelectorTerms[{i}].matchExpressions")
+                        for r in _sequence(term.get("matchExpressions"), "matchExpressions")
+                    ),
+                    match_fields=tuple(
+                        parse_requirement(r, f"nodeSelectorTerms[{i}].matchFields")
+                        for r in _sequence(term.get("matchFields"), "matchFields")
+                    ),
+                )
+            )
+        required_terms = tuple(terms)
+    tolerations = []
+    for i, raw in enumerate(_sequence(spec.get("tolerations"), "spec.tolerations")):
+        item = _mapping(raw, f"spec.tolerations[{i}]")
+        tolerations.append(
+            Toleration(
+                key=_string(item.get("key"), f"spec.tolerations[{i}].key"),
+                operator=_string(item.get("operator"), f"spec.tolerations[{i}].operator") or "Equal",
+                value=_string(item.get("value"), f"spec.tolerations[{i}].value"),
+                effect=_string(item.get("effect"), f"spec.tolerations[{i}].effect"),
+            )
+        )
+    return Placement(
+        node_selector=_string_map(spec.get("nodeSelector"), "spec.nodeSelector"),
+        required_terms=required_terms,
+        tolerations=tuple(tolerations),
+    )
+
+
+def _validate_containers(spec: Mapping[str, Any]) -> None:
+    for list_name in ("containers", "initContainers"):
+        for i, raw in enumerate(_sequence(spec.get(list_name), f"spec.{list_name}")):
+            container = _mapping(raw, f"spec.{list_name}[{i}]")
+            resources = _mapping(container.get("resources"), f"spec.{list_name}[{i}].resources")
+            for source in ("requests", "limits"):
+                _mapping(resources.get(source), f"spec.{list_name}[{i}].resources.{source}")
+            _sequence(container.get("env"), f"spec.{list_name}[{i}].env")
+
+
+def pod_gpus(spec: Mapping[str, Any], gpu_resources: Sequence[str]) -> dict[str, int]:
+    """Effective GPU request per resource; raises ObjectError for malformed specs or quantities."""
+    _validate_containers(spec)
+    _mapping(spec.get("overhead"), "spec.overhead")
+    try:
+        return effective_gpus(spec, gpu_resources)
+    except QuantityError as exc:
+        raise ObjectError(f"pod resources: {exc}") from exc
+
+
+def parse_pod(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> PodInfo | None:
+    """A watched pod, or None when it requests no GPU (such pods never affect accounting)."""
+    spec = _mapping(raw.get("spec"), "spec")
+    gpus = pod_gpus(spec, gpu_resources)
+    if not gpus:
+        return None
+    meta = _mapping(raw.get("metadata"), "metadata")
+    status = _mapping(raw.get("status"), "status")
+    annotations = _string_map(meta.get("annotations"), "metadata.annotations")
+    return PodInfo(
+        uid=_string(meta.get("uid"), "metadata.uid"),
+        namespace=_string(meta.get("namespace"), "metadata.namespace"),
+        name=_string(meta.get("name"), "metadata.name"),
+        node_name=_string(spec.get("nodeName"), "spec.nodeName"),
+        nominated_node=_string(status.get("nominatedNodeName"), "status.nominatedNodeName"),
+        gpus=gpus,
+        terminal=_string(status.get("phase"), "status.phase") in TERMINAL_PHASES,
+        placement=parse_placement(spec),
+        reservation_id=annotations.get(contract.ANNOTATION_RESERVATION, ""),
+    )
+
+
+def _node_ready(status: Mapping[str, Any]) -> bool:
+    for raw in _sequence(status.get("conditions"), "status.conditions"):
+        condition = _mapping(raw, "status.conditions[]")
+        if condition.get("type") == "Ready":
+            return condition.get("status") == "True"
+    return False
+
+
+def parse_node(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> NodeInfo:
+    meta = _mapping(raw.get("metadata"), "metadata")
+    spec = _mapping(raw.get("spec"), "spec")
+    status = _mapping(raw.get("status"), "status")
+    allocatable_raw = _mapping(status.get("allocatable"), "status.allocatable")
+    allocatable: dict[str, int] = {}
+    for resource in gpu_resources:
+        if resource in allocatable_raw:
+            try:
+                count = parse_device_count(allocatable_raw[resource])
+            except QuantityError as exc:
+                raise ObjectError(f"status.allocatable[{resource}]: {exc}") from exc
+            if count > 0:
+                allocatable[resource] = count
+    taints = []
+    not_ready_tainted = False
+    for i, taint_raw in enumerate(_sequence(spec.get("taints"), "spec.taints")):
+        item = _mapping(taint_raw, f"spec.taints[{i}]")
+        effect = _string(item.get("effect"), f"spec.taints[{i}].effect")
+        key = _string(item.get("key"), f"spec.taints[{i}].key")
+        not_ready_tainted |= key in NOT_READY_TAINTS
+        if effect in FILTERING_EFFECTS:
+            taints.append(Taint(key=key, value=_string(item.get("value"), "value"), effect=effect))
+    return NodeInfo(
+        name=_string(meta.get("name"), "metadata.name"),
+        labels=_string_map(meta.get("labels"), "metadata.labels"),
+        taints=tuple(taints),
+        unschedulable=bool(spec.get("unschedulable", False)),
+        ready=_node_ready(status) and not not_ready_tainted,
+        allocatable=allocatable,
+    )

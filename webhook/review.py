@@ -1,0 +1,108 @@
+"""AdmissionReview v1: parse a request, build the one response shape (pure).
+
+Two error channels: a malformed review raises MalformedReview (the server answers HTTP 400 with
+the message); every well-formed review gets HTTP 200 and an AdmissionReview built here.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+API_VERSION = "admission.k8s.io/v1"
+KIND = "AdmissionReview"
+# kubectl shows warnings; the API server may truncate long ones (dynamic admission docs).
+MAX_WARNING_CHARS = 120
+
+
+class MalformedReview(ValueError):
+    """The body is not an AdmissionReview v1 we can answer; the message says what to fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRequest:
+    uid: str
+    operation: str
+    kind: str  # request.kind.kind, e.g. "Pod"
+    group: str
+    namespace: str
+    dry_run: bool
+    object: Mapping[str, Any] = field(repr=False)
+
+    @property
+    def pod_label(self) -> str:
+        """Name for logs: controllers' pods have only generateName at admission time."""
+        meta = self.object.get("metadata") or {}
+        name = meta.get("name") if isinstance(meta, Mapping) else None
+        generate = meta.get("generateName") if isinstance(meta, Mapping) else None
+        if isinstance(name, str) and name:
+            return name
+        if isinstance(generate, str) and generate:
+            return generate + "*"
+        return ""
+
+
+def parse_review(body: bytes) -> AdmissionRequest:
+    try:
+        raw = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MalformedReview(f"body is not JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise MalformedReview("body must be a JSON object (an AdmissionReview)")
+    if raw.get("apiVersion") != API_VERSION:
+        raise MalformedReview(
+            f"apiVersion must be {API_VERSION!r}, got {raw.get('apiVersion')!r}; "
+            "set admissionReviewVersions: [v1] in the webhook configuration"
+        )
+    if raw.get("kind") != KIND:
+        raise MalformedReview(f"kind must be {KIND!r}, got {raw.get('kind')!r}")
+    request = raw.get("request")
+    if not isinstance(request, dict):
+        raise MalformedReview("request is missing or not an object")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise MalformedReview("request.uid is missing or not a non-empty string")
+    kind = request.get("kind") or {}
+    if not isinstance(kind, dict):
+        raise MalformedReview("request.kind must be an object")
+    operation = request.get("operation")
+    if not isinstance(operation, str):
+        raise MalformedReview("request.operation is missing or not a string")
+    obj = request.get("object")
+    if operation in ("CREATE", "UPDATE") and not isinstance(obj, dict):
+        raise MalformedReview(f"request.object is missing or not an object for {operation}")
+    dry_run = request.get("dryRun", False)
+    if not isinstance(dry_run, bool):
+        raise MalformedReview("request.dryRun must be a boolean")
+    namespace = request.get("namespace") or ""
+    if not isinstance(namespace, str):
+        raise MalformedReview("request.namespace must be a string")
+    return AdmissionRequest(
+        uid=uid,
+        operation=operation,
+        kind=str(kind.get("kind", "")),
+        group=str(kind.get("group", "")),
+        namespace=namespace,
+        dry_run=dry_run,
+        object=obj if isinstance(obj, dict) else {},
+    )
+
+
+def _warning(text: str) -> str:
+    return text if len(text) <= MAX_WARNING_CHARS else text[: MAX_WARNING_CHARS - 3] + "..."
+
+
+def build_response(
+    uid: str, *, patch: Sequence[Mapping[str, Any]] = (), warnings: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The only AdmissionReview builder: always allowed (this webhook never denies a pod)."""
+    response: dict[str, Any] = {"uid": uid, "allowed": True}
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(list(patch), separators=(",", ":")).encode()).decode()
+    if warnings:
+        response["warnings"] = [_warning(w) for w in warnings]
+    return {"apiVersion": API_VERSION, "kind": KIND, "response": response}

@@ -1,0 +1,144 @@
+"""Webhook settings: CLI flags with environment defaults, validated once at start.
+
+Every problem is collected and reported together, so one restart fixes them all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from webhook.mutation import RewritePolicy
+from webhook.resources import QuantityError, parse_quantity
+
+DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu", "alpha.kubernetes.io/nvidia-gpu")
+# controller-runtime allows 7 MiB (two 3 MB objects + overhead); a little more costs nothing.
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+class SettingsError(ValueError):
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("invalid webhook settings:\n  - " + "\n  - ".join(problems))
+        self.problems = tuple(problems)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str
+    port: int
+    tls_dir: Path
+    tls_reload_seconds: float
+    kubeconfig: str  # "" -> in-cluster configuration
+    max_body_bytes: int
+    watch_stale_seconds: float
+    reservation_ttl_seconds: float
+    log_level: str
+    policy: RewritePolicy
+
+    @property
+    def gpu_resources(self) -> tuple[str, ...]:
+        return self.policy.gpu_resources
+
+
+# (flag, env var, default, help)
+_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
+    ("--host", "WEBHOOK_HOST", "0.0.0.0", "address to listen on"),  # noqa: S104 - a pod listens on all
+    ("--port", "WEBHOOK_PORT", "8443", "HTTPS port"),
+    ("--tls-dir", "WEBHOOK_TLS_DIR", "/etc/nimbix-burst/tls", "directory holding tls.crt and tls.key"),
+    ("--tls-reload-seconds", "WEBHOOK_TLS_RELOAD_SECONDS", "30", "how often to check the certificate files"),
+    ("--kubeconfig", "KUBECONFIG", "", "kubeconfig path; empty means in-cluster configuration"),
+    ("--gpu-resources", "WEBHOOK_GPU_RESOURCES", ",".join(DEFAULT_GPU_RESOURCES), "GPU resource names"),
+    ("--remote-cpu", "WEBHOOK_REMOTE_CPU", "100m", "CPU request/limit of a burst pod's runner"),
+    ("--remote-memory", "WEBHOOK_REMOTE_MEMORY", "128Mi", "memory request/limit of a burst pod's runner"),
+    ("--strip-node-selector-keys", "WEBHOOK_STRIP_NODE_SELECTOR_KEYS", "", "nodeSelector keys removed on burst"),
+    ("--strip-toleration-keys", "WEBHOOK_STRIP_TOLERATION_KEYS", "", "toleration keys removed on burst"),
+    ("--strip-runtime-classes", "WEBHOOK_STRIP_RUNTIME_CLASSES", "", "runtimeClassName values removed on burst"),
+    ("--max-body-bytes", "WEBHOOK_MAX_BODY_BYTES", str(DEFAULT_MAX_BODY_BYTES), "largest AdmissionReview"),
+    ("--watch-stale-seconds", "WEBHOOK_WATCH_STALE_SECONDS", "60", "not ready after the watch is broken this long"),
+    ("--reservation-ttl-seconds", "WEBHOOK_RESERVATION_TTL_SECONDS", "120", "how long a local admission holds GPUs"),
+    ("--log-level", "WEBHOOK_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
+)
+
+
+def _dest(flag: str) -> str:
+    return flag.lstrip("-").replace("-", "_")
+
+
+def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m webhook", description="nimbix-burst admission webhook")
+    for flag, var, default, help_text in _OPTIONS:
+        parser.add_argument(flag, default=env.get(var, default), help=f"{help_text} (env {var}; default {default!r})")
+    return parser
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
+def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: bool = True) -> Settings:
+    raw = vars(build_parser(env).parse_args(list(argv)))
+    problems: list[str] = []
+
+    def number(key: str, *, minimum: float, integer: bool = False) -> float:
+        flag = "--" + key.replace("_", "-")
+        try:
+            value = int(raw[key]) if integer else float(raw[key])
+        except ValueError:
+            problems.append(f"{flag}: {raw[key]!r} is not a {'whole ' if integer else ''}number")
+            return minimum
+        if value < minimum:
+            problems.append(f"{flag}: must be at least {minimum}, got {value}")
+        return value
+
+    port = int(number("port", minimum=1, integer=True))
+    if port > 65535:
+        problems.append(f"--port: must be at most 65535, got {port}")
+    gpu_resources = _csv(raw["gpu_resources"])
+    if not gpu_resources:
+        problems.append("--gpu-resources: give at least one resource name, e.g. nvidia.com/gpu")
+    for name in gpu_resources:
+        if not _RESOURCE_NAME.match(name):
+            problems.append(f"--gpu-resources: {name!r} is not a valid resource name")
+    for key in ("remote_cpu", "remote_memory"):
+        try:
+            if parse_quantity(raw[key]) <= 0:
+                problems.append(f"--{key.replace('_', '-')}: must be positive")
+        except QuantityError as exc:
+            problems.append(f"--{key.replace('_', '-')}: {exc} (examples: 100m, 128Mi)")
+    log_level = str(raw["log_level"]).upper()
+    if log_level not in _LOG_LEVELS:
+        problems.append(f"--log-level: {raw['log_level']!r} is not one of {', '.join(_LOG_LEVELS)}")
+    tls_dir = Path(raw["tls_dir"])
+    if check_files:
+        for filename in ("tls.crt", "tls.key"):
+            if not (tls_dir / filename).is_file():
+                problems.append(
+                    f"--tls-dir: {tls_dir / filename} does not exist (mount the serving certificate Secret)"
+                )
+    settings = Settings(
+        host=raw["host"],
+        port=port,
+        tls_dir=tls_dir,
+        tls_reload_seconds=number("tls_reload_seconds", minimum=0.1),
+        kubeconfig=raw["kubeconfig"],
+        max_body_bytes=int(number("max_body_bytes", minimum=4096, integer=True)),
+        watch_stale_seconds=number("watch_stale_seconds", minimum=1),
+        reservation_ttl_seconds=number("reservation_ttl_seconds", minimum=1),
+        log_level=log_level,
+        policy=RewritePolicy(
+            gpu_resources=gpu_resources,
+            remote_cpu=raw["remote_cpu"],
+            remote_memory=raw["remote_memory"],
+            strip_node_selector_keys=frozenset(_csv(raw["strip_node_selector_keys"])),
+            strip_toleration_keys=frozenset(_csv(raw["strip_toleration_keys"])),
+            strip_runtime_classes=frozenset(_csv(raw["strip_runtime_classes"])),
+        ),
+    )
+    if problems:
+        raise SettingsError(problems)
+    return settings

@@ -1,0 +1,131 @@
+"""Applies list results and watch events (raw JSON) to the ClusterCache (pure state, no I/O).
+
+The watcher, the tests and the benchmarks all feed the cache through this one path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from webhook.cache import ClusterCache
+from webhook.model import ObjectError, parse_node, parse_pod
+
+Kind = Literal["nodes", "pods"]
+EventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+@dataclass(slots=True)
+class SyncState:
+    synced: dict[str, bool] = field(default_factory=lambda: {"nodes": False, "pods": False})
+    last_contact: float = 0.0  # last successful list, event or bookmark
+    broken_since: float | None = None  # first failure of the current outage
+    skipped_objects: int = 0  # objects whose shape we could not use (logged by the caller)
+
+
+class CacheSync:
+    def __init__(self, cache: ClusterCache, *, clock: Callable[[], float]) -> None:
+        self.cache = cache
+        self.state = SyncState()
+        self._clock = clock
+
+    @property
+    def fully_synced(self) -> bool:
+        return all(self.state.synced.values())
+
+    def apply_list(self, kind: Kind, items: Iterable[Mapping[str, Any]]) -> list[str]:
+        """Replace everything of `kind` with a full list; returns problems with skipped objects."""
+        problems: list[str] = []
+        resources = self.cache.gpu_resources
+        if kind == "nodes":
+            nodes = []
+            for raw in items:
+                try:
+                    nodes.append(parse_node(raw, resources))
+                except ObjectError as exc:
+                    problems.append(f"node {_name(raw)}: {exc}")
+            self.cache.replace_nodes(nodes)
+        else:
+            pods = []
+            for raw in items:
+                try:
+                    pods.append((_uid(raw), parse_pod(raw, resources)))
+                except ObjectError as exc:
+                    problems.append(f"pod {_name(raw)}: {exc}")
+            self.cache.replace_pods(pods)
+        self.state.synced[kind] = True
+        self.state.skipped_objects += len(problems)
+        self.mark_contact()
+        return problems
+
+    def apply_event(self, kind: Kind, event_type: str, raw: Mapping[str, Any]) -> str | None:
+        """Apply one watch event; returns a problem description when the object was skipped."""
+        self.mark_contact()
+        resources = self.cache.gpu_resources
+        try:
+            if kind == "nodes":
+                if event_type == "DELETED":
+                    self.cache.delete_node(_name(raw))
+                else:
+                    self.cache.upsert_node(parse_node(raw, resources))
+                return None
+            uid = _uid(raw)
+            if event_type == "DELETED":
+                self.cache.delete_pod(uid)
+                return None
+            pod = parse_pod(raw, resources)
+            if pod is None:
+                self.cache.delete_pod(uid)  # no GPUs: nothing to account
+            else:
+                self.cache.upsert_pod(pod)
+            return None
+        except ObjectError as exc:
+            self.state.skipped_objects += 1
+            return f"{kind[:-1]} {_name(raw)}: {exc}"
+
+    def mark_contact(self) -> None:
+        self.state.last_contact = self._clock()
+        self.state.broken_since = None
+
+    def mark_broken(self) -> None:
+        if self.state.broken_since is None:
+            self.state.broken_since = self._clock()
+
+    def ready(self, *, stale_after: float) -> tuple[bool, str]:
+        if not self.fully_synced:
+            missing = sorted(k for k, done in self.state.synced.items() if not done)
+            return False, "waiting for the first full list of " + " and ".join(missing)
+        if self.state.broken_since is not None:
+            broken_for = self._clock() - self.state.broken_since
+            if broken_for > stale_after:
+                return False, f"watch broken for {broken_for:.0f}s (limit {stale_after:.0f}s)"
+        return True, "ok"
+
+
+def _meta(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = raw.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _name(raw: Mapping[str, Any]) -> str:
+    meta = _meta(raw)
+    namespace = meta.get("namespace")
+    name = str(meta.get("name", "?"))
+    return f"{namespace}/{name}" if namespace else name
+
+
+def _uid(raw: Mapping[str, Any]) -> str:
+    uid = _meta(raw).get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ObjectError("metadata.uid is missing")
+    return uid
+
+
+def parse_items(body: Mapping[str, Any]) -> tuple[Sequence[Mapping[str, Any]], str, str]:
+    """A List response -> (items, resourceVersion, continue token)."""
+    items = body.get("items")
+    meta = _meta(body)
+    if not isinstance(items, list):
+        raise ObjectError("list response has no items")
+    return items, str(meta.get("resourceVersion", "")), str(meta.get("continue", "") or "")
