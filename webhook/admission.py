@@ -14,7 +14,7 @@ from entrypoint import contract
 from webhook import decision as decisions
 from webhook import mutation
 from webhook.cache import ClusterCache
-from webhook.model import ObjectError, parse_placement, pod_gpus
+from webhook.model import ObjectError, check_pod_shape, parse_placement, pod_gpus
 from webhook.review import AdmissionRequest, MalformedReview, build_response
 from webhook.types import Decision
 
@@ -41,6 +41,10 @@ def admit(request: AdmissionRequest, *, cache: ClusterCache, policy: mutation.Re
     if request.kind != "Pod" or request.group != "" or request.operation != "CREATE":
         return _skip(request, f"not a pod CREATE ({request.group or 'core'}/{request.kind} {request.operation})")
     pod = request.object
+    try:
+        check_pod_shape(pod)
+    except ObjectError as exc:
+        raise MalformedReview(f"request.object: {exc}") from exc
     meta = _mapping(pod.get("metadata"))
     labels = _mapping(meta.get("labels"))
     if labels.get(contract.LABEL_TASK_TYPE) != contract.LABEL_TASK_TYPE_VALUE:
@@ -62,7 +66,7 @@ def admit(request: AdmissionRequest, *, cache: ClusterCache, policy: mutation.Re
     decision: Decision = decisions.decide(gpus, placement, cache)
     if decision.kind == "local":
         if not request.dry_run:
-            cache.reserve(request.uid, node=decision.node, gpus=gpus)
+            cache.reserve(request.uid, node=decision.node, gpus=gpus, placement=placement)
         patch = mutation.build_local_patch(pod, decision=decision, reservation_id=request.uid)
         return Admission(build_response(request.uid, patch=patch), "local", decision.reason, decision.node)
     patch = mutation.build_remote_patch(pod, gpus=gpus, decision=decision, policy=policy)

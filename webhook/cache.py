@@ -31,6 +31,7 @@ CANDIDATE_CAP = 10
 class Claim:
     node: str  # "" when no node could take it: such a claim holds nothing
     gpus: GpuCounts
+    placement: Placement  # kept so the claim can move when the scheduler fills its node
     expires_at: float | None  # reservations expire; claims of watched pods do not
 
 
@@ -60,6 +61,7 @@ class ClusterCache:
         self._used: dict[str, dict[str, int]] = {}
         self._claimed: dict[str, dict[str, int]] = {}
         self._claims: dict[str, Claim] = {}
+        self._claims_on: dict[str, dict[str, None]] = {}  # node -> claim ids placed there
         self._reservations: OrderedDict[str, float] = OrderedDict()  # id -> expiry, oldest first
         # resource -> free count -> node names (insertion-ordered set) of schedulable nodes
         self._buckets: dict[str, dict[int, dict[str, None]]] = {r: {} for r in self.gpu_resources}
@@ -103,7 +105,7 @@ class ClusterCache:
                 _add(total, claim.gpus, 1)
         return total
 
-    def find_fit(self, gpus: GpuCounts, placement: Placement) -> FitResult:
+    def find_fit(self, gpus: GpuCounts, placement: Placement, *, exclude: str = "") -> FitResult:
         """Best-fit schedulable node whose free GPUs cover `gpus` and whose filters admit the pod."""
         primary = max(gpus, key=lambda r: gpus[r])
         need = gpus[primary]
@@ -114,7 +116,7 @@ class ClusterCache:
         for free in range(need, self._max_allocatable.get(primary, 0) + 1):
             for name in buckets.get(free, ()):
                 node = self._nodes[name]
-                if not self._covers(name, gpus):
+                if name == exclude or not self._covers(name, gpus):
                     continue
                 if not placement_allows(placement, node):
                     excluded += 1
@@ -223,12 +225,25 @@ class ClusterCache:
         if pod.node_name:
             _add(self._used.setdefault(pod.node_name, {}), pod.gpus, 1)
             self._reindex(pod.node_name)
+            self._move_excess_claims(pod.node_name)
             return
         node = pod.nominated_node if pod.nominated_node in self._nodes else ""
         if not node:
             fit = self.find_fit(pod.gpus, pod.placement)
             node = fit.node.name if fit.node is not None else ""
-        self._add_claim("pod:" + pod.uid, Claim(node=node, gpus=pod.gpus, expires_at=None))
+        self._add_claim("pod:" + pod.uid, Claim(node=node, gpus=pod.gpus, placement=pod.placement, expires_at=None))
+
+    def _move_excess_claims(self, node_name: str) -> None:
+        """The scheduler bound a pod where we had placed other claims: move those that no longer
+        fit to other nodes (best-fit). Left in place, the node's deficit would be hidden (the index
+        clamps at zero) while the claims' real destinations showed phantom free GPUs."""
+        for claim_id in list(self._claims_on.get(node_name, ())):
+            if all(free >= 0 for free in self.free(node_name).values()):
+                return
+            claim = self._claims[claim_id]
+            fit = self.find_fit(claim.gpus, claim.placement, exclude=node_name)
+            if fit.node is not None:
+                self._add_claim(claim_id, Claim(fit.node.name, claim.gpus, claim.placement, claim.expires_at))
 
     def _drop_holding(self, pod: PodInfo) -> None:
         if pod.terminal:
@@ -241,10 +256,11 @@ class ClusterCache:
 
     # ----- claims and reservations -------------------------------------------------------------
 
-    def reserve(self, reservation_id: str, *, node: str, gpus: GpuCounts) -> None:
+    def reserve(self, reservation_id: str, *, node: str, gpus: GpuCounts, placement: Placement) -> None:
         """Hold GPUs on `node` for a pod just admitted as local, until the watch shows it."""
         expires_at = self._clock() + self._reservation_ttl
-        self._add_claim("res:" + reservation_id, Claim(node=node, gpus=gpus, expires_at=expires_at))
+        claim = Claim(node=node, gpus=gpus, placement=placement, expires_at=expires_at)
+        self._add_claim("res:" + reservation_id, claim)
         self._reservations[reservation_id] = expires_at
 
     def release_reservation(self, reservation_id: str) -> None:
@@ -271,12 +287,14 @@ class ClusterCache:
         self._claims[claim_id] = claim
         if claim.node:
             _add(self._claimed.setdefault(claim.node, {}), claim.gpus, 1)
+            self._claims_on.setdefault(claim.node, {})[claim_id] = None
             self._reindex(claim.node)
 
     def _remove_claim(self, claim_id: str) -> None:
         claim = self._claims.pop(claim_id, None)
         if claim is not None and claim.node:
             _add(self._claimed.setdefault(claim.node, {}), claim.gpus, -1)
+            del self._claims_on[claim.node][claim_id]
             self._reindex(claim.node)
 
     # ----- introspection for tests and the replay's independent checker -------------------------

@@ -40,6 +40,13 @@ def _mapping(value: object, where: str) -> Mapping[str, Any]:
     return value
 
 
+def _element(value: object, where: str) -> Mapping[str, Any]:
+    """A list element: unlike an optional field, null is not "absent" here, it is wrong."""
+    if not isinstance(value, Mapping):
+        raise ObjectError(f"{where} must be an object")
+    return value
+
+
 def _sequence(value: object, where: str) -> Sequence[Any]:
     if value is None:
         return ()
@@ -62,7 +69,7 @@ def _string_map(value: object, where: str) -> dict[str, str]:
 
 
 def parse_requirement(raw: object, where: str) -> SelectorRequirement:
-    item = _mapping(raw, where)
+    item = _element(raw, where)
     values = tuple(_string(v, f"{where}.values") for v in _sequence(item.get("values"), f"{where}.values"))
     return SelectorRequirement(
         key=_string(item.get("key"), f"{where}.key"),
@@ -81,7 +88,7 @@ def parse_placement(spec: Mapping[str, Any]) -> Placement:
         required = _mapping(required_raw, where)
         terms = []
         for i, term_raw in enumerate(_sequence(required.get("nodeSelectorTerms"), f"{where}.nodeSelectorTerms")):
-            term = _mapping(term_raw, f"{where}.nodeSelectorTerms[{i}]")
+            term = _element(term_raw, f"{where}.nodeSelectorTerms[{i}]")
             terms.append(
                 SelectorTerm(
                     match_expressions=tuple(
@@ -97,7 +104,7 @@ def parse_placement(spec: Mapping[str, Any]) -> Placement:
         required_terms = tuple(terms)
     tolerations = []
     for i, raw in enumerate(_sequence(spec.get("tolerations"), "spec.tolerations")):
-        item = _mapping(raw, f"spec.tolerations[{i}]")
+        item = _element(raw, f"spec.tolerations[{i}]")
         tolerations.append(
             Toleration(
                 key=_string(item.get("key"), f"spec.tolerations[{i}].key"),
@@ -116,11 +123,24 @@ def parse_placement(spec: Mapping[str, Any]) -> Placement:
 def _validate_containers(spec: Mapping[str, Any]) -> None:
     for list_name in ("containers", "initContainers"):
         for i, raw in enumerate(_sequence(spec.get(list_name), f"spec.{list_name}")):
-            container = _mapping(raw, f"spec.{list_name}[{i}]")
-            resources = _mapping(container.get("resources"), f"spec.{list_name}[{i}].resources")
+            where = f"spec.{list_name}[{i}]"
+            container = _element(raw, where)
+            resources = _mapping(container.get("resources"), f"{where}.resources")
             for source in ("requests", "limits"):
-                _mapping(resources.get(source), f"spec.{list_name}[{i}].resources.{source}")
-            _sequence(container.get("env"), f"spec.{list_name}[{i}].env")
+                _mapping(resources.get(source), f"{where}.resources.{source}")
+            for j, env in enumerate(_sequence(container.get("env"), f"{where}.env")):
+                _element(env, f"{where}.env[{j}]")
+
+
+def check_pod_shape(pod: Mapping[str, Any]) -> None:
+    """Every field the patch builders read has the type they expect (else ObjectError)."""
+    meta = _mapping(pod.get("metadata"), "metadata")
+    _string_map(meta.get("labels"), "metadata.labels")
+    _string_map(meta.get("annotations"), "metadata.annotations")
+    spec = _mapping(pod.get("spec"), "spec")
+    _string_map(spec.get("nodeSelector"), "spec.nodeSelector")
+    _string(spec.get("runtimeClassName"), "spec.runtimeClassName")
+    _validate_containers(spec)
 
 
 def pod_gpus(spec: Mapping[str, Any], gpu_resources: Sequence[str]) -> dict[str, int]:
@@ -157,7 +177,7 @@ def parse_pod(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> PodInfo |
 
 def _node_ready(status: Mapping[str, Any]) -> bool:
     for raw in _sequence(status.get("conditions"), "status.conditions"):
-        condition = _mapping(raw, "status.conditions[]")
+        condition = _element(raw, "status.conditions[]")
         if condition.get("type") == "Ready":
             return condition.get("status") == "True"
     return False
@@ -180,7 +200,7 @@ def parse_node(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> NodeInfo
     taints = []
     not_ready_tainted = False
     for i, taint_raw in enumerate(_sequence(spec.get("taints"), "spec.taints")):
-        item = _mapping(taint_raw, f"spec.taints[{i}]")
+        item = _element(taint_raw, f"spec.taints[{i}]")
         effect = _string(item.get("effect"), f"spec.taints[{i}].effect")
         key = _string(item.get("key"), f"spec.taints[{i}].key")
         not_ready_tainted |= key in NOT_READY_TAINTS

@@ -19,8 +19,10 @@ EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 @dataclass(slots=True)
 class SyncState:
     synced: dict[str, bool] = field(default_factory=lambda: {"nodes": False, "pods": False})
-    last_contact: float = 0.0  # last successful list, event or bookmark
-    broken_since: float | None = None  # first failure of the current outage
+    last_contact: float = 0.0  # last successful list, event or bookmark, of any kind
+    # Per kind: the first failure of its current outage. Ready needs every kind healthy, or a
+    # recovered node watch would hide a pod watch that has not caught up yet.
+    broken_since: dict[str, float] = field(default_factory=dict)
     skipped_objects: int = 0  # objects whose shape we could not use (logged by the caller)
 
 
@@ -56,12 +58,12 @@ class CacheSync:
             self.cache.replace_pods(pods)
         self.state.synced[kind] = True
         self.state.skipped_objects += len(problems)
-        self.mark_contact()
+        self.mark_contact(kind)
         return problems
 
     def apply_event(self, kind: Kind, event_type: str, raw: Mapping[str, Any]) -> str | None:
         """Apply one watch event; returns a problem description when the object was skipped."""
-        self.mark_contact()
+        self.mark_contact(kind)
         resources = self.cache.gpu_resources
         try:
             if kind == "nodes":
@@ -84,22 +86,21 @@ class CacheSync:
             self.state.skipped_objects += 1
             return f"{kind[:-1]} {_name(raw)}: {exc}"
 
-    def mark_contact(self) -> None:
+    def mark_contact(self, kind: Kind) -> None:
         self.state.last_contact = self._clock()
-        self.state.broken_since = None
+        self.state.broken_since.pop(kind, None)
 
-    def mark_broken(self) -> None:
-        if self.state.broken_since is None:
-            self.state.broken_since = self._clock()
+    def mark_broken(self, kind: Kind) -> None:
+        self.state.broken_since.setdefault(kind, self._clock())
 
     def ready(self, *, stale_after: float) -> tuple[bool, str]:
         if not self.fully_synced:
             missing = sorted(k for k, done in self.state.synced.items() if not done)
             return False, "waiting for the first full list of " + " and ".join(missing)
-        if self.state.broken_since is not None:
-            broken_for = self._clock() - self.state.broken_since
-            if broken_for > stale_after:
-                return False, f"watch broken for {broken_for:.0f}s (limit {stale_after:.0f}s)"
+        now = self._clock()
+        for kind, since in sorted(self.state.broken_since.items()):
+            if now - since > stale_after:
+                return False, f"{kind} watch broken for {now - since:.0f}s (limit {stale_after:.0f}s)"
         return True, "ok"
 
 

@@ -9,6 +9,7 @@ more than the accounting itself on a large cluster.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import random
@@ -95,7 +96,7 @@ class Watcher:
             except Exception as exc:  # noqa: BLE001 - any failure: back off and retry, never die
                 if self._stopping.is_set():
                     return
-                self._apply(self._sync.mark_broken)
+                self._apply(functools.partial(self._sync.mark_broken, kind))
                 log.warning("watch failed", extra={"kind": kind, "error": str(exc)[:500], "retry_in": backoff})
                 self._stopping.wait(backoff * random.uniform(0.5, 1.0))
                 backoff = min(backoff * 2, BACKOFF_CAP)
@@ -160,7 +161,7 @@ class Watcher:
             raise RuntimeError(f"watch error event: {obj.get('message', obj)}")
         new_version = str((obj.get("metadata") or {}).get("resourceVersion", resource_version))
         if event_type == "BOOKMARK":
-            self._apply(self._sync.mark_contact)
+            self._apply(functools.partial(self._sync.mark_contact, kind))
             return new_version
         problems: list[str | None] = []
 

@@ -11,7 +11,7 @@ from webhook.cache import ClusterCache
 from webhook.decision import decide
 from webhook.model import parse_placement, pod_gpus
 from webhook.sync import CacheSync
-from webhook.types import Decision
+from webhook.types import Decision, Placement
 
 LEGACY = "alpha.kubernetes.io/nvidia-gpu"
 
@@ -109,7 +109,7 @@ def test_reservations_stop_double_booking_and_release_when_pod_appears() -> None
     for i in range(5):
         d = decide_pod(sync, pod(container(gpus=1)))
         if d.kind == "local":
-            cache.reserve(f"r{i}", node=d.node, gpus={GPU: 1})
+            cache.reserve(f"r{i}", node=d.node, gpus={GPU: 1}, placement=Placement())
             locals_.append(d.node)
     assert sorted(locals_) == ["a", "a", "b"]
     assert cache.reservation_count == 3
@@ -141,7 +141,7 @@ def test_thirty_admissions_against_ten_free_gpus() -> None:
     for i in range(30):
         d = decide_pod(sync, pod(container(gpus=1)))
         if d.kind == "local":
-            sync.cache.reserve(f"r{i}", node=d.node, gpus={GPU: 1})
+            sync.cache.reserve(f"r{i}", node=d.node, gpus={GPU: 1}, placement=Placement())
         kinds.append(d.kind)
     assert kinds.count("local") == 10
     assert kinds.count("remote") == 20
@@ -188,3 +188,19 @@ def test_candidate_count_is_capped() -> None:
     assert d.kind == "local"
     assert d.candidates == 10
     assert d.reason.startswith("10+ candidate")
+
+
+def test_binding_elsewhere_moves_claims_instead_of_hiding_a_deficit() -> None:
+    """We reserve on our best-fit guess; kube-scheduler may bind somewhere else."""
+    sync = make_sync([node("a", 1), node("b", 1)])
+    cache = sync.cache
+    first = decide_pod(sync, pod(container(gpus=1)))
+    cache.reserve("r1", node=first.node, gpus={GPU: 1}, placement=Placement())
+    other = "b" if first.node == "a" else "a"
+    # An unlabeled pod (never seen by the webhook) is bound by the scheduler to the node we reserved.
+    sync.apply_event(
+        "pods", "ADDED", bound("x", first.node, 1) | {"metadata": {"name": "x", "namespace": "ns", "uid": "ux"}}
+    )
+    assert cache.free(first.node) == {GPU: 0}
+    assert cache.free(other) == {GPU: 0}  # the reservation moved there
+    assert decide_pod(sync, pod(container(gpus=1))).kind == "remote"

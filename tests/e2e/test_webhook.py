@@ -1,0 +1,352 @@
+"""The webhook through the real kube-apiserver and kube-scheduler.
+
+Nodes are cluster-wide and shared by the session, so each test labels its own nodes with a group
+label and pins its pods there with a nodeSelector: decisions then only see that test's nodes.
+The webhook runs with --strip-toleration-keys nvidia.com/gpu, as a cluster whose GPU nodes are
+tainted would: a burst pod loses that toleration and can only land on CPU nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cluster import addons, nodes
+from tests.cluster.controlplane import ControlPlane
+from tests.cluster.tcpproxy import CuttableProxy
+
+GPU = "nvidia.com/gpu"
+LEGACY = "alpha.kubernetes.io/nvidia-gpu"
+GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
+GPU_TOLERATION = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
+WEBHOOK_ARGS = ["--strip-toleration-keys", GPU, "--watch-stale-seconds", "5"]
+ADMISSION_LATENCIES_MS: list[float] = []
+
+
+def _proxied_kubeconfig(control_plane: ControlPlane, port: int, path: Path) -> Path:
+    config = yaml.safe_load(control_plane.kubeconfig_path.read_text())
+    for cluster in config["clusters"]:
+        cluster["cluster"]["server"] = f"https://127.0.0.1:{port}"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def proxy(control_plane: ControlPlane) -> Iterator[CuttableProxy]:
+    host_port = control_plane.server_url.rsplit(":", 1)
+    with CuttableProxy("127.0.0.1", int(host_port[1])) as p:
+        yield p
+
+
+@pytest.fixture(scope="module")
+def webhook(control_plane: ControlPlane, proxy: CuttableProxy) -> Iterator[addons.WebhookProcess]:
+    """The webhook watches the API server through a proxy the tests can cut."""
+    run_dir = control_plane.run_dir / "webhook"
+    run_dir.mkdir(exist_ok=True)
+    kubeconfig = _proxied_kubeconfig(control_plane, proxy.port, run_dir / "kubeconfig")
+    hook = addons.start_webhook(run_dir, kubeconfig=kubeconfig, args=WEBHOOK_ARGS)
+    name = addons.register_webhook(control_plane, hook, name_suffix="-e2e")
+    try:
+        yield hook
+    finally:
+        control_plane.kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
+        addons.stop_webhook(hook)
+        _collect_latencies(hook.process.log_path)
+
+
+def _collect_latencies(log_path: Path) -> None:
+    for line in log_path.read_text().splitlines():
+        if '"message": "admission"' in line:
+            ADMISSION_LATENCIES_MS.append(json.loads(line)["latency_ms"])
+
+
+def pytest_sessionfinish() -> None:  # pragma: no cover - reporting only
+    pass
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report_latency(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    if ADMISSION_LATENCIES_MS:
+        values = sorted(ADMISSION_LATENCIES_MS)
+        request.config.stash.setdefault(pytest.StashKey[str](), "")
+        print(
+            f"\nwebhook admission latency over {len(values)} e2e admissions: "
+            f"median {statistics.median(values):.3f} ms, max {values[-1]:.3f} ms"
+        )
+
+
+class Group:
+    """One test's nodes and pods, pinned together by a label."""
+
+    def __init__(self, control_plane: ControlPlane, core: Any, namespace: str, make_gpu_node: Callable[..., str]):
+        self.cp = control_plane
+        self.core = core
+        self.namespace = namespace
+        self.label = {"nb-group": namespace}
+        self._make_node = make_gpu_node
+
+    def gpu_node(self, gpus: int, *, taint: bool = True, resource: str = GPU, **kwargs: Any) -> str:
+        taints = [GPU_TAINT] if taint else []
+        labels = {**self.label, **kwargs.pop("labels", {})}
+        return self._make_node(
+            gpus=gpus, labels=labels, taints=taints + kwargs.pop("taints", []), gpu_resource=resource, **kwargs
+        )
+
+    def cpu_node(self, *, cpu: str = "2", memory: str = "4Gi") -> str:
+        return self._make_node(gpus=0, cpu=cpu, memory=memory, labels=self.label)
+
+    def pod(
+        self,
+        gpus: int = 1,
+        *,
+        labeled: bool = True,
+        resource: str = GPU,
+        containers: list[dict[str, Any]] | None = None,
+        **spec: Any,
+    ) -> dict[str, Any]:
+        name = f"p-{uuid.uuid4().hex[:8]}"
+        container: dict[str, Any] = {"name": "app", "image": "registry.k8s.io/pause:3.10"}
+        if gpus:
+            container["resources"] = {"limits": {resource: str(gpus)}}
+        body_spec = {
+            "containers": containers or [container],
+            "nodeSelector": {**self.label, **spec.pop("nodeSelector", {})},
+            "tolerations": [GPU_TOLERATION, *spec.pop("tolerations", [])],
+            **spec,
+        }
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": self.namespace,
+                "labels": {"task-type": "Nimbix"} if labeled else {},
+            },
+            "spec": body_spec,
+        }
+
+    def create(self, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
+        """kubectl create, so admission warnings are visible as a user sees them."""
+        result = self.cp.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(body))
+        return json.loads(result.stdout), result.stderr
+
+    def bound_node(self, name: str) -> str:
+        return nodes.wait_for_pod_bound(self.core, self.namespace, name, timeout=30)
+
+
+@pytest.fixture
+def group(
+    control_plane: ControlPlane,
+    core: Any,
+    namespace: str,
+    make_gpu_node: Callable[..., str],
+    webhook: addons.WebhookProcess,
+) -> Group:
+    return Group(control_plane, core, namespace, make_gpu_node)
+
+
+def annotations(pod: dict[str, Any]) -> dict[str, str]:
+    return pod["metadata"].get("annotations", {})
+
+
+def env(pod: dict[str, Any], index: int = 0) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][index].get("env", [])}
+
+
+def all_resources(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = pod["spec"]
+    return [c.get("resources", {}) for c in spec["containers"] + spec.get("initContainers", [])]
+
+
+def assert_remote(pod: dict[str, Any], stderr: str, gpus: int) -> None:
+    assert annotations(pod)["nimbix-burst.io/decision"] == "remote", annotations(pod)
+    for resources in all_resources(pod):
+        for source in ("requests", "limits"):
+            assert GPU not in resources.get(source, {}) and LEGACY not in resources.get(source, {})
+    assert env(pod)["REMOTE"] == "1"
+    assert env(pod)["NUM_GPUS"] == str(gpus)
+    assert "Warning: nimbix-burst: this pod will run on Nimbix JARVICE" in stderr
+
+
+def test_gpu_pod_with_room_stays_local_and_binds_to_a_gpu_node(group: Group) -> None:
+    gpu = group.gpu_node(4)
+    group.cpu_node()
+    body = group.pod(2)
+    pod, stderr = group.create(body)
+    assert annotations(pod)["nimbix-burst.io/decision"] == "local"
+    assert pod["spec"]["containers"][0]["resources"]["limits"][GPU] == "2"
+    assert "REMOTE" not in env(pod)
+    assert "Warning" not in stderr
+    assert group.bound_node(body["metadata"]["name"]) == gpu
+
+
+def test_gpu_pod_without_room_bursts_and_binds_to_a_small_cpu_node(group: Group) -> None:
+    group.gpu_node(2)
+    cpu = group.cpu_node(cpu="2", memory="4Gi")
+    body = group.pod(8)
+    big = {"cpu": "32", "memory": "128Gi"}
+    body["spec"]["containers"][0]["resources"] = {"limits": {GPU: "8", **big}, "requests": {GPU: "8", **big}}
+    pod, stderr = group.create(body)
+    assert_remote(pod, stderr, 8)
+    assert pod["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
+    assert env(pod)["NUM_CPUS"] == "32"
+    assert "needs 8 nvidia.com/gpu; best node" in annotations(pod)["nimbix-burst.io/reason"]
+    audit = json.loads(annotations(pod)["nimbix-burst.io/original-resources"])
+    assert audit["containers"]["app"]["limits"][GPU] == "8"
+    assert audit["tolerations"] == [GPU_TOLERATION]
+    assert group.bound_node(body["metadata"]["name"]) == cpu
+
+
+def test_unlabeled_and_cpu_only_pods_are_untouched(group: Group) -> None:
+    group.gpu_node(1)
+    group.cpu_node()
+    unlabeled, _ = group.create(group.pod(8, labeled=False))
+    cpu_only, _ = group.create(group.pod(0))
+    for pod in (unlabeled, cpu_only):
+        assert "nimbix-burst.io/decision" not in annotations(pod)
+        assert "env" not in pod["spec"]["containers"][0]
+    assert unlabeled["spec"]["containers"][0]["resources"]["limits"][GPU] == "8"
+
+
+def test_fragmented_free_gpus_do_not_count_as_one_node(group: Group) -> None:
+    group.gpu_node(2)
+    group.gpu_node(2)
+    group.cpu_node()
+    pod, stderr = group.create(group.pod(4))
+    assert_remote(pod, stderr, 4)
+    assert "has 2 free" in annotations(pod)["nimbix-burst.io/reason"]
+
+
+def test_init_sidecar_and_multi_container_pods_use_the_effective_request(group: Group) -> None:
+    group.gpu_node(3)
+    group.cpu_node()
+
+    def c(name: str, gpus: int, **extra: Any) -> dict[str, Any]:
+        return {"name": name, "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {GPU: str(gpus)}}, **extra}
+
+    # app 1+1, sidecar 1 => 3 (fits); an init container of 2 after the sidecar => max(3, 3) = 3.
+    fits = group.pod(
+        containers=[c("a", 1), c("b", 1)], initContainers=[c("side", 1, restartPolicy="Always"), c("init", 2)]
+    )
+    pod, _ = group.create(fits)
+    assert annotations(pod)["nimbix-burst.io/decision"] == "local"
+    group.bound_node(fits["metadata"]["name"])
+    # Now 0 free: an init container asking for 4 alone is more than any node has.
+    big_init = group.pod(containers=[c("a", 1)], initContainers=[c("init", 4)])
+    pod, stderr = group.create(big_init)
+    assert_remote(pod, stderr, 4)
+    assert "REMOTE" not in {e["name"] for e in pod["spec"]["initContainers"][0].get("env", [])}
+
+
+def test_legacy_resource_name_with_no_advertising_node_bursts(group: Group) -> None:
+    group.gpu_node(8)
+    group.cpu_node()
+    pod, stderr = group.create(group.pod(1, resource=LEGACY))
+    assert_remote(pod, stderr, 1)
+    assert "no node advertises alpha.kubernetes.io/nvidia-gpu" in annotations(pod)["nimbix-burst.io/reason"]
+
+
+def test_cordoned_tainted_and_wrong_model_nodes_do_not_count(group: Group) -> None:
+    group.gpu_node(4, unschedulable=True)
+    group.gpu_node(4, taints=[{"key": "dedicated", "value": "team-a", "effect": "NoSchedule"}])
+    group.gpu_node(1, labels={"gpu-model": "V100"})
+    group.gpu_node(
+        8, labels={"gpu-model": "T4"}, taints=[{"key": "dedicated", "value": "team-b", "effect": "NoExecute"}]
+    )
+    group.cpu_node()
+    pod, stderr = group.create(group.pod(2))
+    assert_remote(pod, stderr, 2)
+    reason = annotations(pod)["nimbix-burst.io/reason"]
+    assert "excluded by taints or selectors" in reason and "cordoned or not ready" in reason
+    pod, stderr = group.create(group.pod(2, nodeSelector={"gpu-model": "V100"}))
+    assert_remote(pod, stderr, 2)
+
+
+def test_thirty_concurrent_pods_against_ten_free_gpus(group: Group) -> None:
+    for _ in range(5):
+        group.gpu_node(2)
+    group.cpu_node(cpu="8", memory="16Gi")
+    bodies = [group.pod(1) for _ in range(30)]
+    results: list[dict[str, Any]] = []
+    errors: list[BaseException] = []
+
+    def create(body: dict[str, Any]) -> None:
+        try:
+            results.append(group.create(body)[0])
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create, args=(b,)) for b in bodies]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    decisions = [annotations(p)["nimbix-burst.io/decision"] for p in results]
+    assert decisions.count("local") == 10
+    assert decisions.count("remote") == 20
+    for body in bodies:  # kube-scheduler binds every one of them: none is stranded
+        group.bound_node(body["metadata"]["name"])
+
+
+def _wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_decisions_stay_correct_across_a_watch_interruption(
+    group: Group, proxy: CuttableProxy, webhook: addons.WebhookProcess
+) -> None:
+    gpu = group.gpu_node(2)
+    group.cpu_node()
+    proxy.cut()
+    try:
+        # While the webhook is cut off, pods the scheduler binds (created unlabeled, so they bypass
+        # the webhook) use up the GPUs; the webhook cannot know yet.
+        fill = group.pod(2, labeled=False)
+        group.create(fill)
+        assert group.bound_node(fill["metadata"]["name"]) == gpu
+        _wait_until(lambda: webhook.get("/readyz")[0] == 503, timeout=30, what="readyz to report the broken watch")
+    finally:
+        proxy.restore()
+    _wait_until(lambda: webhook.get("/readyz")[0] == 200, timeout=60, what="the watch to recover")
+    pod, stderr = group.create(group.pod(1))
+    assert_remote(pod, stderr, 1)
+
+
+def test_decisions_stay_correct_after_a_webhook_restart(
+    group: Group, control_plane: ControlPlane, webhook: addons.WebhookProcess, proxy: CuttableProxy
+) -> None:
+    gpu = group.gpu_node(2)
+    group.cpu_node()
+    first = group.pod(1)
+    group.create(first)
+    assert group.bound_node(first["metadata"]["name"]) == gpu
+    addons.stop_webhook(webhook)
+    restarted = addons.start_webhook(
+        control_plane.run_dir / "webhook",
+        kubeconfig=control_plane.run_dir / "webhook" / "kubeconfig",
+        args=WEBHOOK_ARGS,
+        port=int(webhook.url.rsplit(":", 1)[1]),
+        ca=webhook.ca,
+    )
+    assert restarted.url == webhook.url
+    second, _ = group.create(group.pod(1))
+    assert annotations(second)["nimbix-burst.io/decision"] == "local"
+    third, stderr = group.create(group.pod(1))
+    assert_remote(third, stderr, 1)
+    object.__setattr__(webhook, "process", restarted.process)  # the module fixture stops this one
