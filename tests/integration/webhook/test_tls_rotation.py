@@ -39,7 +39,7 @@ async def test_rotation_under_load(tmp_path: Path, settings: Settings, synced: C
     body = review_body(pod(container(gpus=1), labels={"app": "x"}))
 
     async def served_serial() -> int:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx)
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx)
         der = writer.get_extra_info("ssl_object").getpeercert(binary_form=True)
         writer.close()
         await writer.wait_closed()
