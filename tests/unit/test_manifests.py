@@ -1,0 +1,615 @@
+"""The shipped install (`deploy/`, `images/webhook/Dockerfile`): structure and cross-references.
+
+No cluster: `kubectl kustomize` (the project-built kubectl) and YAML only. What the API server itself
+accepts is checked in tests/e2e/test_manifests.py; cert-manager's kinds cannot be checked there (no
+cert-manager CRDs), so their fields are checked here against cert-manager's v1 API reference.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from entrypoint import contract
+from tests import manifests
+from tests.cluster import controlplane
+from tests.manifests import Manifest
+
+NAMESPACE = "nimbix-burst"
+APP = "nimbix-burst-webhook"
+DOCKERFILE = manifests.REPO_ROOT / "images" / "webhook" / "Dockerfile"
+EXAMPLES_DIR = manifests.DEPLOY_DIR / "examples"
+GPU_RESOURCES = ("nvidia.com/gpu", "alpha.kubernetes.io/nvidia-gpu")
+
+# Every setting `python -m webhook` reads from the environment (its flags' defaults), minus KUBECONFIG,
+# which stays unset in a cluster so that the in-cluster config is used.
+WEBHOOK_SETTINGS = frozenset(
+    {
+        "WEBHOOK_HOST",
+        "WEBHOOK_PORT",
+        "WEBHOOK_TLS_DIR",
+        "WEBHOOK_TLS_RELOAD_SECONDS",
+        "WEBHOOK_GPU_RESOURCES",
+        "WEBHOOK_REMOTE_CPU",
+        "WEBHOOK_REMOTE_MEMORY",
+        "WEBHOOK_STRIP_NODE_SELECTOR_KEYS",
+        "WEBHOOK_STRIP_TOLERATION_KEYS",
+        "WEBHOOK_STRIP_RUNTIME_CLASSES",
+        "WEBHOOK_MAX_BODY_BYTES",
+        "WEBHOOK_WATCH_STALE_SECONDS",
+        "WEBHOOK_RESERVATION_TTL_SECONDS",
+        "WEBHOOK_LOG_LEVEL",
+    }
+)
+
+# --- cert-manager.io/v1, from its API reference (cert-manager.io/docs/reference/api-docs/) and
+# --- pkg/apis/certmanager/v1/types_{certificate,issuer}.go. Unknown fields are pruned by the CRD's
+# --- structural schema, so a misspelt field would silently do nothing: hence whitelists.
+CERTIFICATE_SPEC_FIELDS = frozenset(
+    {
+        "additionalOutputFormats", "commonName", "dnsNames", "duration", "emailAddresses",
+        "encodeUsagesInRequest", "ipAddresses", "isCA", "issuerRef", "keystores", "literalSubject",
+        "nameConstraints", "otherNames", "privateKey", "renewBefore", "renewBeforePercentage",
+        "revisionHistoryLimit", "secretName", "secretTemplate", "subject", "uris", "usages",
+    }
+)  # fmt: skip
+CERTIFICATE_REQUIRED_FIELDS = frozenset({"secretName", "issuerRef"})
+# A Certificate needs at least one subject or SAN (cert-manager's validating webhook).
+CERTIFICATE_IDENTITY_FIELDS = frozenset(
+    {"commonName", "literalSubject", "dnsNames", "uris", "emailAddresses", "ipAddresses", "otherNames"}
+)
+ISSUER_REF_FIELDS = frozenset({"name", "kind", "group"})
+PRIVATE_KEY_FIELDS = frozenset({"rotationPolicy", "encoding", "algorithm", "size"})
+ROTATION_POLICIES = frozenset({"Never", "Always"})
+KEY_ENCODINGS = frozenset({"PKCS1", "PKCS8"})
+KEY_SIZES = {"RSA": frozenset({2048, 4096, 8192}), "ECDSA": frozenset({256, 384, 521}), "Ed25519": None}
+SUBJECT_FIELDS = frozenset(
+    {
+        "organizations", "countries", "organizationalUnits", "localities", "provinces",
+        "streetAddresses", "postalCodes", "serialNumber",
+    }
+)  # fmt: skip
+KEY_USAGES = frozenset(
+    {
+        "signing", "digital signature", "content commitment", "key encipherment", "key agreement",
+        "data encipherment", "cert sign", "crl sign", "encipher only", "decipher only", "any",
+        "server auth", "client auth", "code signing", "email protection", "s/mime", "ipsec end system",
+        "ipsec tunnel", "ipsec user", "timestamping", "ocsp signing", "microsoft sgc", "netscape sgc",
+    }
+)  # fmt: skip
+ISSUER_TYPES = frozenset({"acme", "ca", "selfSigned", "vault", "venafi"})
+CA_ISSUER_FIELDS = frozenset({"secretName", "crlDistributionPoints", "ocspServers", "issuingCertificateURLs"})
+SELF_SIGNED_ISSUER_FIELDS = frozenset({"crlDistributionPoints"})
+MIN_DURATION = timedelta(hours=1)
+MIN_RENEW_BEFORE = timedelta(minutes=5)
+
+
+# --- fixtures -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def kubectl() -> Path:
+    """The project-built kubectl (tests/cluster/build-controlplane.sh; instant when cached)."""
+    return controlplane.ensure_binaries() / controlplane.KUBECTL
+
+
+@pytest.fixture(scope="module")
+def objs(kubectl: Path) -> list[Manifest]:
+    return manifests.render_kustomize(kubectl)
+
+
+@pytest.fixture(scope="module")
+def deployment(objs: list[Manifest]) -> Manifest:
+    return manifests.find_object(objs, kind="Deployment", name=APP)
+
+
+@pytest.fixture(scope="module")
+def pod_spec(deployment: Manifest) -> dict[str, Any]:
+    spec: dict[str, Any] = deployment["spec"]["template"]["spec"]
+    return spec
+
+
+@pytest.fixture(scope="module")
+def container(pod_spec: Mapping[str, Any]) -> dict[str, Any]:
+    (only,) = pod_spec["containers"]
+    result: dict[str, Any] = only
+    return result
+
+
+@pytest.fixture(scope="module")
+def settings(objs: list[Manifest], container: Mapping[str, Any]) -> dict[str, str]:
+    """The webhook's environment, from the ConfigMap the container's envFrom names."""
+    (source,) = container["envFrom"]
+    config_map = manifests.find_object(objs, kind="ConfigMap", name=source["configMapRef"]["name"])
+    data: dict[str, str] = config_map["data"]
+    return data
+
+
+@pytest.fixture(scope="module")
+def webhook(objs: list[Manifest]) -> dict[str, Any]:
+    config = manifests.find_object(objs, kind=manifests.WEBHOOK_CONFIGURATION_KIND)
+    (only,) = config["webhooks"]
+    result: dict[str, Any] = only
+    return result
+
+
+@pytest.fixture(scope="module")
+def certificates(objs: list[Manifest]) -> dict[str, Manifest]:
+    return {c["metadata"]["name"]: c for c in manifests.find_objects(objs, kind="Certificate")}
+
+
+@pytest.fixture(scope="module")
+def issuers(objs: list[Manifest]) -> dict[str, Manifest]:
+    return {i["metadata"]["name"]: i for i in manifests.find_objects(objs, kind="Issuer")}
+
+
+@pytest.fixture(scope="module")
+def serving_certificate(
+    certificates: Mapping[str, Manifest], objs: list[Manifest], pod_spec: Mapping[str, Any]
+) -> Manifest:
+    """The Certificate whose Secret the Deployment mounts."""
+    (tls_volume,) = [v for v in pod_spec["volumes"] if "secret" in v]
+    (cert,) = [c for c in certificates.values() if c["spec"]["secretName"] == tls_volume["secret"]["secretName"]]
+    return cert
+
+
+# --- the kustomize build ------------------------------------------------------------------------
+
+
+def test_kustomize_builds_the_install(objs: list[Manifest]) -> None:
+    kinds = sorted((o["kind"], o["metadata"]["name"]) for o in objs)
+    config_maps = [name for kind, name in kinds if kind == "ConfigMap"]
+    assert [(k, n) for k, n in kinds if k != "ConfigMap"] == sorted(
+        [
+            ("Namespace", NAMESPACE),
+            ("ServiceAccount", APP),
+            ("ClusterRole", APP),
+            ("ClusterRoleBinding", APP),
+            ("PriorityClass", APP),
+            ("Deployment", APP),
+            ("Service", APP),
+            ("PodDisruptionBudget", APP),
+            ("Issuer", "nimbix-burst-selfsigned"),
+            ("Issuer", "nimbix-burst-ca"),
+            ("Certificate", "nimbix-burst-ca"),
+            ("Certificate", "nimbix-burst-webhook"),
+            ("MutatingWebhookConfiguration", "nimbix-burst"),
+        ]
+    )
+    # Generated with a content hash, so a settings change rolls the Deployment.
+    assert len(config_maps) == 1
+    assert re.fullmatch(rf"{APP}-[a-z0-9]{{10}}", config_maps[0])
+
+
+def test_namespaced_objects_live_in_the_webhook_namespace(objs: list[Manifest]) -> None:
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass", "MutatingWebhookConfiguration"}
+    for obj in objs:
+        expected = None if obj["kind"] in cluster_scoped else NAMESPACE
+        assert obj["metadata"].get("namespace") == expected, obj["kind"]
+
+
+def test_examples_are_not_part_of_the_install(objs: list[Manifest]) -> None:
+    assert not [o for o in objs if o["kind"] in {"Job", "Secret"}]
+
+
+# --- RBAC ---------------------------------------------------------------------------------------
+
+
+def test_cluster_role_reads_pods_and_nodes_and_nothing_else(objs: list[Manifest]) -> None:
+    role = manifests.find_object(objs, kind="ClusterRole")
+    granted = set()
+    for rule in role["rules"]:
+        assert set(rule) <= {"apiGroups", "resources", "verbs"}, rule  # no resourceNames, URLs
+        granted |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    assert granted == {("", r, v) for r in ("pods", "nodes") for v in ("get", "list", "watch")}
+    assert "aggregationRule" not in role
+
+
+def test_cluster_role_is_bound_to_the_deployments_service_account(
+    objs: list[Manifest], pod_spec: Mapping[str, Any]
+) -> None:
+    binding = manifests.find_object(objs, kind="ClusterRoleBinding")
+    role = manifests.find_object(objs, kind="ClusterRole")
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": role["metadata"]["name"],
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": pod_spec["serviceAccountName"], "namespace": NAMESPACE}
+    ]
+    manifests.find_object(objs, kind="ServiceAccount", name=pod_spec["serviceAccountName"])
+
+
+# --- Deployment ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("pod.runAsNonRoot", True),
+        ("pod.seccompProfile.type", "RuntimeDefault"),
+        ("container.allowPrivilegeEscalation", False),
+        ("container.readOnlyRootFilesystem", True),
+        ("container.capabilities.drop", ["ALL"]),
+    ],
+    ids=str,
+)
+def test_deployment_security_context(
+    pod_spec: Mapping[str, Any], container: Mapping[str, Any], path: str, expected: object
+) -> None:
+    where, *keys = path.split(".")
+    value: Any = (pod_spec if where == "pod" else container)["securityContext"]
+    for key in keys:
+        value = value[key]
+    assert value == expected
+
+
+def test_deployment_runs_as_the_images_numeric_non_root_user(pod_spec: Mapping[str, Any]) -> None:
+    uid = pod_spec["securityContext"]["runAsUser"]
+    assert isinstance(uid, int)
+    assert uid > 0
+    assert uid == _dockerfile_user_id()
+    assert "capabilities" not in pod_spec["securityContext"]
+    assert not pod_spec.get("hostNetwork") and not pod_spec.get("hostPID")
+
+
+def test_tls_secret_is_mounted_as_a_directory_where_the_webhook_reads_it(
+    pod_spec: Mapping[str, Any],
+    container: Mapping[str, Any],
+    settings: Mapping[str, str],
+    serving_certificate: Manifest,
+) -> None:
+    (tls_volume,) = [v for v in pod_spec["volumes"] if "secret" in v]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == tls_volume["name"]]
+    assert "subPath" not in mount and "subPathExpr" not in mount  # subPath mounts never see a renewal
+    assert mount["readOnly"] is True
+    assert mount["mountPath"] == settings["WEBHOOK_TLS_DIR"]
+    assert "items" not in tls_volume["secret"]  # tls.crt and tls.key keep their cert-manager names
+    assert tls_volume["secret"]["secretName"] == serving_certificate["spec"]["secretName"]
+
+
+def test_every_mounted_volume_is_read_only_or_scratch(
+    pod_spec: Mapping[str, Any], container: Mapping[str, Any]
+) -> None:
+    volumes = {v["name"]: v for v in pod_spec["volumes"]}
+    for mount in container["volumeMounts"]:
+        assert mount.get("readOnly") is True or "emptyDir" in volumes[mount["name"]], mount
+
+
+def test_deployment_is_highly_available(objs: list[Manifest], deployment: Manifest) -> None:
+    spec = deployment["spec"]
+    pod_labels = spec["template"]["metadata"]["labels"]
+    assert spec["replicas"] >= 2
+    assert spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    pod = spec["template"]["spec"]
+    spread_keys = {c["topologyKey"] for c in pod["topologySpreadConstraints"]}
+    assert "kubernetes.io/hostname" in spread_keys
+    for constraint in pod["topologySpreadConstraints"]:
+        assert _selects(constraint["labelSelector"], pod_labels)
+    (anti,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert anti["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert _selects(anti["podAffinityTerm"]["labelSelector"], pod_labels)
+    pdb = manifests.find_object(objs, kind="PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["minAvailable"] < spec["replicas"]  # or no voluntary eviction could ever proceed
+    assert _selects(pdb["spec"]["selector"], pod_labels)
+
+
+def test_priority_class_is_our_own_and_never_preempts(objs: list[Manifest], pod_spec: Mapping[str, Any]) -> None:
+    name = pod_spec["priorityClassName"]
+    assert not name.startswith("system-")  # often confined to kube-system by ResourceQuota
+    priority_class = manifests.find_object(objs, kind="PriorityClass", name=name)
+    assert priority_class["preemptionPolicy"] == "Never"
+    assert priority_class["globalDefault"] is False
+    assert 0 < priority_class["value"] < 1_000_000_000  # user range; above it is reserved for system-*
+
+
+def test_probes_use_https_on_the_webhook_port(container: Mapping[str, Any], settings: Mapping[str, str]) -> None:
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+        get = container[probe]["httpGet"]
+        assert (get["path"], get["scheme"]) == (path, "HTTPS")
+        assert ports[get["port"]] == int(settings["WEBHOOK_PORT"])
+
+
+def test_container_has_cpu_and_memory_requests_and_limits(container: Mapping[str, Any]) -> None:
+    for kind in ("requests", "limits"):
+        assert set(container["resources"][kind]) == {"cpu", "memory"}
+
+
+def test_container_runs_the_image_entrypoint_with_settings_from_the_config_map(
+    container: Mapping[str, Any], settings: Mapping[str, str]
+) -> None:
+    assert "command" not in container and "args" not in container  # the image's ENTRYPOINT
+    assert "env" not in container
+    assert set(settings) <= WEBHOOK_SETTINGS
+    assert "KUBECONFIG" not in settings
+    assert tuple(settings["WEBHOOK_GPU_RESOURCES"].split(",")) == GPU_RESOURCES
+
+
+def test_service_sends_443_to_the_webhook_port(
+    objs: list[Manifest], deployment: Manifest, container: Mapping[str, Any], settings: Mapping[str, str]
+) -> None:
+    service = manifests.find_object(objs, kind="Service")
+    (port,) = service["spec"]["ports"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert port["port"] == 443
+    assert ports[port["targetPort"]] == int(settings["WEBHOOK_PORT"])
+    assert _selects({"matchLabels": service["spec"]["selector"]}, deployment["spec"]["template"]["metadata"]["labels"])
+
+
+# --- MutatingWebhookConfiguration ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "expected"),
+    [
+        ("admissionReviewVersions", ["v1"]),
+        ("sideEffects", "None"),
+        ("failurePolicy", "Ignore"),  # explicit; the API default is Fail (see docs/_parts/install.md)
+        ("reinvocationPolicy", "IfNeeded"),
+        ("matchPolicy", "Equivalent"),
+    ],
+    ids=str,
+)
+def test_webhook_fields(webhook: Mapping[str, Any], field: str, expected: object) -> None:
+    assert webhook[field] == expected
+
+
+def test_webhook_timeout_is_small(webhook: Mapping[str, Any]) -> None:
+    assert 1 <= webhook["timeoutSeconds"] <= 10
+
+
+def test_webhook_sees_pod_creates_only(webhook: Mapping[str, Any]) -> None:
+    assert webhook["rules"] == [
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": ["pods"],
+            "scope": "Namespaced",
+        }
+    ]
+
+
+def test_webhook_sees_only_pods_labelled_for_bursting(webhook: Mapping[str, Any]) -> None:
+    assert webhook["objectSelector"] == {"matchLabels": {contract.LABEL_TASK_TYPE: contract.LABEL_TASK_TYPE_VALUE}}
+
+
+def test_webhook_skips_kube_system_and_its_own_namespace(webhook: Mapping[str, Any]) -> None:
+    selector = webhook["namespaceSelector"]
+    assert "matchLabels" not in selector
+    (expression,) = selector["matchExpressions"]
+    assert expression["key"] == "kubernetes.io/metadata.name"
+    assert expression["operator"] == "NotIn"
+    assert {"kube-system", NAMESPACE} <= set(expression["values"])
+
+
+def test_webhook_match_condition_names_every_gpu_resource(
+    webhook: Mapping[str, Any], settings: Mapping[str, str]
+) -> None:
+    (condition,) = webhook["matchConditions"]
+    expression = condition["expression"]
+    for resource in settings["WEBHOOK_GPU_RESOURCES"].split(","):
+        # Once for containers, once for init containers.
+        assert expression.count(f"'{resource}' in c.resources.limits") == 2, resource
+    assert "object.spec.containers" in expression
+    assert "has(object.spec.initContainers)" in expression
+
+
+def test_webhook_calls_the_service_and_trusts_the_serving_certificates_ca(
+    objs: list[Manifest], webhook: Mapping[str, Any], container: Mapping[str, Any], serving_certificate: Manifest
+) -> None:
+    service = manifests.find_object(objs, kind="Service")
+    config = manifests.find_object(objs, kind=manifests.WEBHOOK_CONFIGURATION_KIND)
+    (port,) = service["spec"]["ports"]
+    assert webhook["clientConfig"] == {
+        "service": {
+            "name": service["metadata"]["name"],
+            "namespace": NAMESPACE,
+            "path": "/mutate",
+            "port": port["port"],
+        }
+    }
+    assert config["metadata"]["annotations"][manifests.CA_INJECTION_ANNOTATION] == (
+        f"{NAMESPACE}/{serving_certificate['metadata']['name']}"
+    )
+    service_dns = f"{service['metadata']['name']}.{NAMESPACE}.svc"
+    assert {service_dns, f"{service_dns}.cluster.local"} <= set(serving_certificate["spec"]["dnsNames"])
+
+
+def test_webhook_configuration_for_url_swaps_only_the_address(objs: list[Manifest]) -> None:
+    shipped = manifests.find_object(objs, kind=manifests.WEBHOOK_CONFIGURATION_KIND)
+    config = manifests.webhook_configuration_for_url(
+        objs, url="https://127.0.0.1:9443/mutate", ca_bundle_pem=b"PEM", name_suffix="-e2e"
+    )
+    assert config["metadata"]["name"] == "nimbix-burst-e2e"
+    assert manifests.CA_INJECTION_ANNOTATION not in config["metadata"].get("annotations", {})
+    (webhook,) = config["webhooks"]
+    assert webhook["clientConfig"] == {"url": "https://127.0.0.1:9443/mutate", "caBundle": "UEVN"}
+    (shipped_webhook,) = shipped["webhooks"]
+    assert {k: v for k, v in webhook.items() if k != "clientConfig"} == {
+        k: v for k, v in shipped_webhook.items() if k != "clientConfig"
+    }
+    assert "url" not in shipped_webhook["clientConfig"]  # the input is not modified
+
+
+# --- cert-manager -------------------------------------------------------------------------------
+
+
+def test_cert_manager_objects_use_the_v1_api(objs: list[Manifest]) -> None:
+    for obj in objs:
+        if obj["kind"] in {"Issuer", "ClusterIssuer", "Certificate"}:
+            assert obj["apiVersion"] == "cert-manager.io/v1"
+
+
+@pytest.mark.parametrize("name", ["nimbix-burst-ca", "nimbix-burst-webhook"])
+def test_certificate_fields_are_known_to_cert_manager(certificates: Mapping[str, Manifest], name: str) -> None:
+    spec = certificates[name]["spec"]
+    assert set(spec) <= CERTIFICATE_SPEC_FIELDS
+    assert set(spec) >= CERTIFICATE_REQUIRED_FIELDS
+    assert set(spec) & CERTIFICATE_IDENTITY_FIELDS
+    assert set(spec["issuerRef"]) <= ISSUER_REF_FIELDS
+    assert spec["issuerRef"].get("kind", "Issuer") in {"Issuer", "ClusterIssuer"}
+    assert spec["issuerRef"].get("group", "cert-manager.io") == "cert-manager.io"
+    assert set(spec.get("subject", {})) <= SUBJECT_FIELDS
+    assert set(spec.get("usages", [])) <= KEY_USAGES
+    assert isinstance(spec.get("isCA", False), bool)
+    key = spec["privateKey"]
+    assert set(key) <= PRIVATE_KEY_FIELDS
+    assert key["rotationPolicy"] in ROTATION_POLICIES  # explicit: the default changed in cert-manager 1.18
+    assert key.get("encoding", "PKCS1") in KEY_ENCODINGS
+    sizes = KEY_SIZES[key.get("algorithm", "RSA")]
+    assert sizes is None or key.get("size") in sizes | {None}
+    duration = _go_duration(spec["duration"])
+    renew_before = _go_duration(spec["renewBefore"])
+    assert duration >= MIN_DURATION
+    assert MIN_RENEW_BEFORE <= renew_before < duration
+
+
+@pytest.mark.parametrize("name", ["nimbix-burst-selfsigned", "nimbix-burst-ca"])
+def test_issuer_fields_are_known_to_cert_manager(issuers: Mapping[str, Manifest], name: str) -> None:
+    spec = issuers[name]["spec"]
+    (issuer_type,) = spec  # exactly one issuer type
+    assert issuer_type in ISSUER_TYPES
+    if issuer_type == "ca":
+        assert "secretName" in spec["ca"]
+        assert set(spec["ca"]) <= CA_ISSUER_FIELDS
+    if issuer_type == "selfSigned":
+        assert set(spec["selfSigned"]) <= SELF_SIGNED_ISSUER_FIELDS
+
+
+def test_issuer_chain_is_self_signed_root_then_ca_then_serving_certificate(
+    certificates: Mapping[str, Manifest], issuers: Mapping[str, Manifest], serving_certificate: Manifest
+) -> None:
+    serving = serving_certificate["spec"]
+    assert serving.get("isCA", False) is False
+    ca_issuer = issuers[serving["issuerRef"]["name"]]["spec"]["ca"]
+    (ca_certificate,) = [c["spec"] for c in certificates.values() if c["spec"]["secretName"] == ca_issuer["secretName"]]
+    assert ca_certificate["isCA"] is True
+    assert "selfSigned" in issuers[ca_certificate["issuerRef"]["name"]]["spec"]
+    for spec in (serving, ca_certificate):
+        assert spec["issuerRef"].get("kind", "Issuer") == "Issuer"  # namespaced, next to the Secrets
+
+
+def test_certificate_rotation_never_changes_trust_and_serving_keys_rotate(
+    certificates: Mapping[str, Manifest], serving_certificate: Manifest
+) -> None:
+    serving = serving_certificate["spec"]
+    (ca,) = [c["spec"] for c in certificates.values() if c["spec"].get("isCA")]
+    assert serving["privateKey"]["rotationPolicy"] == "Always"
+    # The CA keeps its key, so leaves signed before and after a CA renewal verify against either CA cert.
+    assert ca["privateKey"]["rotationPolicy"] == "Never"
+    # The serving Secret (and the injected caBundle) moves to a renewed CA before the old one expires.
+    assert _go_duration(ca["renewBefore"]) > _go_duration(serving["duration"])
+    assert "server auth" in serving["usages"]
+
+
+# --- the image ----------------------------------------------------------------------------------
+
+
+def test_dockerfile_runs_the_webhook_as_a_numeric_non_root_user() -> None:
+    stages = _dockerfile_stages()
+    final = stages[-1]
+    assert _instruction(final, "ENTRYPOINT") == ['["python", "-m", "webhook"]']
+    assert json.loads(_instruction(final, "ENTRYPOINT")[0]) == ["python", "-m", "webhook"]
+    assert _instruction(final, "EXPOSE") == ["8443"]
+    assert _instruction(final, "RUN") == []  # the runtime stage only copies the built virtualenv
+    assert _instruction(final, "CMD") == []
+    assert _dockerfile_user_id() > 0
+
+
+def test_dockerfile_builds_on_python_311_slim_and_installs_no_extras() -> None:
+    text = DOCKERFILE.read_text()
+    (base,) = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", text, flags=re.MULTILINE)
+    assert base == "python:3.11-slim"
+    for stage in _dockerfile_stages():
+        assert _instruction(stage, "FROM")[0].split()[0] == "${PYTHON_IMAGE}"
+    installs = [run for stage in _dockerfile_stages() for run in _instruction(stage, "RUN") if "pip" in run]
+    assert installs == ["/opt/venv/bin/pip install ."]
+
+
+# --- examples -----------------------------------------------------------------------------------
+
+
+def test_example_job_bursts_with_credentials_from_files_and_the_downward_api() -> None:
+    (job,) = manifests.parse_manifests((EXAMPLES_DIR / "job.yaml").read_text())
+    assert (job["apiVersion"], job["kind"]) == ("batch/v1", "Job")
+    assert job["spec"]["backoffLimit"] == 0
+    template = job["spec"]["template"]
+    assert template["metadata"]["labels"][contract.LABEL_TASK_TYPE] == contract.LABEL_TASK_TYPE_VALUE
+    assert contract.LABEL_TASK_TYPE not in job["metadata"].get("labels", {})  # not copied to pods anyway
+    (app,) = template["spec"]["containers"]
+    assert app["image"] == "example.com/my-app:latest"
+    env = {e["name"]: e for e in app["env"]}
+    assert env[contract.ENV_NUM_GPUS]["value"] == str(app["resources"]["limits"]["nvidia.com/gpu"])
+    assert contract.ENV_REMOTE not in env  # the webhook's to set
+    downward = {"POD_UID": "metadata.uid", "POD_NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name"}
+    for name, field in downward.items():
+        assert env[name]["valueFrom"] == {"fieldRef": {"fieldPath": field}}
+    assert "JARVICE_USERNAME" not in env and "JARVICE_APIKEY" not in env  # never literal credentials
+    (secret_example,) = manifests.parse_manifests((EXAMPLES_DIR / "jarvice-credentials.yaml.example").read_text())
+    volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+    (mount,) = app["volumeMounts"]
+    assert volumes[mount["name"]]["secret"]["secretName"] == secret_example["metadata"]["name"]
+    assert mount["readOnly"] is True
+    for name in ("JARVICE_USERNAME_FILE", "JARVICE_APIKEY_FILE"):
+        path = Path(env[name]["value"])
+        assert path.parent == Path(mount["mountPath"])
+        assert path.name in secret_example["stringData"]
+
+
+# --- helpers ------------------------------------------------------------------------------------
+
+
+def _selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    assert set(selector) == {"matchLabels"}
+    return all(labels.get(k) == v for k, v in selector["matchLabels"].items())
+
+
+_GO_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(h|m|s|ms)")
+_GO_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def _go_duration(text: str) -> timedelta:
+    """A Go time.ParseDuration string (the units cert-manager durations use) as a timedelta."""
+    parts = _GO_DURATION_PART.findall(text)
+    assert parts and "".join(n + u for n, u in parts) == text, f"not a Go duration: {text!r}"
+    return timedelta(seconds=sum(float(n) * _GO_DURATION_UNITS[u] for n, u in parts))
+
+
+def _dockerfile_stages() -> list[list[tuple[str, str]]]:
+    """(INSTRUCTION, arguments) per build stage; continuation lines joined, comments dropped."""
+    joined = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    stages: list[list[tuple[str, str]]] = []
+    for raw in joined.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        instruction, _, arguments = line.partition(" ")
+        instruction = instruction.upper()
+        if instruction == "FROM":
+            stages.append([])
+        if stages:
+            stages[-1].append((instruction, " ".join(arguments.split())))
+    return stages
+
+
+def _instruction(stage: list[tuple[str, str]], name: str) -> list[str]:
+    return [arguments for instruction, arguments in stage if instruction == name]
+
+
+def _dockerfile_user_id() -> int:
+    users = _instruction(_dockerfile_stages()[-1], "USER")
+    assert users, "the runtime stage sets no USER (it would run as root)"
+    user = shlex.split(users[-1])[0].split(":")[0]
+    assert user.isdigit(), "USER must be numeric for runAsNonRoot to verify it"
+    return int(user)

@@ -1,0 +1,39 @@
+from pathlib import Path
+
+import pytest
+
+from webhook.settings import SettingsError, parse_settings
+
+
+def test_defaults_and_env(tmp_path: Path) -> None:
+    (tmp_path / "tls.crt").write_text("x")
+    (tmp_path / "tls.key").write_text("x")
+    settings = parse_settings([], {"WEBHOOK_TLS_DIR": str(tmp_path), "WEBHOOK_STRIP_TOLERATION_KEYS": "a, b"})
+    assert settings.port == 8443
+    assert settings.gpu_resources == ("nvidia.com/gpu", "alpha.kubernetes.io/nvidia-gpu")
+    assert settings.policy.strip_toleration_keys == {"a", "b"}
+    assert settings.max_body_bytes == 8 * 1024 * 1024
+
+
+def test_flags_override_env(tmp_path: Path) -> None:
+    settings = parse_settings(["--port", "9443"], {"WEBHOOK_PORT": "1"}, check_files=False)
+    assert settings.port == 9443
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    argv = [
+        "--port", "99999",
+        "--gpu-resources", "not a name",
+        "--remote-cpu", "lots",
+        "--remote-memory", "0",
+        "--log-level", "LOUD",
+        "--watch-stale-seconds", "soon",
+        "--tls-dir", str(tmp_path / "missing"),
+    ]  # fmt: skip
+    with pytest.raises(SettingsError) as caught:
+        parse_settings(argv, {})
+    text = str(caught.value)
+    for expected in ("--port", "--gpu-resources", "--remote-cpu", "--remote-memory", "--log-level",
+                     "--watch-stale-seconds", "tls.crt", "tls.key"):
+        assert expected in text
+    assert len(caught.value.problems) == 8
