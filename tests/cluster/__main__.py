@@ -1,0 +1,200 @@
+"""``python -m tests.cluster up|down|status --dir DIR``: the dev control plane behind make dev-up/down.
+
+``up`` starts a ControlPlane whose processes outlive this command, then whatever ``start_extras``
+adds (the extension point for the webhook and the JARVICE emulator), and saves every PID to
+``DIR/state.json``. ``down`` stops exactly those PIDs. Nothing is ever stopped by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tests.cluster import controlplane, processes
+
+STATE_FILE = "state.json"
+KUBECONFIG_FILE = "kubeconfig"
+CONTROL_PLANE_DIR = "controlplane"
+STATUS_PROBE_TIMEOUT_SECONDS = 10
+# The stopped processes were orphaned when `up` exited; their new parent (PID 1 here) may reap
+# only every couple of seconds. Waiting a little leaves `ps` clean when `down` returns.
+REAP_WAIT_SECONDS = 5.0
+
+
+# -- extension point: processes dev-up runs next to the control plane ---------------------------------
+
+
+def start_extras(
+    control_plane: controlplane.ControlPlane, dev_dir: Path
+) -> list[processes.ManagedProcess]:
+    """Starts the processes that ``make dev-up`` runs beside the control plane and returns them.
+
+    This is where the webhook and the JARVICE emulator get started (with
+    ``processes.start_process``, logs under ``dev_dir / "logs"``). Return them in start order:
+    they are saved to state.json after the control-plane components, and ``down`` stops them
+    first. If one fails to start, stop the ones this function already started, then raise; ``up``
+    then stops the control plane too.
+    """
+    del control_plane, dev_dir  # Nothing to add yet.
+    return []
+
+
+# -- commands -----------------------------------------------------------------------------------------
+
+
+def run_up(dev_dir: Path) -> int:
+    state_path = dev_dir / STATE_FILE
+    running = _running_processes(state_path)
+    if running:
+        pids = ", ".join(f"{proc.name}={proc.pid}" for proc in running)
+        print(f"already running ({pids}); run make dev-down first", file=sys.stderr)
+        return 1
+
+    bin_dir = controlplane.ensure_binaries()
+    control_plane = controlplane.ControlPlane(dev_dir / CONTROL_PLANE_DIR, bin_dir=bin_dir)
+    try:
+        control_plane.start()
+    except controlplane.ControlPlaneError as error:
+        print(f"control plane failed to start: {error}", file=sys.stderr)
+        return 1
+
+    extras: list[processes.ManagedProcess] = []
+    try:
+        extras = start_extras(control_plane, dev_dir)
+        kubeconfig = dev_dir / KUBECONFIG_FILE
+        shutil.copyfile(control_plane.kubeconfig_path, kubeconfig)
+        kubeconfig.chmod(0o600)
+        timings = control_plane.startup_timings
+        processes.save_state(
+            state_path,
+            [*control_plane.processes, *extras],
+            extra={
+                "server_url": control_plane.server_url,
+                "kubeconfig": str(kubeconfig.resolve()),
+                "ca_cert": str(control_plane.ca_cert_path),
+                "run_dir": str(control_plane.run_dir),
+                "bin_dir": str(control_plane.bin_dir),
+                "readyz_seconds": f"{timings.readyz_seconds:.2f}" if timings else "",
+                "healthy_seconds": f"{timings.healthy_seconds:.2f}" if timings else "",
+            },
+        )
+    except BaseException:
+        # Leave nothing running that state.json would not know about.
+        for proc in reversed(extras):
+            processes.stop_process(proc)
+        control_plane.stop()
+        raise
+
+    _print_up_summary(control_plane, extras, kubeconfig=kubeconfig.resolve(), state_path=state_path)
+    return 0
+
+
+def run_down(dev_dir: Path) -> int:
+    state_path = dev_dir / STATE_FILE
+    if not state_path.exists():
+        print(f"nothing to stop: {state_path} does not exist")
+        return 0
+    state = processes.load_state(state_path)
+    survivors = []
+    for proc in reversed(state.processes):
+        outcome = processes.stop_process(proc)
+        print(f"{proc.name:<24} pid {proc.pid:<8} {outcome}")
+        if outcome == "still-running":
+            survivors.append(proc)
+    if survivors:
+        print(f"some processes did not exit; {state_path} kept", file=sys.stderr)
+        return 1
+    unreaped = processes.wait_until_gone(state.processes, timeout=REAP_WAIT_SECONDS)
+    for proc in unreaped:
+        print(f"{proc.name:<24} pid {proc.pid:<8} exited, not yet reaped by its parent (harmless zombie)")
+    state_path.unlink()
+    (dev_dir / KUBECONFIG_FILE).unlink(missing_ok=True)
+    print("stopped")
+    return 0
+
+
+def run_status(dev_dir: Path) -> int:
+    state_path = dev_dir / STATE_FILE
+    if not state_path.exists():
+        print("not running (no state file; start with make dev-up)")
+        return 1
+    state = processes.load_state(state_path)
+    all_running = True
+    for proc in state.processes:
+        running = processes.is_running(proc)
+        all_running = all_running and running
+        label = "running" if running else "NOT RUNNING"
+        print(f"{proc.name:<24} pid {proc.pid:<8} {label:<12} {proc.log_path}")
+    for key, value in sorted(state.extra.items()):
+        print(f"{key:<24} {value}")
+    readyz = _probe_readyz(state.extra) if all_running else "skipped"
+    print(f"{'apiserver /readyz':<24} {readyz}")
+    return 0 if all_running and readyz == "ok" else 1
+
+
+# -- helpers ------------------------------------------------------------------------------------------
+
+
+def _running_processes(state_path: Path) -> list[processes.ManagedProcess]:
+    if not state_path.exists():
+        return []
+    return [proc for proc in processes.load_state(state_path).processes if processes.is_running(proc)]
+
+
+def _probe_readyz(extra: dict[str, str]) -> str:
+    try:
+        kubectl = str(Path(extra["bin_dir"]) / "kubectl")
+        result = subprocess.run(
+            [kubectl, "--kubeconfig", extra["kubeconfig"], "get", "--raw", "/readyz"],
+            capture_output=True,
+            text=True,
+            check=False,
+            env=processes.build_child_environment(None),
+            timeout=STATUS_PROBE_TIMEOUT_SECONDS,
+        )
+    except (OSError, KeyError, subprocess.TimeoutExpired) as error:
+        return f"unknown ({error})"
+    return result.stdout.strip() if result.returncode == 0 else f"failed: {result.stderr.strip()}"
+
+
+def _print_up_summary(
+    control_plane: controlplane.ControlPlane,
+    extras: Sequence[processes.ManagedProcess],
+    *,
+    kubeconfig: Path,
+    state_path: Path,
+) -> None:
+    timings = control_plane.startup_timings
+    if timings is not None:
+        print(
+            f"control plane ready at {control_plane.server_url} (/readyz after "
+            f"{timings.readyz_seconds:.1f} s, all healthy after {timings.healthy_seconds:.1f} s)"
+        )
+    for proc in [*control_plane.processes, *extras]:
+        print(f"  {proc.name:<24} pid {proc.pid:<8} log {proc.log_path}")
+    print(f"state: {state_path.resolve()}")
+    print(f"kubectl: {control_plane.bin_dir / 'kubectl'}")
+    print("use it with:")
+    print(f"  export KUBECONFIG={kubeconfig}")
+    print("stop it with: make dev-down")
+    # Last line: the kubeconfig path alone, for scripts.
+    print(kubeconfig)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.cluster", description=__doc__)
+    parser.add_argument("command", choices=("up", "down", "status"))
+    parser.add_argument("--dir", type=Path, default=Path(".dev"), help="state directory (default: .dev)")
+    args = parser.parse_args(argv)
+    dev_dir: Path = args.dir.resolve()
+    dev_dir.mkdir(parents=True, exist_ok=True)
+    commands = {"up": run_up, "down": run_down, "status": run_status}
+    return commands[args.command](dev_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

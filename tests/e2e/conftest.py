@@ -1,0 +1,193 @@
+"""Fixtures for tests against the real local control plane (tests/cluster).
+
+One ControlPlane per session, under ``<repo>/.test-runs/<timestamp>-<pid>/``. The run directory is
+removed when the session passes, and kept (with its component logs listed in the terminal
+summary) when anything failed. If the control plane cannot start, the fixture raises: the tests
+ERROR, they are never skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s_client
+from kubernetes.client.exceptions import ApiException
+
+from tests.cluster import controlplane, nodes
+
+E2E_DIR = Path(__file__).resolve().parent
+REPO_ROOT = E2E_DIR.parents[1]
+TEST_RUNS_DIR = REPO_ROOT / ".test-runs"
+# Label on everything a test creates, so leftovers are easy to find (and delete) by hand.
+TEST_LABEL = "nimbix-burst-test"
+# Namespace and node names are DNS labels.
+MAX_NAME_LENGTH = 63
+
+
+@dataclass
+class _RunRecord:
+    """What pytest_terminal_summary needs to keep or remove the run directory."""
+
+    run_root: Path
+    log_paths: dict[str, Path] = field(default_factory=dict)
+
+    def add_logs(self, label: str, control_plane: controlplane.ControlPlane) -> None:
+        for component, path in control_plane.log_paths.items():
+            self.log_paths[f"{label}/{component}"] = path
+
+
+_RUN_RECORD = pytest.StashKey[_RunRecord]()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # This hook sees every collected item, not only this directory's.
+    for item in items:
+        if item.path.is_relative_to(E2E_DIR):
+            item.add_marker(pytest.mark.e2e)
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
+) -> None:
+    record = config.stash.get(_RUN_RECORD, None)
+    if record is None:
+        return
+    if exitstatus == pytest.ExitCode.OK:
+        shutil.rmtree(record.run_root, ignore_errors=True)
+        return
+    terminalreporter.section("local control plane: run directory kept")
+    terminalreporter.write_line(f"run dir: {record.run_root}")
+    for label, path in record.log_paths.items():
+        terminalreporter.write_line(f"  {label:<36} {path}")
+
+
+@pytest.fixture(scope="session")
+def e2e_run_root(pytestconfig: pytest.Config) -> Path:
+    root = TEST_RUNS_DIR / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+    root.mkdir(parents=True)
+    pytestconfig.stash[_RUN_RECORD] = _RunRecord(run_root=root)
+    return root
+
+
+@pytest.fixture(scope="session")
+def control_plane_bin_dir() -> Path:
+    return controlplane.ensure_binaries()
+
+
+@pytest.fixture(scope="session")
+def control_plane(
+    pytestconfig: pytest.Config, e2e_run_root: Path, control_plane_bin_dir: Path
+) -> Iterator[controlplane.ControlPlane]:
+    plane = controlplane.ControlPlane(e2e_run_root / "main", bin_dir=control_plane_bin_dir)
+    pytestconfig.stash[_RUN_RECORD].add_logs("main", plane)
+    plane.start()
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture
+def make_control_plane(
+    pytestconfig: pytest.Config, e2e_run_root: Path, control_plane_bin_dir: Path
+) -> Iterator[Callable[..., controlplane.ControlPlane]]:
+    """Starts extra control planes (run dirs under the session's); stops them after the test."""
+    started: list[controlplane.ControlPlane] = []
+
+    def make(label: str, *, controller_manager: bool = True) -> controlplane.ControlPlane:
+        plane = controlplane.ControlPlane(
+            e2e_run_root / label, bin_dir=control_plane_bin_dir, controller_manager=controller_manager
+        )
+        pytestconfig.stash[_RUN_RECORD].add_logs(label, plane)
+        started.append(plane)
+        plane.start()
+        return plane
+
+    try:
+        yield make
+    finally:
+        for plane in reversed(started):
+            plane.stop()
+
+
+@pytest.fixture(scope="session")
+def api_client(control_plane: controlplane.ControlPlane) -> Iterator[Any]:
+    api = control_plane.api_client()
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+@pytest.fixture(scope="session")
+def core(api_client: Any) -> Any:
+    return k8s_client.CoreV1Api(api_client)
+
+
+@pytest.fixture(scope="session")
+def batch(api_client: Any) -> Any:
+    return k8s_client.BatchV1Api(api_client)
+
+
+@pytest.fixture
+def namespace(core: Any, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace (with its default ServiceAccount) for one test.
+
+    Deleted afterwards without waiting: bound pods on fake nodes never finish terminating.
+    """
+    name = _unique_name("t", request.node.name)
+    nodes.create_namespace(core, name, labels={TEST_LABEL: "1"})
+    yield name
+    with _ignoring_not_found():
+        core.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture
+def make_gpu_node(core: Any, request: pytest.FixtureRequest) -> Iterator[Callable[..., str]]:
+    """Creates uniquely named fake GPU nodes (kwargs go to nodes.create_gpu_node); deletes them after.
+
+    Nodes are cluster-wide, so each carries ``kubernetes.io/hostname=<name>``: pin test pods to
+    their own node with a nodeSelector to stay independent of other tests' nodes.
+    """
+    created: list[str] = []
+
+    def make(*, gpus: int, **kwargs: Any) -> str:
+        name = _unique_name("gpu", request.node.name)
+        labels = {TEST_LABEL: "1", "kubernetes.io/hostname": name, **kwargs.pop("labels", {})}
+        created.append(name)
+        nodes.create_gpu_node(core, name, gpus=gpus, labels=labels, **kwargs)
+        return name
+
+    try:
+        yield make
+    finally:
+        for name in created:
+            with _ignoring_not_found():
+                core.delete_node(name)
+
+
+def _unique_name(prefix: str, test_name: str) -> str:
+    suffix = uuid.uuid4().hex[:6]
+    slug = re.sub(r"[^a-z0-9]+", "-", test_name.lower()).strip("-")
+    room = MAX_NAME_LENGTH - len(prefix) - len(suffix) - 2
+    slug = slug[:room].strip("-")
+    return f"{prefix}-{slug}-{suffix}"
+
+
+@contextlib.contextmanager
+def _ignoring_not_found() -> Iterator[None]:
+    try:
+        yield
+    except ApiException as error:
+        if error.status != nodes.HTTP_NOT_FOUND:
+            raise

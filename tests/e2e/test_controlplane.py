@@ -1,0 +1,110 @@
+"""Acceptance tests for the local control plane itself: the scheduler sees fake GPU nodes, the Job
+controller runs, and two control planes coexist."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from tests.cluster import controlplane, nodes, processes
+
+# Never pulled: there is no kubelet. Any valid image reference would do.
+IMAGE = "registry.k8s.io/pause:3.10"
+GPU = "nvidia.com/gpu"
+JOB_POD_TIMEOUT_SECONDS = 30.0
+
+
+def build_gpu_pod(name: str, *, gpus: int, node: str) -> dict[str, Any]:
+    """A pod asking for GPUs the way users do (limits only), pinned to one test node."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [{"name": "main", "image": IMAGE, "resources": {"limits": {GPU: str(gpus)}}}],
+        },
+    }
+
+
+def test_scheduler_binds_a_gpu_pod_to_a_fake_node(
+    core: Any, namespace: str, make_gpu_node: Callable[..., str]
+) -> None:
+    node = make_gpu_node(gpus=4)
+    core.create_namespaced_pod(namespace, build_gpu_pod("one-gpu", gpus=1, node=node))
+
+    assert nodes.wait_for_pod_bound(core, namespace, "one-gpu") == node
+    pod = core.read_namespaced_pod("one-gpu", namespace)
+    # Defaulting copied the limit into requests, as the webhook will see it.
+    assert pod.spec.containers[0].resources.requests == {GPU: "1"}
+
+
+def test_pod_asking_for_more_gpus_than_the_node_has_stays_unscheduled(
+    core: Any, namespace: str, make_gpu_node: Callable[..., str]
+) -> None:
+    node = make_gpu_node(gpus=4)
+    core.create_namespaced_pod(namespace, build_gpu_pod("eight-gpus", gpus=8, node=node))
+
+    message = nodes.wait_for_pod_unschedulable(core, namespace, "eight-gpus")
+
+    assert f"Insufficient {GPU}" in message
+    assert not core.read_namespaced_pod("eight-gpus", namespace).spec.node_name
+
+
+def test_job_controller_creates_the_jobs_pod(core: Any, batch: Any, namespace: str) -> None:
+    batch.create_namespaced_job(
+        namespace,
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "hello"},
+            "spec": {
+                "backoffLimit": 0,
+                "template": {
+                    "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": IMAGE}]}
+                },
+            },
+        },
+    )
+
+    pods = _wait_for_pods(core, namespace, label_selector="job-name=hello")
+
+    assert len(pods) == 1
+    owner = pods[0].metadata.owner_references[0]
+    assert (owner.kind, owner.name) == ("Job", "hello")
+
+
+def test_two_control_planes_run_side_by_side(
+    control_plane: controlplane.ControlPlane,
+    make_control_plane: Callable[..., controlplane.ControlPlane],
+) -> None:
+    second = make_control_plane("second")
+
+    assert second.server_url != control_plane.server_url
+    for plane in (control_plane, second):
+        assert plane.kubectl("get", "--raw", "/readyz").stdout == "ok"
+    # Separate etcds: what one stores, the other does not see.
+    second.kubectl("create", "namespace", "only-in-second")
+    elsewhere = control_plane.kubectl("get", "namespace", "only-in-second", check=False)
+    assert elsewhere.returncode != 0
+    assert "NotFound" in elsewhere.stderr
+
+    second_pids = [proc.pid for proc in second.processes]
+    second.stop()
+    assert not [pid for pid in second_pids if processes.is_alive(pid)]
+    assert control_plane.kubectl("get", "--raw", "/readyz").stdout == "ok"
+
+
+def _wait_for_pods(core: Any, namespace: str, *, label_selector: str) -> list[Any]:
+    deadline = time.monotonic() + JOB_POD_TIMEOUT_SECONDS
+    while True:
+        try:
+            pods = core.list_namespaced_pod(namespace, label_selector=label_selector).items
+        except ApiException:
+            pods = []
+        if pods or time.monotonic() >= deadline:
+            return list(pods)
+        time.sleep(nodes.POLL_INTERVAL_SECONDS)
