@@ -14,10 +14,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.cluster import controlplane, processes
+from kubernetes import client as k8s_client
+
+from tests.cluster import addons, controlplane, nodes, processes
 
 STATE_FILE = "state.json"
 KUBECONFIG_FILE = "kubeconfig"
+JARVICE_ENV_FILE = "jarvice.env"
+DEV_NODES = (("gpu-node-1", 4), ("gpu-node-2", 4), ("cpu-node-1", 0))
 CONTROL_PLANE_DIR = "controlplane"
 STATUS_PROBE_TIMEOUT_SECONDS = 10
 # The stopped processes were orphaned when `up` exited; their new parent (PID 1 here) may reap
@@ -28,9 +32,7 @@ REAP_WAIT_SECONDS = 5.0
 # -- extension point: processes dev-up runs next to the control plane ---------------------------------
 
 
-def start_extras(
-    control_plane: controlplane.ControlPlane, dev_dir: Path
-) -> list[processes.ManagedProcess]:
+def start_extras(control_plane: controlplane.ControlPlane, dev_dir: Path) -> list[processes.ManagedProcess]:
     """Starts the processes that ``make dev-up`` runs beside the control plane and returns them.
 
     This is where the webhook and the JARVICE emulator get started (with
@@ -39,8 +41,32 @@ def start_extras(
     first. If one fails to start, stop the ones this function already started, then raise; ``up``
     then stops the control plane too.
     """
-    del control_plane, dev_dir  # Nothing to add yet.
-    return []
+    started: list[processes.ManagedProcess] = []
+    try:
+        webhook = addons.start_webhook(dev_dir / "webhook", kubeconfig=control_plane.kubeconfig_path)
+        started.append(webhook.process)
+        addons.register_webhook(control_plane, webhook)
+        emulator = addons.start_jarvice_emulator(dev_dir / "jarvice")
+        started.append(emulator.process)
+        shutil.copyfile(emulator.env_file, dev_dir / JARVICE_ENV_FILE)
+        _create_dev_nodes(control_plane)
+    except BaseException:
+        for proc in reversed(started):
+            processes.stop_process(proc)
+        raise
+    return started
+
+
+def _create_dev_nodes(control_plane: controlplane.ControlPlane) -> None:
+    """A small fake cluster, so `kubectl apply` of a GPU pod shows a real decision at once."""
+    api = control_plane.api_client()
+    try:
+        core = k8s_client.CoreV1Api(api)
+        for name, gpus in DEV_NODES:
+            nodes.create_gpu_node(core, name, gpus=gpus, labels={"kubernetes.io/hostname": name})
+        nodes.ensure_default_service_account(core, "default")
+    finally:
+        api.close()
 
 
 # -- commands -----------------------------------------------------------------------------------------
@@ -113,6 +139,7 @@ def run_down(dev_dir: Path) -> int:
         print(f"{proc.name:<24} pid {proc.pid:<8} exited, not yet reaped by its parent (harmless zombie)")
     state_path.unlink()
     (dev_dir / KUBECONFIG_FILE).unlink(missing_ok=True)
+    (dev_dir / JARVICE_ENV_FILE).unlink(missing_ok=True)
     print("stopped")
     return 0
 
@@ -178,8 +205,13 @@ def _print_up_summary(
         print(f"  {proc.name:<24} pid {proc.pid:<8} log {proc.log_path}")
     print(f"state: {state_path.resolve()}")
     print(f"kubectl: {control_plane.bin_dir / 'kubectl'}")
+    print(f"fake nodes: {', '.join(f'{name} ({gpus} GPUs)' for name, gpus in DEV_NODES)}")
     print("use it with:")
     print(f"  export KUBECONFIG={kubeconfig}")
+    print(f"  {control_plane.bin_dir / 'kubectl'} create -f deploy/examples/gpu-pod.yaml")
+    print("run the remote-burst runner against the JARVICE emulator:")
+    print(f"  set -a; . {kubeconfig.parent / JARVICE_ENV_FILE}; set +a")
+    print("  REMOTE=1 APP_COMMAND_ARGS='echo hi' .venv/bin/python -m entrypoint")
     print("stop it with: make dev-down")
     # Last line: the kubeconfig path alone, for scripts.
     print(kubeconfig)

@@ -1,4 +1,5 @@
-"""Starts our own programs beside the control plane: the webhook (and its registration).
+"""Starts our own programs beside the control plane: the webhook (and its registration) and the
+JARVICE emulator.
 
 Used by the e2e tests, `make dev-up`, the demo and the benchmarks, so all of them run the webhook
 the same way: a real `python -m webhook` process over HTTPS, registered with the API server from
@@ -8,6 +9,7 @@ the MutatingWebhookConfiguration that `deploy/` ships (only the url and caBundle
 from __future__ import annotations
 
 import json
+import shlex
 import ssl
 import sys
 import time
@@ -115,3 +117,46 @@ def register_webhook(control_plane: ControlPlane, webhook: WebhookProcess, *, na
     )
     control_plane.kubectl("apply", "-f", "-", input=json.dumps(config))
     return str(config["metadata"]["name"])
+
+
+@dataclass(frozen=True)
+class EmulatorProcess:
+    process: ManagedProcess
+    url: str
+    env_file: Path  # shell-sourceable JARVICE_API_URL, JARVICE_USERNAME, JARVICE_APIKEY, APP_NAME, APP_COMMAND
+
+    def runner_env(self) -> dict[str, str]:
+        """The env file as a mapping, for starting runners against this emulator."""
+        env: dict[str, str] = {}
+        for line in self.env_file.read_text().splitlines():
+            key, sep, value = line.partition("=")
+            if sep and not line.startswith("#"):
+                env[key.removeprefix("export ").strip()] = shlex.split(value)[0] if value else ""
+        return env
+
+
+def start_jarvice_emulator(
+    run_dir: Path, *, args: Sequence[str] = (), timeout: float = READY_TIMEOUT_SECONDS
+) -> EmulatorProcess:
+    """`python -m tests.jarvice_emulator` as its own process; returns once it is listening."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    state_file, env_file = run_dir / "jarvice-emulator.json", run_dir / "jarvice.env"
+    state_file.unlink(missing_ok=True)
+    argv = [
+        sys.executable, "-m", "tests.jarvice_emulator",
+        "--state-file", str(state_file),
+        "--env-file", str(env_file),
+        "--workdir", str(run_dir / "jobs"),
+        *args,
+    ]  # fmt: skip
+    process = start_process("jarvice-emulator", argv, log_path=run_dir / "logs" / "jarvice-emulator.log")
+    deadline = time.monotonic() + timeout
+    while not state_file.exists() or not state_file.read_text().strip():
+        if not is_running(process):
+            raise AddonError(f"JARVICE emulator exited during start; log tail:\n{read_log_tail(process.log_path)}")
+        if time.monotonic() > deadline:
+            stop_process(process)
+            raise AddonError(f"JARVICE emulator not listening after {timeout:g}s; log: {process.log_path}")
+        time.sleep(0.05)
+    url = str(json.loads(state_file.read_text())["url"])
+    return EmulatorProcess(process=process, url=url, env_file=env_file)

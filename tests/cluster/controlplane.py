@@ -168,9 +168,7 @@ def ensure_binaries() -> Path:
 
     The build script's progress (stderr) passes through; a cold build takes several minutes.
     """
-    result = subprocess.run(
-        [str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=None, text=True, check=False
-    )
+    result = subprocess.run([str(BUILD_SCRIPT)], stdout=subprocess.PIPE, stderr=None, text=True, check=False)
     if result.returncode != 0:
         raise ControlPlaneError(
             "build-controlplane.sh", f"exited with status {result.returncode} (its output is above)"
@@ -268,9 +266,7 @@ class ControlPlane:
 
     # -- clients ----------------------------------------------------------------------------------
 
-    def kubectl(
-        self, *args: str, check: bool = True, input: str | None = None
-    ) -> subprocess.CompletedProcess[str]:
+    def kubectl(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess[str]:
         """Runs this control plane's kubectl against it as cluster admin."""
         argv = [str(self._bin_dir / KUBECTL), "--kubeconfig", str(self.kubeconfig_path), *args]
         result = subprocess.run(
@@ -318,9 +314,7 @@ class ControlPlane:
         )
 
         etcd = self._launch(ETCD, _build_etcd_args(self._bin_dir, layout, ports))
-        self._wait_healthy(
-            etcd, lambda: _probe_etcd(ports.etcd_client), timeout=ETCD_HEALTH_TIMEOUT_SECONDS
-        )
+        self._wait_healthy(etcd, lambda: _probe_etcd(ports.etcd_client), timeout=ETCD_HEALTH_TIMEOUT_SECONDS)
 
         admin_tls = _client_tls_context(layout, client_name="admin")
         apiserver = self._launch(APISERVER, _build_apiserver_args(self._bin_dir, layout, ports))
@@ -346,22 +340,16 @@ class ControlPlane:
                 )
             )
         scheduler = self._launch(SCHEDULER, _build_scheduler_args(self._bin_dir, layout, ports))
-        pending.append(
-            (scheduler, lambda: _probe_https(f"{_https_url(ports.scheduler)}/healthz", serving_tls))
-        )
+        pending.append((scheduler, lambda: _probe_https(f"{_https_url(ports.scheduler)}/healthz", serving_tls)))
         self._wait_all_healthy(pending, timeout=COMPONENT_HEALTH_TIMEOUT_SECONDS)
-        self.startup_timings = StartupTimings(
-            readyz_seconds=readyz_seconds, healthy_seconds=time.monotonic() - began
-        )
+        self.startup_timings = StartupTimings(readyz_seconds=readyz_seconds, healthy_seconds=time.monotonic() - began)
 
     def _launch(self, component: str, argv: Sequence[str]) -> ManagedProcess:
         proc = processes.start_process(component, argv, log_path=self._layout.log(component))
         self._processes.append(proc)
         return proc
 
-    def _wait_healthy(
-        self, proc: ManagedProcess, probe: Callable[[], bool], *, timeout: float
-    ) -> None:
+    def _wait_healthy(self, proc: ManagedProcess, probe: Callable[[], bool], *, timeout: float) -> None:
         self._wait_all_healthy([(proc, probe)], timeout=timeout)
 
     def _wait_all_healthy(
@@ -382,9 +370,7 @@ class ControlPlane:
                 return
             if time.monotonic() >= deadline:
                 proc = waiting[0][0]
-                raise ControlPlaneError(
-                    proc.name, f"not healthy after {timeout:.0f} s", log_path=proc.log_path
-                )
+                raise ControlPlaneError(proc.name, f"not healthy after {timeout:.0f} s", log_path=proc.log_path)
             time.sleep(PROBE_INTERVAL_SECONDS)
 
 
@@ -486,9 +472,7 @@ def _build_scheduler_args(bin_dir: Path, layout: _Layout, ports: _Ports) -> list
     ]
 
 
-def build_kubeconfig(
-    *, server_url: str, ca_pem: bytes, client: pki.KeyPair, user: str
-) -> dict[str, Any]:
+def build_kubeconfig(*, server_url: str, ca_pem: bytes, client: pki.KeyPair, user: str) -> dict[str, Any]:
     """A self-contained kubeconfig (certificates embedded as base64 data)."""
     cluster_name = "nimbix-burst-local"
     return {
@@ -540,17 +524,16 @@ def _write_pki(layout: _Layout) -> None:
     )
     # One serving certificate for the scheduler's and controller-manager's health/metrics ports.
     components_serving = pki.issue_cert(
-        ca, common_name="controlplane-components", dns_names=("localhost",), ip_addresses=("127.0.0.1",),
+        ca,
+        common_name="controlplane-components",
+        dns_names=("localhost",),
+        ip_addresses=("127.0.0.1",),
         server=True,
     )
     clients = {
-        "admin": pki.issue_cert(
-            ca, common_name="nimbix-burst-admin", organization="system:masters", client=True
-        ),
+        "admin": pki.issue_cert(ca, common_name="nimbix-burst-admin", organization="system:masters", client=True),
         "kube-scheduler": pki.issue_cert(ca, common_name="system:kube-scheduler", client=True),
-        "kube-controller-manager": pki.issue_cert(
-            ca, common_name="system:kube-controller-manager", client=True
-        ),
+        "kube-controller-manager": pki.issue_cert(ca, common_name="system:kube-controller-manager", client=True),
     }
     pairs = {
         "ca": ca,
@@ -569,9 +552,7 @@ def _write_pki(layout: _Layout) -> None:
 
 
 def _component_kubeconfig(layout: _Layout, *, ports: _Ports, client_name: str) -> dict[str, Any]:
-    client = pki.KeyPair(
-        cert_pem=layout.cert(client_name).read_bytes(), key_pem=layout.key(client_name).read_bytes()
-    )
+    client = pki.KeyPair(cert_pem=layout.cert(client_name).read_bytes(), key_pem=layout.key(client_name).read_bytes())
     return build_kubeconfig(
         server_url=_https_url(ports.apiserver),
         ca_pem=layout.cert("ca").read_bytes(),

@@ -45,9 +45,7 @@ def build_node(
     }
 
 
-def build_node_status(
-    *, gpus: int, cpu: str, memory: str, pods: int, gpu_resource: str
-) -> dict[str, Any]:
+def build_node_status(*, gpus: int, cpu: str, memory: str, pods: int, gpu_resource: str) -> dict[str, Any]:
     """The status subresource patch: capacity = allocatable, and a Ready condition."""
     resources = {"cpu": cpu, "memory": memory, "pods": str(pods)}
     if gpus > 0:
@@ -131,9 +129,14 @@ def create_namespace(core: Any, name: str, *, labels: Mapping[str, str] | None =
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": dict(labels or {})}},
         _request_timeout=REQUEST_TIMEOUT_SECONDS,
     )
+    ensure_default_service_account(core, name)
+
+
+def ensure_default_service_account(core: Any, namespace: str) -> None:
+    """The ``default`` ServiceAccount, without waiting for the controller-manager to make it."""
     try:
         core.create_namespaced_service_account(
-            name,
+            namespace,
             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}},
             _request_timeout=REQUEST_TIMEOUT_SECONDS,
         )
@@ -149,9 +152,7 @@ def wait_for_pod_bound(core: Any, namespace: str, name: str, *, timeout: float =
     """
     pod = _poll_pod(core, namespace, name, timeout=timeout, done=lambda pod: bool(pod.spec.node_name))
     if pod is None or not pod.spec.node_name:
-        raise PodWaitTimeoutError(
-            f"pod {namespace}/{name} not bound after {timeout:g} s: {_scheduled_message(pod)}"
-        )
+        raise PodWaitTimeoutError(f"pod {namespace}/{name} not bound after {timeout:g} s: {_scheduled_message(pod)}")
     return str(pod.spec.node_name)
 
 
@@ -167,17 +168,13 @@ def wait_for_pod_unschedulable(core: Any, namespace: str, name: str, *, timeout:
 def delete_pod_now(core: Any, namespace: str, name: str) -> None:
     """Deletes a pod with no grace period: there is no kubelet to confirm a graceful stop."""
     try:
-        core.delete_namespaced_pod(
-            name, namespace, grace_period_seconds=0, _request_timeout=REQUEST_TIMEOUT_SECONDS
-        )
+        core.delete_namespaced_pod(name, namespace, grace_period_seconds=0, _request_timeout=REQUEST_TIMEOUT_SECONDS)
     except ApiException as error:
         if error.status != HTTP_NOT_FOUND:
             raise
 
 
-def _poll_pod(
-    core: Any, namespace: str, name: str, *, timeout: float, done: Callable[[Any], bool]
-) -> Any:
+def _poll_pod(core: Any, namespace: str, name: str, *, timeout: float, done: Callable[[Any], bool]) -> Any:
     """Reads the pod until ``done(pod)`` or the timeout; returns the last pod read (None if never)."""
     deadline = time.monotonic() + timeout
     pod = None

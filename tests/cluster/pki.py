@@ -140,9 +140,7 @@ def issue_cert(
             critical=True,
         )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
     )
     usages = _extended_key_usages(server=server, client=client)
     if usages:
@@ -184,9 +182,7 @@ def _extended_key_usages(*, server: bool, client: bool) -> list[x509.ObjectIdent
     return usages
 
 
-def _subject_alternative_names(
-    *, dns_names: Sequence[str], ip_addresses: Sequence[str]
-) -> list[x509.GeneralName]:
+def _subject_alternative_names(*, dns_names: Sequence[str], ip_addresses: Sequence[str]) -> list[x509.GeneralName]:
     names: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
     names.extend(x509.IPAddress(ipaddress.ip_address(address)) for address in ip_addresses)
     return names
