@@ -160,3 +160,7 @@ def start_jarvice_emulator(
         time.sleep(0.05)
     url = str(json.loads(state_file.read_text())["url"])
     return EmulatorProcess(process=process, url=url, env_file=env_file)
+
+
+def stop_jarvice_emulator(emulator: EmulatorProcess) -> None:
+    stop_process(emulator.process)
