@@ -1,0 +1,147 @@
+"""`python -m entrypoint` / `nimbix-burst-run`: the composition root and the only sys.exit.
+
+stdout belongs to the application (local: the child inherits it; remote: the job's output is
+streamed to it). The runner's own messages are JSON lines on stderr.
+"""
+
+import logging
+import os
+import random
+import signal
+import socket
+import sys
+import time
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, NoReturn
+
+import requests
+from pythonjsonlogger.json import JsonFormatter
+
+from entrypoint import exitcodes, jarvice, local, plan, remote
+from entrypoint.redaction import redact
+from entrypoint.settings import Settings, SettingsError, parse_settings
+
+log = logging.getLogger("entrypoint")
+
+# Signals that cancel a remote run (the local run forwards its own set to the child).
+REMOTE_CANCEL_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+LOOPBACK_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+class RedactingJsonFormatter(JsonFormatter):
+    """JSON log lines with the API key masked, whatever field or traceback it hides in."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.secrets: list[str] = []
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record), self.secrets)
+
+
+def configure_logging(level: str) -> RedactingJsonFormatter:
+    formatter = RedactingJsonFormatter(
+        "%(levelname)s %(name)s %(message)s",
+        rename_fields={"levelname": "level", "name": "logger"},
+        timestamp="time",
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # urllib3 logs full URLs (query string included) at DEBUG; keep it quiet whatever LOG_LEVEL says.
+    logging.getLogger("urllib3").setLevel(logging.WARNING)
+    return formatter
+
+
+class StdoutSink:
+    """Remote output to our stdout, byte for byte (surrogateescape undoes the lossless decode)."""
+
+    def __init__(self) -> None:
+        self._stream = sys.stdout.buffer
+
+    def write(self, lines: Sequence[str]) -> None:
+        if not lines:
+            return
+        self._stream.write("".join(lines).encode("utf-8", errors="surrogateescape"))
+        self._stream.flush()
+
+
+def _read_file(path: str) -> str:
+    return Path(path).read_text(encoding="utf-8")
+
+
+def run_remote(settings: Settings, remote_plan: plan.RemotePlan) -> int:
+    assert settings.remote is not None
+    creds = settings.remote.credentials
+    tuning = remote_plan.tuning
+    token = remote.CancelToken()
+    for sig in REMOTE_CANCEL_SIGNALS:
+        signal.signal(sig, lambda signum, _frame: token.request(signum))
+    with requests.Session() as session:
+        client = jarvice.JarviceClient(
+            base_url=settings.remote.api_url,
+            username=creds.username,
+            apikey=creds.apikey,
+            session=session,
+            connect_timeout=tuning.connect_timeout,
+            read_timeout=tuning.read_timeout,
+            retry=jarvice.RetryPolicy(
+                base_seconds=tuning.retry_base_seconds,
+                cap_seconds=tuning.retry_cap_seconds,
+                outage_seconds=tuning.outage_seconds,
+            ),
+            sleep=time.sleep,
+            clock=time.monotonic,
+            rng=random.Random(),
+        )
+        deps = remote.RemoteDeps(
+            backend=client,
+            out=StdoutSink(),
+            sleep=time.sleep,
+            clock=time.monotonic,
+            rng=random.Random(),
+            cancel=token,
+        )
+        log.info(
+            "remote mode",
+            extra={"api_url": settings.remote.api_url, "username": creds.username, "credentials_from": creds.source},
+        )
+        host = urllib.parse.urlsplit(settings.remote.api_url).hostname or ""
+        if settings.remote.api_url.startswith("http://") and host not in LOOPBACK_HOSTS:
+            log.warning("JARVICE_API_URL is not https: the API key travels unencrypted", extra={"host": host})
+        return remote.run_remote(remote_plan, deps)
+
+
+def run(env: Mapping[str, str], argv: Sequence[str]) -> int:
+    formatter = configure_logging("INFO")
+    # Mask the key even in a settings error, before the settings (and any *_FILE) are read.
+    formatter.secrets.extend(value.strip() for name in ("JARVICE_APIKEY", "APIKEY") if (value := env.get(name)))
+    try:
+        settings = parse_settings(env, argv=argv, read_file=_read_file, hostname=socket.gethostname())
+    except SettingsError as exc:
+        log.error("invalid settings", extra={"problems": list(exc.problems)})
+        return exitcodes.EXIT_CONFIG
+    if settings.remote is not None:
+        formatter.secrets.append(settings.remote.credentials.apikey.reveal())
+    logging.getLogger().setLevel(settings.log_level)
+    the_plan = plan.build_plan(settings)
+    if isinstance(the_plan, plan.LocalPlan):
+        return local.run_local(the_plan, env=env)
+    return run_remote(settings, the_plan)
+
+
+def main() -> NoReturn:
+    try:
+        code = run(os.environ, sys.argv[1:])
+    except Exception:
+        log.exception("runner failed unexpectedly")
+        code = exitcodes.EXIT_INTERNAL
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,428 @@
+"""JARVICE HTTP adapter: the runner's only network code.
+
+- Every call carries (connect, read) timeouts.
+- Idempotent calls (everything but submit) are retried on timeouts, dropped connections, 429 and
+  5xx, with bounded exponential backoff and jitter, until the outage budget is spent. The budget
+  spans calls: it measures how long JARVICE has been unreachable, not how long one call took.
+- Submit is never retried here. Any outcome that might have created a job raises
+  SubmitOutcomeUnknown; the caller resolves it by looking the job up by its label.
+- Responses are checked: status, Content-Type (application/json or text/plain, as Nimbix's own
+  client insists) and shape. Untyped JSON is converted to `entrypoint.model` values here.
+- The API key never leaves this module unmasked: errors carry redacted text, requests' own
+  exceptions (whose messages contain the URL and so the key) are never chained.
+"""
+
+import json
+import logging
+import math
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal, TypeVar
+
+import requests
+
+from entrypoint.model import JobEntry, JobStatus, Machine, SubmitBody, SubmitResult
+from entrypoint.redaction import redact
+from entrypoint.settings import Secret
+
+log = logging.getLogger(__name__)
+
+USER_AGENT: Final = "nimbix-burst-runner/0.1"
+JSON_TYPE: Final = "application/json"
+TEXT_TYPE: Final = "text/plain"
+# 429 is "Only one active job allowed per VM" on submit (when it applies is UNCONFIRMED) and a
+# rate limit elsewhere; 503 is the self-hosted API's concurrency limiter (JAR-5754).
+RETRYABLE_STATUSES: Final = frozenset({408, 429})
+# Error texts are quoted in messages; a server that sends a whole HTML page gets truncated.
+MAX_ERROR_TEXT: Final = 300
+
+
+class JarviceError(Exception):
+    """Base of every adapter error. Messages are already redacted and name the endpoint."""
+
+    def __init__(self, message: str, *, endpoint: str) -> None:
+        super().__init__(message)
+        self.endpoint = endpoint
+
+
+class CredentialsRejected(JarviceError):
+    """HTTP 401: wrong username or API key (or billing inactive)."""
+
+
+class ApplicationNotFound(JarviceError):
+    """HTTP 404 from submit: APP_NAME is not a JARVICE application this user can run."""
+
+
+class JobNotFound(JarviceError):
+    """HTTP 404 from a per-job call."""
+
+
+class RequestRejected(JarviceError):
+    """Any other 4xx: the request itself was refused."""
+
+    def __init__(self, message: str, *, endpoint: str, status: int) -> None:
+        super().__init__(message, endpoint=endpoint)
+        self.status = status
+
+
+class ProtocolError(JarviceError):
+    """A 2xx answer that is not what the API documents (type, shape)."""
+
+
+class Unavailable(JarviceError):
+    """JARVICE stayed unreachable (or kept answering 5xx/429) past the outage budget or deadline."""
+
+
+class SubmitOutcomeUnknown(JarviceError):
+    """The submit may or may not have created a job (timeout, dropped connection, 5xx, 429).
+
+    `answered` is True when the server did reply (with 5xx/429 or an unreadable 2xx): it has
+    finished handling the request, so one look-up settles it. Without an answer the server may
+    still be creating the job, so the caller keeps looking for a while.
+    """
+
+    def __init__(self, message: str, *, endpoint: str, answered: bool) -> None:
+        super().__init__(message, endpoint=endpoint)
+        self.answered = answered
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    base_seconds: float
+    cap_seconds: float
+    outage_seconds: float
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        """Exponential backoff with "equal jitter": half fixed, half random."""
+        ceiling = min(self.cap_seconds, self.base_seconds * 2.0 ** min(attempt, 30))
+        return ceiling / 2 + rng.uniform(0, ceiling / 2)
+
+
+Expect = Literal["json", "text"]
+T = TypeVar("T")
+
+
+class JarviceClient:
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        username: str,
+        apikey: Secret,
+        session: requests.Session,
+        connect_timeout: float,
+        read_timeout: float,
+        retry: RetryPolicy,
+        sleep: Callable[[float], None],
+        clock: Callable[[], float],
+        rng: random.Random,
+    ) -> None:
+        self._base = base_url.rstrip("/")
+        self._username = username
+        self._apikey = apikey
+        self._session = session
+        self._timeout = (connect_timeout, read_timeout)
+        self._retry = retry
+        self._sleep = sleep
+        self._clock = clock
+        self._rng = rng
+        self._outage_started: float | None = None
+        session.headers["User-Agent"] = USER_AGENT
+
+    # --- plumbing ------------------------------------------------------------------------------
+
+    def _redact(self, text: str) -> str:
+        return redact(text, (self._apikey.reveal(),))
+
+    def _url(self, endpoint: str) -> str:
+        return f"{self._base}/jarvice/{endpoint}"
+
+    def _error_text(self, response: requests.Response) -> str:
+        body = response.content[: MAX_ERROR_TEXT * 4].decode("utf-8", errors="replace")
+        text = body.strip()
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict) and isinstance(parsed.get("error"), str):
+            text = parsed["error"]
+        return self._redact(text[:MAX_ERROR_TEXT]) or "(empty body)"
+
+    def _describe_exception(self, exc: requests.RequestException) -> str:
+        return self._redact(f"{type(exc).__name__}: {exc}")[:MAX_ERROR_TEXT]
+
+    def _get(
+        self,
+        endpoint: str,
+        params: Mapping[str, str | int],
+        *,
+        deadline: float | None = None,
+    ) -> requests.Response:
+        """GET with retries; returns any non-retryable response (the caller checks it)."""
+        query: dict[str, str | int] = {"username": self._username, "apikey": self._apikey.reveal(), **params}
+        attempt = 0
+        if log.isEnabledFor(logging.DEBUG):
+            url = requests.Request("GET", self._url(endpoint), params=query).prepare().url or ""
+            log.debug("JARVICE call", extra={"endpoint": endpoint, "url": self._redact(url)})
+        while True:
+            try:
+                response = self._session.get(self._url(endpoint), params=query, timeout=self._timeout)
+            except (requests.Timeout, requests.ConnectionError) as exc:
+                failure = self._describe_exception(exc)
+            except requests.RequestException as exc:
+                raise ProtocolError(
+                    f"{endpoint}: request failed: {self._describe_exception(exc)}", endpoint=endpoint
+                ) from None
+            else:
+                if response.status_code not in RETRYABLE_STATUSES and response.status_code < 500:
+                    self._outage_started = None
+                    return response
+                failure = f"HTTP {response.status_code}: {self._error_text(response)}"
+                response.close()
+            now = self._clock()
+            if self._outage_started is None:
+                self._outage_started = now
+            outage = now - self._outage_started
+            remaining = self._retry.outage_seconds - outage
+            if deadline is not None:
+                remaining = min(remaining, deadline - now)
+            if remaining <= 0:
+                raise Unavailable(
+                    f"{endpoint}: JARVICE unreachable for {outage:.1f}s "
+                    f"(budget {self._retry.outage_seconds:g}s); last error: {failure}",
+                    endpoint=endpoint,
+                )
+            delay = min(self._retry.delay(attempt, self._rng), remaining)
+            log.warning(
+                "JARVICE call failed, retrying",
+                extra={"endpoint": endpoint, "attempt": attempt + 1, "retry_in": round(delay, 3), "error": failure},
+            )
+            self._sleep(delay)
+            attempt += 1
+
+    def _check(self, endpoint: str, response: requests.Response, *, expect: Expect) -> bytes:
+        """The body of a 2xx response of the expected type; typed errors for everything else."""
+        status = response.status_code
+        if status == 401:
+            raise CredentialsRejected(
+                f"{endpoint}: JARVICE rejected the credentials (HTTP 401: {self._error_text(response)})",
+                endpoint=endpoint,
+            )
+        if status == 404:
+            raise JobNotFound(f"{endpoint}: HTTP 404: {self._error_text(response)}", endpoint=endpoint)
+        if not 200 <= status < 300:
+            raise RequestRejected(
+                f"{endpoint}: HTTP {status}: {self._error_text(response)}", endpoint=endpoint, status=status
+            )
+        content_type = response.headers.get("Content-Type", "")
+        media = content_type.split(";", 1)[0].strip().lower()
+        wanted = JSON_TYPE if expect == "json" else TEXT_TYPE
+        if media != wanted:
+            raise ProtocolError(f"{endpoint}: expected Content-Type {wanted}, got {content_type!r}", endpoint=endpoint)
+        return response.content
+
+    def _get_json(self, endpoint: str, params: Mapping[str, str | int], *, deadline: float | None = None) -> Any:
+        body = self._check(endpoint, self._get(endpoint, params, deadline=deadline), expect="json")
+        try:
+            return json.loads(body)
+        except ValueError:
+            raise ProtocolError(f"{endpoint}: response is not valid JSON", endpoint=endpoint) from None
+
+    def _get_text(self, endpoint: str, params: Mapping[str, str | int], *, deadline: float | None = None) -> str:
+        body = self._check(endpoint, self._get(endpoint, params, deadline=deadline), expect="text")
+        # text/plain carries no charset; the job's output is bytes, so decode UTF-8 losslessly
+        # (surrogateescape round-trips any invalid byte when written back out).
+        return body.decode("utf-8", errors="surrogateescape")
+
+    def _parsed(self, parse: Callable[[Any], T], raw: Any) -> T:
+        """Run a response parser; its error quotes the server, so mask the key there too."""
+        try:
+            return parse(raw)
+        except ProtocolError as exc:
+            raise ProtocolError(self._redact(str(exc)), endpoint=exc.endpoint) from None
+
+    # --- endpoints -----------------------------------------------------------------------------
+
+    def fetch_machines(self) -> dict[str, Machine]:
+        return self._parsed(parse_machines, self._get_json("machines", {}))
+
+    def fetch_jobs(self, *, completed: bool, deadline: float | None = None) -> dict[int, JobEntry]:
+        params: dict[str, str | int] = {"completed": "true"} if completed else {}
+        return self._parsed(parse_jobs, self._get_json("jobs", params, deadline=deadline))
+
+    def fetch_status(self, number: int, *, deadline: float | None = None) -> JobStatus:
+        raw = self._get_json("status", {"number": number}, deadline=deadline)
+        return self._parsed(lambda r: parse_status(r, number=number), raw)
+
+    def fetch_tail(self, number: int, *, lines: int) -> str:
+        return self._get_text("tail", {"number": number, "lines": lines})
+
+    def fetch_output(self, number: int, *, lines: int, deadline: float | None = None) -> str:
+        return self._get_text("output", {"number": number, "lines": lines}, deadline=deadline)
+
+    def shutdown(self, number: int, *, deadline: float | None = None) -> None:
+        raw = self._get_json("shutdown", {"number": number}, deadline=deadline)
+        self._parsed(lambda r: _expect_object(r, endpoint="shutdown"), raw)
+
+    def terminate(self, number: int, *, deadline: float | None = None) -> None:
+        raw = self._get_json("terminate", {"number": number}, deadline=deadline)
+        self._parsed(lambda r: _expect_object(r, endpoint="terminate"), raw)
+
+    def submit(self, body: SubmitBody) -> SubmitResult:
+        """POST /jarvice/submit exactly once."""
+        endpoint = "submit"
+        payload = {**body, "user": {"username": self._username, "apikey": self._apikey.reveal()}}
+        try:
+            response = self._session.post(self._url(endpoint), json=payload, timeout=self._timeout)
+        except (requests.Timeout, requests.ConnectionError) as exc:
+            raise SubmitOutcomeUnknown(
+                f"submit: no answer ({self._describe_exception(exc)})", endpoint=endpoint, answered=False
+            ) from None
+        except requests.RequestException as exc:
+            raise ProtocolError(f"submit: request failed: {self._describe_exception(exc)}", endpoint=endpoint) from None
+        status = response.status_code
+        if status in RETRYABLE_STATUSES or status >= 500:
+            raise SubmitOutcomeUnknown(
+                f"submit: HTTP {status}: {self._error_text(response)}", endpoint=endpoint, answered=True
+            )
+        self._outage_started = None
+        if status == 404:
+            raise ApplicationNotFound(
+                f"submit: JARVICE does not know application {body['app']!r} (HTTP 404: {self._error_text(response)})",
+                endpoint=endpoint,
+            )
+        try:
+            raw = json.loads(self._check(endpoint, response, expect="json"))
+            return parse_submit(raw)
+        except (ProtocolError, ValueError) as exc:
+            # A 2xx that we cannot read may still have created the job.
+            raise SubmitOutcomeUnknown(
+                f"submit: unreadable success response ({self._redact(str(exc))})", endpoint=endpoint, answered=True
+            ) from None
+
+
+# --- response parsing (pure; Any is converted here and goes no further) ------------------------
+
+
+def _as_int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value.strip())
+    return None
+
+
+def _as_number(value: object) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _expect_object(raw: object, *, endpoint: str) -> dict[str, Any]:
+    if not isinstance(raw, dict):
+        raise ProtocolError(f"{endpoint}: expected a JSON object, got {type(raw).__name__}", endpoint=endpoint)
+    if isinstance(raw.get("error"), str):
+        raise ProtocolError(
+            f"{endpoint}: JARVICE reported an error: {raw['error'][:MAX_ERROR_TEXT]}", endpoint=endpoint
+        )
+    return raw
+
+
+def parse_submit(raw: object) -> SubmitResult:
+    obj = _expect_object(raw, endpoint="submit")
+    number = _as_int(obj.get("number"))
+    name = obj.get("name")
+    if number is None or not isinstance(name, str):
+        raise ProtocolError(
+            f"submit: expected {{'name': str, 'number': int}}, got keys {sorted(obj)}", endpoint="submit"
+        )
+    return SubmitResult(number=number, name=name)
+
+
+def parse_machines(raw: object) -> dict[str, Machine]:
+    obj = _expect_object(raw, endpoint="machines")
+    machines = {}
+    for name, entry in obj.items():
+        if not isinstance(entry, dict):
+            raise ProtocolError(f"machines: entry {name!r} is not an object", endpoint="machines")
+        cores = _as_int(entry.get("mc_cores"))
+        gpus = _as_int(entry.get("mc_gpus"))
+        if cores is None or gpus is None or cores < 0 or gpus < 0:
+            raise ProtocolError(
+                f"machines: entry {name!r} lacks integer mc_cores/mc_gpus "
+                f"(got {entry.get('mc_cores')!r}/{entry.get('mc_gpus')!r})",
+                endpoint="machines",
+            )
+        ram = _as_number(entry.get("mc_ram"))
+        price = _as_number(entry.get("mc_price"))
+        scale_min = _as_int(entry.get("mc_scale_min"))
+        scale_max = _as_int(entry.get("mc_scale_max"))
+        arch = entry.get("mc_arch")
+        description = entry.get("mc_description")
+        machines[name] = Machine(
+            name=name,
+            cores=cores,
+            gpus=gpus,
+            ram_gb=int(ram) if ram is not None else 0,
+            price=price if price is not None else 0.0,
+            arch=arch if isinstance(arch, str) else "",
+            scale_min=scale_min if scale_min is not None and scale_min >= 1 else 1,
+            scale_max=scale_max if scale_max is not None and scale_max >= 1 else 1,
+            description=description if isinstance(description, str) else "",
+        )
+    return machines
+
+
+def _status_fields(entry: dict[str, Any], *, number: int, endpoint: str) -> tuple[str, str]:
+    state = entry.get("job_status")
+    if not isinstance(state, str) or not state.strip():
+        raise ProtocolError(f"{endpoint}: job {number} has no job_status string", endpoint=endpoint)
+    name = entry.get("job_name")
+    return state.strip().upper(), name if isinstance(name, str) else ""
+
+
+def parse_status(raw: object, *, number: int) -> JobStatus:
+    obj = _expect_object(raw, endpoint="status")
+    entry = obj.get(str(number))
+    if not isinstance(entry, dict):
+        raise ProtocolError(
+            f"status: expected an object keyed by the job number {number!r}, got keys {sorted(obj)[:5]}",
+            endpoint="status",
+        )
+    state, name = _status_fields(entry, number=number, endpoint="status")
+    return JobStatus(
+        number=number,
+        name=name,
+        state=state,
+        substatus=_as_int(entry.get("job_substatus")) or 0,
+        submit_time=_as_int(entry.get("job_submit_time")) or 0,
+        start_time=_as_int(entry.get("job_start_time")) or 0,
+        end_time=_as_int(entry.get("job_end_time")) or 0,
+    )
+
+
+def parse_jobs(raw: object) -> dict[int, JobEntry]:
+    obj = _expect_object(raw, endpoint="jobs")
+    jobs = {}
+    for key, entry in obj.items():
+        number = _as_int(key)
+        if number is None or not isinstance(entry, dict):
+            raise ProtocolError(f"jobs: expected job-number keys with object values, got {key!r}", endpoint="jobs")
+        state, name = _status_fields(entry, number=number, endpoint="jobs")
+        label = entry.get("job_label")
+        exitcode = entry.get("job_exitcode")
+        jobs[number] = JobEntry(
+            number=number,
+            name=name,
+            state=state,
+            label=label if isinstance(label, str) else None,
+            exitcode=_as_int(exitcode) if exitcode is not None else None,
+        )
+    return jobs

@@ -1,0 +1,431 @@
+"""Runner settings: a Mapping of environment variables in, one typed `Settings` value out. Pure.
+
+Only `entrypoint.__main__` reads `os.environ`; it hands the mapping (and a file reader for the
+`*_FILE` credential variants) to `parse_settings`. Every problem is collected, so a misconfigured
+pod gets one message listing all of them, before anything is submitted.
+"""
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from entrypoint import contract
+from entrypoint.model import Mode
+
+# Variable names (the shared ones live in `entrypoint.contract`).
+ENV_COMMAND_ARGS: Final = "APP_COMMAND_ARGS"
+ENV_API_URL: Final = "JARVICE_API_URL"
+ENV_USERNAME: Final = "JARVICE_USERNAME"
+ENV_APIKEY: Final = "JARVICE_APIKEY"
+ENV_USERNAME_FILE: Final = "JARVICE_USERNAME_FILE"
+ENV_APIKEY_FILE: Final = "JARVICE_APIKEY_FILE"
+# The original IBM entrypoint's names, accepted as fallbacks (reference §11).
+ENV_LEGACY_USERNAME: Final = "USERNAME"
+ENV_LEGACY_APIKEY: Final = "APIKEY"
+ENV_APP_NAME: Final = "APP_NAME"
+ENV_APP_COMMAND: Final = "APP_COMMAND"
+ENV_COMMAND_PARAMETER: Final = "JARVICE_COMMAND_PARAMETER"
+ENV_MACHINE: Final = "JARVICE_MACHINE"
+ENV_NODES: Final = "JARVICE_NODES"
+ENV_VAULT: Final = "JARVICE_VAULT"
+ENV_WALLTIME: Final = "JARVICE_WALLTIME"
+ENV_GEOMETRY: Final = "JARVICE_GEOMETRY"
+ENV_ARCH: Final = "JARVICE_ARCH"
+ENV_POLL_SECONDS: Final = "JARVICE_POLL_SECONDS"
+ENV_CANCEL_GRACE_SECONDS: Final = "JARVICE_CANCEL_GRACE_SECONDS"
+ENV_OUTAGE_SECONDS: Final = "JARVICE_OUTAGE_SECONDS"
+ENV_TAIL_LINES: Final = "JARVICE_TAIL_LINES"
+ENV_CONNECT_TIMEOUT: Final = "JARVICE_CONNECT_TIMEOUT"
+ENV_READ_TIMEOUT: Final = "JARVICE_READ_TIMEOUT"
+ENV_RETRY_BASE_SECONDS: Final = "JARVICE_RETRY_BASE_SECONDS"
+ENV_RETRY_CAP_SECONDS: Final = "JARVICE_RETRY_CAP_SECONDS"
+ENV_SUBMIT_RESOLVE_SECONDS: Final = "JARVICE_SUBMIT_RESOLVE_SECONDS"
+ENV_POD_UID: Final = "POD_UID"
+ENV_POD_NAMESPACE: Final = "POD_NAMESPACE"
+ENV_POD_NAME: Final = "POD_NAME"
+ENV_LOG_LEVEL: Final = "LOG_LEVEL"
+
+# The current public API base URL (reference §1; jardoc changed it in 2021).
+DEFAULT_API_URL: Final = "https://cloud.nimbix.net/api"
+# The AppDef command key and parameter id of a "run a shell command" app: the reference's J12
+# AppDef's `run` command executes `/bin/bash -l -c <parameters.command>`.
+DEFAULT_APP_COMMAND: Final = "run"
+DEFAULT_COMMAND_PARAMETER: Final = "command"
+# Present in every portal-generated submit body; whether batch commands need it is UNCONFIRMED,
+# so it is sent by default and can be dropped with JARVICE_GEOMETRY="".
+DEFAULT_GEOMETRY: Final = "1280x720"
+# Nimbix's own clients poll every 5 s (reference §9: J5 wait_for, J7 jobperf).
+DEFAULT_POLL_SECONDS: Final = 5.0
+# Kubernetes' default terminationGracePeriodSeconds is 30: 20 s of shutdown leaves room to
+# terminate and still exit before the kubelet's SIGKILL.
+DEFAULT_CANCEL_GRACE_SECONDS: Final = 20.0
+# How long JARVICE may be unreachable (every retry failing) before the runner gives up.
+DEFAULT_OUTAGE_SECONDS: Final = 300.0
+# tail window per poll; 0 would fetch the whole output every time.
+DEFAULT_TAIL_LINES: Final = 1000
+DEFAULT_CONNECT_TIMEOUT: Final = 5.0
+# Nimbix's jobperf uses a 30 s timeout per call (reference §9).
+DEFAULT_READ_TIMEOUT: Final = 30.0
+DEFAULT_RETRY_BASE_SECONDS: Final = 1.0
+DEFAULT_RETRY_CAP_SECONDS: Final = 30.0
+# After a submit with an unknown outcome, how long to keep looking for the job it may have
+# created before concluding it did not and submitting again.
+DEFAULT_SUBMIT_RESOLVE_SECONDS: Final = 30.0
+DEFAULT_NODES: Final = 1
+# Older JARVICE releases cap job_label at 50 characters (reference §5, J7 JAR-4699).
+MAX_JOB_LABEL: Final = 50
+LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+_WALLTIME_RE: Final = re.compile(r"^\d{1,5}:[0-5]\d:[0-5]\d$")
+_GEOMETRY_RE: Final = re.compile(r"^\d+x\d+$")
+_MILLICORES_RE: Final = re.compile(r"^(\d+)m$")
+
+
+class Secret:
+    """A string that does not show itself in repr/str (settings get logged; keys must not)."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+
+@dataclass(frozen=True, slots=True)
+class ShellCommand:
+    """APP_COMMAND_ARGS: a shell string, run with `bash -c`."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ArgvCommand:
+    """The entrypoint's own arguments, used when APP_COMMAND_ARGS is unset."""
+
+    argv: tuple[str, ...]
+
+
+Command = ShellCommand | ArgvCommand
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    username: str
+    apikey: Secret
+    source: str  # which variables they came from, for logs ("JARVICE_USERNAME/JARVICE_APIKEY_FILE")
+
+
+@dataclass(frozen=True, slots=True)
+class PodIdentity:
+    uid: str
+    namespace: str
+    name: str
+    hostname: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """Timing knobs of the remote runner; the defaults suit production, tests shrink them."""
+
+    poll_seconds: float = DEFAULT_POLL_SECONDS
+    cancel_grace_seconds: float = DEFAULT_CANCEL_GRACE_SECONDS
+    outage_seconds: float = DEFAULT_OUTAGE_SECONDS
+    tail_lines: int = DEFAULT_TAIL_LINES
+    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    read_timeout: float = DEFAULT_READ_TIMEOUT
+    retry_base_seconds: float = DEFAULT_RETRY_BASE_SECONDS
+    retry_cap_seconds: float = DEFAULT_RETRY_CAP_SECONDS
+    submit_resolve_seconds: float = DEFAULT_SUBMIT_RESOLVE_SECONDS
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteSettings:
+    api_url: str
+    credentials: Credentials
+    app_name: str
+    app_command: str
+    command_parameter: str
+    machine: str | None
+    nodes: int
+    vault: str | None
+    walltime: str | None
+    geometry: str | None
+    arch: str | None
+    tuning: Tuning
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    mode: Mode
+    command: Command
+    num_gpus: int | None
+    num_cpus: int | None
+    pod: PodIdentity
+    log_level: str
+    remote: RemoteSettings | None
+
+
+class SettingsError(Exception):
+    """Every problem found in the environment, in one exception."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("invalid settings: " + "; ".join(self.problems))
+
+
+ReadFile = Callable[[str], str]
+
+
+class _Problems:
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def add(self, problem: str) -> None:
+        self.items.append(problem)
+
+
+def _get(env: Mapping[str, str], name: str) -> str | None:
+    """A variable's value, or None when unset or blank (blank counts as unset everywhere)."""
+    value = env.get(name)
+    if value is None or value.strip() == "":
+        return None
+    return value
+
+
+def parse_mode(value: str | None) -> Mode | None:
+    """REMOTE: unset, empty or "0" => local; "1" => remote; anything else => None (invalid)."""
+    if value is None or value.strip() in ("", "0"):
+        return "local"
+    if value.strip() == "1":
+        return "remote"
+    return None
+
+
+def _parse_int(env: Mapping[str, str], name: str, problems: _Problems, *, minimum: int) -> int | None:
+    raw = _get(env, name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        problems.add(f"{name} must be an integer >= {minimum}, got {raw!r}")
+        return None
+    if value < minimum:
+        problems.add(f"{name} must be an integer >= {minimum}, got {raw!r}")
+        return None
+    return value
+
+
+def parse_cpus(raw: str) -> int | None:
+    """CPU count as whole cores, rounding up: "2", "1.5" (=> 2), Kubernetes millicores "500m" (=> 1)."""
+    text = raw.strip()
+    match = _MILLICORES_RE.match(text)
+    try:
+        value = int(match.group(1)) / 1000 if match else float(text)
+    except ValueError:
+        return None
+    if not math.isfinite(value) or value < 0:
+        return None
+    return math.ceil(value)
+
+
+def _parse_float(
+    env: Mapping[str, str], name: str, default: float, problems: _Problems, *, allow_zero: bool = False
+) -> float:
+    raw = _get(env, name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        bound = ">= 0" if allow_zero else "> 0"
+        problems.add(f"{name} must be a number of seconds {bound}, got {raw!r}")
+        return default
+    return value
+
+
+def _resolve_credential(
+    env: Mapping[str, str],
+    *,
+    direct: str,
+    file_var: str,
+    legacy: str,
+    read_file: ReadFile,
+    problems: _Problems,
+) -> tuple[str | None, str]:
+    """(value, source variable). Precedence: direct, then *_FILE, then the legacy name."""
+    direct_value = _get(env, direct)
+    file_path = _get(env, file_var)
+    if direct_value is not None and file_path is not None:
+        problems.add(f"set only one of {direct} and {file_var}")
+        return None, direct
+    if direct_value is not None:
+        return direct_value.strip(), direct
+    if file_path is not None:
+        try:
+            content = read_file(file_path).strip()
+        except OSError as exc:
+            problems.add(f"{file_var}: cannot read {file_path}: {exc.strerror or type(exc).__name__}")
+            return None, file_var
+        if not content:
+            problems.add(f"{file_var}: {file_path} is empty")
+            return None, file_var
+        return content, file_var
+    legacy_value = _get(env, legacy)
+    if legacy_value is not None:
+        return legacy_value.strip(), legacy
+    problems.add(f"{direct} (or {file_var}, or {legacy}) is required when REMOTE=1")
+    return None, direct
+
+
+def _parse_api_url(env: Mapping[str, str], problems: _Problems) -> str:
+    raw = _get(env, ENV_API_URL)
+    if raw is None:
+        return DEFAULT_API_URL
+    url = raw.strip().rstrip("/")
+    if not url.startswith(("https://", "http://")) or len(url) <= len("https://"):
+        problems.add(f"{ENV_API_URL} must be an http(s) URL, got {raw!r}")
+        return DEFAULT_API_URL
+    if "?" in url or "#" in url:
+        problems.add(f"{ENV_API_URL} must not contain a query or fragment, got {raw!r}")
+    return url
+
+
+def _parse_tuning(env: Mapping[str, str], problems: _Problems) -> Tuning:
+    tail_lines = _parse_int(env, ENV_TAIL_LINES, problems, minimum=0)
+    tuning = Tuning(
+        poll_seconds=_parse_float(env, ENV_POLL_SECONDS, DEFAULT_POLL_SECONDS, problems),
+        cancel_grace_seconds=_parse_float(
+            env, ENV_CANCEL_GRACE_SECONDS, DEFAULT_CANCEL_GRACE_SECONDS, problems, allow_zero=True
+        ),
+        outage_seconds=_parse_float(env, ENV_OUTAGE_SECONDS, DEFAULT_OUTAGE_SECONDS, problems),
+        tail_lines=DEFAULT_TAIL_LINES if tail_lines is None else tail_lines,
+        connect_timeout=_parse_float(env, ENV_CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, problems),
+        read_timeout=_parse_float(env, ENV_READ_TIMEOUT, DEFAULT_READ_TIMEOUT, problems),
+        retry_base_seconds=_parse_float(env, ENV_RETRY_BASE_SECONDS, DEFAULT_RETRY_BASE_SECONDS, problems),
+        retry_cap_seconds=_parse_float(env, ENV_RETRY_CAP_SECONDS, DEFAULT_RETRY_CAP_SECONDS, problems),
+        submit_resolve_seconds=_parse_float(
+            env, ENV_SUBMIT_RESOLVE_SECONDS, DEFAULT_SUBMIT_RESOLVE_SECONDS, problems, allow_zero=True
+        ),
+    )
+    if tuning.retry_cap_seconds < tuning.retry_base_seconds:
+        problems.add(f"{ENV_RETRY_CAP_SECONDS} must be >= {ENV_RETRY_BASE_SECONDS}")
+    return tuning
+
+
+def _parse_remote(env: Mapping[str, str], *, read_file: ReadFile, problems: _Problems) -> RemoteSettings:
+    username, username_source = _resolve_credential(
+        env,
+        direct=ENV_USERNAME,
+        file_var=ENV_USERNAME_FILE,
+        legacy=ENV_LEGACY_USERNAME,
+        read_file=read_file,
+        problems=problems,
+    )
+    apikey, apikey_source = _resolve_credential(
+        env,
+        direct=ENV_APIKEY,
+        file_var=ENV_APIKEY_FILE,
+        legacy=ENV_LEGACY_APIKEY,
+        read_file=read_file,
+        problems=problems,
+    )
+    app_name = _get(env, ENV_APP_NAME)
+    if app_name is None:
+        problems.add(f"{ENV_APP_NAME} (the JARVICE application id) is required when REMOTE=1")
+    walltime = _get(env, ENV_WALLTIME)
+    if walltime is not None and not _WALLTIME_RE.match(walltime.strip()):
+        problems.add(f"{ENV_WALLTIME} must look like HH:MM:SS, got {walltime!r}")
+    geometry_raw = env.get(ENV_GEOMETRY)
+    geometry: str | None = DEFAULT_GEOMETRY if geometry_raw is None else (geometry_raw.strip() or None)
+    if geometry is not None and not _GEOMETRY_RE.match(geometry):
+        problems.add(f"{ENV_GEOMETRY} must look like WIDTHxHEIGHT (or be empty), got {geometry_raw!r}")
+    nodes = _parse_int(env, ENV_NODES, problems, minimum=1)
+    return RemoteSettings(
+        api_url=_parse_api_url(env, problems),
+        credentials=Credentials(
+            username=username or "",
+            apikey=Secret(apikey or ""),
+            source=f"{username_source}/{apikey_source}",
+        ),
+        app_name=(app_name or "").strip(),
+        app_command=(_get(env, ENV_APP_COMMAND) or DEFAULT_APP_COMMAND).strip(),
+        command_parameter=(_get(env, ENV_COMMAND_PARAMETER) or DEFAULT_COMMAND_PARAMETER).strip(),
+        machine=_strip(_get(env, ENV_MACHINE)),
+        nodes=DEFAULT_NODES if nodes is None else nodes,
+        vault=_strip(_get(env, ENV_VAULT)),
+        walltime=_strip(walltime),
+        geometry=geometry,
+        arch=_strip(_get(env, ENV_ARCH)),
+        tuning=_parse_tuning(env, problems),
+    )
+
+
+def _strip(value: str | None) -> str | None:
+    return None if value is None else value.strip()
+
+
+def _parse_command(env: Mapping[str, str], argv: Sequence[str], problems: _Problems) -> Command:
+    text = env.get(ENV_COMMAND_ARGS)
+    if text is not None and text.strip() != "":
+        return ShellCommand(text)  # exactly as given: no stripping, the shell gets every byte
+    if argv:
+        return ArgvCommand(tuple(argv))
+    problems.add(f"no command: set {ENV_COMMAND_ARGS} or pass the command as arguments")
+    return ArgvCommand(())
+
+
+def parse_settings(env: Mapping[str, str], *, argv: Sequence[str], read_file: ReadFile, hostname: str) -> Settings:
+    """Settings from the environment; raises SettingsError listing every problem found."""
+    problems = _Problems()
+    remote_raw = env.get(contract.ENV_REMOTE)
+    mode = parse_mode(remote_raw)
+    if mode is None:
+        problems.add(f"{contract.ENV_REMOTE} must be unset, empty, 0 (local) or 1 (remote), got {remote_raw!r}")
+    command = _parse_command(env, argv, problems)
+    num_gpus = _parse_int(env, contract.ENV_NUM_GPUS, problems, minimum=0)
+    cpus_raw = _get(env, contract.ENV_NUM_CPUS)
+    num_cpus = None if cpus_raw is None else parse_cpus(cpus_raw)
+    if cpus_raw is not None and num_cpus is None:
+        problems.add(
+            f"{contract.ENV_NUM_CPUS} must be a non-negative number of cores (e.g. 4, 1.5, 500m), got {cpus_raw!r}"
+        )
+    log_level = (_get(env, ENV_LOG_LEVEL) or "INFO").strip().upper()
+    if log_level not in LOG_LEVELS:
+        problems.add(f"{ENV_LOG_LEVEL} must be one of {', '.join(LOG_LEVELS)}, got {env.get(ENV_LOG_LEVEL)!r}")
+        log_level = "INFO"
+    remote = _parse_remote(env, read_file=read_file, problems=problems) if mode == "remote" else None
+    if problems.items:
+        raise SettingsError(problems.items)
+    assert mode is not None  # a None mode always adds a problem
+    return Settings(
+        mode=mode,
+        command=command,
+        num_gpus=num_gpus,
+        num_cpus=num_cpus,
+        pod=PodIdentity(
+            uid=(_get(env, ENV_POD_UID) or "").strip(),
+            namespace=(_get(env, ENV_POD_NAMESPACE) or "").strip(),
+            name=(_get(env, ENV_POD_NAME) or "").strip(),
+            hostname=hostname.strip(),
+        ),
+        log_level=log_level,
+        remote=remote,
+    )

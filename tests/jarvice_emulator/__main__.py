@@ -1,0 +1,148 @@
+"""`python -m tests.jarvice_emulator`: the emulator as a separate process (demo, `make dev-up`).
+
+Prints one JSON line ({"url", "pid", ...}) on stdout once listening; optionally writes the same
+to --state-file and a shell-sourceable --env-file (JARVICE_API_URL, JARVICE_USERNAME,
+JARVICE_APIKEY, APP_NAME, APP_COMMAND). Stops on SIGTERM/SIGINT, killing every job's process group.
+"""
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import shlex
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from tests.jarvice_emulator import jobs
+from tests.jarvice_emulator.server import EmulatorConfig, create_app, parse_apps, parse_users
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+DEFAULT_APP = "nimbix-burst-example:run"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tests.jarvice_emulator", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1", choices=LOOPBACK, help="loopback only")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port (default)")
+    parser.add_argument(
+        "--users",
+        default=None,
+        help="USER:APIKEY[,USER:APIKEY...] (default: alice with a random key, see the env file)",
+    )
+    parser.add_argument(
+        "--apps",
+        action="append",
+        default=None,
+        help=f"APPID:COMMAND[,COMMAND...], repeatable (default {DEFAULT_APP})",
+    )
+    parser.add_argument("--machines", type=Path, help="JSON file replacing the built-in machine catalogue")
+    parser.add_argument("--queue-seconds", type=float, default=2.0, help="time a job stays SUBMITTED")
+    parser.add_argument("--init-seconds", type=float, default=0.5, help="time the INIT preamble takes")
+    parser.add_argument(
+        "--shutdown-kill-seconds",
+        type=float,
+        default=10.0,
+        help="SIGKILL this long after /jarvice/shutdown's SIGTERM (negative: never)",
+    )
+    parser.add_argument(
+        "--cancel-fast-seconds", type=float, default=0.0, help="jobs ending faster than this show CANCELED"
+    )
+    parser.add_argument("--no-tail-preamble", action="store_true", help="/jarvice/tail omits the INIT preamble")
+    parser.add_argument("--workdir", type=Path, help="job directories (default: a temporary directory)")
+    parser.add_argument("--state-file", type=Path, help="write {url, pid, port, ...} JSON here once listening")
+    parser.add_argument("--env-file", type=Path, help="write a shell-sourceable JARVICE_* env file here")
+    parser.add_argument("--seed", type=int, default=None, help="seed for fault draws and job names")
+    return parser
+
+
+def build_config(args: argparse.Namespace) -> EmulatorConfig:
+    users = parse_users(args.users) if args.users else {"alice": secrets.token_hex(16)}
+    apps = parse_apps(args.apps or [DEFAULT_APP])
+    config = EmulatorConfig(
+        users=users,
+        apps=apps,
+        timing=jobs.Timing(
+            queue_seconds=args.queue_seconds,
+            init_seconds=args.init_seconds,
+            shutdown_kill_seconds=None if args.shutdown_kill_seconds < 0 else args.shutdown_kill_seconds,
+            cancel_fast_seconds=args.cancel_fast_seconds,
+        ),
+        tail_preamble=not args.no_tail_preamble,
+        workdir=args.workdir,
+        seed=args.seed,
+    )
+    if args.machines:
+        config.machines = json.loads(args.machines.read_text())
+    return config
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    tmp.replace(path)
+
+
+def render_env_file(url: str, config: EmulatorConfig) -> str:
+    username, apikey = next(iter(config.users.items()))
+    app, commands = next(iter(config.apps.items()))
+    values = {
+        "JARVICE_API_URL": url,
+        "JARVICE_USERNAME": username,
+        "JARVICE_APIKEY": apikey,
+        "APP_NAME": app,
+        "APP_COMMAND": "run" if "run" in commands else sorted(commands)[0],
+    }
+    return "".join(f"{key}={shlex.quote(value)}\n" for key, value in values.items())
+
+
+async def serve(args: argparse.Namespace) -> None:
+    config = build_config(args)
+    runner = web.AppRunner(create_app(config), handle_signals=False)
+    await runner.setup()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        site = web.TCPSite(runner, args.host, args.port)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+        info: dict[str, Any] = {
+            "url": url,
+            "pid": os.getpid(),
+            "port": port,
+            "users": sorted(config.users),
+            "apps": {app: sorted(cmds) for app, cmds in config.apps.items()},
+        }
+        if args.state_file:
+            _write_private(args.state_file, json.dumps(info) + "\n")
+        if args.env_file:
+            _write_private(args.env_file, render_env_file(url, config))
+        sys.stdout.write(json.dumps(info) + "\n")
+        sys.stdout.flush()
+        await stop.wait()
+    finally:
+        await runner.cleanup()
+        if args.state_file:
+            with contextlib.suppress(FileNotFoundError):
+                args.state_file.unlink()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    asyncio.run(serve(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""Emulated JARVICE jobs: each one really runs `bash -c <parameters.command>` in a subprocess.
+
+Lifecycle: SUBMITTED for `queue_seconds`, then PROCESSING STARTING (platform `INIT[1]:` preamble
+lines, the 79-`#` separator, then the command's stdout+stderr appended to one output file), then
+COMPLETED / COMPLETED WITH ERROR with the real exit status. terminate (any live state) kills the
+process group at once; shutdown (PROCESSING STARTING only) sends SIGTERM and, after
+`shutdown_kill_seconds`, SIGKILL; both end TERMINATED. With `cancel_fast_seconds`, jobs that end
+faster than that show CANCELED (JARVICE's known issue, reference §7).
+"""
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+SUBMITTED: Final = "SUBMITTED"
+RUNNING: Final = "PROCESSING STARTING"
+COMPLETED: Final = "COMPLETED"
+COMPLETED_WITH_ERROR: Final = "COMPLETED WITH ERROR"
+TERMINATED: Final = "TERMINATED"
+CANCELED: Final = "CANCELED"
+TERMINAL: Final = frozenset({COMPLETED, COMPLETED_WITH_ERROR, TERMINATED, CANCELED})
+
+SEPARATOR: Final = b"#" * 79 + b"\n"
+PREAMBLE: Final = (
+    b"INIT[1]: Initializing networking...\n",
+    b"INIT[1]: Platform version 3.21.9-emulator\n",
+    b"INIT[1]: Mounting vault...\n",
+    b"INIT[1]: Starting application...\n",
+)
+# Environment variables never passed to jobs (they could carry a runner's credentials).
+_SCRUBBED_PREFIXES: Final = ("JARVICE_",)
+_SCRUBBED_NAMES: Final = frozenset({"APIKEY", "USERNAME"})
+
+
+@dataclass
+class Timing:
+    queue_seconds: float = 2.0
+    init_seconds: float = 0.5
+    shutdown_kill_seconds: float | None = 10.0
+    cancel_fast_seconds: float = 0.0
+
+
+@dataclass
+class Job:
+    number: int
+    name: str
+    owner: str
+    app: str
+    command_key: str
+    command: str
+    label: str | None
+    machine: str
+    nodes: int
+    submission: dict[str, Any]
+    workdir: Path
+    status: str = SUBMITTED
+    substatus: int = 0
+    submit_time: int = field(default_factory=lambda: int(time.time()))
+    start_time: int = 0
+    end_time: int = 0
+    exitcode: int = 0
+    walltime: str | None = None
+    stop_reason: str | None = None
+    process: asyncio.subprocess.Process | None = None
+    task: "asyncio.Task[None] | None" = None
+    stop_event: asyncio.Event = field(default_factory=asyncio.Event)
+    started_monotonic: float = 0.0
+
+    @property
+    def output_path(self) -> Path:
+        return self.workdir / "output.log"
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    def read_output(self) -> bytes:
+        try:
+            return self.output_path.read_bytes()
+        except FileNotFoundError:
+            return b""
+
+    def status_entry(self) -> dict[str, Any]:
+        return {
+            "job_name": self.name,
+            "job_status": self.status,
+            "job_substatus": self.substatus,
+            "job_submit_time": self.submit_time,
+            "job_start_time": self.start_time,
+            "job_end_time": self.end_time,
+            "job_application": self.app,
+            "job_command": self.command_key,
+            "job_walltime": self.walltime,
+            "job_project": None,
+        }
+
+    def jobs_entry(self) -> dict[str, Any]:
+        return {
+            **self.status_entry(),
+            "job_label": self.label,
+            "job_exitcode": self.exitcode,
+            # "The original submit JSON": credentials included, as a real server may echo them.
+            "job_api_submission": self.submission,
+            "job_owner_username": self.owner,
+            "job_substatus_text": "",
+        }
+
+
+def last_lines(data: bytes, count: int) -> bytes:
+    """The last `count` lines (0 = all); a final line without a newline counts as a line."""
+    if count <= 0 or not data:
+        return data
+    parts = data.split(b"\n")
+    lines = [part + b"\n" for part in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return b"".join(lines[-count:])
+
+
+def job_environment() -> dict[str, str]:
+    return {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(_SCRUBBED_PREFIXES) and key not in _SCRUBBED_NAMES
+    }
+
+
+def _walltime(seconds: float) -> str:
+    total = max(0, int(seconds))
+    return f"{total // 3600:02d}:{total % 3600 // 60:02d}:{total % 60:02d}"
+
+
+def _kill_group(process: asyncio.subprocess.Process, sig: int) -> None:
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, sig)
+
+
+async def _sleep_or_stop(job: Job, seconds: float) -> bool:
+    """Sleep; True if the job was stopped meanwhile."""
+    if seconds > 0:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(job.stop_event.wait(), timeout=seconds)
+    return job.stop_reason is not None
+
+
+def _stopped(job: Job) -> bool:
+    # A function, not an inline test: the flag changes across awaits, which narrowing cannot see.
+    return job.stop_reason is not None
+
+
+def _finish(job: Job, status: str, exitcode: int) -> None:
+    job.status = status
+    job.exitcode = exitcode
+    job.end_time = int(time.time())
+    started = job.start_time or job.end_time
+    job.walltime = _walltime(job.end_time - started)
+
+
+async def run_job(job: Job, timing: Timing) -> None:
+    """The job's whole life; runs as one task per job."""
+    try:
+        if await _sleep_or_stop(job, timing.queue_seconds):
+            _finish(job, TERMINATED, -15)
+            return
+        job.status = RUNNING
+        job.start_time = int(time.time())
+        with job.output_path.open("ab") as out:
+            for line in PREAMBLE:
+                out.write(line)
+                out.flush()
+                if await _sleep_or_stop(job, timing.init_seconds / len(PREAMBLE)):
+                    break
+            out.write(SEPARATOR)
+            out.flush()
+            if _stopped(job):
+                _finish(job, TERMINATED, -15)
+                return
+            job.started_monotonic = time.monotonic()
+            job.process = await asyncio.create_subprocess_exec(
+                "bash",
+                "-c",
+                job.command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+                cwd=job.workdir,
+                env=job_environment(),
+                start_new_session=True,
+            )
+        if _stopped(job):  # stopped while the process was being created
+            _kill_group(job.process, signal.SIGKILL)
+        returncode = await job.process.wait()
+        runtime = time.monotonic() - job.started_monotonic
+        if _stopped(job):
+            _finish(job, TERMINATED, returncode)
+        elif timing.cancel_fast_seconds > 0 and runtime < timing.cancel_fast_seconds:
+            _finish(job, CANCELED, returncode)
+        else:
+            _finish(job, COMPLETED if returncode == 0 else COMPLETED_WITH_ERROR, returncode)
+    except asyncio.CancelledError:
+        if job.process is not None:
+            _kill_group(job.process, signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(job.process.wait())
+        if not job.terminal:
+            _finish(job, TERMINATED, -9)
+        raise
+
+
+def terminate(job: Job) -> None:
+    """Kill at once, in any live state."""
+    job.stop_reason = job.stop_reason or "terminate"
+    job.stop_event.set()
+    if job.process is not None:
+        _kill_group(job.process, signal.SIGKILL)
+
+
+async def _kill_later(job: Job, seconds: float) -> None:
+    await asyncio.sleep(seconds)
+    if job.process is not None:
+        _kill_group(job.process, signal.SIGKILL)
+
+
+def shutdown(job: Job, timing: Timing) -> "asyncio.Task[None] | None":
+    """Graceful stop (the OS poweroff path): SIGTERM now, SIGKILL after the kill delay."""
+    job.stop_reason = job.stop_reason or "shutdown"
+    job.stop_event.set()
+    if job.process is None:
+        return None
+    _kill_group(job.process, signal.SIGTERM)
+    if timing.shutdown_kill_seconds is None:
+        return None
+    return asyncio.create_task(_kill_later(job, timing.shutdown_kill_seconds))

@@ -1,0 +1,498 @@
+"""The remote shell against a fake JARVICE backend and a fake clock (no network, no real time)."""
+
+import random
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from entrypoint import exitcodes, remote
+from entrypoint.jarvice import (
+    CredentialsRejected,
+    JobNotFound,
+    SubmitOutcomeUnknown,
+    Unavailable,
+)
+from entrypoint.model import JobEntry, JobStatus, Machine, SubmitBody, SubmitResult
+from entrypoint.output import SEPARATOR
+from entrypoint.plan import RemotePlan
+from entrypoint.settings import Tuning
+
+pytestmark = pytest.mark.timeout(5)
+
+LABEL = "k8s-test-uid"
+PREAMBLE = f"INIT[1]: starting\n{SEPARATOR}\n"
+MACHINES = {
+    "n0": Machine("n0", cores=4, gpus=0, ram_gb=16),
+    "ng1": Machine("ng1", cores=8, gpus=1, ram_gb=64),
+}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.alarms: list[tuple[float, Callable[[], None]]] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.now += seconds
+        due = [a for a in self.alarms if a[0] <= self.now]
+        self.alarms = [a for a in self.alarms if a[0] > self.now]
+        for _, action in due:
+            action()  # e.g. a signal handler, which may raise CancelRequested
+
+
+@dataclass
+class FakeJob:
+    number: int
+    label: str | None
+    submitted: float
+    queue: float = 2.0
+    lines: list[str] = field(default_factory=list)
+    line_interval: float = 0.1
+    exitcode: int = 0
+    final: str | None = None  # default: COMPLETED / COMPLETED WITH ERROR from exitcode
+    honours_shutdown: bool = True
+    stopped: tuple[float, str] | None = None  # (when, why)
+    tail_fails: bool = False
+
+    def start(self) -> float:
+        return self.submitted + self.queue
+
+    def end(self) -> float:
+        return self.start() + self.line_interval * (len(self.lines) + 1)
+
+    def state(self, now: float) -> str:
+        if self.stopped is not None and now >= self.stopped[0]:
+            return "TERMINATED"
+        if now < self.start():
+            return "SUBMITTED"
+        if now < self.end():
+            return "PROCESSING STARTING"
+        return self.final or ("COMPLETED" if self.exitcode == 0 else "COMPLETED WITH ERROR")
+
+    def text(self, now: float) -> str:
+        if now < self.start():
+            return ""
+        until = now if self.stopped is None else min(now, self.stopped[0])
+        count = int((until - self.start()) / self.line_interval)
+        return PREAMBLE + "".join(self.lines[: max(0, count)])
+
+
+class FakeBackend:
+    def __init__(self, clock: Clock, *, machines: dict[str, Machine] | None = None) -> None:
+        self.clock = clock
+        self.machines = MACHINES if machines is None else machines
+        self.jobs: dict[int, FakeJob] = {}
+        self.next_number = 100
+        self.calls: list[str] = []
+        self.template = FakeJob(0, None, 0.0)
+        self.submit_script: list[str] = []  # "503" (not created), "drop-created", "drop-lost"
+        self.fail: dict[str, Exception] = {}
+        self.on_submit: Callable[[], None] | None = None
+        self.bodies: list[SubmitBody] = []
+
+    def _call(self, name: str) -> None:
+        self.calls.append(name)
+        if name in self.fail:
+            raise self.fail[name]
+
+    def add_job(self, **kw: object) -> FakeJob:
+        number = self.next_number
+        self.next_number += 1
+        fields = {k: v for k, v in vars(self.template).items() if k not in ("number", "label", "submitted")}
+        fields.update(kw)
+        job = FakeJob(number=number, **{"label": LABEL, "submitted": self.clock.now, **fields})  # type: ignore[arg-type]
+        self.jobs[number] = job
+        return job
+
+    def fetch_machines(self) -> dict[str, Machine]:
+        self._call("machines")
+        return self.machines
+
+    def fetch_jobs(self, *, completed: bool, deadline: float | None = None) -> dict[int, JobEntry]:
+        self._call("jobs-completed" if completed else "jobs")
+        now = self.clock.now
+        result = {}
+        for n, job in self.jobs.items():
+            state = job.state(now)
+            terminal = state in ("COMPLETED", "COMPLETED WITH ERROR", "TERMINATED", "CANCELED")
+            if terminal == completed:
+                result[n] = JobEntry(n, f"job-{n}", state, job.label, job.exitcode if terminal else 0)
+        return result
+
+    def submit(self, body: SubmitBody) -> SubmitResult:
+        self._call("submit")
+        self.bodies.append(body)
+        if self.on_submit:
+            self.on_submit()
+        action = self.submit_script.pop(0) if self.submit_script else "ok"
+        if action == "503":
+            raise SubmitOutcomeUnknown("submit: HTTP 503: busy", endpoint="submit", answered=True)
+        if action == "drop-lost":
+            raise SubmitOutcomeUnknown("submit: no answer", endpoint="submit", answered=False)
+        job = self.add_job(label=body["job_label"])
+        if action == "drop-created":
+            raise SubmitOutcomeUnknown("submit: no answer", endpoint="submit", answered=False)
+        return SubmitResult(job.number, f"job-{job.number}")
+
+    def _job(self, number: int) -> FakeJob:
+        if number not in self.jobs:
+            raise JobNotFound("Job not found", endpoint="status")
+        return self.jobs[number]
+
+    def fetch_status(self, number: int, *, deadline: float | None = None) -> JobStatus:
+        self._call("status")
+        job = self._job(number)
+        return JobStatus(number, f"job-{number}", job.state(self.clock.now))
+
+    def fetch_tail(self, number: int, *, lines: int) -> str:
+        self._call(f"tail:{lines}")
+        job = self._job(number)
+        if job.state(self.clock.now) != "PROCESSING STARTING" or job.tail_fails:
+            raise JobNotFound("Running job is not found", endpoint="tail")
+        text = job.text(self.clock.now)
+        if lines == 0:
+            return text
+        return "".join(text.splitlines(keepends=True)[-lines:])
+
+    def fetch_output(self, number: int, *, lines: int, deadline: float | None = None) -> str:
+        self._call("output")
+        job = self._job(number)
+        if job.state(self.clock.now) == "PROCESSING STARTING":
+            raise JobNotFound("Completed job is not found", endpoint="output")
+        return job.text(self.clock.now)
+
+    def shutdown(self, number: int, *, deadline: float | None = None) -> None:
+        self._call("shutdown")
+        job = self._job(number)
+        if job.state(self.clock.now) != "PROCESSING STARTING":
+            raise JobNotFound("Running job is not found", endpoint="shutdown")
+        if job.honours_shutdown:
+            job.stopped = (self.clock.now + 0.5, "shutdown")
+
+    def terminate(self, number: int, *, deadline: float | None = None) -> None:
+        self._call("terminate")
+        job = self._job(number)
+        job.stopped = (self.clock.now, "terminate")
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def write(self, lines: list[str]) -> None:
+        self.lines.extend(lines)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+
+def make_plan(**tuning: float) -> RemotePlan:
+    return RemotePlan(
+        shell_command="python train.py",
+        job_label=LABEL,
+        app_name="app",
+        app_command="run",
+        command_parameter="command",
+        machine=None,
+        nodes=1,
+        vault=None,
+        walltime=None,
+        geometry=None,
+        arch=None,
+        num_gpus=1,
+        num_cpus=2,
+        tuning=Tuning(**{"poll_seconds": 1.0, "tail_lines": 5, "cancel_grace_seconds": 10.0, **tuning}),  # type: ignore[arg-type]
+    )
+
+
+@dataclass
+class World:
+    clock: Clock
+    backend: FakeBackend
+    sink: Sink
+    token: remote.CancelToken
+
+    def run(self, plan: RemotePlan | None = None) -> int:
+        deps = remote.RemoteDeps(
+            backend=self.backend,
+            out=self.sink,
+            sleep=self.clock.sleep,
+            clock=self.clock,
+            rng=random.Random(7),
+            cancel=self.token,
+        )
+        return remote.run_remote(plan or make_plan(), deps)
+
+    def signal_at(self, when: float, signum: int = signal.SIGTERM) -> None:
+        self.clock.alarms.append((self.clock.now + when, lambda: self.token.request(signum)))
+
+
+@pytest.fixture
+def world() -> World:
+    clock = Clock()
+    return World(clock, FakeBackend(clock), Sink(), remote.CancelToken())
+
+
+LINES = [f"epoch {i}\n" for i in range(30)]
+
+
+def test_success_streams_every_line_once(world: World) -> None:
+    world.backend.template.lines = LINES
+    assert world.run() == 0
+    assert world.sink.text == "".join(LINES)
+    calls = world.backend.calls
+    assert calls.count("submit") == 1
+    assert any(c.startswith("tail:") for c in calls)
+    # Machine selection: NUM_GPUS=1, NUM_CPUS=2 -> ng1.
+    assert world.backend.bodies[0]["machine"]["type"] == "ng1"
+    assert world.backend.bodies[0]["job_label"] == LABEL
+
+
+def test_streaming_happens_while_running(world: World) -> None:
+    world.backend.template.lines = LINES
+    seen_while_running: list[int] = []
+    original = world.backend.fetch_tail
+
+    def spy(number: int, *, lines: int) -> str:
+        seen_while_running.append(len(world.sink.lines))
+        return original(number, lines=lines)
+
+    world.backend.fetch_tail = spy  # type: ignore[method-assign]
+    world.run()
+    assert max(seen_while_running) > 0  # lines had been printed before the job finished
+
+
+def test_many_lines_per_poll_fall_back_to_whole_output(world: World) -> None:
+    world.backend.template.lines = ["same\n" if i % 3 else f"n {i}\n" for i in range(200)]
+    world.backend.template.line_interval = 0.01  # ~100 lines per poll, window of 5
+    assert world.run() == 0
+    assert world.sink.text == "".join(world.backend.template.lines)
+    assert "tail:0" in world.backend.calls
+
+
+@pytest.mark.parametrize(
+    ("exitcode", "final", "expected"),
+    [
+        (7, None, 7),
+        (0, "CANCELED", exitcodes.EXIT_CANCELED),
+        (3, "CANCELED", 3),
+        (-9, "COMPLETED WITH ERROR", 137),
+    ],
+)
+def test_exit_code_from_job(world: World, exitcode: int, final: str | None, expected: int) -> None:
+    world.backend.template.lines = LINES[:3]
+    world.backend.template.exitcode = exitcode
+    world.backend.template.final = final
+    assert world.run() == expected
+    assert world.sink.text == "".join(LINES[:3])
+
+
+def test_reattaches_to_live_job_instead_of_submitting(world: World) -> None:
+    world.backend.add_job(lines=LINES, queue=0.0)
+    world.clock.now += 1.0  # already running, some lines produced
+    assert world.run() == 0
+    assert "submit" not in world.backend.calls
+    assert "machines" not in world.backend.calls
+    assert world.sink.text == "".join(LINES)
+
+
+def test_completed_job_with_same_label_is_not_reattached(world: World) -> None:
+    old = world.backend.add_job(lines=["old\n"], queue=0.0)
+    world.clock.now += 10
+    assert old.state(world.clock.now) == "COMPLETED"
+    world.backend.template.lines = ["new\n"]
+    assert world.run() == 0
+    assert world.backend.calls.count("submit") == 1
+    assert world.sink.text == "new\n"
+
+
+def test_answered_submit_failure_is_looked_up_then_resubmitted(world: World) -> None:
+    world.backend.template.lines = ["hi\n"]
+    world.backend.submit_script = ["503", "503"]
+    assert world.run() == 0
+    assert world.backend.calls.count("submit") == 3
+    assert len(world.backend.jobs) == 1
+    assert world.sink.text == "hi\n"
+
+
+def test_unanswered_submit_that_created_a_job_is_attached_not_resubmitted(world: World) -> None:
+    world.backend.template.lines = ["hi\n"]
+    world.backend.submit_script = ["drop-created"]
+    assert world.run() == 0
+    assert world.backend.calls.count("submit") == 1
+    assert len(world.backend.jobs) == 1
+
+
+def test_old_completed_job_with_our_label_does_not_resolve_an_unknown_submit(world: World) -> None:
+    world.backend.add_job(lines=["old\n"], queue=0.0)
+    world.clock.now += 10
+    world.backend.template.lines = ["new\n"]
+    world.backend.submit_script = ["drop-lost"]
+    assert world.run(make_plan(submit_resolve_seconds=3.0)) == 0
+    assert world.backend.calls.count("submit") == 2
+    assert world.sink.text == "new\n"
+
+
+def test_submit_keeps_failing_until_the_outage_budget(world: World) -> None:
+    world.backend.submit_script = ["503"] * 100
+    assert world.run(make_plan(outage_seconds=20.0, retry_cap_seconds=4.0)) == exitcodes.EXIT_REMOTE_UNAVAILABLE
+    assert world.backend.jobs == {}
+
+
+def test_sigterm_while_queued_terminates(world: World) -> None:
+    world.backend.template.queue = 30.0
+    world.signal_at(3.0)
+    assert world.run() == exitcodes.EXIT_TERMINATED
+    (job,) = world.backend.jobs.values()
+    assert job.stopped is not None and job.stopped[1] == "terminate"
+    assert "shutdown" not in world.backend.calls
+
+
+def test_sigterm_while_running_shuts_down_and_prints_the_rest(world: World) -> None:
+    world.backend.template.lines = LINES
+    world.signal_at(3.5)
+    assert world.run() == exitcodes.EXIT_TERMINATED
+    (job,) = world.backend.jobs.values()
+    assert job.stopped is not None and job.stopped[1] == "shutdown"
+    assert "terminate" not in world.backend.calls
+    # Everything the job printed before it stopped, once.
+    assert world.sink.text == job.text(world.clock.now).removeprefix(PREAMBLE)
+    assert world.sink.text
+
+
+def test_shutdown_ignored_is_followed_by_terminate_after_grace(world: World) -> None:
+    world.backend.template.lines = LINES * 10
+    world.backend.template.honours_shutdown = False
+    world.signal_at(3.5)
+    start = world.clock.now
+    assert world.run(make_plan(cancel_grace_seconds=6.0)) == exitcodes.EXIT_TERMINATED
+    (job,) = world.backend.jobs.values()
+    assert job.stopped is not None and job.stopped[1] == "terminate"
+    calls = world.backend.calls
+    assert calls.index("shutdown") < calls.index("terminate")
+    assert world.clock.now - start <= 3.5 + 2 + 6.0 + 1  # grace respected
+
+
+def test_signal_before_anything_submits_nothing(world: World) -> None:
+    world.token.request(signal.SIGTERM)  # arrived during start-up (not interruptible yet)
+    assert world.run() == exitcodes.EXIT_TERMINATED
+    assert "submit" not in world.backend.calls
+
+
+def test_signal_during_submit_is_deferred_then_cancels_the_new_job(world: World) -> None:
+    world.backend.template.queue = 30.0
+    world.backend.on_submit = lambda: world.token.request(signal.SIGTERM)
+    assert world.run() == exitcodes.EXIT_TERMINATED
+    (job,) = world.backend.jobs.values()
+    assert job.stopped is not None and job.stopped[1] == "terminate"
+
+
+def test_signal_while_resolving_an_unknown_submit_terminates_what_was_created(world: World) -> None:
+    world.backend.template.queue = 30.0
+    world.backend.submit_script = ["drop-created"]
+    original = world.backend.fetch_jobs
+
+    def slow_listing(*, completed: bool, deadline: float | None = None) -> dict[int, JobEntry]:
+        if world.backend.calls.count("submit") == 1 and world.token.signum is None:
+            world.token.request(signal.SIGTERM)  # raises: we are interruptible here
+        return original(completed=completed)
+
+    world.backend.fetch_jobs = slow_listing  # type: ignore[method-assign]
+    assert world.run() == exitcodes.EXIT_TERMINATED
+    (job,) = world.backend.jobs.values()
+    assert job.stopped is not None
+
+
+def test_outage_while_following_gives_up_and_terminates(world: World) -> None:
+    world.backend.template.lines = LINES
+    world.clock.alarms.append(
+        (
+            world.clock.now + 3.0,
+            lambda: world.backend.fail.update(status=Unavailable("status: down", endpoint="status")),
+        )
+    )
+    assert world.run() == exitcodes.EXIT_REMOTE_UNAVAILABLE
+    assert "terminate" in world.backend.calls
+
+
+def test_no_machine_fits(world: World) -> None:
+    world.backend.machines = {"n0": Machine("n0", cores=4, gpus=0)}
+    assert world.run() == exitcodes.EXIT_NO_MACHINE
+    assert "submit" not in world.backend.calls
+
+
+def test_credentials_rejected(world: World) -> None:
+    world.backend.fail["jobs"] = CredentialsRejected("jobs: rejected", endpoint="jobs")
+    assert world.run() == exitcodes.EXIT_CREDENTIALS
+    assert "submit" not in world.backend.calls
+
+
+def test_output_missing_after_completion_is_retried(world: World) -> None:
+    world.backend.template.lines = ["a\n", "b\n"]
+    original = world.backend.fetch_output
+    failures = [JobNotFound("not yet", endpoint="output")] * 2
+
+    def flaky(number: int, *, lines: int, deadline: float | None = None) -> str:
+        if failures:
+            raise failures.pop()
+        return original(number, lines=lines)
+
+    world.backend.fetch_output = flaky  # type: ignore[method-assign]
+    assert world.run() == 0
+    assert world.sink.text == "a\nb\n"
+
+
+def test_cancel_token_semantics() -> None:
+    token = remote.CancelToken()
+    token.request(signal.SIGINT)  # not interruptible: recorded only
+    assert token.signum == signal.SIGINT
+    with pytest.raises(remote.CancelRequested), token.interruptible():
+        pass
+    token = remote.CancelToken()
+    with pytest.raises(remote.CancelRequested), token.interruptible(), token.deferred():
+        token.request(signal.SIGTERM)  # deferred: no raise here
+        reached = True
+    assert reached
+    token = remote.CancelToken()
+    with pytest.raises(remote.CancelRequested), token.interruptible():
+        token.request(signal.SIGTERM)
+    token.request(signal.SIGTERM)  # after the first raise: recorded, no second raise
+
+
+def test_signal_after_the_final_output_does_not_print_it_twice(world: World) -> None:
+    world.backend.template.lines = ["a\n", "b\n"]
+    original = world.backend.fetch_jobs
+
+    def late_signal(*, completed: bool, deadline: float | None = None) -> dict[int, JobEntry]:
+        if "output" in world.backend.calls and world.token.signum is None:
+            world.token.request(signal.SIGTERM)  # arrives while the exit code is being looked up
+        return original(completed=completed)
+
+    world.backend.fetch_jobs = late_signal  # type: ignore[method-assign]
+    assert world.run() == exitcodes.EXIT_TERMINATED
+    assert world.sink.text == "a\nb\n"
+
+
+def test_unexpected_error_terminates_the_job_and_exits_70(world: World) -> None:
+    world.backend.template.lines = LINES
+    world.clock.alarms.append((world.clock.now + 3.0, lambda: world.backend.fail.update({"tail:5": KeyError("bug")})))
+    assert world.run() == exitcodes.EXIT_INTERNAL
+    (job,) = world.backend.jobs.values()
+    assert job.stopped is not None and job.stopped[1] == "terminate"
+
+
+def test_signal_during_a_submit_with_unknown_outcome_still_cancels(world: World) -> None:
+    world.backend.template.queue = 30.0
+    world.backend.submit_script = ["drop-created"]
+    world.backend.on_submit = lambda: world.token.request(signal.SIGTERM)
+    assert world.run() == exitcodes.EXIT_TERMINATED
+    (job,) = world.backend.jobs.values()
+    assert job.stopped is not None and job.stopped[1] == "terminate"
+    assert world.backend.calls.count("submit") == 1
