@@ -62,6 +62,7 @@ class ClusterCache:
         self._claimed: dict[str, dict[str, int]] = {}
         self._claims: dict[str, Claim] = {}
         self._claims_on: dict[str, dict[str, None]] = {}  # node -> claim ids placed there
+        self._claimed_total: dict[str, int] = {}  # sum of _claimed: kept so reads need no scan
         self._reservations: OrderedDict[str, float] = OrderedDict()  # id -> expiry, oldest first
         # resource -> free count -> node names (insertion-ordered set) of schedulable nodes
         self._buckets: dict[str, dict[int, dict[str, None]]] = {r: {} for r in self.gpu_resources}
@@ -99,11 +100,9 @@ class ClusterCache:
         return {r: sum(free * len(names) for free, names in buckets.items()) for r, buckets in self._buckets.items()}
 
     def reserved_gpus(self) -> dict[str, int]:
-        total: dict[str, int] = {}
-        for claim in self._claims.values():
-            if claim.node:
-                _add(total, claim.gpus, 1)
-        return total
+        """GPUs held by claims placed on a node. A running total: every remote decision reads it,
+        and summing the claims each time made those decisions linear in pending pods."""
+        return dict(self._claimed_total)
 
     def find_fit(self, gpus: GpuCounts, placement: Placement, *, exclude: str = "") -> FitResult:
         """Best-fit schedulable node whose free GPUs cover `gpus` and whose filters admit the pod."""
@@ -287,6 +286,7 @@ class ClusterCache:
         self._claims[claim_id] = claim
         if claim.node:
             _add(self._claimed.setdefault(claim.node, {}), claim.gpus, 1)
+            _add(self._claimed_total, claim.gpus, 1)
             self._claims_on.setdefault(claim.node, {})[claim_id] = None
             self._reindex(claim.node)
 
@@ -294,6 +294,7 @@ class ClusterCache:
         claim = self._claims.pop(claim_id, None)
         if claim is not None and claim.node:
             _add(self._claimed.setdefault(claim.node, {}), claim.gpus, -1)
+            _add(self._claimed_total, claim.gpus, -1)
             del self._claims_on[claim.node][claim_id]
             self._reindex(claim.node)
 

@@ -69,20 +69,7 @@ def make_ca(common_name: str) -> KeyPair:
         .not_valid_before(now - BACKDATE)
         .not_valid_after(now + datetime.timedelta(days=CA_VALIDITY_DAYS))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(ca=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
@@ -125,20 +112,7 @@ def issue_cert(
         .not_valid_before(now - BACKDATE)
         .not_valid_after(now + datetime.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(ca=False), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
     )
@@ -171,6 +145,21 @@ def write_signing_pair(pair: SigningKeyPair, *, public_key_path: Path, private_k
     """Writes a bare key pair: the public key (mode 0644) and the private key (mode 0600)."""
     _write_file(public_key_path, pair.public_key_pem, mode=PUBLIC_FILE_MODE)
     _write_file(private_key_path, pair.private_key_pem, mode=PRIVATE_KEY_MODE)
+
+
+def _key_usage(*, ca: bool) -> x509.KeyUsage:
+    """Signatures for every certificate; certificate and CRL signing only for the CA."""
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=ca,
+        crl_sign=ca,
+        encipher_only=False,
+        decipher_only=False,
+    )
 
 
 def _extended_key_usages(*, server: bool, client: bool) -> list[x509.ObjectIdentifier]:
