@@ -1,0 +1,97 @@
+"""watching.py with the real kubernetes client against a scripted list/watch server over HTTP:
+410 Gone on the watch leads to a fresh list, bookmarks keep the cache fresh, dropped watches resume.
+(The real API server is exercised end to end in tests/e2e/test_webhook.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import kubernetes
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from tests.unit.webhook.builders import container, node, pod
+from webhook.cache import ClusterCache
+from webhook.sync import CacheSync
+from webhook.watching import Watcher
+
+
+def _with_uid(raw: dict[str, Any], uid: str) -> dict[str, Any]:
+    raw["metadata"]["uid"] = uid
+    return raw
+
+
+class ScriptedApiServer:
+    """Lists return the current objects; the first pod watch answers 410, later ones stream events."""
+
+    def __init__(self) -> None:
+        self.nodes = [node("a", 4)]
+        self.pods: list[dict[str, Any]] = []
+        self.requests: list[str] = []
+        self.pod_watches = 0
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/api/v1/nodes", self.handle)
+        app.router.add_get("/api/v1/pods", self.handle)
+        return app
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        kind = request.path.rsplit("/", 1)[1]
+        watch = request.query.get("watch") in ("true", "True", "1")
+        self.requests.append(f"{'watch' if watch else 'list'} {kind} rv={request.query.get('resourceVersion', '')}")
+        if not watch:
+            items = self.nodes if kind == "nodes" else self.pods
+            return web.json_response({"kind": "List", "metadata": {"resourceVersion": "10"}, "items": items})
+        response = web.StreamResponse()
+        await response.prepare(request)
+        if kind == "pods":
+            self.pod_watches += 1
+            if self.pod_watches == 1:
+                # The server no longer has our resourceVersion: an ERROR event with code 410.
+                self.pods = [_with_uid(pod(container(gpus=4), name="late", node_name="a", phase="Running"), "u-late")]
+                await self._event(response, "ERROR", {"kind": "Status", "code": 410, "message": "too old"})
+                return response
+            bound = _with_uid(pod(container(gpus=1), name="new", node_name="a", phase="Running"), "u-new")
+            bound["metadata"]["resourceVersion"] = "12"
+            await self._event(response, "BOOKMARK", {"kind": "Pod", "metadata": {"resourceVersion": "11"}})
+            await self._event(response, "ADDED", bound)
+        await asyncio.sleep(30)  # hold the watch open like the real server
+        return response
+
+    @staticmethod
+    async def _event(response: web.StreamResponse, event_type: str, obj: dict[str, Any]) -> None:
+        await response.write((json.dumps({"type": event_type, "object": obj}) + "\n").encode())
+
+
+async def test_gone_relists_and_events_apply() -> None:
+    api = ScriptedApiServer()
+    server = TestServer(api.app(), host="127.0.0.1")
+    await server.start_server()
+    configuration = kubernetes.client.Configuration()
+    configuration.host = str(server.make_url("")).rstrip("/")
+    client = kubernetes.client.ApiClient(configuration)
+    cache = ClusterCache(gpu_resources=("nvidia.com/gpu",), clock=time.monotonic, reservation_ttl=60)
+    sync = CacheSync(cache, clock=time.monotonic)
+    watcher = Watcher(client, sync, loop=asyncio.get_running_loop())
+    task = asyncio.create_task(watcher.run())
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and "u-new" not in cache.pods():
+            await asyncio.sleep(0.05)
+        assert sync.fully_synced
+        # The pod that appeared while our resourceVersion was stale came in through the re-list.
+        assert set(cache.pods()) == {"u-late", "u-new"}
+        assert cache.free("a") == {"nvidia.com/gpu": -1}  # 4 + 1 bound on a 4-GPU node: overcommitted, shown
+        pod_requests = [r for r in api.requests if " pods " in r]
+        assert pod_requests[:3] == ["list pods rv=", "watch pods rv=10", "list pods rv="], api.requests
+        assert sync.ready(stale_after=5) == (True, "ok")
+    finally:
+        task.cancel()
+        watcher.stop()
+        await asyncio.gather(task, return_exceptions=True)
+        await server.close()
+        client.close()
