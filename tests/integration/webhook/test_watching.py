@@ -32,6 +32,7 @@ class ScriptedApiServer:
         self.pods: list[dict[str, Any]] = []
         self.requests: list[str] = []
         self.pod_watches = 0
+        self.closing = asyncio.Event()
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -59,7 +60,8 @@ class ScriptedApiServer:
             bound["metadata"]["resourceVersion"] = "12"
             await self._event(response, "BOOKMARK", {"kind": "Pod", "metadata": {"resourceVersion": "11"}})
             await self._event(response, "ADDED", bound)
-        await asyncio.sleep(30)  # hold the watch open like the real server
+        # Hold the watch open like the real server, until the test ends.
+        await asyncio.wait_for(self.closing.wait(), timeout=30)
         return response
 
     @staticmethod
@@ -90,6 +92,7 @@ async def test_gone_relists_and_events_apply() -> None:
         assert pod_requests[:3] == ["list pods rv=", "watch pods rv=10", "list pods rv="], api.requests
         assert sync.ready(stale_after=5) == (True, "ok")
     finally:
+        api.closing.set()
         task.cancel()
         watcher.stop()
         await asyncio.gather(task, return_exceptions=True)
