@@ -69,6 +69,9 @@ class ClusterCache:
         self._bucket_of: dict[tuple[str, str], int] = {}
         self._max_allocatable: dict[str, int] = dict.fromkeys(self.gpu_resources, 0)
         self._unschedulable_gpu_nodes: set[str] = set()
+        # (label key, value) -> node names: a pod pinned by nodeSelector or an `In` affinity visits
+        # only matching nodes, instead of every node with free GPUs.
+        self._by_label: dict[tuple[str, str], dict[str, None]] = {}
 
     # ----- reads -------------------------------------------------------------------------------
 
@@ -109,10 +112,14 @@ class ClusterCache:
         primary = max(gpus, key=lambda r: gpus[r])
         need = gpus[primary]
         buckets = self._buckets.get(primary, {})
+        fitting = range(need, self._max_allocatable.get(primary, 0) + 1)
+        pinned = self._pinned_nodes(placement)
+        if pinned is not None and len(pinned) < sum(len(buckets.get(free, ())) for free in fitting):
+            return self._find_fit_among(pinned, gpus, placement, primary=primary, exclude=exclude, fitting=fitting)
         best: NodeInfo | None = None
         candidates = 0
         excluded = 0
-        for free in range(need, self._max_allocatable.get(primary, 0) + 1):
+        for free in fitting:
             for name in buckets.get(free, ()):
                 node = self._nodes[name]
                 if name == exclude or not self._covers(name, gpus):
@@ -126,8 +133,50 @@ class ClusterCache:
                     return FitResult(best, candidates, excluded)
         return FitResult(best, candidates, excluded)
 
+    def _find_fit_among(
+        self, names: Iterable[str], gpus: GpuCounts, placement: Placement, *, primary: str, exclude: str, fitting: range
+    ) -> FitResult:
+        """find_fit over the nodes a selector pins the pod to: same answer, fewer nodes visited."""
+        best: NodeInfo | None = None
+        best_free = 0
+        candidates = 0
+        for name in names:
+            free = self._bucket_of.get((primary, name))
+            if free is None or free not in fitting or name == exclude or not self._covers(name, gpus):
+                continue
+            node = self._nodes[name]
+            if placement_allows(placement, node):
+                candidates += 1
+                if best is None or free < best_free:
+                    best, best_free = node, free
+        with_room = sum(len(self._buckets[primary].get(free, ())) for free in fitting)
+        return FitResult(best, min(candidates, CANDIDATE_CAP), max(with_room - candidates, 0))
+
+    def _pinned_nodes(self, placement: Placement) -> Mapping[str, None] | None:
+        """A superset of the nodes the pod may use, when its selectors narrow it cheaply."""
+        if placement.node_selector:
+            return min((self._by_label.get(item, {}) for item in placement.node_selector.items()), key=len)
+        if placement.required_terms is not None and len(placement.required_terms) == 1:
+            for requirement in placement.required_terms[0].match_expressions:
+                if requirement.operator == "In":
+                    names: dict[str, None] = {}
+                    for value in requirement.values:
+                        names.update(self._by_label.get((requirement.key, value), {}))
+                    return names
+        return None
+
     def best_partial_fit(self, resource: str, placement: Placement) -> tuple[NodeInfo, int] | None:
         """The eligible node with the most free `resource`, for explaining a remote decision."""
+        pinned = self._pinned_nodes(placement)
+        if pinned is not None:
+            best: tuple[NodeInfo, int] | None = None
+            for name in pinned:
+                free = self._bucket_of.get((resource, name))
+                if free is not None and (best is None or free > best[1]):
+                    node = self._nodes[name]
+                    if placement_allows(placement, node):
+                        best = (node, free)
+            return best
         buckets = self._buckets.get(resource, {})
         for free in range(self._max_allocatable.get(resource, 0), -1, -1):
             for name in buckets.get(free, ()):
@@ -156,7 +205,12 @@ class ClusterCache:
             self.upsert_node(node)
 
     def upsert_node(self, node: NodeInfo) -> None:
+        old = self._nodes.get(node.name)
+        if old is not None:
+            self._unindex_labels(old)
         self._nodes[node.name] = node
+        for item in node.labels.items():
+            self._by_label.setdefault(item, {})[node.name] = None
         for resource, count in node.allocatable.items():
             if count > self._max_allocatable.get(resource, -1):
                 self._max_allocatable[resource] = count
@@ -167,9 +221,18 @@ class ClusterCache:
         self._reindex(node.name)
 
     def delete_node(self, name: str) -> None:
-        self._nodes.pop(name, None)
+        old = self._nodes.pop(name, None)
+        if old is not None:
+            self._unindex_labels(old)
         self._unschedulable_gpu_nodes.discard(name)
         self._reindex(name)
+
+    def _unindex_labels(self, node: NodeInfo) -> None:
+        for item in node.labels.items():
+            names = self._by_label[item]
+            del names[node.name]
+            if not names:
+                del self._by_label[item]
 
     def _reindex(self, name: str) -> None:
         node = self._nodes.get(name)
@@ -177,7 +240,13 @@ class ClusterCache:
         for resource in self.gpu_resources:
             old = self._bucket_of.pop((resource, name), None)
             if old is not None:
-                del self._buckets[resource][old][name]
+                bucket = self._buckets[resource][old]
+                del bucket[name]
+                if not bucket:
+                    # Drop it: a dict keeps the slots of deleted keys until it next grows, and
+                    # iterating one that every node passed through (the all-free bucket during the
+                    # initial sync) walks all of them, making each decision linear in cluster size.
+                    del self._buckets[resource][old]
             if resource in free:
                 key = max(free[resource], 0)
                 self._buckets[resource].setdefault(key, {})[name] = None
@@ -185,15 +254,14 @@ class ClusterCache:
 
     # ----- pod writes --------------------------------------------------------------------------
 
-    def replace_pods(self, pods: Iterable[tuple[str, PodInfo | None]]) -> None:
-        """Apply a full list: (uid, pod or None for pods without GPUs)."""
-        fresh = dict(pods)
+    def replace_pods(self, pods: Iterable[PodInfo]) -> None:
+        """Apply a full list of the GPU pods (pods without GPUs are never stored)."""
+        fresh = {pod.uid: pod for pod in pods}
         for uid in list(self._pods):
-            if fresh.get(uid) is None:
+            if uid not in fresh:
                 self.delete_pod(uid)
         for pod in fresh.values():
-            if pod is not None:
-                self.upsert_pod(pod)
+            self.upsert_pod(pod)
 
     def upsert_pod(self, pod: PodInfo) -> None:
         old = self._pods.get(pod.uid)

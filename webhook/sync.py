@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from webhook.cache import ClusterCache
 from webhook.model import ObjectError, parse_node, parse_pod
+from webhook.types import NodeInfo, PodInfo
 
 Kind = Literal["nodes", "pods"]
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
@@ -26,6 +27,13 @@ class SyncState:
     skipped_objects: int = 0  # objects whose shape we could not use (logged by the caller)
 
 
+@dataclass(slots=True)
+class ParsedList:
+    nodes: list[NodeInfo] = field(default_factory=list)
+    pods: list[PodInfo] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
 class CacheSync:
     def __init__(self, cache: ClusterCache, *, clock: Callable[[], float]) -> None:
         self.cache = cache
@@ -38,28 +46,36 @@ class CacheSync:
 
     def apply_list(self, kind: Kind, items: Iterable[Mapping[str, Any]]) -> list[str]:
         """Replace everything of `kind` with a full list; returns problems with skipped objects."""
-        problems: list[str] = []
+        parsed = ParsedList()
+        self.parse_page(kind, items, into=parsed)
+        self.apply_parsed(kind, parsed)
+        return parsed.problems
+
+    def parse_page(self, kind: Kind, items: Iterable[Mapping[str, Any]], *, into: ParsedList) -> None:
+        """Parse one page of a list into `into`. Touches no cache state, so the watcher runs it in its
+        worker thread page by page and drops the raw JSON at once: holding every raw page of a large
+        cluster (150k pods) until the list ends cost about a gigabyte."""
         resources = self.cache.gpu_resources
+        for raw in items:
+            try:
+                if kind == "nodes":
+                    into.nodes.append(parse_node(raw, resources))
+                else:
+                    _uid(raw)
+                    pod = parse_pod(raw, resources)
+                    if pod is not None:  # pods without GPUs never affect accounting
+                        into.pods.append(pod)
+            except ObjectError as exc:
+                into.problems.append(f"{kind[:-1]} {_name(raw)}: {exc}")
+
+    def apply_parsed(self, kind: Kind, parsed: ParsedList) -> None:
         if kind == "nodes":
-            nodes = []
-            for raw in items:
-                try:
-                    nodes.append(parse_node(raw, resources))
-                except ObjectError as exc:
-                    problems.append(f"node {_name(raw)}: {exc}")
-            self.cache.replace_nodes(nodes)
+            self.cache.replace_nodes(parsed.nodes)
         else:
-            pods = []
-            for raw in items:
-                try:
-                    pods.append((_uid(raw), parse_pod(raw, resources)))
-                except ObjectError as exc:
-                    problems.append(f"pod {_name(raw)}: {exc}")
-            self.cache.replace_pods(pods)
+            self.cache.replace_pods(parsed.pods)
         self.state.synced[kind] = True
-        self.state.skipped_objects += len(problems)
+        self.state.skipped_objects += len(parsed.problems)
         self.mark_contact(kind)
-        return problems
 
     def apply_event(self, kind: Kind, event_type: str, raw: Mapping[str, Any]) -> str | None:
         """Apply one watch event; returns a problem description when the object was skipped."""

@@ -20,7 +20,7 @@ from typing import Any
 import kubernetes
 from kubernetes.client.rest import ApiException
 
-from webhook.sync import CacheSync, Kind, parse_items
+from webhook.sync import CacheSync, Kind, ParsedList, parse_items
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +103,10 @@ class Watcher:
                 resource_version = ""
 
     def _list(self, kind: Kind) -> str:
-        items: list[Mapping[str, Any]] = []
+        parsed = ParsedList()
         token = ""
         resource_version = ""
+        count = 0
         while True:
             response = self._call(kind)(
                 limit=LIST_PAGE_SIZE,
@@ -114,18 +115,14 @@ class Watcher:
                 _request_timeout=(CONNECT_TIMEOUT, 60.0),
             )
             page, resource_version, token = parse_items(json.loads(response.data))
-            items.extend(page)
+            self._sync.parse_page(kind, page, into=parsed)  # pure: safe off the event loop
+            count += len(page)
             if not token:
                 break
-        problems: list[str] = []
-
-        def apply() -> None:
-            problems.extend(self._sync.apply_list(kind, items))
-
-        self._apply(apply)
-        for problem in problems:
+        self._apply(functools.partial(self._sync.apply_parsed, kind, parsed))
+        for problem in parsed.problems:
             log.warning("object skipped", extra={"kind": kind, "problem": problem})
-        log.info("cache listed", extra={"kind": kind, "count": len(items), "resource_version": resource_version})
+        log.info("cache listed", extra={"kind": kind, "count": count, "resource_version": resource_version})
         return resource_version
 
     def _watch(self, kind: Kind, resource_version: str) -> str:
