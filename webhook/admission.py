@@ -55,7 +55,7 @@ def admit(request: AdmissionRequest, *, cache: ClusterCache, policy: mutation.Re
         return _skip(request, f"already decided: {annotations[contract.ANNOTATION_DECISION]}")
     spec = _mapping(pod.get("spec"))
     try:
-        gpus = pod_gpus(spec, policy.gpu_resources)
+        gpus = pod_gpus(spec, policy.gpu_resources, checked=True)
         placement = parse_placement(spec)
     except ObjectError as exc:
         raise MalformedReview(f"request.object: {exc}") from exc

@@ -14,6 +14,8 @@ from typing import Any
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
+# Built once: json.dumps(..., separators=...) would construct a new encoder for every response.
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
 # kubectl shows warnings; the API server may truncate long ones (dynamic admission docs).
 MAX_WARNING_CHARS = 120
 
@@ -102,7 +104,7 @@ def build_response(
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(json.dumps(list(patch), separators=(",", ":")).encode()).decode()
+        response["patch"] = base64.b64encode(_COMPACT_JSON.encode(list(patch)).encode()).decode()
     if warnings:
         response["warnings"] = [_warning(w) for w in warnings]
     return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
