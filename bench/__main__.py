@@ -1,0 +1,170 @@
+"""`make bench`: every issue 6 measurement side by side in one run, then the report.
+
+    python -m bench [--quick] [--skip-http] [--skip-real-cluster] [--skip-in-process]
+
+Phases (each prints progress; every server is started and stopped by PID, loopback only):
+  1. decision cost in-process vs cluster size        (fresh subprocess)
+  2. cache scale: initial sync of 5k nodes / 150k pods (fresh subprocesses: today's watcher path, the old one)
+  3. HTTPS load: limit server, then the webhook on synthetic clusters and the Alibaba cluster
+  4. real control plane: 1k nodes / 10k pods -> webhook sync time, naive baseline, pod CREATE
+Writes bench/results.json, bench/results.md and bench/results.png; logs go to bench/out/<run>/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from bench import http_load, realcluster, report
+from tests.cluster import processes
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+SUBPROCESS_TIMEOUT_SECONDS = 300.0
+
+
+def banner(text: str, started: float) -> None:
+    print(f"\n[{time.monotonic() - started:6.1f}s] == {text}", file=sys.stderr, flush=True)
+
+
+def run_json_subprocess(*args: str) -> Any:
+    """`python -m <args>` in a fresh process; its last stdout line is JSON. Progress passes through."""
+    completed = subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=None,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT_SECONDS,
+        env=processes.build_child_environment(None),
+        check=False,
+    )
+    if completed.returncode != 0:
+        raise RuntimeError(f"python -m {' '.join(args)} exited with {completed.returncode}")
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+def build_meta() -> dict[str, Any]:
+    return {
+        "timestamp": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu_count": os.cpu_count(),
+        "cpu_model": _cpu_model(),
+        "python": platform.python_version(),
+        "aiohttp": metadata.version("aiohttp"),
+        "kubernetes_client": metadata.version("kubernetes"),
+        "platform": platform.platform(),
+        "loadavg_before": _loadavg(),
+        "units": "field suffixes: _ms milliseconds, _us microseconds, _s seconds, _mb MiB (VmRSS/VmHWM), _rps req/s",
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description="nimbix-burst webhook benchmarks (issue 6)")
+    parser.add_argument("--quick", action="store_true", help="smaller clusters and shorter phases (a smoke run)")
+    parser.add_argument("--skip-in-process", action="store_true", help="skip decision cost and cache scale")
+    parser.add_argument("--skip-http", action="store_true", help="skip the HTTPS load phase")
+    parser.add_argument("--skip-real-cluster", action="store_true", help="skip the control-plane phase")
+    parser.add_argument("--out", type=Path, default=BENCH_DIR, help="where results.{json,md,png} go")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    started = time.monotonic()
+    run_dir = BENCH_DIR / "out" / datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"meta": build_meta(), "phases_s": {}}
+    print(f"bench: run directory {run_dir} ({'quick' if args.quick else 'full'} run)", file=sys.stderr)
+
+    @contextlib.contextmanager
+    def phase(name: str, title: str) -> Iterator[None]:
+        banner(title, started)
+        phase_started = time.monotonic()
+        yield
+        results["phases_s"][name] = round(time.monotonic() - phase_started, 1)
+
+    if not args.skip_in_process:
+        with phase("decisions", "decision cost in-process vs cluster size"):
+            sizes = "100,1000" if args.quick else "100,1000,5000,10000"
+            results["decisions"] = run_json_subprocess("bench.inprocess", "decisions", "--sizes", sizes)
+        with phase("cache_scale", "cache scale: initial sync through CacheSync.apply_list"):
+            cluster = "synthetic:1000" if args.quick else "synthetic:5000"
+            results["cache_scale"] = {
+                mode: run_json_subprocess("bench.inprocess", "cache-scale", "--cluster", cluster, *flags)
+                for mode, flags in (("watcher", ()), ("held", ("--held",)))
+            }
+
+    if not args.skip_http:
+        with phase("http", "HTTPS load: limit server and the real webhook process"):
+            run_http(args.quick, run_dir, results)
+
+    if not args.skip_real_cluster:
+        with phase("real_cluster", "real control plane: sync time, naive baseline, pod CREATE latency"):
+            results["real_cluster"] = realcluster.run(
+                run_dir / "real",
+                nodes=200 if args.quick else 1000,
+                pods_per_node=10,
+                naive_model_runs=1,
+                naive_raw_runs=2 if args.quick else 3,
+                create_rounds=2 if args.quick else 5,
+                creates_per_round=10 if args.quick else 15,
+            )
+
+    results["meta"]["loadavg_after"] = _loadavg()
+    results["meta"]["duration_s"] = round(time.monotonic() - started, 1)
+    args.out.mkdir(parents=True, exist_ok=True)
+    markdown = report.write_all(results, args.out)
+    banner(f"done; wrote {args.out / 'results.json'}, results.md, results.png", started)
+    print(markdown)
+    return 0
+
+
+def run_http(quick: bool, run_dir: Path, results: dict[str, Any]) -> None:
+    plan = http_load.LoadPlan(
+        rates=(250.0, 500.0, 1000.0),
+        seconds=1.0 if quick else 2.0,
+        connections=8,
+        saturation_seconds=1.5 if quick else 3.0,
+    )
+    targets = (
+        ["synthetic:100", "alibaba"] if quick else ["synthetic:100", "synthetic:1000", "synthetic:5000", "alibaba"]
+    )
+    results["http"] = http_load.run(
+        run_dir / "http",
+        clusters_to_run=targets,
+        plan=plan,
+        log_level_variant="" if quick else "synthetic:1000",
+        profile_cluster="synthetic:100" if quick else "synthetic:5000",
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""The limit: the least an aiohttp TLS webhook can do per request (issue 6 item 1a).
+
+    python -m bench.limit_server --port 8443 --tls-dir DIR
+
+Same stack and TLS setup as the webhook (aiohttp, webhook.tls.ReloadingTLS's SSLContext, one
+process, no access log), but the handler only reads the body and returns a constant allowed
+AdmissionReview. Whatever the real webhook costs beyond this is ours.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from aiohttp import web
+
+from webhook.tls import ReloadingTLS
+
+CONSTANT_RESPONSE = json.dumps(
+    {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "response": {"uid": "00000000-0000-4000-8000-000000000000", "allowed": True},
+    }
+).encode()
+# The webhook's default body limit, so both servers accept the same requests.
+MAX_BODY_BYTES = 8 * 1024 * 1024
+
+
+async def mutate(request: web.Request) -> web.Response:
+    await request.read()
+    return web.Response(body=CONSTANT_RESPONSE, content_type="application/json")
+
+
+async def readyz(_request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+def create_app() -> web.Application:
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    app.router.add_post("/mutate", mutate)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.limit_server")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--tls-dir", type=Path, required=True)
+    args = parser.parse_args(argv)
+    tls = ReloadingTLS(args.tls_dir)
+    web.run_app(
+        create_app(),
+        host=args.host,
+        port=args.port,
+        ssl_context=tls.context,
+        access_log=None,
+        print=None,
+        shutdown_timeout=10,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

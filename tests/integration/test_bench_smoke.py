@@ -1,0 +1,252 @@
+"""Keeps bench/ from rotting: its pure pieces, one in-process timing, the fake list server, and the
+load generator against the limit server for about a second. Structure is asserted, never timing."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+
+from bench import clusters, fake_apiserver, inprocess, profiling, report, stats
+from tests.cluster import addons, processes
+from webhook.model import parse_node, parse_pod
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_synthetic_cluster_is_deterministic_and_shaped_as_specified() -> None:
+    spec = clusters.SyntheticSpec(nodes=20)
+    nodes = list(clusters.synthetic_nodes(spec))
+    records = list(clusters.synthetic_pods(spec))
+    assert len(nodes) == 20
+    assert len(records) == 20 * clusters.PODS_PER_NODE
+    assert records == list(clusters.synthetic_pods(spec))
+    used: dict[str, int] = {}
+    for record in records:
+        if record.node:
+            used[record.node] = used.get(record.node, 0) + record.gpus
+    for i, node in enumerate(nodes):
+        gpus = int(node["status"]["allocatable"].get(clusters.GPU, 0))
+        if spec.is_gpu_node(i):
+            assert 1 <= used[node["metadata"]["name"]] <= gpus == spec.gpus_per_node
+        else:
+            assert gpus == 0
+            assert used.get(node["metadata"]["name"], 0) == 0
+    pending = [r for r in records if not r.node]
+    assert len(pending) == 2
+    assert all(r.gpus == 1 and r.phase == "Pending" for r in pending)
+
+
+def test_rendered_pods_match_built_pods_and_parse() -> None:
+    records = list(clusters.synthetic_pods(clusters.SyntheticSpec(nodes=3)))
+    samples = [records[0], next(r for r in records if r.gpus), next(r for r in records if not r.node)]
+    for record in samples:
+        raw = json.loads(clusters.render_pod(record))
+        assert raw == clusters.build_pod(record)
+        parsed = parse_pod(raw, (clusters.GPU,))
+        assert (parsed is not None) == (record.gpus > 0)
+    node = parse_node(next(clusters.synthetic_nodes(clusters.SyntheticSpec(nodes=1))), (clusters.GPU,))
+    assert node.schedulable
+    assert node.allocatable == {clusters.GPU: 8}
+
+
+def test_review_body_is_a_few_kb_with_a_uid_placeholder() -> None:
+    body = clusters.review_body(gpus=1, dry_run=True)
+    review = json.loads(body)
+    assert 3_000 < len(body) < 10_000
+    assert review["request"]["uid"] == clusters.UID_PLACEHOLDER
+    assert review["request"]["dryRun"] is True
+    assert review["request"]["object"]["metadata"]["labels"]["task-type"] == "Nimbix"
+
+
+@pytest.mark.skipif(not clusters.ALIBABA_DIR.is_dir(), reason="the Alibaba trace is not next to the checkout")
+def test_alibaba_first_fit_binds_only_running_pods_within_capacity() -> None:
+    nodes = clusters.read_trace_nodes(clusters.ALIBABA_DIR / clusters.ALIBABA_NODES)
+    pods = clusters.read_trace_pods(clusters.ALIBABA_DIR / clusters.ALIBABA_PODS)
+    assert (len(nodes), len(pods)) == (1523, 8152)
+    placed = clusters.place_first_fit(nodes, pods)
+    phases = {p.name: p.phase for p in pods}
+    assert {phases[name] for name in placed} == {"Running"}
+    used: dict[str, int] = {}
+    for pod in pods:
+        if pod.name in placed:
+            used[placed[pod.name]] = used.get(placed[pod.name], 0) + pod.gpus
+    capacity = {n.name: n.gpus for n in nodes}
+    assert all(used[name] <= capacity[name] for name in used)
+
+
+def test_in_process_decision_timing_reports_both_outcomes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(inprocess, "BATCH_SECONDS", 0.002)
+    policy = inprocess.default_policy()
+    sync = inprocess.fill_cache("synthetic:100", policy, gpu_only=True)
+    assert sync.fully_synced
+    assert sync.cache.node_count == 100
+    rows = [inprocess.measure_case("synthetic:100", sync, case, policy) for case in inprocess.SYNTHETIC_CASES]
+    assert [row["outcome"] for row in rows] == ["local", "remote", "remote"]
+    assert all(row["decide_us"] > 0 and row["admit_us"] > 0 and row["handler_us"] > 0 for row in rows)
+    assert rows[0]["claims"] == 10
+
+
+@pytest.mark.parametrize("held", [False, True], ids=["watcher-path", "held-pages"])
+def test_cache_scale_syncs_every_pod(held: bool) -> None:
+    result = inprocess.run_cache_scale("synthetic:100", held=held)
+    assert (result["nodes"], result["pods_listed"], result["gpu_pods_cached"]) == (100, 3000, 191)
+    assert result["ready"] is True
+    assert result["rss_after_sync_mb"] > 0 and result["rss_before_mb"] > 0
+
+
+def test_profile_categories_split_the_request_path() -> None:
+    lines = [
+        "main (webhook/__main__.py:1);mutate (webhook/app.py:50);admit (webhook/admission.py:60) 30",
+        "main (webhook/__main__.py:1);mutate (webhook/app.py:70);info (logging/__init__.py:1) 10",
+        "main (webhook/__main__.py:1);write (asyncio/sslproto.py:1) 60",
+        "run (threading.py:1);_watch (webhook/watching.py:1) 25",
+    ]
+    shares = profiling.categorize(lines)
+    assert shares["admit(): shape checks, GPU request, decide, patch"] == 30.0
+    assert shares["logging: the per-admission JSON line"] == 10.0
+    assert shares[profiling.OTHER] == 60.0
+    assert shares["watch threads (list/watch; mostly blocked in recv), % of all samples"] == 20.0
+
+
+def test_stats_percentiles() -> None:
+    summary = stats.summarize_seconds([0.001 * i for i in range(1, 101)])
+    assert (summary["count"], summary["p50_ms"], summary["p99_ms"], summary["max_ms"]) == (100, 50.0, 99.0, 100.0)
+    assert stats.summarize_seconds([])["count"] == 0
+    assert stats.ratio(1.0, 0.0) is None
+
+
+async def test_fake_apiserver_pages_and_bookmarks(aiohttp_client: Any) -> None:
+    items = [json.dumps({"metadata": {"name": f"n{i}"}}).encode() for i in range(5)]
+    client: TestClient[Any, Any] = await aiohttp_client(fake_apiserver.create_app(items, []))
+    names: list[str] = []
+    token = ""
+    while True:
+        response = await client.get("/api/v1/nodes", params={"limit": "2", **({"continue": token} if token else {})})
+        body = await response.json()
+        names += [item["metadata"]["name"] for item in body["items"]]
+        token = body["metadata"].get("continue", "")
+        if not token:
+            break
+    assert names == [f"n{i}" for i in range(5)]
+    watch = await client.get("/api/v1/pods", params={"watch": "True", "timeoutSeconds": "0"})
+    first = json.loads((await watch.read()).splitlines()[0])
+    assert first["type"] == "BOOKMARK"
+
+
+def _wait_for_port(port: int, server: processes.ManagedProcess, *, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert processes.is_running(server), processes.read_log_tail(server.log_path)
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"limit server not listening on {port}")
+
+
+def test_loadgen_against_the_limit_server(tmp_path: Path) -> None:
+    tls_dir = tmp_path / "tls"
+    addons.make_webhook_tls(tls_dir)
+    port = processes.free_port()
+    server = processes.start_process(
+        "limit-server",
+        [sys.executable, "-m", "bench.limit_server", "--port", str(port), "--tls-dir", str(tls_dir)],
+        log_path=tmp_path / "limit.log",
+        cwd=REPO_ROOT,
+    )
+    try:
+        body = tmp_path / "review.json"
+        body.write_bytes(clusters.review_body(gpus=1, dry_run=True))
+        _wait_for_port(port, server)
+        completed = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bench.loadgen",
+                "--url",
+                f"https://127.0.0.1:{port}/mutate",
+                "--ca",
+                str(tls_dir / "ca.crt"),
+                "--body",
+                str(body),
+                "--rates",
+                "200",
+                "--seconds",
+                "0.5",
+                "--connections",
+                "2",
+                "--saturation-seconds",
+                "0.5",
+            ],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        processes.stop_process(server)
+    assert completed.returncode == 0, completed.stderr
+    result = json.loads(completed.stdout.strip().splitlines()[-1])
+    (phase,) = result["open_loop"]
+    assert phase["offered_rps"] == 200
+    assert phase["completed"] > 0
+    assert phase["errors"] == 0
+    assert phase["latency"]["count"] == phase["completed"]
+    assert result["saturation"]["completed"] > 0
+    assert result["requests_total"] >= phase["completed"] + result["saturation"]["completed"]
+
+
+def test_report_writes_json_markdown_and_plot(tmp_path: Path) -> None:
+    load = {
+        "body_bytes": 5000,
+        "open_loop": [{"offered_rps": 1000.0, "latency": stats.summarize_seconds([0.001, 0.002])}],
+        "saturation": {"throughput_rps": 1000.0},
+        "server_cpu_us_per_request": 400.0,
+        "client_cpu_s": 1.0,
+        "elapsed_s": 2.0,
+    }
+    webhook_run = {
+        "cluster": "synthetic:5000",
+        "nodes": 5000,
+        "pods": 150000,
+        "webhook_start_to_ready_s": 10.0,
+        "webhook_memory_after_sync": {"rss_mb": 150.0, "peak_rss_mb": 300.0},
+        "cases": {"local": load, "remote": load},
+    }
+    results: dict[str, Any] = {
+        "meta": {
+            "timestamp": "now",
+            "duration_s": 1.0,
+            "cpu_count": 2,
+            "cpu_model": "test",
+            "python": "3",
+            "aiohttp": "3",
+            "loadavg_before": "0",
+            "loadavg_after": "0",
+        },
+        "http": {
+            "plan": {
+                "rates_rps": [1000.0],
+                "seconds_per_rate": 1,
+                "saturation_connections": 8,
+                "saturation_seconds": 1,
+            },
+            "limit": load,
+            "webhook": [webhook_run],
+        },
+    }
+    markdown = report.write_all(results, tmp_path)
+    assert "## Performance" in markdown
+    assert [t["met"] for t in results["targets"]] == [True, True, True]
+    assert json.loads((tmp_path / "results.json").read_text())["targets"]
+    assert (tmp_path / "results.png").stat().st_size > 0
