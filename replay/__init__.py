@@ -1,0 +1,1 @@
+"""What-if replay of a GPU cluster trace through the real stack (`make replay`; see README.md)."""

@@ -1,0 +1,364 @@
+"""The independent wrong-burst detector: a slow, plain reference for "could a node host this pod
+at that moment?", evaluated over the history the replay recorded (pure).
+
+The reference, recomputed from scratch for every question (no incremental bookkeeping to get
+wrong):
+
+  free(node) = allocatable - sum of requests of non-terminal pods bound to the node
+  claims     = unbound non-terminal pods that request GPUs, plus pods decided "local" whose
+               creation the watch has not shown yet; each is placed best-fit (fewest free GPUs
+               that still fit, in the order they were first seen) and takes what it needs
+  fits(pod)  = some single schedulable node the pod tolerates and whose labels match its
+               nodeSelector and required node affinity has free - claims >= the pod's request,
+               for every resource checked
+
+Timing. The webhook decides from its own watch, the reference from the replay's; the two can be
+a few events apart, and a GPU freed a millisecond before an admission is a race, not a wrong
+decision. So a decision is judged over its whole window, from `race_window` seconds before it
+started until it finished: a burst is *wrong* only if the pod fits at every moment of the
+window (claims counted); a keep-local decision is *unprovidable* only if it fits at no moment.
+The unguarded count (fits when the decision finished, claims ignored) is kept as an upper bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from replay.history import GPU, Decision, NodeSeen, Observation, Placement, PodSeen, Requirement, Toleration
+
+GPU_ONLY: tuple[str, ...] = (GPU,)
+ALL_RESOURCES: tuple[str, ...] = (GPU, "cpu", "memory")
+
+
+def tolerated(taint: tuple[str, str, str], tolerations: Iterable[Toleration]) -> bool:
+    key, value, effect = taint
+    for t in tolerations:
+        if t.effect and t.effect != effect:
+            continue
+        if t.operator == "Exists" and (not t.key or t.key == key):
+            return True
+        if t.operator == "Equal" and t.key == key and t.value == value:
+            return True
+    return False
+
+
+def requirement_holds(requirement: Requirement, labels: Mapping[str, str]) -> bool:
+    if requirement.operator == "In":
+        return labels.get(requirement.key) in requirement.values
+    if requirement.operator == "NotIn":
+        return labels.get(requirement.key) not in requirement.values
+    if requirement.operator == "Exists":
+        return requirement.key in labels
+    if requirement.operator == "DoesNotExist":
+        return requirement.key not in labels
+    return False
+
+
+def eligible(node: NodeSeen, placement: Placement) -> bool:
+    """May the scheduler put a pod with this placement on this node at all (resources aside)?"""
+    if node.unschedulable:
+        return False
+    if not all(tolerated(taint, placement.tolerations) for taint in node.taints):
+        return False
+    if any(node.labels.get(k) != v for k, v in placement.node_selector.items()):
+        return False
+    if placement.terms is None:
+        return True
+    # Terms are ORed; an empty term matches nothing.
+    return any(term and all(requirement_holds(r, node.labels) for r in term) for term in placement.terms)
+
+
+class ReferenceState:
+    """Nodes and pods as the replay's watch showed them, plus local decisions not yet seen.
+
+    `version` changes whenever something that holds or offers capacity changes (not, say, a
+    pod's status message), so answers can be reused while it stays the same.
+    """
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, NodeSeen] = {}
+        self.pods: dict[str, PodSeen] = {}  # insertion order = first seen
+        self.unseen_local: dict[str, Decision] = {}
+        self.version = 0
+
+    def apply(self, observation: Observation) -> None:
+        name = observation.name
+        if observation.kind == "node" and observation.node is not None:
+            self.version += self.nodes.get(name) != observation.node
+            self.nodes[name] = observation.node
+        elif observation.kind == "node-deleted":
+            self.version += self.nodes.pop(name, None) is not None
+        elif observation.kind == "pod" and observation.pod is not None:
+            old = self.pods.get(name)
+            self.version += old is None or _holding(old) != _holding(observation.pod) or name in self.unseen_local
+            self.pods[name] = observation.pod
+            self.unseen_local.pop(name, None)
+        elif observation.kind == "pod-deleted":
+            self.version += name in self.pods or name in self.unseen_local
+            self.pods.pop(name, None)
+            self.unseen_local.pop(name, None)
+
+    def decided_local(self, decision: Decision) -> None:
+        if decision.key not in self.pods:
+            self.unseen_local[decision.key] = decision
+            self.version += 1
+
+
+def _holding(pod: PodSeen) -> tuple[object, ...]:
+    return (pod.node, pod.terminal, pod.requests, pod.placement)
+
+
+Usage = dict[str, dict[str, int]]
+
+
+def used_per_node(state: ReferenceState, resources: Sequence[str]) -> Usage:
+    """Requests of the non-terminal pods bound to each node, per resource (GPUs always)."""
+    counted = tuple(dict.fromkeys((GPU, *resources)))
+    used: Usage = {}
+    for pod in state.pods.values():
+        if pod.terminal or not pod.node:
+            continue
+        node_used = used.setdefault(pod.node, {})
+        for r in counted:
+            node_used[r] = node_used.get(r, 0) + pod.requests.get(r, 0)
+    return used
+
+
+def nodes_with_free_gpus(state: ReferenceState, used: Usage) -> list[str]:
+    return [name for name, node in state.nodes.items() if node.allocatable.get(GPU, 0) > used.get(name, {}).get(GPU, 0)]
+
+
+def free_capacity(
+    state: ReferenceState,
+    resources: Sequence[str],
+    *,
+    exclude: str = "",
+    min_gpus: int = 0,
+    used: Usage | None = None,
+    gpu_free_nodes: Sequence[str] | None = None,
+) -> dict[str, dict[str, int]]:
+    """allocatable - requests of the non-terminal pods bound to each node, per resource; only
+    nodes with at least `min_gpus` free GPUs. `exclude`: a pod not to count (the one judged).
+    `used` and `gpu_free_nodes` may be passed in when already computed for this state."""
+    used = used_per_node(state, resources) if used is None else used
+    mine = state.pods.get(exclude)
+    own_node = mine.node if mine is not None and mine.node and not mine.terminal else ""
+    names: Sequence[str] = list(state.nodes)
+    if min_gpus > 0:
+        names = nodes_with_free_gpus(state, used) if gpu_free_nodes is None else gpu_free_nodes
+        if own_node and own_node not in names and own_node in state.nodes:
+            names = [*names, own_node]  # free once the judged pod itself is not counted
+    free = {}
+    for name in names:
+        node = state.nodes[name]
+        node_used = used.get(name, {})
+        own = mine.requests if name == own_node and mine is not None else {}
+        if node.allocatable.get(GPU, 0) - node_used.get(GPU, 0) + own.get(GPU, 0) < min_gpus:
+            continue
+        free[name] = {r: node.allocatable.get(r, 0) - node_used.get(r, 0) + own.get(r, 0) for r in resources}
+    return free
+
+
+def _claims(state: ReferenceState, exclude: str) -> list[tuple[Mapping[str, int], Placement]]:
+    claims: list[tuple[Mapping[str, int], Placement]] = [
+        (pod.requests, pod.placement)
+        for key, pod in state.pods.items()
+        if key != exclude and not pod.node and not pod.terminal and pod.requests.get(GPU, 0) > 0
+    ]
+    claims += [(d.requests, d.placement) for key, d in state.unseen_local.items() if key != exclude]
+    return claims
+
+
+def _covers(room: Mapping[str, int], need: Mapping[str, int], resources: Sequence[str]) -> bool:
+    return all(room[r] >= need.get(r, 0) for r in resources)
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    fits: bool  # claims counted
+    fits_ignoring_claims: bool
+
+
+def _host_exists(
+    state: ReferenceState,
+    free: Mapping[str, Mapping[str, int]],
+    requests: Mapping[str, int],
+    placement: Placement,
+    resources: Sequence[str],
+) -> bool:
+    return any(
+        _covers(room, requests, resources) and eligible(state.nodes[name], placement) for name, room in free.items()
+    )
+
+
+def _place_claims(
+    state: ReferenceState, free: dict[str, dict[str, int]], resources: Sequence[str], exclude: str
+) -> None:
+    for need, claim_placement in _claims(state, exclude):
+        candidates = [
+            name
+            for name, room in free.items()
+            if room[GPU] >= need.get(GPU, 0)
+            and _covers(room, need, resources)
+            and eligible(state.nodes[name], claim_placement)
+        ]
+        if candidates:
+            best = min(candidates, key=lambda name: (free[name][GPU], name))
+            for r in resources:
+                free[best][r] -= need.get(r, 0)
+
+
+def answer(
+    state: ReferenceState,
+    requests: Mapping[str, int],
+    placement: Placement,
+    *,
+    resources: Sequence[str],
+    exclude: str,
+    used: Usage | None = None,
+    gpu_free_nodes: Sequence[str] | None = None,
+) -> Answer:
+    """Could some single node host a pod with these requests now? `exclude` is the pod itself."""
+    resources = tuple(dict.fromkeys((GPU, *resources)))  # claims are placed by GPUs: always counted
+    # Every claim asks for a GPU, and so does every pod judged here: nodes without a free GPU can
+    # host none of them, so they are left out (the checker's only shortcut).
+    min_gpus = 1 if requests.get(GPU, 0) > 0 else 0
+    free = free_capacity(state, resources, exclude=exclude, min_gpus=min_gpus, used=used, gpu_free_nodes=gpu_free_nodes)
+    ignoring_claims = _host_exists(state, free, requests, placement, resources)
+    _place_claims(state, free, resources, exclude)
+    return Answer(
+        fits=ignoring_claims and _host_exists(state, free, requests, placement, resources),
+        fits_ignoring_claims=ignoring_claims,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Does a pod fit at every moment from `start` to `end`? (or, with expect_fit False: never?)"""
+
+    ident: int
+    start: float
+    end: float
+    requests: Mapping[str, int]
+    placement: Placement
+    exclude: str  # the pod itself
+    expect_fit: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WindowAnswer:
+    throughout: bool  # the reference answered `expect_fit` at every moment of the window
+    fits_at_start: bool
+    fits_at_end_ignoring_claims: bool
+
+
+def evaluate(
+    history: Sequence[Observation],
+    local_decisions: Sequence[Decision],
+    windows: Sequence[Window],
+    *,
+    resources: Sequence[str],
+) -> dict[int, WindowAnswer]:
+    """Replays the history in time order and answers each window from the states inside it.
+
+    Everything stamped at or before a moment is applied first; a local decision claims its GPUs
+    from the moment its CREATE was sent. A window is re-checked after every change inside it
+    until its answer first differs from `expect_fit` (then it is settled: not throughout).
+    """
+    timeline: list[tuple[float, int, int, Observation | Decision | Window]] = []
+    timeline += [(o.at, 0, i, o) for i, o in enumerate(history)]
+    timeline += [(d.started, 1, i, d) for i, d in enumerate(local_decisions)]
+    timeline += [(w.start, 2, i, w) for i, w in enumerate(windows)]
+    timeline += [(w.end, 3, i, w) for i, w in enumerate(windows)]
+    timeline.sort(key=lambda item: item[:3])
+    state = ReferenceState()
+    open_windows: dict[int, Window] = {}
+    at_start: dict[int, bool] = {}
+    answers: dict[int, WindowAnswer] = {}
+    cache: dict[int, tuple[Usage, list[str]]] = {}  # state version -> usage (one entry)
+
+    def check(window: Window) -> Answer:
+        if state.version not in cache:
+            cache.clear()
+            used = used_per_node(state, resources)
+            cache[state.version] = (used, nodes_with_free_gpus(state, used))
+        used, gpu_free = cache[state.version]
+        return answer(
+            state,
+            window.requests,
+            window.placement,
+            resources=resources,
+            exclude=window.exclude,
+            used=used,
+            gpu_free_nodes=gpu_free,
+        )
+
+    for _, rank, _, item in timeline:
+        if isinstance(item, Observation | Decision):
+            before = state.version
+            if isinstance(item, Observation):
+                state.apply(item)
+            else:
+                state.decided_local(item)
+            if state.version == before:
+                continue
+            for ident, window in list(open_windows.items()):
+                if check(window).fits != window.expect_fit:
+                    del open_windows[ident]
+        elif rank == 2:
+            at_start[item.ident] = check(item).fits
+            if at_start[item.ident] == item.expect_fit:
+                open_windows[item.ident] = item
+        else:
+            last = check(item)
+            held = open_windows.pop(item.ident, None) is not None and last.fits == item.expect_fit
+            answers[item.ident] = WindowAnswer(held, at_start[item.ident], last.fits_ignoring_claims)
+    return answers
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    decision: Decision
+    contradicted_throughout: bool  # the reference disagreed with the decision at every moment
+    fits_at_start: bool  # race_window before the decision started, claims counted
+    fits_at_end_ignoring_claims: bool
+
+    @property
+    def wrong_burst(self) -> bool:
+        """Burst although some node could host it throughout the decision (claims counted)."""
+        return self.decision.kind == "remote" and self.contradicted_throughout
+
+    @property
+    def wrong_burst_upper_bound(self) -> bool:
+        return self.decision.kind == "remote" and self.fits_at_end_ignoring_claims
+
+    @property
+    def unprovidable_local(self) -> bool:
+        """Kept local although no node could host it at any moment of the decision."""
+        return self.decision.kind == "local" and self.contradicted_throughout
+
+
+def judge(
+    history: Sequence[Observation],
+    decisions: Sequence[Decision],
+    *,
+    race_window: float,
+    resources: Sequence[str] = GPU_ONLY,
+) -> list[Verdict]:
+    """One verdict per decision, judged over [started - race_window, finished]."""
+    windows = [
+        Window(i, d.started - race_window, d.finished, d.requests, d.placement, d.key, expect_fit=d.kind == "remote")
+        for i, d in enumerate(decisions)
+    ]
+    local = [d for d in decisions if d.kind == "local"]
+    answers = evaluate(history, local, windows, resources=resources)
+    return [
+        Verdict(
+            decision=d,
+            contradicted_throughout=answers[i].throughout,
+            fits_at_start=answers[i].fits_at_start,
+            fits_at_end_ignoring_claims=answers[i].fits_at_end_ignoring_claims,
+        )
+        for i, d in enumerate(decisions)
+    ]

@@ -1,0 +1,155 @@
+"""The report: a JSON document, a Markdown/terminal table and a PNG timeline.
+
+`build_document` and `build_table` are pure; `write_png` and `write_files` do the I/O
+(matplotlib with the Agg backend: no display needed).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from replay.accounting import POLICY_TITLES, Distribution, PolicySummary
+
+HOUR = 3600.0
+
+
+def _hours(seconds: float) -> str:
+    if seconds < HOUR:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / HOUR:.1f} h"
+
+
+def _dist_hours(d: Distribution) -> str:
+    if not d.count:
+        return "-"
+    return f"p50 {_hours(d.p50)}, p90 {_hours(d.p90)}, max {_hours(d.max)}"
+
+
+def _dist_ms(d: Distribution) -> str:
+    if not d.count:
+        return "-"
+    return f"p50 {d.p50:.1f}, p99 {d.p99:.1f}, max {d.max:.1f} (n={d.count})"
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{part} ({100.0 * part / whole:.1f} %)" if whole else str(part)
+
+
+Row = tuple[str, Callable[[PolicySummary], str]]
+
+ROWS: tuple[Row, ...] = (
+    ("GPU pods replayed (+ CPU pods)", lambda s: f"{s.gpu_pods} (+{s.cpu_pods})"),
+    ("pods burst to Nimbix", lambda s: _percent(s.burst, s.gpu_pods)),
+    ("GPU-hours sent to Nimbix", lambda s: f"{s.remote_gpu_hours:,.1f}"),
+    ("cost estimate (USD)", lambda s: f"{s.remote_cost:,.0f}"),
+    ("peak / mean local GPUs in use", lambda s: f"{s.local_gpus_peak:.0f} / {s.local_gpus_mean:.1f}"),
+    ("peak Nimbix GPUs in use", lambda s: f"{s.remote_gpus_peak:.0f}"),
+    ("peak GPU pods waiting unbound", lambda s: f"{s.waiting_peak:.0f}"),
+    ("pods ever Pending for GPUs", lambda s: _percent(s.pending_for_gpus, s.gpu_pods)),
+    ("  how long (trace time)", lambda s: _dist_hours(s.pending_trace_seconds)),
+    ("  still Pending at the end", lambda s: str(s.still_pending_at_end)),
+    (
+        "  ... no node had the GPUs / GPUs+CPU+memory",
+        lambda s: f"{s.pending_unprovidable} / {s.pending_unprovidable_all}",
+    ),
+    (
+        "kept local, no node had GPUs / GPUs+CPU+mem",
+        lambda s: f"{s.unprovidable_local} / {s.unprovidable_local_all}",
+    ),
+    ("creation -> burst delay (trace time)", lambda s: _dist_hours(s.burst_delay_trace_seconds)),
+    ("wrong bursts (GPU+CPU+memory fit)", lambda s: _percent(s.wrong_bursts, s.burst)),
+    ("  by GPUs alone / unguarded upper bound", lambda s: f"{s.wrong_bursts_gpu_only} / {s.wrong_bursts_upper_bound}"),
+    ("stranded (kept local, not bound in time)", lambda s: str(s.stranded)),
+    ("webhook admission latency ms", lambda s: _dist_ms(s.admission_latency_ms)),
+    ("pod CREATE latency ms (client)", lambda s: _dist_ms(s.create_latency_ms)),
+    ("replay wall time", lambda s: f"{s.replay_wall_seconds:.0f} s (max lag {s.max_lag_seconds:.2f} s)"),
+)
+
+
+def build_table(summaries: Sequence[PolicySummary]) -> str:
+    """A Markdown table, one column per policy (also readable in a terminal)."""
+    header = ["", *(POLICY_TITLES[s.policy] for s in summaries)]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for title, cell in ROWS:
+        lines.append("| " + " | ".join([title, *(cell(s) for s in summaries)]) + " |")
+    return "\n".join(lines)
+
+
+def _summary_dict(summary: PolicySummary) -> dict[str, Any]:
+    data = asdict(summary)
+    data["title"] = POLICY_TITLES[summary.policy]
+    return data
+
+
+def build_document(
+    summaries: Sequence[PolicySummary], *, config: Mapping[str, Any], setup: Mapping[str, Any]
+) -> dict[str, Any]:
+    return {
+        "config": dict(config),
+        "setup": dict(setup),
+        "policies": {s.policy: _summary_dict(s) for s in summaries},
+    }
+
+
+def build_markdown(table: str, *, config: Mapping[str, Any], setup: Mapping[str, Any], notes: Sequence[str]) -> str:
+    lines = [
+        "# What-if replay",
+        "",
+        f"Trace: `{config['pods']}` pods {config['start_index']}..{config['start_index'] + config['count'] - 1} "
+        f"on `{config['nodes']}` ({setup['nodes']} nodes, {setup['total_gpus']} GPUs), "
+        f"compression {config['compression']:g}x, background leaves {setup['free_gpus']} GPUs free, "
+        f"price {config['price_per_gpu_hour']:.2f} USD per GPU-hour (an assumption).",
+        "",
+        f"Setup: {setup.get('node_creation_seconds', '?')} s to create the nodes, "
+        f"{setup.get('background_pods', 0)} background pods, {setup.get('preload_pods', 0)} pods preloaded; "
+        f"whole run {setup.get('total_wall_seconds', '?')} s of wall time.",
+        "",
+        table,
+        "",
+        *(f"- {note}" for note in notes),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def write_png(path: Path, summaries: Sequence[PolicySummary], *, free_gpus: int, trace_start: float) -> None:
+    import matplotlib  # noqa: PLC0415 - heavy; only needed here
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot  # noqa: PLC0415
+
+    figure, (local_axis, waiting_axis, remote_axis) = pyplot.subplots(3, 1, figsize=(11, 9), sharex=True)
+    for s in summaries:
+        for axis, series in (
+            (local_axis, s.local_timeline),
+            (waiting_axis, s.waiting_timeline),
+            (remote_axis, s.remote_timeline),
+        ):
+            if series:
+                xs = [(t - trace_start) / HOUR for t, _ in series]
+                axis.step(xs, [v for _, v in series], where="post", label=POLICY_TITLES[s.policy])
+    local_axis.axhline(free_gpus, color="grey", linestyle="--", linewidth=1, label="GPUs left by the background")
+    local_axis.set_ylabel("local GPUs allocated\n(replayed pods)")
+    local_axis.legend(loc="upper left", fontsize=8)
+    local_axis.grid(alpha=0.3)
+    waiting_axis.set_ylabel("GPU pods waiting\n(unbound)")
+    waiting_axis.legend(loc="upper left", fontsize=8)
+    waiting_axis.grid(alpha=0.3)
+    remote_axis.set_ylabel("Nimbix GPUs in use")
+    remote_axis.set_xlabel("trace time since the slice start (hours)")
+    remote_axis.legend(loc="upper left", fontsize=8)
+    remote_axis.grid(alpha=0.3)
+    figure.suptitle("What-if replay: GPU allocation over (trace) time")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    pyplot.close(figure)
+
+
+def write_files(out_dir: Path, *, document: Mapping[str, Any], markdown: str) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "report.json").write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
+    (out_dir / "report.md").write_text(markdown)

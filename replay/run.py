@@ -1,0 +1,333 @@
+"""The replay's imperative shell: build the cluster once, play each policy on it in turn, then
+judge, account and report (the pure parts live in plan, checker, accounting and report).
+
+Policies run one after another on the same control plane: nodes and background are built once
+(identical starting state, and ~20 s saved per policy), and each policy gets its own namespace,
+emptied (grace 0) before the next starts. Not in parallel: with two cores, concurrent runs would
+slow each other unevenly, and every duration the replay measures is wall time times the
+compression.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from replay import accounting, cluster, objects, report
+from replay.accounting import Policy, PolicySummary, RunRecord
+from replay.driver import WORKERS, Driver
+from replay.plan import Plan, build_plan
+from replay.recorder import Recorder
+from replay.settings import Settings
+from replay.trace import parse_nodes, parse_pods
+from tests.cluster import addons
+from tests.cluster.controlplane import ControlPlane
+
+BACKGROUND_NAMESPACE = "replay-background"
+WATCH_SYNC_TIMEOUT = 60.0
+WEBHOOK_ACTIVE_TIMEOUT = 30.0
+# The webhook as it would be deployed, except: a short reservation TTL (a reservation is released
+# as soon as its pod shows up in the watch, which takes milliseconds here; the TTL only matters
+# for pods that never appear) and only the GPU resource the replay uses.
+WEBHOOK_ARGS = ("--reservation-ttl-seconds", "10", "--gpu-resources", objects.GPU_RESOURCE)
+# Kept back from --max-wall-seconds for judging, accounting and writing the report.
+ANALYSIS_RESERVE_SECONDS = 45.0
+# Per policy, besides the replay itself: namespace, preload, watch list, (webhook), wipe.
+POLICY_OVERHEAD_SECONDS = 15.0
+
+
+def say(message: str) -> None:
+    sys.stdout.write(message + "\n")
+    sys.stdout.flush()
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def describe_plan(plan: Plan, settings: Settings) -> list[str]:
+    span = plan.end - plan.start
+    gpu_pods = sum(1 for name in plan.replay if plan.pods[name].row.gpus > 0)
+    return [
+        f"slice: pods {settings.start_index}..{settings.start_index + len(plan.replay) - 1} "
+        f"({gpu_pods} GPU pods), {span / 86400:.2f} trace days -> {span / settings.compression:.0f} s per policy "
+        f"at {settings.compression:g}x",
+        f"cluster: {len(plan.nodes)} nodes, {plan.total_gpus} GPUs; background: {len(plan.background)} holder pods "
+        f"leave {plan.free_gpus} GPUs free; preload: {len(plan.preload)} pods running at the slice start"
+        + (f" ({plan.preload_skipped} did not fit)" if plan.preload_skipped else ""),
+        f"events: {len(plan.events)} (creations and deletions)",
+    ]
+
+
+def _wait_webhook_active(core: Any, namespace: str) -> None:
+    """Dry-run creates of a labeled GPU pod until the webhook's annotation shows up: the API
+    server picks up a new MutatingWebhookConfiguration asynchronously. Dry runs leave no trace
+    (no reservation either)."""
+    probe = objects.build_pod(
+        "webhook-probe",
+        namespace=namespace,
+        cpu="1",
+        memory="1Gi",
+        gpus=1,
+        labels={"task-type": "Nimbix"},
+    )
+    deadline = time.monotonic() + WEBHOOK_ACTIVE_TIMEOUT
+    while time.monotonic() < deadline:
+        response = core.create_namespaced_pod(namespace, probe, dry_run="All", _preload_content=False)
+        annotations = (json.loads(response.data).get("metadata") or {}).get("annotations") or {}
+        if "nimbix-burst.io/decision" in annotations:
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"webhook registered but not called after {WEBHOOK_ACTIVE_TIMEOUT:g}s")
+
+
+def parse_admission_latencies(lines: Sequence[str]) -> list[float]:
+    """latency_ms of the webhook's `"message": "admission"` JSON log lines (dry runs excluded)."""
+    latencies = []
+    for line in lines:
+        if '"admission"' not in line:
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("message") == "admission" and not entry.get("dry_run") and "latency_ms" in entry:
+            latencies.append(float(entry["latency_ms"]))
+    return latencies
+
+
+class Replay:
+    def __init__(self, settings: Settings, *, plan: Plan, plane: ControlPlane, core: Any, deadline: float) -> None:
+        self.settings = settings
+        self.plan = plan
+        self.plane = plane
+        self.core = core
+        self.deadline = deadline
+
+    def build_background(self) -> float:
+        began = time.monotonic()
+        cluster.create_namespace(self.core, BACKGROUND_NAMESPACE)
+        holders = [objects.build_holder_pod(h, namespace=BACKGROUND_NAMESPACE) for h in self.plan.background]
+        if holders:
+            cluster.kubectl_bulk(self.plane, ["create"], holders)
+        return time.monotonic() - began
+
+    def _policy_deadline(self, policies_left: int) -> float:
+        now = time.monotonic()
+        budget = self.deadline - ANALYSIS_RESERVE_SECONDS - now - POLICY_OVERHEAD_SECONDS * policies_left
+        return now + max(budget / policies_left, 0.0) + POLICY_OVERHEAD_SECONDS
+
+    def run_policy(self, policy: Policy, *, policies_left: int) -> RunRecord:
+        settings, plan = self.settings, self.plan
+        namespace = f"replay-{policy}"
+        deadline = self._policy_deadline(policies_left)
+        cluster.create_namespace(self.core, namespace)
+        preload = [
+            objects.build_preload_pod(
+                plan.pods[name].row,
+                name=name,
+                namespace=namespace,
+                node=plan.pods[name].node,
+                model_label=settings.model_label,
+            )
+            for name in plan.preload
+        ]
+        if preload:
+            cluster.kubectl_bulk(self.plane, ["create"], preload)
+        driver = Driver(
+            self.core,
+            plan,
+            policy=policy,
+            namespace=namespace,
+            compression=settings.compression,
+            model_label=settings.model_label,
+            stranded_timeout=settings.stranded_timeout,
+            say=say,
+        )
+        recorder = Recorder(self.core, on_pod=driver.on_pod)
+        recorder.start()
+        hook: addons.WebhookProcess | None = None
+        config_name = ""
+        notes: list[str] = []
+        try:
+            recorder.wait_synced(WATCH_SYNC_TIMEOUT)
+            if policy == "webhook":
+                run_dir = self.plane.run_dir / "webhook"
+                hook = addons.start_webhook(run_dir, kubeconfig=self.plane.kubeconfig_path, args=WEBHOOK_ARGS)
+                config_name = addons.register_webhook(self.plane, hook, name_suffix="-replay")
+                _wait_webhook_active(self.core, namespace)
+                say(f"  webhook pid {hook.process.pid} registered ({config_name}); log {hook.process.log_path}")
+            result = driver.run(recorder, deadline=deadline)
+        finally:
+            recorder.stop()
+            if config_name:
+                self.plane.kubectl("delete", "mutatingwebhookconfiguration", config_name, "--ignore-not-found")
+            if hook is not None:
+                addons.stop_webhook(hook)
+        latencies: list[float] = []
+        if hook is not None:
+            latencies = parse_admission_latencies(hook.process.log_path.read_text().splitlines())
+        if recorder.errors:
+            notes.append(f"replay watch errors: {recorder.errors[:3]}")
+        cluster.wipe_namespace(self.core, namespace)
+        return RunRecord(
+            policy=policy,
+            namespace=namespace,
+            compression=settings.compression,
+            trace_start=plan.start,
+            trace_end=plan.end,
+            wall_start=result.wall_start,
+            wall_end=result.wall_end,
+            replay_wall_seconds=result.replay_wall_seconds,
+            pods=list(driver.outcomes.values()),
+            history=recorder.observations(),
+            create_latencies_ms=result.create_latencies_ms,
+            admission_latencies_ms=latencies,
+            max_lag_seconds=result.max_lag_seconds,
+            truncated=result.truncated,
+            preload_pods=len(plan.preload),
+            notes=tuple(notes),
+        )
+
+
+def build_notes(settings: Settings, plan: Plan, runs: Sequence[RunRecord]) -> list[str]:
+    c = settings.compression
+    notes = [
+        f"Time: 1 wall second = {c:g} trace seconds ({c / 60:.0f} min). Pending times are wall times x {c:g}, so "
+        f"they include the stack's own latency magnified; kube-scheduler retries a failed pod after a 1-10 s "
+        f"backoff, i.e. {c / 3600:.1f}-{10 * c / 3600:.0f} trace hours.",
+        f"Background: the openb sample never asks for more than ~70 of its {plan.total_gpus} GPUs at once, so "
+        f"{len(plan.background)} holder pods keep all but {plan.free_gpus} GPUs busy (fragments of 1-8 GPUs on random "
+        f"nodes, seed {settings.seed}); {len(plan.preload)} pods running at the slice start are pre-bound.",
+        "GPU-hours to Nimbix: each burst pod's whole trace life (deletion - creation) x its GPUs; pods "
+        f"still alive at the slice end count until their trace deletion. Price {settings.price_per_gpu_hour:.2f} USD "
+        "per GPU-hour is an assumption.",
+        f"Wrong burst: some node had the pod's GPUs, CPU and memory, counting unbound GPU pods and local decisions "
+        f"not yet seen as claims, at every moment from {settings.race_window:g} s before the decision started until "
+        "it finished (replay/checker.py). 'By GPUs alone': the same, CPU and memory not checked. 'Upper bound': "
+        "GPUs free when it finished, claims and races ignored.",
+        f"Stranded: kept its GPU request (no burst) and not bound within {settings.stranded_timeout:g} wall seconds "
+        "of its creation, among pods that lived at least that long.",
+    ]
+    for run in runs:
+        notes += [f"{run.policy}: {note}" for note in run.notes]
+        if run.truncated:
+            notes.append(f"{run.policy}: stopped early by --max-wall-seconds (not every pod was replayed)")
+    return notes
+
+
+def summarize_runs(settings: Settings, runs: Sequence[RunRecord], *, say: Callable[[str], None]) -> list[PolicySummary]:
+    summaries = []
+    for run in runs:
+        began = time.monotonic()
+        judgement, _ = accounting.judge_run(run, model_label=settings.model_label, race_window=settings.race_window)
+        summaries.append(
+            accounting.summarize(
+                run,
+                judgement,
+                price_per_gpu_hour=settings.price_per_gpu_hour,
+                stranded_timeout=settings.stranded_timeout,
+            )
+        )
+        say(f"  judged {run.policy}: {len(run.history)} observations in {time.monotonic() - began:.1f}s")
+    return summaries
+
+
+def run(settings: Settings) -> int:
+    began = time.monotonic()
+    deadline = began + settings.max_wall_seconds
+    nodes = parse_nodes(_read(settings.nodes))
+    pods = parse_pods(_read(settings.pods))
+    plan = build_plan(
+        nodes,
+        pods,
+        start_index=settings.start_index,
+        count=settings.count,
+        free_gpus=settings.free_gpus,
+        seed=settings.seed,
+        background_gpus_only=settings.background_gpus_only,
+    )
+    for line in describe_plan(plan, settings):
+        say(line)
+    run_dir = (settings.out / "run").resolve()
+    say(f"starting the control plane in {run_dir}")
+    plane = cluster.start_control_plane(run_dir)
+    setup: dict[str, Any] = {"nodes": len(nodes), "total_gpus": plan.total_gpus, "free_gpus": plan.free_gpus}
+    runs: list[RunRecord] = []
+    try:
+        core = cluster.core_api(plane, pool_size=WORKERS + 4)
+        timings = cluster.create_nodes(plane, nodes, model_label=settings.model_label)
+        problems = cluster.check_nodes(core, nodes)
+        if problems:
+            raise cluster.ClusterError(f"{len(problems)} node problems, e.g. {problems[:3]}")
+        say(
+            f"created {timings.count} nodes in {timings.total_seconds:.1f}s "
+            f"(create {timings.create_seconds:.1f}s, status+untaint {timings.status_and_untaint_seconds:.1f}s)"
+        )
+        replay = Replay(settings, plan=plan, plane=plane, core=core, deadline=deadline)
+        background_seconds = replay.build_background()
+        say(f"background: {len(plan.background)} holder pods in {background_seconds:.1f}s")
+        setup |= {
+            "node_creation_seconds": round(timings.total_seconds, 2),
+            "node_create_pass_seconds": round(timings.create_seconds, 2),
+            "node_status_untaint_pass_seconds": round(timings.status_and_untaint_seconds, 2),
+            "background_pods": len(plan.background),
+            "background_seconds": round(background_seconds, 2),
+            "preload_pods": len(plan.preload),
+            "preload_skipped": plan.preload_skipped,
+            "trace_start": plan.start,
+            "trace_end": plan.end,
+            "events": len(plan.events),
+        }
+        for i, policy in enumerate(settings.policies):
+            say(f"policy {policy} ({accounting.POLICY_TITLES[policy]})")
+            runs.append(replay.run_policy(policy, policies_left=len(settings.policies) - i))
+    finally:
+        plane.stop()
+    if os.environ.get("REPLAY_DUMP"):
+        with (settings.out / "runs.pickle").open("wb") as handle:
+            pickle.dump(runs, handle)
+    say("judging decisions against the reference checker")
+    summaries = summarize_runs(settings, runs, say=say)
+    wall = time.monotonic() - began
+    setup["total_wall_seconds"] = round(wall, 1)
+    config = {
+        "nodes": str(settings.nodes),
+        "pods": str(settings.pods),
+        "start_index": settings.start_index,
+        "count": settings.count,
+        "compression": settings.compression,
+        "policies": list(settings.policies),
+        "price_per_gpu_hour": settings.price_per_gpu_hour,
+        "free_gpus": settings.free_gpus,
+        "background_gpus_only": settings.background_gpus_only,
+        "seed": settings.seed,
+        "gpu_model_label": settings.model_label,
+        "stranded_timeout_seconds": settings.stranded_timeout,
+        "race_window_seconds": settings.race_window,
+        "max_wall_seconds": settings.max_wall_seconds,
+    }
+    notes = build_notes(settings, plan, runs)
+    for summary in summaries:
+        if summary.create_errors or summary.webhook_fail_open:
+            notes.append(
+                f"{summary.policy}: {summary.create_errors} pod CREATEs failed, "
+                f"{summary.webhook_fail_open} GPU pods admitted without a webhook decision (failed open)"
+            )
+    table = report.build_table(summaries)
+    document = report.build_document(summaries, config=config, setup=setup)
+    document["notes"] = notes
+    markdown = report.build_markdown(table, config=config, setup=setup, notes=notes)
+    report.write_files(settings.out, document=document, markdown=markdown)
+    report.write_png(settings.out / "timeline.png", summaries, free_gpus=plan.free_gpus, trace_start=plan.start)
+    say("")
+    say(table)
+    say("")
+    say(f"total wall time {time.monotonic() - began:.0f}s; report in {settings.out}/report.{{json,md}}, timeline.png")
+    return 0

@@ -1,0 +1,121 @@
+"""Command-line options of `python -m replay` (pure: argv in, a frozen Settings out)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from replay.accounting import POLICIES, Policy
+from replay.objects import DEFAULT_MODEL_LABEL
+
+DATA_DIR = Path("/work/shared/data/alibaba-gpu-2023")
+DEFAULT_NODES = DATA_DIR / "openb_node_list_all_node.csv"
+DEFAULT_PODS = DATA_DIR / "openb_pod_list_default.csv"
+# The densest 2,000-pod stretch of openb_pod_list_default.csv: pods 6137..8136 arrive within
+# 5.4 days (the trace's first 250 pods alone take 117 days), with 34 multi-GPU pods.
+DEFAULT_START_INDEX = 6137
+DEFAULT_COUNT = 2000
+# 5.4 trace days in about two wall minutes per policy: the three policies plus building the
+# cluster fit in ten minutes on two cores. One wall second is 4,000 trace seconds (67 minutes).
+DEFAULT_COMPRESSION = 4000.0
+# The background leaves this many of the 6,212 GPUs to the trace: about the trace's median
+# concurrent demand in the default slice (49 GPUs), so its busy hours overflow.
+DEFAULT_FREE_GPUS = 48
+# An assumption for the cost estimate, not a Nimbix price list: pass your own rate.
+DEFAULT_PRICE = 2.50
+DEFAULT_MAX_WALL_SECONDS = 570.0
+# A local pod not bound this long after its CREATE (wall seconds) counts as stranded. The
+# kube-scheduler's retry backoff tops out at 10 s, so a pod that waits longer is not just unlucky.
+DEFAULT_STRANDED_TIMEOUT = 10.0
+# A burst is wrong only if the pod fit this long (wall seconds) before the decision as well as
+# when it was made: the webhook's watch may legitimately be a few events behind the replay's.
+DEFAULT_RACE_WINDOW = 0.25
+
+
+class SettingsError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    nodes: Path
+    pods: Path
+    start_index: int
+    count: int
+    compression: float
+    policies: tuple[Policy, ...]
+    price_per_gpu_hour: float
+    out: Path
+    max_wall_seconds: float
+    free_gpus: int | None  # None: no background
+    background_gpus_only: bool
+    seed: int
+    model_label: str
+    stranded_timeout: float
+    race_window: float
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m replay",
+        description="What-if replay of a GPU cluster trace through kube-apiserver, kube-scheduler and the webhook.",
+    )
+    p.add_argument("--nodes", type=Path, default=DEFAULT_NODES, help="nodes CSV (default: the openb trace)")
+    p.add_argument("--pods", type=Path, default=DEFAULT_PODS, help="pods CSV (default: openb_pod_list_default.csv)")
+    p.add_argument("--start-index", type=int, default=DEFAULT_START_INDEX, help="first pod (0-based, creation order)")
+    p.add_argument("--count", type=int, default=DEFAULT_COUNT, help="consecutive pods to replay")
+    p.add_argument("--compression", type=float, default=DEFAULT_COMPRESSION, help="trace seconds per wall second")
+    p.add_argument("--policies", default=",".join(POLICIES), help=f"comma-separated, from {', '.join(POLICIES)}")
+    p.add_argument("--price-per-gpu-hour", type=float, default=DEFAULT_PRICE, help="USD; an assumption")
+    p.add_argument("--out", type=Path, default=Path("replay/out"), help="report directory")
+    p.add_argument("--max-wall-seconds", type=float, default=DEFAULT_MAX_WALL_SECONDS, help="whole-run budget")
+    p.add_argument("--free-gpus", type=int, default=DEFAULT_FREE_GPUS, help="GPUs the background leaves free")
+    p.add_argument("--no-background", action="store_true", help="no background load (a complete history)")
+    p.add_argument("--background-gpus-only", action="store_true", help="background holds GPUs only, no CPU or memory")
+    p.add_argument("--seed", type=int, default=7, help="seed for where the background leaves GPUs free")
+    p.add_argument("--gpu-model-label", default=DEFAULT_MODEL_LABEL, help="node label holding the GPU model")
+    p.add_argument("--stranded-timeout", type=float, default=DEFAULT_STRANDED_TIMEOUT, help="wall seconds")
+    p.add_argument("--race-window", type=float, default=DEFAULT_RACE_WINDOW, help="wall seconds (see README)")
+    return p
+
+
+def parse_settings(argv: Sequence[str]) -> Settings:
+    args = build_parser().parse_args(list(argv))
+    problems = []
+    policies = tuple(p.strip() for p in str(args.policies).split(",") if p.strip())
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown or not policies:
+        problems.append(
+            f"--policies: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(POLICIES)}"
+        )
+    if args.compression <= 0:
+        problems.append("--compression must be positive")
+    if args.count < 1:
+        problems.append("--count must be at least 1")
+    if args.start_index < 0:
+        problems.append("--start-index must be at least 0")
+    if args.free_gpus < 0:
+        problems.append("--free-gpus must be at least 0 (use --no-background for none)")
+    if args.max_wall_seconds <= 0:
+        problems.append("--max-wall-seconds must be positive")
+    if problems:
+        raise SettingsError("; ".join(problems))
+    return Settings(
+        nodes=args.nodes,
+        pods=args.pods,
+        start_index=args.start_index,
+        count=args.count,
+        compression=args.compression,
+        policies=tuple(p for p in POLICIES if p in policies),  # always in the same order
+        price_per_gpu_hour=args.price_per_gpu_hour,
+        out=args.out,
+        max_wall_seconds=args.max_wall_seconds,
+        free_gpus=None if args.no_background else args.free_gpus,
+        background_gpus_only=args.background_gpus_only,
+        seed=args.seed,
+        model_label=args.gpu_model_label,
+        stranded_timeout=args.stranded_timeout,
+        race_window=args.race_window,
+    )
