@@ -14,7 +14,7 @@ from entrypoint import contract
 from webhook import decision as decisions
 from webhook import mutation
 from webhook.cache import ClusterCache
-from webhook.model import ObjectError, check_pod_shape, parse_placement, pod_gpus
+from webhook.model import ObjectError, check_pod_shape, parse_placement, pod_compute, pod_gpus
 from webhook.review import AdmissionRequest, MalformedReview, build_response
 from webhook.types import Decision
 
@@ -62,11 +62,15 @@ def admit(request: AdmissionRequest, *, cache: ClusterCache, policy: mutation.Re
     if not gpus:
         return _skip(request, "pod requests no GPU")
 
+    try:
+        requests = {**gpus, **pod_compute(spec)}
+    except ObjectError as exc:
+        raise MalformedReview(f"request.object: {exc}") from exc
     cache.expire_reservations()
-    decision: Decision = decisions.decide(gpus, placement, cache)
+    decision: Decision = decisions.decide(requests, placement, cache)
     if decision.kind == "local":
         if not request.dry_run:
-            cache.reserve(request.uid, node=decision.node, gpus=gpus, placement=placement)
+            cache.reserve(request.uid, node=decision.node, requests=requests, placement=placement)
         patch = mutation.build_local_patch(pod, decision=decision, reservation_id=request.uid)
         return Admission(build_response(request.uid, patch=patch), "local", decision.reason, decision.node)
     patch = mutation.build_remote_patch(pod, gpus=gpus, decision=decision, policy=policy)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from webhook.scheduling import placement_allows
-from webhook.types import GpuCounts, NodeInfo, Placement, PodInfo
+from webhook.types import CPU_MILLI, MEMORY_BYTES, NodeInfo, Placement, PodInfo, Requests
 
 # Stop counting candidate nodes here: the count is advice for humans, and counting every
 # fitting node would make local decisions linear in cluster size.
@@ -30,7 +30,7 @@ CANDIDATE_CAP = 10
 @dataclass(frozen=True, slots=True)
 class Claim:
     node: str  # "" when no node could take it: such a claim holds nothing
-    gpus: GpuCounts
+    requests: Requests
     placement: Placement  # kept so the claim can move when the scheduler fills its node
     expires_at: float | None  # reservations expire; claims of watched pods do not
 
@@ -40,10 +40,11 @@ class FitResult:
     node: NodeInfo | None  # the best-fit node (least free GPUs that still fit), if any
     candidates: int  # nodes that fit, counted up to CANDIDATE_CAP
     excluded_by_placement: int  # nodes with enough free GPUs that taints/selectors rule out
+    short_of_compute: int = 0  # nodes with enough free GPUs but not enough CPU or memory
 
 
-def _add(target: dict[str, int], gpus: GpuCounts, sign: int) -> None:
-    for resource, count in gpus.items():
+def _add(target: dict[str, int], amounts: Requests, sign: int) -> None:
+    for resource, count in amounts.items():
         value = target.get(resource, 0) + sign * count
         if value:
             target[resource] = value
@@ -107,50 +108,55 @@ class ClusterCache:
         and summing the claims each time made those decisions linear in pending pods."""
         return dict(self._claimed_total)
 
-    def find_fit(self, gpus: GpuCounts, placement: Placement, *, exclude: str = "") -> FitResult:
-        """Best-fit schedulable node whose free GPUs cover `gpus` and whose filters admit the pod."""
-        primary = max(gpus, key=lambda r: gpus[r])
-        need = gpus[primary]
+    def _primary(self, requests: Requests) -> str:
+        """The GPU resource the pod needs most of: its buckets are the ones scanned."""
+        gpus = [r for r in requests if r in self._buckets]
+        return max(gpus, key=lambda r: requests[r])
+
+    def find_fit(self, requests: Requests, placement: Placement, *, exclude: str = "") -> FitResult:
+        """Best-fit schedulable node (fewest free GPUs that still fit) whose free GPUs, CPU and memory
+        cover `requests` and whose filters admit the pod."""
+        primary = self._primary(requests)
+        need = requests[primary]
         buckets = self._buckets.get(primary, {})
         fitting = range(need, self._max_allocatable.get(primary, 0) + 1)
         pinned = self._pinned_nodes(placement)
         if pinned is not None and len(pinned) < sum(len(buckets.get(free, ())) for free in fitting):
-            return self._find_fit_among(pinned, gpus, placement, primary=primary, exclude=exclude, fitting=fitting)
-        best: NodeInfo | None = None
-        candidates = 0
-        excluded = 0
-        for free in fitting:
-            for name in buckets.get(free, ()):
-                node = self._nodes[name]
-                if name == exclude or not self._covers(name, gpus):
-                    continue
-                if not placement_allows(placement, node):
-                    excluded += 1
-                    continue
-                best = best or node
-                candidates += 1
-                if candidates >= CANDIDATE_CAP:
-                    return FitResult(best, candidates, excluded)
-        return FitResult(best, candidates, excluded)
+            names: Iterable[str] = (n for n in pinned if self._bucket_of.get((primary, n), -1) in fitting)
+            return self._fit_among(names, requests, placement, primary=primary, exclude=exclude, capped=False)
+        in_order = (name for free in fitting for name in buckets.get(free, ()))
+        return self._fit_among(in_order, requests, placement, primary=primary, exclude=exclude, capped=True)
 
-    def _find_fit_among(
-        self, names: Iterable[str], gpus: GpuCounts, placement: Placement, *, primary: str, exclude: str, fitting: range
+    def _fit_among(
+        self,
+        names: Iterable[str],
+        requests: Requests,
+        placement: Placement,
+        *,
+        primary: str,
+        exclude: str,
+        capped: bool,
     ) -> FitResult:
-        """find_fit over the nodes a selector pins the pod to: same answer, fewer nodes visited."""
         best: NodeInfo | None = None
         best_free = 0
-        candidates = 0
+        candidates = excluded = short = 0
         for name in names:
-            free = self._bucket_of.get((primary, name))
-            if free is None or free not in fitting or name == exclude or not self._covers(name, gpus):
+            if name == exclude:
                 continue
             node = self._nodes[name]
-            if placement_allows(placement, node):
-                candidates += 1
-                if best is None or free < best_free:
-                    best, best_free = node, free
-        with_room = sum(len(self._buckets[primary].get(free, ())) for free in fitting)
-        return FitResult(best, min(candidates, CANDIDATE_CAP), max(with_room - candidates, 0))
+            if not placement_allows(placement, node):
+                excluded += 1
+                continue
+            if not self._covers(name, requests, primary):
+                short += 1
+                continue
+            free = self._bucket_of[(primary, name)]
+            candidates += 1
+            if best is None or free < best_free:
+                best, best_free = node, free
+            if capped and candidates >= CANDIDATE_CAP:
+                break  # names come in ascending free order: the first fit is the best fit
+        return FitResult(best, min(candidates, CANDIDATE_CAP), excluded, short)
 
     def _pinned_nodes(self, placement: Placement) -> Mapping[str, None] | None:
         """A superset of the nodes the pod may use, when its selectors narrow it cheaply."""
@@ -188,11 +194,15 @@ class ClusterCache:
     def advertises(self, resource: str) -> bool:
         return self._max_allocatable.get(resource, 0) > 0
 
-    def _covers(self, node_name: str, gpus: GpuCounts) -> bool:
-        if len(gpus) == 1:
-            return True  # the bucket already guarantees the primary resource
+    def _covers(self, node_name: str, requests: Requests, primary: str) -> bool:
+        """Every other requested resource fits (the bucket already guarantees `primary`). A node
+        that does not report CPU or memory is not limited by it."""
+        if len(requests) == 1:
+            return True
         free = self.free(node_name)
-        return all(free.get(r, 0) >= n for r, n in gpus.items())
+        return all(
+            r == primary or free.get(r, n if r in (CPU_MILLI, MEMORY_BYTES) else 0) >= n for r, n in requests.items()
+        )
 
     # ----- node writes -------------------------------------------------------------------------
 
@@ -214,7 +224,7 @@ class ClusterCache:
         for resource, count in node.allocatable.items():
             if count > self._max_allocatable.get(resource, -1):
                 self._max_allocatable[resource] = count
-        if node.allocatable and not node.schedulable:
+        if node.has_gpus and not node.schedulable:
             self._unschedulable_gpu_nodes.add(node.name)
         else:
             self._unschedulable_gpu_nodes.discard(node.name)
@@ -290,15 +300,17 @@ class ClusterCache:
         if pod.terminal:
             return
         if pod.node_name:
-            _add(self._used.setdefault(pod.node_name, {}), pod.gpus, 1)
+            _add(self._used.setdefault(pod.node_name, {}), pod.requests, 1)
             self._reindex(pod.node_name)
             self._move_excess_claims(pod.node_name)
             return
         node = pod.nominated_node if pod.nominated_node in self._nodes else ""
         if not node:
-            fit = self.find_fit(pod.gpus, pod.placement)
+            fit = self.find_fit(pod.requests, pod.placement)
             node = fit.node.name if fit.node is not None else ""
-        self._add_claim("pod:" + pod.uid, Claim(node=node, gpus=pod.gpus, placement=pod.placement, expires_at=None))
+        self._add_claim(
+            "pod:" + pod.uid, Claim(node=node, requests=pod.requests, placement=pod.placement, expires_at=None)
+        )
 
     def _move_excess_claims(self, node_name: str) -> None:
         """The scheduler bound a pod where we had placed other claims: move those that no longer
@@ -308,25 +320,25 @@ class ClusterCache:
             if all(free >= 0 for free in self.free(node_name).values()):
                 return
             claim = self._claims[claim_id]
-            fit = self.find_fit(claim.gpus, claim.placement, exclude=node_name)
+            fit = self.find_fit(claim.requests, claim.placement, exclude=node_name)
             if fit.node is not None:
-                self._add_claim(claim_id, Claim(fit.node.name, claim.gpus, claim.placement, claim.expires_at))
+                self._add_claim(claim_id, Claim(fit.node.name, claim.requests, claim.placement, claim.expires_at))
 
     def _drop_holding(self, pod: PodInfo) -> None:
         if pod.terminal:
             return
         if pod.node_name:
-            _add(self._used.setdefault(pod.node_name, {}), pod.gpus, -1)
+            _add(self._used.setdefault(pod.node_name, {}), pod.requests, -1)
             self._reindex(pod.node_name)
         else:
             self._remove_claim("pod:" + pod.uid)
 
     # ----- claims and reservations -------------------------------------------------------------
 
-    def reserve(self, reservation_id: str, *, node: str, gpus: GpuCounts, placement: Placement) -> None:
-        """Hold GPUs on `node` for a pod just admitted as local, until the watch shows it."""
+    def reserve(self, reservation_id: str, *, node: str, requests: Requests, placement: Placement) -> None:
+        """Hold GPUs, CPU and memory on `node` for a pod just admitted as local, until the watch shows it."""
         expires_at = self._clock() + self._reservation_ttl
-        claim = Claim(node=node, gpus=gpus, placement=placement, expires_at=expires_at)
+        claim = Claim(node=node, requests=requests, placement=placement, expires_at=expires_at)
         self._add_claim("res:" + reservation_id, claim)
         self._reservations[reservation_id] = expires_at
 
@@ -353,16 +365,16 @@ class ClusterCache:
         self._remove_claim(claim_id)
         self._claims[claim_id] = claim
         if claim.node:
-            _add(self._claimed.setdefault(claim.node, {}), claim.gpus, 1)
-            _add(self._claimed_total, claim.gpus, 1)
+            _add(self._claimed.setdefault(claim.node, {}), claim.requests, 1)
+            _add(self._claimed_total, claim.requests, 1)
             self._claims_on.setdefault(claim.node, {})[claim_id] = None
             self._reindex(claim.node)
 
     def _remove_claim(self, claim_id: str) -> None:
         claim = self._claims.pop(claim_id, None)
         if claim is not None and claim.node:
-            _add(self._claimed.setdefault(claim.node, {}), claim.gpus, -1)
-            _add(self._claimed_total, claim.gpus, -1)
+            _add(self._claimed.setdefault(claim.node, {}), claim.requests, -1)
+            _add(self._claimed_total, claim.requests, -1)
             del self._claims_on[claim.node][claim_id]
             self._reindex(claim.node)
 

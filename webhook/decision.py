@@ -5,8 +5,8 @@ Reads the cache, writes nothing; the caller reserves GPUs on the chosen node in 
 
 from __future__ import annotations
 
-from webhook.cache import CANDIDATE_CAP, ClusterCache
-from webhook.types import Decision, GpuCounts, Placement
+from webhook.cache import CANDIDATE_CAP, ClusterCache, FitResult
+from webhook.types import CPU_MILLI, MEMORY_BYTES, Decision, GpuCounts, Placement, Requests
 
 
 def _plural(count: int, word: str) -> str:
@@ -17,10 +17,16 @@ def describe_need(gpus: GpuCounts) -> str:
     return " + ".join(f"{count} {resource}" for resource, count in sorted(gpus.items()))
 
 
-def decide(gpus: GpuCounts, placement: Placement, cache: ClusterCache) -> Decision:
+def _gpus_of(requests: Requests) -> dict[str, int]:
+    return {r: n for r, n in requests.items() if r not in (CPU_MILLI, MEMORY_BYTES)}
+
+
+def decide(requests: Requests, placement: Placement, cache: ClusterCache) -> Decision:
+    """`requests`: the pod's GPU counts, plus its CPU and memory (which must fit on the same node)."""
+    gpus = _gpus_of(requests)
     if not gpus:
         return Decision(kind="skipped", reason="pod requests no GPU")
-    fit = cache.find_fit(gpus, placement)
+    fit = cache.find_fit(requests, placement)
     if fit.node is not None:
         shown = f"{fit.candidates}+" if fit.candidates >= CANDIDATE_CAP else str(fit.candidates)
         return Decision(
@@ -29,10 +35,10 @@ def decide(gpus: GpuCounts, placement: Placement, cache: ClusterCache) -> Decisi
             node=fit.node.name,
             candidates=fit.candidates,
         )
-    return Decision(kind="remote", reason=explain_no_fit(gpus, placement, cache, fit.excluded_by_placement))
+    return Decision(kind="remote", reason=explain_no_fit(gpus, placement, cache, fit))
 
 
-def explain_no_fit(gpus: GpuCounts, placement: Placement, cache: ClusterCache, excluded: int) -> str:
+def explain_no_fit(gpus: GpuCounts, placement: Placement, cache: ClusterCache, fit: FitResult) -> str:
     """A human reason naming why no node fit, e.g.
     'needs 4 nvidia.com/gpu; best node gpu-a has 2 free; 3 GPU nodes cordoned or not ready'."""
     parts = [f"needs {describe_need(gpus)}"]
@@ -45,9 +51,15 @@ def explain_no_fit(gpus: GpuCounts, placement: Placement, cache: ClusterCache, e
             parts.append("no schedulable node matches the pod's selectors and tolerations")
         else:
             node, free = best
-            parts.append(f"best node {node.name} has {free} free")
-    if excluded:
-        parts.append(f"{_plural(excluded, 'node')} with enough free GPUs excluded by taints or selectors")
+            if free:
+                parts.append(f"best node {node.name} has {free} free")
+            else:
+                parts.append(f"every eligible node's {primary} is in use")
+    if fit.short_of_compute:
+        parts.append(f"{_plural(fit.short_of_compute, 'node')} with enough free GPUs lack the CPU or memory")
+    if fit.excluded_by_placement:
+        what = _plural(fit.excluded_by_placement, "node")
+        parts.append(f"{what} with enough free GPUs excluded by taints or selectors")
     if cache.unschedulable_gpu_nodes:
         parts.append(f"{_plural(cache.unschedulable_gpu_nodes, 'GPU node')} cordoned or not ready")
     reserved = cache.reserved_gpus().get(primary, 0)

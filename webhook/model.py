@@ -6,13 +6,16 @@ wrong shape raises ObjectError with a message naming the field, so a bad review 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from entrypoint import contract
-from webhook.resources import QuantityError, effective_gpus, parse_device_count
+from webhook.resources import QuantityError, effective_gpus, effective_request, parse_device_count, parse_quantity
 from webhook.scheduling import FILTERING_EFFECTS
 from webhook.types import (
+    CPU_MILLI,
+    MEMORY_BYTES,
     NodeInfo,
     Placement,
     PodInfo,
@@ -159,24 +162,44 @@ def pod_gpus(spec: Mapping[str, Any], gpu_resources: Sequence[str], *, checked: 
         raise ObjectError(f"pod resources: {exc}") from exc
 
 
+def pod_compute(spec: Mapping[str, Any]) -> dict[str, int]:
+    """Effective CPU (millicores) and memory (bytes) requests; zero ones omitted."""
+    try:
+        cpu = math.ceil(effective_request(spec, "cpu") * 1000)
+        memory = math.ceil(effective_request(spec, "memory"))
+    except QuantityError as exc:
+        raise ObjectError(f"pod resources: {exc}") from exc
+    return {k: v for k, v in ((CPU_MILLI, cpu), (MEMORY_BYTES, memory)) if v > 0}
+
+
+_NO_PLACEMENT = Placement()
+
+
 def parse_pod(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> PodInfo | None:
-    """A watched pod, or None when it requests no GPU (such pods never affect accounting)."""
+    """A watched pod, or None when it holds nothing accounting needs: a pod without GPUs matters
+    only while it is bound and not terminal (its CPU and memory)."""
     spec = _mapping(raw.get("spec"), "spec")
     gpus = pod_gpus(spec, gpu_resources)
-    if not gpus:
+    status = _mapping(raw.get("status"), "status")
+    terminal = _string(status.get("phase"), "status.phase") in TERMINAL_PHASES
+    node_name = _string(spec.get("nodeName"), "spec.nodeName")
+    if not gpus and (terminal or not node_name):
+        return None
+    compute = pod_compute(spec)
+    if not gpus and not compute:
         return None
     meta = _mapping(raw.get("metadata"), "metadata")
-    status = _mapping(raw.get("status"), "status")
     annotations = _string_map(meta.get("annotations"), "metadata.annotations")
     return PodInfo(
         uid=_string(meta.get("uid"), "metadata.uid"),
         namespace=_string(meta.get("namespace"), "metadata.namespace"),
         name=_string(meta.get("name"), "metadata.name"),
-        node_name=_string(spec.get("nodeName"), "spec.nodeName"),
+        node_name=node_name,
         nominated_node=_string(status.get("nominatedNodeName"), "status.nominatedNodeName"),
-        gpus=gpus,
-        terminal=_string(status.get("phase"), "status.phase") in TERMINAL_PHASES,
-        placement=parse_placement(spec),
+        requests={**gpus, **compute},
+        terminal=terminal,
+        # Only unbound GPU pods are placed as claims; the others share one empty placement.
+        placement=parse_placement(spec) if gpus else _NO_PLACEMENT,
         reservation_id=annotations.get(contract.ANNOTATION_RESERVATION, ""),
     )
 
@@ -195,6 +218,12 @@ def parse_node(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> NodeInfo
     status = _mapping(raw.get("status"), "status")
     allocatable_raw = _mapping(status.get("allocatable"), "status.allocatable")
     allocatable: dict[str, int] = {}
+    for resource, scale in (("cpu", 1000), ("memory", 1)):
+        if resource in allocatable_raw:
+            try:
+                allocatable[resource] = math.floor(parse_quantity(allocatable_raw[resource]) * scale)
+            except QuantityError as exc:
+                raise ObjectError(f"status.allocatable[{resource}]: {exc}") from exc
     for resource in gpu_resources:
         if resource in allocatable_raw:
             try:

@@ -13,6 +13,15 @@ from typing import Literal
 GpuCounts = Mapping[str, int]
 """Resource name -> whole-device count, e.g. {"nvidia.com/gpu": 4}."""
 
+Requests = Mapping[str, int]
+"""What a pod takes from a node: GPU counts plus CPU_MILLI and MEMORY_BYTES, e.g.
+{"nvidia.com/gpu": 1, "cpu": 12000, "memory": 17179869184}."""
+
+# CPU and memory are accounted next to GPUs under these keys: a node whose GPUs are free but whose
+# CPU is taken cannot host the pod, and kube-scheduler would leave it Pending there.
+CPU_MILLI = "cpu"
+MEMORY_BYTES = "memory"
+
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
@@ -65,7 +74,11 @@ class NodeInfo:
     taints: tuple[Taint, ...]  # NoSchedule/NoExecute only: the ones that filter
     unschedulable: bool
     ready: bool
-    allocatable: GpuCounts
+    allocatable: Requests  # GPU resources it advertises, plus CPU_MILLI and MEMORY_BYTES
+
+    @property
+    def has_gpus(self) -> bool:
+        return any(resource not in (CPU_MILLI, MEMORY_BYTES) for resource in self.allocatable)
 
     @property
     def schedulable(self) -> bool:
@@ -74,14 +87,15 @@ class NodeInfo:
 
 @dataclass(frozen=True, slots=True)
 class PodInfo:
-    """The fields of a GPU pod that accounting needs. Pods without GPUs are never stored."""
+    """The fields of a pod that accounting needs. Stored: GPU pods, and other pods while they hold CPU
+    or memory on a node (bound, not terminal)."""
 
     uid: str
     namespace: str
     name: str
     node_name: str  # "" while unbound
     nominated_node: str
-    gpus: GpuCounts  # effective request per GPU resource
+    requests: Requests  # effective GPU counts, CPU (milli) and memory (bytes)
     terminal: bool  # Succeeded or Failed: holds nothing
     placement: Placement
     reservation_id: str  # our annotation: the admission that reserved GPUs for this pod

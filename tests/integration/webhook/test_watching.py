@@ -87,7 +87,7 @@ async def test_gone_relists_and_events_apply() -> None:
         assert sync.fully_synced
         # The pod that appeared while our resourceVersion was stale came in through the re-list.
         assert set(cache.pods()) == {"u-late", "u-new"}
-        assert cache.free("a") == {"nvidia.com/gpu": -1}  # 4 + 1 bound on a 4-GPU node: overcommitted, shown
+        assert cache.free("a")["nvidia.com/gpu"] == -1  # 4 + 1 bound on a 4-GPU node: overcommitted, shown
         pod_requests = [r for r in api.requests if " pods " in r]
         assert pod_requests[:3] == ["list pods rv=", "watch pods rv=10", "list pods rv="], api.requests
         assert sync.ready(stale_after=5) == (True, "ok")

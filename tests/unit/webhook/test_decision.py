@@ -9,7 +9,7 @@ import pytest
 from tests.unit.webhook.builders import GPU, container, node, pod
 from webhook.cache import ClusterCache
 from webhook.decision import decide
-from webhook.model import parse_placement, pod_gpus
+from webhook.model import parse_placement, pod_compute, pod_gpus
 from webhook.sync import CacheSync
 from webhook.types import Decision, Placement
 
@@ -37,7 +37,8 @@ def make_sync(nodes: list[dict[str, Any]], pods: list[dict[str, Any]] = (), cloc
 
 def decide_pod(sync: CacheSync, raw: dict[str, Any]) -> Decision:
     spec = raw["spec"]
-    return decide(pod_gpus(spec, sync.cache.gpu_resources), parse_placement(spec), sync.cache)
+    requests = {**pod_gpus(spec, sync.cache.gpu_resources), **pod_compute(spec)}
+    return decide(requests, parse_placement(spec), sync.cache)
 
 
 def bound(name: str, node_name: str, gpus: int, phase: str = "Running") -> dict[str, Any]:
@@ -109,7 +110,7 @@ def test_reservations_stop_double_booking_and_release_when_pod_appears() -> None
     for i in range(5):
         d = decide_pod(sync, pod(container(gpus=1)))
         if d.kind == "local":
-            cache.reserve(f"r{i}", node=d.node, gpus={GPU: 1}, placement=Placement())
+            cache.reserve(f"r{i}", node=d.node, requests={GPU: 1}, placement=Placement())
             locals_.append(d.node)
     assert sorted(locals_) == ["a", "a", "b"]
     assert cache.reservation_count == 3
@@ -141,7 +142,7 @@ def test_thirty_admissions_against_ten_free_gpus() -> None:
     for i in range(30):
         d = decide_pod(sync, pod(container(gpus=1)))
         if d.kind == "local":
-            sync.cache.reserve(f"r{i}", node=d.node, gpus={GPU: 1}, placement=Placement())
+            sync.cache.reserve(f"r{i}", node=d.node, requests={GPU: 1}, placement=Placement())
         kinds.append(d.kind)
     assert kinds.count("local") == 10
     assert kinds.count("remote") == 20
@@ -151,15 +152,15 @@ def test_watch_events_move_usage_between_states() -> None:
     sync = make_sync([node("a", 4)])
     p = {**pod(container(gpus=4), name="p"), "metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}
     sync.apply_event("pods", "ADDED", p)  # pending: a claim
-    assert sync.cache.free("a") == {GPU: 0}
+    assert sync.cache.free("a")[GPU] == 0
     p["spec"] = {**p["spec"], "nodeName": "a"}
     sync.apply_event("pods", "MODIFIED", p)  # bound: usage, claim gone
-    assert sync.cache.free("a") == {GPU: 0}
+    assert sync.cache.free("a")[GPU] == 0
     p["status"] = {"phase": "Succeeded"}
     sync.apply_event("pods", "MODIFIED", p)
-    assert sync.cache.free("a") == {GPU: 4}
+    assert sync.cache.free("a")[GPU] == 4
     sync.apply_event("pods", "DELETED", p)
-    assert sync.cache.free("a") == {GPU: 4}
+    assert sync.cache.free("a")[GPU] == 4
     sync.apply_event("nodes", "DELETED", node("a", 4))
     assert decide_pod(sync, pod(container(gpus=1))).kind == "remote"
 
@@ -169,13 +170,13 @@ def test_nominated_node_claim_lands_on_that_node() -> None:
     p = {**pod(container(gpus=2), name="p"), "metadata": {"name": "p", "namespace": "ns", "uid": "u"}}
     p["status"] = {"phase": "Pending", "nominatedNodeName": "b"}
     sync.apply_event("pods", "ADDED", p)
-    assert sync.cache.free("b") == {GPU: 0}
-    assert sync.cache.free("a") == {GPU: 2}
+    assert sync.cache.free("b")[GPU] == 0
+    assert sync.cache.free("a")[GPU] == 2
 
 
 def test_relist_replaces_state() -> None:
     sync = make_sync([node("a", 4)], [bound("x", "a", 4)])
-    assert sync.cache.free("a") == {GPU: 0}
+    assert sync.cache.free("a")[GPU] == 0
     sync.apply_list("pods", [])
     sync.apply_list("nodes", [node("b", 1)])
     assert sync.cache.node("a") is None
@@ -195,12 +196,30 @@ def test_binding_elsewhere_moves_claims_instead_of_hiding_a_deficit() -> None:
     sync = make_sync([node("a", 1), node("b", 1)])
     cache = sync.cache
     first = decide_pod(sync, pod(container(gpus=1)))
-    cache.reserve("r1", node=first.node, gpus={GPU: 1}, placement=Placement())
+    cache.reserve("r1", node=first.node, requests={GPU: 1}, placement=Placement())
     other = "b" if first.node == "a" else "a"
     # An unlabeled pod (never seen by the webhook) is bound by the scheduler to the node we reserved.
     sync.apply_event(
         "pods", "ADDED", bound("x", first.node, 1) | {"metadata": {"name": "x", "namespace": "ns", "uid": "ux"}}
     )
-    assert cache.free(first.node) == {GPU: 0}
-    assert cache.free(other) == {GPU: 0}  # the reservation moved there
+    assert cache.free(first.node)[GPU] == 0
+    assert cache.free(other)[GPU] == 0  # the reservation moved there
     assert decide_pod(sync, pod(container(gpus=1))).kind == "remote"
+
+
+def test_gpus_free_but_cpu_taken_is_not_a_fit() -> None:
+    """openb-node-1418 in the replay: 1 GPU free but 4 of 16 cores; a 12-core 1-GPU pod cannot go there."""
+    busy = bound("x", "a", 1) | {"metadata": {"name": "x", "namespace": "ns", "uid": "ux"}}
+    busy["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "12"
+    cpu_only = pod(container(requests={"cpu": "2"}), name="c", node_name="b", phase="Running")
+    cpu_only["metadata"]["uid"] = "uc"
+    sync = make_sync([node("a", 2), node("b", 2)], [busy, cpu_only])  # nodes have 16 cores
+    assert sync.cache.free("a")["cpu"] == 4000
+    assert sync.cache.free("b")["cpu"] == 14000  # a pod without GPUs still holds CPU
+    big = pod(container(gpus=1, requests={"cpu": "12"}))
+    assert decide_pod(sync, big).node == "b"
+    sync.cache.reserve("r", node="b", requests={GPU: 1, "cpu": 12000}, placement=Placement())
+    decision = decide_pod(sync, big)
+    assert decision.kind == "remote"
+    assert "2 nodes with enough free GPUs lack the CPU or memory" in decision.reason
+    assert decide_pod(sync, pod(container(gpus=1, requests={"cpu": "2"}))).kind == "local"
