@@ -159,6 +159,8 @@ class Replay:
             recorder.wait_synced(WATCH_SYNC_TIMEOUT)
             if policy == "webhook":
                 run_dir = self.plane.run_dir / "webhook"
+                # The log is appended to across runs; admission latencies are read from it.
+                (run_dir / "logs" / "webhook.log").unlink(missing_ok=True)
                 hook = addons.start_webhook(run_dir, kubeconfig=self.plane.kubeconfig_path, args=WEBHOOK_ARGS)
                 config_name = addons.register_webhook(self.plane, hook, name_suffix="-replay")
                 _wait_webhook_active(self.core, namespace)
