@@ -28,7 +28,7 @@ from typing import Any, TypedDict
 from bench import clusters
 from webhook import admission, decision, review
 from webhook.cache import ClusterCache
-from webhook.model import parse_placement, pod_gpus
+from webhook.model import parse_placement, pod_compute, pod_gpus
 from webhook.mutation import RewritePolicy
 from webhook.settings import parse_settings
 from webhook.sync import CacheSync, ParsedList
@@ -140,7 +140,7 @@ def measure_case(cluster: str, sync: CacheSync, case: Case, policy: RewritePolic
     body = review_for(case)
     request = review.parse_review(body)
     spec = request.object["spec"]
-    gpus = pod_gpus(spec, policy.gpu_resources)
+    gpus = {**pod_gpus(spec, policy.gpu_resources), **pod_compute(spec)}  # what admit() decides on
     placement = parse_placement(spec)
     outcome = decision.decide(gpus, placement, cache).kind
     admitted = admission.admit(request, cache=cache, policy=policy)
@@ -261,7 +261,7 @@ def _reserve_release_us(cache: ClusterCache, policy: RewritePolicy) -> float:
     placement = parse_placement({})
 
     def cycle() -> None:
-        cache.reserve("bench-reservation", node=node, gpus=gpus, placement=placement)
+        cache.reserve("bench-reservation", node=node, requests=gpus, placement=placement)
         cache.release_reservation("bench-reservation")
 
     return round(per_call_seconds(cycle) * 1e6, 2)
