@@ -46,7 +46,7 @@ PAGE_SIZE = 500  # the watcher's LIST_PAGE_SIZE
 class DecisionRow(TypedDict):
     cluster: str
     nodes: int
-    gpu_pods_cached: int
+    pods_cached: int
     claims: int
     case: str
     outcome: str
@@ -157,7 +157,7 @@ def measure_case(cluster: str, sync: CacheSync, case: Case, policy: RewritePolic
     return DecisionRow(
         cluster=cluster,
         nodes=cache.node_count,
-        gpu_pods_cached=cache.pod_count,
+        pods_cached=cache.pod_count,
         claims=len(list(_claims(cache))),
         case=case.name,
         outcome=outcome,
@@ -335,7 +335,7 @@ def run_cache_scale(name: str, *, held: bool) -> dict[str, Any]:
         {
             "nodes": sync.cache.node_count,
             "pods_listed": pod_count,
-            "gpu_pods_cached": sync.cache.pod_count,
+            "pods_cached": sync.cache.pod_count,
             "rss_before_mb": round(rss_before / 1024, 1),
             "rss_peak_mb": round(read_status_kb("VmHWM") / 1024, 1),
             "rss_after_sync_mb": round(rss_after / 1024, 1),

@@ -211,7 +211,7 @@ def measure_naive(core: Any, *, model_runs: int, raw_runs: int) -> dict[str, Any
     admit_s = inprocess.per_call_seconds(lambda: admission.admit(request, cache=cache, policy=policy))
     result["ours"] = {
         "nodes": cache.node_count,
-        "gpu_pods_cached": cache.pod_count,
+        "pods_cached": cache.pod_count,
         "outcome": outcome.outcome,
         "node": outcome.node,
         "decide_us": round(decide_s * 1e6, 2),

@@ -376,7 +376,7 @@ def _decision_section(results: Mapping[str, Any]) -> list[str]:
             [
                 "Alibaba openb" if cluster == "alibaba" else "synthetic",
                 f"{any_row['nodes']:,}",
-                f"{any_row['gpu_pods_cached']:,}",
+                f"{any_row['pods_cached']:,}",
                 f"{any_row['claims']:,}",
                 *(_fmt(by_case[c]["decide_us"], 1) if c in by_case else "-" for c in cases),
                 *(_fmt(by_case[c]["admit_us"], 1) if c in by_case else "-" for c in cases),
@@ -401,7 +401,7 @@ def _decision_section(results: Mapping[str, Any]) -> list[str]:
             [
                 "Cluster",
                 "Nodes",
-                "GPU pods cached",
+                "Pods cached",
                 "Unbound GPU pods",
                 "decide() local",
                 "decide() remote",
