@@ -199,10 +199,20 @@ class ClusterCache:
         that does not report CPU or memory is not limited by it."""
         if len(requests) == 1:
             return True
-        free = self.free(node_name)
-        return all(
-            r == primary or free.get(r, n if r in (CPU_MILLI, MEMORY_BYTES) else 0) >= n for r, n in requests.items()
-        )
+        allocatable = self._nodes[node_name].allocatable
+        used = self._used.get(node_name, {})
+        claimed = self._claimed.get(node_name, {})
+        for resource, amount in requests.items():
+            if resource == primary:
+                continue
+            total = allocatable.get(resource)
+            if total is None:
+                if resource in (CPU_MILLI, MEMORY_BYTES):
+                    continue
+                return False
+            if total - used.get(resource, 0) - claimed.get(resource, 0) < amount:
+                return False
+        return True
 
     # ----- node writes -------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@ wrong shape raises ObjectError with a message naming the field, so a bad review 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -189,6 +190,11 @@ def parse_pod(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> PodInfo |
     if not gpus and not compute:
         return None
     meta = _mapping(raw.get("metadata"), "metadata")
+    if not gpus:
+        # Only its CPU and memory on its node matter. A large cluster has ~30 such pods per node:
+        # keep the record small (no names, the shared empty placement, one string per node name).
+        uid = _string(meta.get("uid"), "metadata.uid")
+        return PodInfo(uid, "", "", sys.intern(node_name), "", compute, False, _NO_PLACEMENT, "")
     annotations = _string_map(meta.get("annotations"), "metadata.annotations")
     return PodInfo(
         uid=_string(meta.get("uid"), "metadata.uid"),
