@@ -17,6 +17,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from webhook.app import serve
 from webhook.tls import ReloadingTLS
 
 CONSTANT_RESPONSE = json.dumps(
@@ -53,15 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tls-dir", type=Path, required=True)
     args = parser.parse_args(argv)
     tls = ReloadingTLS(args.tls_dir)
-    web.run_app(
-        create_app(),
-        host=args.host,
-        port=args.port,
-        ssl_context=tls.context,
-        access_log=None,
-        print=None,
-        shutdown_timeout=10,
-    )
+    serve(create_app(), host=args.host, port=args.port, ssl_context=tls.context)
     return 0
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import sys
@@ -13,7 +12,7 @@ from collections.abc import Sequence
 from aiohttp import web
 from pythonjsonlogger.json import JsonFormatter
 
-from webhook.app import METRICS, create_app
+from webhook.app import METRICS, create_app, serve
 from webhook.cache import ClusterCache
 from webhook.settings import Settings, SettingsError, parse_settings
 from webhook.sync import CacheSync
@@ -62,15 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "webhook starting",
         extra={"host": settings.host, "port": settings.port, "gpu_resources": list(settings.gpu_resources)},
     )
-    web.run_app(
-        functools.partial(_build, settings, tls)(),
-        host=settings.host,
-        port=settings.port,
-        ssl_context=tls.context,
-        access_log=None,
-        print=None,
-        shutdown_timeout=10,
-    )
+    serve(_build(settings, tls), host=settings.host, port=settings.port, ssl_context=tls.context)
     return 0
 
 

@@ -156,3 +156,11 @@ def create_app(
     app.router.add_get("/metrics", metrics_endpoint)
     app.cleanup_ctx.append(_background(*background))
     return app
+
+
+def serve(
+    app: web.Application | Coroutine[Any, Any, web.Application], *, host: str, port: int, ssl_context: Any
+) -> None:
+    """Serve over HTTPS until SIGTERM/SIGINT. The benchmark's limit server uses this too, so the
+    comparison differs only in the handler."""
+    web.run_app(app, host=host, port=port, ssl_context=ssl_context, access_log=None, print=None, shutdown_timeout=10)
