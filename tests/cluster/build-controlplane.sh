@@ -10,7 +10,8 @@ components="etcd kube-apiserver kube-scheduler kube-controller-manager kubectl"
 
 kver=$(tr -d '[:space:]' < "$wrap/k8s-version.txt")
 gover=$(GOTOOLCHAIN=local go env GOVERSION)
-sumhash=$(sha256sum "$wrap/go.sum" "$wrap/go.mod" "$wrap"/cmd/*/main.go | sha256sum | cut -c1-12)
+# Relative names: the key must not depend on where the checkout lives (CI clones elsewhere).
+sumhash=$(cd "$wrap" && sha256sum go.sum go.mod cmd/*/main.go | sha256sum | cut -c1-12)
 cache_root="${NIMBIX_BURST_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nimbix-burst}"
 bin="$cache_root/controlplane/$kver-$gover-$sumhash/bin"
 
