@@ -95,17 +95,20 @@ class ClusterCache:
         node = self._nodes.get(node_name)
         if node is None:
             return {}
-        used = self._used.get(node_name, {})
-        claimed = self._claimed.get(node_name, {})
-        return {r: a - used.get(r, 0) - claimed.get(r, 0) for r, a in node.allocatable.items()}
+        return {r: self._free_amount(node_name, r, total) for r, total in node.allocatable.items()}
+
+    def _free_amount(self, node_name: str, resource: str, total: int) -> int:
+        """free = allocatable - used - claimed, for one resource of one node."""
+        used = self._used.get(node_name, {}).get(resource, 0)
+        return total - used - self._claimed.get(node_name, {}).get(resource, 0)
 
     def total_free(self) -> dict[str, int]:
         """Free GPUs per resource over schedulable nodes (for the metrics gauge)."""
         return {r: sum(free * len(names) for free, names in buckets.items()) for r, buckets in self._buckets.items()}
 
-    def reserved_gpus(self) -> dict[str, int]:
-        """GPUs held by claims placed on a node. A running total: every remote decision reads it,
-        and summing the claims each time made those decisions linear in pending pods."""
+    def claimed_total(self) -> dict[str, int]:
+        """GPUs, CPU and memory held by claims placed on a node. A running total: every remote
+        decision reads it, and summing the claims each time made those decisions linear in pending pods."""
         return dict(self._claimed_total)
 
     def _primary(self, requests: Requests) -> str:
@@ -200,8 +203,6 @@ class ClusterCache:
         if len(requests) == 1:
             return True
         allocatable = self._nodes[node_name].allocatable
-        used = self._used.get(node_name, {})
-        claimed = self._claimed.get(node_name, {})
         for resource, amount in requests.items():
             if resource == primary:
                 continue
@@ -210,7 +211,7 @@ class ClusterCache:
                 if resource in (CPU_MILLI, MEMORY_BYTES):
                     continue
                 return False
-            if total - used.get(resource, 0) - claimed.get(resource, 0) < amount:
+            if self._free_amount(node_name, resource, total) < amount:
                 return False
         return True
 
@@ -231,9 +232,8 @@ class ClusterCache:
         self._nodes[node.name] = node
         for item in node.labels.items():
             self._by_label.setdefault(item, {})[node.name] = None
-        for resource, count in node.allocatable.items():
-            if count > self._max_allocatable.get(resource, -1):
-                self._max_allocatable[resource] = count
+        for resource in self.gpu_resources:
+            self._max_allocatable[resource] = max(self._max_allocatable[resource], node.allocatable.get(resource, 0))
         if node.has_gpus and not node.schedulable:
             self._unschedulable_gpu_nodes.add(node.name)
         else:
@@ -256,7 +256,7 @@ class ClusterCache:
 
     def _reindex(self, name: str) -> None:
         node = self._nodes.get(name)
-        free = self.free(name) if node is not None and node.schedulable else {}
+        allocatable = node.allocatable if node is not None and node.schedulable else {}
         for resource in self.gpu_resources:
             old = self._bucket_of.pop((resource, name), None)
             if old is not None:
@@ -267,15 +267,15 @@ class ClusterCache:
                     # iterating one that every node passed through (the all-free bucket during the
                     # initial sync) walks all of them, making each decision linear in cluster size.
                     del self._buckets[resource][old]
-            if resource in free:
-                key = max(free[resource], 0)
+            if resource in allocatable:
+                key = max(self._free_amount(name, resource, allocatable[resource]), 0)
                 self._buckets[resource].setdefault(key, {})[name] = None
                 self._bucket_of[(resource, name)] = key
 
     # ----- pod writes --------------------------------------------------------------------------
 
     def replace_pods(self, pods: Iterable[PodInfo]) -> None:
-        """Apply a full list of the GPU pods (pods without GPUs are never stored)."""
+        """Apply a full list of the pods that hold something (see model.parse_pod)."""
         fresh = {pod.uid: pod for pod in pods}
         for uid in list(self._pods):
             if uid not in fresh:
@@ -311,7 +311,8 @@ class ClusterCache:
             return
         if pod.node_name:
             _add(self._used.setdefault(pod.node_name, {}), pod.requests, 1)
-            self._reindex(pod.node_name)
+            if self._holds_gpus(pod.requests):  # CPU/memory alone leave the GPU buckets as they are
+                self._reindex(pod.node_name)
             self._move_excess_claims(pod.node_name)
             return
         node = pod.nominated_node if pod.nominated_node in self._nodes else ""
@@ -321,6 +322,9 @@ class ClusterCache:
         self._add_claim(
             "pod:" + pod.uid, Claim(node=node, requests=pod.requests, placement=pod.placement, expires_at=None)
         )
+
+    def _holds_gpus(self, requests: Requests) -> bool:
+        return any(resource in self._buckets for resource in requests)
 
     def _move_excess_claims(self, node_name: str) -> None:
         """The scheduler bound a pod where we had placed other claims: move those that no longer
@@ -339,7 +343,8 @@ class ClusterCache:
             return
         if pod.node_name:
             _add(self._used.setdefault(pod.node_name, {}), pod.requests, -1)
-            self._reindex(pod.node_name)
+            if self._holds_gpus(pod.requests):
+                self._reindex(pod.node_name)
         else:
             self._remove_claim("pod:" + pod.uid)
 

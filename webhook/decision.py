@@ -62,7 +62,7 @@ def explain_no_fit(gpus: GpuCounts, placement: Placement, cache: ClusterCache, f
         parts.append(f"{what} with enough free GPUs excluded by taints or selectors")
     if cache.unschedulable_gpu_nodes:
         parts.append(f"{_plural(cache.unschedulable_gpu_nodes, 'GPU node')} cordoned or not ready")
-    reserved = cache.reserved_gpus().get(primary, 0)
+    reserved = cache.claimed_total().get(primary, 0)
     if reserved:
         parts.append(f"{reserved} {primary} claimed by pods not bound yet")
     return "; ".join(parts)

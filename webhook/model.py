@@ -204,8 +204,7 @@ def parse_pod(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> PodInfo |
         nominated_node=_string(status.get("nominatedNodeName"), "status.nominatedNodeName"),
         requests={**gpus, **compute},
         terminal=terminal,
-        # Only unbound GPU pods are placed as claims; the others share one empty placement.
-        placement=parse_placement(spec) if gpus else _NO_PLACEMENT,
+        placement=parse_placement(spec),
         reservation_id=annotations.get(contract.ANNOTATION_RESERVATION, ""),
     )
 

@@ -63,7 +63,7 @@ class CacheSync:
                 else:
                     _uid(raw)
                     pod = parse_pod(raw, resources)
-                    if pod is not None:  # pods without GPUs never affect accounting
+                    if pod is not None:  # None: the pod holds nothing accounting needs
                         into.pods.append(pod)
             except ObjectError as exc:
                 into.problems.append(f"{kind[:-1]} {_name(raw)}: {exc}")
