@@ -29,7 +29,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 controlplane:
-	@tests/cluster/build-controlplane.sh >/dev/null
+	@devplatform/cluster/build-controlplane.sh >/dev/null
 
 lint: venv
 	$(BIN)/ruff check .
@@ -46,13 +46,13 @@ test: venv controlplane lint
 	$(BIN)/pytest -q
 
 dev-up: venv controlplane
-	$(BIN)/python -m tests.cluster up --dir $(DEV_DIR)
+	$(BIN)/python -m devplatform.cluster up --dir $(DEV_DIR)
 
 dev-down: venv
-	$(BIN)/python -m tests.cluster down --dir $(DEV_DIR)
+	$(BIN)/python -m devplatform.cluster down --dir $(DEV_DIR)
 
 demo: venv controlplane
-	$(BIN)/python -m tests.demo
+	$(BIN)/python -m devplatform.demo
 
 bench: venv controlplane
 	$(BIN)/python -m bench

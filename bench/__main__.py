@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import http_load, realcluster, report
-from tests.cluster import processes
+from devplatform.cluster import processes
 
 BENCH_DIR = Path(__file__).resolve().parent
 REPO_ROOT = BENCH_DIR.parent

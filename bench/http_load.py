@@ -23,7 +23,7 @@ from typing import Any
 
 from bench import clusters, fake_apiserver, profiling, stats
 from bench.realcluster import read_rss_mb, read_sync_span
-from tests.cluster import addons, processes
+from devplatform.cluster import addons, processes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SERVER_READY_TIMEOUT_SECONDS = 180.0

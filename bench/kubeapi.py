@@ -30,7 +30,7 @@ class KubeApiError(RuntimeError):
 
 def load_admin_credentials(kubeconfig: Path) -> tuple[str, bytes, bytes, bytes]:
     """(server, CA PEM, client cert PEM, client key PEM) from a kubeconfig with embedded data
-    (what tests/cluster writes; JSON is YAML)."""
+    (what devplatform/cluster writes; JSON is YAML)."""
     config = json.loads(kubeconfig.read_text())
     cluster = config["clusters"][0]["cluster"]
     user = config["users"][0]["user"]

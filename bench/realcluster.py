@@ -1,4 +1,4 @@
-"""Against the real local control plane (tests/cluster): issue 6 items 3 (real sync), 4 and 5.
+"""Against the real local control plane (devplatform/cluster): issue 6 items 3 (real sync), 4 and 5.
 
 One control plane (etcd, kube-apiserver, kube-scheduler; no controller-manager) filled with a
 synthetic cluster of 1,000 nodes and 10,000 pods through the API (pods bound via spec.nodeName,
@@ -28,7 +28,7 @@ from kubernetes import client as k8s_client
 
 from bench import clusters, inprocess, naive, stats
 from bench.kubeapi import MERGE_PATCH, KubeApi, KubeApiError, run_bounded
-from tests.cluster import addons, controlplane
+from devplatform.cluster import addons, controlplane
 from webhook import admission, decision, review
 from webhook.model import parse_placement, pod_gpus
 from webhook.sync import CacheSync, parse_items

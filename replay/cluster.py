@@ -20,10 +20,10 @@ from typing import Any
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
+from devplatform.cluster import controlplane, nodes
+from devplatform.cluster.controlplane import ControlPlane
 from replay import objects
 from replay.trace import NodeRow
-from tests.cluster import controlplane, nodes
-from tests.cluster.controlplane import ControlPlane
 
 # kubectl processes run side by side for a bulk pass: enough to keep the API server busy on two
 # cores without starving it.

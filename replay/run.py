@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from devplatform.cluster import addons
+from devplatform.cluster.controlplane import ControlPlane
 from replay import accounting, cluster, objects, report
 from replay.accounting import Policy, PolicySummary, RunRecord
 from replay.driver import WORKERS, Driver
@@ -26,8 +28,6 @@ from replay.plan import Plan, build_plan
 from replay.recorder import Recorder
 from replay.settings import Settings
 from replay.trace import parse_nodes, parse_pods
-from tests.cluster import addons
-from tests.cluster.controlplane import ControlPlane
 
 BACKGROUND_NAMESPACE = "replay-background"
 WATCH_SYNC_TIMEOUT = 60.0

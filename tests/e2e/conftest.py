@@ -1,4 +1,4 @@
-"""Fixtures for tests against the real local control plane (tests/cluster).
+"""Fixtures for tests against the real local control plane (devplatform/cluster).
 
 One ControlPlane per session, under ``<repo>/.test-runs/<timestamp>-<pid>/``. The run directory is
 removed when the session passes, and kept (with its component logs listed in the terminal
@@ -23,7 +23,7 @@ import pytest
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
-from tests.cluster import controlplane, nodes
+from devplatform.cluster import controlplane, nodes
 
 E2E_DIR = Path(__file__).resolve().parent
 REPO_ROOT = E2E_DIR.parents[1]

@@ -9,7 +9,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from tests.cluster import controlplane, nodes, processes
+from devplatform.cluster import controlplane, nodes, processes
 
 # Never pulled: there is no kubelet. Any valid image reference would do.
 IMAGE = "registry.k8s.io/pause:3.10"

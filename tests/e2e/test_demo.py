@@ -8,7 +8,12 @@ from tests.e2e.conftest import REPO_ROOT
 
 def test_demo_shows_local_and_remote_jobs_with_mirrored_exit_codes() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "tests.demo"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=240, check=False
+        [sys.executable, "-m", "devplatform.demo"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
     )
     out = result.stdout
     assert result.returncode == 0, out + result.stderr

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
+from devplatform import manifests
+from devplatform.cluster import controlplane
+from devplatform.manifests import Manifest
 from entrypoint import contract
-from tests import manifests
-from tests.cluster import controlplane
-from tests.manifests import Manifest
 
 NAMESPACE = "nimbix-burst"
 CERT_MANAGER_GROUP = "cert-manager.io"

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster import addons, nodes
-from tests.cluster.controlplane import ControlPlane
-from tests.cluster.tcpproxy import CuttableProxy
+from devplatform.cluster import addons, nodes
+from devplatform.cluster.controlplane import ControlPlane
+from devplatform.cluster.tcpproxy import CuttableProxy
 
 GPU = "nvidia.com/gpu"
 LEGACY = "alpha.kubernetes.io/nvidia-gpu"

@@ -15,7 +15,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from bench import clusters, fake_apiserver, inprocess, profiling, report, stats
-from tests.cluster import addons, processes
+from devplatform.cluster import addons, processes
 from webhook.model import parse_node, parse_pod
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

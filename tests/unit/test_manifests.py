@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
+from devplatform import manifests
+from devplatform.cluster import controlplane
+from devplatform.manifests import Manifest
 from entrypoint import contract
-from tests import manifests
-from tests.cluster import controlplane
-from tests.manifests import Manifest
 
 NAMESPACE = "nimbix-burst"
 APP = "nimbix-burst-webhook"
@@ -100,7 +100,7 @@ MIN_RENEW_BEFORE = timedelta(minutes=5)
 
 @pytest.fixture(scope="module")
 def kubectl() -> Path:
-    """The project-built kubectl (tests/cluster/build-controlplane.sh; instant when cached)."""
+    """The project-built kubectl (devplatform/cluster/build-controlplane.sh; instant when cached)."""
     return controlplane.ensure_binaries() / controlplane.KUBECTL
 
 

@@ -1,4 +1,4 @@
-"""tests/cluster/pki.py: certificates chain to the CA and carry the names and usages asked for."""
+"""devplatform/cluster/pki.py: certificates chain to the CA and carry the names and usages asked for."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests.cluster import pki
+from devplatform.cluster import pki
 
 
 @pytest.fixture(scope="module")

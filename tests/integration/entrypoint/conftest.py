@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import requests
 
-from tests.jarvice_emulator import EmulatorConfig, EmulatorControl, EmulatorThread, Timing
+from devplatform.emulator import EmulatorConfig, EmulatorControl, EmulatorThread, Timing
 
 ROOT = Path(__file__).resolve().parents[3]
 USER = "alice"

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import requests
 
+from devplatform.emulator import EmulatorControl, EmulatorThread
 from tests.integration.entrypoint.conftest import API_KEY, APP, ROOT, USER, direct_session, wait_for_job
-from tests.jarvice_emulator import EmulatorControl, EmulatorThread
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -279,7 +279,7 @@ def test_cli_runs_as_a_process_and_cleans_up(tmp_path: Path) -> None:
     state_file, env_file = tmp_path / "state.json", tmp_path / "jarvice.env"
     process = subprocess.Popen(
         [
-            sys.executable, "-m", "tests.jarvice_emulator", "--port", "0", "--users", f"{USER}:{API_KEY}",
+            sys.executable, "-m", "devplatform.emulator", "--port", "0", "--users", f"{USER}:{API_KEY}",
             "--apps", f"{APP}:run", "--queue-seconds", "0", "--init-seconds", "0",
             "--state-file", str(state_file), "--env-file", str(env_file),
         ],

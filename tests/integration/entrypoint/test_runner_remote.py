@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from devplatform.emulator import EmulatorControl, EmulatorThread
 from tests.integration.entrypoint.conftest import (
     ALL_OUTPUT,
     API_KEY,
@@ -18,7 +19,6 @@ from tests.integration.entrypoint.conftest import (
     run_runner,
     wait_for_job,
 )
-from tests.jarvice_emulator import EmulatorControl, EmulatorThread
 
 pytestmark = pytest.mark.timeout(40)
 

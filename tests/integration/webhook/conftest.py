@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
-from tests.cluster.pki import issue_cert, make_ca, write_pair
+from devplatform.cluster.pki import issue_cert, make_ca, write_pair
 from tests.unit.webhook.builders import node
 from webhook.app import create_app
 from webhook.cache import ClusterCache

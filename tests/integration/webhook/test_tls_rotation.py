@@ -10,8 +10,8 @@ import aiohttp
 from aiohttp import web
 from cryptography import x509
 
-from tests.cluster.pki import issue_cert, make_ca, write_pair
-from tests.cluster.processes import free_port
+from devplatform.cluster.pki import issue_cert, make_ca, write_pair
+from devplatform.cluster.processes import free_port
 from tests.integration.webhook.conftest import FakeClock, review_body
 from tests.unit.webhook.builders import container, pod
 from webhook.app import create_app

@@ -2,9 +2,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devplatform.emulator.jobs import last_lines
 from entrypoint import output
 from entrypoint.output import SEPARATOR, StreamState
-from tests.jarvice_emulator.jobs import last_lines
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -19,10 +19,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests import manifests
-from tests.cluster.controlplane import ControlPlane
-from tests.cluster.pki import KeyPair, issue_cert, make_ca, write_pair
-from tests.cluster.processes import ManagedProcess, free_port, is_running, read_log_tail, start_process, stop_process
+from devplatform import manifests
+from devplatform.cluster.controlplane import ControlPlane
+from devplatform.cluster.pki import KeyPair, issue_cert, make_ca, write_pair
+from devplatform.cluster.processes import (
+    ManagedProcess,
+    free_port,
+    is_running,
+    read_log_tail,
+    start_process,
+    stop_process,
+)
 
 READY_TIMEOUT_SECONDS = 60.0
 
@@ -138,12 +145,12 @@ class EmulatorProcess:
 def start_jarvice_emulator(
     run_dir: Path, *, args: Sequence[str] = (), timeout: float = READY_TIMEOUT_SECONDS
 ) -> EmulatorProcess:
-    """`python -m tests.jarvice_emulator` as its own process; returns once it is listening."""
+    """`python -m devplatform.emulator` as its own process; returns once it is listening."""
     run_dir.mkdir(parents=True, exist_ok=True)
     state_file, env_file = run_dir / "jarvice-emulator.json", run_dir / "jarvice.env"
     state_file.unlink(missing_ok=True)
     argv = [
-        sys.executable, "-m", "tests.jarvice_emulator",
+        sys.executable, "-m", "devplatform.emulator",
         "--state-file", str(state_file),
         "--env-file", str(env_file),
         "--workdir", str(run_dir / "jobs"),

@@ -1,12 +1,12 @@
 """A JARVICE API emulator that really runs submitted commands (see server.py, jobs.py).
 
 In-process: `create_app(EmulatorConfig(...))` (aiohttp app factory) or `EmulatorThread`.
-As a process: `python -m tests.jarvice_emulator --help`.
+As a process: `python -m devplatform.emulator --help`.
 """
 
-from tests.jarvice_emulator.harness import EmulatorControl, EmulatorThread
-from tests.jarvice_emulator.jobs import Timing
-from tests.jarvice_emulator.server import EmulatorConfig, Faults, create_app, parse_apps, parse_users
+from devplatform.emulator.harness import EmulatorControl, EmulatorThread
+from devplatform.emulator.jobs import Timing
+from devplatform.emulator.server import EmulatorConfig, Faults, create_app, parse_apps, parse_users
 
 __all__ = [
     "EmulatorConfig",

@@ -32,8 +32,8 @@ from typing import Any, Self
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from tests.cluster import pki, processes
-from tests.cluster.processes import ManagedProcess
+from devplatform.cluster import pki, processes
+from devplatform.cluster.processes import ManagedProcess
 
 ETCD = "etcd"
 APISERVER = "kube-apiserver"

@@ -25,7 +25,7 @@ from typing import Any
 
 from kubernetes import client as k8s_client
 
-from tests.cluster import addons, controlplane, nodes
+from devplatform.cluster import addons, controlplane, nodes
 
 GPU = "nvidia.com/gpu"
 NAMESPACE = "demo"

@@ -59,7 +59,7 @@ def build_node_status(*, gpus: int, cpu: str, memory: str, pods: int, gpu_resour
                     "type": "Ready",
                     "status": "True",
                     "reason": "FakeNode",
-                    "message": "no kubelet; created by tests/cluster/nodes.py",
+                    "message": "no kubelet; created by devplatform/cluster/nodes.py",
                 }
             ],
         }

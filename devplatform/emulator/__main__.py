@@ -1,4 +1,4 @@
-"""`python -m tests.jarvice_emulator`: the emulator as a separate process (demo, `make dev-up`).
+"""`python -m devplatform.emulator`: the emulator as a separate process (demo, `make dev-up`).
 
 Prints one JSON line ({"url", "pid", ...}) on stdout once listening; optionally writes the same
 to --state-file and a shell-sourceable --env-file (JARVICE_API_URL, JARVICE_USERNAME,
@@ -20,15 +20,15 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.jarvice_emulator import jobs
-from tests.jarvice_emulator.server import EmulatorConfig, create_app, parse_apps, parse_users
+from devplatform.emulator import jobs
+from devplatform.emulator.server import EmulatorConfig, create_app, parse_apps, parse_users
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 DEFAULT_APP = "nimbix-burst-example:run"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tests.jarvice_emulator", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devplatform.emulator", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1", choices=LOOPBACK, help="loopback only")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (default)")
     parser.add_argument(

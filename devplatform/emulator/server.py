@@ -23,8 +23,8 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from tests.jarvice_emulator import jobs
-from tests.jarvice_emulator.catalogue import default_machines
+from devplatform.emulator import jobs
+from devplatform.emulator.catalogue import default_machines
 
 JSON_TYPE: Final = "application/json"
 TEXT_TYPE: Final = "text/plain"

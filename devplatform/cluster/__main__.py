@@ -1,4 +1,4 @@
-"""``python -m tests.cluster up|down|status --dir DIR``: the dev control plane behind make dev-up/down.
+"""``python -m devplatform.cluster up|down|status --dir DIR``: the dev control plane behind make dev-up/down.
 
 ``up`` starts a ControlPlane whose processes outlive this command, then whatever ``start_extras``
 adds (the extension point for the webhook and the JARVICE emulator), and saves every PID to
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kubernetes import client as k8s_client
 
-from tests.cluster import addons, controlplane, nodes, processes
+from devplatform.cluster import addons, controlplane, nodes, processes
 
 STATE_FILE = "state.json"
 KUBECONFIG_FILE = "kubeconfig"
@@ -218,7 +218,7 @@ def _print_up_summary(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.cluster", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m devplatform.cluster", description=__doc__)
     parser.add_argument("command", choices=("up", "down", "status"))
     parser.add_argument("--dir", type=Path, default=Path(".dev"), help="state directory (default: .dev)")
     args = parser.parse_args(argv)
