@@ -27,3 +27,19 @@ ANNOTATION_RESERVATION: Final = ANNOTATION_PREFIX + "reservation"
 
 DECISION_LOCAL: Final = "local"
 DECISION_REMOTE: Final = "remote"
+
+# Per-container bursting: the webhook names the container a runner runs in (part of its job label,
+# so two burst containers of one pod never share a JARVICE job) and gives it the pod's identity
+# from the downward API when the pod does not already.
+ENV_CONTAINER_NAME: Final = "NIMBIX_BURST_CONTAINER"
+ENV_POD_UID: Final = "POD_UID"
+ENV_POD_NAMESPACE: Final = "POD_NAMESPACE"
+ENV_POD_NAME: Final = "POD_NAME"
+
+# A small volume that outlives container restarts within the pod (an emptyDir): the runner keeps
+# its job's state there, so a runner restarted before it reported a result picks that job up again
+# instead of submitting it twice, and one restarted after reporting a failure retries on purpose.
+ENV_STATE_DIR: Final = "NIMBIX_BURST_STATE_DIR"
+STATE_VOLUME_NAME: Final = "nimbix-burst-state"
+STATE_MOUNT_PATH: Final = "/var/run/nimbix-burst"
+STATE_VOLUME_SIZE_LIMIT: Final = "1Mi"
