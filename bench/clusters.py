@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devplatform.cluster import nodes
+
 GPU = "nvidia.com/gpu"
 GPU_MODEL_LABEL = "nimbix-burst.bench/gpu-model"
 GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
@@ -82,7 +84,8 @@ def build_node(
     model: str = "",
     tainted: bool = False,
 ) -> RawObject:
-    resources = {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "500Gi"}
+    resources = nodes.node_resources(gpus=gpus, cpu=cpu, memory=memory, pods=110, gpu_resource=GPU)
+    resources["ephemeral-storage"] = "500Gi"
     labels = {
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
@@ -90,27 +93,15 @@ def build_node(
         "topology.kubernetes.io/zone": zone,
         "node.kubernetes.io/instance-type": f"gpu-{gpus}x" if gpus else "cpu",
     }
-    if gpus:
-        resources[GPU] = str(gpus)
     if model:
         labels[GPU_MODEL_LABEL] = model
-    spec: RawObject = {"podCIDR": "10.244.0.0/24"}
-    if tainted:
-        spec["taints"] = [dict(GPU_TAINT)]
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "uid": uid, "resourceVersion": "1", "labels": labels, "creationTimestamp": _CREATED},
-        "spec": spec,
-        "status": {
-            "capacity": dict(resources),
-            "allocatable": dict(resources),
-            "conditions": [
-                {"type": "MemoryPressure", "status": "False", "reason": "KubeletHasSufficientMemory"},
-                {"type": "Ready", "status": "True", "reason": "KubeletReady"},
-            ],
-        },
-    }
+    node = nodes.build_fake_node(
+        name, resources=resources, labels=labels, taints=[dict(GPU_TAINT)] if tainted else (), message="bench"
+    )
+    # What a watch cache sees from a real API server: identity, version, creation time, a pod CIDR.
+    node["metadata"].update(uid=uid, resourceVersion="1", creationTimestamp=_CREATED)
+    node["spec"]["podCIDR"] = "10.244.0.0/24"
+    return node
 
 
 @dataclass(frozen=True, slots=True)

@@ -148,6 +148,4 @@ def create_pod(core: Any, namespace: str, body: dict[str, Any]) -> dict[str, Any
 
 def core_api(plane: ControlPlane, *, pool_size: int) -> Any:
     """A CoreV1Api on a connection pool big enough for `pool_size` threads."""
-    api_client = plane.api_client()
-    api_client.rest_client.pool_manager.connection_pool_kw["maxsize"] = pool_size
-    return k8s_client.CoreV1Api(api_client)
+    return k8s_client.CoreV1Api(plane.api_client(pool_size=pool_size))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from devplatform.cluster import nodes
 from entrypoint import contract
 from replay.plan import Holder
 from replay.trace import NodeRow, PodRow
@@ -30,29 +31,24 @@ REMOTE_MEMORY = "128Mi"
 Json = dict[str, Any]
 
 
-def build_node(row: NodeRow, *, model_label: str) -> Json:
+def build_node_with_status(row: NodeRow, *, model_label: str) -> Json:
     labels = {"kubernetes.io/hostname": row.name, ROLE_LABEL: "replay"}
     if row.model and row.gpus > 0:
         labels[model_label] = row.model
-    # spec.taints empty: used for the replace that drops the not-ready taint added at creation.
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": row.name, "labels": labels},
-        "spec": {"taints": []},
-    }
+    resources = nodes.node_resources(
+        gpus=row.gpus,
+        cpu=f"{row.cpu_milli}m",
+        memory=f"{row.memory_mib}Mi",
+        pods=MAX_PODS_PER_NODE,
+        gpu_resource=GPU_RESOURCE,
+    )
+    return nodes.build_fake_node(row.name, resources=resources, labels=labels, message="no kubelet (replay)")
 
 
-def build_node_with_status(row: NodeRow, *, model_label: str) -> Json:
-    resources = {"cpu": f"{row.cpu_milli}m", "memory": f"{row.memory_mib}Mi", "pods": str(MAX_PODS_PER_NODE)}
-    if row.gpus > 0:
-        resources[GPU_RESOURCE] = str(row.gpus)
-    node = build_node(row, model_label=model_label)
-    node["status"] = {
-        "capacity": dict(resources),
-        "allocatable": dict(resources),
-        "conditions": [{"type": "Ready", "status": "True", "reason": "FakeNode", "message": "no kubelet (replay)"}],
-    }
+def build_node(row: NodeRow, *, model_label: str) -> Json:
+    # spec.taints empty: also used for the replace that drops the not-ready taint added at creation.
+    node = build_node_with_status(row, model_label=model_label)
+    del node["status"]
     return node
 
 

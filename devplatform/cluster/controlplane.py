@@ -282,12 +282,17 @@ class ControlPlane:
             raise KubectlError(result.returncode, argv, output=result.stdout, stderr=result.stderr)
         return result
 
-    def api_client(self) -> k8s_client.ApiClient:
-        """A new ``kubernetes.client.ApiClient`` for the admin kubeconfig (no global configuration).
+    def api_client(self, *, pool_size: int | None = None) -> k8s_client.ApiClient:
+        """A new ``kubernetes.client.ApiClient`` for the admin kubeconfig (no global configuration);
+        the one way the demo, dev-up, tests, bench and replay talk to the control plane.
 
+        ``pool_size``: connections kept per host, for callers that share the client across threads.
         The caller owns it and should ``close()`` it.
         """
-        return k8s_config.new_client_from_config(config_file=str(self.kubeconfig_path), persist_config=False)
+        client = k8s_config.new_client_from_config(config_file=str(self.kubeconfig_path), persist_config=False)
+        if pool_size is not None:
+            client.rest_client.pool_manager.connection_pool_kw["maxsize"] = pool_size
+        return client
 
     # -- internals --------------------------------------------------------------------------------
 

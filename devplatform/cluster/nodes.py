@@ -30,6 +30,41 @@ class PodWaitTimeoutError(TimeoutError):
     """A pod did not reach the expected scheduling state in time."""
 
 
+def node_resources(*, gpus: int, cpu: str, memory: str, pods: int, gpu_resource: str) -> dict[str, str]:
+    resources = {"cpu": cpu, "memory": memory, "pods": str(pods)}
+    if gpus > 0:
+        resources[gpu_resource] = str(gpus)
+    return resources
+
+
+def build_fake_node(
+    name: str,
+    *,
+    resources: Mapping[str, str],
+    labels: Mapping[str, str] | None = None,
+    taints: Sequence[Mapping[str, str]] = (),
+    unschedulable: bool = False,
+    message: str = "no kubelet; created by devplatform/cluster/nodes.py",
+) -> dict[str, Any]:
+    """The one fake-node shape used by the tests, the benchmarks and the replay: a Node whose
+    status says Ready with ``resources`` as capacity and allocatable.
+
+    Against a real API server the status is dropped on create, so it is written again through the
+    status subresource (``build_node_status`` / ``kubectl replace --subresource=status``).
+    """
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": dict(labels or {})},
+        "spec": {"taints": [dict(taint) for taint in taints], "unschedulable": unschedulable},
+        "status": {
+            "capacity": dict(resources),
+            "allocatable": dict(resources),
+            "conditions": [{"type": "Ready", "status": "True", "reason": "FakeNode", "message": message}],
+        },
+    }
+
+
 def build_node(
     name: str,
     *,
@@ -37,33 +72,16 @@ def build_node(
     taints: Sequence[Mapping[str, str]],
     unschedulable: bool,
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": dict(labels or {})},
-        "spec": {"taints": [dict(taint) for taint in taints], "unschedulable": unschedulable},
-    }
+    """The create body: the fake node without its status."""
+    node = build_fake_node(name, resources={}, labels=labels, taints=taints, unschedulable=unschedulable)
+    del node["status"]
+    return node
 
 
 def build_node_status(*, gpus: int, cpu: str, memory: str, pods: int, gpu_resource: str) -> dict[str, Any]:
     """The status subresource patch: capacity = allocatable, and a Ready condition."""
-    resources = {"cpu": cpu, "memory": memory, "pods": str(pods)}
-    if gpus > 0:
-        resources[gpu_resource] = str(gpus)
-    return {
-        "status": {
-            "capacity": dict(resources),
-            "allocatable": dict(resources),
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "FakeNode",
-                    "message": "no kubelet; created by devplatform/cluster/nodes.py",
-                }
-            ],
-        }
-    }
+    resources = node_resources(gpus=gpus, cpu=cpu, memory=memory, pods=pods, gpu_resource=gpu_resource)
+    return {"status": build_fake_node("", resources=resources)["status"]}
 
 
 def build_taints_without(taints: Sequence[Any] | None, key: str) -> list[Any]:
