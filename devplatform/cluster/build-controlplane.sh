@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Builds etcd, kube-apiserver, kube-scheduler, kube-controller-manager and kubectl from the
-# wrapper module in gowrap/, into a cache directory keyed by (Kubernetes version, Go version,
-# go.sum hash). A warm cache means no build at all; a fresh clone on the same machine reuses it.
-# Prints the bin directory on stdout as the last line; progress goes to stderr.
+# Builds etcd, kube-apiserver, kube-scheduler, kube-controller-manager, kubectl, and the real
+# node's kubelet, kube-proxy and pause (sandbox) binaries from the wrapper module in gowrap/, into
+# a cache directory keyed by (Kubernetes version, Go version, go.sum hash). A warm cache means no
+# build at all; a fresh clone on the same machine reuses it.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 wrap="$here/gowrap"
-components="etcd kube-apiserver kube-scheduler kube-controller-manager kubectl"
+components="etcd kube-apiserver kube-scheduler kube-controller-manager kubectl kubelet kube-proxy pause"
 
 kver=$(tr -d '[:space:]' < "$wrap/k8s-version.txt")
 gover=$(GOTOOLCHAIN=local go env GOVERSION)
