@@ -50,10 +50,11 @@ def admit(request: AdmissionRequest, *, cache: ClusterCache, policy: mutation.Re
     if labels.get(contract.LABEL_TASK_TYPE) != contract.LABEL_TASK_TYPE_VALUE:
         return _skip(request, f"pod is not labeled {contract.LABEL_TASK_TYPE}={contract.LABEL_TASK_TYPE_VALUE}")
     annotations = _mapping(meta.get("annotations"))
-    if contract.ANNOTATION_DECISION in annotations:
-        # Reinvocation, or a pod copied from one we already rewrote: never rewrite twice.
-        return _skip(request, f"already decided: {annotations[contract.ANNOTATION_DECISION]}")
     spec = _mapping(pod.get("spec"))
+    if contract.ANNOTATION_DECISION in annotations:
+        # Reinvocation (a later webhook changed the pod), or a pod copied from one we rewrote:
+        # never decide twice, but a burst pod must not keep GPUs someone added since.
+        return _readmit(request, spec, decided=annotations[contract.ANNOTATION_DECISION], policy=policy)
     try:
         gpus = pod_gpus(spec, policy.gpu_resources, checked=True)
         placement = parse_placement(spec)
@@ -76,6 +77,24 @@ def admit(request: AdmissionRequest, *, cache: ClusterCache, policy: mutation.Re
     patch = mutation.build_remote_patch(pod, gpus=gpus, decision=decision, policy=policy)
     warning = f"nimbix-burst: this pod will run on Nimbix JARVICE: {decision.reason}"
     return Admission(build_response(request.uid, patch=patch, warnings=[warning]), "remote", decision.reason)
+
+
+def _readmit(
+    request: AdmissionRequest, spec: Mapping[str, Any], *, decided: str, policy: mutation.RewritePolicy
+) -> Admission:
+    """A pod decided local keeps what it has; one decided remote gets new GPU requests stripped."""
+    if decided != contract.DECISION_REMOTE:
+        return _skip(request, f"already decided: {decided}")
+    try:
+        pod_gpus(spec, policy.gpu_resources, checked=True)  # the quantities the patch reads are valid
+    except ObjectError as exc:
+        raise MalformedReview(f"request.object: {exc}") from exc
+    patch = mutation.build_reinvocation_patch(request.object, policy=policy)
+    if not patch:
+        return _skip(request, f"already decided: {decided}; no GPU request added since")
+    reason = "already decided: remote; stripped GPU requests added after the decision"
+    warning = "nimbix-burst: removed GPU requests added after this pod was burst (see original-resources)"
+    return Admission(build_response(request.uid, patch=patch, warnings=[warning]), "remote", reason)
 
 
 def build_error_response(uid: str) -> dict[str, Any]:

@@ -7,12 +7,15 @@ whole map or list when it is absent, append with `/-` otherwise (RFC 6902, RFC 6
 from __future__ import annotations
 
 import json
+import math
+import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from entrypoint import contract
-from webhook.resources import all_containers, effective_request, format_quantity_cores
+from webhook.resources import QuantityError, all_containers, format_quantity_cores, parse_quantity
 from webhook.types import Decision, GpuCounts
 
 JsonPatchOp = dict[str, Any]
@@ -56,9 +59,28 @@ def build_local_patch(pod: Mapping[str, Any], *, decision: Decision, reservation
     return _annotation_ops(pod.get("metadata") or {}, values)
 
 
+def _container_quantity(container: Mapping[str, Any], resource: str) -> Decimal:
+    """The container's own request (requests default from limits); 0 when absent or unreadable."""
+    resources = container.get("resources") or {}
+    for source in ("requests", "limits"):
+        values = resources.get(source) or {}
+        if resource in values:
+            try:
+                return parse_quantity(values[resource])
+            except QuantityError:
+                return Decimal(0)  # admission already rejected unreadable quantities; never guess high
+    return Decimal(0)
+
+
+def _container_gpus(container: Mapping[str, Any], gpu_resources: Sequence[str]) -> int:
+    """The machine one runner asks for: the largest of its own GPU counts (devices are whole)."""
+    return max((math.ceil(_container_quantity(container, r)) for r in gpu_resources), default=0)
+
+
 def _resource_ops(
-    base: str, container: Mapping[str, Any], policy: RewritePolicy, original: dict[str, Any]
+    base: str, container: Mapping[str, Any], policy: RewritePolicy, original: dict[str, Any], *, shrink: bool
 ) -> list[JsonPatchOp]:
+    """Remove GPUs; with `shrink`, also cut cpu/memory to the runner's footprint."""
     ops: list[JsonPatchOp] = []
     resources = container.get("resources") or {}
     footprint = {"cpu": policy.remote_cpu, "memory": policy.remote_memory}
@@ -69,7 +91,7 @@ def _resource_ops(
             if resource in values:
                 ops.append({"op": "remove", "path": f"{base}/resources/{source}/{escape(resource)}"})
                 saved.setdefault(source, {})[resource] = values[resource]
-        for resource in _COMPUTE:
+        for resource in _COMPUTE if shrink else ():
             if resource in values and values[resource] != footprint[resource]:
                 ops.append(
                     {"op": "replace", "path": f"{base}/resources/{source}/{resource}", "value": footprint[resource]}
@@ -80,53 +102,122 @@ def _resource_ops(
     return ops
 
 
-def _env_ops(base: str, container: Mapping[str, Any], wanted: Sequence[tuple[str, str, bool]]) -> list[JsonPatchOp]:
-    """wanted: (name, value, replace_existing)."""
+# (name, entry, replace_existing): ours are replaced whatever the pod says (the runner depends on
+# them); the rest are defaults the pod may already set.
+_EnvWish = tuple[str, dict[str, Any], bool]
+
+
+def _env_ops(base: str, container: Mapping[str, Any], wanted: Sequence[_EnvWish]) -> list[JsonPatchOp]:
     env = container.get("env")
     if not env:
-        return [{"op": "add", "path": f"{base}/env", "value": [{"name": n, "value": v} for n, v, _ in wanted]}]
-    index_of = {item.get("name"): i for i, item in enumerate(env)}
+        return [{"op": "add", "path": f"{base}/env", "value": [entry for _, entry, _ in wanted]}]
+    index_of = {item.get("name"): i for i, item in enumerate(env)}  # the last duplicate is the one in effect
     ops: list[JsonPatchOp] = []
-    for name, value, replace_existing in wanted:
+    for name, entry, replace_existing in wanted:
         if name not in index_of:
-            ops.append({"op": "add", "path": f"{base}/env/-", "value": {"name": name, "value": value}})
-        elif replace_existing:
+            ops.append({"op": "add", "path": f"{base}/env/-", "value": entry})
+        elif replace_existing and env[index_of[name]] != entry:
             # Replace the whole entry: a valueFrom must not survive beside the new value.
-            path = f"{base}/env/{index_of[name]}"
-            ops.append({"op": "replace", "path": path, "value": {"name": name, "value": value}})
+            ops.append({"op": "replace", "path": f"{base}/env/{index_of[name]}", "value": entry})
     return ops
 
 
-def _pod_cpu_cores(spec: Mapping[str, Any]) -> int:
-    try:
-        return format_quantity_cores(effective_request(spec, "cpu"))
-    except ValueError:
-        return 1
+def _value(name: str, value: str) -> dict[str, Any]:
+    return {"name": name, "value": value}
+
+
+def _field_ref(name: str, field_path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+def _mounts_state_path(container: Mapping[str, Any]) -> bool:
+    return any(
+        posixpath.normpath(str(m.get("mountPath", ""))) == contract.STATE_MOUNT_PATH
+        for m in container.get("volumeMounts") or ()
+    )
+
+
+def _state_mount_ops(base: str, container: Mapping[str, Any]) -> list[JsonPatchOp]:
+    """Mount the state volume unless something is already mounted at that path: two mounts at one
+    path are invalid, and what is there (a re-created burst pod carries ours) becomes the state dir."""
+    if _mounts_state_path(container):
+        return []
+    mount = {"name": contract.STATE_VOLUME_NAME, "mountPath": contract.STATE_MOUNT_PATH}
+    if not container.get("volumeMounts"):
+        return [{"op": "add", "path": f"{base}/volumeMounts", "value": [mount]}]
+    return [{"op": "add", "path": f"{base}/volumeMounts/-", "value": mount}]
+
+
+def _state_volume_ops(spec: Mapping[str, Any]) -> list[JsonPatchOp]:
+    """One emptyDir per pod; a pod volume already of that name is used as is (it must be writable)."""
+    volumes = spec.get("volumes") or []
+    if any(v.get("name") == contract.STATE_VOLUME_NAME for v in volumes):
+        return []
+    volume = {"name": contract.STATE_VOLUME_NAME, "emptyDir": {"sizeLimit": contract.STATE_VOLUME_SIZE_LIMIT}}
+    if not volumes:
+        return [{"op": "add", "path": "/spec/volumes", "value": [volume]}]
+    return [{"op": "add", "path": "/spec/volumes/-", "value": volume}]
+
+
+def _burst_container_ops(base: str, container: Mapping[str, Any], *, gpus: int) -> list[JsonPatchOp]:
+    """What makes one app container a runner for its own remote job."""
+    cores = format_quantity_cores(_container_quantity(container, "cpu"))
+    wanted: list[_EnvWish] = [
+        (contract.ENV_REMOTE, _value(contract.ENV_REMOTE, "1"), True),
+        (contract.ENV_NUM_GPUS, _value(contract.ENV_NUM_GPUS, str(gpus)), False),
+        (contract.ENV_NUM_CPUS, _value(contract.ENV_NUM_CPUS, str(cores)), False),
+        (contract.ENV_CONTAINER_NAME, _value(contract.ENV_CONTAINER_NAME, str(container.get("name", ""))), True),
+        (contract.ENV_POD_UID, _field_ref(contract.ENV_POD_UID, "metadata.uid"), False),
+        (contract.ENV_POD_NAMESPACE, _field_ref(contract.ENV_POD_NAMESPACE, "metadata.namespace"), False),
+        (contract.ENV_POD_NAME, _field_ref(contract.ENV_POD_NAME, "metadata.name"), False),
+        (contract.ENV_STATE_DIR, _value(contract.ENV_STATE_DIR, contract.STATE_MOUNT_PATH), True),
+    ]
+    return _env_ops(base, container, wanted)
+
+
+def _container_ops(
+    spec: Mapping[str, Any], policy: RewritePolicy, original: dict[str, dict[str, Any]]
+) -> list[JsonPatchOp]:
+    """Per container: an app container with GPUs goes remote (shrunk, with its own GPU count); init
+    containers lose only their GPUs and run here; everything else is untouched. Idempotent: a
+    container already rewritten and without GPUs yields no op."""
+    ops: list[JsonPatchOp] = []
+    mounted = False
+    for list_name, index, container in all_containers(spec):
+        gpus = _container_gpus(container, policy.gpu_resources)
+        if not gpus:
+            continue
+        base = f"/spec/{list_name}/{index}"
+        is_app = list_name == "containers"
+        ops += _resource_ops(base, container, policy, original.setdefault(list_name, {}), shrink=is_app)
+        if is_app:
+            mount = _state_mount_ops(base, container)
+            ops += _burst_container_ops(base, container, gpus=gpus) + mount
+            mounted |= bool(mount)
+    if mounted:  # an unused volume would only confuse
+        ops += _state_volume_ops(spec)
+    return ops
+
+
+def _audit_json(audit: Mapping[str, Any]) -> str:
+    return json.dumps(audit, sort_keys=True, separators=(",", ":"))
 
 
 def build_remote_patch(
     pod: Mapping[str, Any], *, gpus: GpuCounts, decision: Decision, policy: RewritePolicy
 ) -> list[JsonPatchOp]:
-    """Strip GPUs, shrink to the runner's footprint, set REMOTE=1, and record what changed."""
+    """Burst each app container that asked for GPUs, strip GPUs everywhere, and record what changed."""
     spec: Mapping[str, Any] = pod.get("spec") or {}
-    ops: list[JsonPatchOp] = []
-    original_resources: dict[str, dict[str, Any]] = {"containers": {}, "initContainers": {}}
-    num_gpus = str(max(gpus.values()))
-    num_cpus = str(_pod_cpu_cores(spec))
-    for list_name, index, container in all_containers(spec):
-        base = f"/spec/{list_name}/{index}"
-        ops += _resource_ops(base, container, policy, original_resources[list_name])
-        if list_name == "containers":
-            # Only app containers run the runner; init containers stay plain local steps.
-            wanted = [
-                (contract.ENV_REMOTE, "1", True),
-                (contract.ENV_NUM_GPUS, num_gpus, False),
-                (contract.ENV_NUM_CPUS, num_cpus, False),
-            ]
-            ops += _env_ops(base, container, wanted)
-
+    original_resources: dict[str, dict[str, Any]] = {}
+    ops = _container_ops(spec, policy, original_resources)
     audit: dict[str, Any] = {k: v for k, v in original_resources.items() if v}
     audit["gpus"] = dict(gpus)
+    if "resources" in spec:
+        # Pod-level resources size the whole pod for the GPU work that now runs remotely: they would
+        # strand it on a big node (the scheduler uses them instead of the container sum). Removed, the
+        # pod is sized by its containers' own requests again.
+        ops.append({"op": "remove", "path": "/spec/resources"})
+        audit["resources"] = spec["resources"]
     node_selector = spec.get("nodeSelector") or {}
     stripped_selector = {k: v for k, v in node_selector.items() if k in policy.strip_node_selector_keys}
     if stripped_selector and len(stripped_selector) == len(node_selector):
@@ -155,7 +246,35 @@ def build_remote_patch(
         {
             contract.ANNOTATION_DECISION: contract.DECISION_REMOTE,
             contract.ANNOTATION_REASON: decision.reason,
-            contract.ANNOTATION_ORIGINAL_RESOURCES: json.dumps(audit, sort_keys=True, separators=(",", ":")),
+            contract.ANNOTATION_ORIGINAL_RESOURCES: _audit_json(audit),
         },
     )
     return ops
+
+
+# Audit key for what reinvocations stripped, beside (never over) what the first rewrite recorded.
+_AUDIT_REINVOKED = "reinvoked"
+
+
+def build_reinvocation_patch(pod: Mapping[str, Any], *, policy: RewritePolicy) -> list[JsonPatchOp]:
+    """A pod already decided remote, changed by a later webhook: strip the GPUs it carries again,
+    the same way as the first rewrite. Empty when there is nothing new (reinvocation is idempotent)."""
+    spec: Mapping[str, Any] = pod.get("spec") or {}
+    stripped: dict[str, dict[str, Any]] = {}
+    ops = _container_ops(spec, policy, stripped)
+    if not ops:
+        return []
+    meta: Mapping[str, Any] = pod.get("metadata") or {}
+    try:
+        audit = json.loads((meta.get("annotations") or {}).get(contract.ANNOTATION_ORIGINAL_RESOURCES, "{}"))
+    except ValueError:
+        audit = {}
+    if not isinstance(audit, dict):
+        audit = {}  # not ours to trust: start a fresh record rather than fail the rewrite
+    reinvoked = audit.get(_AUDIT_REINVOKED)
+    reinvoked = audit[_AUDIT_REINVOKED] = reinvoked if isinstance(reinvoked, dict) else {}
+    for list_name, containers in stripped.items():
+        if containers:
+            recorded = reinvoked.get(list_name)
+            reinvoked[list_name] = {**(recorded if isinstance(recorded, dict) else {}), **containers}
+    return ops + _annotation_ops(meta, {contract.ANNOTATION_ORIGINAL_RESOURCES: _audit_json(audit)})

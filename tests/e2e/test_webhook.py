@@ -244,8 +244,10 @@ def test_init_sidecar_and_multi_container_pods_use_the_effective_request(group: 
     # Now 0 free: an init container asking for 4 alone is more than any node has.
     big_init = group.pod(containers=[c("a", 1)], initContainers=[c("init", 4)])
     pod, stderr = group.create(big_init)
-    assert_remote(pod, stderr, 4)
+    # The runner asks for the app container's own GPU; the init container runs here, without its GPUs.
+    assert_remote(pod, stderr, 1)
     assert "REMOTE" not in {e["name"] for e in pod["spec"]["initContainers"][0].get("env", [])}
+    assert json.loads(annotations(pod)["nimbix-burst.io/original-resources"])["initContainers"]["init"]
 
 
 def test_legacy_resource_name_with_no_advertising_node_bursts(group: Group) -> None:

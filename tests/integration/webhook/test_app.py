@@ -62,7 +62,9 @@ async def test_unlabeled_and_cpu_only_and_decided_pods_are_untouched(client: Tes
     for raw in (
         pod(container(gpus=8), labels={"app": "x"}),
         pod(container()),
-        pod(container(gpus=8), annotations={"nimbix-burst.io/decision": "remote"}),
+        # Decided local: a reinvocation leaves it alone (a remote one gets new GPUs stripped, see
+        # tests/unit/webhook/test_admission_reinvocation.py).
+        pod(container(gpus=8), annotations={"nimbix-burst.io/decision": "local"}),
     ):
         status, answer = await post(client, review_body(raw))
         assert status == 200
