@@ -17,6 +17,7 @@ import datetime
 import json
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import kubernetes
@@ -34,6 +35,14 @@ REQUEST_TIMEOUT = (2.0, 5.0)  # connect, read: well inside the renew deadline
 
 def _now_rfc3339() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True, slots=True)
+class _Round:
+    observation: Observation
+    started: float  # before our write: renewal age is counted conservatively from here
+    written: LeaseRecord | None = None  # what we wrote, when we hold the Lease after this round
+    handed: list[HandedOver] | None = None  # set when this round made us leader
 
 
 class LeaseElector:
@@ -86,13 +95,27 @@ class LeaseElector:
     async def run(self) -> None:
         while not self._released:
             try:
-                handed = await asyncio.to_thread(self._tick)
-                if handed is not None:
-                    # On the loop: the callback fills the cache, whose only writer is the loop.
-                    self._on_started_leading(handed)
+                result = await asyncio.to_thread(self._round, self._observation)
+                self._apply(result)
             except Exception:  # an API hiccup costs one round; standing() ages a stale lead out
                 log.warning("lease round failed", extra={"lease": self._name}, exc_info=True)
             await asyncio.sleep(self._timing.retry)
+
+    def _apply(self, result: _Round) -> None:
+        """On the loop, the only place our standing changes: a new leader first takes the handed-
+        over reservations into the cache, and only then does standing() say "leader"."""
+        self._observation = result.observation
+        if result.written is None or self._released:
+            return
+        if result.handed is not None:
+            self.transitions_seen += 1
+            self._on_started_leading(result.handed)
+            log.info(
+                "started leading",
+                extra={"lease": self._name, "identity": self.identity, "handed_over": len(result.handed)},
+            )
+        self._observation = Observation(record=result.written, seen_at=result.started)
+        self._last_renewed = result.started
 
     def _read(self) -> LeaseRecord | None:
         try:
@@ -105,14 +128,13 @@ class LeaseElector:
             raise
         return leadership.parse_lease(json.loads(response.data))
 
-    def _tick(self) -> list[HandedOver] | None:
-        """One round; returns the handed-over reservations when this round made us leader."""
+    def _round(self, previous: Observation | None) -> _Round:
+        """In a worker thread: read the Lease and, if we may, write ourselves as holder (CAS)."""
         record = self._read()
-        now = self._clock()
-        self._observation = leadership.observe(self._observation, record, now=now)
-        if self._released or not leadership.may_acquire(self._observation, identity=self.identity, now=now):
-            return None
-        taking_over = record is None or record.holder != self.identity
+        started = self._clock()
+        observation = leadership.observe(previous, record, now=started)
+        if not leadership.may_acquire(observation, identity=self.identity, now=started):
+            return _Round(observation=observation, started=started)
         body = leadership.build_lease_body(
             name=self._name,
             namespace=self._namespace,
@@ -133,17 +155,16 @@ class LeaseElector:
                 )
         except ApiException as error:
             if error.status == HTTP_CONFLICT:
-                return None  # someone else wrote first; the next round reads who
+                return _Round(observation=observation, started=started)  # someone else wrote first
             raise
-        mine = leadership.parse_lease(json.loads(written.data))
-        self._observation = Observation(record=mine, seen_at=now)
-        self._last_renewed = now
-        if not taking_over:
-            return None
-        self.transitions_seen += 1
-        handed = leadership.decode_handover(record.handover if record is not None else "")
-        log.info("started leading", extra={"lease": self._name, "identity": self.identity, "handed_over": len(handed)})
-        return handed
+        taking_over = record is None or record.holder != self.identity
+        handed = leadership.decode_handover(record.handover if record is not None else "") if taking_over else None
+        return _Round(
+            observation=observation,
+            started=started,
+            written=leadership.parse_lease(json.loads(written.data)),
+            handed=handed,
+        )
 
     async def release(self) -> None:
         """Give up the Lease at once, leaving our reservations to the next leader. Idempotent."""

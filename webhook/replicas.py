@@ -1,0 +1,122 @@
+"""Where a review is decided when several replicas run: here, at the leader, or nowhere (I/O shell
+around one pure routing rule).
+
+- The leader decides every review itself.
+- A follower forwards the review, unchanged, to the leader and relays its answer.
+- A review that was already forwarded is decided only by the leader; anyone else refuses it (503)
+  and the sender asks again, so a review never travels in a loop while the Lease changes hands.
+- Nobody leads (a handover in progress, or a crash until the Lease expires): wait up to the
+  budget for a leader; if none appears, answer with no local promise (`NoLeader`): the caller
+  then decides without reserving local GPUs, since nobody can check that they are still free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from webhook.forwarding import Forwarder, ForwardFailed
+from webhook.leadership import Standing
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 0.05
+
+Action = Literal["decide", "forward", "refuse", "wait", "no-leader"]
+
+
+def route(*, standing: Standing, forwarded: bool, leader_url: str, time_left: float) -> Action:
+    """The one routing rule, pure."""
+    if standing == "leader":
+        return "decide"
+    if forwarded:
+        return "refuse"
+    if time_left <= 0:
+        return "no-leader"
+    if standing == "follower" and leader_url:
+        return "forward"
+    return "wait"
+
+
+class Elector(Protocol):
+    def standing(self) -> Standing: ...
+
+    def leader_url(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DecideHere:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Relayed:
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class NoLeader:
+    reason: str
+
+
+Outcome = DecideHere | Relayed | Refused | NoLeader
+
+
+class ReplicaRouter:
+    def __init__(
+        self,
+        elector: Elector,
+        forwarder: Forwarder,
+        *,
+        budget: float,
+        forward_timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._elector = elector
+        self._forwarder = forwarder
+        self._budget = budget
+        self._forward_timeout = forward_timeout
+        self._clock = clock
+        self.forwarded = 0
+        self.forward_failures = 0
+        self.leaderless = 0
+
+    async def place(self, body: bytes, *, forwarded_by: str) -> Outcome:
+        deadline = self._clock() + self._budget
+        last_error = ""
+        while True:
+            time_left = deadline - self._clock()
+            action = route(
+                standing=self._elector.standing(),
+                forwarded=bool(forwarded_by),
+                leader_url=self._elector.leader_url(),
+                time_left=time_left,
+            )
+            if action == "decide":
+                return DecideHere()
+            if action == "refuse":
+                return Refused(reason=f"not the leader (review forwarded by {forwarded_by})")
+            if action == "no-leader":
+                self.leaderless += 1
+                return NoLeader(reason=f"no leader answered within {self._budget:g}s{last_error}")
+            if action == "forward":
+                url = self._elector.leader_url()
+                try:
+                    answer = await self._forwarder.forward(url, body, timeout=min(self._forward_timeout, time_left))
+                except ForwardFailed as exc:
+                    self.forward_failures += 1
+                    last_error = f" (last: {exc})"
+                    log.warning("forward to leader failed", extra={"leader": url, "error": str(exc)[:300]})
+                else:
+                    self.forwarded += 1
+                    return Relayed(body=answer)
+            await asyncio.sleep(min(POLL_SECONDS, max(time_left, 0.0)))
