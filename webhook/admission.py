@@ -68,10 +68,14 @@ def admit(request: AdmissionRequest, *, cache: ClusterCache, policy: mutation.Re
     except ObjectError as exc:
         raise MalformedReview(f"request.object: {exc}") from exc
     cache.expire_reservations()
-    decision: Decision = decisions.decide(requests, placement, cache)
+    decision: Decision = decisions.decide(requests, placement, cache, namespace=request.namespace)
+    if decision.capped:
+        cache.reservation_cap_hits += 1
     if decision.kind == "local":
         if not request.dry_run:
-            cache.reserve(request.uid, node=decision.node, requests=requests, placement=placement)
+            cache.reserve(
+                request.uid, node=decision.node, requests=requests, placement=placement, namespace=request.namespace
+            )
         patch = mutation.build_local_patch(pod, decision=decision, reservation_id=request.uid)
         return Admission(build_response(request.uid, patch=patch), "local", decision.reason, decision.node)
     patch = mutation.build_remote_patch(pod, gpus=gpus, decision=decision, policy=policy)

@@ -3,28 +3,36 @@
 One writer: the event loop applies watch events and admission reservations, and decisions read
 the same state in the same tick, so two concurrent admissions can never claim the same GPUs.
 
-Per node:  free = allocatable - used - claimed
-  used     effective GPU requests of non-terminal pods bound to the node (terminating ones count)
-  claimed  GPUs promised to pods that are not bound yet: unbound GPU pods seen by the watch (placed
-           on their nominated node, else best-fit) and reservations for pods this webhook just
-           admitted as local but the watch has not shown yet (they expire after a TTL)
+Per node and per resource (GPUs, cpu, memory, ephemeral-storage, pods, any extended resource):
+  free     = allocatable - used - claimed
+  used     effective requests of non-terminal pods bound to the node (terminating ones count; every
+           such pod takes one of the node's `pods`), as kube-scheduler's NodeResourcesFit counts them
+  claimed  what pods not bound yet will take: unbound GPU pods the scheduler is trying to place
+           (see claims_gpus; placed on their nominated node, else best-fit) and reservations for pods
+           this webhook just admitted as local but the watch has not shown yet (they expire after a TTL)
+
+Claims follow the cluster: when a node is deleted, loses allocatable, becomes ineligible for a
+claim, or is filled by a pod the scheduler bound there, its claims move to another node that fits
+(or hold nothing if none does); a node that appears or grows takes claims that had no node.
 
 Schedulable nodes (Ready, not cordoned) are indexed per GPU resource in buckets keyed by free
 count, so finding the best-fit node costs a few dictionary look-ups whatever the cluster size.
+Cordoned nodes are kept aside (few, and only pods tolerating the unschedulable taint may use them).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 
-from webhook.scheduling import placement_allows
-from webhook.types import CPU_MILLI, MEMORY_BYTES, NodeInfo, Placement, PodInfo, Requests
+from webhook.scheduling import placement_allows, tolerates_unschedulable
+from webhook.types import STANDARD_RESOURCES, NodeInfo, Placement, PodInfo, Requests
 
 # Stop counting candidate nodes here: the count is advice for humans, and counting every
 # fitting node would make local decisions linear in cluster size.
 CANDIDATE_CAP = 10
+DEFAULT_SCHEDULERS = ("default-scheduler",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +41,7 @@ class Claim:
     requests: Requests
     placement: Placement  # kept so the claim can move when the scheduler fills its node
     expires_at: float | None  # reservations expire; claims of watched pods do not
+    pinned: bool = False  # on the pod's nominated node: the scheduler chose it, it stays while the node exists
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +49,11 @@ class FitResult:
     node: NodeInfo | None  # the best-fit node (least free GPUs that still fit), if any
     candidates: int  # nodes that fit, counted up to CANDIDATE_CAP
     excluded_by_placement: int  # nodes with enough free GPUs that taints/selectors rule out
-    short_of_compute: int = 0  # nodes with enough free GPUs but not enough CPU or memory
+    short_of_compute: int = 0  # nodes with enough free GPUs but not enough CPU, memory, pods...
+    best_free: int = 0  # free GPUs (of the resource scanned) on `node`
+
+
+_NO_FIT = FitResult(None, 0, 0)
 
 
 def _add(target: dict[str, int], amounts: Requests, sign: int) -> None:
@@ -53,23 +66,40 @@ def _add(target: dict[str, int], amounts: Requests, sign: int) -> None:
 
 
 class ClusterCache:
-    def __init__(self, *, gpu_resources: Sequence[str], clock: Callable[[], float], reservation_ttl: float) -> None:
+    def __init__(
+        self,
+        *,
+        gpu_resources: Sequence[str],
+        clock: Callable[[], float],
+        reservation_ttl: float,
+        scheduler_names: Collection[str] = DEFAULT_SCHEDULERS,
+        max_reservations: int | None = None,
+        max_reservations_per_namespace: int | None = None,
+    ) -> None:
         self.gpu_resources = tuple(gpu_resources)
         self._clock = clock
         self._reservation_ttl = reservation_ttl
+        self._scheduler_names = frozenset(scheduler_names)
+        self._max_reservations = max_reservations
+        self._max_reservations_per_namespace = max_reservations_per_namespace
         self._nodes: dict[str, NodeInfo] = {}
         self._pods: dict[str, PodInfo] = {}
         self._used: dict[str, dict[str, int]] = {}
         self._claimed: dict[str, dict[str, int]] = {}
         self._claims: dict[str, Claim] = {}
         self._claims_on: dict[str, dict[str, None]] = {}  # node -> claim ids placed there
+        self._unplaced: dict[str, None] = {}  # claim ids no node could take, oldest first
         self._claimed_total: dict[str, int] = {}  # sum of _claimed: kept so reads need no scan
         self._reservations: OrderedDict[str, float] = OrderedDict()  # id -> expiry, oldest first
+        self._reservation_namespace: dict[str, str] = {}
+        self._reservations_in: dict[str, int] = {}  # namespace -> outstanding reservations
+        self.reservation_cap_hits = 0  # reviews decided remote because a cap was reached
         # resource -> free count -> node names (insertion-ordered set) of schedulable nodes
         self._buckets: dict[str, dict[int, dict[str, None]]] = {r: {} for r in self.gpu_resources}
         self._bucket_of: dict[tuple[str, str], int] = {}
         self._max_allocatable: dict[str, int] = dict.fromkeys(self.gpu_resources, 0)
         self._unschedulable_gpu_nodes: set[str] = set()
+        self._cordoned: dict[str, None] = {}  # Ready but cordoned GPU nodes: outside the buckets
         # (label key, value) -> node names: a pod pinned by nodeSelector or an `In` affinity visits
         # only matching nodes, instead of every node with free GPUs.
         self._by_label: dict[tuple[str, str], dict[str, None]] = {}
@@ -82,6 +112,7 @@ class ClusterCache:
 
     @property
     def pod_count(self) -> int:
+        """Pods accounted: bound non-terminal pods of any kind, and every GPU pod (see model.parse_pod)."""
         return len(self._pods)
 
     @property
@@ -111,109 +142,141 @@ class ClusterCache:
         decision reads it, and summing the claims each time made those decisions linear in pending pods."""
         return dict(self._claimed_total)
 
+    def claims_gpus(self, pod: PodInfo) -> bool:
+        """Whether an unbound pod competes for GPUs now, i.e. kube-scheduler is trying to place it:
+        not held back by scheduling gates, handled by a scheduler we account for, and not already
+        found unschedulable for a reason other than GPUs (unless preemption nominated a node for it)."""
+        if pod.gated or pod.scheduler_name not in self._scheduler_names:
+            return False
+        return not pod.blocked_elsewhere or bool(pod.nominated_node)
+
     def _primary(self, requests: Requests) -> str:
         """The GPU resource the pod needs most of: its buckets are the ones scanned."""
         gpus = [r for r in requests if r in self._buckets]
         return max(gpus, key=lambda r: requests[r])
 
     def find_fit(self, requests: Requests, placement: Placement, *, exclude: str = "") -> FitResult:
-        """Best-fit schedulable node (fewest free GPUs that still fit) whose free GPUs, CPU and memory
-        cover `requests` and whose filters admit the pod."""
+        """Best-fit node (fewest free GPUs that still fit) whose free resources cover `requests`
+        and whose filters admit the pod."""
         primary = self._primary(requests)
+        if placement.node_name:
+            return self._fit_among((placement.node_name,), requests, placement, primary, exclude, capped=False)
         need = requests[primary]
         buckets = self._buckets.get(primary, {})
         fitting = range(need, self._max_allocatable.get(primary, 0) + 1)
         pinned = self._pinned_nodes(placement)
         if pinned is not None and len(pinned) < sum(len(buckets.get(free, ())) for free in fitting):
             names: Iterable[str] = (n for n in pinned if self._bucket_of.get((primary, n), -1) in fitting)
-            return self._fit_among(names, requests, placement, primary=primary, exclude=exclude, capped=False)
-        in_order = (name for free in fitting for name in buckets.get(free, ()))
-        return self._fit_among(in_order, requests, placement, primary=primary, exclude=exclude, capped=True)
+            fit = self._fit_among(names, requests, placement, primary, exclude, capped=False)
+        else:
+            in_order = (name for free in fitting for name in buckets.get(free, ()))
+            fit = self._fit_among(in_order, requests, placement, primary, exclude, capped=True)
+        if self._cordoned and tolerates_unschedulable(placement):
+            fit = _merge(fit, self._fit_among(self._cordoned, requests, placement, primary, exclude, capped=False))
+        return fit
 
     def _fit_among(
         self,
         names: Iterable[str],
         requests: Requests,
         placement: Placement,
-        *,
         primary: str,
         exclude: str,
+        *,
         capped: bool,
     ) -> FitResult:
         best: NodeInfo | None = None
         best_free = 0
         candidates = excluded = short = 0
+        need = requests[primary]
         for name in names:
-            if name == exclude:
+            node = self._nodes.get(name)
+            if name == exclude or node is None or primary not in node.allocatable:
                 continue
-            node = self._nodes[name]
+            free = self._free_amount(name, primary, node.allocatable[primary])
+            if free < need:
+                continue
             if not placement_allows(placement, node):
                 excluded += 1
                 continue
-            if not self._covers(name, requests, primary):
+            if not self._covers(name, requests, skip=primary):
                 short += 1
                 continue
-            free = self._bucket_of[(primary, name)]
             candidates += 1
             if best is None or free < best_free:
                 best, best_free = node, free
             if capped and candidates >= CANDIDATE_CAP:
                 break  # names come in ascending free order: the first fit is the best fit
-        return FitResult(best, min(candidates, CANDIDATE_CAP), excluded, short)
+        return FitResult(best, min(candidates, CANDIDATE_CAP), excluded, short, best_free)
 
     def _pinned_nodes(self, placement: Placement) -> Mapping[str, None] | None:
         """A superset of the nodes the pod may use, when its selectors narrow it cheaply."""
         if placement.node_selector:
             return min((self._by_label.get(item, {}) for item in placement.node_selector.items()), key=len)
         if placement.required_terms is not None and len(placement.required_terms) == 1:
-            for requirement in placement.required_terms[0].match_expressions:
+            term = placement.required_terms[0]
+            for requirement in term.match_expressions:
                 if requirement.operator == "In":
                     names: dict[str, None] = {}
                     for value in requirement.values:
                         names.update(self._by_label.get((requirement.key, value), {}))
                     return names
+            for requirement in term.match_fields:
+                if requirement.operator == "In" and requirement.key == "metadata.name":
+                    return {value: None for value in requirement.values if value in self._nodes}
         return None
 
     def best_partial_fit(self, resource: str, placement: Placement) -> tuple[NodeInfo, int] | None:
         """The eligible node with the most free `resource`, for explaining a remote decision."""
-        pinned = self._pinned_nodes(placement)
-        if pinned is not None:
-            best: tuple[NodeInfo, int] | None = None
-            for name in pinned:
-                free = self._bucket_of.get((resource, name))
-                if free is not None and (best is None or free > best[1]):
+        pinned: Iterable[str] | None = self._pinned_nodes(placement)
+        if placement.node_name:
+            pinned = (placement.node_name,)
+        elif pinned is None:
+            buckets = self._buckets.get(resource, {})
+            found: tuple[NodeInfo, int] | None = None
+            for free in range(self._max_allocatable.get(resource, 0), -1, -1):
+                for name in buckets.get(free, ()):
                     node = self._nodes[name]
                     if placement_allows(placement, node):
-                        best = (node, free)
-            return best
-        buckets = self._buckets.get(resource, {})
-        for free in range(self._max_allocatable.get(resource, 0), -1, -1):
-            for name in buckets.get(free, ()):
-                node = self._nodes[name]
-                if placement_allows(placement, node):
-                    return node, free
-        return None
+                        found = (node, free)
+                        break
+                if found is not None:
+                    break
+            return _most_free(found, self._eligible_free(self._cordoned, resource, placement))
+        return self._eligible_free(pinned, resource, placement)
+
+    def _eligible_free(self, names: Iterable[str], resource: str, placement: Placement) -> tuple[NodeInfo, int] | None:
+        best: tuple[NodeInfo, int] | None = None
+        for name in names:
+            node = self._nodes.get(name)
+            if node is None or resource not in node.allocatable or not placement_allows(placement, node):
+                continue
+            best = _most_free(best, (node, max(self._free_amount(name, resource, node.allocatable[resource]), 0)))
+        return best
 
     def advertises(self, resource: str) -> bool:
         return self._max_allocatable.get(resource, 0) > 0
 
-    def _covers(self, node_name: str, requests: Requests, primary: str) -> bool:
-        """Every other requested resource fits (the bucket already guarantees `primary`). A node
-        that does not report CPU or memory is not limited by it."""
-        if len(requests) == 1:
-            return True
+    def _covers(self, node_name: str, requests: Requests, *, skip: str = "") -> bool:
+        """Every requested resource but `skip` fits. A node that does not report one of the standard
+        resources (cpu, memory, ephemeral-storage, pods) is not limited by it; any other resource the
+        node does not advertise does not fit (NodeResourcesFit: allocatable 0)."""
         allocatable = self._nodes[node_name].allocatable
         for resource, amount in requests.items():
-            if resource == primary:
+            if resource == skip:
                 continue
             total = allocatable.get(resource)
             if total is None:
-                if resource in (CPU_MILLI, MEMORY_BYTES):
+                if resource in STANDARD_RESOURCES:
                     continue
                 return False
             if self._free_amount(node_name, resource, total) < amount:
                 return False
         return True
+
+    def _overcommitted(self, node_name: str) -> bool:
+        node = self._nodes[node_name]
+        return any(self._free_amount(node_name, r, total) < 0 for r, total in node.allocatable.items())
 
     # ----- node writes -------------------------------------------------------------------------
 
@@ -227,25 +290,39 @@ class ClusterCache:
 
     def upsert_node(self, node: NodeInfo) -> None:
         old = self._nodes.get(node.name)
+        if old == node:
+            return  # a status heartbeat: nothing accounting reads has changed
         if old is not None:
             self._unindex_labels(old)
         self._nodes[node.name] = node
         for item in node.labels.items():
             self._by_label.setdefault(item, {})[node.name] = None
+        has_gpus = False
         for resource in self.gpu_resources:
-            self._max_allocatable[resource] = max(self._max_allocatable[resource], node.allocatable.get(resource, 0))
-        if node.has_gpus and not node.schedulable:
+            if resource in node.allocatable:
+                has_gpus = True
+                self._max_allocatable[resource] = max(self._max_allocatable[resource], node.allocatable[resource])
+        if has_gpus and not node.schedulable:
             self._unschedulable_gpu_nodes.add(node.name)
         else:
             self._unschedulable_gpu_nodes.discard(node.name)
+        if has_gpus and node.ready and node.unschedulable:
+            self._cordoned[node.name] = None
+        else:
+            self._cordoned.pop(node.name, None)
         self._reindex(node.name)
+        self._rehome_claims(node.name)
+        self._place_unplaced(node.name)
 
     def delete_node(self, name: str) -> None:
         old = self._nodes.pop(name, None)
         if old is not None:
             self._unindex_labels(old)
         self._unschedulable_gpu_nodes.discard(name)
+        self._cordoned.pop(name, None)
         self._reindex(name)
+        # Bound pods keep their usage under the name (a node re-registering finds them); claims move.
+        self._rehome_claims(name)
 
     def _unindex_labels(self, node: NodeInfo) -> None:
         for item in node.labels.items():
@@ -287,7 +364,7 @@ class ClusterCache:
         old = self._pods.get(pod.uid)
         if pod.reservation_id:
             self.release_reservation(pod.reservation_id)
-        if old is not None and self._same_holding(old, pod):
+        if old is not None and self._holding(old) == self._holding(pod):
             self._pods[pod.uid] = pod
             return
         if old is not None:
@@ -302,41 +379,64 @@ class ClusterCache:
                 self.release_reservation(old.reservation_id)
             self._drop_holding(old)
 
-    @staticmethod
-    def _same_holding(old: PodInfo, new: PodInfo) -> bool:
-        return (old.node_name, old.terminal, old.nominated_node) == (new.node_name, new.terminal, new.nominated_node)
+    def _holding(self, pod: PodInfo) -> tuple[object, ...]:
+        """Everything that decides what a pod holds and where: when it changes (an in-place resize
+        changes `requests`), the pod is re-accounted."""
+        if pod.terminal:
+            return (True,)
+        if pod.node_name:
+            return (pod.node_name, pod.requests)
+        return ("", pod.requests, pod.nominated_node, pod.placement, self.claims_gpus(pod))
 
     def _take_holding(self, pod: PodInfo) -> None:
         if pod.terminal:
             return
         if pod.node_name:
             _add(self._used.setdefault(pod.node_name, {}), pod.requests, 1)
-            if self._holds_gpus(pod.requests):  # CPU/memory alone leave the GPU buckets as they are
+            if self._holds_gpus(pod.requests):  # other resources leave the GPU buckets as they are
                 self._reindex(pod.node_name)
-            self._move_excess_claims(pod.node_name)
+            self._rehome_claims(pod.node_name)
             return
-        node = pod.nominated_node if pod.nominated_node in self._nodes else ""
-        if not node:
-            fit = self.find_fit(pod.requests, pod.placement)
-            node = fit.node.name if fit.node is not None else ""
-        self._add_claim(
-            "pod:" + pod.uid, Claim(node=node, requests=pod.requests, placement=pod.placement, expires_at=None)
-        )
+        if not self.claims_gpus(pod):
+            return
+        claim_id = "pod:" + pod.uid
+        if pod.nominated_node in self._nodes:
+            self._add_claim(claim_id, Claim(pod.nominated_node, pod.requests, pod.placement, None, pinned=True))
+            return
+        fit = self.find_fit(pod.requests, pod.placement)
+        node = fit.node.name if fit.node is not None else ""
+        self._add_claim(claim_id, Claim(node=node, requests=pod.requests, placement=pod.placement, expires_at=None))
 
     def _holds_gpus(self, requests: Requests) -> bool:
         return any(resource in self._buckets for resource in requests)
 
-    def _move_excess_claims(self, node_name: str) -> None:
-        """The scheduler bound a pod where we had placed other claims: move those that no longer
-        fit to other nodes (best-fit). Left in place, the node's deficit would be hidden (the index
-        clamps at zero) while the claims' real destinations showed phantom free GPUs."""
+    def _rehome_claims(self, node_name: str) -> None:
+        """Move the claims on `node_name` that it can no longer honour: the node is gone, no longer
+        admits the pod (cordoned, tainted, relabelled, not ready), or is over-committed (a drop in
+        allocatable, or the scheduler bound another pod there). Left in place, the node's deficit
+        would be hidden (the index clamps at zero) while the claims' real destinations showed
+        phantom free capacity."""
+        node = self._nodes.get(node_name)
         for claim_id in list(self._claims_on.get(node_name, ())):
-            if all(free >= 0 for free in self.free(node_name).values()):
-                return
             claim = self._claims[claim_id]
-            fit = self.find_fit(claim.requests, claim.placement, exclude=node_name)
-            if fit.node is not None:
-                self._add_claim(claim_id, Claim(fit.node.name, claim.requests, claim.placement, claim.expires_at))
+            if node is not None and placement_allows(claim.placement, node):
+                if claim.pinned or not self._overcommitted(node_name):
+                    continue
+                fit = self.find_fit(claim.requests, claim.placement, exclude=node_name)
+                if fit.node is None:
+                    continue  # nowhere else fits: the deficit stays visible where it is
+            else:
+                fit = self.find_fit(claim.requests, claim.placement, exclude=node_name)
+            new_node = fit.node.name if fit.node is not None else ""
+            self._add_claim(claim_id, replace(claim, node=new_node, pinned=False))
+
+    def _place_unplaced(self, node_name: str) -> None:
+        """A node appeared or changed: claims no node could take may fit there now."""
+        node = self._nodes[node_name]
+        for claim_id in list(self._unplaced):
+            claim = self._claims[claim_id]
+            if placement_allows(claim.placement, node) and self._covers(node_name, claim.requests):
+                self._add_claim(claim_id, replace(claim, node=node_name))
 
     def _drop_holding(self, pod: PodInfo) -> None:
         if pod.terminal:
@@ -350,16 +450,38 @@ class ClusterCache:
 
     # ----- claims and reservations -------------------------------------------------------------
 
-    def reserve(self, reservation_id: str, *, node: str, requests: Requests, placement: Placement) -> None:
-        """Hold GPUs, CPU and memory on `node` for a pod just admitted as local, until the watch shows it."""
+    def reservation_refusal(self, namespace: str) -> str:
+        """Why a new reservation may not be made ("" when it may): the caps on outstanding
+        reservations, so reviews nobody follows with a pod cannot hold every GPU."""
+        total_cap, namespace_cap = self._max_reservations, self._max_reservations_per_namespace
+        if total_cap is not None and len(self._reservations) >= total_cap:
+            return f"{len(self._reservations)} local admissions await their pods (cap {total_cap})"
+        outstanding = self._reservations_in.get(namespace, 0)
+        if namespace_cap is not None and outstanding >= namespace_cap:
+            return f"{outstanding} local admissions in namespace {namespace} await their pods (cap {namespace_cap})"
+        return ""
+
+    def reserve(
+        self, reservation_id: str, *, node: str, requests: Requests, placement: Placement, namespace: str = ""
+    ) -> None:
+        """Hold resources on `node` for a pod just admitted as local, until the watch shows it."""
+        self.release_reservation(reservation_id)
         expires_at = self._clock() + self._reservation_ttl
         claim = Claim(node=node, requests=requests, placement=placement, expires_at=expires_at)
         self._add_claim("res:" + reservation_id, claim)
         self._reservations[reservation_id] = expires_at
+        self._reservation_namespace[reservation_id] = namespace
+        self._reservations_in[namespace] = self._reservations_in.get(namespace, 0) + 1
 
     def release_reservation(self, reservation_id: str) -> None:
         if self._reservations.pop(reservation_id, None) is not None:
             self._remove_claim("res:" + reservation_id)
+            namespace = self._reservation_namespace.pop(reservation_id)
+            left = self._reservations_in[namespace] - 1
+            if left:
+                self._reservations_in[namespace] = left
+            else:
+                del self._reservations_in[namespace]
 
     def expire_reservations(self) -> int:
         now = self._clock()
@@ -384,14 +506,23 @@ class ClusterCache:
             _add(self._claimed_total, claim.requests, 1)
             self._claims_on.setdefault(claim.node, {})[claim_id] = None
             self._reindex(claim.node)
+        else:
+            self._unplaced[claim_id] = None
 
     def _remove_claim(self, claim_id: str) -> None:
         claim = self._claims.pop(claim_id, None)
-        if claim is not None and claim.node:
+        if claim is None:
+            return
+        if claim.node:
             _add(self._claimed.setdefault(claim.node, {}), claim.requests, -1)
             _add(self._claimed_total, claim.requests, -1)
-            del self._claims_on[claim.node][claim_id]
+            on_node = self._claims_on[claim.node]
+            del on_node[claim_id]
+            if not on_node:
+                del self._claims_on[claim.node]
             self._reindex(claim.node)
+        else:
+            del self._unplaced[claim_id]
 
     # ----- introspection for tests and the replay's independent checker -------------------------
 
@@ -400,3 +531,27 @@ class ClusterCache:
 
     def pods(self) -> Mapping[str, PodInfo]:
         return self._pods
+
+    def claims(self) -> Mapping[str, Claim]:
+        """Claim id ("pod:<uid>" or "res:<reservation id>") -> where it sits and what it holds."""
+        return self._claims
+
+
+def _merge(a: FitResult, b: FitResult) -> FitResult:
+    """Two scans over disjoint node sets, as one: the best fit of both, counts added."""
+    best = b if b.node is not None and (a.node is None or b.best_free < a.best_free) else a
+    return FitResult(
+        best.node,
+        min(a.candidates + b.candidates, CANDIDATE_CAP),
+        a.excluded_by_placement + b.excluded_by_placement,
+        a.short_of_compute + b.short_of_compute,
+        best.best_free,
+    )
+
+
+def _most_free(a: tuple[NodeInfo, int] | None, b: tuple[NodeInfo, int] | None) -> tuple[NodeInfo, int] | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return b if b[1] > a[1] else a

@@ -6,7 +6,7 @@ Reads the cache, writes nothing; the caller reserves GPUs on the chosen node in 
 from __future__ import annotations
 
 from webhook.cache import CANDIDATE_CAP, ClusterCache, FitResult
-from webhook.types import CPU_MILLI, MEMORY_BYTES, Decision, GpuCounts, Placement, Requests
+from webhook.types import Decision, GpuCounts, Placement, Requests
 
 
 def _plural(count: int, word: str) -> str:
@@ -17,17 +17,20 @@ def describe_need(gpus: GpuCounts) -> str:
     return " + ".join(f"{count} {resource}" for resource, count in sorted(gpus.items()))
 
 
-def _gpus_of(requests: Requests) -> dict[str, int]:
-    return {r: n for r, n in requests.items() if r not in (CPU_MILLI, MEMORY_BYTES)}
-
-
-def decide(requests: Requests, placement: Placement, cache: ClusterCache) -> Decision:
-    """`requests`: the pod's GPU counts, plus its CPU and memory (which must fit on the same node)."""
-    gpus = _gpus_of(requests)
+def decide(requests: Requests, placement: Placement, cache: ClusterCache, *, namespace: str = "") -> Decision:
+    """`requests`: the pod's GPU counts, plus everything else it takes from a node (cpu, memory,
+    pods, ...: see model.pod_compute), which must fit on the same node. `namespace` is the
+    admission's, for the cap on outstanding reservations."""
+    gpus = {r: n for r, n in requests.items() if r in cache.gpu_resources}
     if not gpus:
         return Decision(kind="skipped", reason="pod requests no GPU")
     fit = cache.find_fit(requests, placement)
     if fit.node is not None:
+        refusal = cache.reservation_refusal(namespace)
+        if refusal:
+            # Local without a reservation could promise these GPUs twice and leave the pod Pending;
+            # bursting keeps the promise that a pod left local finds its GPUs.
+            return Decision(kind="remote", reason=f"needs {describe_need(gpus)}; {refusal}", capped=True)
         shown = f"{fit.candidates}+" if fit.candidates >= CANDIDATE_CAP else str(fit.candidates)
         return Decision(
             kind="local",
@@ -43,12 +46,14 @@ def explain_no_fit(gpus: GpuCounts, placement: Placement, cache: ClusterCache, f
     'needs 4 nvidia.com/gpu; best node gpu-a has 2 free; 3 GPU nodes cordoned or not ready'."""
     parts = [f"needs {describe_need(gpus)}"]
     primary = max(gpus, key=lambda r: gpus[r])
+    if placement.node_name:
+        parts.append(f"spec.nodeName pins it to {placement.node_name}")
     if not cache.advertises(primary):
         parts.append(f"no node advertises {primary}")
     else:
         best = cache.best_partial_fit(primary, placement)
         if best is None:
-            parts.append("no schedulable node matches the pod's selectors and tolerations")
+            parts.append("no schedulable node matches the pod's node name, selectors and tolerations")
         else:
             node, free = best
             if free:
@@ -56,7 +61,8 @@ def explain_no_fit(gpus: GpuCounts, placement: Placement, cache: ClusterCache, f
             else:
                 parts.append(f"every eligible node's {primary} is in use")
     if fit.short_of_compute:
-        parts.append(f"{_plural(fit.short_of_compute, 'node')} with enough free GPUs lack the CPU or memory")
+        what = _plural(fit.short_of_compute, "node")
+        parts.append(f"{what} with enough free GPUs lack the CPU, memory, pod slots or other resources")
     if fit.excluded_by_placement:
         what = _plural(fit.excluded_by_placement, "node")
         parts.append(f"{what} with enough free GPUs excluded by taints or selectors")

@@ -12,11 +12,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from entrypoint import contract
-from webhook.resources import QuantityError, effective_gpus, effective_request, parse_device_count, parse_quantity
+from webhook.resources import (
+    QuantityError,
+    effective_gpus,
+    effective_request,
+    parse_device_count,
+    parse_quantity,
+    requested_resources,
+)
 from webhook.scheduling import FILTERING_EFFECTS
 from webhook.types import (
     CPU_MILLI,
-    MEMORY_BYTES,
+    POD_COUNT,
     NodeInfo,
     Placement,
     PodInfo,
@@ -30,6 +37,7 @@ TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 # Taints the node-lifecycle controller sets; a node carrying them is not a candidate however the
 # pod tolerates them, because the scheduler's NoSchedule variants are never tolerated by default.
 NOT_READY_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+DEFAULT_SCHEDULER = "default-scheduler"  # the API server's default for spec.schedulerName
 
 
 class ObjectError(ValueError):
@@ -125,10 +133,14 @@ def parse_placement(spec: Mapping[str, Any]) -> Placement:
         node_selector=_string_map(spec.get("nodeSelector"), "spec.nodeSelector"),
         required_terms=required_terms,
         tolerations=tuple(tolerations),
+        node_name=_string(spec.get("nodeName"), "spec.nodeName"),
     )
 
 
 def _validate_containers(spec: Mapping[str, Any]) -> None:
+    pod_level = _mapping(spec.get("resources"), "spec.resources")
+    for source in ("requests", "limits"):
+        _mapping(pod_level.get(source), f"spec.resources.{source}")
     for list_name in ("containers", "initContainers"):
         for i, raw in enumerate(_sequence(spec.get(list_name), f"spec.{list_name}")):
             where = f"spec.{list_name}[{i}]"
@@ -164,13 +176,33 @@ def pod_gpus(spec: Mapping[str, Any], gpu_resources: Sequence[str], *, checked: 
 
 
 def pod_compute(spec: Mapping[str, Any]) -> dict[str, int]:
-    """Effective CPU (millicores) and memory (bytes) requests; zero ones omitted."""
+    """What the pod takes from a node besides GPUs, as NodeResourcesFit counts it: the effective
+    request of every resource it names (CPU in millicores, the rest as whole units, rounded up like
+    Quantity.Value()), zero ones omitted, plus one of the node's `pods`."""
+    _mapping(spec.get("overhead"), "spec.overhead")
+    amounts = {POD_COUNT: 1}
     try:
-        cpu = math.ceil(effective_request(spec, "cpu") * 1000)
-        memory = math.ceil(effective_request(spec, "memory"))
+        for resource in requested_resources(spec):
+            scale = 1000 if resource == CPU_MILLI else 1
+            amount = math.ceil(effective_request(spec, resource) * scale)
+            if amount > 0:
+                amounts[resource] = amount
     except QuantityError as exc:
         raise ObjectError(f"pod resources: {exc}") from exc
-    return {k: v for k, v in ((CPU_MILLI, cpu), (MEMORY_BYTES, memory)) if v > 0}
+    return amounts
+
+
+def _blocked_elsewhere(status: Mapping[str, Any], gpu_resources: Sequence[str]) -> bool:
+    """The scheduler tried and found no node for a reason that is not a GPU shortage (e.g. "0/5 nodes
+    are available: 5 Insufficient cpu"): until that changes the pod takes no GPU, so it claims none."""
+    for raw in _sequence(status.get("conditions"), "status.conditions"):
+        condition = _element(raw, "status.conditions[]")
+        if condition.get("type") == "PodScheduled":
+            if condition.get("status") != "False" or condition.get("reason") != "Unschedulable":
+                return False
+            message = _string(condition.get("message"), "status.conditions[].message")
+            return not any(resource in message for resource in gpu_resources)
+    return False
 
 
 _NO_PLACEMENT = Placement()
@@ -187,11 +219,9 @@ def parse_pod(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> PodInfo |
     if not gpus and (terminal or not node_name):
         return None
     compute = pod_compute(spec)
-    if not gpus and not compute:
-        return None
     meta = _mapping(raw.get("metadata"), "metadata")
     if not gpus:
-        # Only its CPU and memory on its node matter. A large cluster has ~30 such pods per node:
+        # Only what it takes from its node matters. A large cluster has ~30 such pods per node:
         # keep the record small (no names, the shared empty placement, one string per node name).
         uid = _string(meta.get("uid"), "metadata.uid")
         return PodInfo(uid, "", "", sys.intern(node_name), "", compute, False, _NO_PLACEMENT, "")
@@ -206,6 +236,9 @@ def parse_pod(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> PodInfo |
         terminal=terminal,
         placement=parse_placement(spec),
         reservation_id=annotations.get(contract.ANNOTATION_RESERVATION, ""),
+        scheduler_name=_string(spec.get("schedulerName"), "spec.schedulerName") or DEFAULT_SCHEDULER,
+        gated=bool(_sequence(spec.get("schedulingGates"), "spec.schedulingGates")),
+        blocked_elsewhere=_blocked_elsewhere(status, gpu_resources),
     )
 
 
@@ -223,20 +256,18 @@ def parse_node(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> NodeInfo
     status = _mapping(raw.get("status"), "status")
     allocatable_raw = _mapping(status.get("allocatable"), "status.allocatable")
     allocatable: dict[str, int] = {}
-    for resource, scale in (("cpu", 1000), ("memory", 1)):
-        if resource in allocatable_raw:
-            try:
-                allocatable[resource] = math.floor(parse_quantity(allocatable_raw[resource]) * scale)
-            except QuantityError as exc:
-                raise ObjectError(f"status.allocatable[{resource}]: {exc}") from exc
-    for resource in gpu_resources:
-        if resource in allocatable_raw:
-            try:
-                count = parse_device_count(allocatable_raw[resource])
-            except QuantityError as exc:
-                raise ObjectError(f"status.allocatable[{resource}]: {exc}") from exc
-            if count > 0:
-                allocatable[resource] = count
+    for resource, value in allocatable_raw.items():
+        try:
+            if resource in gpu_resources:
+                count = parse_device_count(value)
+                if count > 0:  # a GPU resource at zero is not advertised
+                    allocatable[resource] = count
+            else:
+                # Every resource a pod may request: NodeResourcesFit checks each one the pod names.
+                scale = 1000 if resource == CPU_MILLI else 1
+                allocatable[sys.intern(str(resource))] = math.ceil(parse_quantity(value) * scale)
+        except QuantityError as exc:
+            raise ObjectError(f"status.allocatable[{resource}]: {exc}") from exc
     taints = []
     not_ready_tainted = False
     for i, taint_raw in enumerate(_sequence(spec.get("taints"), "spec.taints")):

@@ -73,8 +73,18 @@ def _is_sidecar(container: Mapping[str, Any]) -> bool:
     return container.get("restartPolicy") == "Always"
 
 
+# Pod-level `spec.resources` replaces the containers' sum for these only (`supportedPodLevelResources`).
+POD_LEVEL_RESOURCES = frozenset({"cpu", "memory"})
+
+
 def effective_request(spec: Mapping[str, Any], resource: str) -> Decimal:
     """The pod's effective request for one resource, by the kube-scheduler's rule."""
+    overhead_map = spec.get("overhead") or {}
+    overhead = parse_quantity(overhead_map[resource]) if resource in overhead_map else Decimal(0)
+    if resource in POD_LEVEL_RESOURCES and spec.get("resources"):
+        pod_level = _container_request(spec, resource) if _has_request(spec, resource) else None
+        if pod_level is not None:
+            return pod_level + overhead
     app = sum((_container_request(c, resource) for c in spec.get("containers") or ()), Decimal(0))
     sidecars_so_far = Decimal(0)
     largest_init = Decimal(0)
@@ -84,9 +94,23 @@ def effective_request(spec: Mapping[str, Any], resource: str) -> Decimal:
             sidecars_so_far += request
         else:
             largest_init = max(largest_init, request + sidecars_so_far)
-    overhead_map = spec.get("overhead") or {}
-    overhead = parse_quantity(overhead_map[resource]) if resource in overhead_map else Decimal(0)
     return max(app + sidecars_so_far, largest_init) + overhead
+
+
+def _has_request(holder: Mapping[str, Any], resource: str) -> bool:
+    resources = holder.get("resources") or {}
+    return any(resource in (resources.get(source) or {}) for source in ("requests", "limits"))
+
+
+def requested_resources(spec: Mapping[str, Any]) -> set[str]:
+    """Every resource name the pod requests anywhere (containers, pod level, overhead)."""
+    names: set[str] = set(spec.get("overhead") or ())
+    holders = [*(spec.get("containers") or ()), *(spec.get("initContainers") or ()), spec]
+    for holder in holders:
+        resources = holder.get("resources") or {}
+        for source in ("requests", "limits"):
+            names.update(resources.get(source) or ())
+    return names
 
 
 def effective_gpus(spec: Mapping[str, Any], gpu_resources: Sequence[str]) -> dict[str, int]:

@@ -1,8 +1,11 @@
-"""The kube-scheduler filters that decide whether a node may host a pod at all (pure).
+"""The filters that decide whether a node may host a pod at all, resources aside (pure).
 
-Only the filters that matter for GPU placement: taints/tolerations (NoSchedule, NoExecute),
-nodeSelector, required node affinity, readiness and cordoning. Scoring is not modelled: the
-question here is "can any node take it", not "which node is best".
+kube-scheduler's TaintToleration (NoSchedule, NoExecute), NodeAffinity (nodeSelector and required
+node affinity, including matchFields on metadata.name), NodeName and NodeUnschedulable, plus
+readiness (the not-ready/unreachable taints, see model.NOT_READY_TAINTS). A pod created with
+spec.nodeName never meets the scheduler: the kubelet admits it, checking node affinity, resources
+and NoExecute taints only, and it runs on a cordoned node. Scoring is not modelled: the question
+is "can any node take it", not "which node is best". Resources are checked by the cache.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from collections.abc import Mapping
 from webhook.types import NodeInfo, Placement, SelectorRequirement, SelectorTerm, Taint, Toleration
 
 FILTERING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+# The taint NodeUnschedulable checks a cordoned node against (v1.TaintNodeUnschedulable).
+UNSCHEDULABLE_TAINT = Taint(key="node.kubernetes.io/unschedulable", value="", effect="NoSchedule")
 
 
 def tolerates(toleration: Toleration, taint: Taint) -> bool:
@@ -69,12 +74,30 @@ def term_matches(term: SelectorTerm, node: NodeInfo) -> bool:
     )
 
 
-def placement_allows(placement: Placement, node: NodeInfo) -> bool:
-    """nodeSelector, required node affinity and taints: everything pod-specific."""
+def affinity_allows(placement: Placement, node: NodeInfo) -> bool:
+    """nodeSelector and required node affinity (NodeAffinity filter; the kubelet checks it too)."""
     labels = node.labels
     for key, value in placement.node_selector.items():
         if labels.get(key) != value:
             return False
-    if placement.required_terms is not None and not any(term_matches(term, node) for term in placement.required_terms):
+    return placement.required_terms is None or any(term_matches(term, node) for term in placement.required_terms)
+
+
+def tolerates_unschedulable(placement: Placement) -> bool:
+    """NodeUnschedulable lets a pod onto a cordoned node if it tolerates this one taint."""
+    return any(tolerates(t, UNSCHEDULABLE_TAINT) for t in placement.tolerations)
+
+
+def placement_allows(placement: Placement, node: NodeInfo) -> bool:
+    """Every filter but resources: may this pod run on this node?"""
+    if not node.ready:
         return False
-    return taints_tolerated(node.taints, placement.tolerations)
+    if placement.node_name:
+        # Bound at creation: the kubelet admits it (no cordon check; only NoExecute taints evict).
+        if node.name != placement.node_name or not affinity_allows(placement, node):
+            return False
+        no_execute = tuple(taint for taint in node.taints if taint.effect == "NoExecute")
+        return taints_tolerated(no_execute, placement.tolerations)
+    if node.unschedulable and not tolerates_unschedulable(placement):
+        return False
+    return affinity_allows(placement, node) and taints_tolerated(node.taints, placement.tolerations)

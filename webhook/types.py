@@ -21,6 +21,12 @@ Requests = Mapping[str, int]
 # CPU is taken cannot host the pod, and kube-scheduler would leave it Pending there.
 CPU_MILLI = "cpu"
 MEMORY_BYTES = "memory"
+EPHEMERAL_STORAGE_BYTES = "ephemeral-storage"
+# Every pod takes one of the node's `pods` allocatable (NodeResourcesFit counts pods, not requests).
+POD_COUNT = "pods"
+# Resources every kubelet reports: a node object without one of them (a hand-made test node) is not
+# limited by it. Any other resource a pod requests must be advertised by the node, as in the scheduler.
+STANDARD_RESOURCES = frozenset({CPU_MILLI, MEMORY_BYTES, EPHEMERAL_STORAGE_BYTES, POD_COUNT})
 
 TaintEffect = Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
@@ -63,6 +69,8 @@ class Placement:
     # None: no required node affinity. An empty tuple matches no node (API semantics).
     required_terms: tuple[SelectorTerm, ...] | None = None
     tolerations: tuple[Toleration, ...] = ()
+    # spec.nodeName set at creation: the scheduler is bypassed and only that node's kubelet decides.
+    node_name: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +82,7 @@ class NodeInfo:
     taints: tuple[Taint, ...]  # NoSchedule/NoExecute only: the ones that filter
     unschedulable: bool
     ready: bool
-    allocatable: Requests  # GPU resources it advertises, plus CPU_MILLI and MEMORY_BYTES
-
-    @property
-    def has_gpus(self) -> bool:
-        return any(resource not in (CPU_MILLI, MEMORY_BYTES) for resource in self.allocatable)
+    allocatable: Requests  # GPU resources it advertises (non-zero), and every other allocatable resource
 
     @property
     def schedulable(self) -> bool:
@@ -99,6 +103,10 @@ class PodInfo:
     terminal: bool  # Succeeded or Failed: holds nothing
     placement: Placement
     reservation_id: str  # our annotation: the admission that reserved GPUs for this pod
+    # Why an unbound pod might not compete for GPUs (see ClusterCache.claims_gpus):
+    scheduler_name: str = "default-scheduler"
+    gated: bool = False  # spec.schedulingGates non-empty: the scheduler ignores it until ungated
+    blocked_elsewhere: bool = False  # PodScheduled=False/Unschedulable, and the message names no GPU resource
 
 
 DecisionKind = Literal["local", "remote", "skipped"]
@@ -110,3 +118,4 @@ class Decision:
     reason: str
     node: str = ""  # local: the node we reserved on
     candidates: int = 0  # local: how many nodes could host the pod (capped, see decision.py)
+    capped: bool = False  # remote only because the reservation cap was reached (counted in metrics)

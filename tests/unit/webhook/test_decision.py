@@ -221,5 +221,5 @@ def test_gpus_free_but_cpu_taken_is_not_a_fit() -> None:
     sync.cache.reserve("r", node="b", requests={GPU: 1, "cpu": 12000}, placement=Placement())
     decision = decide_pod(sync, big)
     assert decision.kind == "remote"
-    assert "2 nodes with enough free GPUs lack the CPU or memory" in decision.reason
+    assert "2 nodes with enough free GPUs lack the CPU, memory, pod slots or other resources" in decision.reason
     assert decide_pod(sync, pod(container(gpus=1, requests={"cpu": "2"}))).kind == "local"
