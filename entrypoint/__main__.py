@@ -19,7 +19,7 @@ from typing import Any, Final, NoReturn
 import requests
 from pythonjsonlogger.json import JsonFormatter
 
-from entrypoint import exitcodes, jarvice, local, plan, remote
+from entrypoint import contract, exitcodes, jarvice, local, plan, remote, restart, statefile
 from entrypoint.redaction import redact
 from entrypoint.settings import Settings, SettingsError, parse_settings
 
@@ -74,8 +74,44 @@ def _read_file(path: str) -> str:
     return Path(path).read_text(encoding="utf-8")
 
 
-def run_remote(settings: Settings, remote_plan: plan.RemotePlan) -> int:
+def open_journal(settings: Settings) -> tuple[remote.Journal, restart.StartDecision]:
+    """The restart state of this container and what it means for this start.
+
+    Raises StateDirError when NIMBIX_BURST_STATE_DIR is set but unusable."""
+    if settings.state_dir is None:
+        log.warning(
+            "no restart state directory: a restarted runner re-attaches to a live job by its label, "
+            "but cannot tell a crash from a deliberate retry",
+            extra={"variable": contract.ENV_STATE_DIR},
+        )
+        return remote.NoJournal(), remote.FIRST_START
+    journal = statefile.StateFile.open(settings.state_dir, container=settings.pod.container)
+    try:
+        previous = journal.load()
+    except restart.StateError as exc:
+        # Written atomically, so this is not a torn write: someone else's file. Start afresh.
+        log.warning(
+            "restart state unreadable; starting as attempt 1", extra={"path": str(journal.path), "error": str(exc)}
+        )
+        previous = None
+    start = restart.decide_start(previous)
+    log.info(
+        "restart state read",
+        extra={"path": str(journal.path), "start": start.kind, "attempt": start.attempt, "reason": start.reason},
+    )
+    return journal, start
+
+
+def run_remote(settings: Settings) -> int:
+    """Wire the remote run: the state file, signals, the JARVICE client; then `remote.run_remote`."""
     assert settings.remote is not None
+    try:
+        journal, start = open_journal(settings)
+    except statefile.StateDirError as exc:
+        log.error("invalid settings", extra={"problems": [f"{contract.ENV_STATE_DIR}: {exc}"]})
+        return exitcodes.EXIT_CONFIG
+    remote_plan = plan.build_plan(settings, attempt=start.attempt)
+    assert isinstance(remote_plan, plan.RemotePlan)
     creds = settings.remote.credentials
     tuning = remote_plan.tuning
     token = remote.CancelToken()
@@ -105,6 +141,7 @@ def run_remote(settings: Settings, remote_plan: plan.RemotePlan) -> int:
             clock=time.monotonic,
             rng=random.Random(),
             cancel=token,
+            journal=journal,
         )
         log.info(
             "remote mode",
@@ -113,7 +150,7 @@ def run_remote(settings: Settings, remote_plan: plan.RemotePlan) -> int:
         host = urllib.parse.urlsplit(settings.remote.api_url).hostname or ""
         if settings.remote.api_url.startswith("http://") and host not in LOOPBACK_HOSTS:
             log.warning("JARVICE_API_URL is not https: the API key travels unencrypted", extra={"host": host})
-        return remote.run_remote(remote_plan, deps)
+        return remote.run_remote(remote_plan, deps, start=start)
 
 
 def run(env: Mapping[str, str], argv: Sequence[str]) -> int:
@@ -128,10 +165,11 @@ def run(env: Mapping[str, str], argv: Sequence[str]) -> int:
     if settings.remote is not None:
         formatter.secrets.append(settings.remote.credentials.apikey.reveal())
     logging.getLogger().setLevel(settings.log_level)
-    the_plan = plan.build_plan(settings)
-    if isinstance(the_plan, plan.LocalPlan):
-        return local.run_local(the_plan, env=env)
-    return run_remote(settings, the_plan)
+    if settings.remote is None:
+        local_plan = plan.build_plan(settings)
+        assert isinstance(local_plan, plan.LocalPlan)
+        return local.run_local(local_plan, env=env)
+    return run_remote(settings)
 
 
 def main() -> NoReturn:

@@ -16,19 +16,21 @@ import json
 import logging
 import math
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeVar
 
 import requests
 
+from entrypoint import __version__
 from entrypoint.model import JobEntry, JobStatus, Machine, SubmitBody, SubmitResult
 from entrypoint.redaction import redact
 from entrypoint.settings import Secret
 
 log = logging.getLogger(__name__)
 
-USER_AGENT: Final = "nimbix-burst-runner/0.1"
+USER_AGENT: Final = f"nimbix-burst-runner/{__version__}"
 JSON_TYPE: Final = "application/json"
 TEXT_TYPE: Final = "text/plain"
 # 429 is "Only one active job allowed per VM" on submit (when it applies is UNCONFIRMED) and a
@@ -36,6 +38,10 @@ TEXT_TYPE: Final = "text/plain"
 RETRYABLE_STATUSES: Final = frozenset({408, 429})
 # Error texts are quoted in messages; a server that sends a whole HTML page gets truncated.
 MAX_ERROR_TEXT: Final = 300
+# Whole outputs are read in chunks of this size: the runner's pod has 128Mi, a training log may
+# be gigabytes, so the body is never held whole.
+STREAM_CHUNK_BYTES: Final = 64 * 1024
+OutputEndpoint = Literal["tail", "output"]
 
 
 class JarviceError(Exception):
@@ -72,6 +78,10 @@ class ProtocolError(JarviceError):
 
 class Unavailable(JarviceError):
     """JARVICE stayed unreachable (or kept answering 5xx/429) past the outage budget or deadline."""
+
+
+class StreamBroken(JarviceError):
+    """The connection died in the middle of an output body (what was read before stays valid)."""
 
 
 class SubmitOutcomeUnknown(JarviceError):
@@ -158,8 +168,11 @@ class JarviceClient:
         params: Mapping[str, str | int],
         *,
         deadline: float | None = None,
+        stream: bool = False,
     ) -> requests.Response:
-        """GET with retries; returns any non-retryable response (the caller checks it)."""
+        """GET with retries; returns any non-retryable response (the caller checks it).
+
+        With `stream`, the body of the returned response is not read yet."""
         query: dict[str, str | int] = {"username": self._username, "apikey": self._apikey.reveal(), **params}
         attempt = 0
         if log.isEnabledFor(logging.DEBUG):
@@ -167,7 +180,7 @@ class JarviceClient:
             log.debug("JARVICE call", extra={"endpoint": endpoint, "url": self._redact(url)})
         while True:
             try:
-                response = self._session.get(self._url(endpoint), params=query, timeout=self._timeout)
+                response = self._session.get(self._url(endpoint), params=query, timeout=self._timeout, stream=stream)
             except (requests.Timeout, requests.ConnectionError) as exc:
                 failure = self._describe_exception(exc)
             except requests.RequestException as exc:
@@ -203,6 +216,11 @@ class JarviceClient:
 
     def _check(self, endpoint: str, response: requests.Response, *, expect: Expect) -> bytes:
         """The body of a 2xx response of the expected type; typed errors for everything else."""
+        self._check_status(endpoint, response, expect=expect)
+        return response.content
+
+    def _check_status(self, endpoint: str, response: requests.Response, *, expect: Expect) -> None:
+        """Typed errors for anything but a 2xx of the expected type; the body of a good one is left unread."""
         status = response.status_code
         if status == 401:
             raise CredentialsRejected(
@@ -220,7 +238,6 @@ class JarviceClient:
         wanted = JSON_TYPE if expect == "json" else TEXT_TYPE
         if media != wanted:
             raise ProtocolError(f"{endpoint}: expected Content-Type {wanted}, got {content_type!r}", endpoint=endpoint)
-        return response.content
 
     def _get_json(self, endpoint: str, params: Mapping[str, str | int], *, deadline: float | None = None) -> Any:
         body = self._check(endpoint, self._get(endpoint, params, deadline=deadline), expect="json")
@@ -258,8 +275,39 @@ class JarviceClient:
     def fetch_tail(self, number: int, *, lines: int) -> str:
         return self._get_text("tail", {"number": number, "lines": lines})
 
-    def fetch_output(self, number: int, *, lines: int, deadline: float | None = None) -> str:
-        return self._get_text("output", {"number": number, "lines": lines}, deadline=deadline)
+    @contextmanager
+    def open_output(
+        self, number: int, *, endpoint: OutputEndpoint, deadline: float | None = None
+    ) -> Iterator[Iterator[str]]:
+        """The whole output (`lines=0`) of `tail` or `output`, as lines, read as a stream.
+
+        Each line keeps its "\\n" (the last may lack it) and is decoded losslessly, like `fetch_tail`.
+        A connection lost mid-body raises StreamBroken from the iterator.
+        """
+        response = self._get(endpoint, {"number": number, "lines": 0}, deadline=deadline, stream=True)
+        try:
+            self._check_status(endpoint, response, expect="text")
+            yield self._iter_lines(endpoint, response)
+        finally:
+            response.close()
+
+    def _iter_lines(self, endpoint: str, response: requests.Response) -> Iterator[str]:
+        pending = b""
+        try:
+            for received in response.iter_content(chunk_size=STREAM_CHUNK_BYTES):
+                chunk = pending + received if pending else received
+                start = 0
+                while (end := chunk.find(b"\n", start)) >= 0:
+                    yield chunk[start : end + 1].decode("utf-8", errors="surrogateescape")
+                    start = end + 1
+                pending = chunk[start:]
+        except requests.RequestException as exc:
+            raise StreamBroken(
+                f"{endpoint}: connection lost while reading the output ({self._describe_exception(exc)})",
+                endpoint=endpoint,
+            ) from None
+        if pending:
+            yield pending.decode("utf-8", errors="surrogateescape")
 
     def shutdown(self, number: int, *, deadline: float | None = None) -> None:
         raw = self._get_json("shutdown", {"number": number}, deadline=deadline)

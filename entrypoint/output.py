@@ -13,12 +13,16 @@ output (`lines=0`) instead: never guess. Only complete (newline-terminated) line
 the job runs; the final `output` call supplies the rest, including a last line without a newline.
 """
 
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 SEPARATOR: Final = "#" * 79
 PREAMBLE_PREFIX: Final = "INIT["
+# A whole output replayed line by line holds back at most this many preamble lines while looking
+# for the separator (the real preamble is a handful of lines); past it, they are application lines.
+MAX_PREAMBLE_LINES: Final = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,11 +33,16 @@ class StreamState:
     consumed: int = 0
     # The last consumed raw lines, to place the next tail window.
     recent: tuple[str, ...] = field(default=())
+    # Application lines an earlier runner of this container already printed (from its state file);
+    # applied once the preamble is located, since its length is not recorded.
+    resumed: int = 0
 
     @property
     def emitted(self) -> int:
         """Application lines emitted so far."""
-        return max(0, self.consumed - (self.preamble_lines or 0))
+        if self.preamble_lines is None:
+            return self.resumed
+        return max(0, self.consumed - self.preamble_lines)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +100,11 @@ def advance_full(state: StreamState, text: str, *, memory: int) -> Step:
         start = find_app_start(lines)
         if start is None:
             return Step(state=state)
-        state = StreamState(preamble_lines=start, consumed=start, recent=tuple(lines[:start][-memory:]))
+        state = StreamState(
+            preamble_lines=start,
+            consumed=start + state.resumed,
+            recent=tuple(lines[:start][-memory:]) if memory else (),
+        )
     if len(lines) < state.consumed:
         return Step(
             state=state,
@@ -164,3 +177,110 @@ def finish(state: StreamState, text: str) -> Ending:
     if seen_app and tuple(app[done - len(seen_app) : done]) != tuple(seen_app):
         anomaly = "final output differs from the lines streamed while the job ran"
     return Ending(emit=tuple(app[done:]), anomaly=anomaly)
+
+
+class Replay:
+    """The whole output (`tail` or `output` with `lines=0`), fed one line at a time, in bounded memory.
+
+    Pure: says which lines to print and keeps the stream state, never more than `memory` recent
+    lines (plus at most MAX_PREAMBLE_LINES while the preamble is undecided). `final=False` replays a
+    running job's output: only complete lines count, and nothing is decided before the separator
+    arrives. `final=True` replays a finished job's output in application coordinates (like
+    `finish`): a last line without a newline is printed, and a missing separator makes the whole
+    output the application's. `state` is right after every `feed`, so a stream that breaks off
+    can be resumed without printing a line twice.
+    """
+
+    def __init__(self, state: StreamState, *, memory: int, final: bool) -> None:
+        self._start = state
+        self._memory = memory
+        self._final = final
+        self._index = 0  # raw lines fed
+        self._preamble: int | None = None
+        self._held: list[str] = []  # possible preamble lines (final mode only)
+        self._app = 0  # application lines seen
+        self._done = state.emitted  # application lines printed before this replay
+        seen = state.recent[-min(len(state.recent), self._done) :] if self._done else ()
+        self._seen_first = self._done - len(seen)  # app index of seen[0]
+        self._seen = seen
+        self._recent: deque[str] = deque(maxlen=max(memory, 0))
+        self.anomaly: str | None = None
+
+    def feed(self, line: str) -> list[str]:
+        """Lines to print now for the next line of the output."""
+        index = self._index
+        self._index += 1
+        if self._preamble is None:
+            if index == 0 and not line.startswith(PREAMBLE_PREFIX):
+                self._preamble = 0
+            elif _is_separator(line):
+                self._preamble = index + 1
+                self._held.clear()
+                self._remember(line)
+                return []
+            else:
+                self._remember(line)
+                if not self._final:
+                    return []
+                self._held.append(line)
+                if len(self._held) <= MAX_PREAMBLE_LINES:
+                    return []
+                return self._release_held()
+        if not self._final and not line.endswith("\n"):
+            return []  # the running job's unfinished last line: printed once complete
+        self._remember(line)
+        return self._application(line)
+
+    def _release_held(self) -> list[str]:
+        """No separator after all: the held lines are the application's."""
+        self._preamble = 0
+        held, self._held = self._held, []
+        return [emitted for line in held for emitted in self._application(line)]
+
+    def _remember(self, line: str) -> None:
+        if self._memory > 0:
+            self._recent.append(line)
+
+    def _application(self, line: str) -> list[str]:
+        index = self._app
+        self._app += 1
+        if index >= self._done:
+            return [line]
+        offset = index - self._seen_first
+        if 0 <= offset < len(self._seen) and self._seen[offset] != line and self.anomaly is None:
+            self.anomaly = "final output differs from the lines streamed while the job ran"
+        return []
+
+    def close(self) -> list[str]:
+        """End of the output: what is left to print (held lines without a separator, final only)."""
+        emit = self._release_held() if self._final and self._preamble is None else []
+        if self._preamble is not None and self._app < self._done:
+            self.anomaly = (
+                f"final output has {self._app} lines but {self._done} were already printed"
+                if self._final
+                else f"output shrank from {self._done} to {self._app} lines; waiting for it to grow"
+            )
+        return emit
+
+    @property
+    def state(self) -> StreamState:
+        """The stream state once every line returned so far has been printed."""
+        if self._preamble is None or self._app < self._done:
+            # Still replaying what was printed before: nothing new, keep the old placement.
+            return self._start if self._preamble is None else _resumed_at(self._start, self._preamble, self._final)
+        if self._final:
+            # Application coordinates: no preamble counted, so `emitted` is the printed count.
+            return StreamState(preamble_lines=0, consumed=max(self._done, self._app), recent=tuple(self._recent))
+        return StreamState(
+            preamble_lines=self._preamble,
+            consumed=self._preamble + max(self._done, self._app),
+            recent=tuple(self._recent),
+        )
+
+
+def _resumed_at(state: StreamState, preamble: int, final: bool) -> StreamState:
+    """`state` with its preamble located (a resumed stream's count becomes a raw-line count)."""
+    if state.preamble_lines is not None and not final:
+        return state
+    start = 0 if final else preamble
+    return StreamState(preamble_lines=start, consumed=start + state.emitted, recent=state.recent)

@@ -26,6 +26,15 @@ JOB_LABEL_PREFIX: Final = "k8s-"
 DEFAULT_REMOTE_CPUS: Final = 1
 DEFAULT_REMOTE_GPUS: Final = 0
 _LABEL_HASH_CHARS: Final = 8
+HASHED_CONTAINER_MARK: Final = "~"
+# The hash shrinks as attempt numbers grow (6 hex digits for attempts 1-9, 3 for 4-digit ones);
+# labels fit 50 characters through attempt 999999, past which (years of restarts) they may grow
+# slightly longer, still far below today's 255.
+MIN_CONTAINER_HASH_CHARS: Final = 1
+_UID_LABEL_RE: Final = re.compile(
+    r"^k8s-(?P<uid>[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})"
+    r"(?:-(?P<container>[a-z0-9](?:[a-z0-9-]*[a-z0-9])?|~[0-9a-f]+))?-(?P<attempt>[0-9]+)$"
+)
 _DEVICE_LIST_RE: Final = re.compile(r"^[\w.:-]+(,[\w.:-]+)*$")
 
 
@@ -78,25 +87,73 @@ def _shorten_label(text: str) -> str:
     return f"{JOB_LABEL_PREFIX}{text[:keep]}-{digest}"
 
 
-def build_job_label(pod: PodIdentity) -> str:
-    """A stable per-pod key: `k8s-<uid>`, else `k8s-<namespace>/<name>`, else `k8s-<hostname>`.
+def _container_part(container: str, *, budget: int) -> str:
+    """The container name, or `~<sha256 hex>` filling `budget` when the name does not fit.
 
-    Kept within 50 characters (older JARVICE releases) by truncating and appending a hash.
+    `~` cannot occur in a container name (a DNS-1123 label), so a reader knows the part is a hash.
+    """
+    if len(container) <= budget:
+        return container
+    digest = hashlib.sha256(container.encode()).hexdigest()
+    return HASHED_CONTAINER_MARK + digest[: max(MIN_CONTAINER_HASH_CHARS, budget - len(HASHED_CONTAINER_MARK))]
+
+
+def build_job_label(pod: PodIdentity, *, attempt: int = 1) -> str:
+    """A key per container and attempt: `k8s-<uid>-<container>-<attempt>`.
+
+    - `<uid>` is the pod UID, always whole (36 characters), so a controller can map a JARVICE job
+      back to its pod: it is `label[4:40]`.
+    - `<container>` is `NIMBIX_BURST_CONTAINER`, so two burst containers of one pod never share a
+      job. When the label would pass 50 characters (the limit of older JARVICE releases) it
+      becomes `~` plus as many hex digits of its SHA-256 as fit (6 for attempts 1-9). Without
+      the variable the part is left out: `k8s-<uid>-<attempt>`.
+    - `<attempt>` counts deliberate retries (1, then 2 after a reported failure, ...), so a
+      retry gets a job of its own while a restarted runner finds the job of its attempt.
+
+    Parse with `parse_job_label`. Without a pod UID the label falls back to
+    `k8s-<namespace>/<name>-<container>-<attempt>`, else `k8s-<hostname>-...`, truncated and
+    suffixed with a hash when too long (not meant to be parsed).
     """
     if pod.uid:
-        return _shorten_label(pod.uid)
-    if pod.namespace and pod.name:
-        return _shorten_label(f"{pod.namespace}/{pod.name}")
-    return _shorten_label(pod.hostname or "unknown-host")
+        tail = f"-{attempt}"
+        if not pod.container:
+            return f"{JOB_LABEL_PREFIX}{pod.uid}{tail}"
+        budget = MAX_JOB_LABEL - len(JOB_LABEL_PREFIX) - len(pod.uid) - 1 - len(tail)
+        return f"{JOB_LABEL_PREFIX}{pod.uid}-{_container_part(pod.container, budget=budget)}{tail}"
+    base = f"{pod.namespace}/{pod.name}" if pod.namespace and pod.name else (pod.hostname or "unknown-host")
+    container = f"-{pod.container}" if pod.container else ""
+    return _shorten_label(f"{base}{container}-{attempt}")
 
 
-def build_plan(settings: Settings) -> Plan:
+@dataclass(frozen=True, slots=True)
+class ParsedLabel:
+    pod_uid: str
+    container: str | None  # None when the label carries no container part
+    container_hashed: bool  # the container part is `~<hash>` (its name was too long)
+    attempt: int
+
+
+def parse_job_label(label: str) -> ParsedLabel | None:
+    """The parts of a UID-based label from `build_job_label`; None for any other text."""
+    match = _UID_LABEL_RE.match(label)
+    if match is None:
+        return None
+    container = match.group("container")
+    return ParsedLabel(
+        pod_uid=match.group("uid"),
+        container=container,
+        container_hashed=container is not None and container.startswith(HASHED_CONTAINER_MARK),
+        attempt=int(match.group("attempt")),
+    )
+
+
+def build_plan(settings: Settings, *, attempt: int = 1) -> Plan:
     if settings.remote is None:
         return LocalPlan(argv=build_local_argv(settings.command), num_gpus=settings.num_gpus)
     remote = settings.remote
     return RemotePlan(
         shell_command=build_shell_command(settings.command),
-        job_label=build_job_label(settings.pod),
+        job_label=build_job_label(settings.pod, attempt=attempt),
         app_name=remote.app_name,
         app_command=remote.app_command,
         command_parameter=remote.command_parameter,

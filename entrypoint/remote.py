@@ -5,15 +5,16 @@ Imperative shell around the pure modules. Everything it touches comes in through
 drive it with a fake backend and a fake clock.
 """
 
+import dataclasses
 import logging
 import random
 import signal
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Final, Protocol
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
+from typing import Final, Literal, Protocol
 
-from entrypoint import exitcodes, output
+from entrypoint import exitcodes, output, recovery, restart
 from entrypoint.jarvice import (
     ApplicationNotFound,
     CredentialsRejected,
@@ -21,6 +22,7 @@ from entrypoint.jarvice import (
     JobNotFound,
     ProtocolError,
     RequestRejected,
+    StreamBroken,
     SubmitOutcomeUnknown,
     Unavailable,
 )
@@ -41,6 +43,12 @@ FINAL_FETCH_ATTEMPTS: Final = 5
 FINAL_FETCH_PAUSE_SECONDS: Final = 1.0
 # Between looks for a job created by an unanswered submit.
 RESOLVE_PAUSE_SECONDS: Final = 1.0
+# Output is written to stdout in batches of about this size while a whole output is replayed
+# (one write per line would cost a syscall per line; the batch bounds memory).
+WRITE_BATCH_BYTES: Final = 64 * 1024
+# While a long output is replayed, the printed count is saved at most this often (each save is an
+# fsync); a runner killed in between prints those lines again after its restart, never loses them.
+PROGRESS_SAVE_SECONDS: Final = 1.0
 
 
 class JobBackend(Protocol):
@@ -56,7 +64,9 @@ class JobBackend(Protocol):
 
     def fetch_tail(self, number: int, *, lines: int) -> str: ...
 
-    def fetch_output(self, number: int, *, lines: int, deadline: float | None = None) -> str: ...
+    def open_output(
+        self, number: int, *, endpoint: Literal["tail", "output"], deadline: float | None = None
+    ) -> AbstractContextManager[Iterator[str]]: ...
 
     def shutdown(self, number: int, *, deadline: float | None = None) -> None: ...
 
@@ -65,6 +75,28 @@ class JobBackend(Protocol):
 
 class OutputSink(Protocol):
     def write(self, lines: Sequence[str]) -> None: ...
+
+
+class Journal(Protocol):
+    """Where the restart state goes (`entrypoint.statefile.StateFile` implements it)."""
+
+    def save(self, state: restart.RunnerState) -> None: ...
+
+
+class NoJournal:
+    """Without NIMBIX_BURST_STATE_DIR: nothing is kept, restarts re-attach by label only."""
+
+    def save(self, state: restart.RunnerState) -> None:
+        pass
+
+
+class GiveUp(Exception):
+    """The failure table said give up: exit with `recovery.exit_code` (after stopping the job)."""
+
+    def __init__(self, decision: recovery.Recovery, error: JarviceError) -> None:
+        super().__init__(decision.reason)
+        self.decision = decision
+        self.error = error
 
 
 class CancelRequested(BaseException):
@@ -131,6 +163,26 @@ class RemoteDeps:
     clock: Callable[[], float]
     rng: random.Random
     cancel: CancelToken
+    journal: Journal = field(default_factory=NoJournal)
+
+
+FIRST_START: Final = restart.decide_start(None)
+
+
+def _failure_of(exc: JarviceError) -> recovery.Failure:
+    if isinstance(exc, CredentialsRejected):
+        return "credentials"
+    if isinstance(exc, ApplicationNotFound):
+        return "app_not_found"
+    if isinstance(exc, JobNotFound):
+        return "job_not_found"
+    if isinstance(exc, RequestRejected):
+        return "rejected"
+    if isinstance(exc, StreamBroken):
+        return "stream_broken"
+    if isinstance(exc, Unavailable | SubmitOutcomeUnknown):
+        return "unavailable"
+    return "protocol"
 
 
 def _signal_name(signum: int) -> str:
@@ -141,88 +193,207 @@ def _signal_name(signum: int) -> str:
 
 
 class _RemoteRun:
-    def __init__(self, plan: RemotePlan, deps: RemoteDeps) -> None:
+    def __init__(self, plan: RemotePlan, deps: RemoteDeps, start: restart.StartDecision) -> None:
         self.plan = plan
         self.deps = deps
         self.backend = deps.backend
         self.tuning = plan.tuning
+        self.start = start
+        previous = start.previous if start.kind == "pick_up" else None
+        self.label = previous.job_label if previous is not None else plan.job_label
         self.number: int | None = None
-        self.stream = output.StreamState()
+        self.stream = output.StreamState(resumed=previous.printed_lines if previous is not None else 0)
+        self.record = restart.RunnerState(
+            attempt=start.attempt,
+            job_label=self.label,
+            job_number=previous.job_number if previous is not None else None,
+            printed_lines=self.stream.emitted,
+        )
+        self.saved_at: float | None = None
         # Set while a submit's outcome is unresolved: job numbers with our label that existed before.
         self.pending_known: frozenset[int] | None = None
         # The final output has been printed: a late signal must not print it again.
         self.output_done = False
+        # Consecutive failures while following (reset by every successful status poll).
+        self.failures = 0
+        # Whether the job may still be running when the runner exits (then it is not "reported",
+        # so a restarted runner picks it up rather than leaving it unwatched).
+        self.job_may_run = False
 
     # --- entry ---------------------------------------------------------------------------------
 
     def run(self) -> int:
+        code = self._run_guarded()
+        self._save(reported=not self.job_may_run, exit_code=code)
+        return code
+
+    def _run_guarded(self) -> int:
         try:
             with self.deps.cancel.interruptible():
                 return self._run()
         except CancelRequested as cancel:
             return self._on_cancel(cancel.signum)
-        except CredentialsRejected as exc:
-            log.error("JARVICE rejected the credentials", extra={"error": str(exc)})
-            return exitcodes.EXIT_CREDENTIALS
-        except ApplicationNotFound as exc:
-            log.error(
-                "JARVICE does not know the application (check APP_NAME)",
-                extra={"error": str(exc), "app": self.plan.app_name},
-            )
-            return exitcodes.EXIT_CONFIG
-        except (Unavailable, SubmitOutcomeUnknown) as exc:
-            log.error("JARVICE is unavailable; giving up", extra={"error": str(exc), "job": self.number})
-            self._best_effort_terminate()
-            return exitcodes.EXIT_REMOTE_UNAVAILABLE
-        except (ProtocolError, RequestRejected, JobNotFound) as exc:
-            log.error("unexpected answer from JARVICE", extra={"error": str(exc), "job": self.number})
-            return exitcodes.EXIT_PROTOCOL
+        except GiveUp as give_up:
+            return self._give_up(give_up.decision, give_up.error)
+        except JarviceError as exc:
+            # Before a job exists (or while resolving a submit): the same table decides.
+            decision = recovery.decide_recovery(_failure_of(exc), job_known=self._job_known(), failures=0)
+            return self._give_up(decision, exc)
         except Exception:
             # The runner's boundary: a bug must not leave a job running that nobody follows.
             log.exception("runner failed unexpectedly", extra={"job": self.number})
-            self._best_effort_terminate()
-            return exitcodes.EXIT_INTERNAL
+            decision = recovery.decide_recovery("internal", job_known=self._job_known(), failures=0)
+            self._stop_before_exit(decision)
+            return decision.exit_code
+
+    def _job_known(self) -> bool:
+        return self.number is not None or self.pending_known is not None
+
+    def _give_up(self, decision: recovery.Recovery, exc: JarviceError) -> int:
+        failure = _failure_of(exc)
+        extra = {"error": str(exc), "job": self.number, "reason": decision.reason}
+        if failure == "credentials":
+            log.error("JARVICE rejected the credentials", extra=extra)
+        elif failure == "app_not_found":
+            log.error(
+                "JARVICE does not know the application (check APP_NAME)", extra={**extra, "app": self.plan.app_name}
+            )
+        elif failure == "unavailable":
+            log.error("JARVICE is unavailable; giving up", extra=extra)
+        else:
+            log.error("unexpected answer from JARVICE", extra=extra)
+        self._stop_before_exit(decision)
+        return decision.exit_code
+
+    def _stop_before_exit(self, decision: recovery.Recovery) -> None:
+        if not decision.terminate:
+            return
+        if self.number is None and self.pending_known is not None:
+            # A submit whose outcome is unknown may have created a job: find it to stop it.
+            try:
+                new = self._new_jobs(self.pending_known, deadline=self.deps.clock() + TERMINATE_SECONDS)
+            except JarviceError:
+                new = []
+            if not new:
+                self.job_may_run = True  # cannot tell: a restarted runner looks it up by label
+            for job in new:
+                self._best_effort_terminate(job.number)
+            return
+        if self.number is not None:
+            self._best_effort_terminate(self.number)
 
     def _run(self) -> int:
         plan = self.plan
         log.info(
             "remote run starting",
-            extra={"job_label": plan.job_label, "app": plan.app_name, "app_command": plan.app_command},
+            extra={
+                "job_label": self.label,
+                "app": plan.app_name,
+                "app_command": plan.app_command,
+                "attempt": self.start.attempt,
+                "start": self.start.kind,
+                "reason": self.start.reason,
+            },
         )
+        number = self._pick_up() if self.start.kind == "pick_up" else None
+        if number is None:
+            number = self._attach_or_submit()
+            if number is None:
+                return exitcodes.EXIT_NO_MACHINE
+        return self._observe(number)
+
+    def _attach_or_submit(self) -> int | None:
         live = self._find_live_job()
         if live is not None:
             log.info(
                 "re-attaching to the live job carrying this pod's label",
-                extra={"job": live.number, "job_name": live.name, "state": live.state, "job_label": plan.job_label},
+                extra={"job": live.number, "job_name": live.name, "state": live.state, "job_label": self.label},
             )
-            number = live.number
-        else:
-            machines = self.backend.fetch_machines()
-            choice = select_machine(plan, machines)
-            if isinstance(choice, NoMachineFits):
-                log.error("no machine fits the request", extra={"reason": choice.reason})
-                return exitcodes.EXIT_NO_MACHINE
-            log.info("machine selected", extra={"machine": choice.machine, "reason": choice.reason})
-            if choice.warning:
-                log.warning(
-                    "machine smaller than requested", extra={"machine": choice.machine, "reason": choice.warning}
-                )
-            number = self._submit(build_submit_body(plan, machine=choice.machine))
+            self._adopt(live.number)
+            return live.number
+        machines = self.backend.fetch_machines()
+        choice = select_machine(self.plan, machines)
+        if isinstance(choice, NoMachineFits):
+            log.error("no machine fits the request", extra={"reason": choice.reason})
+            return None
+        log.info("machine selected", extra={"machine": choice.machine, "reason": choice.reason})
+        if choice.warning:
+            log.warning("machine smaller than requested", extra={"machine": choice.machine, "reason": choice.warning})
+        body = build_submit_body(self.plan, machine=choice.machine)
+        body["job_label"] = self.label
+        # Saved before the submit: a runner killed between submit and the next save is resolved
+        # through the label by its successor.
+        self._save(job_number=None)
+        number = self._submit(body)
+        self._adopt(number)
+        return number
+
+    def _adopt(self, number: int) -> None:
         self.number = number
-        final_status = self._follow(number)
-        return self._finish(final_status)
+        self.job_may_run = True
+        self._save(job_number=number)
+
+    # --- restart state -------------------------------------------------------------------------
+
+    def _save(self, **changes: object) -> None:
+        self.record = dataclasses.replace(self.record, **changes)  # type: ignore[arg-type]
+        try:
+            self.deps.journal.save(self.record)
+        except OSError as exc:
+            log.error("cannot save the restart state", extra={"error": str(exc), "job": self.number})
+        self.saved_at = self.deps.clock()
+
+    def _emit(self, lines: Sequence[str], state: output.StreamState, *, force_save: bool = True) -> None:
+        """Print lines, then record that they were printed."""
+        if lines:
+            self.deps.out.write(lines)
+        self.stream = state
+        if state.emitted == self.record.printed_lines:
+            return
+        now = self.deps.clock()
+        if force_save or self.saved_at is None or now - self.saved_at >= PROGRESS_SAVE_SECONDS:
+            self._save(printed_lines=state.emitted)
+
+    def _pick_up(self) -> int | None:
+        """The job an earlier runner of this container started and did not report, if it exists."""
+        previous = self.start.previous
+        assert previous is not None
+        number = previous.job_number
+        if number is not None:
+            try:
+                status = self.backend.fetch_status(number)
+            except JobNotFound:
+                log.warning("the job in the restart state is unknown to JARVICE", extra={"job": number})
+                number = None
+            else:
+                log.info(
+                    "picking up the job of the previous runner",
+                    extra={"job": number, "state": status.state, "printed_lines": previous.printed_lines},
+                )
+        if number is None:
+            mine = self._new_jobs(frozenset())
+            if not mine:
+                log.info("no job carries this attempt's label yet; submitting", extra={"job_label": self.label})
+                return None
+            number = mine[-1].number
+            log.info(
+                "picking up the job of the previous runner by its label",
+                extra={"job": number, "state": mine[-1].state, "job_label": self.label},
+            )
+        self._adopt(number)
+        return number
 
     # --- submit once ---------------------------------------------------------------------------
 
     def _mine(self, jobs: Mapping[int, JobEntry]) -> list[JobEntry]:
-        return sorted((j for j in jobs.values() if j.label == self.plan.job_label), key=lambda j: j.number)
+        return sorted((j for j in jobs.values() if j.label == self.label), key=lambda j: j.number)
 
     def _find_live_job(self) -> JobEntry | None:
         live = [j for j in self._mine(self.backend.fetch_jobs(completed=False)) if not is_terminal(j.state)]
         if len(live) > 1:
             log.warning(
                 "several live jobs carry this label; following the newest",
-                extra={"jobs": [j.number for j in live], "job_label": self.plan.job_label},
+                extra={"jobs": [j.number for j in live], "job_label": self.label},
             )
         return live[-1] if live else None
 
@@ -236,10 +407,11 @@ class _RemoteRun:
                 with self.deps.cancel.deferred():
                     result = self.backend.submit(body)
                     self.number = result.number  # known before a deferred signal is raised
+                    self.job_may_run = True
             except SubmitOutcomeUnknown as exc:
                 log.warning(
                     "submit outcome unknown; looking for the job by its label",
-                    extra={"error": str(exc), "job_label": self.plan.job_label},
+                    extra={"error": str(exc), "job_label": self.label},
                 )
                 found = self._resolve_submit(known, wait=not exc.answered)
                 if found is not None:
@@ -285,12 +457,51 @@ class _RemoteRun:
                 return None
             self.deps.sleep(min(RESOLVE_PAUSE_SECONDS, self.tuning.poll_seconds))
 
-    # --- follow --------------------------------------------------------------------------------
+    # --- observe: follow and finish, surviving transient failures ------------------------------
+
+    def _observe(self, number: int) -> int:
+        """Follow the job to its end and return its exit status; failures go through the table."""
+        while True:
+            try:
+                return self._finish(self._follow(number))
+            except (ProtocolError, RequestRejected, JobNotFound, CredentialsRejected, StreamBroken) as exc:
+                decision = recovery.decide_recovery(_failure_of(exc), job_known=True, failures=self.failures)
+                if decision.action == "give_up":
+                    raise GiveUp(decision, exc) from exc
+                delay = recovery.retry_delay(
+                    self.failures,
+                    base_seconds=self.tuning.retry_base_seconds,
+                    cap_seconds=self.tuning.retry_cap_seconds,
+                ) * (1 + self.deps.rng.uniform(0, POLL_JITTER))
+                self.failures += 1
+                log.warning(
+                    "JARVICE failed while following the job; trying again",
+                    extra={
+                        "job": number,
+                        "error": str(exc),
+                        "action": decision.action,
+                        "attempt": self.failures,
+                        "retry_in": round(delay, 3),
+                    },
+                )
+                self.deps.sleep(delay)
+                if decision.action == "reattach":
+                    number = self._reattach(number)
+
+    def _reattach(self, number: int) -> int:
+        """Look the job up again by its label (its number is what the lookup found newest)."""
+        mine = self._new_jobs(frozenset())
+        if mine and mine[-1].number != number:
+            log.warning("the job carrying this label has another number now", extra={"job": mine[-1].number})
+            self._adopt(mine[-1].number)
+            return mine[-1].number
+        return number
 
     def _follow(self, number: int) -> JobStatus:
         last_state: str | None = None
         while True:
             status = self.backend.fetch_status(number)
+            self.failures = 0
             if status.state != last_state:
                 log.info(
                     "job state changed",
@@ -312,29 +523,51 @@ class _RemoteRun:
     def _stream_tail(self, number: int) -> None:
         lines = self.tuning.tail_lines
         try:
-            step = output.advance(self.stream, self.backend.fetch_tail(number, lines=lines), requested=lines)
-            if step.need_full:
-                log.debug("tail window cannot be placed; fetching the whole output", extra={"job": number})
-                step = output.advance_full(self.stream, self.backend.fetch_tail(number, lines=0), memory=lines)
+            if lines > 0:
+                step = output.advance(self.stream, self.backend.fetch_tail(number, lines=lines), requested=lines)
+                if step.anomaly:
+                    log.warning("remote output looks inconsistent", extra={"job": number, "reason": step.anomaly})
+                if not step.need_full:
+                    self._emit(step.emit, step.state)
+                    return
+                log.debug("tail window cannot be placed; replaying the whole output", extra={"job": number})
+            self._replay(number, endpoint="tail", final=False)
         except (JobNotFound, RequestRejected) as exc:
             # tail answers only while the job runs; it may have just finished.
             log.debug("tail not available", extra={"job": number, "error": str(exc)})
-            return
-        if step.anomaly:
-            log.warning("remote output looks inconsistent", extra={"job": number, "reason": step.anomaly})
-        self.deps.out.write(step.emit)
-        self.stream = step.state
+
+    def _replay(
+        self, number: int, *, endpoint: Literal["tail", "output"], final: bool, deadline: float | None = None
+    ) -> None:
+        """Stream the whole output, printing only what was not printed yet, in bounded memory."""
+        replay = output.Replay(self.stream, memory=self.tuning.tail_lines, final=final)
+        batch: list[str] = []
+        size = 0
+        with self.backend.open_output(number, endpoint=endpoint, deadline=deadline) as lines:
+            for line in lines:
+                emit = replay.feed(line)
+                if emit:
+                    batch.extend(emit)
+                    size += sum(len(e) for e in emit)
+                    if size >= WRITE_BATCH_BYTES:
+                        self._emit(batch, replay.state, force_save=False)
+                        batch, size = [], 0
+            batch.extend(replay.close())
+        if replay.anomaly:
+            log.warning("remote output looks inconsistent", extra={"job": number, "reason": replay.anomaly})
+        self._emit(batch, replay.state)
 
     # --- finish --------------------------------------------------------------------------------
 
-    def _fetch_final_output(self, number: int) -> str | None:
+    def _print_final_output(self, number: int) -> bool:
         for attempt in range(FINAL_FETCH_ATTEMPTS):
             try:
-                return self.backend.fetch_output(number, lines=0)
+                self._replay(number, endpoint="output", final=True)
+                return True
             except (JobNotFound, RequestRejected) as exc:
                 log.debug("output not available yet", extra={"job": number, "error": str(exc), "attempt": attempt + 1})
                 self.deps.sleep(min(FINAL_FETCH_PAUSE_SECONDS, self.tuning.poll_seconds))
-        return None
+        return False
 
     def _fetch_exitcode(self, number: int) -> tuple[bool, int | None]:
         for _ in range(FINAL_FETCH_ATTEMPTS):
@@ -346,15 +579,12 @@ class _RemoteRun:
 
     def _finish(self, status: JobStatus) -> int:
         number = status.number
-        text = self._fetch_final_output(number)
-        if text is None:
-            log.warning("final output unavailable; some output may be missing", extra={"job": number})
-        else:
-            ending = output.finish(self.stream, text)
-            if ending.anomaly:
-                log.warning("remote output looks inconsistent", extra={"job": number, "reason": ending.anomaly})
-            self.output_done = True
-            self.deps.out.write(ending.emit)
+        self.job_may_run = False
+        if not self.output_done:
+            if self._print_final_output(number):
+                self.output_done = True
+            else:
+                log.warning("final output unavailable; some output may be missing", extra={"job": number})
         listed, exitcode = self._fetch_exitcode(number)
         if not listed:
             log.warning("job not found in /jarvice/jobs?completed=true; exit code unknown", extra={"job": number})
@@ -392,8 +622,10 @@ class _RemoteRun:
                 log.info("no remote job to stop")
             else:
                 self._cancel_job(number, deadline)
+            self.job_may_run = False
         except JarviceError as exc:
             log.error("could not stop the remote job", extra={"job": number, "error": str(exc)})
+            self._warn_left_running(number)
         return exitcodes.EXIT_TERMINATED
 
     def _cancel_job(self, number: int, deadline: float) -> None:
@@ -434,24 +666,39 @@ class _RemoteRun:
         if self.output_done or self.deps.clock() >= deadline:
             return
         try:
-            text = self.backend.fetch_output(number, lines=0, deadline=deadline)
+            self._replay(number, endpoint="output", final=True, deadline=deadline)
         except JarviceError as exc:
             log.debug("output unavailable after stop", extra={"job": number, "error": str(exc)})
             return
-        ending = output.finish(self.stream, text)
         self.output_done = True
-        self.deps.out.write(ending.emit)
 
-    def _best_effort_terminate(self) -> None:
-        if self.number is None:
-            return
+    def _best_effort_terminate(self, number: int) -> None:
         try:
-            self.backend.terminate(self.number, deadline=self.deps.clock() + TERMINATE_SECONDS)
-            log.info("terminate requested", extra={"job": self.number})
+            self.backend.terminate(number, deadline=self.deps.clock() + TERMINATE_SECONDS)
+        except JobNotFound as exc:
+            # "Running job is not found": it already ended, nothing is left running.
+            log.info("job already ended; nothing to terminate", extra={"job": number, "error": str(exc)})
+            self.job_may_run = False
         except JarviceError as exc:
-            log.warning("best-effort terminate failed", extra={"job": self.number, "error": str(exc)})
+            log.error("best-effort terminate failed", extra={"job": number, "error": str(exc)})
+            self._warn_left_running(number)
+        else:
+            # On stderr like every runner message: the job was stopped, not left running unobserved.
+            log.warning("giving up: terminate requested for the job", extra={"job": number})
+            self.job_may_run = False
+
+    def _warn_left_running(self, number: int | None) -> None:
+        self.job_may_run = True
+        log.error(
+            "the remote job may still be running; a restarted runner will pick it up",
+            extra={"job": number, "job_label": self.label},
+        )
 
 
-def run_remote(plan: RemotePlan, deps: RemoteDeps) -> int:
-    """Run the plan on JARVICE and return the exit status the pod should have."""
-    return _RemoteRun(plan, deps).run()
+def run_remote(plan: RemotePlan, deps: RemoteDeps, *, start: restart.StartDecision = FIRST_START) -> int:
+    """Run the plan on JARVICE and return the exit status the pod should have.
+
+    `start` says whether this runner picks up the job of an earlier runner of its container (see
+    `entrypoint.restart`); the restart state goes to `deps.journal`.
+    """
+    return _RemoteRun(plan, deps, start).run()

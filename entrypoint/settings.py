@@ -42,9 +42,9 @@ ENV_READ_TIMEOUT: Final = "JARVICE_READ_TIMEOUT"
 ENV_RETRY_BASE_SECONDS: Final = "JARVICE_RETRY_BASE_SECONDS"
 ENV_RETRY_CAP_SECONDS: Final = "JARVICE_RETRY_CAP_SECONDS"
 ENV_SUBMIT_RESOLVE_SECONDS: Final = "JARVICE_SUBMIT_RESOLVE_SECONDS"
-ENV_POD_UID: Final = "POD_UID"
-ENV_POD_NAMESPACE: Final = "POD_NAMESPACE"
-ENV_POD_NAME: Final = "POD_NAME"
+ENV_POD_UID: Final = contract.ENV_POD_UID
+ENV_POD_NAMESPACE: Final = contract.ENV_POD_NAMESPACE
+ENV_POD_NAME: Final = contract.ENV_POD_NAME
 ENV_LOG_LEVEL: Final = "LOG_LEVEL"
 
 # The current public API base URL (reference §1; jardoc changed it in 2021).
@@ -81,6 +81,8 @@ LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR")
 _WALLTIME_RE: Final = re.compile(r"^\d{1,5}:[0-5]\d:[0-5]\d$")
 _GEOMETRY_RE: Final = re.compile(r"^\d+x\d+$")
 _MILLICORES_RE: Final = re.compile(r"^(\d+)m$")
+# A container name is a DNS-1123 label (Kubernetes validation).
+_CONTAINER_NAME_RE: Final = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
 
 class Secret:
@@ -136,6 +138,7 @@ class PodIdentity:
     namespace: str
     name: str
     hostname: str
+    container: str = ""  # NIMBIX_BURST_CONTAINER: the burst container this runner runs in
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +181,9 @@ class Settings:
     pod: PodIdentity
     log_level: str
     remote: RemoteSettings | None
+    # NIMBIX_BURST_STATE_DIR: where this container's restart state lives (checked to be a writable
+    # directory by the shell, which may touch the file system); None = restarts cannot be told apart.
+    state_dir: str | None = None
 
 
 class SettingsError(Exception):
@@ -412,6 +418,14 @@ def parse_settings(env: Mapping[str, str], *, argv: Sequence[str], read_file: Re
         problems.add(f"{ENV_LOG_LEVEL} must be one of {', '.join(LOG_LEVELS)}, got {env.get(ENV_LOG_LEVEL)!r}")
         log_level = "INFO"
     remote = _parse_remote(env, read_file=read_file, problems=problems) if mode == "remote" else None
+    container = (_get(env, contract.ENV_CONTAINER_NAME) or "").strip()
+    if container and not _CONTAINER_NAME_RE.match(container):
+        problems.add(
+            f"{contract.ENV_CONTAINER_NAME} must be a container name (lower-case DNS label), got {container!r}"
+        )
+    state_dir = _strip(_get(env, contract.ENV_STATE_DIR))
+    if state_dir is not None and not state_dir.startswith("/"):
+        problems.add(f"{contract.ENV_STATE_DIR} must be an absolute path, got {state_dir!r}")
     if problems.items:
         raise SettingsError(problems.items)
     assert mode is not None  # a None mode always adds a problem
@@ -425,7 +439,9 @@ def parse_settings(env: Mapping[str, str], *, argv: Sequence[str], read_file: Re
             namespace=(_get(env, ENV_POD_NAMESPACE) or "").strip(),
             name=(_get(env, ENV_POD_NAME) or "").strip(),
             hostname=hostname.strip(),
+            container=container,
         ),
         log_level=log_level,
         remote=remote,
+        state_dir=state_dir,
     )

@@ -85,8 +85,9 @@ def base_env(url: str, **overrides: str) -> dict[str, str]:
     return {k: v for k, v in env.items() if v is not None}
 
 
-def label_of(env: dict[str, str]) -> str:
-    return "k8s-" + env["POD_UID"]
+def label_of(env: dict[str, str], attempt: int = 1) -> str:
+    container = env.get("NIMBIX_BURST_CONTAINER")
+    return f"k8s-{env['POD_UID']}-{container + '-' if container else ''}{attempt}"
 
 
 @dataclass

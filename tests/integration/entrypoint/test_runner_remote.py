@@ -310,7 +310,8 @@ def test_credentials_from_files(env: dict[str, str], tmp_path: Path) -> None:
     )
     code, runner = run_runner(env)
     assert (code, runner.out) == (0, b"from files\n")
-    assert runner.logs()[0]["credentials_from"] == "JARVICE_USERNAME_FILE/JARVICE_APIKEY_FILE"
+    (mode,) = [e for e in runner.logs() if e["message"] == "remote mode"]
+    assert mode["credentials_from"] == "JARVICE_USERNAME_FILE/JARVICE_APIKEY_FILE"
 
 
 # --- the API key never shows -------------------------------------------------------------------------

@@ -248,3 +248,71 @@ def test_undetectable_gap_is_the_documented_limit() -> None:
     state = StreamState(preamble_lines=0, consumed=2, recent=("a\n", "b\n"))
     step = output.advance(state, "a\nb\nc\nd\n", requested=4)
     assert step.emit == ("c\n", "d\n") and not step.need_full
+
+
+# --- Replay: the whole output, line by line, in bounded memory ------------------------------------
+
+
+def replay(state: StreamState, text: str, *, memory: int = 10, final: bool) -> tuple[str, output.Replay]:
+    r = output.Replay(state, memory=memory, final=final)
+    printed = [e for line in text.splitlines(keepends=True) for e in r.feed(line)]
+    printed += r.close()
+    return "".join(printed), r
+
+
+FINAL_CASES = [
+    # (already printed app lines, whole output, what is left to print)
+    (0, PRE + "a\nb\n", "a\nb\n"),
+    (1, PRE + "a\nb\n", "b\n"),
+    (2, PRE + "a\nb\nc", "c"),  # the last line without a newline
+    (0, "no preamble\n", "no preamble\n"),
+    (0, "INIT[1]: x\nno separator\n", "INIT[1]: x\nno separator\n"),
+    (0, PRE + 'quotes "\' ünï ✓\n\ttab', 'quotes "\' ünï ✓\n\ttab'),
+    (0, PRE, ""),
+    (0, "", ""),
+]
+
+
+@pytest.mark.parametrize(("done", "text", "left"), FINAL_CASES, ids=[str(i) for i in range(len(FINAL_CASES))])
+def test_replay_final_prints_the_rest_exactly_once(done: int, text: str, left: str) -> None:
+    printed, r = replay(StreamState(resumed=done), text, final=True)
+    assert printed == left
+    assert r.state.emitted == done + len(left.splitlines())
+    again, _ = replay(r.state, text, final=True)
+    assert again == ""  # replayed twice: nothing printed twice
+
+
+def test_replay_running_counts_only_complete_lines_and_waits_for_the_separator() -> None:
+    printed, r = replay(StreamState(), "INIT[1]: booting\n", final=False)
+    assert (printed, r.state) == ("", StreamState())
+    printed, r = replay(r.state, PRE + "one\ntw", final=False)
+    assert printed == "one\n"
+    printed, r = replay(r.state, PRE + "one\ntwo\nthree\n", final=False)
+    assert printed == "two\nthree\n"
+    assert r.state.emitted == 3
+    assert output.finish(r.state, PRE + "one\ntwo\nthree\nend").emit == ("end",)
+
+
+def test_replay_resumes_where_an_earlier_runner_stopped() -> None:
+    printed, r = replay(StreamState(resumed=2), PRE + "a\nb\nc\n", final=False)
+    assert printed == "c\n"
+    printed, _ = replay(r.state, PRE + "a\nb\nc\nd", final=True)
+    assert printed == "d"
+
+
+def test_replay_flags_divergence_and_shrinking() -> None:
+    _, r = replay(StreamState(resumed=0), "a\nb\nc\n", final=False)
+    printed, r2 = replay(r.state, "a\nX\nc\nd\n", final=True)
+    assert printed == "d\n" and r2.anomaly
+    _, r3 = replay(r.state, "a\n", final=True)
+    assert r3.anomaly and "already printed" in r3.anomaly
+
+
+def test_replay_memory_is_bounded() -> None:
+    r = output.Replay(StreamState(), memory=5, final=True)
+    for i in range(10_000):
+        r.feed(f"line {i}\n")
+    assert len(r.state.recent) == 5
+    held = output.Replay(StreamState(), memory=5, final=True)
+    out = [e for i in range(output.MAX_PREAMBLE_LINES + 5) for e in held.feed(f"INIT[1]: {i}\n")]
+    assert len(out) == output.MAX_PREAMBLE_LINES + 5  # no separator: released, not held for ever

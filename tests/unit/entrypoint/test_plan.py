@@ -1,3 +1,4 @@
+import hashlib
 import json
 
 import pytest
@@ -108,21 +109,82 @@ def test_pinned_machine() -> None:
     assert isinstance(missing, plan.NoMachineFits) and "'nope' is not in /jarvice/machines" in missing.reason
 
 
+UID = "4f1c2a9e-7b1d-4c55-9d0e-2a6b8c1e3f70"
+# sha256("a-long-container-name")[:6], computed independently of the code under test.
+LONG = "a-long-container-name"
+LONG_HASH = hashlib.sha256(LONG.encode()).hexdigest()
+
+
 @pytest.mark.parametrize(
-    ("pod", "expected"),
+    ("pod", "attempt", "expected"),
     [
+        (PodIdentity(UID, "ns", "p", "h"), 1, f"k8s-{UID}-1"),
+        (PodIdentity(UID, "ns", "p", "h", "trainer"), 1, f"k8s-{UID}-trainer-1"),
+        (PodIdentity(UID, "ns", "p", "h", "trainer"), 2, f"k8s-{UID}-trainer-2"),
+        (PodIdentity(UID, "ns", "p", "h", "w"), 123, f"k8s-{UID}-w-123"),
+        # 7 characters are left for the container with a one-digit attempt ...
+        (PodIdentity(UID, "ns", "p", "h", "seven-7"), 1, f"k8s-{UID}-seven-7-1"),
+        # ... longer names become "~" + hash, the UID stays whole ...
         (
-            PodIdentity("4f1c2a9e-7b1d-4c55-9d0e-2a6b8c1e3f70", "ns", "p", "h"),
-            "k8s-4f1c2a9e-7b1d-4c55-9d0e-2a6b8c1e3f70",
+            PodIdentity(UID, "ns", "p", "h", "eight-88"),
+            1,
+            f"k8s-{UID}-~{hashlib.sha256(b'eight-88').hexdigest()[:6]}-1",
         ),
-        (PodIdentity("", "team-a", "train-0", "h"), "k8s-team-a/train-0"),
-        (PodIdentity("", "team-a", "", "train-0-host"), "k8s-train-0-host"),
-        (PodIdentity("", "", "", ""), "k8s-unknown-host"),
+        (PodIdentity(UID, "ns", "p", "h", LONG), 1, f"k8s-{UID}-~{LONG_HASH[:6]}-1"),
+        # ... and the hash gives way to longer attempt numbers.
+        (PodIdentity(UID, "ns", "p", "h", LONG), 10, f"k8s-{UID}-~{LONG_HASH[:5]}-10"),
+        (PodIdentity(UID, "ns", "p", "h", LONG), 9999, f"k8s-{UID}-~{LONG_HASH[:3]}-9999"),
+        (PodIdentity("", "team-a", "train-0", "h", "c"), 1, "k8s-team-a/train-0-c-1"),
+        (PodIdentity("", "team-a", "", "train-0-host"), 2, "k8s-train-0-host-2"),
+        (PodIdentity("", "", "", ""), 1, "k8s-unknown-host-1"),
     ],
-    ids=["uid", "namespace-name", "hostname", "nothing"],
+    ids=[
+        "uid-no-container",
+        "uid-container",
+        "attempt-2",
+        "attempt-3-digits",
+        "container-fits-exactly",
+        "container-one-too-long",
+        "container-long",
+        "attempt-10",
+        "attempt-9999",
+        "namespace-name",
+        "hostname",
+        "nothing",
+    ],
 )
-def test_job_label(pod: PodIdentity, expected: str) -> None:
-    assert plan.build_job_label(pod) == expected
+def test_job_label(pod: PodIdentity, attempt: int, expected: str) -> None:
+    label = plan.build_job_label(pod, attempt=attempt)
+    assert label == expected
+    assert len(label) <= 50
+
+
+@pytest.mark.parametrize("container", ["", "a", "trainer", "seven-7", LONG, "x" * 63])
+@pytest.mark.parametrize("attempt", [1, 9, 10, 99, 100, 99999])
+def test_uid_labels_fit_and_parse_back(container: str, attempt: int) -> None:
+    label = plan.build_job_label(PodIdentity(UID, "ns", "p", "h", container), attempt=attempt)
+    assert len(label) <= 50
+    assert label[4:40] == UID  # the documented fixed position of the UID
+    parsed = plan.parse_job_label(label)
+    assert parsed is not None
+    assert (parsed.pod_uid, parsed.attempt) == (UID, attempt)
+    if not container:
+        assert parsed.container is None
+    elif parsed.container_hashed:
+        assert parsed.container == "~" + hashlib.sha256(container.encode()).hexdigest()[: len(parsed.container) - 1]
+    else:
+        assert parsed.container == container
+
+
+def test_two_containers_of_one_pod_get_different_labels() -> None:
+    a = plan.build_job_label(PodIdentity(UID, "ns", "p", "h", "gpu-worker-a"))
+    b = plan.build_job_label(PodIdentity(UID, "ns", "p", "h", "gpu-worker-b"))
+    assert a != b
+
+
+@pytest.mark.parametrize("text", ["k8s-team-a/train-0-c-1", "hello", f"k8s-{UID}", f"k8s-{UID}-Bad_Name-1"])
+def test_parse_job_label_rejects_other_text(text: str) -> None:
+    assert plan.parse_job_label(text) is None
 
 
 def test_long_job_label_is_shortened_deterministically() -> None:
@@ -166,7 +228,7 @@ def test_build_plan_remote_and_submit_body() -> None:
         )
     )
     assert isinstance(built, plan.RemotePlan)
-    assert (built.num_gpus, built.num_cpus, built.job_label) == (2, 2, "k8s-uid-1")
+    assert (built.num_gpus, built.num_cpus, built.job_label) == (2, 2, "k8s-uid-1-1")
     body = plan.build_submit_body(built, machine="ng2")
     assert body == {
         "app": "app-1",
@@ -179,7 +241,7 @@ def test_build_plan_remote_and_submit_body() -> None:
             "walltime": "1:00:00",
         },
         "machine": {"type": "ng2", "nodes": 1},
-        "job_label": "k8s-uid-1",
+        "job_label": "k8s-uid-1-1",
         "vault": {"name": "ephemeral", "readonly": False, "force": False},
     }
     assert "user" not in body  # credentials are added by the adapter only

@@ -2,7 +2,8 @@
 
 import random
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import pytest
@@ -11,6 +12,8 @@ from entrypoint import exitcodes, remote
 from entrypoint.jarvice import (
     CredentialsRejected,
     JobNotFound,
+    ProtocolError,
+    RequestRejected,
     SubmitOutcomeUnknown,
     Unavailable,
 )
@@ -160,12 +163,17 @@ class FakeBackend:
             return text
         return "".join(text.splitlines(keepends=True)[-lines:])
 
-    def fetch_output(self, number: int, *, lines: int, deadline: float | None = None) -> str:
+    def fetch_output(self, number: int) -> str:
         self._call("output")
         job = self._job(number)
         if job.state(self.clock.now) == "PROCESSING STARTING":
             raise JobNotFound("Completed job is not found", endpoint="output")
         return job.text(self.clock.now)
+
+    @contextmanager
+    def open_output(self, number: int, *, endpoint: str, deadline: float | None = None) -> Iterator[Iterator[str]]:
+        text = self.fetch_tail(number, lines=0) if endpoint == "tail" else self.fetch_output(number)
+        yield iter(text.splitlines(keepends=True))
 
     def shutdown(self, number: int, *, deadline: float | None = None) -> None:
         self._call("shutdown")
@@ -439,10 +447,10 @@ def test_output_missing_after_completion_is_retried(world: World) -> None:
     original = world.backend.fetch_output
     failures = [JobNotFound("not yet", endpoint="output")] * 2
 
-    def flaky(number: int, *, lines: int, deadline: float | None = None) -> str:
+    def flaky(number: int) -> str:
         if failures:
             raise failures.pop()
-        return original(number, lines=lines)
+        return original(number)
 
     world.backend.fetch_output = flaky  # type: ignore[method-assign]
     assert world.run() == 0
@@ -496,3 +504,58 @@ def test_signal_during_a_submit_with_unknown_outcome_still_cancels(world: World)
     (job,) = world.backend.jobs.values()
     assert job.stopped is not None and job.stopped[1] == "terminate"
     assert world.backend.calls.count("submit") == 1
+
+
+# --- failures while following: retry, re-attach, or stop the job before giving up -------------------
+
+
+def _fail_from(world: World, at: float, name: str, exc: Exception, times: int | None = None) -> None:
+    """From `at` seconds on, make backend call `name` raise `exc` (`times` times, or for ever)."""
+    original = getattr(world.backend, {"status": "fetch_status"}.get(name, name))
+    remaining = [times]
+
+    def failing(*args: object, **kwargs: object) -> object:
+        if world.clock.now >= at and (remaining[0] is None or remaining[0] > 0):
+            if remaining[0] is not None:
+                remaining[0] -= 1
+            world.backend.calls.append(name)
+            raise exc
+        return original(*args, **kwargs)
+
+    setattr(world.backend, {"status": "fetch_status"}.get(name, name), failing)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ProtocolError("status: expected Content-Type application/json, got 'text/html'", endpoint="status"),
+        CredentialsRejected("status: HTTP 401", endpoint="status"),
+        RequestRejected("status: HTTP 400", endpoint="status", status=400),
+        JobNotFound("status: HTTP 404", endpoint="status"),
+    ],
+    ids=["html-page", "401", "400", "404"],
+)
+def test_transient_failures_while_following_are_survived(world: World, exc: Exception) -> None:
+    world.backend.template.lines = LINES
+    _fail_from(world, world.clock.now + 3.0, "status", exc, times=3)
+    assert world.run() == 0
+    assert world.sink.text == "".join(LINES)
+    assert "terminate" not in world.backend.calls
+    assert world.backend.calls.count("submit") == 1
+
+
+@pytest.mark.parametrize(
+    ("exc", "code"),
+    [
+        (ProtocolError("status: got 'text/html'", endpoint="status"), exitcodes.EXIT_PROTOCOL),
+        (CredentialsRejected("status: HTTP 401", endpoint="status"), exitcodes.EXIT_CREDENTIALS),
+        (JobNotFound("status: HTTP 404", endpoint="status"), exitcodes.EXIT_PROTOCOL),
+    ],
+    ids=["76-html", "77-credentials", "76-job-not-found"],
+)
+def test_giving_up_while_following_terminates_the_job(world: World, exc: Exception, code: int) -> None:
+    world.backend.template.lines = LINES * 20
+    _fail_from(world, world.clock.now + 3.0, "status", exc)
+    assert world.run() == code
+    (job,) = world.backend.jobs.values()
+    assert job.stopped is not None and job.stopped[1] == "terminate"
