@@ -10,10 +10,15 @@ from typing import Self
 
 class CuttableProxy:
     """Forwards 127.0.0.1:<port> to a target. `cut()` drops every connection and refuses new ones
-    (accept-then-close) until `restore()`."""
+    (accept-then-close) until `restore()`.
 
-    def __init__(self, target_host: str, target_port: int) -> None:
-        self._target = (target_host, target_port)
+    With more targets (`also`), each new connection goes to the next one in turn, skipping any that
+    refuses, like a Service spreading connections over its endpoints.
+    """
+
+    def __init__(self, target_host: str, target_port: int, *also: tuple[str, int]) -> None:
+        self._targets = [(target_host, target_port), *also]
+        self._next = 0
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
         self._open = threading.Event()
@@ -62,16 +67,26 @@ class CuttableProxy:
             if not self._open.is_set():
                 client.close()
                 continue
-            try:
-                upstream = socket.create_connection(self._target, timeout=5)
-                upstream.settimeout(None)
-            except OSError:
+            upstream = self._connect_next()
+            if upstream is None:
                 client.close()
                 continue
             with self._lock:
                 self._sockets.update((client, upstream))
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _connect_next(self) -> socket.socket | None:
+        for _ in range(len(self._targets)):
+            target = self._targets[self._next % len(self._targets)]
+            self._next += 1
+            try:
+                upstream = socket.create_connection(target, timeout=5)
+            except OSError:
+                continue
+            upstream.settimeout(None)
+            return upstream
+        return None
 
     def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         try:
