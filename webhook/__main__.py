@@ -36,7 +36,12 @@ def configure_logging(level: str) -> None:
 async def _build(settings: Settings, tls: ReloadingTLS) -> web.Application:
     clock = time.monotonic
     cache = ClusterCache(
-        gpu_resources=settings.gpu_resources, clock=clock, reservation_ttl=settings.reservation_ttl_seconds
+        gpu_resources=settings.gpu_resources,
+        clock=clock,
+        reservation_ttl=settings.reservation_ttl_seconds,
+        scheduler_names=settings.scheduler_names,
+        max_reservations=settings.max_reservations,
+        max_reservations_per_namespace=settings.max_reservations_per_namespace,
     )
     sync = CacheSync(cache, clock=clock)
     watcher = Watcher(load_api_client(settings.kubeconfig), sync, loop=asyncio.get_running_loop())

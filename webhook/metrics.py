@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from webhook.cache import ClusterCache
@@ -23,7 +23,7 @@ class _CacheCollector(Collector):
         self._sync = sync
         self._clock = clock
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         free = GaugeMetricFamily(
             "nimbix_burst_free_gpus", "Free GPUs on schedulable nodes, as the webhook sees them", labels=["resource"]
         )
@@ -33,11 +33,20 @@ class _CacheCollector(Collector):
         age = self._clock() - self._sync.state.last_contact if self._sync.state.last_contact else float("nan")
         yield GaugeMetricFamily("nimbix_burst_cache_age_seconds", "Seconds since the last watch contact", value=age)
         yield GaugeMetricFamily("nimbix_burst_cache_nodes", "Nodes in the cache", value=self._cache.node_count)
-        yield GaugeMetricFamily("nimbix_burst_cache_gpu_pods", "GPU pods in the cache", value=self._cache.pod_count)
+        yield GaugeMetricFamily(
+            "nimbix_burst_cache_pods",
+            "Pods the cache accounts: bound non-terminal pods of any kind, plus unbound and terminal GPU pods",
+            value=self._cache.pod_count,
+        )
         yield GaugeMetricFamily(
             "nimbix_burst_reservations",
-            "Local admissions not yet seen by the watch",
+            "Reservations outstanding: local admissions whose pod the watch has not shown yet",
             value=self._cache.reservation_count,
+        )
+        yield CounterMetricFamily(
+            "nimbix_burst_reservation_cap_hits",
+            "Reviews decided remote because the cap on outstanding reservations was reached",
+            value=self._cache.reservation_cap_hits,
         )
 
 

@@ -37,6 +37,9 @@ class Settings:
     max_body_bytes: int
     watch_stale_seconds: float
     reservation_ttl_seconds: float
+    max_reservations: int
+    max_reservations_per_namespace: int
+    scheduler_names: tuple[str, ...]
     log_level: str
     policy: RewritePolicy
 
@@ -61,6 +64,16 @@ _OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("--max-body-bytes", "WEBHOOK_MAX_BODY_BYTES", str(DEFAULT_MAX_BODY_BYTES), "largest AdmissionReview"),
     ("--watch-stale-seconds", "WEBHOOK_WATCH_STALE_SECONDS", "60", "not ready after the watch is broken this long"),
     ("--reservation-ttl-seconds", "WEBHOOK_RESERVATION_TTL_SECONDS", "120", "how long a local admission holds GPUs"),
+    # A reservation lives until the watch shows its pod (well under a second normally), so only reviews
+    # that no pod follows (forged, or a flood) pile up; these bound how many GPUs they can hold.
+    ("--max-reservations", "WEBHOOK_MAX_RESERVATIONS", "256", "local admissions awaiting their pod, in total"),
+    (
+        "--max-reservations-per-namespace",
+        "WEBHOOK_MAX_RESERVATIONS_PER_NAMESPACE",
+        "64",
+        "local admissions awaiting their pod, per namespace",
+    ),
+    ("--scheduler-names", "WEBHOOK_SCHEDULER_NAMES", "default-scheduler", "schedulers whose pending pods claim GPUs"),
     ("--log-level", "WEBHOOK_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
 )
 
@@ -110,6 +123,15 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
                 problems.append(f"--{key.replace('_', '-')}: must be positive")
         except QuantityError as exc:
             problems.append(f"--{key.replace('_', '-')}: {exc} (examples: 100m, 128Mi)")
+    max_reservations = int(number("max_reservations", minimum=1, integer=True))
+    max_per_namespace = int(number("max_reservations_per_namespace", minimum=1, integer=True))
+    if max_per_namespace > max_reservations:
+        problems.append(
+            f"--max-reservations-per-namespace: {max_per_namespace} exceeds --max-reservations {max_reservations}"
+        )
+    scheduler_names = _csv(raw["scheduler_names"])
+    if not scheduler_names:
+        problems.append("--scheduler-names: give at least one scheduler name, e.g. default-scheduler")
     log_level = str(raw["log_level"]).upper()
     if log_level not in _LOG_LEVELS:
         problems.append(f"--log-level: {raw['log_level']!r} is not one of {', '.join(_LOG_LEVELS)}")
@@ -129,6 +151,9 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
         max_body_bytes=int(number("max_body_bytes", minimum=4096, integer=True)),
         watch_stale_seconds=number("watch_stale_seconds", minimum=1),
         reservation_ttl_seconds=number("reservation_ttl_seconds", minimum=1),
+        max_reservations=max_reservations,
+        max_reservations_per_namespace=max_per_namespace,
+        scheduler_names=scheduler_names,
         log_level=log_level,
         policy=RewritePolicy(
             gpu_resources=gpu_resources,

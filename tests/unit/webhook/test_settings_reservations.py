@@ -1,0 +1,42 @@
+"""The reservation caps and scheduler names: flags, environment, validation."""
+
+from __future__ import annotations
+
+import pytest
+
+from webhook.settings import SettingsError, parse_settings
+
+
+def test_defaults() -> None:
+    settings = parse_settings([], {}, check_files=False)
+    assert (settings.max_reservations, settings.max_reservations_per_namespace) == (256, 64)
+    assert settings.scheduler_names == ("default-scheduler",)
+
+
+def test_env_and_flags() -> None:
+    env = {
+        "WEBHOOK_MAX_RESERVATIONS": "10",
+        "WEBHOOK_MAX_RESERVATIONS_PER_NAMESPACE": "5",
+        "WEBHOOK_SCHEDULER_NAMES": "default-scheduler, volcano",
+    }
+    settings = parse_settings(["--max-reservations-per-namespace", "3"], env, check_files=False)
+    assert (settings.max_reservations, settings.max_reservations_per_namespace) == (10, 3)
+    assert settings.scheduler_names == ("default-scheduler", "volcano")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        pytest.param(["--max-reservations", "0"], "--max-reservations: must be at least 1", id="total-zero"),
+        pytest.param(["--max-reservations", "many"], "is not a whole number", id="total-not-a-number"),
+        pytest.param(["--max-reservations-per-namespace", "-1"], "must be at least 1", id="namespace-negative"),
+        pytest.param(
+            ["--max-reservations", "8", "--max-reservations-per-namespace", "9"], "exceeds", id="namespace-over-total"
+        ),
+        pytest.param(["--scheduler-names", " , "], "--scheduler-names", id="no-scheduler"),
+    ],
+)
+def test_invalid(argv: list[str], message: str) -> None:
+    with pytest.raises(SettingsError) as caught:
+        parse_settings(argv, {}, check_files=False)
+    assert message in str(caught.value)
