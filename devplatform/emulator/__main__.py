@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from devplatform.emulator import jobs
+from devplatform.emulator import appdef, jobs
 from devplatform.emulator.server import EmulatorConfig, create_app, parse_apps, parse_users
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -41,6 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=None,
         help=f"APPID:COMMAND[,COMMAND...], repeatable (default {DEFAULT_APP})",
+    )
+    parser.add_argument(
+        "--appdef",
+        action="append",
+        default=[],
+        metavar="APPID=PATH",
+        help="an application defined by an AppDef.json (e.g. images/base/AppDef.json), repeatable; "
+        "with --appdef and no --apps, only the AppDef applications exist",
     )
     parser.add_argument("--machines", type=Path, help="JSON file replacing the built-in machine catalogue")
     parser.add_argument("--queue-seconds", type=float, default=2.0, help="time a job stays SUBMITTED")
@@ -64,10 +72,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def build_config(args: argparse.Namespace) -> EmulatorConfig:
     users = parse_users(args.users) if args.users else {"alice": secrets.token_hex(16)}
-    apps = parse_apps(args.apps or [DEFAULT_APP])
+    apps = parse_apps(args.apps) if args.apps else ({} if args.appdef else parse_apps([DEFAULT_APP]))
+    appdefs = {}
+    for option in args.appdef:
+        app, path = appdef.parse_appdef_option(option)
+        appdefs[app] = appdef.load_appdef(path)
     config = EmulatorConfig(
         users=users,
         apps=apps,
+        appdefs=appdefs,
         timing=jobs.Timing(
             queue_seconds=args.queue_seconds,
             init_seconds=args.init_seconds,
@@ -94,7 +107,7 @@ def _write_private(path: Path, text: str) -> None:
 
 def render_env_file(url: str, config: EmulatorConfig) -> str:
     username, apikey = next(iter(config.users.items()))
-    app, commands = next(iter(config.apps.items()))
+    app, commands = next(iter(config.app_commands().items()))
     values = {
         "JARVICE_API_URL": url,
         "JARVICE_USERNAME": username,
@@ -105,8 +118,7 @@ def render_env_file(url: str, config: EmulatorConfig) -> str:
     return "".join(f"{key}={shlex.quote(value)}\n" for key, value in values.items())
 
 
-async def serve(args: argparse.Namespace) -> None:
-    config = build_config(args)
+async def serve(args: argparse.Namespace, config: EmulatorConfig) -> None:
     runner = web.AppRunner(create_app(config), handle_signals=False)
     await runner.setup()
     stop = asyncio.Event()
@@ -123,7 +135,7 @@ async def serve(args: argparse.Namespace) -> None:
             "pid": os.getpid(),
             "port": port,
             "users": sorted(config.users),
-            "apps": {app: sorted(cmds) for app, cmds in config.apps.items()},
+            "apps": {app: sorted(cmds) for app, cmds in config.app_commands().items()},
         }
         if args.state_file:
             _write_private(args.state_file, json.dumps(info) + "\n")
@@ -140,8 +152,13 @@ async def serve(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    asyncio.run(serve(args))
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = build_config(args)
+    except ValueError as exc:  # invalid --users/--apps/--appdef (AppDefError lists every problem)
+        parser.error(str(exc))
+    asyncio.run(serve(args, config))
 
 
 if __name__ == "__main__":

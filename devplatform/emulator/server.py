@@ -11,6 +11,7 @@ import asyncio
 import json
 import random
 import secrets
+import shlex
 import shutil
 import string
 import tempfile
@@ -23,7 +24,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from devplatform.emulator import jobs
+from devplatform.emulator import appdef, jobs
 from devplatform.emulator.catalogue import default_machines
 
 JSON_TYPE: Final = "application/json"
@@ -47,6 +48,14 @@ class EmulatorConfig:
     workdir: Path | None = None
     first_job_number: int = 1000
     seed: int | None = None
+    # Applications defined by AppDef files (see appdef.py): submissions are checked against the
+    # AppDef's commands and parameters, and run through the command's `path`.
+    appdefs: dict[str, appdef.LoadedAppDef] = field(default_factory=dict)
+
+    def app_commands(self) -> dict[str, frozenset[str]]:
+        """Every application id (catalogue and AppDef) -> its command keys."""
+        from_appdefs = {app: frozenset(loaded.appdef.commands) for app, loaded in self.appdefs.items()}
+        return {**self.apps, **from_appdefs}
 
 
 @dataclass
@@ -314,7 +323,7 @@ async def handle_submit(request: web.Request) -> web.Response:
         owner=owner,
         app=body["app"],
         command_key=application["command"],
-        command=application["parameters"]["command"],
+        command=_job_command(state, body, workdir),
         label=body.get("job_label"),
         machine=machine["type"],
         nodes=int(machine.get("nodes", 1)),
@@ -347,14 +356,26 @@ def _validate_submit(state: EmulatorState, body: Any) -> web.Response | None:
     app = body.get("app")
     if not isinstance(app, str):
         return malformed
-    if app not in state.config.apps:
+    if app not in state.config.apps and app not in state.config.appdefs:
         return error(404, "Application Not Found")
     application = body.get("application")
-    if not isinstance(application, dict) or application.get("command") not in state.config.apps[app]:
+    loaded = state.config.appdefs.get(app)
+    if loaded is not None:
+        if not isinstance(application, dict):
+            return malformed
+        detail = appdef.check_submission(
+            loaded.appdef, command=application.get("command"), parameters=application.get("parameters")
+        )
+        if detail is not None:
+            # The documented status and message (reference §8); `detail` is the emulator's own, to
+            # say what to fix. That JARVICE answers exactly this for AppDef mismatches is UNCONFIRMED.
+            return json_response({"error": "Missing or Malformed API Syntax", "detail": detail}, status=400)
+    elif not isinstance(application, dict) or application.get("command") not in state.config.apps[app]:
         return malformed
-    parameters = application.get("parameters")
-    if not isinstance(parameters, dict) or not isinstance(parameters.get("command"), str):
-        return malformed
+    else:
+        parameters = application.get("parameters")
+        if not isinstance(parameters, dict) or not isinstance(parameters.get("command"), str):
+            return malformed
     machine = body.get("machine")
     if not isinstance(machine, dict) or machine.get("type") not in state.config.machines:
         return malformed
@@ -371,6 +392,27 @@ def _validate_submit(state: EmulatorState, body: Any) -> web.Response | None:
     if vault is not None and (not isinstance(vault, dict) or not isinstance(vault.get("name"), str)):
         return malformed
     return None
+
+
+def _job_command(state: EmulatorState, body: Mapping[str, Any], workdir: Path) -> str:
+    """The shell string jobs.run_job runs with `bash -c`.
+
+    Catalogue apps: `parameters.command` itself. AppDef apps: the command line JARVICE would run
+    (the AppDef `path` and its parameters), with `path` mapped to its host executable, variable
+    parameters in the environment, and NIMBIX_BURST_WORKDIR set to the job's directory (the stand-in
+    for the image's WORKDIR, which images/base's run-command script enters).
+    """
+    application = body["application"]
+    loaded = state.config.appdefs.get(body["app"])
+    if loaded is None:
+        command: str = application["parameters"]["command"]
+        return command
+    key = application["command"]
+    invocation = appdef.build_invocation(loaded.appdef.commands[key], application.get("parameters") or {})
+    environment = {"NIMBIX_BURST_WORKDIR": str(workdir), **invocation.variables}
+    argv = [str(loaded.host_paths[key]), *invocation.argv[1:]]
+    assignments = [f"{name}={value}" for name, value in environment.items()]
+    return "exec " + shlex.join(["env", *assignments, *argv])
 
 
 async def handle_status(request: web.Request) -> web.Response:

@@ -1,5 +1,7 @@
-"""The Dockerfiles cannot be built here (no engine): check that what they install and run is what
-the tests exercise (`python -m entrypoint`, the console script, the example app's command)."""
+"""Static checks on the Dockerfiles, the build context and the base image's JARVICE metadata: what
+they install and run is what the tests exercise (`python -m entrypoint`, the console script, the
+example app's command, the AppDef's run command). tests/integration/test_images_build.py builds them
+for real (devplatform/images/build.sh)."""
 
 import importlib
 import json
@@ -17,6 +19,15 @@ pytestmark = pytest.mark.timeout(20)
 ROOT = Path(__file__).resolve().parents[3]
 BASE = ROOT / "images" / "base" / "Dockerfile"
 APP = ROOT / "images" / "example-app" / "Dockerfile"
+WEBHOOK = ROOT / "images" / "webhook" / "Dockerfile"
+APPDEF = ROOT / "images" / "base" / "AppDef.json"
+RUN_COMMAND = ROOT / "images" / "base" / "nimbix-burst-run-command"
+# The files the base image copies besides the package build's inputs: its JARVICE application.
+BASE_JARVICE_FILES = {
+    "images/base/nimbix-burst-run-command": "/usr/local/bin/nimbix-burst-run-command",
+    "images/base/profile.sh": "/etc/profile.d/nimbix-burst.sh",
+    "images/base/AppDef.json": "/etc/NAE/AppDef.json",
+}
 
 
 def instructions(path: Path) -> list[tuple[str, str]]:
@@ -64,7 +75,7 @@ def test_base_image_installs_the_distribution_without_extras() -> None:
     installs = [r for r in runs if "pip install" in r]
     assert installs == ["/opt/venv/bin/pip install ."]
     copies = [shlex.split(c) for c in only(BASE, "COPY") if not c.startswith("--from")]
-    sources = {src.rstrip("/") for copy in copies for src in copy[:-1]}
+    sources = {src.rstrip("/") for copy in copies for src in copy[:-1]} - set(BASE_JARVICE_FILES)
     assert sources == {"pyproject.toml", "README.md", "entrypoint"}
     for source in sources - {"README.md"}:  # README.md is assembled from docs/_parts
         assert (ROOT / source).exists(), source
@@ -82,12 +93,13 @@ def test_example_app_builds_from_the_base_and_its_command_runs_under_the_runner(
     (base_arg,) = only(APP, "ARG")
     assert base_arg.startswith("BASE_IMAGE=nimbix-burst/base:")
     assert only(APP, "FROM") == ["${BASE_IMAGE}"]
-    (copy,) = only(APP, "COPY")
-    source = shlex.split(copy)[-2]
-    assert (APP.parent / source).is_file()
+    copy, appdef_copy = only(APP, "COPY")
+    source = shlex.split(copy)[-2]  # relative to the build context, the repository root
+    assert (ROOT / source).is_file()
+    assert shlex.split(appdef_copy) == ["images/base/AppDef.json", "/etc/NAE/AppDef.json"]
     (cmd,) = only(APP, "CMD")
     argv = json.loads(cmd)
-    assert argv[:2] == ["python", source]
+    assert argv[:2] == ["python", Path(source).name]
     # What the container would run: ENTRYPOINT + CMD, i.e. the runner with the app's argv, locally.
     result = subprocess.run(
         [sys.executable, "-m", "entrypoint", *argv, "--seconds-per-epoch", "0"],
@@ -99,3 +111,80 @@ def test_example_app_builds_from_the_base_and_its_command_runs_under_the_runner(
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.decode().splitlines()[-1] == "training done"
+
+
+@pytest.mark.parametrize("dockerfile", [BASE, WEBHOOK], ids=["base", "webhook"])
+def test_python_base_is_a_build_argument(dockerfile: Path) -> None:
+    """build.sh passes its Debian-packaged Python as PYTHON_IMAGE; both stages must use it."""
+    assert any(a.startswith("PYTHON_IMAGE=") for a in only(dockerfile, "ARG"))
+    assert {f.split()[0] for f in only(dockerfile, "FROM")} == {"${PYTHON_IMAGE}"}
+
+
+def test_base_image_carries_its_jarvice_application() -> None:
+    copies = {tuple(shlex.split(c)) for c in only(BASE, "COPY") if not c.startswith("--from")}
+    for source, destination in BASE_JARVICE_FILES.items():
+        assert (source, destination) in copies, source
+        assert (ROOT / source).is_file()
+    assert RUN_COMMAND.stat().st_mode & 0o111, "COPY keeps the mode: the script must be executable in git"
+    # The AppDef's run command is the script the Dockerfile installs, taking the runner's parameter.
+    appdef = json.loads(APPDEF.read_text())
+    run = appdef["commands"]["run"]
+    assert run["path"] == BASE_JARVICE_FILES["images/base/nimbix-burst-run-command"]
+    assert list(run["parameters"]) == ["command"]
+    # The AppDef's last filesystem change: JARVICE reads /etc/NAE from the image's final layer.
+    last_copy = shlex.split(only(BASE, "COPY")[-1])
+    assert last_copy[-1] == "/etc/NAE/AppDef.json"
+
+
+@pytest.mark.parametrize(
+    ("command", "status", "stdout"),
+    [
+        ('echo "$PWD"; exit 5', 5, "{workdir}\n"),
+        ("printf '%s|' \"a b\" 'c'\"'\"'d'", 0, "a b|c'd|"),
+        ("shopt -q login_shell && echo login", 0, "login\n"),
+    ],
+    ids=["workdir-and-status", "quoting", "login-shell"],
+)
+def test_run_command_script(tmp_path: Path, command: str, status: int, stdout: str) -> None:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NIMBIX_BURST_WORKDIR": str(tmp_path)}
+    result = subprocess.run(
+        [str(RUN_COMMAND), command], env=env, capture_output=True, text=True, timeout=10, check=False
+    )
+    assert (result.returncode, result.stdout) == (status, stdout.format(workdir=tmp_path)), result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "workdir", "status", "message"),
+    [
+        ([], "{tmp}", 64, "usage: nimbix-burst-run-command COMMAND"),
+        (["true", "extra"], "{tmp}", 64, "usage: nimbix-burst-run-command COMMAND"),
+        (["true"], "{tmp}/missing", 66, "cannot enter {tmp}/missing"),
+    ],
+    ids=["no-argument", "two-arguments", "missing-workdir"],
+)
+def test_run_command_script_errors(tmp_path: Path, args: list[str], workdir: str, status: int, message: str) -> None:
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NIMBIX_BURST_WORKDIR": workdir.format(tmp=tmp_path)}
+    result = subprocess.run([str(RUN_COMMAND), *args], env=env, capture_output=True, text=True, timeout=10, check=False)
+    assert result.returncode == status
+    assert message.format(tmp=tmp_path) in result.stderr
+
+
+def test_build_context_sends_what_the_dockerfiles_copy_and_nothing_heavy() -> None:
+    """.dockerignore: everything excluded, then the COPY sources re-included."""
+    lines = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()]
+    patterns = [line for line in lines if line and not line.startswith("#")]
+    assert patterns[0] == "*"
+    included = [p[1:].rstrip("/") for p in patterns if p.startswith("!")]
+
+    def sent(path: str) -> bool:
+        return any(path == inc or path.startswith(inc + "/") for inc in included)
+
+    for dockerfile in (BASE, WEBHOOK, APP):
+        for copy in only(dockerfile, "COPY"):
+            if copy.startswith("--from"):
+                continue
+            sources = [s for s in shlex.split(copy)[:-1] if not s.startswith("--")]
+            for source in sources:
+                assert sent(source.rstrip("/")), f"{dockerfile.parent.name}: {source} is not in the build context"
+    for heavy in (".venv", ".git", ".dev", ".test-runs", ".mypy_cache", "tests", "devplatform"):
+        assert not sent(heavy), heavy
