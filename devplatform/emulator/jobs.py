@@ -122,6 +122,38 @@ def last_lines(data: bytes, count: int) -> bytes:
     return b"".join(lines[-count:])
 
 
+# Files are read in blocks of this size: outputs can be hundreds of MB (the runner's memory test).
+READ_BLOCK_BYTES: Final = 256 * 1024
+
+
+def tail_of_file(path: Path, count: int) -> bytes:
+    """`last_lines(path's content, count)` for count > 0, reading only the end of the file."""
+    try:
+        with path.open("rb") as handle:
+            end = handle.seek(0, os.SEEK_END)
+            data = b""
+            position = end
+            while position > 0 and data.count(b"\n") <= count:
+                step = min(READ_BLOCK_BYTES, position)
+                position -= step
+                handle.seek(position)
+                data = handle.read(step) + data
+    except FileNotFoundError:
+        return b""
+    return last_lines(data, count)
+
+
+def application_offset(path: Path) -> int:
+    """Where the application's output starts (after the separator line); -1 before it is written."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(READ_BLOCK_BYTES)
+    except FileNotFoundError:
+        return -1
+    marker = head.find(SEPARATOR)
+    return marker + len(SEPARATOR) if marker >= 0 else -1
+
+
 def job_environment() -> dict[str, str]:
     return {
         key: value

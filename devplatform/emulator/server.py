@@ -31,7 +31,9 @@ JSON_TYPE: Final = "application/json"
 TEXT_TYPE: Final = "text/plain"
 # job_label limit since 2021 (reference §5, J7 JAR-4699).
 MAX_LABEL: Final = 255
-FAULT_KINDS: Final = ("drop", "status503", "status429", "status500")
+FAULT_KINDS: Final = ("drop", "status503", "status429", "status500", "html", "status401", "status404")
+# What a proxy or login portal in front of the API may answer instead of JARVICE.
+HTML_PAGE: Final = b"<!DOCTYPE html><html><body><h1>Gateway</h1><p>Please sign in.</p></body></html>\n"
 # Endpoints that faults never hit unless named explicitly (they are probes, not API calls).
 PROBES: Final = frozenset({"live", "ready"})
 REDACTED: Final = "***"
@@ -68,6 +70,11 @@ class Faults:
     status503: int = 0
     status429: int = 0
     status500: int = 0
+    # Answers that are not transient by their look (the runner must still not abandon its job):
+    # a 200 HTML page (a proxy), 401 (an auth backend hiccup), 404 "Job not found".
+    html: int = 0
+    status401: int = 0
+    status404: int = 0
     drop_after_submit: int = 0
     latency_ms: float = 0.0
     latency_requests: int | None = None
@@ -86,6 +93,9 @@ class Faults:
             status503=int(raw.get("status503", 0)),
             status429=int(raw.get("status429", 0)),
             status500=int(raw.get("status500", 0)),
+            html=int(raw.get("html", 0)),
+            status401=int(raw.get("status401", 0)),
+            status404=int(raw.get("status404", 0)),
             drop_after_submit=int(drop_after is True) if isinstance(drop_after, bool) else int(drop_after),
             latency_ms=float(raw.get("latency_ms", 0.0)),
             latency_requests=None if raw.get("latency_requests") is None else int(raw["latency_requests"]),
@@ -235,6 +245,12 @@ async def fault_middleware(request: web.Request, handler: Handler) -> web.Stream
                 return text_response(b"Service Unavailable\n", status=503)
             if kind == "status429":
                 return error(429, "Too Many Requests")
+            if kind == "html":
+                return web.Response(body=HTML_PAGE, headers={"Content-Type": "text/html; charset=utf-8"})
+            if kind == "status401":
+                return error(401, "Not Authorized")
+            if kind == "status404":
+                return error(404, "Job not found")
             return error(500, "Internal Server Error")
     try:
         return await handler(request)
@@ -435,28 +451,55 @@ async def handle_jobs(request: web.Request) -> web.Response:
     return json_response(listed)
 
 
-async def handle_tail(request: web.Request) -> web.Response:
+async def handle_tail(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     params = await _params(request)
     job = _select_job(state, params, _authenticate(state, params))
     lines = _lines_param(params)
     if job.status != jobs.RUNNING:
         return error(404, "Running job is not found")
-    data = job.read_output()
+    offset = 0
     if not state.config.tail_preamble:
-        marker = data.find(jobs.SEPARATOR)
-        data = data[marker + len(jobs.SEPARATOR) :] if marker >= 0 else b""
-    return text_response(jobs.last_lines(data, lines))
+        offset = jobs.application_offset(job.output_path)
+        if offset < 0:
+            return text_response(b"")
+    if lines == 0:
+        return await stream_file(request, job.output_path, offset=offset)
+    data = jobs.tail_of_file(job.output_path, lines)
+    if offset:
+        # The window may reach back into the preamble: cut it at the separator.
+        whole = jobs.tail_of_file(job.output_path, lines + len(jobs.PREAMBLE) + 1)
+        marker = whole.find(jobs.SEPARATOR)
+        if marker >= 0:
+            data = jobs.last_lines(whole[marker + len(jobs.SEPARATOR) :], lines)
+    return text_response(data)
 
 
-async def handle_output(request: web.Request) -> web.Response:
+async def stream_file(request: web.Request, path: Path, *, offset: int = 0) -> web.StreamResponse:
+    """A whole output as a text/plain stream, never held in memory at once."""
+    response = web.StreamResponse(headers={"Content-Type": TEXT_TYPE})
+    await response.prepare(request)
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            while block := handle.read(jobs.READ_BLOCK_BYTES):
+                await response.write(block)
+    except FileNotFoundError:
+        pass
+    await response.write_eof()
+    return response
+
+
+async def handle_output(request: web.Request) -> web.StreamResponse:
     state = request.app[STATE]
     params = await _params(request)
     job = _select_job(state, params, _authenticate(state, params))
     lines = _lines_param(params)
     if not job.terminal:
         return error(404, "Completed job is not found")
-    return text_response(jobs.last_lines(job.read_output(), lines))
+    if lines == 0:
+        return await stream_file(request, job.output_path)
+    return text_response(jobs.tail_of_file(job.output_path, lines))
 
 
 async def handle_shutdown(request: web.Request) -> web.Response:
