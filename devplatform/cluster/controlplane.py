@@ -1,5 +1,5 @@
 """A real Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler (no kubelet, no nodes until a test fakes them; see nodes.py).
+kube-scheduler (no nodes until a test fakes them, see nodes.py, or starts the real node, node.py).
 
 Every instance has its own run directory and its own free ports, so several can run at once. The
 argument lists and kubeconfigs are built by pure functions from a ``_Layout`` (paths) and
@@ -45,7 +45,8 @@ REQUIRED_BINARIES = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER, KUBECTL)
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build-controlplane.sh"
 
 # The first address of the service range is the `kubernetes` Service's ClusterIP, which is why it is
-# a SAN of the serving certificate. Nothing ever dials it (no kube-proxy).
+# a SAN of the serving certificate. Nothing dials it (the apiserver listens on 127.0.0.1 only, which
+# pods cannot reach; the real node's kube-proxy translates the other Services' ClusterIPs).
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 KUBERNETES_SERVICE_IP = "10.0.0.1"
 APISERVER_DNS_NAMES = (
@@ -215,6 +216,11 @@ class ControlPlane:
     @property
     def ca_cert_path(self) -> Path:
         return self._layout.cert("ca")
+
+    @property
+    def ca_key_path(self) -> Path:
+        """The cluster CA's private key: the real node (node.py) signs its certificates with it."""
+        return self._layout.key("ca")
 
     @property
     def server_url(self) -> str:
@@ -430,6 +436,16 @@ def _build_apiserver_args(bin_dir: Path, layout: _Layout, ports: _Ports) -> list
         "--requestheader-username-headers=X-Remote-User",
         "--requestheader-group-headers=X-Remote-Group",
         "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        # Calls to a real node's kubelet (logs, exec, port-forward): the apiserver authenticates as
+        # a system:masters client and verifies the kubelet's serving certificate against the CA.
+        f"--kubelet-client-certificate={layout.cert('apiserver-kubelet-client')}",
+        f"--kubelet-client-key={layout.key('apiserver-kubelet-client')}",
+        f"--kubelet-certificate-authority={layout.cert('ca')}",
+        # The real node's Hostname address is its name, which no resolver knows.
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
+        # Webhook and aggregated-API Services are called at an endpoint's pod IP (reachable through
+        # the node's bridge) instead of the ClusterIP, which only kube-proxy's rules translate.
+        "--enable-aggregator-routing=true",
         "--profiling=false",
         f"--cert-dir={layout.pki_dir}",
         "--v=1",
@@ -537,6 +553,9 @@ def _write_pki(layout: _Layout) -> None:
     )
     clients = {
         "admin": pki.issue_cert(ca, common_name="nimbix-burst-admin", organization="system:masters", client=True),
+        "apiserver-kubelet-client": pki.issue_cert(
+            ca, common_name="kube-apiserver-kubelet-client", organization="system:masters", client=True
+        ),
         "kube-scheduler": pki.issue_cert(ca, common_name="system:kube-scheduler", client=True),
         "kube-controller-manager": pki.issue_cert(ca, common_name="system:kube-controller-manager", client=True),
     }
