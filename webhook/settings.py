@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from webhook.leadership import LeaseTiming
 from webhook.mutation import RewritePolicy
 from webhook.resources import QuantityError, parse_quantity
 
@@ -28,6 +29,20 @@ class SettingsError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class LeaderElection:
+    """Several replicas: one decides (the Lease holder), the others forward to it."""
+
+    lease_namespace: str
+    lease_name: str
+    identity: str  # this replica's name in the Lease (the pod name)
+    advertise_url: str  # where the others reach this replica (https://<pod IP>:<port>)
+    peer_server_name: str  # the name the serving certificate is valid for (the Service DNS name)
+    peer_ca_file: Path
+    timing: LeaseTiming
+    wait_seconds: float  # how long a review waits for a leader before it gets no local promise
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     host: str
     port: int
@@ -42,6 +57,7 @@ class Settings:
     scheduler_names: tuple[str, ...]
     log_level: str
     policy: RewritePolicy
+    leader_election: LeaderElection | None = None  # None: a single replica decides alone
 
     @property
     def gpu_resources(self) -> tuple[str, ...]:
@@ -49,7 +65,7 @@ class Settings:
 
 
 # (flag, env var, default, help)
-_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
+OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("--host", "WEBHOOK_HOST", "0.0.0.0", "address to listen on"),  # noqa: S104 - a pod listens on all
     ("--port", "WEBHOOK_PORT", "8443", "HTTPS port"),
     ("--tls-dir", "WEBHOOK_TLS_DIR", "/etc/nimbix-burst/tls", "directory holding tls.crt and tls.key"),
@@ -75,6 +91,19 @@ _OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ),
     ("--scheduler-names", "WEBHOOK_SCHEDULER_NAMES", "default-scheduler", "schedulers whose pending pods claim GPUs"),
     ("--log-level", "WEBHOOK_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
+    # Replicas (README, "Two replicas, one promise"); identity and address come from the downward API.
+    ("--leader-election", "WEBHOOK_LEADER_ELECTION", "false", "true: the Lease holder decides, others forward"),
+    ("--lease-name", "WEBHOOK_LEASE_NAME", "nimbix-burst-webhook-leader", "the Lease the replicas elect through"),
+    ("--lease-namespace", "POD_NAMESPACE", "", "namespace of the Lease (the webhook's own)"),
+    ("--pod-name", "POD_NAME", "", "this replica's identity in the Lease"),
+    ("--pod-ip", "POD_IP", "", "this replica's address; the advertised URL is https://<pod-ip>:<port>"),
+    ("--advertise-url", "WEBHOOK_ADVERTISE_URL", "", "where other replicas reach this one (overrides --pod-ip)"),
+    ("--peer-server-name", "WEBHOOK_PEER_SERVER_NAME", "", "DNS name the serving certificate is valid for"),
+    ("--peer-ca-file", "WEBHOOK_PEER_CA_FILE", "", "CA that signed the serving certificate (default <tls-dir>/ca.crt)"),
+    ("--lease-duration-seconds", "WEBHOOK_LEASE_DURATION_SECONDS", "8", "takeover delay after a leader dies"),
+    ("--lease-renew-deadline-seconds", "WEBHOOK_LEASE_RENEW_DEADLINE_SECONDS", "5", "leader stops if not renewed"),
+    ("--lease-retry-seconds", "WEBHOOK_LEASE_RETRY_SECONDS", "0.5", "Lease read/renew interval"),
+    ("--leader-wait-seconds", "WEBHOOK_LEADER_WAIT_SECONDS", "3", "how long a review waits for a leader"),
 )
 
 
@@ -84,7 +113,7 @@ def _dest(flag: str) -> str:
 
 def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m webhook", description="nimbix-burst admission webhook")
-    for flag, var, default, help_text in _OPTIONS:
+    for flag, var, default, help_text in OPTIONS:
         parser.add_argument(flag, default=env.get(var, default), help=f"{help_text} (env {var}; default {default!r})")
     return parser
 
@@ -142,6 +171,7 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
                 problems.append(
                     f"--tls-dir: {tls_dir / filename} does not exist (mount the serving certificate Secret)"
                 )
+    leader_election = _leader_election(raw, port=port, tls_dir=tls_dir, number=number, problems=problems)
     settings = Settings(
         host=raw["host"],
         port=port,
@@ -163,7 +193,62 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
             strip_toleration_keys=frozenset(_csv(raw["strip_toleration_keys"])),
             strip_runtime_classes=frozenset(_csv(raw["strip_runtime_classes"])),
         ),
+        leader_election=leader_election,
     )
     if problems:
         raise SettingsError(problems)
     return settings
+
+
+_BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False, "": False}
+
+
+def _leader_election(
+    raw: Mapping[str, str],
+    *,
+    port: int,
+    tls_dir: Path,
+    number: Callable[..., float],
+    problems: list[str],
+) -> LeaderElection | None:
+    enabled = _BOOLEANS.get(str(raw["leader_election"]).strip().lower())
+    if enabled is None:
+        problems.append(f"--leader-election: {raw['leader_election']!r} is not true or false")
+        return None
+    if not enabled:
+        return None
+    missing = [
+        f"{flag} (env {var})"
+        for key, flag, var in (
+            ("lease_namespace", "--lease-namespace", "POD_NAMESPACE"),
+            ("pod_name", "--pod-name", "POD_NAME"),
+            ("peer_server_name", "--peer-server-name", "WEBHOOK_PEER_SERVER_NAME"),
+        )
+        if not str(raw[key]).strip()
+    ]
+    url = str(raw["advertise_url"]).strip() or (f"https://{raw['pod_ip'].strip()}:{port}" if raw["pod_ip"] else "")
+    if not url:
+        missing.append("--advertise-url or --pod-ip (env POD_IP from the downward API)")
+    elif not url.startswith("https://"):
+        problems.append(f"--advertise-url: {url!r} must be an https:// URL")
+    if missing:
+        problems.append("--leader-election true needs " + ", ".join(missing))
+    try:
+        timing = LeaseTiming(
+            duration=number("lease_duration_seconds", minimum=0.1),
+            renew_deadline=number("lease_renew_deadline_seconds", minimum=0.1),
+            retry=number("lease_retry_seconds", minimum=0.05),
+        )
+    except ValueError as exc:
+        problems.append(f"--lease-*-seconds: {exc}")
+        return None
+    return LeaderElection(
+        lease_namespace=raw["lease_namespace"].strip(),
+        lease_name=raw["lease_name"].strip(),
+        identity=raw["pod_name"].strip(),
+        advertise_url=url,
+        peer_server_name=raw["peer_server_name"].strip(),
+        peer_ca_file=Path(raw["peer_ca_file"]) if raw["peer_ca_file"] else tls_dir / "ca.crt",
+        timing=timing,
+        wait_seconds=number("leader_wait_seconds", minimum=0.1),
+    )

@@ -25,6 +25,7 @@ from devplatform import manifests
 from devplatform.cluster import controlplane
 from devplatform.manifests import Manifest
 from entrypoint import contract
+from webhook import settings as webhook_settings
 
 NAMESPACE = "nimbix-burst"
 APP = "nimbix-burst-webhook"
@@ -33,25 +34,13 @@ EXAMPLES_DIR = manifests.DEPLOY_DIR / "examples"
 GPU_RESOURCES = ("nvidia.com/gpu", "alpha.kubernetes.io/nvidia-gpu")
 
 # Every setting `python -m webhook` reads from the environment (its flags' defaults), minus KUBECONFIG,
-# which stays unset in a cluster so that the in-cluster config is used.
-WEBHOOK_SETTINGS = frozenset(
-    {
-        "WEBHOOK_HOST",
-        "WEBHOOK_PORT",
-        "WEBHOOK_TLS_DIR",
-        "WEBHOOK_TLS_RELOAD_SECONDS",
-        "WEBHOOK_GPU_RESOURCES",
-        "WEBHOOK_REMOTE_CPU",
-        "WEBHOOK_REMOTE_MEMORY",
-        "WEBHOOK_STRIP_NODE_SELECTOR_KEYS",
-        "WEBHOOK_STRIP_TOLERATION_KEYS",
-        "WEBHOOK_STRIP_RUNTIME_CLASSES",
-        "WEBHOOK_MAX_BODY_BYTES",
-        "WEBHOOK_WATCH_STALE_SECONDS",
-        "WEBHOOK_RESERVATION_TTL_SECONDS",
-        "WEBHOOK_LOG_LEVEL",
-    }
-)
+# which stays unset in a cluster so that the in-cluster config is used, and the downward-API identity.
+WEBHOOK_SETTINGS = frozenset(var for _flag, var, _default, _help in webhook_settings.OPTIONS) - {
+    "KUBECONFIG",
+    "POD_NAME",
+    "POD_NAMESPACE",
+    "POD_IP",
+}
 
 # --- cert-manager.io/v1, from its API reference (cert-manager.io/docs/reference/api-docs/) and
 # --- pkg/apis/certmanager/v1/types_{certificate,issuer}.go. Unknown fields are pruned by the CRD's
@@ -176,6 +165,8 @@ def test_kustomize_builds_the_install(objs: list[Manifest]) -> None:
             ("ServiceAccount", APP),
             ("ClusterRole", APP),
             ("ClusterRoleBinding", APP),
+            ("Role", f"{APP}-leader"),
+            ("RoleBinding", f"{APP}-leader"),
             ("PriorityClass", APP),
             ("Deployment", APP),
             ("Service", APP),
@@ -190,6 +181,25 @@ def test_kustomize_builds_the_install(objs: list[Manifest]) -> None:
     # Generated with a content hash, so a settings change rolls the Deployment.
     assert len(config_maps) == 1
     assert re.fullmatch(rf"{APP}-[a-z0-9]{{10}}", config_maps[0])
+
+
+def test_the_only_write_is_the_webhooks_own_lease(objs: list[Manifest]) -> None:
+    role = manifests.find_object(objs, kind="Role")
+    granted = {
+        (g, r, v, tuple(rule.get("resourceNames", ())))
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    lease = ("coordination.k8s.io", "leases")
+    own = (f"{APP}-leader",)
+    assert granted == {(*lease, "create", ()), (*lease, "get", own), (*lease, "update", own)}
+    binding = manifests.find_object(objs, kind="RoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": APP, "namespace": NAMESPACE}]
+    settings = (manifests.REPO_ROOT / "deploy" / "webhook.env").read_text()
+    assert f"WEBHOOK_LEASE_NAME={APP}-leader\n" in settings
 
 
 def test_namespaced_objects_live_in_the_webhook_namespace(objs: list[Manifest]) -> None:
@@ -333,7 +343,12 @@ def test_container_runs_the_image_entrypoint_with_settings_from_the_config_map(
     container: Mapping[str, Any], settings: Mapping[str, str]
 ) -> None:
     assert "command" not in container and "args" not in container  # the image's ENTRYPOINT
-    assert "env" not in container
+    # Only the replica's identity from the downward API (leader election); settings come from the ConfigMap.
+    assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]} == {
+        "POD_NAME": "metadata.name",
+        "POD_NAMESPACE": "metadata.namespace",
+        "POD_IP": "status.podIP",
+    }
     assert set(settings) <= WEBHOOK_SETTINGS
     assert "KUBECONFIG" not in settings
     assert tuple(settings["WEBHOOK_GPU_RESOURCES"].split(",")) == GPU_RESOURCES
