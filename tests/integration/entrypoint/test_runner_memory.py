@@ -50,13 +50,13 @@ def run_measured(env: dict[str, str]) -> tuple[int, int, str, int, bytes]:
 
     def pump_out() -> None:
         assert process.stdout is not None
-        for chunk in iter(lambda: process.stdout.read1(1 << 20), b""):  # type: ignore[union-attr]
+        for chunk in iter(lambda: process.stdout.read1(1 << 20), b""):  # type: ignore[union-attr,attr-defined]
             digest.update(chunk)
             size[0] += len(chunk)
 
     def pump_err() -> None:
         assert process.stderr is not None
-        for chunk in iter(lambda: process.stderr.read1(65536), b""):  # type: ignore[union-attr]
+        for chunk in iter(lambda: process.stderr.read1(65536), b""):  # type: ignore[union-attr,attr-defined]
             stderr.extend(chunk)
 
     threads = [threading.Thread(target=pump_out, daemon=True), threading.Thread(target=pump_err, daemon=True)]

@@ -267,7 +267,7 @@ FINAL_CASES = [
     (2, PRE + "a\nb\nc", "c"),  # the last line without a newline
     (0, "no preamble\n", "no preamble\n"),
     (0, "INIT[1]: x\nno separator\n", "INIT[1]: x\nno separator\n"),
-    (0, PRE + 'quotes "\' ünï ✓\n\ttab', 'quotes "\' ünï ✓\n\ttab'),
+    (0, PRE + "quotes \"' ünï ✓\n\ttab", "quotes \"' ünï ✓\n\ttab"),
     (0, PRE, ""),
     (0, "", ""),
 ]
