@@ -148,35 +148,17 @@ def advance(state: StreamState, text: str, *, requested: int) -> Step:
     )
 
 
-def split_app_output(text: str) -> list[str]:
-    """The application part of a finished job's whole output, split into lines (the last one may
-    lack its newline). Without a separator after an `INIT[` start, everything is returned: better
-    to show platform lines than to hide the application's."""
-    lines, partial = split_lines(text)
-    if partial:
-        lines.append(partial)
-    if lines and lines[0].startswith(PREAMBLE_PREFIX):
-        for index, line in enumerate(lines):
-            if _is_separator(line):
-                return lines[index + 1 :]
-    return lines
-
-
 def finish(state: StreamState, text: str) -> Ending:
-    """What is left to print once `/jarvice/output?lines=0` returned the whole output.
+    """What is left to print of a finished job's whole output (`Replay` over text in hand).
 
     Works in application-line coordinates, so it stays right even if tail and output disagree
     about carrying the preamble (UNCONFIRMED).
     """
-    app = split_app_output(text)
-    done = state.emitted
-    anomaly = None
-    if len(app) < done:
-        return Ending(emit=(), anomaly=f"final output has {len(app)} lines but {done} were already printed")
-    seen_app = list(state.recent)[-min(len(state.recent), done) :] if done else []
-    if seen_app and tuple(app[done - len(seen_app) : done]) != tuple(seen_app):
-        anomaly = "final output differs from the lines streamed while the job ran"
-    return Ending(emit=tuple(app[done:]), anomaly=anomaly)
+    replay = Replay(state, memory=0, final=True)
+    lines, partial = split_lines(text)  # on "\n" only: a "\r" (progress bars) stays inside its line
+    emit = [line for raw in (*lines, partial) if raw for line in replay.feed(raw)]
+    emit += replay.close()
+    return Ending(emit=tuple(emit), anomaly=replay.anomaly)
 
 
 class Replay:
@@ -185,8 +167,8 @@ class Replay:
     Pure: says which lines to print and keeps the stream state, never more than `memory` recent
     lines (plus at most MAX_PREAMBLE_LINES while the preamble is undecided). `final=False` replays a
     running job's output: only complete lines count, and nothing is decided before the separator
-    arrives. `final=True` replays a finished job's output in application coordinates (like
-    `finish`): a last line without a newline is printed, and a missing separator makes the whole
+    arrives. `final=True` replays a finished job's output in application coordinates: a last line
+    without a newline is printed, and a missing separator makes the whole
     output the application's. `state` is right after every `feed`, so a stream that breaks off
     can be resumed without printing a line twice.
     """

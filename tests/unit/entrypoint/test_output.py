@@ -12,6 +12,12 @@ SEP = SEPARATOR + "\n"
 PRE = "INIT[1]: booting\nINIT[1]: starting app\n" + SEP
 
 
+def _lines(text: str) -> list[str]:
+    """Split on \"\\n\" only, keeping it, like the JARVICE adapter does."""
+    parts = text.split("\n")
+    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
 def tail(text: str, n: int) -> str:
     """The emulator's /jarvice/tail semantics (the last n lines; 0 = all)."""
     return last_lines(text.encode(), n).decode()
@@ -110,22 +116,6 @@ def test_advance(state: StreamState, window: str, requested: int, emit: tuple[st
 def test_advance_requested_zero_is_the_whole_output() -> None:
     step = output.advance(StreamState(), PRE + "a\nb\n", requested=0)
     assert step.emit == ("a\n", "b\n") and step.state.recent == ()
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        (PRE + "a\nb\n", ["a\n", "b\n"]),
-        (PRE + "a\nno newline", ["a\n", "no newline"]),
-        ("INIT[1]: died before the app started\n", ["INIT[1]: died before the app started\n"]),
-        ("plain\noutput\n", ["plain\n", "output\n"]),
-        (PRE + SEP + "x\n", [SEP, "x\n"]),  # the app's own separator line is kept
-        ("", []),
-    ],
-    ids=["preamble", "partial-last-line", "no-separator", "no-preamble", "app-separator", "empty"],
-)
-def test_split_app_output(text: str, expected: list[str]) -> None:
-    assert output.split_app_output(text) == expected
 
 
 def test_finish_prints_the_rest_in_app_coordinates() -> None:
@@ -255,7 +245,7 @@ def test_undetectable_gap_is_the_documented_limit() -> None:
 
 def replay(state: StreamState, text: str, *, memory: int = 10, final: bool) -> tuple[str, output.Replay]:
     r = output.Replay(state, memory=memory, final=final)
-    printed = [e for line in text.splitlines(keepends=True) for e in r.feed(line)]
+    printed = [e for line in _lines(text) for e in r.feed(line)]
     printed += r.close()
     return "".join(printed), r
 
@@ -268,6 +258,11 @@ FINAL_CASES = [
     (0, "no preamble\n", "no preamble\n"),
     (0, "INIT[1]: x\nno separator\n", "INIT[1]: x\nno separator\n"),
     (0, PRE + "quotes \"' ünï ✓\n\ttab", "quotes \"' ünï ✓\n\ttab"),
+    (
+        0,
+        PRE + "progress 10%\rprogress 20%\r\nnext\x0cpage\u2028x\n",
+        "progress 10%\rprogress 20%\r\nnext\x0cpage\u2028x\n",
+    ),
     (0, PRE, ""),
     (0, "", ""),
 ]
@@ -277,7 +272,7 @@ FINAL_CASES = [
 def test_replay_final_prints_the_rest_exactly_once(done: int, text: str, left: str) -> None:
     printed, r = replay(StreamState(resumed=done), text, final=True)
     assert printed == left
-    assert r.state.emitted == done + len(left.splitlines())
+    assert r.state.emitted == done + len(_lines(left))
     again, _ = replay(r.state, text, final=True)
     assert again == ""  # replayed twice: nothing printed twice
 

@@ -32,6 +32,12 @@ MACHINES = {
 }
 
 
+def _lines(text: str) -> list[str]:
+    """Split on \"\\n\" only, keeping it, like the JARVICE adapter does."""
+    parts = text.split("\n")
+    return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0
@@ -161,7 +167,7 @@ class FakeBackend:
         text = job.text(self.clock.now)
         if lines == 0:
             return text
-        return "".join(text.splitlines(keepends=True)[-lines:])
+        return "".join(_lines(text)[-lines:])
 
     def fetch_output(self, number: int) -> str:
         self._call("output")
@@ -173,7 +179,7 @@ class FakeBackend:
     @contextmanager
     def open_output(self, number: int, *, endpoint: str, deadline: float | None = None) -> Iterator[Iterator[str]]:
         text = self.fetch_tail(number, lines=0) if endpoint == "tail" else self.fetch_output(number)
-        yield iter(text.splitlines(keepends=True))
+        yield iter(_lines(text))
 
     def shutdown(self, number: int, *, deadline: float | None = None) -> None:
         self._call("shutdown")
