@@ -13,28 +13,35 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from decimal import Decimal, InvalidOperation
+from decimal import MAX_EMAX, MIN_EMIN, Context, Decimal
 from typing import Any
 
-_QUANTITY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?$")
-_SUFFIX: Mapping[str, Decimal] = {
-    "": Decimal(1),
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal(10) ** 3,
-    "M": Decimal(10) ** 6,
-    "G": Decimal(10) ** 9,
-    "T": Decimal(10) ** 12,
-    "P": Decimal(10) ** 15,
-    "E": Decimal(10) ** 18,
-    "Ki": Decimal(2) ** 10,
-    "Mi": Decimal(2) ** 20,
-    "Gi": Decimal(2) ** 30,
-    "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50,
-    "Ei": Decimal(2) ** 60,
-}
+# Kubernetes' quantity grammar (k8s.io/apimachinery resource.Quantity): sign, digits with an optional
+# fraction, then a binary-SI suffix, a decimal-SI suffix or a decimal exponent. Parsed by hand so an
+# absurd value is recognised from its digit count and exponent, never by building the number.
+_QUANTITY = re.compile(
+    r"(?P<sign>[+-]?)(?P<int>[0-9]*)(?:\.(?P<frac>[0-9]*))?"
+    r"(?:[eE](?P<exp>[+-]?[0-9]+)|(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?"
+)
+_DECIMAL_SUFFIX_EXPONENT: Mapping[str, int] = {
+    "": 0, "n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18,
+}  # fmt: skip
+_BINARY_SUFFIX: Mapping[str, int] = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+# Kubernetes caps a quantity's magnitude at 2^63-1 (resource.Quantity: "no quantity may represent a
+# number greater than 2^63-1 in magnitude ... will be capped"). No node has that many of anything, so
+# a capped GPU, CPU or memory request is simply one no node can host, and it costs nothing to compute.
+QUANTITY_CEILING = Decimal(2**63 - 1)
+_CEILING_DIGITS = 19  # 1e19 > 2^63-1: a value whose leading digit sits at 10^19 or above is capped
+# ... nor be more precise than a nano-unit: finer digits round up, as the API server's "0.1m" -> "1m".
+_FINEST_EXPONENT = -9
+# The API server reads an exponent as an int64; a longer one is beyond any cap (or below any nano-unit)
+# whatever the digits before it, since a body holds far fewer than 10^18 of them. int() on it would
+# cost time (or raise past Python's 4300-digit limit) for nothing.
+_MAX_EXPONENT_DIGITS = 18
+_HUGE_EXPONENT = 10**_MAX_EXPONENT_DIGITS
+# Enough precision for every value below the cap down to a nano-unit (19 + 9 digits), times 2^60.
+_EXACT = Context(prec=64, Emax=MAX_EMAX, Emin=MIN_EMIN)
+_QUANTITY_EXAMPLES = "e.g. 1, 500m, 1.5, 64Gi, 2e3"
 
 
 class QuantityError(ValueError):
@@ -42,17 +49,48 @@ class QuantityError(ValueError):
 
 
 def parse_quantity(raw: object) -> Decimal:
-    """A Kubernetes resource.Quantity ("500m", "4", "64Gi", 2) as a Decimal."""
+    """A Kubernetes resource.Quantity ("500m", "4", "64Gi", 2) as a Decimal, capped at
+    ±QUANTITY_CEILING and rounded up to a nano-unit like the API server does: bounded work whatever
+    the input (a "1e299999" from a user's pod must not stall the event loop)."""
     if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
         raise QuantityError(f"quantity must be a string or number, got {type(raw).__name__}")
+    if isinstance(raw, int):
+        return max(-QUANTITY_CEILING, min(Decimal(raw), QUANTITY_CEILING))  # exact and cheap for any int
+    if isinstance(raw, float) and not math.isfinite(raw):
+        raise QuantityError(f"invalid quantity {raw!r} ({_QUANTITY_EXAMPLES})")
     text = str(raw).strip()
-    match = _QUANTITY.match(text)
-    if match is None:
-        raise QuantityError(f"invalid quantity {text!r}")
-    try:
-        return Decimal(match.group(1)) * _SUFFIX[match.group(2) or ""]
-    except InvalidOperation as exc:
-        raise QuantityError(f"invalid quantity {text!r}") from exc
+    match = _QUANTITY.fullmatch(text)
+    if match is None or not (match["int"] or match["frac"]):
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        raise QuantityError(f"invalid quantity {shown!r} ({_QUANTITY_EXAMPLES})")
+    suffix = match["suffix"] or ""
+    exponent = _DECIMAL_SUFFIX_EXPONENT.get(suffix, 0) + _parse_exponent(match["exp"] or "0")
+    magnitude = _bounded_magnitude(match["int"], match["frac"] or "", exponent)
+    if suffix in _BINARY_SUFFIX:
+        magnitude = min(_EXACT.multiply(magnitude, Decimal(_BINARY_SUFFIX[suffix])), QUANTITY_CEILING)
+    return -magnitude if match["sign"] == "-" else magnitude
+
+
+def _parse_exponent(text: str) -> int:
+    digits = text.lstrip("+-").lstrip("0") or "0"
+    value = int(digits) if len(digits) <= _MAX_EXPONENT_DIGITS else _HUGE_EXPONENT
+    return -value if text.startswith("-") else value
+
+
+def _bounded_magnitude(int_digits: str, frac_digits: str, exponent: int) -> Decimal:
+    """|int_digits.frac_digits| x 10^exponent, capped and rounded up to a nano-unit, without ever
+    building more than the ~28 digits that survive."""
+    digits = (int_digits + frac_digits).lstrip("0")
+    if not digits:
+        return Decimal(0)
+    last_exponent = exponent - len(frac_digits)  # the power of ten of the last digit
+    if len(digits) - 1 + last_exponent >= _CEILING_DIGITS:
+        return QUANTITY_CEILING
+    dropped = min(len(digits), max(0, _FINEST_EXPONENT - last_exponent))
+    kept, rest = digits[: len(digits) - dropped], digits[len(digits) - dropped :]
+    coefficient = int(kept or "0") + (1 if rest.strip("0") else 0)
+    value = Decimal(coefficient).scaleb(max(last_exponent, _FINEST_EXPONENT), _EXACT)
+    return min(value, QUANTITY_CEILING)
 
 
 def parse_device_count(raw: object) -> int:

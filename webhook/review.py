@@ -50,7 +50,11 @@ class AdmissionRequest:
 def parse_review(body: bytes) -> AdmissionRequest:
     try:
         raw = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except RecursionError as exc:
+        # The decoder recurses once per level; a hostile body can nest far deeper than any pod (a
+        # real AdmissionReview is a few dozen levels deep) and must get a 400, not a 500.
+        raise MalformedReview("body is nested too deeply to be an AdmissionReview") from exc
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, or an integer over 4300 digits
         raise MalformedReview(f"body is not JSON: {exc}") from exc
     if not isinstance(raw, dict):
         raise MalformedReview("body must be a JSON object (an AdmissionReview)")

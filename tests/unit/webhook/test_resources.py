@@ -1,9 +1,23 @@
+import time
 from decimal import Decimal
 
 import pytest
 
 from tests.unit.webhook.builders import GPU, container, pod
-from webhook.resources import QuantityError, effective_gpus, effective_request, parse_quantity
+from webhook.resources import (
+    QUANTITY_CEILING,
+    QuantityError,
+    effective_gpus,
+    effective_request,
+    parse_device_count,
+    parse_quantity,
+)
+
+# Kubernetes caps a quantity's magnitude at 2^63-1 (resource.Quantity docs, "no quantity may
+# represent a number greater than 2^63-1 in magnitude ... will be capped"): written out here, not
+# taken from the code under test.
+CAP = Decimal(9223372036854775807)
+NANO = Decimal("1e-9")
 
 
 @pytest.mark.parametrize(
@@ -16,16 +30,91 @@ from webhook.resources import QuantityError, effective_gpus, effective_request, 
         ("1k", Decimal(1000)),
         ("1.5", Decimal("1.5")),
         ("1e3", Decimal(1000)),
+        ("1E3", Decimal(1000)),
+        ("1e-3", Decimal("0.001")),
+        ("1e+3", Decimal(1000)),
+        (".5", Decimal("0.5")),
+        ("5.", Decimal(5)),
+        ("+2", Decimal(2)),
+        ("-2", Decimal(-2)),
+        ("0.5Gi", Decimal(2**29)),
+        ("100n", Decimal("1e-7")),
+        ("3u", Decimal("3e-6")),
+        ("2E", Decimal(2 * 10**18)),
+        ("007", Decimal(7)),
+        ("1e0005", Decimal(100000)),
+        ("0", Decimal(0)),
+        ("0e999999999999", Decimal(0)),
+        (1.5, Decimal("1.5")),
+        (" 4 ", Decimal(4)),
     ],
 )
 def test_parse_quantity(raw: object, expected: Decimal) -> None:
     assert parse_quantity(raw) == expected
 
 
-@pytest.mark.parametrize("raw", ["", "abc", "1Zi", None, True, [], "--1"])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        pytest.param("1e299999", CAP, id="huge-exponent"),
+        pytest.param("1e9999999", CAP, id="exponent-beyond-decimal-emax"),
+        pytest.param("1e" + "9" * 5000, CAP, id="exponent-with-5000-digits"),
+        pytest.param("-1e299999", -CAP, id="huge-negative"),
+        pytest.param("9223372036854775807", CAP, id="exactly-the-cap"),
+        pytest.param("9223372036854775808", CAP, id="one-over-the-cap"),
+        pytest.param("1" + "0" * 200_000, CAP, id="200k-digit-run"),
+        pytest.param("0" * 200_000 + "3", Decimal(3), id="200k-leading-zeros"),
+        pytest.param("8Ei", CAP, id="binary-suffix-over-the-cap"),
+        pytest.param("9999999999P", CAP, id="decimal-suffix-over-the-cap"),
+        pytest.param(10**30, CAP, id="json-integer-over-the-cap"),
+        pytest.param(1e300, CAP, id="json-float-over-the-cap"),
+        # Finer than a nano-unit rounds up to one (as the API server does: "0.1m" becomes "1m").
+        pytest.param("1e-299999", NANO, id="tiny-exponent"),
+        pytest.param("1e-" + "9" * 5000, NANO, id="tiny-exponent-5000-digits"),
+        pytest.param("0." + "0" * 200_000 + "1", NANO, id="200k-fraction-digits"),
+        pytest.param("1.0000000001", Decimal("1.000000001"), id="rounds-up-below-nano"),
+        pytest.param("1.0000000000000", Decimal(1), id="trailing-zeros-are-exact"),
+    ],
+)
+def test_absurd_quantities_are_capped_in_microseconds(raw: object, expected: Decimal) -> None:
+    started = time.perf_counter()
+    assert parse_quantity(raw) == expected
+    assert time.perf_counter() - started < 0.05
+    assert CAP == QUANTITY_CEILING
+
+
+@pytest.mark.parametrize(
+    "raw", ["1e299999", "1e9999999", "1" + "0" * 200_000, "1e" + "9" * 5000, "8Ei", "18446744073709551616"]
+)
+def test_absurd_device_counts_are_no_node_sized_and_fast(raw: str) -> None:
+    started = time.perf_counter()
+    assert parse_device_count(raw) == 2**63 - 1
+    assert time.perf_counter() - started < 0.05
+
+
+def test_absurd_cpu_and_memory_requests_stay_bounded() -> None:
+    spec = pod(container(limits={"cpu": "1e299999", "memory": "1e9999999"}, requests={"cpu": "1e299999"}))["spec"]
+    started = time.perf_counter()
+    assert effective_request(spec, "cpu") == CAP
+    assert effective_request(spec, "memory") == CAP
+    assert time.perf_counter() - started < 0.05
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "", "abc", "1Zi", None, True, [], "--1", "1.2.3", ".", "+", "1e", "e5", "1e1.5", "1Ki5", "1ki",
+        "1e5Ki", "1 Gi", "0x10", "inf", "nan", "Infinity", "1_000", float("inf"), float("nan"), "\u0661",
+    ],
+)  # fmt: skip
 def test_parse_quantity_rejects(raw: object) -> None:
     with pytest.raises(QuantityError):
         parse_quantity(raw)
+
+
+def test_parse_quantity_error_says_what_a_quantity_looks_like() -> None:
+    with pytest.raises(QuantityError, match=r"'1\.2\.3'.*e\.g\."):
+        parse_quantity("1.2.3")
 
 
 SIDECAR = "Always"

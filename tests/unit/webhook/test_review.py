@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 
 import pytest
 
@@ -52,6 +53,22 @@ def test_parse_valid() -> None:
 def test_parse_rejects_with_message(body: bytes, message: str) -> None:
     with pytest.raises(MalformedReview, match=message):
         parse_review(body)
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        pytest.param(b"[" * 100_000 + b"]" * 100_000, "nested", id="deep-arrays"),
+        pytest.param(b'{"a":' * 50_000 + b"1" + b"}" * 50_000, "nested", id="deep-objects"),
+        pytest.param(b'{"request": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nested", id="deep-inside-a-review"),
+        pytest.param(b'{"n": 1' + b"0" * 5000 + b"}", "digits", id="5000-digit-integer"),
+    ],
+)
+def test_hostile_json_is_malformed_in_milliseconds(body: bytes, message: str) -> None:
+    started = time.perf_counter()
+    with pytest.raises(MalformedReview, match=message):
+        parse_review(body)
+    assert time.perf_counter() - started < 0.05
 
 
 def test_response_shape() -> None:
