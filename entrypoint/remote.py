@@ -217,8 +217,9 @@ class _RemoteRun:
         # Consecutive failures while following (reset by every successful status poll).
         self.failures = 0
         # Whether the job may still be running when the runner exits (then it is not "reported",
-        # so a restarted runner picks it up rather than leaving it unwatched).
-        self.job_may_run = False
+        # so a restarted runner picks it up rather than leaving it unwatched). A job handed down by
+        # an earlier runner may run until this one has seen it finish.
+        self.job_may_run = previous is not None
 
     # --- entry ---------------------------------------------------------------------------------
 

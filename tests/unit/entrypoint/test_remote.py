@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from entrypoint import exitcodes, remote
+from entrypoint import exitcodes, remote, restart
 from entrypoint.jarvice import (
     CredentialsRejected,
     JobNotFound,
@@ -565,3 +565,57 @@ def test_giving_up_while_following_terminates_the_job(world: World, exc: Excepti
     assert world.run() == code
     (job,) = world.backend.jobs.values()
     assert job.stopped is not None and job.stopped[1] == "terminate"
+
+
+# --- restart state ------------------------------------------------------------------------------------
+
+
+class Journal:
+    def __init__(self) -> None:
+        self.saved: list[restart.RunnerState] = []
+
+    def save(self, state: restart.RunnerState) -> None:
+        self.saved.append(state)
+
+
+def run_with_state(world: World, journal: Journal, start: restart.StartDecision) -> int:
+    deps = remote.RemoteDeps(
+        backend=world.backend,
+        out=world.sink,
+        sleep=world.clock.sleep,
+        clock=world.clock,
+        rng=random.Random(7),
+        cancel=world.token,
+        journal=journal,
+    )
+    return remote.run_remote(make_plan(), deps, start=start)
+
+
+def test_state_is_saved_before_the_submit_and_reported_at_the_end(world: World) -> None:
+    world.backend.template.lines = ["a\n", "b\n"]
+    journal = Journal()
+    world.backend.on_submit = lambda: None
+    assert run_with_state(world, journal, restart.decide_start(None)) == 0
+    first, *_, last = journal.saved
+    assert (first.attempt, first.job_number, first.reported) == (1, None, False)  # before the submit
+    assert (last.job_number, last.printed_lines, last.reported, last.exit_code) == (100, 2, True, 0)
+
+
+def test_picked_up_finished_job_prints_the_rest_without_submitting(world: World) -> None:
+    job = world.backend.add_job(lines=["a\n", "b\n", "c\n"], queue=0.0, exitcode=3)
+    world.clock.now += 10
+    previous = restart.RunnerState(1, LABEL, job_number=job.number, printed_lines=1)
+    journal = Journal()
+    assert run_with_state(world, journal, restart.decide_start(previous)) == 3
+    assert world.sink.text == "b\nc\n"
+    assert "submit" not in world.backend.calls
+    assert journal.saved[-1].reported is True
+
+
+def test_a_pick_up_that_cannot_reach_jarvice_stays_unreported(world: World) -> None:
+    job = world.backend.add_job(lines=LINES, queue=0.0)
+    world.backend.fail["status"] = Unavailable("status: down", endpoint="status")
+    previous = restart.RunnerState(1, LABEL, job_number=job.number, printed_lines=1)
+    journal = Journal()
+    assert run_with_state(world, journal, restart.decide_start(previous)) == exitcodes.EXIT_REMOTE_UNAVAILABLE
+    assert journal.saved[-1].reported is False  # the next restart picks the job up, not a new attempt
