@@ -8,6 +8,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from aiohttp import web
 from pythonjsonlogger.json import JsonFormatter
@@ -54,6 +55,15 @@ async def _build(settings: Settings, tls: ReloadingTLS) -> web.Application:
     return app
 
 
+def _client_ca_files(settings: Settings) -> tuple[Path, ...]:
+    """Who may call /mutate: the API server's client CA and, with leader election, the replicas'
+    own CA (a follower forwards reviews to the leader showing the shared serving certificate)."""
+    if settings.client_ca_file is None:
+        return ()
+    peers = (settings.leader_election.peer_ca_file,) if settings.leader_election is not None else ()
+    return (settings.client_ca_file, *peers)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = parse_settings(sys.argv[1:] if argv is None else argv, os.environ)
@@ -61,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc, file=sys.stderr)  # noqa: T201 - before logging exists, the message is the output
         return 2
     configure_logging(settings.log_level)
-    tls = ReloadingTLS(settings.tls_dir)
+    tls = ReloadingTLS(settings.tls_dir, client_ca_files=_client_ca_files(settings))
     log.info(
         "webhook starting",
         extra={"host": settings.host, "port": settings.port, "gpu_resources": list(settings.gpu_resources)},

@@ -58,6 +58,9 @@ class Settings:
     log_level: str
     policy: RewritePolicy
     leader_election: LeaderElection | None = None  # None: a single replica decides alone
+    # CA bundle for client certificates: when set, /mutate answers only clients whose certificate it
+    # signed (the API server, configured through its AdmissionConfiguration). None: any TLS client.
+    client_ca_file: Path | None = None
 
     @property
     def gpu_resources(self) -> tuple[str, ...]:
@@ -70,6 +73,7 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("--port", "WEBHOOK_PORT", "8443", "HTTPS port"),
     ("--tls-dir", "WEBHOOK_TLS_DIR", "/etc/nimbix-burst/tls", "directory holding tls.crt and tls.key"),
     ("--tls-reload-seconds", "WEBHOOK_TLS_RELOAD_SECONDS", "30", "how often to check the certificate files"),
+    ("--client-ca-file", "WEBHOOK_CLIENT_CA_FILE", "", "CA bundle; /mutate then requires a client cert it signed"),
     ("--kubeconfig", "KUBECONFIG", "", "kubeconfig path; empty means in-cluster configuration"),
     ("--gpu-resources", "WEBHOOK_GPU_RESOURCES", ",".join(DEFAULT_GPU_RESOURCES), "GPU resource names"),
     ("--remote-cpu", "WEBHOOK_REMOTE_CPU", "100m", "CPU request/limit of a burst pod's runner"),
@@ -171,6 +175,12 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
                 problems.append(
                     f"--tls-dir: {tls_dir / filename} does not exist (mount the serving certificate Secret)"
                 )
+    client_ca_file = Path(raw["client_ca_file"]) if raw["client_ca_file"].strip() else None
+    if check_files and client_ca_file is not None and not client_ca_file.is_file():
+        problems.append(
+            f"--client-ca-file: {client_ca_file} does not exist (mount the CA that signed the API server's "
+            "webhook client certificate, or leave it empty to accept any client)"
+        )
     leader_election = _leader_election(raw, port=port, tls_dir=tls_dir, number=number, problems=problems)
     settings = Settings(
         host=raw["host"],
@@ -194,6 +204,7 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
             strip_runtime_classes=frozenset(_csv(raw["strip_runtime_classes"])),
         ),
         leader_election=leader_election,
+        client_ca_file=client_ca_file,
     )
     if problems:
         raise SettingsError(problems)

@@ -3,6 +3,12 @@
 Mounted Secrets give no reliable file events, so the files are re-read on a timer and reloaded
 into the SAME SSLContext when their bytes change: new handshakes present the new certificate,
 open connections keep theirs, and no request fails (checked by the rotation test).
+
+Optionally the context also asks clients for a certificate signed by given CAs (the API server's
+webhook client certificate). It is asked for, not required, at the TLS layer: the kubelet's HTTPS
+probes and Prometheus present none, so /healthz, /readyz and /metrics must still handshake; the app
+then refuses /mutate to a client without a verified certificate. A certificate that is presented but
+not signed by a trusted CA fails the handshake.
 """
 
 from __future__ import annotations
@@ -11,35 +17,51 @@ import asyncio
 import hashlib
 import logging
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
 
-def _fingerprint(tls_dir: Path) -> str:
+def _fingerprint(paths: Sequence[Path]) -> str:
     digest = hashlib.sha256()
-    for filename in ("tls.crt", "tls.key"):
-        digest.update((tls_dir / filename).read_bytes())
+    for path in paths:
+        digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
 class ReloadingTLS:
-    def __init__(self, tls_dir: Path) -> None:
+    def __init__(self, tls_dir: Path, *, client_ca_files: Sequence[Path] = ()) -> None:
         self.tls_dir = tls_dir
+        self.client_ca_files = tuple(client_ca_files)
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        if self.client_ca_files:
+            self.context.verify_mode = ssl.CERT_OPTIONAL
         self._fingerprint = ""
+        self._ca_fingerprint = ""
         self.reloads = 0
         self.reload()
 
+    @property
+    def verifies_clients(self) -> bool:
+        return bool(self.client_ca_files)
+
     def reload(self) -> bool:
-        """Load the files if they changed; True when a new certificate is in use."""
-        fingerprint = _fingerprint(self.tls_dir)
-        if fingerprint == self._fingerprint:
+        """Load the files if they changed; True when a new certificate (or CA bundle) is in use."""
+        fingerprint = _fingerprint([self.tls_dir / "tls.crt", self.tls_dir / "tls.key"])
+        ca_fingerprint = _fingerprint(self.client_ca_files) if self.client_ca_files else ""
+        if (fingerprint, ca_fingerprint) == (self._fingerprint, self._ca_fingerprint):
             return False
-        self.context.load_cert_chain(self.tls_dir / "tls.crt", self.tls_dir / "tls.key")
-        self._fingerprint = fingerprint
+        if fingerprint != self._fingerprint:
+            self.context.load_cert_chain(self.tls_dir / "tls.crt", self.tls_dir / "tls.key")
+            self._fingerprint = fingerprint
+        if ca_fingerprint != self._ca_fingerprint:
+            # OpenSSL can only add to a context's trust store: a rotated CA is trusted from the next
+            # handshake, and one removed from the file stays trusted until the process restarts.
+            for path in self.client_ca_files:
+                self.context.load_verify_locations(cafile=path)
+            self._ca_fingerprint = ca_fingerprint
         self.reloads += 1
         return True
 

@@ -37,3 +37,20 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
                      "--watch-stale-seconds", "tls.crt", "tls.key"):
         assert expected in text
     assert len(caught.value.problems) == 8
+
+
+def test_client_ca_file_is_off_by_default_and_read_from_the_environment(tmp_path: Path) -> None:
+    assert parse_settings([], {}, check_files=False).client_ca_file is None
+    ca = tmp_path / "client-ca.crt"
+    ca.write_text("PEM")
+    (tmp_path / "tls.crt").write_text("x")
+    (tmp_path / "tls.key").write_text("x")
+    settings = parse_settings([], {"WEBHOOK_TLS_DIR": str(tmp_path), "WEBHOOK_CLIENT_CA_FILE": str(ca)})
+    assert settings.client_ca_file == ca
+
+
+def test_a_missing_client_ca_file_says_what_to_mount(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError) as caught:
+        parse_settings(["--client-ca-file", str(tmp_path / "nope.crt")], {}, check_files=True)
+    (problem,) = [p for p in caught.value.problems if p.startswith("--client-ca-file")]
+    assert "nope.crt does not exist" in problem and "client certificate" in problem
