@@ -1,0 +1,131 @@
+"""Build the project's images for real (devplatform/images/build.sh: mmdebstrap + buildah, no Docker,
+no registry) and check what is inside: the runner, the example app, the JARVICE AppDef and its run
+command. A cold build takes minutes (Debian bootstrap, pip from PyPI); a warm one reuses the archives.
+Needs root, buildah and mmdebstrap (devplatform/host/install-packages.sh installs them): a machine
+without them fails with the reason, nothing is skipped."""
+
+import json
+import subprocess
+import tarfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from devplatform import images
+
+pytestmark = pytest.mark.timeout(1900)
+
+ROOT = Path(__file__).resolve().parents[2]
+# A warm build only hashes inputs and checks that the archives exist (measured: ~2 s).
+WARM_BUILD_SECONDS = 30.0
+RUN_TIMEOUT = 120.0
+
+
+@pytest.fixture(scope="module")
+def archives() -> dict[str, images.ImageArchive]:
+    built = images.build_images()
+    return {archive.name: archive for archive in built}
+
+
+def run_in(image: str, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    """Run `argv` in a throw-away container of `image` (buildah, chroot isolation), as the image's
+    USER in its WORKDIR with its environment, the way the kubelet or JARVICE starts the command."""
+    buildah = images.buildah_command()
+    container = subprocess.run(
+        [*buildah, "from", "--pull-never", "--quiet", image],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=True,
+    ).stdout.strip()
+    try:
+        return subprocess.run(
+            [*buildah, "run", "--isolation", "chroot", "--network", "host", container, "--", *argv],
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT,
+            check=False,
+        )
+    finally:
+        subprocess.run([*buildah, "rm", container], capture_output=True, timeout=RUN_TIMEOUT, check=False)
+
+
+def image_config(image: str) -> dict[str, object]:
+    out = subprocess.run(
+        [*images.buildah_command(), "inspect", "--type", "image", image],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+        check=True,
+    ).stdout
+    config: dict[str, object] = json.loads(out)["OCIv1"]["config"]
+    return config
+
+
+def test_every_image_has_an_archive_named_for_containerd(archives: dict[str, images.ImageArchive]) -> None:
+    assert set(archives) == set(images.NAMES)
+    for name, archive in archives.items():
+        assert archive.path.is_relative_to(images.default_cache_dir() / "images")
+        assert not archive.path.is_relative_to(ROOT), "archives stay outside the checkout"
+        with tarfile.open(archive.path) as tar:
+            member = tar.extractfile("index.json")
+            assert member is not None
+            index = json.load(member)
+        # `ctr images import` names the image after this annotation.
+        (manifest,) = index["manifests"]
+        assert manifest["annotations"]["org.opencontainers.image.ref.name"] == name
+
+
+def test_a_warm_build_reuses_the_archives(archives: dict[str, images.ImageArchive]) -> None:
+    started = time.monotonic()
+    again = images.build_images()
+    elapsed = time.monotonic() - started
+    assert [a.path for a in again] == [archives[name].path for name in images.NAMES]
+    assert elapsed < WARM_BUILD_SECONDS, f"warm build took {elapsed:.1f} s"
+
+
+def test_base_image_runs_the_runner_as_non_root(archives: dict[str, images.ImageArchive]) -> None:
+    config = image_config(images.BASE)
+    assert config["Entrypoint"] == ["python", "-m", "entrypoint"]
+    assert config["User"] == "10001:10001"
+    assert config["WorkingDir"] == "/home/app"
+    result = run_in(images.BASE, ["python", "-m", "entrypoint", "bash", "-c", "id -u; echo $PYTHONUNBUFFERED"])
+    assert (result.returncode, result.stdout) == (0, "10001\n1\n"), result.stderr
+
+
+def test_base_image_carries_the_appdef_the_emulator_loads(archives: dict[str, images.ImageArchive]) -> None:
+    result = run_in(images.BASE, ["cat", "/etc/NAE/AppDef.json"])
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == json.loads((ROOT / "images" / "base" / "AppDef.json").read_text())
+
+
+def test_appdef_run_command_uses_the_image_python_in_workdir(archives: dict[str, images.ImageArchive]) -> None:
+    """What JARVICE runs for the runner's submission: the AppDef path with parameters.command."""
+    command = 'pwd; python -c "import entrypoint, sys; print(sys.prefix)"; exit 7'
+    result = run_in(images.BASE, ["/usr/local/bin/nimbix-burst-run-command", command])
+    assert (result.returncode, result.stdout) == (7, "/home/app\n/opt/venv\n"), result.stderr
+
+
+def test_example_app_trains_locally_and_through_the_appdef(archives: dict[str, images.ImageArchive]) -> None:
+    config = image_config(images.EXAMPLE_APP)
+    assert config["Cmd"] == ["python", "train.py", "--epochs", "3"]
+    assert config["Entrypoint"] == ["python", "-m", "entrypoint"]
+    local = run_in(images.EXAMPLE_APP, ["python", "-m", "entrypoint", "python", "train.py", "--seconds-per-epoch", "0"])
+    assert local.returncode == 0, local.stderr
+    assert local.stdout.splitlines()[-1] == "training done"
+    remote = run_in(
+        images.EXAMPLE_APP,
+        ["/usr/local/bin/nimbix-burst-run-command", "python train.py --epochs 1 --seconds-per-epoch 0 --exit-code 3"],
+    )
+    assert remote.returncode == 3, remote.stderr
+    assert remote.stdout.splitlines()[-1] == "training done"
+
+
+def test_webhook_image_runs_the_webhook_as_non_root(archives: dict[str, images.ImageArchive]) -> None:
+    config = image_config(images.WEBHOOK)
+    assert config["Entrypoint"] == ["python", "-m", "webhook"]
+    assert config["User"] == "65532:65532"
+    result = run_in(images.WEBHOOK, ["python", "-c", "import webhook.app, entrypoint.contract; print('ok')"])
+    assert (result.returncode, result.stdout) == (0, "ok\n"), result.stderr
