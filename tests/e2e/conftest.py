@@ -23,6 +23,7 @@ import pytest
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
+from devplatform import certmanager
 from devplatform.cluster import controlplane, nodes
 
 E2E_DIR = Path(__file__).resolve().parent
@@ -191,3 +192,28 @@ def _ignoring_not_found() -> Iterator[None]:
     except ApiException as error:
         if error.status != nodes.HTTP_NOT_FOUND:
             raise
+
+
+# --- cert-manager (devplatform.certmanager) ----------------------------------------------------------
+# The real cert-manager controller and cainjector, built from cert-manager's Go module, installed once
+# per session on the session control plane (CRDs included). Their logs are listed with the control
+# plane's when a run fails.
+
+
+@pytest.fixture(scope="session")
+def cert_manager_bin_dir() -> Path:
+    return certmanager.ensure_binaries()
+
+
+@pytest.fixture(scope="session")
+def cert_manager(
+    pytestconfig: pytest.Config, control_plane: controlplane.ControlPlane, cert_manager_bin_dir: Path
+) -> Iterator[certmanager.CertManager]:
+    record = pytestconfig.stash[_RUN_RECORD]
+    for component, path in certmanager.log_paths(control_plane).items():
+        record.log_paths[f"main/{component}"] = path
+    installed = certmanager.install(control_plane, bin_dir=cert_manager_bin_dir)
+    try:
+        yield installed
+    finally:
+        certmanager.stop(installed)
