@@ -11,7 +11,7 @@ export NO_PROXY := 127.0.0.1,localhost
 export no_proxy := 127.0.0.1,localhost
 unexport http_proxy https_proxy HTTP_PROXY HTTPS_PROXY
 
-.PHONY: help venv controlplane lint unit e2e test dev-up dev-down demo bench replay clean
+.PHONY: help venv controlplane certmanager lint unit e2e test dev-up dev-down demo bench replay clean
 
 help:
 	@echo "make demo      run the whole thing on an embedded local control plane"
@@ -31,6 +31,10 @@ $(VENV)/.installed: pyproject.toml
 controlplane:
 	@devplatform/cluster/build-controlplane.sh >/dev/null
 
+# cert-manager's controller and cainjector, built from its Go module (cached like the control plane).
+certmanager:
+	@devplatform/certmanager/build.sh >/dev/null
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
@@ -39,13 +43,13 @@ lint: venv
 unit: venv
 	$(BIN)/pytest tests/unit tests/integration -q
 
-e2e: venv controlplane
+e2e: venv controlplane certmanager
 	$(BIN)/pytest tests/e2e -q
 
-test: venv controlplane lint
+test: venv controlplane certmanager lint
 	$(BIN)/pytest -q
 
-dev-up: venv controlplane
+dev-up: venv controlplane certmanager
 	$(BIN)/python -m devplatform.cluster up --dir $(DEV_DIR)
 
 dev-down: venv
