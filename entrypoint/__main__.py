@@ -12,7 +12,8 @@ import socket
 import sys
 import time
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
@@ -21,7 +22,7 @@ from pythonjsonlogger.json import JsonFormatter
 
 from entrypoint import contract, exitcodes, jarvice, local, plan, remote, restart, statefile
 from entrypoint.redaction import redact
-from entrypoint.settings import Settings, SettingsError, parse_settings
+from entrypoint.settings import Settings, SettingsError, Tuning, parse_settings
 
 log = logging.getLogger("entrypoint")
 
@@ -102,18 +103,11 @@ def open_journal(settings: Settings) -> tuple[remote.Journal, restart.StartDecis
     return journal, start
 
 
-def run_remote(settings: Settings) -> int:
-    """Wire the remote run: the state file, signals, the JARVICE client; then `remote.run_remote`."""
+@contextmanager
+def open_remote_deps(settings: Settings, *, tuning: Tuning, journal: remote.Journal) -> Iterator[remote.RemoteDeps]:
+    """The remote run's real dependencies: signals, an HTTP session, the JARVICE client, stdout."""
     assert settings.remote is not None
-    try:
-        journal, start = open_journal(settings)
-    except statefile.StateDirError as exc:
-        log.error("invalid settings", extra={"problems": [f"{contract.ENV_STATE_DIR}: {exc}"]})
-        return exitcodes.EXIT_CONFIG
-    remote_plan = plan.build_plan(settings, attempt=start.attempt)
-    assert isinstance(remote_plan, plan.RemotePlan)
     creds = settings.remote.credentials
-    tuning = remote_plan.tuning
     token = remote.CancelToken()
     for sig in REMOTE_CANCEL_SIGNALS:
         signal.signal(sig, lambda signum, _frame: token.request(signum))
@@ -134,7 +128,14 @@ def run_remote(settings: Settings) -> int:
             clock=time.monotonic,
             rng=random.Random(),
         )
-        deps = remote.RemoteDeps(
+        log.info(
+            "remote mode",
+            extra={"api_url": settings.remote.api_url, "username": creds.username, "credentials_from": creds.source},
+        )
+        host = urllib.parse.urlsplit(settings.remote.api_url).hostname or ""
+        if settings.remote.api_url.startswith("http://") and host not in LOOPBACK_HOSTS:
+            log.warning("JARVICE_API_URL is not https: the API key travels unencrypted", extra={"host": host})
+        yield remote.RemoteDeps(
             backend=client,
             out=StdoutSink(),
             sleep=time.sleep,
@@ -143,14 +144,6 @@ def run_remote(settings: Settings) -> int:
             cancel=token,
             journal=journal,
         )
-        log.info(
-            "remote mode",
-            extra={"api_url": settings.remote.api_url, "username": creds.username, "credentials_from": creds.source},
-        )
-        host = urllib.parse.urlsplit(settings.remote.api_url).hostname or ""
-        if settings.remote.api_url.startswith("http://") and host not in LOOPBACK_HOSTS:
-            log.warning("JARVICE_API_URL is not https: the API key travels unencrypted", extra={"host": host})
-        return remote.run_remote(remote_plan, deps, start=start)
 
 
 def run(env: Mapping[str, str], argv: Sequence[str]) -> int:
@@ -169,7 +162,15 @@ def run(env: Mapping[str, str], argv: Sequence[str]) -> int:
         local_plan = plan.build_plan(settings)
         assert isinstance(local_plan, plan.LocalPlan)
         return local.run_local(local_plan, env=env)
-    return run_remote(settings)
+    try:
+        journal, start = open_journal(settings)
+    except statefile.StateDirError as exc:
+        log.error("invalid settings", extra={"problems": [f"{contract.ENV_STATE_DIR}: {exc}"]})
+        return exitcodes.EXIT_CONFIG
+    remote_plan = plan.build_plan(settings, attempt=start.attempt)
+    assert isinstance(remote_plan, plan.RemotePlan)
+    with open_remote_deps(settings, tuning=remote_plan.tuning, journal=journal) as deps:
+        return remote.run_remote(remote_plan, deps, start=start)
 
 
 def main() -> NoReturn:

@@ -3,12 +3,15 @@ redaction. (tests/integration/entrypoint exercises it over real HTTP against the
 
 import json
 import random
+import tomllib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
 
+import entrypoint
 from entrypoint import jarvice
 from entrypoint.settings import Secret
 
@@ -315,3 +318,9 @@ def test_parser_errors_quoting_the_server_are_redacted() -> None:
     with pytest.raises(jarvice.ProtocolError) as info:
         client(echoed).terminate(42)
     assert KEY not in str(info.value) and "JARVICE reported an error" in str(info.value)
+
+
+def test_user_agent_carries_the_one_version() -> None:
+    version = tomllib.loads((Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())["project"]["version"]
+    assert version == entrypoint.__version__
+    assert f"nimbix-burst-runner/{version}" == jarvice.USER_AGENT
