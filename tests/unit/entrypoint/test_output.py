@@ -195,7 +195,7 @@ def paced_scenarios(draw: st.DrawFn) -> dict[str, object]:
     }
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(paced_scenarios())
 def test_streaming_repetitive_output_exactly_once(scenario: dict[str, object]) -> None:
     """Repeated lines, any window size, preamble in tail or not: every line exactly once."""
@@ -220,7 +220,7 @@ def gappy_scenarios(draw: st.DrawFn) -> dict[str, object]:
     }
 
 
-@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(gappy_scenarios())
 def test_streaming_detects_gaps(scenario: dict[str, object]) -> None:
     """More output between polls than the window holds: detected, filled, never duplicated."""
