@@ -5,12 +5,12 @@
     certmanager.renew(plane, namespace=..., name=...)   # what `cmctl renew` does
     certmanager.stop(cm)                   # by PID
 
-``config`` holds the pure builders (command lines, CRD rewrite, renewal status); ``install`` the
-shell that applies, starts and stops.
+``config`` holds the pure builders (command lines, CRD rewrite, renewal status); ``installing`` the
+shell that builds, applies, starts and stops.
 """
 
 from devplatform.certmanager.config import CLUSTER_RESOURCE_NAMESPACE, CONTROLLERS, find_condition, is_ready
-from devplatform.certmanager.install import (
+from devplatform.certmanager.installing import (
     CertManager,
     CertManagerError,
     InstallTimings,
