@@ -1,4 +1,5 @@
-"""Applies list results and watch events (raw JSON) to the ClusterCache (pure state, no I/O).
+"""Applies list results and watch events (raw JSON) to the ClusterCache. Pure: no I/O, no logging;
+it returns the problems with skipped objects and the watcher logs them.
 
 The watcher, the tests and the benchmarks all feed the cache through this one path.
 """
@@ -94,7 +95,9 @@ class CacheSync:
                 return None
             pod = parse_pod(raw, resources)
             if pod is None:
-                self.cache.delete_pod(uid)  # no GPUs: nothing to account
+                # Nothing accounting needs any more (no GPUs, and finished, unbound or without CPU and
+                # memory requests: see parse_pod): drop what an earlier version of it held.
+                self.cache.delete_pod(uid)
             else:
                 self.cache.upsert_pod(pod)
             return None
