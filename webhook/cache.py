@@ -419,8 +419,10 @@ class ClusterCache:
         node = self._nodes.get(node_name)
         for claim_id in list(self._claims_on.get(node_name, ())):
             claim = self._claims[claim_id]
+            if node is not None and claim.pinned:
+                continue  # the scheduler nominated this node (it may preempt there): the claim stays
             if node is not None and placement_allows(claim.placement, node):
-                if claim.pinned or not self._overcommitted(node_name):
+                if not self._overcommitted(node_name):
                     continue
                 fit = self.find_fit(claim.requests, claim.placement, exclude=node_name)
                 if fit.node is None:

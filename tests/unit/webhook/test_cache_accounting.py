@@ -15,7 +15,7 @@ from tests.unit.webhook.test_decision import Clock, decide_pod
 from webhook.cache import ClusterCache
 from webhook.decision import decide
 from webhook.model import parse_placement, pod_compute, pod_gpus
-from webhook.sync import CacheSync
+from webhook.sync import CacheSync, Kind
 from webhook.types import Decision
 
 UNSCHEDULABLE_TOLERATION = {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}
@@ -41,7 +41,7 @@ def gpu_node(name: str, gpus: int, *, alloc: dict[str, str] | None = None, **kwa
 
 def add(sync: CacheSync, *objects: dict[str, Any]) -> None:
     for raw in objects:
-        kind = "pods" if raw.get("kind") == "Pod" else "nodes"
+        kind: Kind = "pods" if raw.get("kind") == "Pod" else "nodes"
         assert sync.apply_event(kind, "ADDED", raw) is None
 
 
