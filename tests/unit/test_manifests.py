@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import json
+import os
 import re
 import shlex
 import sys
@@ -176,6 +177,7 @@ def test_kustomize_builds_the_install(objs: list[Manifest]) -> None:
             ("Certificate", "nimbix-burst-ca"),
             ("Certificate", "nimbix-burst-webhook"),
             ("MutatingWebhookConfiguration", "nimbix-burst"),
+            ("NetworkPolicy", APP),
         ]
     )
     # Generated with a content hash, so a settings change rolls the Deployment.
@@ -461,6 +463,74 @@ def test_webhook_configuration_for_url_swaps_only_the_address(objs: list[Manifes
     assert "url" not in shipped_webhook["clientConfig"]  # the input is not modified
 
 
+# --- NetworkPolicy ------------------------------------------------------------------------------
+
+# TEST-NET-1 (RFC 5737): a placeholder that matches no real address, so an install that skipped
+# setting the control-plane CIDR fails visibly (the webhook never becomes ready) instead of open.
+PLACEHOLDER_CIDR = "192.0.2.0/24"
+README = manifests.REPO_ROOT / "README.md"
+
+
+@pytest.fixture(scope="module")
+def network_policy(objs: list[Manifest]) -> Manifest:
+    return manifests.find_object(objs, kind="NetworkPolicy", name=APP)
+
+
+def _peers(rule_peers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    assert rule_peers, "an empty from/to allows everyone"
+    return rule_peers
+
+
+def test_network_policy_isolates_the_webhook_pods_both_ways(network_policy: Manifest, deployment: Manifest) -> None:
+    spec = network_policy["spec"]
+    assert _selects(spec["podSelector"], deployment["spec"]["template"]["metadata"]["labels"])
+    assert sorted(spec["policyTypes"]) == ["Egress", "Ingress"]
+
+
+def test_network_policy_ingress_is_the_api_server_the_replicas_and_monitoring_on_the_webhook_port(
+    network_policy: Manifest, deployment: Manifest, container: Mapping[str, Any]
+) -> None:
+    ingress = network_policy["spec"]["ingress"]
+    port_names = {p["name"] for p in container["ports"]}
+    for rule in ingress:
+        assert rule["ports"] == [{"port": "https", "protocol": "TCP"}]  # the webhook's port, nothing else
+        assert "https" in port_names
+    api_server, replicas, monitoring = (_peers(rule["from"]) for rule in ingress)
+    assert api_server == [{"ipBlock": {"cidr": PLACEHOLDER_CIDR}}]
+    assert replicas == [{"podSelector": network_policy["spec"]["podSelector"]}]
+    assert monitoring == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+
+
+def test_network_policy_egress_is_the_api_server_dns_and_the_replicas_only(network_policy: Manifest) -> None:
+    api_server, dns, replicas = network_policy["spec"]["egress"]
+    assert _peers(api_server["to"]) == [{"ipBlock": {"cidr": PLACEHOLDER_CIDR}}]
+    assert {(p["port"], p["protocol"]) for p in api_server["ports"]} == {(443, "TCP"), (6443, "TCP")}
+    (dns_peer,) = _peers(dns["to"])
+    assert dns_peer["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}
+    assert dns_peer["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
+    assert {(p["port"], p["protocol"]) for p in dns["ports"]} == {(53, "UDP"), (53, "TCP")}
+    assert _peers(replicas["to"]) == [{"podSelector": network_policy["spec"]["podSelector"]}]
+    assert replicas["ports"] == [{"port": "https", "protocol": "TCP"}]
+
+
+def test_readme_overlay_sets_the_control_plane_cidr_in_both_places(kubectl: Path, tmp_path: Path) -> None:
+    """The kustomize patch the README gives for the control-plane CIDR, applied as a user would."""
+    text = README.read_text()
+    (patch,) = re.findall(r"# network-policy-patch\n(.*?)```", text, flags=re.DOTALL)
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    base = os.path.relpath(manifests.DEPLOY_DIR, overlay)  # kustomize takes a base by relative path only
+    (overlay / "kustomization.yaml").write_text(
+        f"apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - {base}\n" + patch
+    )
+    policy = manifests.find_object(manifests.render_kustomize(kubectl, directory=overlay), kind="NetworkPolicy")
+    api_in = policy["spec"]["ingress"][0]["from"]
+    api_out = policy["spec"]["egress"][0]["to"]
+    assert api_in == api_out
+    cidrs = [peer["ipBlock"]["cidr"] for peer in api_in]
+    assert cidrs and PLACEHOLDER_CIDR not in cidrs
+
+
 # --- cert-manager -------------------------------------------------------------------------------
 
 
@@ -556,28 +626,63 @@ def test_dockerfile_builds_on_python_311_slim_and_installs_the_webhook_extra_onl
     assert installs == ["/opt/venv/bin/pip install '.[webhook]'"]
 
 
+def _normalize(name: str) -> str:  # PEP 503
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _declared(*extras: str) -> set[str]:
+    """Distributions the core dependencies plus the given extras install (self-references expanded)."""
+    project = tomllib.loads((manifests.REPO_ROOT / "pyproject.toml").read_text())["project"]
+    requirements = [*project["dependencies"]]
+    pending = list(extras)
+    while pending:
+        for requirement in project["optional-dependencies"][pending.pop()]:
+            self_reference = re.fullmatch(r"nimbix-burst\[([a-z,]+)\]", requirement)
+            if self_reference:
+                pending += self_reference.group(1).split(",")
+            else:
+                requirements.append(requirement)
+    return {_normalize(re.split(r"[<>=\[; ]", requirement)[0]) for requirement in requirements}
+
+
+def _imported_distributions(*directories: str) -> set[str]:
+    """The distributions that the third-party top-level imports under `directories` come from."""
+    local = {"webhook", "entrypoint", "devplatform", "bench", "replay", "tests"}
+    imported: set[str] = set()
+    for directory in directories:
+        for path in (manifests.REPO_ROOT / directory).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    imported.update(alias.name.split(".")[0] for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    imported.add(node.module.split(".")[0])
+    third_party = {m for m in imported if m not in sys.stdlib_module_names and m not in local}
+    assert third_party  # the scan found something
+    distributions = importlib.metadata.packages_distributions()
+    return {_normalize(distributions[m][0]) for m in third_party}
+
+
 def test_the_webhook_extra_covers_every_third_party_import_of_the_webhook() -> None:
     """The image installs core deps + the webhook extra: anything else the webhook imports would be
     missing at run time, which no test in this checkout (where the test extra is installed) would see."""
-    project = tomllib.loads((manifests.REPO_ROOT / "pyproject.toml").read_text())["project"]
-    def normalize(name: str) -> str:  # PEP 503
-        return re.sub(r"[-_.]+", "-", name).lower()
+    needed = _imported_distributions("webhook")
+    declared = _declared("webhook")
+    assert needed <= declared, needed - declared
 
-    declared = {
-        normalize(re.split(r"[<>=\[; ]", requirement)[0])
-        for requirement in [*project["dependencies"], *project["optional-dependencies"]["webhook"]]
-    }
-    distributions = importlib.metadata.packages_distributions()
-    imported: set[str] = set()
-    for path in (manifests.REPO_ROOT / "webhook").glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                imported.update(alias.name.split(".")[0] for alias in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                imported.add(node.module.split(".")[0])
-    third_party = {m for m in imported if m not in sys.stdlib_module_names and m not in ("webhook", "entrypoint")}
-    needed = {normalize(distributions[m][0]) for m in third_party}
-    assert third_party  # the scan found something
+
+def test_the_webhook_extra_holds_only_what_the_product_imports() -> None:
+    """Every package in the webhook image is attack surface and weight: nothing only tests use."""
+    project = tomllib.loads((manifests.REPO_ROOT / "pyproject.toml").read_text())["project"]
+    extra = {_normalize(re.split(r"[<>=\[; ]", r)[0]) for r in project["optional-dependencies"]["webhook"]}
+    unused = extra - _imported_distributions("webhook", "entrypoint")
+    assert not unused, f"in the webhook extra but imported only by tests or tools: {unused}"
+
+
+def test_the_test_extra_covers_every_third_party_import_of_the_tests_and_tools() -> None:
+    """`pip install '.[test]'` (make test, CI) must be enough for the tests, the local platform, the
+    benchmarks and the replay; a package that happens to be installed here would hide the gap."""
+    needed = _imported_distributions("tests", "devplatform", "bench", "replay")
+    declared = _declared("test")
     assert needed <= declared, needed - declared
 
 
