@@ -94,8 +94,8 @@ def iter_pod_pages(records: Iterator[clusters.PodRecord], *, gpu_only: bool) -> 
 
 def fill_cache(name: str, policy: RewritePolicy, *, gpu_only: bool) -> CacheSync:
     """A cache holding cluster `name`. With gpu_only, pods without GPUs are left out of the list:
-    the cache never stores them (parse_pod returns None), so its state is the same, only faster
-    to build."""
+    faster to build; the nodes then show the CPU, memory and pod slots those pods hold as free,
+    which does not change what decide() costs (it scans by free GPUs)."""
     raw_nodes, records = clusters.cluster_sources(name)
     sync = new_sync(policy)
     sync.apply_list("nodes", list(raw_nodes))

@@ -1,4 +1,7 @@
-"""The indexed cache against a brute-force reference on random clusters (hypothesis)."""
+"""The cache's indexes (free-count buckets, label index) against a linear scan of the cache's own
+state, on random clusters (hypothesis). This checks the index only: it reuses the cache's free() and
+placement_allows(). The accounting and the filters are checked against an independent oracle written
+from Kubernetes' rules in test_cache_oracle.py."""
 
 from __future__ import annotations
 
