@@ -16,7 +16,7 @@ unexport http_proxy https_proxy HTTP_PROXY HTTPS_PROXY
 help:
 	@echo "make demo      run the whole thing on an embedded local control plane"
 	@echo "make test      set everything up, lint, and run unit + integration + e2e tests"
-	@echo "make dev-up    start control plane + webhook + JARVICE emulator in the background (.dev/)"
+	@echo "make dev-up    start control plane + real node + webhook + JARVICE emulator in the background (.dev/)"
 	@echo "make dev-down  stop everything dev-up started"
 	@echo "make bench     admission benchmarks (bench/results.json, bench/results.png)"
 	@echo "make replay    what-if replay of the Alibaba GPU trace through the real stack"
@@ -30,6 +30,12 @@ $(VENV)/.installed: pyproject.toml
 
 controlplane:
 	@devplatform/cluster/build-controlplane.sh >/dev/null
+
+# What the real node needs besides the binaries: containerd, runc, CNI plugins, buildah, iptables
+# (Debian packages, as root) and the project's images as OCI archives.
+node: controlplane
+	@devplatform/host/install-packages.sh
+	@devplatform/images/build.sh >/dev/null
 
 # cert-manager's controller and cainjector, built from its Go module (cached like the control plane).
 certmanager:

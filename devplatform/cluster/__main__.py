@@ -1,8 +1,14 @@
-"""``python -m devplatform.cluster up|down|status --dir DIR``: the dev control plane behind make dev-up/down.
+"""``python -m devplatform.cluster up|down|status --dir DIR``: the dev cluster behind make dev-up/down.
 
-``up`` starts a ControlPlane whose processes outlive this command, then whatever ``start_extras``
-adds (the extension point for the webhook and the JARVICE emulator), and saves every PID to
-``DIR/state.json``. ``down`` stops exactly those PIDs. Nothing is ever stopped by name.
+``up`` starts a ControlPlane whose processes outlive this command, the real node (node.py: containerd,
+kubelet, kube-proxy, with the project's images imported), then whatever ``start_extras`` adds (the
+webhook, the JARVICE emulator, fake GPU nodes), and saves every PID to ``DIR/state.json`` (the real
+node keeps its own state file, named there). ``down`` stops the real node and removes its host state,
+then stops exactly the saved PIDs. Nothing is ever stopped by name.
+
+Pods run only on the real node: the fake nodes carry the taint ``FAKE_NODE_TAINT`` (they have no
+kubelet), so a pod lands on one only if it tolerates that taint, and the webhook does not count
+their GPUs for pods that do not.
 """
 
 from __future__ import annotations
@@ -16,13 +22,16 @@ from pathlib import Path
 
 from kubernetes import client as k8s_client
 
-from devplatform.cluster import addons, controlplane, nodes, processes
+from devplatform.cluster import addons, controlplane, node, nodes, processes
 
 STATE_FILE = "state.json"
 KUBECONFIG_FILE = "kubeconfig"
 JARVICE_ENV_FILE = "jarvice.env"
 DEV_NODES = (("gpu-node-1", 4), ("gpu-node-2", 4), ("cpu-node-1", 0))
+# Fake nodes have no kubelet: nothing scheduled there would ever run.
+FAKE_NODE_TAINT = {"key": "nimbix-burst.io/fake-node", "value": "true", "effect": "NoSchedule"}
 CONTROL_PLANE_DIR = "controlplane"
+NODE_DIR = "node"
 STATUS_PROBE_TIMEOUT_SECONDS = 10
 # The stopped processes were orphaned when `up` exited; their new parent (PID 1 here) may reap
 # only every couple of seconds. Waiting a little leaves `ps` clean when `down` returns.
@@ -63,7 +72,9 @@ def _create_dev_nodes(control_plane: controlplane.ControlPlane) -> None:
     try:
         core = k8s_client.CoreV1Api(api)
         for name, gpus in DEV_NODES:
-            nodes.create_gpu_node(core, name, gpus=gpus, labels={"kubernetes.io/hostname": name})
+            nodes.create_gpu_node(
+                core, name, gpus=gpus, labels={"kubernetes.io/hostname": name}, taints=[FAKE_NODE_TAINT]
+            )
         nodes.ensure_default_service_account(core, "default")
     finally:
         api.close()
@@ -81,11 +92,24 @@ def run_up(dev_dir: Path) -> int:
         return 1
 
     bin_dir = controlplane.ensure_binaries()
+    try:
+        archives = node.build_image_archives()
+    except node.NodeError as error:
+        print(f"images: {error}", file=sys.stderr)
+        return 1
     control_plane = controlplane.ControlPlane(dev_dir / CONTROL_PLANE_DIR, bin_dir=bin_dir)
     try:
         control_plane.start()
     except controlplane.ControlPlaneError as error:
         print(f"control plane failed to start: {error}", file=sys.stderr)
+        return 1
+
+    real_node = node.RealNode(dev_dir / NODE_DIR, control_plane=control_plane, image_archives=archives)
+    try:
+        real_node.start()
+    except node.NodeError as error:
+        control_plane.stop()
+        print(f"real node failed to start: {error}", file=sys.stderr)
         return 1
 
     extras: list[processes.ManagedProcess] = []
@@ -106,16 +130,24 @@ def run_up(dev_dir: Path) -> int:
                 "bin_dir": str(control_plane.bin_dir),
                 "readyz_seconds": f"{timings.readyz_seconds:.2f}" if timings else "",
                 "healthy_seconds": f"{timings.healthy_seconds:.2f}" if timings else "",
+                "node_state": str(real_node.state_file),
+                "node_name": real_node.name,
+                "node_gateway": real_node.gateway_address,
+                "node_seconds": f"{real_node.timings.total_seconds:.2f}" if real_node.timings else "",
             },
         )
     except BaseException:
         # Leave nothing running that state.json would not know about.
         for proc in reversed(extras):
             processes.stop_process(proc)
+        real_node.stop()
         control_plane.stop()
         raise
 
     _print_up_summary(control_plane, extras, kubeconfig=kubeconfig.resolve(), state_path=state_path)
+    _print_node_summary(real_node)
+    # Last line: the kubeconfig path alone, for scripts.
+    print(kubeconfig.resolve())
     return 0
 
 
@@ -125,6 +157,12 @@ def run_down(dev_dir: Path) -> int:
         print(f"nothing to stop: {state_path} does not exist")
         return 0
     state = processes.load_state(state_path)
+    node_state = Path(state.extra.get("node_state", ""))
+    if node_state.is_file():
+        # First, while the apiserver still answers nothing needs it: the kubelet and its containers,
+        # then the host state (mounts, cgroups, bridge, iptables chains).
+        for step in node.stop_node(node_state):
+            print(f"real node: {step}")
     survivors = []
     for proc in reversed(state.processes):
         outcome = processes.stop_process(proc)
@@ -151,7 +189,9 @@ def run_status(dev_dir: Path) -> int:
         return 1
     state = processes.load_state(state_path)
     all_running = True
-    for proc in state.processes:
+    node_state = Path(state.extra.get("node_state", ""))
+    node_processes = processes.load_state(node_state).processes if node_state.is_file() else ()
+    for proc in [*state.processes, *node_processes]:
         running = processes.is_running(proc)
         all_running = all_running and running
         label = "running" if running else "NOT RUNNING"
@@ -213,8 +253,18 @@ def _print_up_summary(
     print(f"  set -a; . {kubeconfig.parent / JARVICE_ENV_FILE}; set +a")
     print("  REMOTE=1 APP_COMMAND_ARGS='echo hi' .venv/bin/python -m entrypoint")
     print("stop it with: make dev-down")
-    # Last line: the kubeconfig path alone, for scripts.
-    print(kubeconfig)
+
+
+def _print_node_summary(real_node: node.RealNode) -> None:
+    timings = real_node.timings
+    if timings is not None:
+        imported = ", ".join(timings.imported) or "none (all present)"
+        print(f"real node {real_node.name} Ready after {timings.ready_seconds:.1f} s (imported: {imported})")
+    for proc in real_node.processes:
+        print(f"  {proc.name:<24} pid {proc.pid:<8} log {proc.log_path}")
+    print(f"  node IP / bridge gateway {real_node.gateway_address}: host servers that pods use listen there")
+    print("  pods run there (fake nodes are tainted nimbix-burst.io/fake-node=true:NoSchedule); images:")
+    print("  localhost/nimbix-burst/base:0.1.0, localhost/nimbix-burst/example-app:0.1.0 (imagePullPolicy: Never)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

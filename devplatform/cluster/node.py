@@ -40,6 +40,10 @@ PAUSE = "pause"
 REQUIRED_COMMANDS = ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip", "iptables", "mount", "umount")
 REQUIRED_CNI_PLUGINS = ("bridge", "host-local", "loopback")
 INSTALL_PACKAGES = Path(__file__).resolve().parents[1] / "host" / "install-packages.sh"
+# Builds the project's images (cached by content) and prints one OCI archive path per line.
+IMAGES_BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "images" / "build.sh"
+# A cold build of every image (Debian bootstrap, pip installs) on 2 busy cores; warm: seconds.
+IMAGES_BUILD_TIMEOUT_SECONDS = 1800.0
 # Machine-wide: which node (state file) currently owns the bridge, cgroups and iptables chains.
 CLAIM_FILE = Path("/run/nimbix-burst-node.claim")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -311,6 +315,31 @@ class RealNode:
             if result.returncode == 0:
                 return
         raise NodeError(f"node {self.name}: could not remove the {nodeconfig.NOT_READY_TAINT_KEY} taint")
+
+
+def build_image_archives() -> list[Path]:
+    """Runs devplatform/images/build.sh (its progress passes through on stderr) and returns the OCI
+    archives it printed: the images pods on the real node run."""
+    if not IMAGES_BUILD_SCRIPT.exists():
+        raise NodeError(f"{IMAGES_BUILD_SCRIPT} does not exist: the real node has no images to run")
+    try:
+        result = subprocess.run(
+            [str(IMAGES_BUILD_SCRIPT)],
+            stdout=subprocess.PIPE,
+            stderr=None,
+            text=True,
+            check=False,
+            timeout=IMAGES_BUILD_TIMEOUT_SECONDS,
+        )
+    except subprocess.TimeoutExpired as error:
+        raise NodeError(f"{IMAGES_BUILD_SCRIPT}: not done after {IMAGES_BUILD_TIMEOUT_SECONDS:g} s") from error
+    if result.returncode != 0:
+        raise NodeError(f"{IMAGES_BUILD_SCRIPT} exited with status {result.returncode} (its output is above)")
+    archives = [Path(line.strip()) for line in result.stdout.splitlines() if line.strip()]
+    missing = [str(path) for path in archives if not path.is_file()]
+    if missing:
+        raise NodeError(f"{IMAGES_BUILD_SCRIPT} printed archives that do not exist: {', '.join(missing)}")
+    return archives
 
 
 def default_cache_dir() -> Path:

@@ -4,6 +4,12 @@ One ControlPlane per session, under ``<repo>/.test-runs/<timestamp>-<pid>/``. Th
 removed when the session passes, and kept (with its component logs listed in the terminal
 summary) when anything failed. If the control plane cannot start, the fixture raises: the tests
 ERROR, they are never skipped.
+
+``real_node`` adds the real node (devplatform/cluster/node.py: containerd, kubelet, kube-proxy) to the
+shared control plane, once per session, with the project's images imported. It registers with the
+taint ``nimbix-burst.io/real-node=true:NoSchedule``, so pods of other tests (which count GPUs across
+the fake nodes) never land there; a pod meant for it tolerates that taint and selects the label
+``nimbix-burst.io/real-node=true`` (``real_node_pod_spec`` adds both).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
 from devplatform import certmanager
-from devplatform.cluster import controlplane, nodes
+from devplatform.cluster import controlplane, node, nodeconfig, nodes
 
 E2E_DIR = Path(__file__).resolve().parent
 REPO_ROOT = E2E_DIR.parents[1]
@@ -33,6 +39,8 @@ TEST_RUNS_DIR = REPO_ROOT / ".test-runs"
 TEST_LABEL = "nimbix-burst-test"
 # Namespace and node names are DNS labels.
 MAX_NAME_LENGTH = 63
+# Another session (or make dev-up) may own the machine's one real node; wait this long for it.
+REAL_NODE_CLAIM_WAIT_SECONDS = 900
 
 
 @dataclass
@@ -43,7 +51,10 @@ class _RunRecord:
     log_paths: dict[str, Path] = field(default_factory=dict)
 
     def add_logs(self, label: str, control_plane: controlplane.ControlPlane) -> None:
-        for component, path in control_plane.log_paths.items():
+        self.add_log_paths(label, control_plane.log_paths)
+
+    def add_log_paths(self, label: str, paths: dict[str, Path]) -> None:
+        for component, path in paths.items():
             self.log_paths[f"{label}/{component}"] = path
 
 
@@ -57,9 +68,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.e2e)
 
 
-def pytest_terminal_summary(
-    terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config
-) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
     record = config.stash.get(_RUN_RECORD, None)
     if record is None:
         return
@@ -119,6 +128,45 @@ def make_control_plane(
     finally:
         for plane in reversed(started):
             plane.stop()
+
+
+@pytest.fixture(scope="session")
+def image_archives() -> list[Path]:
+    """The project's images as OCI archives, from devplatform/images/build.sh (cached by content)."""
+    return node.build_image_archives()
+
+
+@pytest.fixture(scope="session")
+def real_node(
+    pytestconfig: pytest.Config,
+    e2e_run_root: Path,
+    control_plane: controlplane.ControlPlane,
+    image_archives: list[Path],
+) -> Iterator[node.RealNode]:
+    """The real node on the shared control plane (tainted: see the module docstring)."""
+    settings = nodeconfig.NodeSettings(register_taints=(nodeconfig.REAL_NODE_TAINT,))
+    real = node.RealNode(
+        e2e_run_root / "real-node", control_plane=control_plane, settings=settings, image_archives=image_archives
+    )
+    pytestconfig.stash[_RUN_RECORD].add_log_paths("real-node", real.log_paths)
+    real.start(claim_wait_seconds=REAL_NODE_CLAIM_WAIT_SECONDS)
+    try:
+        yield real
+    finally:
+        real.stop()
+
+
+def real_node_pod_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` plus the toleration and node selector that put a pod on the real node."""
+    key = nodeconfig.REAL_NODE_LABEL
+    return {
+        **spec,
+        "nodeSelector": {**spec.get("nodeSelector", {}), key: "true"},
+        "tolerations": [
+            *spec.get("tolerations", []),
+            {"key": key, "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+        ],
+    }
 
 
 @pytest.fixture(scope="session")
