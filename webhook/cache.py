@@ -242,6 +242,8 @@ class ClusterCache:
                         break
                 if found is not None:
                     break
+            if not (self._cordoned and tolerates_unschedulable(placement)):
+                return found
             return _most_free(found, self._eligible_free(self._cordoned, resource, placement))
         return self._eligible_free(pinned, resource, placement)
 
