@@ -7,15 +7,18 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from aiohttp import web
 from pythonjsonlogger.json import JsonFormatter
 
-from webhook.app import METRICS, create_app, serve
+from webhook.app import METRICS, ROUTER, BackgroundTask, create_app, serve
 from webhook.cache import ClusterCache
-from webhook.settings import Settings, SettingsError, parse_settings
+from webhook.forwarding import Forwarder, build_client_context
+from webhook.lease import LeaseElector
+from webhook.replicas import ReplicaRouter
+from webhook.settings import LeaderElection, Settings, SettingsError, parse_settings
 from webhook.sync import CacheSync
 from webhook.tls import ReloadingTLS
 from webhook.watching import Watcher, load_api_client
@@ -51,8 +54,55 @@ async def _build(settings: Settings, tls: ReloadingTLS) -> web.Application:
     async def reload_tls() -> None:
         await tls.watch(settings.tls_reload_seconds, on_reload=app[METRICS].tls_reloads.inc)
 
-    app = create_app(settings, cache=cache, sync=sync, clock=clock, background=(watcher.run, reload_tls))
+    background: list[BackgroundTask] = [watcher.run, reload_tls]
+    router: ReplicaRouter | None = None
+    elector: LeaseElector | None = None
+    if settings.leader_election is not None:
+        elector, router = _build_election(settings, settings.leader_election, cache, clock)
+        background.append(elector.run)
+    app = create_app(settings, cache=cache, sync=sync, clock=clock, background=tuple(background))
+    if router is not None and elector is not None:
+        app[ROUTER] = router
+        on_stop = elector.release  # hand the Lease and our reservations over before we go
+
+        async def release(_app: web.Application) -> None:
+            await on_stop()
+            await router.close()
+
+        app.on_shutdown.append(release)
     return app
+
+
+def _build_election(
+    settings: Settings, election: LeaderElection, cache: ClusterCache, clock: Callable[[], float]
+) -> tuple[LeaseElector, ReplicaRouter]:
+    elector = LeaseElector(
+        load_api_client(settings.kubeconfig),
+        namespace=election.lease_namespace,
+        name=election.lease_name,
+        identity=election.identity,
+        url=election.advertise_url,
+        timing=election.timing,
+        clock=clock,
+        on_started_leading=cache.adopt_reservations,
+        export_handover=cache.export_reservations,
+    )
+    context = build_client_context(
+        election.peer_ca_file, client_cert=settings.tls_dir / "tls.crt", client_key=settings.tls_dir / "tls.key"
+    )
+    forwarder = Forwarder(context=context, server_hostname=election.peer_server_name, identity=election.identity)
+    router = ReplicaRouter(
+        elector,
+        forwarder,
+        budget=election.wait_seconds,
+        forward_timeout=min(2.0, election.wait_seconds),
+        clock=clock,
+    )
+    log.info(
+        "leader election on",
+        extra={"lease": election.lease_name, "namespace": election.lease_namespace, "identity": election.identity},
+    )
+    return elector, router
 
 
 def _client_ca_files(settings: Settings) -> tuple[Path, ...]:

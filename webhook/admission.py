@@ -37,7 +37,11 @@ def _mapping(value: object) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def admit(request: AdmissionRequest, *, cache: ClusterCache, policy: mutation.RewritePolicy) -> Admission:
+def admit(
+    request: AdmissionRequest, *, cache: ClusterCache, policy: mutation.RewritePolicy, local_refusal: str = ""
+) -> Admission:
+    """`local_refusal`: why no local promise may be made now (no leader among the replicas); a pod
+    that would stay local bursts instead, with that reason."""
     if request.kind != "Pod" or request.group != "" or request.operation != "CREATE":
         return _skip(request, f"not a pod CREATE ({request.group or 'core'}/{request.kind} {request.operation})")
     pod = request.object
@@ -71,6 +75,8 @@ def admit(request: AdmissionRequest, *, cache: ClusterCache, policy: mutation.Re
     decision: Decision = decisions.decide(requests, placement, cache, namespace=request.namespace)
     if decision.capped:
         cache.reservation_cap_hits += 1
+    if decision.kind == "local" and local_refusal:
+        decision = Decision(kind="remote", reason=f"{decision.reason}, but {local_refusal}")
     if decision.kind == "local":
         if not request.dry_run:
             cache.reserve(

@@ -17,7 +17,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from webhook import admission
 from webhook.cache import ClusterCache
+from webhook.forwarding import FORWARDED_HEADER
 from webhook.metrics import Metrics
+from webhook.replicas import NoLeader, Refused, Relayed, ReplicaRouter
 from webhook.review import MalformedReview, parse_review
 from webhook.settings import Settings
 from webhook.sync import CacheSync
@@ -28,6 +30,8 @@ SETTINGS = web.AppKey("settings", Settings)
 CACHE = web.AppKey("cache", ClusterCache)
 SYNC = web.AppKey("sync", CacheSync)
 METRICS = web.AppKey("metrics", Metrics)
+# Present when several replicas run: the Lease holder decides, the others forward to it.
+ROUTER = web.AppKey("router", ReplicaRouter)
 
 BackgroundTask = Callable[[], Coroutine[Any, Any, None]]
 RESERVATION_SWEEP_SECONDS = 5.0
@@ -70,8 +74,21 @@ async def mutate(request: web.Request) -> web.Response:
             metrics.errors.labels(kind="malformed").inc()
             log.warning("malformed admission review", extra={"error": str(exc)[:500]})
             return _error(400, str(exc))
+        local_refusal = ""
+        router = app.get(ROUTER)
+        if router is not None:
+            placed = await router.place(body, forwarded_by=request.headers.get(FORWARDED_HEADER, ""))
+            if isinstance(placed, Relayed):
+                metrics.admissions.labels(decision="forwarded").inc()
+                return web.Response(body=placed.body, content_type="application/json")
+            if isinstance(placed, Refused):
+                return _error(503, placed.reason)
+            if isinstance(placed, NoLeader):
+                local_refusal = placed.reason
         try:
-            result = admission.admit(review, cache=app[CACHE], policy=app[SETTINGS].policy)
+            result = admission.admit(
+                review, cache=app[CACHE], policy=app[SETTINGS].policy, local_refusal=local_refusal
+            )
         except MalformedReview as exc:
             metrics.errors.labels(kind="malformed").inc()
             log.warning("malformed admission review", extra={"uid": review.uid, "error": str(exc)[:500]})

@@ -26,6 +26,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from webhook.leadership import HandedOver
 from webhook.scheduling import placement_allows, tolerates_unschedulable
 from webhook.types import STANDARD_RESOURCES, NodeInfo, Placement, PodInfo, Requests
 
@@ -466,11 +467,18 @@ class ClusterCache:
         return ""
 
     def reserve(
-        self, reservation_id: str, *, node: str, requests: Requests, placement: Placement, namespace: str = ""
+        self,
+        reservation_id: str,
+        *,
+        node: str,
+        requests: Requests,
+        placement: Placement,
+        namespace: str = "",
+        ttl: float | None = None,
     ) -> None:
         """Hold resources on `node` for a pod just admitted as local, until the watch shows it."""
         self.release_reservation(reservation_id)
-        expires_at = self._clock() + self._reservation_ttl
+        expires_at = self._clock() + (self._reservation_ttl if ttl is None else ttl)
         claim = Claim(node=node, requests=requests, placement=placement, expires_at=expires_at)
         self._add_claim("res:" + reservation_id, claim)
         self._reservations[reservation_id] = expires_at
@@ -486,6 +494,44 @@ class ClusterCache:
                 self._reservations_in[namespace] = left
             else:
                 del self._reservations_in[namespace]
+
+    def export_reservations(self) -> list[HandedOver]:
+        """Outstanding reservations, for the replica that leads after us (see webhook.leadership)."""
+        now = self._clock()
+        out = []
+        for reservation_id, expires_at in self._reservations.items():
+            claim = self._claims.get("res:" + reservation_id)
+            if claim is None or not claim.node or expires_at <= now:
+                continue
+            out.append(
+                HandedOver(
+                    reservation_id=reservation_id,
+                    namespace=self._reservation_namespace.get(reservation_id, ""),
+                    node=claim.node,
+                    requests=dict(claim.requests),
+                    expires_in=expires_at - now,
+                )
+            )
+        return out
+
+    def adopt_reservations(self, handed: Sequence[HandedOver]) -> None:
+        """Take over a previous leader's reservations: on the node it promised, until they expire
+        or their pod appears. A pod already in the cache holds its own claim: not taken twice."""
+        if not handed:
+            return
+        # Once per change of leader: a scan is fine, and it keeps the pod path free of bookkeeping.
+        arrived = {pod.reservation_id for pod in self._pods.values() if pod.reservation_id}
+        for item in handed:
+            if item.reservation_id in arrived:
+                continue
+            self.reserve(
+                item.reservation_id,
+                node=item.node,
+                requests=item.requests,
+                placement=Placement(node_name=item.node),
+                namespace=item.namespace,
+                ttl=min(item.expires_in, self._reservation_ttl),
+            )
 
     def expire_reservations(self) -> int:
         now = self._clock()

@@ -90,6 +90,9 @@ class ReplicaRouter:
         self.forward_failures = 0
         self.leaderless = 0
 
+    async def close(self) -> None:
+        await self._forwarder.close()
+
     async def place(self, body: bytes, *, forwarded_by: str) -> Outcome:
         deadline = self._clock() + self._budget
         last_error = ""
