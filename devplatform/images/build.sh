@@ -147,6 +147,7 @@ build_image() {
     )
     export_archive "$name" "$archive"
     log "$name: built in $((SECONDS - started)) s"
+    BUILT=1
   fi
   # Older archives of the same image (other keys) are stale: keep only this one.
   local stale
@@ -184,6 +185,12 @@ main() {
   build_image localhost/nimbix-burst/example-app:$VERSION images/example-app/Dockerfile "$base_key" \
     "BASE_IMAGE=localhost/nimbix-burst/base:$VERSION" images/example-app images/base/AppDef.json
   archives+=("$LAST_ARCHIVE")
+  if [[ -n ${BUILT:-} ]]; then
+    # Superseded images and intermediate layers would otherwise grow the store by ~0.5 GB per
+    # rebuild; the archive keys, not buildah's layer cache, are what keeps unchanged images from
+    # being rebuilt.
+    bah rmi --prune >/dev/null 2>&1 || true
+  fi
   printf '%s\n' "${archives[@]}"
 }
 
