@@ -194,7 +194,9 @@ class ClusterCache:
             node = self._nodes.get(name)
             if name == exclude or node is None or primary not in node.allocatable:
                 continue
-            free = self._free_amount(name, primary, node.allocatable[primary])
+            free = self._bucket_of.get((primary, name))  # indexed nodes: one look-up
+            if free is None:  # cordoned, or named by spec.nodeName: outside the buckets
+                free = self._free_amount(name, primary, node.allocatable[primary])
             if free < need:
                 continue
             if not placement_allows(placement, node):
