@@ -1,15 +1,28 @@
-"""`make demo`: the whole thing on an embedded local control plane, in one command.
+"""`make demo`: the whole thing on an embedded local control plane and its real node, in one command.
 
-Starts etcd + kube-apiserver + kube-controller-manager + kube-scheduler, the webhook (registered
-from deploy/'s configuration) and the JARVICE emulator; creates two 4-GPU nodes and a CPU node;
-submits more labeled GPU Jobs than fit; shows which stayed local and which burst, and why; then,
-since there is no kubelet, plays its part: runs each Job pod's runner with that pod's environment
-(env, Secret references and the downward API resolved from the real pod), locally or against the
-emulator, streaming output and mirroring exit codes. Tears everything down at the end.
+Starts etcd + kube-apiserver + kube-controller-manager + kube-scheduler, the real node (containerd +
+kubelet + kube-proxy on this machine, advertising 4 ``nvidia.com/gpu``, the project's images
+imported), the webhook as a host process registered with the API server, and the JARVICE emulator
+listening on the node's gateway address (where pods reach the host). Then, as a user would:
+
+- submits more labeled GPU Jobs than the node's GPUs fit, and shows which stayed local and which
+  burst, and why (the webhook's annotations);
+- every pod is run by the kubelet: a local Job runs the example app's command in its container; a
+  burst Job's container runs the runner, which submits the command to the emulator (which really runs
+  it on the host) and streams its output;
+- deletes one burst Job while it runs (the pod gets SIGTERM) and shows the emulator's job TERMINATED;
+- prints ``kubectl logs`` of a burst pod and the exit codes from the pod statuses (0, and a mirrored 3).
+
+``run_demo(plane, node, ...)`` works on a given control plane and real node (the e2e test runs it on
+the session's); ``main()`` creates them. A machine that cannot host the real node (not root, no
+cgroups, ...) makes ``main()`` say why and how to run ``--fake-nodes`` instead: the old variant
+without a kubelet, where the demo plays the kubelet's part itself. It never falls back silently.
 """
 
 from __future__ import annotations
 
+import argparse
+import functools
 import json
 import os
 import shutil
@@ -18,25 +31,42 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s_client
 
-from devplatform.cluster import addons, controlplane, nodes
+from devplatform import images
+from devplatform.cluster import addons, controlplane, node, nodeconfig, nodes
 
-GPU = "nvidia.com/gpu"
+GPU = nodeconfig.GPU_RESOURCE
 NAMESPACE = "demo"
 SECRET = "jarvice-credentials"
-GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
+CONTAINER = "train"
+DECISION = "nimbix-burst.io/decision"
+REASON = "nimbix-burst.io/reason"
+# Fast emulator timings so the demo's remote jobs start within a second.
+EMULATOR_ARGS = ("--queue-seconds", "0.5", "--init-seconds", "0.2")
+# The runner polls JARVICE this often (the default, 5 s, is for a real cloud).
+POLL_SECONDS = "0.5"
+# What a local container asks for besides GPUs: the real node has only this machine's cores.
+LOCAL_CPU, LOCAL_MEMORY = "100m", "64Mi"
+# Cold image builds and node start are bounded by node.py; these bound what the demo waits for.
+POD_TIMEOUT_SECONDS = 120.0
+DELETE_TIMEOUT_SECONDS = 60.0
+POLL_INTERVAL_SECONDS = 0.2
+# Epochs take 1.5 s each, so the local Jobs still hold their GPUs while the later Jobs are decided.
 TRAIN = (
-    'echo "training started with "quotes", a $ sign and unicode: ünïcödé"; '
-    'for epoch in 1 2 3; do echo "epoch $epoch/3 loss=$(python3 -c "print(round(1.0/$epoch, 3))")"; sleep 0.3; done; '
+    'echo "training started with \\"quotes\\", a $ sign and unicode: ünïcödé"; '
+    "for epoch in 1 2 3; do "
+    'echo "epoch $epoch/3 loss=$(python3 -c "print(round(1.0/$epoch, 3))")"; sleep 1.5; done; '
     "echo 'saved model to /data/model.pt'"
 )
 FAIL = 'echo "loading data"; echo "CUDA error: out of memory" >&2; exit 3'
+SWEEP = 'echo "sweep started"; for trial in $(seq 1 600); do echo "trial $trial"; sleep 1; done'
 
 
 @dataclass(frozen=True)
@@ -45,22 +75,438 @@ class DemoJob:
     gpus: int
     command: str
     expected_exit: int
+    deleted: bool = False  # deleted while it runs: its pod gets SIGTERM, the remote job is terminated
 
 
+# Created in this order, each one decided before the next: the node has 4 GPUs.
 JOBS = (
-    DemoJob("resnet-a", 4, TRAIN, 0),
-    DemoJob("resnet-b", 4, TRAIN, 0),
-    DemoJob("bert-c", 4, TRAIN, 0),
-    DemoJob("llm-d", 8, TRAIN, 0),
-    DemoJob("flaky-e", 2, FAIL, 3),
+    DemoJob("resnet-a", 2, TRAIN, 0),
+    DemoJob("resnet-b", 2, TRAIN, 0),
+    DemoJob("sweep-c", 1, SWEEP, 143, deleted=True),
+    DemoJob("bert-d", 4, TRAIN, 0),
+    DemoJob("flaky-e", 1, FAIL, 3),
+    DemoJob("llm-f", 8, TRAIN, 0),
 )
+SHOWN_LOGS_JOB = "bert-d"
 
 
 def say(text: str) -> None:
     print(text, flush=True)
 
 
-def job_manifest(job: DemoJob) -> dict[str, Any]:
+# -- building blocks (also used by the e2e tests) ---------------------------------------------------
+
+
+def build_real_node_placement(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec`` plus the node selector and toleration that put a pod on the real node (tainted or not)."""
+    key = nodeconfig.REAL_NODE_LABEL
+    return {
+        **spec,
+        "nodeSelector": {**spec.get("nodeSelector", {}), key: "true"},
+        "tolerations": [
+            *spec.get("tolerations", []),
+            {"key": key, "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+        ],
+    }
+
+
+def build_app_container(
+    *,
+    command: str,
+    gpus: int,
+    app_name: str,
+    name: str = CONTAINER,
+    image: str = images.EXAMPLE_APP,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The example app's container: the runner (its ENTRYPOINT) runs APP_COMMAND_ARGS, here or on
+    JARVICE, with the credentials from the ``jarvice-credentials`` Secret."""
+    secret_env = [
+        {"name": variable, "valueFrom": {"secretKeyRef": {"name": SECRET, "key": key}}}
+        for variable, key in (
+            ("JARVICE_USERNAME", "username"),
+            ("JARVICE_APIKEY", "apikey"),
+            ("JARVICE_API_URL", "url"),
+        )
+    ]
+    plain = {
+        "APP_COMMAND_ARGS": command,
+        "APP_NAME": app_name,
+        "APP_COMMAND": "run",
+        "JARVICE_POLL_SECONDS": POLL_SECONDS,
+    }
+    plain.update(env or {})
+    return {
+        "name": name,
+        "image": image,
+        "imagePullPolicy": "Never",
+        "env": [*({"name": key, "value": value} for key, value in plain.items()), *secret_env],
+        "resources": {
+            "limits": {GPU: str(gpus)},
+            "requests": {GPU: str(gpus), "cpu": LOCAL_CPU, "memory": LOCAL_MEMORY},
+        },
+    }
+
+
+def build_secret(emulator: addons.EmulatorProcess, *, namespace: str) -> dict[str, Any]:
+    """The JARVICE credentials Secret; ``url`` is the emulator on the node's gateway."""
+    creds = emulator.runner_env()
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": SECRET, "namespace": namespace},
+        "stringData": {
+            "username": creds["JARVICE_USERNAME"],
+            "apikey": creds["JARVICE_APIKEY"],
+            "url": creds["JARVICE_API_URL"],
+        },
+    }
+
+
+def build_job(job: DemoJob, *, namespace: str, app_name: str) -> dict[str, Any]:
+    container = build_app_container(command=job.command, gpus=job.gpus, app_name=app_name)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job.name, "namespace": namespace},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {"task-type": "Nimbix"}},
+                "spec": build_real_node_placement({"restartPolicy": "Never", "containers": [container]}),
+            },
+        },
+    }
+
+
+def start_emulator_for_node(run_dir: Path, real_node: node.RealNode) -> addons.EmulatorProcess:
+    """The JARVICE emulator on the node's gateway address, where runners in pods reach it."""
+    return addons.start_jarvice_emulator(run_dir, host=real_node.gateway_address, args=EMULATOR_ARGS)
+
+
+def fetch_emulator(url: str, path: str) -> Any:
+    """GET one of the emulator's test controls (``/_emulator/jobs``, ``/_emulator/submissions``)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url + path, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def fetch_emulator_jobs(url: str, *, pod_uid: str) -> list[dict[str, Any]]:
+    """The emulator's jobs whose label names this pod (``k8s-<uid>-...``)."""
+    return [
+        job
+        for job in fetch_emulator(url, "/_emulator/jobs")
+        if str(job.get("job_label", "")).startswith(f"k8s-{pod_uid}")
+    ]
+
+
+def read_pod(plane: controlplane.ControlPlane, namespace: str, name: str) -> dict[str, Any]:
+    return dict(json.loads(plane.kubectl("get", "-n", namespace, "pod", name, "-o", "json").stdout))
+
+
+def read_exit_code(pod: Mapping[str, Any]) -> int | None:
+    """``status.containerStatuses[0].state.terminated.exitCode``, or None while it runs."""
+    statuses = pod.get("status", {}).get("containerStatuses") or [{}]
+    terminated = statuses[0].get("state", {}).get("terminated")
+    return None if terminated is None else int(terminated["exitCode"])
+
+
+def wait_for(probe: Callable[[], Any], *, what: str, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"no {what} after {timeout:g} s")
+        time.sleep(POLL_INTERVAL_SECONDS)
+
+
+# -- the demo on a real node ------------------------------------------------------------------------
+
+
+@dataclass
+class _JobRun:
+    job: DemoJob
+    created: float
+    pod: dict[str, Any]
+    running_after: float | None = None
+    exit_seen: int | None = None  # a deleted pod's exit code, read while it terminated
+
+
+def run_demo(
+    plane: controlplane.ControlPlane,
+    real_node: node.RealNode,
+    *,
+    run_dir: Path,
+    namespace: str = NAMESPACE,
+    out: Callable[[str], None] = say,
+) -> bool:
+    """The demo on ``plane`` and ``real_node``: starts and registers its own webhook and emulator
+    (stopped again at the end); returns whether everything it showed was as expected."""
+    webhook = addons.start_webhook(run_dir / "webhook", kubeconfig=plane.kubeconfig_path)
+    config_name = ""
+    emulator: addons.EmulatorProcess | None = None
+    api = plane.api_client()
+    try:
+        config_name = addons.register_webhook(plane, webhook, name_suffix="-demo")
+        emulator = start_emulator_for_node(run_dir / "jarvice", real_node)
+        out(f"- webhook at {webhook.url} (registered), JARVICE emulator at {emulator.url} (the node's gateway)")
+        nodes.create_namespace(k8s_client.CoreV1Api(api), namespace)
+        plane.kubectl("apply", "-f", "-", input=json.dumps(build_secret(emulator, namespace=namespace)))
+        app_name = emulator.runner_env()["APP_NAME"]
+        gpus = real_node.settings.gpus
+        out(
+            f"- submitting {len(JOBS)} Jobs (image {images.EXAMPLE_APP}) asking for "
+            f"{sum(j.gpus for j in JOBS)} GPUs; node {real_node.name} has {gpus}\n"
+        )
+        runs = _create_jobs(plane, namespace=namespace, app_name=app_name)
+        return _show(plane, real_node, emulator, runs, namespace=namespace, out=out)
+    finally:
+        api.close()
+        if config_name:
+            plane.kubectl("delete", "mutatingwebhookconfiguration", config_name, "--ignore-not-found", check=False)
+        plane.kubectl("delete", "namespace", namespace, "--wait=false", "--ignore-not-found", check=False)
+        if emulator is not None:
+            addons.stop_jarvice_emulator(emulator)
+        addons.stop_webhook(webhook)
+
+
+def _create_jobs(plane: controlplane.ControlPlane, *, namespace: str, app_name: str) -> list[_JobRun]:
+    runs = []
+    for job in JOBS:
+        created = time.monotonic()
+        plane.kubectl("apply", "-f", "-", input=json.dumps(build_job(job, namespace=namespace, app_name=app_name)))
+        pod = wait_for(
+            functools.partial(_find_job_pod, plane, namespace, job.name), what=f"pod of Job {job.name}", timeout=30
+        )
+        runs.append(_JobRun(job=job, created=created, pod=pod))
+    return runs
+
+
+def _find_job_pod(plane: controlplane.ControlPlane, namespace: str, job: str) -> dict[str, Any] | None:
+    listed = json.loads(plane.kubectl("get", "-n", namespace, "pods", "-l", f"job-name={job}", "-o", "json").stdout)
+    items = listed.get("items", [])
+    return dict(items[0]) if items else None
+
+
+def _all_pods(
+    plane: controlplane.ControlPlane, runs: Sequence[_JobRun], done: Callable[[_JobRun], bool], *, namespace: str
+) -> bool:
+    """Refreshes every run's pod (one list call); whether ``done`` holds for all of them."""
+    listed = json.loads(plane.kubectl("get", "-n", namespace, "pods", "-o", "json").stdout)
+    by_name = {item["metadata"]["name"]: item for item in listed.get("items", [])}
+    now = time.monotonic()
+    for run in runs:
+        pod = by_name.get(run.pod["metadata"]["name"])
+        if pod is None:
+            continue
+        run.pod = pod
+        phase = pod.get("status", {}).get("phase")
+        if run.running_after is None and phase in ("Running", "Succeeded", "Failed"):
+            run.running_after = now - run.created
+    return all(done(run) for run in runs)
+
+
+def _decision(run: _JobRun) -> str:
+    return str(run.pod["metadata"].get("annotations", {}).get(DECISION, "-"))
+
+
+def _show(
+    plane: controlplane.ControlPlane,
+    real_node: node.RealNode,
+    emulator: addons.EmulatorProcess,
+    runs: list[_JobRun],
+    *,
+    namespace: str,
+    out: Callable[[str], None],
+) -> bool:
+    ok = True
+    wait_for(
+        functools.partial(_all_pods, plane, runs, lambda r: bool(r.pod["spec"].get("nodeName")), namespace=namespace),
+        what="pods bound",
+        timeout=POD_TIMEOUT_SECONDS,
+    )
+    out(f"{'JOB':<9} {'GPUs':>4}  {'DECISION':<8} {'POD ON':<18} REASON")
+    for run in runs:
+        annotations = run.pod["metadata"].get("annotations", {})
+        out(
+            f"{run.job.name:<9} {run.job.gpus:>4}  {_decision(run):<8} {run.pod['spec']['nodeName']:<18} "
+            f"{annotations.get(REASON, '')}"
+        )
+    decisions = {_decision(run) for run in runs}
+    ok &= decisions == {"local", "remote"}
+    burst = next((run for run in runs if _decision(run) == "remote"), None)
+    if burst is not None:
+        container = burst.pod["spec"]["containers"][0]
+        shown = {e["name"]: e.get("value") for e in container["env"] if e["name"] in ("REMOTE", "NUM_GPUS", "NUM_CPUS")}
+        out(
+            f"\na burst pod keeps no GPU: its runner asks for {container['resources'].get('requests')} "
+            f"with env {shown};\nit runs on {real_node.name} too, as a CPU pod, and talks to the emulator\n"
+        )
+
+    deleted = next(run for run in runs if run.job.deleted)
+    ok &= _delete_running(plane, emulator, deleted, namespace=namespace, out=out)
+
+    wait_for(
+        functools.partial(
+            _all_pods, plane, runs, lambda r: r.job.deleted or read_exit_code(r.pod) is not None, namespace=namespace
+        ),
+        what="Jobs finished",
+        timeout=POD_TIMEOUT_SECONDS,
+    )
+    shown_run = next(run for run in runs if run.job.name == SHOWN_LOGS_JOB)
+    out(f"\n$ kubectl logs -n {namespace} job/{SHOWN_LOGS_JOB}      # a burst pod: the remote output")
+    logs = plane.kubectl("logs", "-n", namespace, f"job/{SHOWN_LOGS_JOB}").stdout
+    for line in logs.splitlines():
+        out(f"  {line}")
+    ok &= _decision(shown_run) != "remote" or "epoch 3/3 loss=0.333" in logs
+
+    out(f"\n{'JOB':<9} {'RAN':<28} {'RUNNING AFTER':>13} {'EXIT':>5} {'EXPECTED':>8}")
+    for run in runs:
+        where = f"locally on {run.pod['spec']['nodeName']}" if _decision(run) == "local" else "on Nimbix (emulator)"
+        code = run.exit_seen if run.job.deleted else read_exit_code(run.pod)
+        match = code == run.job.expected_exit
+        ok &= match
+        after = "-" if run.running_after is None else f"{run.running_after:.1f}s"
+        note = ("ok" if match else "MISMATCH") + (" (deleted while running)" if run.job.deleted else "")
+        shown_code = "-" if code is None else str(code)
+        out(f"{run.job.name:<9} {where:<28} {after:>13} {shown_code:>5} {run.job.expected_exit:>8}  {note}")
+    return bool(ok)
+
+
+def _delete_running(
+    plane: controlplane.ControlPlane,
+    emulator: addons.EmulatorProcess,
+    run: _JobRun,
+    *,
+    namespace: str,
+    out: Callable[[str], None],
+) -> bool:
+    """Deletes a running burst Job: the kubelet sends its pod SIGTERM, the runner terminates the job."""
+    pod_name, uid = run.pod["metadata"]["name"], run.pod["metadata"]["uid"]
+    if _decision(run) != "remote":
+        out(f"{run.job.name} was decided local, not deleting it")
+        return False
+    wait_for(
+        lambda: (
+            [j for j in fetch_emulator_jobs(emulator.url, pod_uid=uid) if j["status"] == "PROCESSING STARTING"]
+            and "trial 2" in plane.kubectl("logs", "-n", namespace, pod_name, check=False).stdout
+        ),
+        what=f"remote job of {run.job.name} running",
+        timeout=POD_TIMEOUT_SECONDS,
+    )
+    # The pod object disappears once deleted: its exit code is read while it terminates.
+    seen: list[int] = []
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            result = plane.kubectl("get", "-n", namespace, "pod", pod_name, "-o", "json", check=False)
+            if result.returncode == 0:
+                code = read_exit_code(json.loads(result.stdout))
+                if code is not None:
+                    seen.append(code)
+                    return
+            time.sleep(POLL_INTERVAL_SECONDS)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    out(f"$ kubectl delete -n {namespace} job/{run.job.name}      # while its remote job runs")
+    started = time.monotonic()
+    plane.kubectl(
+        "delete", "-n", namespace, f"job/{run.job.name}", "--cascade=foreground", "--wait=true",
+        f"--timeout={DELETE_TIMEOUT_SECONDS:g}s",
+    )  # fmt: skip
+    wait_for(
+        lambda: _find_job_pod(plane, namespace, run.job.name) is None, what="pod gone", timeout=DELETE_TIMEOUT_SECONDS
+    )
+    elapsed = time.monotonic() - started
+    stop.set()
+    watcher.join(timeout=5)
+    run.exit_seen = seen[0] if seen else None
+    remote = fetch_emulator_jobs(emulator.url, pod_uid=uid)
+    states = ", ".join(f"job {j['number']} {j['status']}" for j in remote) or "no job"
+    out(f"  pod gone after {elapsed:.1f}s (exit code {seen[0] if seen else 'not seen'}); emulator: {states}\n")
+    return bool(remote) and all(j["status"] == "TERMINATED" for j in remote)
+
+
+# -- main -------------------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devplatform.demo", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--fake-nodes",
+        action="store_true",
+        help="no real node: fake nodes in the API, and the demo plays the kubelet's part itself",
+    )
+    parser.add_argument(
+        "--node-wait-seconds",
+        type=float,
+        default=0.0,
+        help="how long to wait for another real node on this machine (make dev-up, a test session) to stop",
+    )
+    args = parser.parse_args(argv)
+    if args.fake_nodes:
+        return run_fake_node_demo()
+    started = time.monotonic()
+    say("nimbix-burst demo: a local control plane, its real node (kubelet), the webhook and a JARVICE emulator")
+    bin_dir = controlplane.ensure_binaries()
+    say("- images: devplatform/images/build.sh (cached; a cold build takes minutes)")
+    archives = node.build_image_archives()
+    run_dir = Path(tempfile.mkdtemp(prefix="nimbix-burst-demo-"))
+    plane = controlplane.ControlPlane(run_dir / "controlplane", bin_dir=bin_dir)
+    real = node.RealNode(run_dir / "node", control_plane=plane, image_archives=archives)
+    ok = False
+    try:
+        plane.start()
+        say(f"- control plane v1.32 up in {time.monotonic() - started:.1f}s ({plane.server_url})")
+        try:
+            real.start(claim_wait_seconds=args.node_wait_seconds)
+        except node.NodeHostError as error:
+            say(f"\n{error}\n")
+            say(
+                "make demo needs a real node (root, cgroups, containerd). To run the demo without one, where\n"
+                "the demo itself plays the kubelet's part (fake nodes, runners started as host processes):\n"
+                "  .venv/bin/python -m devplatform.demo --fake-nodes"
+            )
+            return 2
+        timings = real.timings
+        say(
+            f"- real node {real.name} Ready ({real.settings.gpus} {GPU}, gateway {real.gateway_address})"
+            + (f" in {timings.total_seconds:.1f}s" if timings else "")
+        )
+        ok = run_demo(plane, real, run_dir=run_dir)
+        say(f"\ndemo {'passed' if ok else 'FAILED'} in {time.monotonic() - started:.1f}s")
+    finally:
+        real.stop()
+        plane.stop()
+        if ok:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        else:
+            say(f"logs kept in {run_dir}")
+    return 0 if ok else 1
+
+
+# -- --fake-nodes: no kubelet, the demo plays its part (only on explicit request) -------------------
+
+GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
+_FAKE_TRAIN = (
+    'echo "training started with "quotes", a $ sign and unicode: ünïcödé"; '
+    'for epoch in 1 2 3; do echo "epoch $epoch/3 loss=$(python3 -c "print(round(1.0/$epoch, 3))")"; sleep 0.3; done; '
+    "echo 'saved model to /data/model.pt'"
+)
+FAKE_JOBS = (
+    DemoJob("resnet-a", 4, _FAKE_TRAIN, 0),
+    DemoJob("resnet-b", 4, _FAKE_TRAIN, 0),
+    DemoJob("bert-c", 4, _FAKE_TRAIN, 0),
+    DemoJob("llm-d", 8, _FAKE_TRAIN, 0),
+    DemoJob("flaky-e", 2, FAIL, 3),
+)
+
+
+def fake_job_manifest(job: DemoJob) -> dict[str, Any]:
     secret_env = [
         {"name": name, "valueFrom": {"secretKeyRef": {"name": SECRET, "key": key}}}
         for name, key in (("JARVICE_USERNAME", "username"), ("JARVICE_APIKEY", "apikey"), ("JARVICE_API_URL", "url"))
@@ -108,7 +554,7 @@ def job_manifest(job: DemoJob) -> dict[str, Any]:
     }
 
 
-def wait_for_job_pod(core: Any, job: str, *, timeout: float = 30) -> Any:
+def _wait_for_job_pod(core: Any, job: str, *, timeout: float = 30) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pods = core.list_namespaced_pod(NAMESPACE, label_selector=f"job-name={job}").items
@@ -138,7 +584,7 @@ def resolve_env(pod: Mapping[str, Any], secrets: Mapping[str, Mapping[str, str]]
     return env
 
 
-def run_pod(job: DemoJob, env: Mapping[str, str], results: dict[str, int], lock: threading.Lock) -> None:
+def _run_pod_as_kubelet(job: DemoJob, env: Mapping[str, str], results: dict[str, int], lock: threading.Lock) -> None:
     """The pod's container: `python -m entrypoint`, output prefixed like `kubectl logs -f` per pod."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("JARVICE_", "REMOTE", "APP_"))}
     process = subprocess.Popen(
@@ -175,9 +621,10 @@ def _summarize_log_line(line: str) -> str:
     return ""
 
 
-def main() -> int:
+def run_fake_node_demo() -> int:
+    """The demo without a kubelet: fake nodes in the API; the demo runs each pod's runner itself."""
     started = time.monotonic()
-    say("nimbix-burst demo: a local control plane, the webhook, and a JARVICE emulator")
+    say("nimbix-burst demo (--fake-nodes): no kubelet; this demo plays its part")
     bin_dir = controlplane.ensure_binaries()
     run_dir = Path(tempfile.mkdtemp(prefix="nimbix-burst-demo-"))
     plane = controlplane.ControlPlane(run_dir / "controlplane", bin_dir=bin_dir)
@@ -191,9 +638,7 @@ def main() -> int:
             run_dir / "webhook", kubeconfig=plane.kubeconfig_path, args=["--strip-toleration-keys", GPU]
         )
         addons.register_webhook(plane, webhook)
-        emulator = addons.start_jarvice_emulator(
-            run_dir / "jarvice", args=["--queue-seconds", "0.5", "--init-seconds", "0.2"]
-        )
+        emulator = addons.start_jarvice_emulator(run_dir / "jarvice", args=EMULATOR_ARGS)
         say(f"- webhook at {webhook.url}, JARVICE emulator at {emulator.url}")
         api = plane.api_client()
         core, batch = k8s_client.CoreV1Api(api), k8s_client.BatchV1Api(api)
@@ -206,47 +651,35 @@ def main() -> int:
             "- cluster: gpu-node-1 (4 GPUs), gpu-node-2 (4 GPUs), both tainted nvidia.com/gpu; cpu-node-1 (4 CPUs, 8Gi)"
         )
         nodes.create_namespace(core, NAMESPACE)
-        creds = emulator.runner_env()
-        secret_data = {
-            "username": creds["JARVICE_USERNAME"],
-            "apikey": creds["JARVICE_APIKEY"],
-            "url": creds["JARVICE_API_URL"],
-        }
+        secret_data = build_secret(emulator, namespace=NAMESPACE)["stringData"]
         core.create_namespaced_secret(NAMESPACE, {"metadata": {"name": SECRET}, "stringData": secret_data})
-        say(f"- submitting {len(JOBS)} Jobs asking for {sum(j.gpus for j in JOBS)} GPUs; the cluster has 8\n")
+        say(f"- submitting {len(FAKE_JOBS)} Jobs asking for {sum(j.gpus for j in FAKE_JOBS)} GPUs; the cluster has 8\n")
 
         pods: dict[str, dict[str, Any]] = {}
-        for job in JOBS:
-            batch.create_namespaced_job(NAMESPACE, job_manifest(job))
-            pod = wait_for_job_pod(core, job.name)
-            node = nodes.wait_for_pod_bound(core, NAMESPACE, pod.metadata.name)
+        for job in FAKE_JOBS:
+            batch.create_namespaced_job(NAMESPACE, fake_job_manifest(job))
+            pod = _wait_for_job_pod(core, job.name)
+            bound = nodes.wait_for_pod_bound(core, NAMESPACE, pod.metadata.name)
             raw = api.sanitize_for_serialization(core.read_namespaced_pod(pod.metadata.name, NAMESPACE))
-            raw["spec"]["nodeName"] = node
+            raw["spec"]["nodeName"] = bound
             pods[job.name] = raw
 
         say(f"{'JOB':<10} {'GPUs':>4}  {'DECISION':<8} {'BOUND TO':<11} REASON")
-        for job in JOBS:
+        for job in FAKE_JOBS:
             annotations = pods[job.name]["metadata"].get("annotations", {})
             say(
-                f"{job.name:<10} {job.gpus:>4}  {annotations.get('nimbix-burst.io/decision', '-'):<8} "
-                f"{pods[job.name]['spec']['nodeName']:<11} {annotations.get('nimbix-burst.io/reason', '')}"
+                f"{job.name:<10} {job.gpus:>4}  {annotations.get(DECISION, '-'):<8} "
+                f"{pods[job.name]['spec']['nodeName']:<11} {annotations.get(REASON, '')}"
             )
-        remote_pod = next(
-            p for p in pods.values() if p["metadata"]["annotations"]["nimbix-burst.io/decision"] == "remote"
-        )
-        container = remote_pod["spec"]["containers"][0]
-        env_shown = {
-            e["name"]: e.get("value") for e in container["env"] if e["name"] in ("REMOTE", "NUM_GPUS", "NUM_CPUS")
-        }
-        say(f"\na burst pod now asks for {container['resources']['requests']} with env {env_shown}")
         say("\nplaying the kubelet: running each pod's container (python -m entrypoint) with its environment\n")
-
         secrets = {SECRET: secret_data}
         results: dict[str, int] = {}
         lock = threading.Lock()
         threads = [
-            threading.Thread(target=run_pod, args=(job, resolve_env(pods[job.name], secrets), results, lock))
-            for job in JOBS
+            threading.Thread(
+                target=_run_pod_as_kubelet, args=(job, resolve_env(pods[job.name], secrets), results, lock)
+            )
+            for job in FAKE_JOBS
         ]
         for thread in threads:
             thread.start()
@@ -255,8 +688,8 @@ def main() -> int:
 
         say(f"\n{'JOB':<10} {'RAN':<22} {'EXIT':>4}  {'EXPECTED':>8}")
         ok = True
-        for job in JOBS:
-            decision = pods[job.name]["metadata"]["annotations"]["nimbix-burst.io/decision"]
+        for job in FAKE_JOBS:
+            decision = pods[job.name]["metadata"]["annotations"][DECISION]
             where = (
                 f"locally on {pods[job.name]['spec']['nodeName']}" if decision == "local" else "on Nimbix (emulator)"
             )
@@ -264,8 +697,7 @@ def main() -> int:
             ok &= match
             verdict = "ok" if match else "MISMATCH"
             say(f"{job.name:<10} {where:<22} {results.get(job.name, -1):>4}  {job.expected_exit:>8}  {verdict}")
-        decisions = {p["metadata"]["annotations"]["nimbix-burst.io/decision"] for p in pods.values()}
-        ok &= decisions == {"local", "remote"}
+        ok &= {p["metadata"]["annotations"][DECISION] for p in pods.values()} == {"local", "remote"}
         api.close()
         say(f"\ndemo {'passed' if ok else 'FAILED'} in {time.monotonic() - started:.1f}s")
     finally:

@@ -143,9 +143,11 @@ class EmulatorProcess:
 
 
 def start_jarvice_emulator(
-    run_dir: Path, *, args: Sequence[str] = (), timeout: float = READY_TIMEOUT_SECONDS
+    run_dir: Path, *, args: Sequence[str] = (), host: str = "127.0.0.1", timeout: float = READY_TIMEOUT_SECONDS
 ) -> EmulatorProcess:
-    """`python -m devplatform.emulator` as its own process; returns once it is listening."""
+    """`python -m devplatform.emulator` as its own process; returns once it is listening.
+
+    ``host``: where it listens; the real node's ``gateway_address`` for runners in pods."""
     run_dir.mkdir(parents=True, exist_ok=True)
     state_file, env_file = run_dir / "jarvice-emulator.json", run_dir / "jarvice.env"
     state_file.unlink(missing_ok=True)
@@ -154,6 +156,7 @@ def start_jarvice_emulator(
         "--state-file", str(state_file),
         "--env-file", str(env_file),
         "--workdir", str(run_dir / "jobs"),
+        "--host", host,
         *args,
     ]  # fmt: skip
     process = start_process("jarvice-emulator", argv, log_path=run_dir / "logs" / "jarvice-emulator.log")

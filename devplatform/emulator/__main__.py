@@ -8,6 +8,7 @@ JARVICE_APIKEY, APP_NAME, APP_COMMAND). Stops on SIGTERM/SIGINT, killing every j
 import argparse
 import asyncio
 import contextlib
+import ipaddress
 import json
 import os
 import secrets
@@ -29,7 +30,12 @@ DEFAULT_APP = "nimbix-burst-example:run"
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m devplatform.emulator", description=__doc__)
-    parser.add_argument("--host", default="127.0.0.1", choices=LOOPBACK, help="loopback only")
+    parser.add_argument(
+        "--host",
+        default="127.0.0.1",
+        type=_local_host,
+        help="loopback, or a private address such as the real node's bridge gateway (pods reach it there)",
+    )
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (default)")
     parser.add_argument(
         "--users",
@@ -68,6 +74,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--env-file", type=Path, help="write a shell-sourceable JARVICE_* env file here")
     parser.add_argument("--seed", type=int, default=None, help="seed for fault draws and job names")
     return parser
+
+
+def _local_host(value: str) -> str:
+    """Loopback or a private (RFC 1918/4193) address: the emulator runs submitted commands on this
+    host, so it never listens where the outside world could reach it."""
+    if value in LOOPBACK:
+        return value
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an IP address") from exc
+    if not (address.is_loopback or address.is_private) or address.is_unspecified:
+        raise argparse.ArgumentTypeError(f"{value} is neither loopback nor a private address")
+    return value
 
 
 def build_config(args: argparse.Namespace) -> EmulatorConfig:
