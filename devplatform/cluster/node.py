@@ -455,7 +455,9 @@ def _remove_new_iptables_chains(before: Mapping[str, Mapping[str, Sequence[str]]
 
 
 def _kubepods_dirs() -> list[Path]:
-    return [path for path in CGROUP_ROOT.glob(f"*/{nodeconfig.KUBEPODS_CGROUP}") if path.is_dir()]
+    # v1: one per hierarchy (/sys/fs/cgroup/<controller>/kubepods); v2: /sys/fs/cgroup/kubepods.
+    candidates = [CGROUP_ROOT / nodeconfig.KUBEPODS_CGROUP, *CGROUP_ROOT.glob(f"*/{nodeconfig.KUBEPODS_CGROUP}")]
+    return [path for path in candidates if path.is_dir()]
 
 
 def _kill_cgroup_processes() -> list[str]:
