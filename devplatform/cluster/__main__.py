@@ -17,12 +17,14 @@ import argparse
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from kubernetes import client as k8s_client
 
-from devplatform.cluster import addons, controlplane, node, nodes, processes
+from devplatform import certmanager
+from devplatform.cluster import addons, controlplane, install, node, nodes, processes
 
 STATE_FILE = "state.json"
 KUBECONFIG_FILE = "kubeconfig"
@@ -52,9 +54,8 @@ def start_extras(control_plane: controlplane.ControlPlane, dev_dir: Path) -> lis
     """
     started: list[processes.ManagedProcess] = []
     try:
-        webhook = addons.start_webhook(dev_dir / "webhook", kubeconfig=control_plane.kubeconfig_path)
-        started.append(webhook.process)
-        addons.register_webhook(control_plane, webhook)
+        # The webhook is no longer a host process here: install_addon (below) installs it from
+        # devplatform/overlay as the README says, two pods on the real node behind the Service.
         emulator = addons.start_jarvice_emulator(dev_dir / "jarvice")
         started.append(emulator.process)
         shutil.copyfile(emulator.env_file, dev_dir / JARVICE_ENV_FILE)
@@ -64,6 +65,33 @@ def start_extras(control_plane: controlplane.ControlPlane, dev_dir: Path) -> lis
             processes.stop_process(proc)
         raise
     return started
+
+
+# -- the add-on, installed as a user installs it (devplatform/cluster/install.py) ----------------------
+
+
+def install_addon(control_plane: controlplane.ControlPlane, real_node: node.RealNode) -> list[processes.ManagedProcess]:
+    """cert-manager (the README's prerequisite), then ``kubectl apply -k devplatform/overlay`` and the
+    README's checks: Certificates Ready, caBundle injected, two webhook pods Running and Ready on the
+    real node, the leader Lease held. Returns cert-manager's processes (saved to state.json, so
+    ``down`` stops them); if the install fails they are stopped and the error is raised."""
+    began = time.monotonic()
+    cert_manager = certmanager.install(control_plane)
+    try:
+        installed = install.install_addon(control_plane, real_node)
+    except BaseException:
+        certmanager.stop(cert_manager)
+        raise
+    t = installed.timings
+    print(
+        f"nimbix-burst installed (kubectl apply -k devplatform/overlay) in {time.monotonic() - began:.1f} s: "
+        f"cert-manager ready {cert_manager.timings.ready_seconds:.1f} s; then Certificates Ready "
+        f"{t.certificates_seconds:.1f} s, caBundle {t.ca_bundle_seconds:.1f} s, "
+        f"pods Ready {t.pods_ready_seconds:.1f} s, Lease {t.lease_seconds:.1f} s"
+    )
+    pods = ", ".join(installed.pods)
+    print(f"  namespace {installed.namespace}: pods {pods} on {installed.node}; leader {installed.leader}")
+    return list(cert_manager.processes)
 
 
 def _create_dev_nodes(control_plane: controlplane.ControlPlane) -> None:
@@ -91,6 +119,11 @@ def run_up(dev_dir: Path) -> int:
         print(f"already running ({pids}); run make dev-down first", file=sys.stderr)
         return 1
 
+    try:
+        node.check_root()
+    except node.NodeHostError as error:
+        print(error, file=sys.stderr)
+        return 1
     bin_dir = controlplane.ensure_binaries()
     try:
         archives = node.build_image_archives()
@@ -115,6 +148,7 @@ def run_up(dev_dir: Path) -> int:
     extras: list[processes.ManagedProcess] = []
     try:
         extras = start_extras(control_plane, dev_dir)
+        extras.extend(install_addon(control_plane, real_node))
         kubeconfig = dev_dir / KUBECONFIG_FILE
         shutil.copyfile(control_plane.kubeconfig_path, kubeconfig)
         kubeconfig.chmod(0o600)

@@ -158,7 +158,7 @@ class RealNode:
         """
         if self._running:
             raise RuntimeError("the node is already running")
-        _check_root()
+        check_root()
         _install_packages()
         began = time.monotonic()
         self._layout.state_file.unlink(missing_ok=True)
@@ -523,7 +523,8 @@ def _is_mount_point(point: str) -> bool:
 # -- host -------------------------------------------------------------------------------------------
 
 
-def _check_root() -> None:
+def check_root() -> None:
+    """Raises NodeHostError unless we are root (checked first: everything else needs it)."""
     if os.geteuid() != 0:
         raise NodeHostError(
             f"this machine cannot host the real node:\n  - not root (uid {os.geteuid()}): containerd, runc, "
