@@ -1,0 +1,162 @@
+"""Composition root: settings -> logging -> API client -> store + watch -> Lease -> loops -> HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import requests
+from aiohttp import web
+from pythonjsonlogger.json import JsonFormatter
+
+from controller import stranding
+from controller.app import BackgroundTask, create_app, every
+from controller.kube import Kube, PodWatcher, load_api_client
+from controller.metrics import Metrics
+from controller.reaping import Reaper
+from controller.rebursting import Reburster
+from controller.settings import Credentials, Settings, SettingsError, parse_settings
+from controller.store import PodStore
+from entrypoint import jarvice
+from webhook.lease import LeaseElector
+
+log = logging.getLogger("controller")
+
+# The reaper's JARVICE calls: short per-call timeouts and a small outage budget, so one round never
+# blocks for long; the next round simply tries again.
+JARVICE_CONNECT_TIMEOUT, JARVICE_READ_TIMEOUT = 5.0, 30.0
+JARVICE_RETRY = jarvice.RetryPolicy(base_seconds=1.0, cap_seconds=10.0, outage_seconds=30.0)
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(JsonFormatter("{asctime}{levelname}{name}{message}", style="{", timestamp=False))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # The kubernetes client logs request bodies at DEBUG, urllib3 logs URLs (JARVICE's carry the key).
+    logging.getLogger("kubernetes").setLevel(logging.WARNING)
+    logging.getLogger("urllib3").setLevel(logging.WARNING)
+
+
+def _jarvice_client(credentials: Credentials, session: requests.Session) -> jarvice.JarviceClient:
+    return jarvice.JarviceClient(
+        base_url=credentials.api_url,
+        username=credentials.username,
+        apikey=credentials.apikey,
+        session=session,
+        connect_timeout=JARVICE_CONNECT_TIMEOUT,
+        read_timeout=JARVICE_READ_TIMEOUT,
+        retry=JARVICE_RETRY,
+        sleep=time.sleep,
+        clock=time.monotonic,
+        rng=random.Random(),
+    )
+
+
+async def _build(settings: Settings) -> web.Application:
+    api_client = load_api_client(settings.kubeconfig)
+    store = PodStore(clock=time.monotonic)
+    watcher = PodWatcher(api_client, store)
+    elector = LeaseElector(
+        load_api_client(settings.kubeconfig),  # its own connection pool: renewals never queue behind the watch
+        namespace=settings.lease_namespace,
+        name=settings.lease_name,
+        identity=settings.identity,
+        url="",  # nobody forwards to the controller
+        timing=settings.lease_timing,
+        clock=time.monotonic,
+        on_started_leading=lambda _handed: None,
+        export_handover=lambda: (),
+    )
+
+    def is_leader() -> bool:
+        return elector.standing() == "leader"
+
+    metrics = Metrics(is_leader=is_leader)
+    kube = Kube(api_client, reporting_instance=settings.identity)
+
+    async def watch() -> None:
+        await asyncio.to_thread(watcher.run)
+
+    background: list[BackgroundTask] = [watch, elector.run]
+    if settings.reburst:
+        reburster = Reburster(
+            store=store,
+            kube=kube,
+            policy=stranding.Policy(threshold=settings.stranded_seconds, cap=settings.reburst_cap),
+            metrics=metrics,
+            is_leader=is_leader,
+            wall_clock=time.time,  # lastTransitionTime is the API server's wall clock
+        )
+        background.append(every(settings.scan_seconds, reburster.scan, name="reburst"))
+    session = requests.Session()
+    if settings.reap_orphans and settings.credentials is not None:
+        reaper = Reaper(
+            store=store,
+            jarvice=_jarvice_client(settings.credentials, session),
+            grace=settings.orphan_grace_seconds,
+            dry_run=settings.orphan_dry_run,
+            stale_after=settings.watch_stale_seconds,
+            metrics=metrics,
+            is_leader=is_leader,
+            clock=time.monotonic,
+        )
+        background.append(every(settings.orphan_interval_seconds, reaper.round, name="reap"))
+    else:
+        log.warning("orphan reaper off", extra={"reason": settings.reap_disabled_reason})
+
+    async def stop() -> None:
+        await elector.release()  # the next leader takes over in one Lease round, not a whole duration
+        watcher.stop()
+        session.close()
+
+    log.info(
+        "controller starting",
+        extra={
+            "identity": settings.identity,
+            "lease": settings.lease_name,
+            "namespace": settings.lease_namespace,
+            "reburst": settings.reburst,
+            "stranded_s": settings.stranded_seconds,
+            "reburst_cap": settings.reburst_cap,
+            "reap_orphans": settings.reap_orphans,
+            "orphan_dry_run": settings.orphan_dry_run,
+            "orphan_grace_s": settings.orphan_grace_seconds,
+            "orphan_interval_s": settings.orphan_interval_seconds,
+        },
+    )
+    return create_app(
+        store=store,
+        metrics=metrics,
+        stale_after=settings.watch_stale_seconds,
+        background=tuple(background),
+        on_stop=stop,
+    )
+
+
+def _read_file(path: str) -> str:
+    return Path(path).read_text(encoding="utf-8")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = parse_settings(sys.argv[1:] if argv is None else argv, os.environ, read_file=_read_file)
+    except SettingsError as exc:
+        print(exc, file=sys.stderr)  # noqa: T201 - before logging exists, the message is the output
+        return 2
+    configure_logging(settings.log_level)
+    web.run_app(
+        _build(settings), host=settings.host, port=settings.port, access_log=None, print=None, shutdown_timeout=10
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

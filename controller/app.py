@@ -1,0 +1,102 @@
+"""The controller's HTTP side (/healthz, /readyz, /metrics) and its background loops (I/O)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from controller.metrics import Metrics
+from controller.store import PodStore
+
+log = logging.getLogger(__name__)
+
+METRICS = web.AppKey("metrics", Metrics)
+STORE = web.AppKey("store", PodStore)
+STALE_AFTER = web.AppKey("stale_after", float)
+
+BackgroundTask = Callable[[], Coroutine[Any, Any, None]]
+
+
+def every(seconds: float, step: Callable[[], None], *, name: str) -> BackgroundTask:
+    """A loop that runs the synchronous `step` in a worker thread every `seconds`; a failing step
+    is logged and the loop goes on (the steps catch their own expected failures)."""
+
+    async def loop() -> None:
+        while True:
+            try:
+                await asyncio.to_thread(step)
+            except Exception:
+                log.exception("controller loop step failed", extra={"loop": name})
+            await asyncio.sleep(seconds)
+
+    return loop
+
+
+async def healthz(_request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    fresh, reason = request.app[STORE].fresh(stale_after=request.app[STALE_AFTER])
+    return web.Response(text=reason, status=200 if fresh else 503)
+
+
+async def metrics_endpoint(request: web.Request) -> web.Response:
+    return web.Response(
+        body=generate_latest(request.app[METRICS].registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+    )
+
+
+def _background(
+    tasks: tuple[BackgroundTask, ...], on_stop: Callable[[], Coroutine[Any, Any, None]]
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """cleanup_ctx: start the tasks with the app; on shutdown run `on_stop` (release the Lease)
+    first, then cancel and await them. A crashed task stops the process (the Deployment restarts it)."""
+
+    async def ctx(_app: web.Application) -> AsyncIterator[None]:
+        running = [asyncio.create_task(task()) for task in tasks]
+
+        def crashed(task: asyncio.Task[None]) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                log.critical("background task crashed", exc_info=task.exception())
+                os.kill(os.getpid(), signal.SIGTERM)
+
+        for task in running:
+            task.add_done_callback(crashed)
+        yield
+        await on_stop()
+        for task in running:
+            task.remove_done_callback(crashed)
+            task.cancel()
+        for task in running:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    return ctx
+
+
+def create_app(
+    *,
+    store: PodStore,
+    metrics: Metrics,
+    stale_after: float,
+    background: tuple[BackgroundTask, ...],
+    on_stop: Callable[[], Coroutine[Any, Any, None]],
+) -> web.Application:
+    app = web.Application()
+    app[STORE] = store
+    app[METRICS] = metrics
+    app[STALE_AFTER] = stale_after
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_endpoint)
+    app.cleanup_ctx.append(_background(background, on_stop))
+    return app

@@ -1,0 +1,57 @@
+"""Prometheus metrics, on a registry owned by the app (no global default registry)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+
+class Metrics:
+    def __init__(self, *, is_leader: Callable[[], bool]) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.leader = Gauge(
+            "nimbix_burst_controller_leader", "1 while this replica holds the Lease and acts", registry=r
+        )
+        self.leader.set_function(lambda: 1.0 if is_leader() else 0.0)
+        self.rebursts = Counter(
+            "nimbix_burst_controller_rebursts", "Stranded local pods deleted so their Job recreates them", registry=r
+        )
+        self.stranded_noted = Counter(
+            "nimbix_burst_controller_stranded_noted",
+            "Stranded local pods reported (Event + annotation) but not deleted",
+            ["reason"],
+            registry=r,
+        )
+        self.cap_hits = Counter(
+            "nimbix_burst_controller_reburst_cap_hits",
+            "Stranded pods not re-burst because their owner reached the per-owner cap",
+            registry=r,
+        )
+        self.reburst_aborted = Counter(
+            "nimbix_burst_controller_reburst_aborted",
+            "Re-bursts given up at the last moment (the pod changed, was bound, or went away)",
+            ["reason"],
+            registry=r,
+        )
+        self.orphans_seen = Counter(
+            "nimbix_burst_controller_orphans_seen", "JARVICE jobs first seen without their pod", registry=r
+        )
+        self.orphans_pending = Gauge(
+            "nimbix_burst_controller_orphans", "JARVICE jobs without their pod, as of the last round", registry=r
+        )
+        self.orphans_terminated = Counter(
+            "nimbix_burst_controller_orphans_terminated", "Orphaned JARVICE jobs terminated", registry=r
+        )
+        self.orphans_dry_run = Counter(
+            "nimbix_burst_controller_orphans_dry_run",
+            "Orphaned JARVICE jobs that would have been terminated (dry run)",
+            registry=r,
+        )
+        self.errors = Counter(
+            "nimbix_burst_controller_errors",
+            "Failed actions, by kind (kubernetes, jarvice-list, jarvice-terminate)",
+            ["kind"],
+            registry=r,
+        )

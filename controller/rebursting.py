@@ -1,0 +1,149 @@
+"""Finds stranded local pods and re-bursts or reports them (I/O shell around `stranding`).
+
+Runs in a worker thread (the kubernetes client is synchronous). Acts only while this replica
+leads. Per-owner re-burst counts are kept in memory (see the README, "The burst controller", for
+why not on the owner): a new leader starts from zero, and the Job's own backoffLimit still bounds
+the total because each deleted pod counts as one of its failures.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from controller import stranding
+from controller.kube import Gone
+from controller.metrics import Metrics
+from controller.model import PodView, format_time, parse_job, parse_pod
+from controller.store import PodStore
+
+log = logging.getLogger(__name__)
+
+REASON_REBURST = "NimbixReBurst"
+REASON_STRANDED = "NimbixStranded"
+REASON_CAP = "NimbixReBurstCapReached"
+
+
+class KubeWrites(Protocol):
+    def read_pod(self, namespace: str, name: str) -> Mapping[str, Any]: ...
+    def read_job(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
+    def delete_pod(self, pod: PodView) -> None: ...
+    def annotate_stranded(self, pod: PodView, *, since: str) -> None: ...
+    def record_event(
+        self, *, namespace: str, involved: Mapping[str, str], reason: str, message: str, event_type: str = ...
+    ) -> None: ...
+
+
+class Reburster:
+    def __init__(
+        self,
+        *,
+        store: PodStore,
+        kube: KubeWrites,
+        policy: stranding.Policy,
+        metrics: Metrics,
+        is_leader: Callable[[], bool],
+        wall_clock: Callable[[], float],
+    ) -> None:
+        self._store = store
+        self._kube = kube
+        self._policy = policy
+        self._metrics = metrics
+        self._is_leader = is_leader
+        self._now = wall_clock
+        self.rebursts_by_owner: dict[str, int] = {}
+        self._handled: set[str] = set()  # pod UIDs acted on; the watch shows the result a little later
+
+    def scan(self) -> None:
+        if not self._is_leader():
+            return
+        pods = self._store.labeled()
+        present = {pod.uid for pod in pods}
+        self._handled &= present
+        for pod in pods:
+            if pod.uid in self._handled:
+                continue
+            owner_uid = pod.owner.uid if pod.owner else ""
+            assessment = stranding.assess(
+                pod, now=self._now(), policy=self._policy, rebursts=self.rebursts_by_owner.get(owner_uid, 0)
+            )
+            try:
+                if assessment.verdict == "reburst":
+                    self._reburst(pod)
+                elif assessment.verdict in ("note", "cap-hit"):
+                    self._note(pod, assessment)
+            except Gone as exc:
+                self._metrics.reburst_aborted.labels(reason="changed").inc()
+                log.info("stranded pod changed before we acted", extra=_context(pod, reason=str(exc)))
+            except Exception:  # a failed API call costs this pod one scan, not the loop
+                self._metrics.errors.labels(kind="kubernetes").inc()
+                log.warning("stranded pod action failed", extra=_context(pod), exc_info=True)
+
+    def _reburst(self, pod: PodView) -> None:
+        assert pod.owner is not None  # assess() said reburst: a Job owns it
+        owner = parse_job(self._kube.read_job(pod.namespace, pod.owner.name))
+        why_not = stranding.check_owner(pod, owner)
+        if why_not:
+            self._note(pod, stranding.Assessment("note", why_not, stranded_since=pod.scheduled_since))
+            return
+        # Re-read right before deleting: the decision is made again on what the API server says now.
+        fresh = parse_pod(self._kube.read_pod(pod.namespace, pod.name))
+        count = self.rebursts_by_owner.get(pod.owner.uid, 0)
+        again = stranding.assess(fresh, now=self._now(), policy=self._policy, rebursts=count)
+        if fresh.uid != pod.uid or again.verdict != "reburst":
+            self._metrics.reburst_aborted.labels(reason="no-longer-stranded").inc()
+            log.info("stranded pod recovered before re-burst", extra=_context(pod, reason=again.reason))
+            return
+        self._kube.delete_pod(fresh)  # precondition: this uid and resourceVersion, so a bind in between fails
+        self._handled.add(pod.uid)
+        count += 1
+        self.rebursts_by_owner[pod.owner.uid] = count
+        self._metrics.rebursts.inc()
+        waited = self._now() - (fresh.scheduled_since or self._now())
+        message = stranding.build_reburst_message(fresh, waited=waited, count=count, cap=self._policy.cap)
+        log.info(
+            "stranded pod re-burst",
+            extra=_context(fresh, owner=pod.owner.name, count=count, cap=self._policy.cap, waited_s=round(waited, 1)),
+        )
+        self._event_on_owner(pod, reason=REASON_REBURST, message=message)
+
+    def _note(self, pod: PodView, assessment: stranding.Assessment) -> None:
+        since = assessment.stranded_since if assessment.stranded_since is not None else self._now()
+        waited = self._now() - since
+        reason = assessment.reason
+        self._kube.annotate_stranded(pod, since=format_time(since))
+        self._handled.add(pod.uid)
+        message = stranding.build_note_message(pod, waited=waited, reason=reason)
+        if assessment.verdict == "cap-hit":
+            self._metrics.cap_hits.inc()
+            self._metrics.stranded_noted.labels(reason="cap").inc()
+            if pod.owner is not None:
+                self._event_on_owner(pod, reason=REASON_CAP, message=message)
+        else:
+            self._metrics.stranded_noted.labels(reason="no-owner" if pod.owner is None else "owner").inc()
+        log.info("stranded pod reported", extra=_context(pod, reason=reason, verdict=assessment.verdict))
+        self._kube.record_event(
+            namespace=pod.namespace,
+            involved={"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid},
+            reason=REASON_STRANDED,
+            message=message,
+        )
+
+    def _event_on_owner(self, pod: PodView, *, reason: str, message: str) -> None:
+        assert pod.owner is not None
+        self._kube.record_event(
+            namespace=pod.namespace,
+            involved={
+                "apiVersion": pod.owner.api_version,
+                "kind": pod.owner.kind,
+                "name": pod.owner.name,
+                "uid": pod.owner.uid,
+            },
+            reason=reason,
+            message=message,
+        )
+
+
+def _context(pod: PodView, **extra: object) -> dict[str, object]:
+    return {"namespace": pod.namespace, "pod": pod.name, "uid": pod.uid, **extra}

@@ -1,0 +1,202 @@
+"""Controller settings: CLI flags with environment defaults, validated once at start (pure).
+
+JARVICE credentials come only from the environment (`JARVICE_USERNAME`, `JARVICE_APIKEY`, or
+their `*_FILE` variants pointing at a mounted Secret), never from flags: a flag would show the
+key in `ps` and in the pod spec. Files are read through an injected reader, so this module does
+no I/O of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from entrypoint.settings import Secret
+from webhook.leadership import LeaseTiming
+
+DEFAULT_API_URL = "https://cloud.nimbix.net/api"
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+ReapMode = Literal["auto", "true", "false"]
+
+
+class SettingsError(ValueError):
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("invalid controller settings:\n  - " + "\n  - ".join(problems))
+        self.problems = tuple(problems)
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    api_url: str
+    username: str
+    apikey: Secret
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str
+    port: int
+    kubeconfig: str  # "" -> in-cluster configuration
+    log_level: str
+    identity: str  # this replica's name in the Lease (the pod name)
+    lease_namespace: str
+    lease_name: str
+    lease_timing: LeaseTiming
+    watch_stale_seconds: float
+    reburst: bool
+    stranded_seconds: float
+    reburst_cap: int
+    scan_seconds: float
+    reap_orphans: bool
+    reap_disabled_reason: str  # why the reaper is off ("" when on)
+    orphan_interval_seconds: float
+    orphan_grace_seconds: float
+    orphan_dry_run: bool
+    credentials: Credentials | None
+
+
+# (flag, env var, default, help)
+OPTIONS: tuple[tuple[str, str, str, str], ...] = (
+    ("--host", "CONTROLLER_HOST", "0.0.0.0", "address of the /metrics, /healthz, /readyz port"),  # noqa: S104
+    ("--port", "CONTROLLER_PORT", "8080", "HTTP port for /metrics, /healthz, /readyz"),
+    ("--kubeconfig", "KUBECONFIG", "", "kubeconfig path; empty means in-cluster configuration"),
+    ("--log-level", "CONTROLLER_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
+    ("--pod-name", "POD_NAME", "", "this replica's identity in the Lease (downward API)"),
+    ("--lease-namespace", "POD_NAMESPACE", "", "namespace of the Lease (the controller's own)"),
+    ("--lease-name", "CONTROLLER_LEASE_NAME", "nimbix-burst-controller-leader", "the Lease the replicas elect through"),
+    ("--lease-duration-seconds", "CONTROLLER_LEASE_DURATION_SECONDS", "15", "takeover delay after a leader dies"),
+    ("--lease-renew-deadline-seconds", "CONTROLLER_LEASE_RENEW_DEADLINE_SECONDS", "10", "leader stops if not renewed"),
+    ("--lease-retry-seconds", "CONTROLLER_LEASE_RETRY_SECONDS", "2", "Lease read/renew interval"),
+    ("--watch-stale-seconds", "CONTROLLER_WATCH_STALE_SECONDS", "60", "not ready after the pod watch broke this long"),
+    ("--reburst", "CONTROLLER_REBURST", "true", "false turns re-bursting of stranded pods off"),
+    ("--stranded-seconds", "CONTROLLER_STRANDED_SECONDS", "120", "how long a local pod may stay unschedulable"),
+    ("--reburst-cap", "CONTROLLER_REBURST_CAP", "3", "re-bursts per owner (Job) at most"),
+    ("--scan-seconds", "CONTROLLER_SCAN_SECONDS", "5", "how often stranded pods are looked for"),
+    ("--reap-orphans", "CONTROLLER_REAP_ORPHANS", "auto", "auto (on when credentials are given), true or false"),
+    ("--orphan-interval-seconds", "CONTROLLER_ORPHAN_INTERVAL_SECONDS", "60", "how often JARVICE jobs are listed"),
+    ("--orphan-grace-seconds", "CONTROLLER_ORPHAN_GRACE_SECONDS", "120", "orphaned this long before terminate"),
+    ("--orphan-dry-run", "CONTROLLER_ORPHAN_DRY_RUN", "false", "true: log and count orphans, terminate nothing"),
+    ("--jarvice-api-url", "JARVICE_API_URL", DEFAULT_API_URL, "JARVICE API base URL"),
+)
+
+
+def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m controller",
+        description="nimbix-burst controller. JARVICE credentials: env JARVICE_USERNAME[_FILE], JARVICE_APIKEY[_FILE]",
+    )
+    for flag, var, default, help_text in OPTIONS:
+        parser.add_argument(flag, default=env.get(var, default), help=f"{help_text} (env {var}; default {default!r})")
+    return parser
+
+
+def _credential(env: Mapping[str, str], name: str, *, read_file: Callable[[str], str], problems: list[str]) -> str:
+    direct, path = env.get(name, "").strip(), env.get(f"{name}_FILE", "").strip()
+    if direct and path:
+        problems.append(f"{name} and {name}_FILE are both set; set one")
+        return ""
+    if not path:
+        return direct
+    try:
+        return read_file(path).strip()
+    except OSError as exc:
+        problems.append(f"{name}_FILE: cannot read {path} ({type(exc).__name__})")
+        return ""
+
+
+def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, read_file: Callable[[str], str]) -> Settings:
+    raw = vars(build_parser(env).parse_args(list(argv)))
+    problems: list[str] = []
+
+    def number(key: str, *, minimum: float, integer: bool = False) -> float:
+        flag = "--" + key.replace("_", "-")
+        try:
+            value = int(raw[key]) if integer else float(raw[key])
+        except ValueError:
+            problems.append(f"{flag}: {raw[key]!r} is not a {'whole ' if integer else ''}number")
+            return minimum
+        if value < minimum:
+            problems.append(f"{flag}: must be at least {minimum:g}, got {value:g}")
+            return minimum
+        return value
+
+    def boolean(key: str) -> bool:
+        value = _BOOLEANS.get(str(raw[key]).strip().lower())
+        if value is None:
+            problems.append(f"--{key.replace('_', '-')}: {raw[key]!r} is not true or false")
+            return False
+        return value
+
+    port = int(number("port", minimum=1, integer=True))
+    if port > 65535:
+        problems.append(f"--port: must be at most 65535, got {port}")
+    log_level = str(raw["log_level"]).upper()
+    if log_level not in _LOG_LEVELS:
+        problems.append(f"--log-level: {raw['log_level']!r} is not one of {', '.join(_LOG_LEVELS)}")
+    for key, flag, var in (
+        ("pod_name", "--pod-name", "POD_NAME"),
+        ("lease_namespace", "--lease-namespace", "POD_NAMESPACE"),
+    ):
+        if not str(raw[key]).strip():
+            problems.append(f"{flag} (env {var}) is required: the replicas elect a leader through a Lease")
+    timing = LeaseTiming(duration=15, renew_deadline=10, retry=2)
+    try:
+        timing = LeaseTiming(
+            duration=number("lease_duration_seconds", minimum=0.1),
+            renew_deadline=number("lease_renew_deadline_seconds", minimum=0.1),
+            retry=number("lease_retry_seconds", minimum=0.05),
+        )
+    except ValueError as exc:
+        problems.append(f"--lease-*-seconds: {exc}")
+    username = _credential(env, "JARVICE_USERNAME", read_file=read_file, problems=problems)
+    apikey = _credential(env, "JARVICE_APIKEY", read_file=read_file, problems=problems)
+    api_url = str(raw["jarvice_api_url"]).strip()
+    if not api_url.startswith(("https://", "http://")):
+        problems.append(f"--jarvice-api-url: {api_url!r} is not an http(s) URL")
+    credentials = (
+        Credentials(api_url=api_url, username=username, apikey=Secret(apikey)) if username and apikey else None
+    )
+    mode = str(raw["reap_orphans"]).strip().lower()
+    reap, reap_off = False, ""
+    if mode == "auto":
+        reap = credentials is not None
+        reap_off = "" if reap else "no JARVICE credentials (JARVICE_USERNAME[_FILE], JARVICE_APIKEY[_FILE])"
+    elif mode in _BOOLEANS:
+        reap = _BOOLEANS[mode]
+        reap_off = "" if reap else "--reap-orphans false"
+        if reap and credentials is None:
+            problems.append(
+                "--reap-orphans true needs JARVICE credentials: JARVICE_USERNAME[_FILE] and JARVICE_APIKEY[_FILE]"
+            )
+    else:
+        problems.append(f"--reap-orphans: {raw['reap_orphans']!r} is not auto, true or false")
+    if (username or apikey) and credentials is None:
+        problems.append("JARVICE credentials incomplete: set both JARVICE_USERNAME[_FILE] and JARVICE_APIKEY[_FILE]")
+    reburst = boolean("reburst")
+    settings = Settings(
+        host=str(raw["host"]),
+        port=port,
+        kubeconfig=str(raw["kubeconfig"]),
+        log_level=log_level,
+        identity=str(raw["pod_name"]).strip(),
+        lease_namespace=str(raw["lease_namespace"]).strip(),
+        lease_name=str(raw["lease_name"]).strip(),
+        lease_timing=timing,
+        watch_stale_seconds=number("watch_stale_seconds", minimum=1),
+        reburst=reburst,
+        stranded_seconds=number("stranded_seconds", minimum=1),
+        reburst_cap=int(number("reburst_cap", minimum=0, integer=True)),
+        scan_seconds=number("scan_seconds", minimum=0.1),
+        reap_orphans=reap,
+        reap_disabled_reason=reap_off,
+        orphan_interval_seconds=number("orphan_interval_seconds", minimum=1),
+        orphan_grace_seconds=number("orphan_grace_seconds", minimum=0),
+        orphan_dry_run=boolean("orphan_dry_run"),
+        credentials=credentials,
+    )
+    if problems:
+        raise SettingsError(problems)
+    return settings

@@ -1,0 +1,78 @@
+"""The controller's view of the cluster's pods, fed by the watch (state, no I/O).
+
+Every pod's UID is kept (the orphan reaper must not terminate the job of a pod that exists, even
+one whose `task-type` label was removed); the parsed view only for labeled pods, which are the
+ones that can be stranded. The watch thread writes, the loops read: a lock keeps them apart.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from controller.model import PodView, parse_pod
+
+
+class PodStore:
+    def __init__(self, *, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._uids: set[str] = set()
+        self._labeled: dict[str, PodView] = {}
+        self._listed = False
+        self._broken_since: float | None = None
+
+    # ----- written by the watch -------------------------------------------------------------
+
+    def replace(self, objs: Iterable[Mapping[str, Any]]) -> None:
+        views = [parse_pod(obj) for obj in objs]
+        with self._lock:
+            self._uids = {v.uid for v in views if v.uid}
+            self._labeled = {v.uid: v for v in views if v.uid and v.labeled}
+            self._listed = True
+            self._broken_since = None
+
+    def apply(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        view = parse_pod(obj)
+        if not view.uid:
+            return
+        with self._lock:
+            self._broken_since = None
+            if event_type == "DELETED":
+                self._uids.discard(view.uid)
+                self._labeled.pop(view.uid, None)
+                return
+            self._uids.add(view.uid)
+            if view.labeled:
+                self._labeled[view.uid] = view
+            else:
+                self._labeled.pop(view.uid, None)
+
+    def mark_broken(self) -> None:
+        with self._lock:
+            if self._broken_since is None:
+                self._broken_since = self._clock()
+
+    def mark_contact(self) -> None:
+        with self._lock:
+            self._broken_since = None
+
+    # ----- read by the loops ----------------------------------------------------------------
+
+    def fresh(self, *, stale_after: float) -> tuple[bool, str]:
+        """Whether the store may be trusted: listed once, and the watch not broken for long."""
+        with self._lock:
+            if not self._listed:
+                return False, "pods not listed yet"
+            if self._broken_since is not None and self._clock() - self._broken_since >= stale_after:
+                return False, f"pod watch broken for {self._clock() - self._broken_since:.0f}s"
+            return True, "ok"
+
+    def uids(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._uids)
+
+    def labeled(self) -> list[PodView]:
+        with self._lock:
+            return list(self._labeled.values())

@@ -1,0 +1,109 @@
+"""Which stranded pods to re-burst, which to report, and which to leave alone (pure).
+
+A pod is *stranded* when the webhook decided `local` for it (some node had its GPUs at admission)
+and the scheduler has since found no node for it (`PodScheduled=False`, reason `Unschedulable`)
+for at least `threshold` seconds, counted from the condition's lastTransitionTime. The GPUs may
+have gone (a node failed or lost its devices), or the pod may need something the webhook does
+not model (inter-pod affinity, topology spread, ...).
+
+- Owned by a Job (which recreates a deleted pod): delete it, so its replacement is decided
+  afresh by the webhook (with no free GPUs left it bursts). At most `cap` times per Job, so a
+  pod that strands for a reason the webhook cannot see is not deleted forever.
+- Anything else (a bare pod, a ReplicaSet's, a StatefulSet's, or a Job whose cap is spent): report
+  it once, with an Event and the `stranded-since` annotation; never delete it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from controller.model import OwnerState, PodView
+
+# Owners that recreate a deleted pod and whose pods are batch work that may run on JARVICE. See the
+# README ("Which owners") for why ReplicaSets and StatefulSets are not on the list.
+REBURST_OWNERS = frozenset({("batch/v1", "Job")})
+
+Verdict = Literal["ignore", "wait", "reburst", "note", "cap-hit"]
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    threshold: float  # seconds a local pod may stay unschedulable before it is stranded
+    cap: int  # re-bursts per owner
+
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    verdict: Verdict
+    reason: str
+    stranded_since: float | None = None  # epoch seconds, for reburst/note/cap-hit
+    due_at: float | None = None  # epoch seconds, for wait
+
+
+def is_stranded_candidate(pod: PodView) -> bool:
+    """Decided local, not bound, not going away, and marked Unschedulable by the scheduler."""
+    return (
+        pod.labeled
+        and pod.decision == "local"
+        and not pod.deleting
+        and not pod.node_name
+        and pod.phase in ("Pending", "")
+        and pod.scheduled_status == "False"
+        and pod.scheduled_reason == "Unschedulable"
+    )
+
+
+def may_reburst_owner(pod: PodView) -> bool:
+    return pod.owner is not None and (pod.owner.api_version, pod.owner.kind) in REBURST_OWNERS
+
+
+def assess(pod: PodView, *, now: float, policy: Policy, rebursts: int) -> Assessment:
+    """What to do with `pod` now; `rebursts` is how many times its owner's pods were re-burst."""
+    if not is_stranded_candidate(pod):
+        return Assessment("ignore", "not a local pod marked Unschedulable")
+    if pod.scheduled_since is None:
+        return Assessment("ignore", "PodScheduled has no lastTransitionTime")
+    due = pod.scheduled_since + policy.threshold
+    if now < due:
+        return Assessment("wait", "unschedulable for less than the threshold", due_at=due)
+    if pod.stranded_since:
+        return Assessment("ignore", "already reported as stranded")
+    since = pod.scheduled_since
+    if not may_reburst_owner(pod):
+        owner = "no owner" if pod.owner is None else f"owner {pod.owner.kind} does not recreate it for us"
+        return Assessment("note", owner, stranded_since=since)
+    if rebursts >= policy.cap:
+        return Assessment(
+            "cap-hit",
+            f"its {pod.owner.kind if pod.owner else 'owner'} was re-burst {rebursts} times (cap {policy.cap})",
+            stranded_since=since,
+        )
+    return Assessment("reburst", "owned by a Job, which recreates it", stranded_since=since)
+
+
+def check_owner(pod: PodView, owner: OwnerState) -> str:
+    """ "" when the owner will recreate the pod we delete; otherwise why not."""
+    if not owner.exists:
+        return "owner not found"
+    if pod.owner is not None and owner.uid != pod.owner.uid:
+        return "owner was replaced (uid differs)"
+    if owner.finished:
+        return "owner has finished"
+    if owner.suspended:
+        return "owner is suspended"
+    return ""
+
+
+def build_reburst_message(pod: PodView, *, waited: float, count: int, cap: int) -> str:
+    return (
+        f"pod {pod.name} was decided local but stayed unschedulable for {waited:.0f}s; deleted so that its "
+        f"replacement is decided again (re-burst {count} of {cap})"
+    )
+
+
+def build_note_message(pod: PodView, *, waited: float, reason: str) -> str:
+    return (
+        f"pod {pod.name} was decided local but has been unschedulable for {waited:.0f}s; not deleted ({reason}): "
+        "delete it to have it decided again, or free GPUs for it"
+    )

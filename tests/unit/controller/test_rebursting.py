@@ -1,0 +1,162 @@
+"""Reburster.scan against a fake API (injected): what it deletes, reports, and refuses to touch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from controller import stranding
+from controller.kube import Gone
+from controller.metrics import Metrics
+from controller.model import PodView
+from controller.rebursting import Reburster
+from controller.store import PodStore
+from tests.unit.controller.builders import JOB_UID, T0, job, pod
+
+NOW = T0 + 300
+
+
+@dataclass
+class FakeKube:
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> what a GET returns now
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    deleted: list[tuple[str, str, str]] = field(default_factory=list)  # name, uid, resourceVersion
+    annotated: list[tuple[str, str]] = field(default_factory=list)
+    events: list[tuple[str, str, str]] = field(default_factory=list)  # kind, name, reason
+    delete_conflict: bool = False
+
+    def read_pod(self, namespace: str, name: str) -> Mapping[str, Any]:
+        if name not in self.pods:
+            raise Gone(name)
+        return self.pods[name]
+
+    def read_job(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self.jobs.get(name)
+
+    def delete_pod(self, pod: PodView) -> None:
+        if self.delete_conflict:
+            raise Gone("409")
+        self.deleted.append((pod.name, pod.uid, pod.resource_version))
+
+    def annotate_stranded(self, pod: PodView, *, since: str) -> None:
+        self.annotated.append((pod.name, since))
+
+    def record_event(
+        self, *, namespace: str, involved: Mapping[str, str], reason: str, message: str, event_type: str = "Warning"
+    ) -> None:
+        self.events.append((involved["kind"], involved["name"], reason))
+
+
+def make(*bodies: dict[str, Any], leader: bool = True, cap: int = 3) -> tuple[Reburster, FakeKube, Metrics]:
+    store = PodStore(clock=lambda: 0.0)
+    store.replace(bodies)
+    kube = FakeKube(pods={b["metadata"]["name"]: b for b in bodies}, jobs={"train": job()})
+    metrics = Metrics(is_leader=lambda: leader)
+    reburster = Reburster(
+        store=store,
+        kube=kube,
+        policy=stranding.Policy(threshold=120, cap=cap),
+        metrics=metrics,
+        is_leader=lambda: leader,
+        wall_clock=lambda: NOW,
+    )
+    return reburster, kube, metrics
+
+
+def sample(metrics: Metrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+def test_a_stranded_job_pod_is_deleted_with_preconditions_and_explained_on_the_job() -> None:
+    reburster, kube, metrics = make(pod())
+    kube.pods["train-abcde"] = pod(resource_version="43")  # the re-read sees a newer version
+    reburster.scan()
+    assert kube.deleted == [("train-abcde", pod()["metadata"]["uid"], "43")]
+    assert kube.events == [("Job", "train", "NimbixReBurst")]
+    assert reburster.rebursts_by_owner == {JOB_UID: 1}
+    assert sample(metrics, "nimbix_burst_controller_rebursts_total") == 1
+    reburster.scan()  # the watch has not shown the deletion yet: nothing twice
+    assert len(kube.deleted) == 1
+
+
+def test_a_follower_does_nothing() -> None:
+    reburster, kube, _ = make(pod(), pod(name="bare", uid="u2", owners=[]), leader=False)
+    reburster.scan()
+    assert (kube.deleted, kube.annotated, kube.events) == ([], [], [])
+
+
+@pytest.mark.parametrize(
+    "now_body",
+    [
+        pytest.param(pod(node_name="gpu-1", resource_version="44"), id="bound-meanwhile"),
+        pytest.param(pod(scheduled=("True", ""), resource_version="44"), id="scheduled-meanwhile"),
+        pytest.param(pod(uid="recreated"), id="same-name-new-pod"),
+    ],
+)
+def test_a_pod_that_recovered_before_the_delete_is_left_alone(now_body: dict[str, Any]) -> None:
+    reburster, kube, metrics = make(pod())
+    kube.pods["train-abcde"] = now_body
+    reburster.scan()
+    assert kube.deleted == [] and reburster.rebursts_by_owner == {}
+    assert sample(metrics, "nimbix_burst_controller_reburst_aborted_total", reason="no-longer-stranded") == 1
+
+
+def test_a_bind_between_read_and_delete_fails_the_precondition_and_counts_nothing() -> None:
+    reburster, kube, metrics = make(pod())
+    kube.delete_conflict = True
+    reburster.scan()
+    assert reburster.rebursts_by_owner == {} and kube.events == []
+    assert sample(metrics, "nimbix_burst_controller_reburst_aborted_total", reason="changed") == 1
+
+
+def test_a_bare_pod_is_reported_once_and_never_deleted() -> None:
+    reburster, kube, metrics = make(pod(owners=[]))
+    reburster.scan()
+    reburster.scan()
+    assert kube.deleted == []
+    assert kube.annotated == [("train-abcde", "2023-11-14T22:13:20Z")]
+    assert kube.events == [("Pod", "train-abcde", "NimbixStranded")]
+    assert sample(metrics, "nimbix_burst_controller_stranded_noted_total", reason="no-owner") == 1
+
+
+def test_the_cap_stops_rebursts_per_owner_and_is_counted() -> None:
+    bodies = [pod(name=f"train-{i}", uid=f"uid-{i}") for i in range(4)]
+    reburster, kube, metrics = make(*bodies, cap=3)
+    reburster.scan()
+    assert len(kube.deleted) == 3 and reburster.rebursts_by_owner == {JOB_UID: 3}
+    assert kube.annotated == [("train-3", "2023-11-14T22:13:20Z")]
+    assert ("Job", "train", "NimbixReBurstCapReached") in kube.events
+    assert sample(metrics, "nimbix_burst_controller_reburst_cap_hits_total") == 1
+    assert sample(metrics, "nimbix_burst_controller_rebursts_total") == 3
+
+
+@pytest.mark.parametrize(
+    ("owner", "why"),
+    [
+        pytest.param(None, "owner not found", id="job-gone"),
+        pytest.param(job(conditions=[{"type": "Complete", "status": "True"}]), "owner has finished", id="finished"),
+        pytest.param(job(suspend=True), "owner is suspended", id="suspended"),
+    ],
+)
+def test_a_job_that_would_not_recreate_the_pod_gets_a_report_instead(owner: dict[str, Any] | None, why: str) -> None:
+    reburster, kube, _ = make(pod())
+    kube.jobs = {} if owner is None else {"train": owner}
+    reburster.scan()
+    assert kube.deleted == [] and len(kube.annotated) == 1
+    assert kube.events == [("Pod", "train-abcde", "NimbixStranded")]
+
+
+def test_a_failing_api_call_costs_one_pod_not_the_scan() -> None:
+    class Broken(FakeKube):
+        def read_job(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+            raise RuntimeError("API server down")
+
+    reburster, _, metrics = make(pod(), pod(name="bare", uid="u2", owners=[]))
+    broken = Broken(pods=dict(reburster._kube.pods))  # type: ignore[attr-defined]
+    reburster._kube = broken  # type: ignore[attr-defined]
+    reburster.scan()
+    assert broken.annotated == [("bare", "2023-11-14T22:13:20Z")]
+    assert sample(metrics, "nimbix_burst_controller_errors_total", kind="kubernetes") == 1

@@ -1,0 +1,78 @@
+"""stranding.assess and check_owner: the rules of the README's "The burst controller", as tables."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controller import stranding
+from controller.model import parse_job, parse_pod
+from tests.unit.controller.builders import T0, job, job_owner, pod
+
+POLICY = stranding.Policy(threshold=120, cap=3)
+LATER = T0 + 121  # past the threshold
+
+
+@pytest.mark.parametrize(
+    ("body", "now", "rebursts", "verdict"),
+    [
+        pytest.param(pod(), LATER, 0, "reburst", id="job-pod-stranded-past-threshold"),
+        pytest.param(pod(), T0 + 119, 0, "wait", id="job-pod-not-yet"),
+        pytest.param(pod(), T0 + 120, 0, "reburst", id="exactly-at-threshold"),
+        pytest.param(pod(), LATER, 2, "reburst", id="third-reburst-allowed"),
+        pytest.param(pod(), LATER, 3, "cap-hit", id="cap-reached"),
+        pytest.param(pod(owners=[]), LATER, 0, "note", id="bare-pod"),
+        pytest.param(pod(owners=[]), LATER, 99, "note", id="bare-pod-never-cap"),
+        pytest.param(pod(owners=[job_owner(kind="ReplicaSet", api="apps/v1")]), LATER, 0, "note", id="replicaset"),
+        pytest.param(pod(owners=[job_owner(kind="StatefulSet", api="apps/v1")]), LATER, 0, "note", id="statefulset"),
+        pytest.param(pod(owners=[{**job_owner(), "controller": False}]), LATER, 0, "note", id="job-not-controller"),
+        pytest.param(pod(owners=[job_owner(api="batch/v2")]), LATER, 0, "note", id="unknown-job-version"),
+        pytest.param(pod(decision="remote"), LATER, 0, "ignore", id="decided-remote"),
+        pytest.param(pod(decision=None), LATER, 0, "ignore", id="never-decided"),
+        pytest.param(pod(labeled=False), LATER, 0, "ignore", id="unlabeled"),
+        pytest.param(pod(node_name="gpu-1"), LATER, 0, "ignore", id="bound"),
+        pytest.param(pod(phase="Running"), LATER, 0, "ignore", id="running"),
+        pytest.param(pod(deleting=True), LATER, 0, "ignore", id="being-deleted"),
+        pytest.param(pod(scheduled=("True", "")), LATER, 0, "ignore", id="scheduled"),
+        pytest.param(pod(scheduled=("False", "SchedulingGated")), LATER, 0, "ignore", id="gated"),
+        pytest.param(pod(scheduled=None), LATER, 0, "ignore", id="no-condition-yet"),
+        pytest.param(pod(since=""), LATER, 0, "ignore", id="no-transition-time"),
+        pytest.param(pod(stranded_since="2023-11-14T22:13:20Z"), LATER, 0, "ignore", id="already-reported"),
+        pytest.param(pod(owners=[], stranded_since="x"), LATER, 0, "ignore", id="bare-already-reported"),
+    ],
+)
+def test_assess(body: dict[str, Any], now: float, rebursts: int, verdict: str) -> None:
+    assert stranding.assess(parse_pod(body), now=now, policy=POLICY, rebursts=rebursts).verdict == verdict
+
+
+def test_wait_says_when_it_is_due() -> None:
+    assessment = stranding.assess(parse_pod(pod()), now=T0 + 10, policy=POLICY, rebursts=0)
+    assert assessment.due_at == T0 + 120
+
+
+def test_stranded_since_is_the_conditions_transition_time() -> None:
+    assessment = stranding.assess(parse_pod(pod()), now=LATER, policy=POLICY, rebursts=0)
+    assert assessment.stranded_since == T0
+
+
+def test_cap_zero_never_rebursts() -> None:
+    policy = stranding.Policy(threshold=120, cap=0)
+    assert stranding.assess(parse_pod(pod()), now=LATER, policy=policy, rebursts=0).verdict == "cap-hit"
+
+
+@pytest.mark.parametrize(
+    ("owner", "why"),
+    [
+        pytest.param(job(), "", id="live-job"),
+        pytest.param(None, "owner not found", id="job-deleted"),
+        pytest.param(job(uid="other"), "owner was replaced (uid differs)", id="job-recreated-same-name"),
+        pytest.param(job(conditions=[{"type": "Complete", "status": "True"}]), "owner has finished", id="complete"),
+        pytest.param(job(conditions=[{"type": "Failed", "status": "True"}]), "owner has finished", id="failed"),
+        pytest.param(job(conditions=[{"type": "Failed", "status": "False"}]), "", id="failed-false"),
+        pytest.param(job(suspend=True), "owner is suspended", id="suspended"),
+        pytest.param(job(suspend=False), "", id="not-suspended"),
+    ],
+)
+def test_check_owner(owner: dict[str, Any] | None, why: str) -> None:
+    assert stranding.check_owner(parse_pod(pod()), parse_job(owner)) == why
