@@ -45,8 +45,9 @@ REQUIRED_BINARIES = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER, KUBECTL)
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build-controlplane.sh"
 
 # The first address of the service range is the `kubernetes` Service's ClusterIP, which is why it is
-# a SAN of the serving certificate. Nothing dials it (the apiserver listens on 127.0.0.1 only, which
-# pods cannot reach; the real node's kube-proxy translates the other Services' ClusterIPs).
+# a SAN of the serving certificate: in-cluster clients on the real node (the installed webhook) dial
+# it, and kube-proxy translates it to the endpoint that devplatform/cluster/install.py publishes (the
+# node's bridge gateway and the apiserver's port).
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 KUBERNETES_SERVICE_IP = "10.0.0.1"
 APISERVER_DNS_NAMES = (
@@ -416,7 +417,11 @@ def _build_etcd_args(bin_dir: Path, layout: _Layout, ports: _Ports) -> list[str]
 def _build_apiserver_args(bin_dir: Path, layout: _Layout, ports: _Ports) -> list[str]:
     return [
         str(bin_dir / APISERVER),
-        "--bind-address=127.0.0.1",
+        # All addresses, not 127.0.0.1: pods on the real node reach the apiserver at the bridge gateway
+        # (the `kubernetes` Service's endpoint), an address that only exists once the node has started.
+        # Every request still needs a client certificate or token (anonymous requests reach /healthz,
+        # /readyz, /livez and /version only, as in any cluster).
+        "--bind-address=0.0.0.0",
         "--advertise-address=127.0.0.1",
         f"--secure-port={ports.apiserver}",
         f"--etcd-servers={_http_url(ports.etcd_client)}",

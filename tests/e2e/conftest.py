@@ -30,7 +30,7 @@ from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
 from devplatform import certmanager
-from devplatform.cluster import controlplane, node, nodeconfig, nodes
+from devplatform.cluster import controlplane, install, node, nodeconfig, nodes
 
 E2E_DIR = Path(__file__).resolve().parent
 REPO_ROOT = E2E_DIR.parents[1]
@@ -265,3 +265,22 @@ def cert_manager(
         yield installed
     finally:
         certmanager.stop(installed)
+
+
+# --- the installed add-on (devplatform.cluster.install) ---------------------------------------------
+# nimbix-burst installed as a user installs it: `kubectl apply -k devplatform/overlay` (deploy/ plus
+# local-only patches) after cert-manager; two webhook pods on the real node behind the Service, TLS
+# from cert-manager. Once per session; uninstalled (the README's order) at the end.
+
+
+@pytest.fixture(scope="session")
+def installed_addon(
+    control_plane: controlplane.ControlPlane,
+    real_node: node.RealNode,
+    cert_manager: certmanager.CertManager,
+) -> Iterator[install.Installed]:
+    installed = install.install_addon(control_plane, real_node)
+    try:
+        yield installed
+    finally:
+        install.uninstall(control_plane)

@@ -1,0 +1,323 @@
+"""Installs nimbix-burst into the local cluster the way a user installs it (README, "Install in a
+cluster"): ``kubectl apply -k devplatform/overlay`` (deploy/ plus local-only patches), after
+cert-manager, then the README's checks: Certificates Ready, the caBundle injected, the Deployment's
+two webhook pods Running and Ready on the real node, one of them holding the leader Lease.
+
+    cm = certmanager.install(plane)              # the prerequisite (the caller owns its processes)
+    installed = install.install_addon(plane, real_node)
+    install.uninstall(plane)                     # the README's order: the registration first
+
+The webhook pods reach the API server as any in-cluster client does: the ``kubernetes`` Service's
+ClusterIP (10.0.0.1:443, a SAN of the apiserver's certificate), which kube-proxy on the real node
+translates to its endpoint. The control plane publishes no endpoint of its own (it advertises
+127.0.0.1, which no pod can reach), so ``publish_apiserver_endpoint`` writes one: the node's bridge
+gateway and the apiserver's port (the apiserver listens on all addresses).
+
+The pure builders and checks come first; the I/O below them only gathers inputs and applies outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml  # type: ignore[import-untyped]  # PyYAML (a kubernetes client dependency) ships no stubs
+
+from devplatform.cluster import nodeconfig
+from devplatform.cluster.controlplane import ControlPlane
+from devplatform.cluster.node import RealNode
+
+OVERLAY_DIR = Path(__file__).resolve().parents[1] / "overlay"
+NAMESPACE = "nimbix-burst"
+DEPLOYMENT = "nimbix-burst-webhook"
+APP_SELECTOR = "app.kubernetes.io/name=nimbix-burst-webhook"
+LEASE = "nimbix-burst-webhook-leader"
+CERTIFICATES = ("nimbix-burst-ca", "nimbix-burst-webhook")
+WEBHOOK_CONFIGURATION = "nimbix-burst"
+REPLICAS = 2
+# The `kubernetes` Service's port name; its targetPort is the apiserver's --secure-port.
+APISERVER_PORT_NAME = "https"
+ENDPOINT_SLICE_NAME = "kubernetes-real-node"
+ENDPOINT_SLICE_MANAGER = "nimbix-burst-devplatform"
+CERT_MANAGER_CRD = "certificates.cert-manager.io"
+# Cold start on a busy 2-core machine: the pods start in ~10 s, the watch cache lists in a second or
+# two; cert-manager issues in about one. Generous, but bounded.
+INSTALL_TIMEOUT_SECONDS = 180.0
+UNINSTALL_TIMEOUT_SECONDS = 120.0
+POLL_SECONDS = 0.5
+KUBECTL_TIMEOUT_SECONDS = 60.0
+
+
+class InstallError(RuntimeError):
+    """The add-on did not install; the message says which check was still failing and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class InstallTimings:
+    """Seconds from the start of install_addon until each check first passed."""
+
+    applied_seconds: float
+    certificates_seconds: float
+    ca_bundle_seconds: float
+    pods_ready_seconds: float
+    lease_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Installed:
+    namespace: str
+    pods: tuple[str, ...]
+    leader: str
+    node: str
+    timings: InstallTimings
+
+
+@dataclass(frozen=True, slots=True)
+class PodState:
+    name: str
+    node: str
+    phase: str
+    ready: bool
+    terminating: bool
+
+
+# -- pure ---------------------------------------------------------------------------------------------
+
+
+def build_apiserver_endpoint_slice(*, address: str, port: int) -> dict[str, Any]:
+    """An EndpointSlice for Service default/kubernetes: its ClusterIP leads to ``address:port``.
+
+    The Service has no selector, so no controller owns its endpoints; the label names the Service
+    for kube-proxy and managed-by tells controllers to leave the slice alone."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": ENDPOINT_SLICE_NAME,
+            "namespace": "default",
+            "labels": {
+                "kubernetes.io/service-name": "kubernetes",
+                "endpointslice.kubernetes.io/managed-by": ENDPOINT_SLICE_MANAGER,
+            },
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": [address], "conditions": {"ready": True}}],
+        "ports": [{"name": APISERVER_PORT_NAME, "port": port, "protocol": "TCP"}],
+    }
+
+
+def parse_server_port(server_url: str) -> int:
+    port = urlsplit(server_url).port
+    if port is None:
+        raise ValueError(f"no port in {server_url!r}")
+    return port
+
+
+def find_overlay_problems(objects: Sequence[Mapping[str, Any]], *, settings: nodeconfig.NodeSettings) -> list[str]:
+    """What in the rendered overlay does not fit the real node: the webhook pods must select and
+    tolerate it, and the NetworkPolicy must name its gateway (where the API server's calls come from)."""
+    problems: list[str] = []
+    by_kind = {str(obj.get("kind")): obj for obj in objects}
+    deployment = by_kind.get("Deployment")
+    if deployment is None:
+        return ["no Deployment in the overlay"]
+    spec = deployment["spec"]["template"]["spec"]
+    if spec.get("nodeSelector", {}).get(nodeconfig.REAL_NODE_LABEL) != "true":
+        problems.append(f"the webhook pods do not select {nodeconfig.REAL_NODE_LABEL}=true")
+    key, _, rest = nodeconfig.REAL_NODE_TAINT.partition("=")
+    value, _, effect = rest.partition(":")
+    wanted = {"key": key, "operator": "Equal", "value": value, "effect": effect}
+    if wanted not in spec.get("tolerations", []):
+        problems.append(f"the webhook pods do not tolerate {nodeconfig.REAL_NODE_TAINT}")
+    policy = by_kind.get("NetworkPolicy")
+    cidr = f"{settings.gateway}/32"
+    if policy is not None:
+        for direction, peers in (("ingress", "from"), ("egress", "to")):
+            blocks = [peer.get("ipBlock", {}).get("cidr") for peer in policy["spec"][direction][0][peers]]
+            if cidr not in blocks:
+                problems.append(f"NetworkPolicy {direction} rule 0 does not allow {cidr} (has {blocks})")
+    return problems
+
+
+def find_unready_certificates(certificates: Sequence[Mapping[str, Any]], *, names: Sequence[str]) -> list[str]:
+    """The named Certificates that are missing or not Ready=True, with cert-manager's message."""
+    found = {str(c["metadata"]["name"]): c for c in certificates}
+    unready = []
+    for name in names:
+        certificate = found.get(name)
+        if certificate is None:
+            unready.append(f"{name}: not found")
+            continue
+        conditions = certificate.get("status", {}).get("conditions", []) or []
+        ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+        if ready is None or ready.get("status") != "True":
+            unready.append(f"{name}: {ready.get('message', '') if ready else 'no Ready condition'}")
+    return unready
+
+
+def has_ca_bundle(configuration: Mapping[str, Any]) -> bool:
+    webhooks = configuration.get("webhooks", []) or []
+    return bool(webhooks) and all(w.get("clientConfig", {}).get("caBundle") for w in webhooks)
+
+
+def parse_pods(pods: Sequence[Mapping[str, Any]]) -> list[PodState]:
+    states = []
+    for pod in pods:
+        conditions = pod.get("status", {}).get("conditions", []) or []
+        states.append(
+            PodState(
+                name=str(pod["metadata"]["name"]),
+                node=str(pod.get("spec", {}).get("nodeName", "")),
+                phase=str(pod.get("status", {}).get("phase", "")),
+                ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
+                terminating=bool(pod["metadata"].get("deletionTimestamp")),
+            )
+        )
+    return states
+
+
+def find_serving_pods(pods: Sequence[PodState], *, node: str) -> list[str]:
+    """Pods Running and Ready on ``node`` and not terminating."""
+    return sorted(p.name for p in pods if p.phase == "Running" and p.ready and not p.terminating and p.node == node)
+
+
+def parse_lease_holder(lease: Mapping[str, Any]) -> str:
+    return str(lease.get("spec", {}).get("holderIdentity") or "")
+
+
+# -- I/O ----------------------------------------------------------------------------------------------
+
+
+def publish_apiserver_endpoint(plane: ControlPlane, node: RealNode) -> None:
+    """Points the `kubernetes` Service at the apiserver through the node's bridge gateway."""
+    body = build_apiserver_endpoint_slice(address=node.gateway_address, port=parse_server_port(plane.server_url))
+    _kubectl(plane, "apply", "-f", "-", input=json.dumps(body))
+
+
+def render_overlay(plane: ControlPlane) -> list[dict[str, Any]]:
+    """``kubectl kustomize devplatform/overlay`` as objects."""
+    rendered = _kubectl(plane, "kustomize", str(OVERLAY_DIR))
+    return [dict(doc) for doc in yaml.safe_load_all(rendered.stdout) if doc]
+
+
+def install_addon(plane: ControlPlane, node: RealNode, *, timeout: float = INSTALL_TIMEOUT_SECONDS) -> Installed:
+    """Applies the overlay and waits for the README's checks (see the module docstring).
+
+    cert-manager must be installed already (``certmanager.install(plane)``). Raises InstallError with
+    the check that was still failing at ``timeout``.
+    """
+    began = time.monotonic()
+    deadline = began + timeout
+    if _kubectl(plane, "get", "crd", CERT_MANAGER_CRD, check=False).returncode != 0:
+        raise InstallError(f"cert-manager is not installed ({CERT_MANAGER_CRD} not found): certmanager.install first")
+    problems = find_overlay_problems(render_overlay(plane), settings=node.settings)
+    if problems:
+        raise InstallError(f"{OVERLAY_DIR} does not fit the real node: " + "; ".join(problems))
+    publish_apiserver_endpoint(plane, node)
+    _kubectl(plane, "apply", "-k", str(OVERLAY_DIR))
+    applied = time.monotonic() - began
+
+    def certificates() -> str:
+        items = _get_json(plane, "-n", NAMESPACE, "get", "certificates.cert-manager.io").get("items", [])
+        return "; ".join(find_unready_certificates(items, names=CERTIFICATES))
+
+    _wait(certificates, deadline=deadline, what="Certificates Ready")
+    certificates_done = time.monotonic() - began
+
+    def ca_bundle() -> str:
+        configuration = _get_json(plane, "get", "mutatingwebhookconfiguration", WEBHOOK_CONFIGURATION)
+        return "" if has_ca_bundle(configuration) else "no caBundle in the MutatingWebhookConfiguration yet"
+
+    _wait(ca_bundle, deadline=deadline, what="caBundle injected")
+    ca_bundle_done = time.monotonic() - began
+
+    serving: list[str] = []
+
+    def pods() -> str:
+        nonlocal serving
+        states = parse_pods(_get_json(plane, "-n", NAMESPACE, "get", "pods", "-l", APP_SELECTOR).get("items", []))
+        serving = find_serving_pods(states, node=node.name)
+        if len(serving) >= REPLICAS:
+            return ""
+        return f"{len(serving)}/{REPLICAS} Running and Ready on {node.name}: " + ", ".join(
+            f"{p.name} {p.phase or 'Pending'} ready={p.ready} node={p.node or '-'}" for p in states
+        )
+
+    _wait(pods, deadline=deadline, what="webhook pods Running and Ready")
+    pods_done = time.monotonic() - began
+
+    leader = ""
+
+    def lease() -> str:
+        nonlocal leader
+        result = _kubectl(plane, "-n", NAMESPACE, "get", "lease", LEASE, "-o", "json", check=False)
+        leader = parse_lease_holder(json.loads(result.stdout)) if result.returncode == 0 else ""
+        return "" if leader in serving else f"Lease {LEASE} held by {leader or 'nobody'}"
+
+    _wait(lease, deadline=deadline, what="leader Lease held")
+    return Installed(
+        namespace=NAMESPACE,
+        pods=tuple(serving),
+        leader=leader,
+        node=node.name,
+        timings=InstallTimings(
+            applied_seconds=applied,
+            certificates_seconds=certificates_done,
+            ca_bundle_seconds=ca_bundle_done,
+            pods_ready_seconds=pods_done,
+            lease_seconds=time.monotonic() - began,
+        ),
+    )
+
+
+def uninstall(plane: ControlPlane, *, timeout: float = UNINSTALL_TIMEOUT_SECONDS) -> None:
+    """The README's uninstall: the registration first (no create waits on a webhook going away),
+    then everything else, waiting for the namespace to be gone."""
+    _kubectl(plane, "delete", "mutatingwebhookconfiguration", WEBHOOK_CONFIGURATION, "--ignore-not-found")
+    _kubectl(plane, "delete", "-k", str(OVERLAY_DIR), "--ignore-not-found", "--wait=true", f"--timeout={int(timeout)}s")
+
+
+def _get_json(plane: ControlPlane, *args: str) -> dict[str, Any]:
+    result = _kubectl(plane, *args, "-o", "json", check=False)
+    if result.returncode != 0:
+        return {}
+    document: dict[str, Any] = json.loads(result.stdout)
+    return document
+
+
+def _kubectl(
+    plane: ControlPlane, *args: str, check: bool = True, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    argv = [
+        str(plane.bin_dir / "kubectl"),
+        "--kubeconfig",
+        str(plane.kubeconfig_path),
+        f"--request-timeout={int(KUBECTL_TIMEOUT_SECONDS)}s",
+        *args,
+    ]
+    try:
+        result = subprocess.run(
+            argv, input=input, capture_output=True, text=True, check=False, timeout=KUBECTL_TIMEOUT_SECONDS + 10
+        )
+    except subprocess.TimeoutExpired as error:
+        raise InstallError(f"kubectl {' '.join(args)}: no answer after {KUBECTL_TIMEOUT_SECONDS:g} s") from error
+    if check and result.returncode != 0:
+        raise InstallError(f"kubectl {' '.join(args)} failed ({result.returncode}): {result.stderr.strip()}")
+    return result
+
+
+def _wait(check: Callable[[], str], *, deadline: float, what: str) -> None:
+    """Polls ``check`` (which returns "" when done, else why not) until done or ``deadline``."""
+    while True:
+        problem = check()
+        if not problem:
+            return
+        if time.monotonic() >= deadline:
+            raise InstallError(f"{what}: still not done: {problem}")
+        time.sleep(POLL_SECONDS)
