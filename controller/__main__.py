@@ -102,6 +102,7 @@ async def _build(settings: Settings) -> web.Application:
             store=store,
             jarvice=_jarvice_client(settings.credentials, session),
             grace=settings.orphan_grace_seconds,
+            interval=settings.orphan_interval_seconds,
             dry_run=settings.orphan_dry_run,
             stale_after=settings.watch_stale_seconds,
             metrics=metrics,

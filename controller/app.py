@@ -25,17 +25,20 @@ STALE_AFTER = web.AppKey("stale_after", float)
 BackgroundTask = Callable[[], Coroutine[Any, Any, None]]
 
 
-def every(seconds: float, step: Callable[[], None], *, name: str) -> BackgroundTask:
-    """A loop that runs the synchronous `step` in a worker thread every `seconds`; a failing step
-    is logged and the loop goes on (the steps catch their own expected failures)."""
+def every(seconds: float, step: Callable[[], float | None], *, name: str) -> BackgroundTask:
+    """A loop that runs the synchronous `step` in a worker thread every `seconds` (or after the
+    delay the step returns); a failing step is logged and the loop goes on (the steps catch their
+    own expected failures)."""
 
     async def loop() -> None:
         while True:
+            delay = seconds
             try:
-                await asyncio.to_thread(step)
+                asked = await asyncio.to_thread(step)
+                delay = seconds if asked is None else asked
             except Exception:
                 log.exception("controller loop step failed", extra={"loop": name})
-            await asyncio.sleep(seconds)
+            await asyncio.sleep(delay)
 
     return loop
 

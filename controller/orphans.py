@@ -69,3 +69,13 @@ def plan_round(
         if now - seen >= grace:
             due.append(orphan)
     return Round(first_seen=carried, orphans=orphans, due=due, newly_seen=newly)
+
+
+# Rounds are never closer than this, whatever the grace periods say (JARVICE is a shared API).
+MIN_ROUND_SECONDS = 0.5
+
+
+def next_round_in(planned: Round, *, now: float, grace: float, interval: float) -> float:
+    """The interval, or less when a pending orphan's grace period ends sooner."""
+    pending = [o.first_seen + grace - now for o in planned.orphans if o not in planned.due]
+    return max(MIN_ROUND_SECONDS, min([interval, *pending]))

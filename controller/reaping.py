@@ -33,6 +33,7 @@ class Reaper:
         store: PodStore,
         jarvice: JobsApi,
         grace: float,
+        interval: float,
         dry_run: bool,
         stale_after: float,
         metrics: Metrics,
@@ -42,6 +43,7 @@ class Reaper:
         self._store = store
         self._jarvice = jarvice
         self._grace = grace
+        self._interval = interval
         self._dry_run = dry_run
         self._stale_after = stale_after
         self._metrics = metrics
@@ -50,21 +52,24 @@ class Reaper:
         self._first_seen: dict[int, float] = {}
         self._done: set[int] = set()  # terminated (or reported, in a dry run): never twice
 
-    def round(self) -> None:
+    def round(self) -> float:
+        """One round; returns the seconds until the next one: the interval, or sooner when an
+        orphan's grace period ends first (so it is terminated at most one interval after its pod
+        went, plus the grace period)."""
         if not self._is_leader():
             self._first_seen.clear()
-            return
+            return self._interval
         fresh, why = self._store.fresh(stale_after=self._stale_after)
         if not fresh:
             log.warning("orphan round skipped", extra={"reason": why})
-            return
+            return self._interval
         before = self._store.uids()
         try:
             entries = self._jarvice.fetch_jobs(completed=False)
         except JarviceError as exc:
             self._metrics.errors.labels(kind="jarvice-list").inc()
             log.warning("JARVICE jobs not listed", extra={"error": str(exc)})
-            return
+            return self._interval
         # Pods seen before or after the list: a pod created meanwhile is not taken for gone.
         uids = before | self._store.uids()
         jobs = [orphans.Job(number=e.number, label=e.label or "", state=e.state) for e in entries.values()]
@@ -79,6 +84,7 @@ class Reaper:
         for orphan in planned.due:
             if orphan.number not in self._done:
                 self._terminate(orphan, now=now)
+        return orphans.next_round_in(planned, now=now, grace=self._grace, interval=self._interval)
 
     def _terminate(self, orphan: orphans.Orphan, *, now: float) -> None:
         if self._dry_run:

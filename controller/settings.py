@@ -93,7 +93,11 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     return parser
 
 
-def _credential(env: Mapping[str, str], name: str, *, read_file: Callable[[str], str], problems: list[str]) -> str:
+def _credential(
+    env: Mapping[str, str], name: str, *, read_file: Callable[[str], str], problems: list[str], missing: list[str]
+) -> str:
+    """The value of `name`, or of the file `name_FILE` points at. A file that does not exist is
+    an absent credential (the Deployment mounts the Secret as optional), noted in `missing`."""
     direct, path = env.get(name, "").strip(), env.get(f"{name}_FILE", "").strip()
     if direct and path:
         problems.append(f"{name} and {name}_FILE are both set; set one")
@@ -102,6 +106,9 @@ def _credential(env: Mapping[str, str], name: str, *, read_file: Callable[[str],
         return direct
     try:
         return read_file(path).strip()
+    except FileNotFoundError:
+        missing.append(path)
+        return ""
     except OSError as exc:
         problems.append(f"{name}_FILE: cannot read {path} ({type(exc).__name__})")
         return ""
@@ -151,8 +158,10 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, read_file: Ca
         )
     except ValueError as exc:
         problems.append(f"--lease-*-seconds: {exc}")
-    username = _credential(env, "JARVICE_USERNAME", read_file=read_file, problems=problems)
-    apikey = _credential(env, "JARVICE_APIKEY", read_file=read_file, problems=problems)
+    missing: list[str] = []
+    username = _credential(env, "JARVICE_USERNAME", read_file=read_file, problems=problems, missing=missing)
+    apikey = _credential(env, "JARVICE_APIKEY", read_file=read_file, problems=problems, missing=missing)
+    absent = f" ({', '.join(missing)} not found: is the Secret there?)" if missing else ""
     api_url = str(raw["jarvice_api_url"]).strip()
     if not api_url.startswith(("https://", "http://")):
         problems.append(f"--jarvice-api-url: {api_url!r} is not an http(s) URL")
@@ -163,13 +172,14 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, read_file: Ca
     reap, reap_off = False, ""
     if mode == "auto":
         reap = credentials is not None
-        reap_off = "" if reap else "no JARVICE credentials (JARVICE_USERNAME[_FILE], JARVICE_APIKEY[_FILE])"
+        reap_off = "" if reap else f"no JARVICE credentials (JARVICE_USERNAME[_FILE], JARVICE_APIKEY[_FILE]){absent}"
     elif mode in _BOOLEANS:
         reap = _BOOLEANS[mode]
         reap_off = "" if reap else "--reap-orphans false"
         if reap and credentials is None:
             problems.append(
                 "--reap-orphans true needs JARVICE credentials: JARVICE_USERNAME[_FILE] and JARVICE_APIKEY[_FILE]"
+                + absent
             )
     else:
         problems.append(f"--reap-orphans: {raw['reap_orphans']!r} is not auto, true or false")

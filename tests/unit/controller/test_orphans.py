@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controller.orphans import Job, plan_round
+from controller.orphans import Job, next_round_in, plan_round
 
 POD = "4f1c2a9e-7b1d-4c55-9d0e-2a6b8c1e3f70"
 GONE = "00000000-1111-2222-3333-444444444444"
@@ -60,3 +60,14 @@ def test_only_our_labels_and_live_jobs_count() -> None:
 def test_jobs_that_left_the_list_are_forgotten() -> None:
     planned = plan_round([], pod_uids=set(), first_seen={9: 0.0}, now=50, grace=10)
     assert planned.first_seen == {}
+
+
+def test_next_round_in() -> None:
+    jobs = [Job(1, label(GONE), "SUBMITTED")]
+    first = plan_round(jobs, pod_uids=set(), first_seen={}, now=0, grace=10)
+    assert next_round_in(first, now=0, grace=10, interval=60) == 10
+    assert next_round_in(first, now=0, grace=100, interval=60) == 60
+    later = plan_round(jobs, pod_uids=set(), first_seen=first.first_seen, now=9.9, grace=10)
+    assert next_round_in(later, now=9.9, grace=10, interval=60) == 0.5  # never a busy loop
+    due = plan_round(jobs, pod_uids=set(), first_seen=first.first_seen, now=10, grace=10)
+    assert next_round_in(due, now=10, grace=10, interval=60) == 60

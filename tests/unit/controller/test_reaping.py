@@ -64,6 +64,7 @@ def make(
         store=store,
         jarvice=jarvice,
         grace=120,
+        interval=60,
         dry_run=dry_run,
         stale_after=60,
         metrics=metrics,
@@ -154,3 +155,12 @@ def test_a_failed_list_is_counted_and_harmless() -> None:
     jarvice.fail_list = True
     reaper.round()
     assert sample(metrics, "nimbix_burst_controller_errors_total", kind="jarvice-list") == 1
+
+
+def test_the_next_round_comes_when_the_first_orphan_is_due() -> None:
+    reaper, _, _, clock = make()
+    assert reaper.round() == 60  # orphan first seen now: due in 120, the interval comes first
+    clock.now += 100
+    assert reaper.round() == 20
+    clock.now += 20
+    assert reaper.round() == 60  # terminated: nothing pending

@@ -54,7 +54,10 @@ def test_credentials_from_mounted_files() -> None:
         pytest.param({**BASE, "JARVICE_USERNAME": "a"}, (), "credentials incomplete", id="half-creds"),
         pytest.param({**BASE, **CREDS, "JARVICE_APIKEY_FILE": "/x"}, (), "both set", id="key-twice"),
         pytest.param(
-            {**BASE, "JARVICE_USERNAME": "a", "JARVICE_APIKEY_FILE": "/nope"}, (), "cannot read /nope", id="unreadable"
+            {**BASE, "JARVICE_USERNAME_FILE": "/nope", "JARVICE_APIKEY_FILE": "/nope2"},
+            ("--reap-orphans", "true"),
+            "/nope, /nope2 not found",
+            id="secret-missing-but-required",
         ),
         pytest.param(BASE, ("--stranded-seconds", "0"), "--stranded-seconds: must be at least 1", id="threshold"),
         pytest.param(BASE, ("--reburst-cap", "-1"), "--reburst-cap: must be at least 0", id="cap"),
@@ -79,3 +82,18 @@ def test_each_part_can_be_turned_off() -> None:
     settings = parse({**BASE, **CREDS, "CONTROLLER_REBURST": "false", "CONTROLLER_REAP_ORPHANS": "false"})
     assert not settings.reburst and not settings.reap_orphans
     assert parse({**BASE, **CREDS}, "--orphan-dry-run", "true").orphan_dry_run
+
+
+def test_a_missing_secret_turns_the_reaper_off_in_auto_mode() -> None:
+    settings = parse({**BASE, "JARVICE_USERNAME_FILE": "/s/username", "JARVICE_APIKEY_FILE": "/s/apikey"})
+    assert not settings.reap_orphans and "/s/username, /s/apikey not found" in settings.reap_disabled_reason
+
+
+def test_an_unreadable_file_is_a_problem() -> None:
+    def read(path: str) -> str:
+        raise PermissionError(path)
+
+    env = {**BASE, "JARVICE_USERNAME": "a", "JARVICE_APIKEY_FILE": "/k"}
+    with pytest.raises(SettingsError) as caught:
+        parse_settings([], env, read_file=read)
+    assert any("cannot read /k (PermissionError)" in p for p in caught.value.problems)
