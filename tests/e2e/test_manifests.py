@@ -78,7 +78,7 @@ def test_webhook_pod_meets_the_namespaces_restricted_pod_security(
 ) -> None:
     namespace = manifests.find_object(objs, kind="Namespace", name=NAMESPACE)
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
-    template = manifests.find_object(objs, kind="Deployment")["spec"]["template"]
+    template = manifests.find_object(objs, kind="Deployment", name="nimbix-burst-webhook")["spec"]["template"]
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from controller import settings as controller_settings
 from devplatform import manifests
 from devplatform.cluster import controlplane
 from devplatform.manifests import Manifest
@@ -30,6 +31,7 @@ from webhook import settings as webhook_settings
 
 NAMESPACE = "nimbix-burst"
 APP = "nimbix-burst-webhook"
+CONTROLLER = "nimbix-burst-controller"
 DOCKERFILE = manifests.REPO_ROOT / "images" / "webhook" / "Dockerfile"
 EXAMPLES_DIR = manifests.DEPLOY_DIR / "examples"
 GPU_RESOURCES = ("nvidia.com/gpu", "alpha.kubernetes.io/nvidia-gpu")
@@ -178,6 +180,12 @@ def test_kustomize_builds_the_install(objs: list[Manifest]) -> None:
             ("Certificate", "nimbix-burst-webhook"),
             ("MutatingWebhookConfiguration", "nimbix-burst"),
             ("NetworkPolicy", APP),
+            ("ServiceAccount", CONTROLLER),
+            ("ClusterRole", CONTROLLER),
+            ("ClusterRoleBinding", CONTROLLER),
+            ("Role", f"{CONTROLLER}-leader"),
+            ("RoleBinding", f"{CONTROLLER}-leader"),
+            ("Deployment", CONTROLLER),
         ]
     )
     # Generated with a content hash, so a settings change rolls the Deployment.
@@ -186,7 +194,7 @@ def test_kustomize_builds_the_install(objs: list[Manifest]) -> None:
 
 
 def test_the_only_write_is_the_webhooks_own_lease(objs: list[Manifest]) -> None:
-    role = manifests.find_object(objs, kind="Role")
+    role = manifests.find_object(objs, kind="Role", name=f"{APP}-leader")
     granted = {
         (g, r, v, tuple(rule.get("resourceNames", ())))
         for rule in role["rules"]
@@ -197,7 +205,7 @@ def test_the_only_write_is_the_webhooks_own_lease(objs: list[Manifest]) -> None:
     lease = ("coordination.k8s.io", "leases")
     own = (f"{APP}-leader",)
     assert granted == {(*lease, "create", ()), (*lease, "get", own), (*lease, "update", own)}
-    binding = manifests.find_object(objs, kind="RoleBinding")
+    binding = manifests.find_object(objs, kind="RoleBinding", name=f"{APP}-leader")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": APP, "namespace": NAMESPACE}]
     settings = (manifests.REPO_ROOT / "deploy" / "webhook.env").read_text()
@@ -218,21 +226,22 @@ def test_examples_are_not_part_of_the_install(objs: list[Manifest]) -> None:
 # --- RBAC ---------------------------------------------------------------------------------------
 
 
-def test_cluster_role_reads_pods_and_nodes_and_nothing_else(objs: list[Manifest]) -> None:
-    role = manifests.find_object(objs, kind="ClusterRole")
+def test_cluster_role_reads_pods_nodes_and_namespaces_and_nothing_else(objs: list[Manifest]) -> None:
+    # namespaces: their nimbix-burst.io/max-remote-gpus annotation is the burst budget.
+    role = manifests.find_object(objs, kind="ClusterRole", name=APP)
     granted = set()
     for rule in role["rules"]:
         assert set(rule) <= {"apiGroups", "resources", "verbs"}, rule  # no resourceNames, URLs
         granted |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
-    assert granted == {("", r, v) for r in ("pods", "nodes") for v in ("get", "list", "watch")}
+    assert granted == {("", r, v) for r in ("pods", "nodes", "namespaces") for v in ("get", "list", "watch")}
     assert "aggregationRule" not in role
 
 
 def test_cluster_role_is_bound_to_the_deployments_service_account(
     objs: list[Manifest], pod_spec: Mapping[str, Any]
 ) -> None:
-    binding = manifests.find_object(objs, kind="ClusterRoleBinding")
-    role = manifests.find_object(objs, kind="ClusterRole")
+    binding = manifests.find_object(objs, kind="ClusterRoleBinding", name=APP)
+    role = manifests.find_object(objs, kind="ClusterRole", name=APP)
     assert binding["roleRef"] == {
         "apiGroup": "rbac.authorization.k8s.io",
         "kind": "ClusterRole",
@@ -647,7 +656,7 @@ def _declared(*extras: str) -> set[str]:
 
 def _imported_distributions(*directories: str) -> set[str]:
     """The distributions that the third-party top-level imports under `directories` come from."""
-    local = {"webhook", "entrypoint", "devplatform", "bench", "replay", "tests"}
+    local = {"webhook", "entrypoint", "controller", "devplatform", "bench", "replay", "tests"}
     imported: set[str] = set()
     for directory in directories:
         for path in (manifests.REPO_ROOT / directory).rglob("*.py"):
@@ -762,3 +771,81 @@ def _dockerfile_user_id() -> int:
     user = shlex.split(users[-1])[0].split(":")[0]
     assert user.isdigit(), "USER must be numeric for runAsNonRoot to verify it"
     return int(user)
+
+
+# --- the burst controller (deploy/controller.yaml) -----------------------------------------------
+
+
+def _grants(role: Mapping[str, Any]) -> set[tuple[str, str, str, tuple[str, ...]]]:
+    return {
+        (g, r, v, tuple(rule.get("resourceNames", ())))
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+
+
+def test_controller_cluster_role_is_least_privilege(objs: list[Manifest]) -> None:
+    role = manifests.find_object(objs, kind="ClusterRole", name=CONTROLLER)
+    pods = {("", "pods", v, ()) for v in ("get", "list", "watch", "delete", "patch")}
+    events = {("", "events", v, ()) for v in ("create", "patch")}
+    assert _grants(role) == pods | events | {("batch", "jobs", "get", ())}
+    assert "aggregationRule" not in role
+    binding = manifests.find_object(objs, kind="ClusterRoleBinding", name=CONTROLLER)
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CONTROLLER}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": NAMESPACE}]
+
+
+def test_controller_lease_role_is_its_own_lease_only(objs: list[Manifest]) -> None:
+    role = manifests.find_object(objs, kind="Role", name=f"{CONTROLLER}-leader")
+    lease, own = ("coordination.k8s.io", "leases"), (f"{CONTROLLER}-leader",)
+    assert _grants(role) == {(*lease, "create", ()), (*lease, "get", own), (*lease, "update", own)}
+    binding = manifests.find_object(objs, kind="RoleBinding", name=f"{CONTROLLER}-leader")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": NAMESPACE}]
+
+
+def test_controller_deployment_runs_two_hardened_replicas_of_the_webhook_image(
+    objs: list[Manifest], container: Mapping[str, Any]
+) -> None:
+    deployment = manifests.find_object(objs, kind="Deployment", name=CONTROLLER)
+    spec = deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["replicas"] == 2
+    assert spec["serviceAccountName"] == CONTROLLER
+    manifests.find_object(objs, kind="ServiceAccount", name=CONTROLLER)
+    (ctl,) = spec["containers"]
+    assert ctl["image"] == container["image"]  # one image, two programs
+    assert ctl["command"] == ["python", "-m", "controller"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert ctl["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    (secret,) = [v for v in spec["volumes"] if "secret" in v]
+    assert secret["secret"]["optional"] is True  # without credentials the reaper is off, not the controller
+
+
+def test_the_webhook_extra_covers_every_third_party_import_of_the_controller() -> None:
+    """The controller runs from the webhook image (core deps + the webhook extra)."""
+    needed = _imported_distributions("controller")
+    assert needed <= _declared("webhook"), needed - _declared("webhook")
+
+
+def test_controller_settings_in_the_deployment_are_valid(objs: list[Manifest]) -> None:
+    deployment = manifests.find_object(objs, kind="Deployment", name=CONTROLLER)
+    (ctl,) = deployment["spec"]["template"]["spec"]["containers"]
+    literal = {e["name"]: e["value"] for e in ctl["env"] if "value" in e}
+    assert not {"JARVICE_APIKEY", "JARVICE_USERNAME"} & set(literal)  # credentials only from the Secret's files
+    (mount,) = [m for m in ctl["volumeMounts"] if m["name"] == "jarvice"]
+    assert literal["JARVICE_APIKEY_FILE"].startswith(mount["mountPath"] + "/")
+    files = {literal["JARVICE_USERNAME_FILE"]: "alice", literal["JARVICE_APIKEY_FILE"]: "key"}
+    env = {**literal, "POD_NAME": "controller-0", "POD_NAMESPACE": NAMESPACE}
+    settings = controller_settings.parse_settings([], env, read_file=lambda path: files[path])
+    assert settings.reburst and settings.reap_orphans and not settings.orphan_dry_run
+    assert (settings.stranded_seconds, settings.reburst_cap) == (120, 3)
+    assert settings.lease_name == f"{CONTROLLER}-leader"
+    ports = {p["name"]: p["containerPort"] for p in ctl["ports"]}
+    assert ports["metrics"] == settings.port
