@@ -27,6 +27,8 @@ import pytest
 import requests
 from kubernetes.client.exceptions import ApiException
 
+from controller.kube import Gone, Kube
+from controller.model import parse_pod
 from devplatform.cluster import addons, nodes
 from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.processes import ManagedProcess, free_port, start_process, stop_process
@@ -400,6 +402,33 @@ def _gone(group: Group, name: str) -> bool:
     except ApiException as error:
         return error.status == 404
     return False
+
+
+def test_a_bind_between_the_read_and_the_delete_makes_the_delete_fail(group: Group, api_client: Any) -> None:
+    """The controller's delete carries the uid and resourceVersion it decided on: the real API server
+    refuses it once the scheduler has bound the pod (here the binding is posted by hand)."""
+    cpu = group.cpu_node()
+    name = f"race-{uuid.uuid4().hex[:6]}"
+    body = {
+        "metadata": {"name": name},
+        "spec": {"containers": [{"name": "app", "image": PAUSE}], "schedulerName": "nobody"},
+    }
+    group.core.create_namespaced_pod(group.namespace, body)
+    kube = Kube(api_client, reporting_instance="e2e")
+    decided_on = parse_pod(kube.read_pod(group.namespace, name))
+    binding = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": name},
+        "target": {"kind": "Node", "name": cpu},
+    }
+    group.core.create_namespaced_binding(group.namespace, binding, _preload_content=False)
+    with pytest.raises(Gone):
+        kube.delete_pod(decided_on)
+    still = group.read(name)
+    assert still.spec.node_name == cpu and still.metadata.deletion_timestamp is None
+    kube.delete_pod(parse_pod(kube.read_pod(group.namespace, name)))  # what it read now: accepted
+    assert group.read(name).metadata.deletion_timestamp is not None or _gone(group, name)
 
 
 def test_only_the_leader_acts_and_a_stopped_leader_hands_over(controllers: list[Controller]) -> None:
