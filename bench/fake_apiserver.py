@@ -89,6 +89,10 @@ async def pods(request: web.Request) -> web.StreamResponse:
     return await _serve(request, "pods", "Pod")
 
 
+async def namespaces(request: web.Request) -> web.StreamResponse:
+    return await _serve(request, "namespaces", "Namespace")  # none: no burst budgets in the benchmark
+
+
 async def healthz(request: web.Request) -> web.Response:
     store = request.app[STORE]
     body = {"nodes": len(store["nodes"]), "pods": len(store["pods"])}
@@ -99,11 +103,12 @@ async def healthz(request: web.Request) -> web.Response:
 
 def create_app(node_items: list[bytes], pod_items: list[bytes]) -> web.Application:
     app = web.Application()
-    app[STORE] = {"nodes": node_items, "pods": pod_items}
+    app[STORE] = {"nodes": node_items, "pods": pod_items, "namespaces": []}
     served: dict[str, int] = {}
     app[SERVED] = served
     app.router.add_get("/api/v1/nodes", nodes)
     app.router.add_get("/api/v1/pods", pods)
+    app.router.add_get("/api/v1/namespaces", namespaces)
     app.router.add_get("/healthz", healthz)
     return app
 

@@ -164,7 +164,11 @@ def read_rss_mb(pid: int) -> dict[str, float]:
 def fill_cache_from_api(core: Any) -> CacheSync:
     """Our cache, filled as the watcher fills it (raw pages, then apply_list)."""
     sync = inprocess.new_sync(inprocess.default_policy())
-    for kind, call in (("nodes", core.list_node), ("pods", core.list_pod_for_all_namespaces)):
+    for kind, call in (
+        ("nodes", core.list_node),
+        ("pods", core.list_pod_for_all_namespaces),
+        ("namespaces", core.list_namespace),
+    ):
         items: list[Any] = []
         token = ""
         while True:
@@ -173,7 +177,7 @@ def fill_cache_from_api(core: Any) -> CacheSync:
             items.extend(page)
             if not token:
                 break
-        sync.apply_list(kind, items)  # type: ignore[arg-type]  # kind is one of the two literals
+        sync.apply_list(kind, items)  # type: ignore[arg-type]  # kind is one of the three literals
     return sync
 
 

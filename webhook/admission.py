@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from entrypoint import contract
+from webhook import budget, mutation
 from webhook import decision as decisions
-from webhook import mutation
 from webhook.cache import ClusterCache
 from webhook.model import ObjectError, check_pod_shape, parse_placement, pod_compute, pod_gpus
-from webhook.review import AdmissionRequest, MalformedReview, build_response
+from webhook.review import AdmissionRequest, MalformedReview, build_denial, build_response
 from webhook.types import Decision
 
-Outcome = Literal["local", "remote", "skipped", "error"]
+Outcome = Literal["local", "remote", "skipped", "error", "denied"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +27,7 @@ class Admission:
     outcome: Outcome
     reason: str
     node: str = ""
+    over_budget: bool = False  # stopped by its namespace's burst budget (left local, or denied)
 
 
 def _skip(request: AdmissionRequest, reason: str) -> Admission:
@@ -38,10 +39,16 @@ def _mapping(value: object) -> Mapping[str, Any]:
 
 
 def admit(
-    request: AdmissionRequest, *, cache: ClusterCache, policy: mutation.RewritePolicy, local_refusal: str = ""
+    request: AdmissionRequest,
+    *,
+    cache: ClusterCache,
+    policy: mutation.RewritePolicy,
+    local_refusal: str = "",
+    over_budget: budget.OverBudget = "local",
 ) -> Admission:
     """`local_refusal`: why no local promise may be made now (no leader among the replicas); a pod
-    that would stay local bursts instead, with that reason."""
+    that would stay local bursts instead, with that reason. `over_budget`: what happens to a pod
+    that would burst past its namespace's burst budget (left local, or denied)."""
     if request.kind != "Pod" or request.group != "" or request.operation != "CREATE":
         return _skip(request, f"not a pod CREATE ({request.group or 'core'}/{request.kind} {request.operation})")
     pod = request.object
@@ -84,9 +91,41 @@ def admit(
             )
         patch = mutation.build_local_patch(pod, decision=decision, reservation_id=request.uid)
         return Admission(build_response(request.uid, patch=patch), "local", decision.reason, decision.node)
-    patch = mutation.build_remote_patch(pod, gpus=gpus, decision=decision, policy=policy)
+    namespace = request.namespace
+    refusal = decisions.budget_refusal(gpus, cache, namespace=namespace)
+    if not refusal and local_refusal and cache.budget(namespace) is not None:
+        # Only the leader counts remote reservations: without one, the budget cannot be held.
+        refusal = f"{local_refusal}, so no burst can be counted against the budget of namespace {namespace}"
+        over_budget = "local"  # a failover is not the user's doing: never refuse the pod for it
+    if refusal:
+        return _over_budget(request, decision, refusal, over_budget)
+    need = decisions.remote_gpus(gpus)
+    reservation_id = ""
+    if cache.budget(namespace) is not None and not request.dry_run:
+        cache.reserve_remote(request.uid, namespace=namespace, gpus=need)
+        reservation_id = request.uid
+    patch = mutation.build_remote_patch(
+        pod, gpus=gpus, decision=decision, policy=policy, remote_gpus=need, reservation_id=reservation_id
+    )
     warning = f"nimbix-burst: this pod will run on Nimbix JARVICE: {decision.reason}"
     return Admission(build_response(request.uid, patch=patch, warnings=[warning]), "remote", decision.reason)
+
+
+def _over_budget(request: AdmissionRequest, decision: Decision, refusal: str, action: budget.OverBudget) -> Admission:
+    """No node fits, and bursting would break the namespace's budget: the pod waits for local GPUs
+    (annotated, with a warning), or with --over-budget=deny is refused with what to do about it."""
+    reason = f"{decision.reason}; not burst: {refusal}"
+    if action == "deny":
+        message = (
+            f"nimbix-burst: the burst budget of namespace {request.namespace} does not allow this pod: {refusal}, "
+            f"and no local node can host it now ({decision.reason}). Create it again when burst pods in "
+            f"{request.namespace} have finished, ask for fewer GPUs, or ask an administrator to raise (or fix) "
+            f"the namespace's {budget.ANNOTATION_MAX_REMOTE_GPUS} annotation"
+        )
+        return Admission(build_denial(request.uid, message), "denied", reason, over_budget=True)
+    patch = mutation.build_over_budget_patch(request.object, reason=reason, budget_note=refusal)
+    warning = f"nimbix-burst: kept local by the burst budget: {refusal}"
+    return Admission(build_response(request.uid, patch=patch, warnings=[warning]), "local", reason, over_budget=True)
 
 
 def _readmit(

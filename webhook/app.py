@@ -87,7 +87,11 @@ async def mutate(request: web.Request) -> web.Response:
                 local_refusal = placed.reason
         try:
             result = admission.admit(
-                review, cache=app[CACHE], policy=app[SETTINGS].policy, local_refusal=local_refusal
+                review,
+                cache=app[CACHE],
+                policy=app[SETTINGS].policy,
+                local_refusal=local_refusal,
+                over_budget=app[SETTINGS].over_budget,
             )
         except MalformedReview as exc:
             metrics.errors.labels(kind="malformed").inc()
@@ -101,6 +105,8 @@ async def mutate(request: web.Request) -> web.Response:
             return web.json_response(admission.build_error_response(review.uid))
         elapsed = time.perf_counter() - started
         metrics.admissions.labels(decision=result.outcome).inc()
+        if result.over_budget:
+            metrics.over_budget.labels(action="deny" if result.outcome == "denied" else "local").inc()
         metrics.latency.observe(elapsed)
         log.info(
             "admission",

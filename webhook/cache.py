@@ -18,6 +18,11 @@ claim, or is filled by a pod the scheduler bound there, its claims move to anoth
 Schedulable nodes (Ready, not cordoned) are indexed per GPU resource in buckets keyed by free
 count, so finding the best-fit node costs a few dictionary look-ups whatever the cluster size.
 Cordoned nodes are kept aside (few, and only pods tolerating the unschedulable taint may use them).
+
+Burst budgets (see webhook.budget): per namespace, the GPUs its burst pods run remotely, kept as a
+running total on every pod add, change and delete, plus remote reservations: GPUs of remote
+decisions whose pod the watch has not shown yet (released when it appears, expired after the TTL,
+handed over with the local ones). A budget check is then two look-ups.
 """
 
 from __future__ import annotations
@@ -28,11 +33,12 @@ from dataclasses import dataclass, replace
 
 from webhook.leadership import HandedOver
 from webhook.scheduling import placement_allows, tolerates_unschedulable
-from webhook.types import STANDARD_RESOURCES, NodeInfo, Placement, PodInfo, Requests
+from webhook.types import STANDARD_RESOURCES, NamespaceBudget, NodeInfo, Placement, PodInfo, Requests
 
 # Stop counting candidate nodes here: the count is advice for humans, and counting every
 # fitting node would make local decisions linear in cluster size.
 CANDIDATE_CAP = 10
+REMOTE_GPUS_KEY = "gpus"  # the one "resource" of a handed-over remote reservation
 DEFAULT_SCHEDULERS = ("default-scheduler",)
 
 
@@ -95,6 +101,11 @@ class ClusterCache:
         self._reservation_namespace: dict[str, str] = {}
         self._reservations_in: dict[str, int] = {}  # namespace -> outstanding reservations
         self.reservation_cap_hits = 0  # reviews decided remote because a cap was reached
+        self._budgets: dict[str, NamespaceBudget] = {}  # namespaces with a max-remote-gpus annotation
+        self._remote_in_use: dict[str, int] = {}  # namespace -> GPUs of its watched burst pods
+        # Remote reservations: id -> (namespace, GPUs), oldest first, and their expiry.
+        self._remote_reservations: OrderedDict[str, tuple[str, int, float]] = OrderedDict()
+        self._remote_reserved_in: dict[str, int] = {}  # namespace -> GPUs held by remote reservations
         # resource -> free count -> node names (insertion-ordered set) of schedulable nodes
         self._buckets: dict[str, dict[int, dict[str, None]]] = {r: {} for r in self.gpu_resources}
         self._bucket_of: dict[tuple[str, str], int] = {}
@@ -142,6 +153,18 @@ class ClusterCache:
         """GPUs, CPU and memory held by claims placed on a node. A running total: every remote
         decision reads it, and summing the claims each time made those decisions linear in pending pods."""
         return dict(self._claimed_total)
+
+    def budget(self, namespace: str) -> NamespaceBudget | None:
+        return self._budgets.get(namespace)
+
+    @property
+    def budgeted_namespaces(self) -> int:
+        return len(self._budgets)
+
+    def remote_in_use(self, namespace: str) -> int:
+        """GPUs counted against the namespace's budget: its burst pods that have not finished, plus
+        remote decisions whose pod has not appeared yet."""
+        return self._remote_in_use.get(namespace, 0) + self._remote_reserved_in.get(namespace, 0)
 
     def claims_gpus(self, pod: PodInfo) -> bool:
         """Whether an unbound pod competes for GPUs now, i.e. kube-scheduler is trying to place it:
@@ -354,6 +377,20 @@ class ClusterCache:
                 self._buckets[resource].setdefault(key, {})[name] = None
                 self._bucket_of[(resource, name)] = key
 
+    # ----- namespace writes --------------------------------------------------------------------
+
+    def replace_namespaces(self, budgets: Iterable[tuple[str, NamespaceBudget | None]]) -> None:
+        self._budgets = {name: budget for name, budget in budgets if budget is not None}
+
+    def upsert_namespace(self, name: str, budget: NamespaceBudget | None) -> None:
+        if budget is None:
+            self._budgets.pop(name, None)
+        else:
+            self._budgets[name] = budget
+
+    def delete_namespace(self, name: str) -> None:
+        self._budgets.pop(name, None)
+
     # ----- pod writes --------------------------------------------------------------------------
 
     def replace_pods(self, pods: Iterable[PodInfo]) -> None:
@@ -369,6 +406,9 @@ class ClusterCache:
         old = self._pods.get(pod.uid)
         if pod.reservation_id:
             self.release_reservation(pod.reservation_id)
+        if old is not None:
+            self._count_remote(old, -1)
+        self._count_remote(pod, 1)
         if old is not None and self._holding(old) == self._holding(pod):
             self._pods[pod.uid] = pod
             return
@@ -382,7 +422,16 @@ class ClusterCache:
         if old is not None:
             if old.reservation_id:
                 self.release_reservation(old.reservation_id)
+            self._count_remote(old, -1)
             self._drop_holding(old)
+
+    def _count_remote(self, pod: PodInfo, sign: int) -> None:
+        if pod.remote_gpus and not pod.terminal:
+            left = self._remote_in_use.get(pod.namespace, 0) + sign * pod.remote_gpus
+            if left:
+                self._remote_in_use[pod.namespace] = left
+            else:
+                del self._remote_in_use[pod.namespace]
 
     def _holding(self, pod: PodInfo) -> tuple[object, ...]:
         """Everything that decides what a pod holds and where: when it changes (an in-place resize
@@ -402,8 +451,8 @@ class ClusterCache:
                 self._reindex(pod.node_name)
             self._rehome_claims(pod.node_name)
             return
-        if not self.claims_gpus(pod):
-            return
+        if not self.claims_gpus(pod) or not self._holds_gpus(pod.requests):
+            return  # an unbound pod without GPUs (a burst pod) claims nothing
         claim_id = "pod:" + pod.uid
         if pod.nominated_node in self._nodes:
             self._add_claim(claim_id, Claim(pod.nominated_node, pod.requests, pod.placement, None, pinned=True))
@@ -487,7 +536,26 @@ class ClusterCache:
         self._reservation_namespace[reservation_id] = namespace
         self._reservations_in[namespace] = self._reservations_in.get(namespace, 0) + 1
 
+    def reserve_remote(self, reservation_id: str, *, namespace: str, gpus: int, ttl: float | None = None) -> None:
+        """Count a remote decision's GPUs against its namespace's budget until the watch shows the pod."""
+        self.release_reservation(reservation_id)
+        expires_at = self._clock() + (self._reservation_ttl if ttl is None else ttl)
+        self._remote_reservations[reservation_id] = (namespace, gpus, expires_at)
+        self._remote_reserved_in[namespace] = self._remote_reserved_in.get(namespace, 0) + gpus
+
+    @property
+    def remote_reservation_count(self) -> int:
+        return len(self._remote_reservations)
+
     def release_reservation(self, reservation_id: str) -> None:
+        remote = self._remote_reservations.pop(reservation_id, None)
+        if remote is not None:
+            namespace, gpus = remote[0], remote[1]
+            left = self._remote_reserved_in[namespace] - gpus
+            if left:
+                self._remote_reserved_in[namespace] = left
+            else:
+                del self._remote_reserved_in[namespace]
         if self._reservations.pop(reservation_id, None) is not None:
             self._remove_claim("res:" + reservation_id)
             namespace = self._reservation_namespace.pop(reservation_id)
@@ -514,6 +582,10 @@ class ClusterCache:
                     expires_in=expires_at - now,
                 )
             )
+        for reservation_id, (namespace, gpus, expires_at) in self._remote_reservations.items():
+            if expires_at > now:
+                # node "" marks a remote reservation; the budget counts GPUs, so one resource carries them.
+                out.append(HandedOver(reservation_id, namespace, "", {REMOTE_GPUS_KEY: gpus}, expires_at - now))
         return out
 
     def adopt_reservations(self, handed: Sequence[HandedOver]) -> None:
@@ -525,6 +597,11 @@ class ClusterCache:
         arrived = {pod.reservation_id for pod in self._pods.values() if pod.reservation_id}
         for item in handed:
             if item.reservation_id in arrived:
+                continue
+            if not item.node:
+                gpus = sum(item.requests.values())
+                ttl = min(item.expires_in, self._reservation_ttl)
+                self.reserve_remote(item.reservation_id, namespace=item.namespace, gpus=gpus, ttl=ttl)
                 continue
             self.reserve(
                 item.reservation_id,
@@ -540,6 +617,12 @@ class ClusterCache:
         expired = 0
         while self._reservations:
             reservation_id, expires_at = next(iter(self._reservations.items()))
+            if expires_at > now:
+                break
+            self.release_reservation(reservation_id)
+            expired += 1
+        while self._remote_reservations:
+            reservation_id, (_, _, expires_at) = next(iter(self._remote_reservations.items()))
             if expires_at > now:
                 break
             self.release_reservation(reservation_id)

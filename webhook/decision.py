@@ -5,6 +5,7 @@ Reads the cache, writes nothing; the caller reserves GPUs on the chosen node in 
 
 from __future__ import annotations
 
+from webhook import budget
 from webhook.cache import CANDIDATE_CAP, ClusterCache, FitResult
 from webhook.types import Decision, GpuCounts, Placement, Requests
 
@@ -39,6 +40,19 @@ def decide(requests: Requests, placement: Placement, cache: ClusterCache, *, nam
             candidates=fit.candidates,
         )
     return Decision(kind="remote", reason=explain_no_fit(gpus, placement, cache, fit))
+
+
+def remote_gpus(gpus: GpuCounts) -> int:
+    """What a burst pod counts against its namespace's budget: its effective GPU request (the one the
+    decision used), summed over GPU resources. Never less than what its JARVICE jobs use."""
+    return sum(gpus.values())
+
+
+def budget_refusal(gpus: GpuCounts, cache: ClusterCache, *, namespace: str) -> str:
+    """Why this pod may not burst now ("" when it may): its namespace's burst budget would be exceeded."""
+    return budget.over_budget(
+        cache.budget(namespace), namespace=namespace, in_use=cache.remote_in_use(namespace), need=remote_gpus(gpus)
+    )
 
 
 def explain_no_fit(gpus: GpuCounts, placement: Placement, cache: ClusterCache, fit: FitResult) -> str:

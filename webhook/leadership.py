@@ -163,6 +163,8 @@ class HandedOver:
 
     reservation_id: str
     namespace: str
+    # The node a local admission was promised; "" for a remote decision holding `requests` GPUs of
+    # its namespace's burst budget (a leader that predates budgets drops such entries: compatible).
     node: str
     requests: Mapping[str, int]
     expires_in: float
@@ -196,7 +198,7 @@ def decode_handover(text: str) -> list[HandedOver]:
         if not isinstance(item, dict):
             continue
         rid, ns, node, req, ttl = (item.get(k) for k in ("id", "ns", "node", "req", "ttl"))
-        if not (isinstance(rid, str) and rid and isinstance(ns, str) and isinstance(node, str) and node):
+        if not (isinstance(rid, str) and rid and isinstance(ns, str) and isinstance(node, str)):
             continue
         if not isinstance(req, dict) or not all(isinstance(k, str) and type(v) is int for k, v in req.items()):
             continue

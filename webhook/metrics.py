@@ -43,6 +43,16 @@ class _CacheCollector(Collector):
             "Reservations outstanding: local admissions whose pod the watch has not shown yet",
             value=self._cache.reservation_count,
         )
+        yield GaugeMetricFamily(
+            "nimbix_burst_budgeted_namespaces",
+            "Namespaces with a burst budget (a nimbix-burst.io/max-remote-gpus annotation)",
+            value=self._cache.budgeted_namespaces,
+        )
+        yield GaugeMetricFamily(
+            "nimbix_burst_remote_reservations",
+            "Remote decisions counted against a burst budget whose pod the watch has not shown yet",
+            value=self._cache.remote_reservation_count,
+        )
         yield CounterMetricFamily(
             "nimbix_burst_reservation_cap_hits",
             "Reviews decided remote because the cap on outstanding reservations was reached",
@@ -66,5 +76,11 @@ class Metrics:
             "nimbix_burst_admission_errors", "Rejected or failed reviews", ["kind"], registry=self.registry
         )
         self.in_flight = Gauge("nimbix_burst_admissions_in_flight", "Reviews being answered", registry=self.registry)
+        self.over_budget = Counter(
+            "nimbix_burst_over_budget",
+            "Pods that would have burst past their namespace's burst budget, by what was done (local or deny)",
+            ["action"],
+            registry=self.registry,
+        )
         self.tls_reloads = Counter("nimbix_burst_tls_reloads", "Serving certificate reloads", registry=self.registry)
         self.registry.register(_CacheCollector(cache, sync, clock))

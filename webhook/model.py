@@ -6,12 +6,14 @@ wrong shape raises ObjectError with a message naming the field, so a bad review 
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from entrypoint import contract
+from webhook import budget
 from webhook.resources import (
     QuantityError,
     effective_gpus,
@@ -24,6 +26,7 @@ from webhook.scheduling import FILTERING_EFFECTS
 from webhook.types import (
     CPU_MILLI,
     POD_COUNT,
+    NamespaceBudget,
     NodeInfo,
     Placement,
     PodInfo,
@@ -216,10 +219,14 @@ def parse_pod(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> PodInfo |
     status = _mapping(raw.get("status"), "status")
     terminal = _string(status.get("phase"), "status.phase") in TERMINAL_PHASES
     node_name = _string(spec.get("nodeName"), "spec.nodeName")
+    meta = _mapping(raw.get("metadata"), "metadata")
+    if not gpus and not terminal:
+        remote_gpus = _burst_gpus(meta, gpu_resources)
+        if remote_gpus is not None:
+            return _burst_pod(meta, spec, remote_gpus)
     if not gpus and (terminal or not node_name):
         return None
     compute = pod_compute(spec)
-    meta = _mapping(raw.get("metadata"), "metadata")
     if not gpus:
         # Only what it takes from its node matters. A large cluster has ~30 such pods per node:
         # keep the record small (no names, the shared empty placement, one string per node name).
@@ -240,6 +247,58 @@ def parse_pod(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> PodInfo |
         gated=bool(_sequence(spec.get("schedulingGates"), "spec.schedulingGates")),
         blocked_elsewhere=_blocked_elsewhere(status, gpu_resources),
     )
+
+
+def _burst_gpus(meta: Mapping[str, Any], gpu_resources: Sequence[str]) -> int | None:
+    """A burst pod's GPUs counted against its namespace's budget; None for a pod that is not burst.
+    The explicit `remote-gpus` annotation (a whole number, cheap to read on every event) is preferred;
+    pods burst by a version without it fall back to the audit annotation's effective `gpus`."""
+    annotations = meta.get("annotations")
+    if not isinstance(annotations, dict) or annotations.get(contract.ANNOTATION_DECISION) != contract.DECISION_REMOTE:
+        return None
+    explicit = annotations.get(budget.ANNOTATION_REMOTE_GPUS)
+    if isinstance(explicit, str) and (count := budget.parse_remote_gpus(explicit)) >= 0:
+        return count
+    audit_text = annotations.get(contract.ANNOTATION_ORIGINAL_RESOURCES)
+    try:
+        audit = json.loads(audit_text) if isinstance(audit_text, str) else None
+    except ValueError:
+        audit = None
+    gpus = audit.get("gpus") if isinstance(audit, dict) else None
+    if not isinstance(gpus, dict):
+        return 0
+    return sum(v for r, v in gpus.items() if r in gpu_resources and type(v) is int and v > 0)
+
+
+def _burst_pod(meta: Mapping[str, Any], spec: Mapping[str, Any], remote_gpus: int) -> PodInfo:
+    """A burst pod: its namespace's budget counts it; bound, it also holds its runner's CPU and memory."""
+    node_name = _string(spec.get("nodeName"), "spec.nodeName")
+    annotations = _string_map(meta.get("annotations"), "metadata.annotations")
+    return PodInfo(
+        uid=_string(meta.get("uid"), "metadata.uid"),
+        namespace=_string(meta.get("namespace"), "metadata.namespace"),
+        name=_string(meta.get("name"), "metadata.name"),
+        node_name=sys.intern(node_name),
+        nominated_node="",
+        requests=pod_compute(spec) if node_name else {},
+        terminal=False,
+        placement=_NO_PLACEMENT,
+        reservation_id=annotations.get(contract.ANNOTATION_RESERVATION, ""),
+        remote_gpus=remote_gpus,
+    )
+
+
+def parse_namespace(raw: Mapping[str, Any]) -> tuple[str, NamespaceBudget | None]:
+    """A watched namespace: its name and burst budget (None: no `max-remote-gpus` annotation)."""
+    meta = _mapping(raw.get("metadata"), "metadata")
+    name = _string(meta.get("name"), "metadata.name")
+    if not name:
+        raise ObjectError("metadata.name is missing")
+    annotations = _mapping(meta.get("annotations"), "metadata.annotations")
+    value = annotations.get(budget.ANNOTATION_MAX_REMOTE_GPUS)
+    if value is None:
+        return name, None
+    return name, budget.parse_budget(value if isinstance(value, str) else repr(value))
 
 
 def _node_ready(status: Mapping[str, Any]) -> bool:

@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from entrypoint import contract
+from webhook import budget
 from webhook.resources import QuantityError, all_containers, format_quantity_cores, parse_quantity
 from webhook.types import Decision, GpuCounts
 
@@ -203,8 +204,26 @@ def _audit_json(audit: Mapping[str, Any]) -> str:
     return json.dumps(audit, sort_keys=True, separators=(",", ":"))
 
 
+def build_over_budget_patch(pod: Mapping[str, Any], *, reason: str, budget_note: str) -> list[JsonPatchOp]:
+    """A pod that would burst past its namespace's budget stays as submitted and waits for local GPUs:
+    only annotations (decision local, why, and the budget that stopped it). No reservation: nothing
+    local was promised, the pod claims GPUs like any pending pod."""
+    values = {
+        contract.ANNOTATION_DECISION: contract.DECISION_LOCAL,
+        contract.ANNOTATION_REASON: reason,
+        budget.ANNOTATION_BUDGET: budget_note,
+    }
+    return _annotation_ops(pod.get("metadata") or {}, values)
+
+
 def build_remote_patch(
-    pod: Mapping[str, Any], *, gpus: GpuCounts, decision: Decision, policy: RewritePolicy
+    pod: Mapping[str, Any],
+    *,
+    gpus: GpuCounts,
+    decision: Decision,
+    policy: RewritePolicy,
+    remote_gpus: int | None = None,
+    reservation_id: str = "",
 ) -> list[JsonPatchOp]:
     """Burst each app container that asked for GPUs, strip GPUs everywhere, and record what changed."""
     spec: Mapping[str, Any] = pod.get("spec") or {}
@@ -247,6 +266,10 @@ def build_remote_patch(
             contract.ANNOTATION_DECISION: contract.DECISION_REMOTE,
             contract.ANNOTATION_REASON: decision.reason,
             contract.ANNOTATION_ORIGINAL_RESOURCES: _audit_json(audit),
+            # What the namespace's burst budget counts while the pod runs (see webhook.budget).
+            budget.ANNOTATION_REMOTE_GPUS: str(sum(gpus.values()) if remote_gpus is None else remote_gpus),
+            # Set when the GPUs are reserved against a budget: the pod's appearance releases them.
+            **({contract.ANNOTATION_RESERVATION: reservation_id} if reservation_id else {}),
         },
     )
     return ops

@@ -101,10 +101,16 @@ def _warning(text: str) -> str:
     return text if len(text) <= MAX_WARNING_CHARS else text[: MAX_WARNING_CHARS - 3] + "..."
 
 
+def build_denial(uid: str, message: str, *, code: int = 403) -> dict[str, Any]:
+    """Refuse the object: the API server answers the client with `code` and `message`."""
+    response = {"uid": uid, "allowed": False, "status": {"code": code, "reason": "Forbidden", "message": message}}
+    return {"apiVersion": API_VERSION, "kind": KIND, "response": response}
+
+
 def build_response(
     uid: str, *, patch: Sequence[Mapping[str, Any]] = (), warnings: Sequence[str] = ()
 ) -> dict[str, Any]:
-    """The only AdmissionReview builder: always allowed (this webhook never denies a pod)."""
+    """The AdmissionReview builder for admitted pods (denials: build_denial, only for --over-budget=deny)."""
     response: dict[str, Any] = {"uid": uid, "allowed": True}
     if patch:
         response["patchType"] = "JSONPatch"

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from webhook.budget import OVER_BUDGET_ACTIONS, OverBudget
 from webhook.leadership import LeaseTiming
 from webhook.mutation import RewritePolicy
 from webhook.resources import QuantityError, parse_quantity
@@ -61,6 +62,8 @@ class Settings:
     # CA bundle for client certificates: when set, /mutate answers only clients whose certificate it
     # signed (the API server, configured through its AdmissionConfiguration). None: any TLS client.
     client_ca_file: Path | None = None
+    # A pod that would burst past its namespace's budget: left local (waits for GPUs) or denied.
+    over_budget: OverBudget = "local"
 
     @property
     def gpu_resources(self) -> tuple[str, ...]:
@@ -94,6 +97,7 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
         "local admissions awaiting their pod, per namespace",
     ),
     ("--scheduler-names", "WEBHOOK_SCHEDULER_NAMES", "default-scheduler", "schedulers whose pending pods claim GPUs"),
+    ("--over-budget", "WEBHOOK_OVER_BUDGET", "local", "past a namespace's burst budget: local (wait) or deny"),
     ("--log-level", "WEBHOOK_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
     # Replicas (README, "Two replicas, one promise"); identity and address come from the downward API.
     ("--leader-election", "WEBHOOK_LEADER_ELECTION", "false", "true: the Lease holder decides, others forward"),
@@ -165,6 +169,11 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
     scheduler_names = _csv(raw["scheduler_names"])
     if not scheduler_names:
         problems.append("--scheduler-names: give at least one scheduler name, e.g. default-scheduler")
+    over_budget: OverBudget = "local"
+    if raw["over_budget"] == "deny":
+        over_budget = "deny"
+    elif raw["over_budget"] != "local":
+        problems.append(f"--over-budget: {raw['over_budget']!r} is not one of {', '.join(OVER_BUDGET_ACTIONS)}")
     log_level = str(raw["log_level"]).upper()
     if log_level not in _LOG_LEVELS:
         problems.append(f"--log-level: {raw['log_level']!r} is not one of {', '.join(_LOG_LEVELS)}")
@@ -205,6 +214,7 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
         ),
         leader_election=leader_election,
         client_ca_file=client_ca_file,
+        over_budget=over_budget,
     )
     if problems:
         raise SettingsError(problems)

@@ -11,16 +11,18 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from webhook.cache import ClusterCache
-from webhook.model import ObjectError, parse_node, parse_pod
-from webhook.types import NodeInfo, PodInfo
+from webhook.model import ObjectError, parse_namespace, parse_node, parse_pod
+from webhook.types import NamespaceBudget, NodeInfo, PodInfo
 
-Kind = Literal["nodes", "pods"]
+Kind = Literal["nodes", "pods", "namespaces"]
+KINDS: tuple[Kind, ...] = ("nodes", "pods", "namespaces")
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 
 @dataclass(slots=True)
 class SyncState:
-    synced: dict[str, bool] = field(default_factory=lambda: {"nodes": False, "pods": False})
+    # Namespaces carry the burst budgets: a replica must not decide before it knows them.
+    synced: dict[str, bool] = field(default_factory=lambda: dict.fromkeys(KINDS, False))
     last_contact: float = 0.0  # last successful list, event or bookmark, of any kind
     # Per kind: the first failure of its current outage. Ready needs every kind healthy, or a
     # recovered node watch would hide a pod watch that has not caught up yet.
@@ -32,6 +34,7 @@ class SyncState:
 class ParsedList:
     nodes: list[NodeInfo] = field(default_factory=list)
     pods: list[PodInfo] = field(default_factory=list)
+    namespaces: list[tuple[str, NamespaceBudget | None]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
 
@@ -61,6 +64,8 @@ class CacheSync:
             try:
                 if kind == "nodes":
                     into.nodes.append(parse_node(raw, resources))
+                elif kind == "namespaces":
+                    into.namespaces.append(parse_namespace(raw))
                 else:
                     _uid(raw)
                     pod = parse_pod(raw, resources)
@@ -72,6 +77,8 @@ class CacheSync:
     def apply_parsed(self, kind: Kind, parsed: ParsedList) -> None:
         if kind == "nodes":
             self.cache.replace_nodes(parsed.nodes)
+        elif kind == "namespaces":
+            self.cache.replace_namespaces(parsed.namespaces)
         else:
             self.cache.replace_pods(parsed.pods)
         self.state.synced[kind] = True
@@ -88,6 +95,12 @@ class CacheSync:
                     self.cache.delete_node(_name(raw))
                 else:
                     self.cache.upsert_node(parse_node(raw, resources))
+                return None
+            if kind == "namespaces":
+                if event_type == "DELETED":
+                    self.cache.delete_namespace(_name(raw))
+                else:
+                    self.cache.upsert_namespace(*parse_namespace(raw))
                 return None
             uid = _uid(raw)
             if event_type == "DELETED":

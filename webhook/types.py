@@ -107,6 +107,17 @@ class PodInfo:
     scheduler_name: str = "default-scheduler"
     gated: bool = False  # spec.schedulingGates non-empty: the scheduler ignores it until ungated
     blocked_elsewhere: bool = False  # PodScheduled=False/Unschedulable, and the message names no GPU resource
+    # A burst pod (decision annotation `remote`, not finished): the GPUs it runs on JARVICE, counted
+    # against its namespace's burst budget (see webhook.budget).
+    remote_gpus: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceBudget:
+    """A namespace's `nimbix-burst.io/max-remote-gpus`: how many GPUs its pods may burst at once."""
+
+    limit: int
+    invalid: str | None = None  # the annotation's value when it is not a whole number >= 0 (then limit is 0)
 
 
 DecisionKind = Literal["local", "remote", "skipped"]

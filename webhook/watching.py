@@ -1,4 +1,4 @@
-"""List-then-watch of nodes and pods into the cache (the only module that imports kubernetes).
+"""List-then-watch of nodes, pods and namespaces into the cache (the only module that imports kubernetes).
 
 The kubernetes client is synchronous, so each kind runs its list/watch loop in a worker thread
 and hands parsed batches to the event loop, which is the cache's only writer. Responses are read
@@ -20,7 +20,7 @@ from typing import Any
 import kubernetes
 from kubernetes.client.rest import ApiException
 
-from webhook.sync import CacheSync, Kind, ParsedList, parse_items
+from webhook.sync import KINDS, CacheSync, Kind, ParsedList, parse_items
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +54,16 @@ class Watcher:
         self._responses: dict[Kind, Any] = {}
 
     def _call(self, kind: Kind) -> Callable[..., Any]:
-        call: Callable[..., Any] = self._core.list_node if kind == "nodes" else self._core.list_pod_for_all_namespaces
-        return call
+        calls: dict[Kind, Callable[..., Any]] = {
+            "nodes": self._core.list_node,
+            "pods": self._core.list_pod_for_all_namespaces,
+            "namespaces": self._core.list_namespace,
+        }
+        return calls[kind]
 
     async def run(self) -> None:
-        """Run both watches until cancelled; a crashed loop thread is re-raised here."""
-        tasks = [asyncio.create_task(asyncio.to_thread(self._loop_kind, kind)) for kind in ("nodes", "pods")]
+        """Run the watches until cancelled; a crashed loop thread is re-raised here."""
+        tasks = [asyncio.create_task(asyncio.to_thread(self._loop_kind, kind)) for kind in KINDS]
         try:
             await asyncio.gather(*tasks)
         finally:

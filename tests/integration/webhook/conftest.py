@@ -59,6 +59,7 @@ def sync(settings: Settings, clock: FakeClock) -> CacheSync:
 def synced(sync: CacheSync) -> CacheSync:
     sync.apply_list("nodes", [node("gpu-a", 4), node("gpu-b", 2), node("cpu-1", 0)])
     sync.apply_list("pods", [])
+    sync.apply_list("namespaces", [])
     return sync
 
 

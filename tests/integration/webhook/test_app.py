@@ -114,6 +114,15 @@ async def test_readyz_follows_sync_and_watch_health(
     assert response.status == 503 and "first full list" in await response.text()
     sync.apply_list("nodes", [])
     sync.apply_list("pods", [])
+    response = await client.get("/readyz")  # the burst budgets are not known yet
+    assert response.status == 503 and "namespaces" in await response.text()
+    sync.apply_list("namespaces", [])
+    assert (await client.get("/readyz")).status == 200
+    sync.mark_broken("namespaces")
+    clock.now += settings.watch_stale_seconds + 1
+    response = await client.get("/readyz")
+    assert response.status == 503 and "namespaces watch broken" in await response.text()
+    sync.mark_contact("namespaces")
     assert (await client.get("/readyz")).status == 200
     sync.mark_broken("pods")
     clock.now += settings.watch_stale_seconds - 1

@@ -29,6 +29,7 @@ async def test_reviews_over_the_namespace_cap_burst_and_are_counted(
     sync = CacheSync(cache, clock=clock)
     sync.apply_list("nodes", [node("gpu-a", 8)])
     sync.apply_list("pods", [])
+    sync.apply_list("namespaces", [])
     client: TestClient[Any, Any] = await aiohttp_client(create_app(settings, cache=cache, sync=sync, clock=clock))
 
     async def decide(uid: str, namespace: str) -> str:

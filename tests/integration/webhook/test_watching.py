@@ -14,8 +14,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from tests.unit.webhook.builders import container, node, pod
+from webhook.budget import ANNOTATION_MAX_REMOTE_GPUS
 from webhook.cache import ClusterCache
 from webhook.sync import CacheSync
+from webhook.types import NamespaceBudget
 from webhook.watching import Watcher
 
 
@@ -24,12 +26,17 @@ def _with_uid(raw: dict[str, Any], uid: str) -> dict[str, Any]:
     return raw
 
 
+def _namespace(name: str, budget: str) -> dict[str, Any]:
+    return {"kind": "Namespace", "metadata": {"name": name, "annotations": {ANNOTATION_MAX_REMOTE_GPUS: budget}}}
+
+
 class ScriptedApiServer:
     """Lists return the current objects; the first pod watch answers 410, later ones stream events."""
 
     def __init__(self) -> None:
         self.nodes = [node("a", 4)]
         self.pods: list[dict[str, Any]] = []
+        self.namespaces = [_namespace("team", "4")]
         self.requests: list[str] = []
         self.pod_watches = 0
         self.closing = asyncio.Event()
@@ -38,6 +45,7 @@ class ScriptedApiServer:
         app = web.Application()
         app.router.add_get("/api/v1/nodes", self.handle)
         app.router.add_get("/api/v1/pods", self.handle)
+        app.router.add_get("/api/v1/namespaces", self.handle)
         return app
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -45,10 +53,16 @@ class ScriptedApiServer:
         watch = request.query.get("watch") in ("true", "True", "1")
         self.requests.append(f"{'watch' if watch else 'list'} {kind} rv={request.query.get('resourceVersion', '')}")
         if not watch:
-            items = self.nodes if kind == "nodes" else self.pods
+            items = {"nodes": self.nodes, "pods": self.pods, "namespaces": self.namespaces}[kind]
             return web.json_response({"kind": "List", "metadata": {"resourceVersion": "10"}, "items": items})
         response = web.StreamResponse()
         await response.prepare(request)
+        if kind == "namespaces":
+            # A budget lowered, another set then deleted, a third added: each event reaches the cache.
+            await self._event(response, "MODIFIED", _namespace("team", "2"))
+            await self._event(response, "ADDED", _namespace("other", "x"))
+            await self._event(response, "DELETED", _namespace("other", "x"))
+            await self._event(response, "ADDED", _namespace("last", "0"))
         if kind == "pods":
             self.pod_watches += 1
             if self.pod_watches == 1:
@@ -82,9 +96,13 @@ async def test_gone_relists_and_events_apply() -> None:
     task = asyncio.create_task(watcher.run())
     try:
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and "u-new" not in cache.pods():
+        while time.monotonic() < deadline and ("u-new" not in cache.pods() or cache.budget("last") is None):
             await asyncio.sleep(0.05)
         assert sync.fully_synced
+        assert cache.budget("team") == NamespaceBudget(limit=2)
+        assert cache.budget("other") is None
+        assert cache.budget("last") == NamespaceBudget(limit=0)
+        assert cache.budgeted_namespaces == 2
         # The pod that appeared while our resourceVersion was stale came in through the re-list.
         assert set(cache.pods()) == {"u-late", "u-new"}
         assert cache.free("a")["nvidia.com/gpu"] == -1  # 4 + 1 bound on a 4-GPU node: overcommitted, shown

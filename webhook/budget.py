@@ -1,0 +1,58 @@
+"""A namespace's burst budget: how many GPUs its pods may run on JARVICE at once (pure).
+
+Set on the namespace: `nimbix-burst.io/max-remote-gpus: "4"`. A pod that would burst past it stays
+local (or is denied, with --over-budget=deny). GPUs in use are counted by the cache from the burst
+pods it watches (their `nimbix-burst.io/remote-gpus` annotation) plus remote decisions whose pod has
+not appeared yet (reservations), so concurrent admissions cannot overshoot it.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+from webhook.types import NamespaceBudget
+
+ANNOTATION_MAX_REMOTE_GPUS: Final = "nimbix-burst.io/max-remote-gpus"  # on the namespace
+ANNOTATION_REMOTE_GPUS: Final = "nimbix-burst.io/remote-gpus"  # on a burst pod: GPUs counted against the budget
+ANNOTATION_BUDGET: Final = "nimbix-burst.io/budget"  # on a pod left local because of the budget
+
+OverBudget = Literal["local", "deny"]
+OVER_BUDGET_ACTIONS: Final = ("local", "deny")
+# More digits than any real GPU count: a longer value is a mistake, not a budget.
+_MAX_DIGITS = 9
+
+
+def parse_budget(value: str) -> NamespaceBudget:
+    """The annotation's value. Anything but a whole number >= 0 (surrounding spaces allowed) is
+    invalid and counts as a budget of 0: the annotation is there to cap spending, and a typo must
+    not lift the cap. The pods' warnings and annotations name the bad value."""
+    text = value.strip()
+    if text.isascii() and text.isdigit() and len(text) <= _MAX_DIGITS:
+        return NamespaceBudget(limit=int(text))
+    return NamespaceBudget(limit=0, invalid=value)
+
+
+def parse_remote_gpus(value: str) -> int:
+    """A burst pod's `nimbix-burst.io/remote-gpus`; -1 when absent or unreadable (the caller falls
+    back to the audit annotation's `gpus`)."""
+    text = value.strip()
+    if text.isascii() and text.isdigit() and len(text) <= _MAX_DIGITS:
+        return int(text)
+    return -1
+
+
+def over_budget(budget: NamespaceBudget | None, *, namespace: str, in_use: int, need: int) -> str:
+    """Why bursting `need` more GPUs would break the namespace's budget ("" when it would not, or
+    the namespace has none). `in_use`: burst GPUs of its running pods plus outstanding remote
+    reservations."""
+    if budget is None:
+        return ""
+    if budget.invalid is not None:
+        shown = budget.invalid if len(budget.invalid) <= 20 else budget.invalid[:17] + "..."
+        return (
+            f"{ANNOTATION_MAX_REMOTE_GPUS} of namespace {namespace} is {shown!r}, not a whole number >= 0 "
+            f"(treated as 0); this pod needs {need}"
+        )
+    if in_use + need <= budget.limit:
+        return ""
+    return f"{in_use} of {budget.limit} remote GPUs in use in namespace {namespace}; this pod needs {need}"
