@@ -1,0 +1,145 @@
+"""The burst budget per namespace through the real kube-apiserver and kube-scheduler.
+
+A host webhook (fake nodes, like test_webhook.py) watches the namespace's
+`nimbix-burst.io/max-remote-gpus` annotation; pods are created with kubectl, so warnings and
+denials are seen as a user sees them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from devplatform.cluster import addons
+from devplatform.cluster.controlplane import ControlPlane
+from tests.e2e.test_webhook import GPU, Group, assert_remote
+
+BUDGET = "nimbix-burst.io/max-remote-gpus"
+WEBHOOK_ARGS = ["--strip-toleration-keys", GPU, "--watch-stale-seconds", "5"]
+
+
+def pod_annotations(pod: dict[str, Any]) -> dict[str, str]:
+    return dict(pod["metadata"].get("annotations") or {})
+
+
+@contextmanager
+def running_webhook(control_plane: ControlPlane, *args: str, suffix: str) -> Iterator[addons.WebhookProcess]:
+    run_dir = control_plane.run_dir / f"webhook{suffix}"
+    run_dir.mkdir(exist_ok=True)
+    hook = addons.start_webhook(run_dir, kubeconfig=control_plane.kubeconfig_path, args=[*WEBHOOK_ARGS, *args])
+    name = addons.register_webhook(control_plane, hook, name_suffix=suffix)
+    try:
+        yield hook
+    finally:
+        control_plane.kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
+        addons.stop_webhook(hook)
+
+
+def _wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def set_budget(group: Group, hook: addons.WebhookProcess, value: str) -> None:
+    """Annotate the namespace and wait until the webhook's watch has it (its budget gauge)."""
+    group.core.patch_namespace(group.namespace, {"metadata": {"annotations": {BUDGET: value}}})
+
+    def seen() -> bool:
+        status, text = hook.get("/metrics", timeout=2)
+        return status == 200 and "nimbix_burst_budgeted_namespaces 1.0" in text
+
+    _wait_until(seen, timeout=15, what="the webhook to see the namespace's budget")
+
+
+def create_all(group: Group, bodies: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
+    results: list[tuple[dict[str, Any], str]] = []
+    errors: list[BaseException] = []
+
+    def create(body: dict[str, Any]) -> None:
+        try:
+            results.append(group.create(body))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=create, args=(b,)) for b in bodies]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    return results
+
+
+def test_a_budget_of_four_bursts_four_gpus_and_the_next_pod_stays_local(
+    control_plane: ControlPlane, core: Any, namespace: str, make_gpu_node: Callable[..., str]
+) -> None:
+    group = Group(control_plane, core, namespace, make_gpu_node)
+    gpu = group.gpu_node(1)
+    group.cpu_node(cpu="8", memory="16Gi")
+    with running_webhook(control_plane, suffix="-budget") as hook:
+        set_budget(group, hook, "4")
+        first = group.pod(1)
+        pod, _ = group.create(first)
+        assert pod_annotations(pod)["nimbix-burst.io/decision"] == "local"  # a local pod does not count
+        assert group.bound_node(first["metadata"]["name"]) == gpu
+        # Six at once: the remote reservations keep concurrent admissions within the budget.
+        results = create_all(group, [group.pod(1) for _ in range(6)])
+        remote = [(p, err) for p, err in results if pod_annotations(p)["nimbix-burst.io/decision"] == "remote"]
+        kept = [(p, err) for p, err in results if pod_annotations(p)["nimbix-burst.io/decision"] == "local"]
+        assert (len(remote), len(kept)) == (4, 2)
+        for pod, stderr in remote:
+            assert_remote(pod, stderr, 1)
+            assert pod_annotations(pod)["nimbix-burst.io/remote-gpus"] == "1"
+        note = f"4 of 4 remote GPUs in use in namespace {namespace}; this pod needs 1"
+        for pod, stderr in kept:
+            assert pod_annotations(pod)["nimbix-burst.io/budget"] == note
+            assert pod["spec"]["containers"][0]["resources"]["limits"][GPU] == "1"  # unchanged: waits here
+            assert "Warning: nimbix-burst: kept local by the burst budget" in stderr
+
+        # A burst pod finishes: its GPU is free in the budget again.
+        done = remote[0][0]["metadata"]["name"]
+        core.patch_namespaced_pod_status(done, namespace, {"status": {"phase": "Succeeded"}})
+
+        def one_more_bursts() -> bool:
+            pod, _ = group.create(group.pod(1))
+            return pod_annotations(pod)["nimbix-burst.io/decision"] == "remote"
+
+        _wait_until(one_more_bursts, timeout=15, what="a pod to burst after a burst pod finished")
+        assert pod_annotations(group.create(group.pod(1))[0]).get("nimbix-burst.io/budget") == note
+
+        # Turned off: remove the annotation.
+        core.patch_namespace(namespace, {"metadata": {"annotations": {BUDGET: None}}})
+        _wait_until(one_more_bursts, timeout=15, what="a pod to burst with the budget removed")
+        _status, metrics = hook.get("/metrics", timeout=2)
+        counted = re.search(r'nimbix_burst_over_budget_total\{action="local"\} ([0-9.]+)', metrics)
+        assert counted is not None and float(counted.group(1)) >= 3, metrics  # 2 + 1, and any retry above
+
+
+def test_with_over_budget_deny_the_create_is_refused_with_what_to_do(
+    control_plane: ControlPlane, core: Any, namespace: str, make_gpu_node: Callable[..., str]
+) -> None:
+    group = Group(control_plane, core, namespace, make_gpu_node)
+    group.gpu_node(1)
+    group.cpu_node(cpu="8", memory="16Gi")
+    with running_webhook(control_plane, "--over-budget", "deny", suffix="-budget-deny") as hook:
+        set_budget(group, hook, "4")
+        for _ in range(2):
+            pod, stderr = group.create(group.pod(2))
+            assert_remote(pod, stderr, 2)
+        refused = control_plane.kubectl("create", "-o", "json", "-f", "-", check=False, input=json.dumps(group.pod(2)))
+        assert refused.returncode != 0
+        message = refused.stderr
+        assert "denied the request" in message, message
+        assert f"4 of 4 remote GPUs in use in namespace {namespace}; this pod needs 2" in message
+        assert BUDGET in message and "fewer GPUs" in message
+        listed = control_plane.kubectl("get", "pods", "-n", namespace, "-o", "name").stdout.split()
+        assert len(listed) == 2  # the refused pod was not created
