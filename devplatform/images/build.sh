@@ -178,7 +178,7 @@ main() {
   local base_key=$LAST_KEY
   archives+=("$LAST_ARCHIVE")
   build_image localhost/nimbix-burst-webhook:$VERSION images/webhook/Dockerfile "$PYTHON_KEY" \
-    "PYTHON_IMAGE=$PYTHON_IMAGE" images/webhook pyproject.toml README.md webhook entrypoint
+    "PYTHON_IMAGE=$PYTHON_IMAGE" images/webhook pyproject.toml README.md webhook entrypoint controller
   archives+=("$LAST_ARCHIVE")
   # The example app needs the base in the store, even when the base's archive came from the cache.
   ensure_image localhost/nimbix-burst/base:$VERSION "${archives[0]}"

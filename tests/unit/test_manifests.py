@@ -635,6 +635,22 @@ def test_dockerfile_builds_on_python_311_slim_and_installs_the_webhook_extra_onl
     assert installs == ["/opt/venv/bin/pip install '.[webhook]'"]
 
 
+def test_webhook_image_carries_every_package_the_distribution_installs() -> None:
+    """The controller runs from the webhook image (deploy/controller.yaml): a package the build does
+    not COPY would make `python -m controller` fail at start."""
+    packages = tomllib.loads((manifests.REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    wanted = set(packages["packages"]["find"]["include"])
+    copied = {
+        shlex.split(c)[0].rstrip("/")
+        for stage in _dockerfile_stages()
+        for c in _instruction(stage, "COPY")
+        if not c.startswith("--from")
+    }
+    assert wanted <= copied
+    ignore = (manifests.REPO_ROOT / ".dockerignore").read_text().splitlines()
+    assert {f"!{name}/" for name in wanted} <= set(ignore)
+
+
 def _normalize(name: str) -> str:  # PEP 503
     return re.sub(r"[-_.]+", "-", name).lower()
 
