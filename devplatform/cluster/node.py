@@ -161,8 +161,12 @@ class RealNode:
         check_root()
         _install_packages()
         began = time.monotonic()
-        self._layout.state_file.unlink(missing_ok=True)
         _take_claim(self._layout.state_file, wait_seconds=claim_wait_seconds)
+        if self._layout.state_file.exists():
+            # A node that ran from this directory before and was never stopped (its processes are
+            # gone, or the claim would have been live): remove what it left behind.
+            stop_node(self._layout.state_file)
+            _take_claim(self._layout.state_file, wait_seconds=claim_wait_seconds)
         self._running = True
         try:
             self._start(began)
@@ -600,9 +604,18 @@ def _create_bridge(settings: NodeSettings) -> None:
 
 
 def _take_claim(state_file: Path, *, wait_seconds: float) -> None:
-    """Claims the machine for the node at ``state_file`` (an exclusive create of ``CLAIM_FILE``);
-    cleans up after an owner that died without stopping its node."""
+    """Claims the machine for the node at ``state_file``: an exclusive create of ``CLAIM_FILE``,
+    which records the state file and the claiming process.
+
+    A claim is live while its claimant (the process starting or running the node: pytest, or
+    ``dev-up`` until it exits) or any of its node's processes runs. A dead claim is cleaned up
+    (``stop_node`` on its state file) and taken over.
+    """
     deadline = time.monotonic() + wait_seconds
+    claimant = processes.current_process("claimant")
+    document = json.dumps(
+        {"state_file": str(state_file), "pid": claimant.pid, "started_at_ticks": claimant.started_at_ticks}
+    )
     while True:
         try:
             fd = os.open(CLAIM_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -610,32 +623,59 @@ def _take_claim(state_file: Path, *, wait_seconds: float) -> None:
             pass
         else:
             with os.fdopen(fd, "w") as handle:
-                handle.write(f"{state_file}\n")
+                handle.write(document + "\n")
             return
-        owner = Path(CLAIM_FILE.read_text().strip() or "/nonexistent")
-        running = (
-            [proc for proc in processes.load_state(owner).processes if processes.is_running(proc)]
-            if owner.exists()
-            else []
-        )
-        if owner == state_file or not running:
-            if owner.exists() and owner != state_file:
-                stop_node(owner)
+        owner_state, live = _read_claim()
+        if not live:
+            if owner_state is not None and owner_state.is_file():
+                # Its owner died without stopping its node: undo what it left behind first.
+                stop_node(owner_state)
             CLAIM_FILE.unlink(missing_ok=True)
             continue
         if time.monotonic() >= deadline:
-            pids = ", ".join(f"{proc.name} pid {proc.pid}" for proc in running)
             raise NodeHostError(
-                f"another real node is running on this machine ({pids}; state {owner}); "
-                "stop it first (make dev-down, or end the test session that started it)"
+                f"another real node is running on this machine ({', '.join(live)}; state {owner_state}); "
+                "stop it first (make dev-down, or wait for the test session that started it)"
             )
         time.sleep(1.0)
 
 
+def _read_claim() -> tuple[Path | None, list[str]]:
+    """The claim's state file and what keeps it live (empty: the claim is dead)."""
+    try:
+        text = CLAIM_FILE.read_text().strip()
+    except FileNotFoundError:
+        return None, []
+    claimant: ManagedProcess | None = None
+    try:
+        claim = json.loads(text)
+        state_file = Path(claim["state_file"])
+        claimant = ManagedProcess(
+            name="claimant",
+            pid=int(claim["pid"]),
+            log_path=Path(os.devnull),
+            started_at_ticks=int(claim["started_at_ticks"]),
+        )
+    except (ValueError, KeyError, TypeError):
+        if not text.startswith("/"):
+            # Being written right now (or garbage): give it a moment.
+            return None, ["an unreadable claim file"]
+        # The first format: the state file's path alone.
+        state_file = Path(text)
+    live = [f"claimed by pid {claimant.pid}"] if claimant is not None and processes.is_running(claimant) else []
+    if state_file.is_file():
+        live += [
+            f"{proc.name} pid {proc.pid}"
+            for proc in processes.load_state(state_file).processes
+            if processes.is_running(proc)
+        ]
+    return state_file, live
+
+
 def _release_claim(state_file: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        if CLAIM_FILE.read_text().strip() == str(state_file):
-            CLAIM_FILE.unlink()
+    owner, _ = _read_claim()
+    if owner == state_file:
+        CLAIM_FILE.unlink(missing_ok=True)
 
 
 # -- images -----------------------------------------------------------------------------------------

@@ -157,6 +157,12 @@ def is_running(proc: ManagedProcess) -> bool:
     return _is_ours(proc)
 
 
+def current_process(name: str) -> ManagedProcess:
+    """This process as a ManagedProcess (with its start time, so a reused PID is not mistaken for it)."""
+    pid = os.getpid()
+    return ManagedProcess(name=name, pid=pid, log_path=Path(os.devnull), started_at_ticks=_read_start_ticks(pid) or 0)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
     return free_ports(1)[0]

@@ -39,8 +39,9 @@ TEST_RUNS_DIR = REPO_ROOT / ".test-runs"
 TEST_LABEL = "nimbix-burst-test"
 # Namespace and node names are DNS labels.
 MAX_NAME_LENGTH = 63
-# Another session (or make dev-up) may own the machine's one real node; wait this long for it.
-REAL_NODE_CLAIM_WAIT_SECONDS = 900
+# Another session (or make dev-up) may own the machine's one real node (a session holds it until it
+# ends: the whole e2e suite takes ~11 min here); wait this long for it.
+REAL_NODE_CLAIM_WAIT_SECONDS = 1800
 
 
 @dataclass
