@@ -361,7 +361,10 @@ def stop_node(state_file: Path) -> list[str]:
 
     Works from the file alone (``make dev-down`` runs in another process than ``make dev-up``).
     """
-    state = processes.load_state(state_file)
+    try:
+        state = processes.load_state(state_file)
+    except FileNotFoundError:
+        return []
     extra = state.extra
     run_dir = Path(extra["run_dir"])
     layout = NodeLayout(run_dir=run_dir, containerd_root=Path(extra["containerd_root"]))
@@ -464,13 +467,19 @@ def _kubepods_dirs() -> list[Path]:
     return [path for path in candidates if path.is_dir()]
 
 
+def _cgroup_dirs_deepest_first(top: Path) -> list[Path]:
+    """``top`` and every cgroup below it, children before parents. Directories that vanish while we
+    look (the kubelet or another cleanup removing them) are simply skipped."""
+    return [Path(root) for root, _, _ in os.walk(top, topdown=False)]
+
+
 def _kill_cgroup_processes() -> list[str]:
     """Any process still in a kubepods cgroup is a container of ours: SIGKILL by PID."""
     pids: set[int] = set()
     for top in _kubepods_dirs():
-        for procs in top.rglob("cgroup.procs"):
+        for directory in _cgroup_dirs_deepest_first(top):
             with contextlib.suppress(OSError, ValueError):
-                pids.update(int(line) for line in procs.read_text().split())
+                pids.update(int(line) for line in (directory / "cgroup.procs").read_text().split())
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -481,9 +490,8 @@ def _remove_kubepods_cgroups() -> list[str]:
     done = []
     for top in _kubepods_dirs():
         # Deepest first: a cgroup directory can only be removed once it has no children.
-        for directory in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        for directory in _cgroup_dirs_deepest_first(top):
             _rmdir_cgroup(directory)
-        _rmdir_cgroup(top)
         done.append(f"removed cgroup {top}")
     return done
 
