@@ -2,9 +2,11 @@
 
 ``up`` starts a ControlPlane whose processes outlive this command, the real node (node.py: containerd,
 kubelet, kube-proxy, with the project's images imported), then whatever ``start_extras`` adds (the
-webhook, the JARVICE emulator, fake GPU nodes), and saves every PID to ``DIR/state.json`` (the real
-node keeps its own state file, named there). ``down`` stops the real node and removes its host state,
-then stops exactly the saved PIDs. Nothing is ever stopped by name.
+JARVICE emulator, fake GPU nodes), then ``install_addon``: cert-manager and nimbix-burst itself,
+installed from deploy/ through devplatform/overlay as a user installs it (two webhook pods on the real
+node). It saves every PID to ``DIR/state.json`` (the real node keeps its own state file, named
+there). ``down`` stops the real node and removes its host state, then stops exactly the saved PIDs.
+Nothing is ever stopped by name.
 
 Pods run only on the real node: the fake nodes carry the taint ``FAKE_NODE_TAINT`` (they have no
 kubelet), so a pod lands on one only if it tolerates that taint, and the webhook does not count
@@ -46,7 +48,7 @@ REAP_WAIT_SECONDS = 5.0
 def start_extras(control_plane: controlplane.ControlPlane, dev_dir: Path) -> list[processes.ManagedProcess]:
     """Starts the processes that ``make dev-up`` runs beside the control plane and returns them.
 
-    This is where the webhook and the JARVICE emulator get started (with
+    This is where the JARVICE emulator gets started (with
     ``processes.start_process``, logs under ``dev_dir / "logs"``). Return them in start order:
     they are saved to state.json after the control-plane components, and ``down`` stops them
     first. If one fails to start, stop the ones this function already started, then raise; ``up``

@@ -1,7 +1,8 @@
 """Installs nimbix-burst into the local cluster the way a user installs it (README, "Install in a
 cluster"): ``kubectl apply -k devplatform/overlay`` (deploy/ plus local-only patches), after
-cert-manager, then the README's checks: Certificates Ready, the caBundle injected, the Deployment's
-two webhook pods Running and Ready on the real node, one of them holding the leader Lease.
+cert-manager, then the README's checks: Certificates Ready, the caBundle injected, the webhook
+Deployment's two pods Running and Ready on the real node, one of them holding the leader Lease, and
+every other Deployment of the base (the burst controller) rolled out.
 
     cm = certmanager.install(plane)              # the prerequisite (the caller owns its processes)
     installed = install.install_addon(plane, real_node)
@@ -67,6 +68,7 @@ class InstallTimings:
     ca_bundle_seconds: float
     pods_ready_seconds: float
     lease_seconds: float
+    all_deployments_seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,29 +122,47 @@ def parse_server_port(server_url: str) -> int:
 
 
 def find_overlay_problems(objects: Sequence[Mapping[str, Any]], *, settings: nodeconfig.NodeSettings) -> list[str]:
-    """What in the rendered overlay does not fit the real node: the webhook pods must select and
-    tolerate it, and the NetworkPolicy must name its gateway (where the API server's calls come from)."""
+    """What in the rendered overlay does not fit the real node: every Deployment's pods (the webhook's,
+    the burst controller's) must select and tolerate it, and the NetworkPolicy must name its gateway
+    (where the API server's calls come from)."""
     problems: list[str] = []
-    by_kind = {str(obj.get("kind")): obj for obj in objects}
-    deployment = by_kind.get("Deployment")
-    if deployment is None:
-        return ["no Deployment in the overlay"]
-    spec = deployment["spec"]["template"]["spec"]
-    if spec.get("nodeSelector", {}).get(nodeconfig.REAL_NODE_LABEL) != "true":
-        problems.append(f"the webhook pods do not select {nodeconfig.REAL_NODE_LABEL}=true")
+    deployments = {str(o["metadata"]["name"]): o for o in objects if o.get("kind") == "Deployment"}
+    if DEPLOYMENT not in deployments:
+        problems.append(f"no Deployment {DEPLOYMENT} in the overlay")
     key, _, rest = nodeconfig.REAL_NODE_TAINT.partition("=")
     value, _, effect = rest.partition(":")
     wanted = {"key": key, "operator": "Equal", "value": value, "effect": effect}
-    if wanted not in spec.get("tolerations", []):
-        problems.append(f"the webhook pods do not tolerate {nodeconfig.REAL_NODE_TAINT}")
-    policy = by_kind.get("NetworkPolicy")
+    for name, deployment in sorted(deployments.items()):
+        spec = deployment["spec"]["template"]["spec"]
+        if spec.get("nodeSelector", {}).get(nodeconfig.REAL_NODE_LABEL) != "true":
+            problems.append(f"Deployment {name}: its pods do not select {nodeconfig.REAL_NODE_LABEL}=true")
+        if wanted not in spec.get("tolerations", []):
+            problems.append(f"Deployment {name}: its pods do not tolerate {nodeconfig.REAL_NODE_TAINT}")
     cidr = f"{settings.gateway}/32"
-    if policy is not None:
+    for policy in (o for o in objects if o.get("kind") == "NetworkPolicy"):
         for direction, peers in (("ingress", "from"), ("egress", "to")):
             blocks = [peer.get("ipBlock", {}).get("cidr") for peer in policy["spec"][direction][0][peers]]
             if cidr not in blocks:
                 problems.append(f"NetworkPolicy {direction} rule 0 does not allow {cidr} (has {blocks})")
     return problems
+
+
+def find_unavailable_deployments(deployments: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Deployments whose rollout is not complete (``kubectl rollout status``'s rule: every replica
+    updated and available, the latest generation observed)."""
+    waiting = []
+    for deployment in deployments:
+        spec, status = deployment.get("spec", {}), deployment.get("status", {})
+        wanted = int(spec.get("replicas", 1))
+        done = (
+            status.get("observedGeneration", 0) >= deployment["metadata"].get("generation", 0)
+            and status.get("updatedReplicas", 0) == wanted
+            and status.get("availableReplicas", 0) == wanted
+            and status.get("replicas", 0) == wanted
+        )
+        if not done:
+            waiting.append(f"{deployment['metadata']['name']}: {status.get('availableReplicas', 0)}/{wanted} available")
+    return waiting
 
 
 def find_unready_certificates(certificates: Sequence[Mapping[str, Any]], *, names: Sequence[str]) -> list[str]:
@@ -261,6 +281,13 @@ def install_addon(plane: ControlPlane, node: RealNode, *, timeout: float = INSTA
         return "" if leader in serving else f"Lease {LEASE} held by {leader or 'nobody'}"
 
     _wait(lease, deadline=deadline, what="leader Lease held")
+    lease_done = time.monotonic() - began
+
+    def rollouts() -> str:  # the other Deployments of the base (the burst controller)
+        items = _get_json(plane, "-n", NAMESPACE, "get", "deployments").get("items", [])
+        return "; ".join(find_unavailable_deployments(items)) if items else "no Deployments yet"
+
+    _wait(rollouts, deadline=deadline, what="every Deployment rolled out")
     return Installed(
         namespace=NAMESPACE,
         pods=tuple(serving),
@@ -271,7 +298,8 @@ def install_addon(plane: ControlPlane, node: RealNode, *, timeout: float = INSTA
             certificates_seconds=certificates_done,
             ca_bundle_seconds=ca_bundle_done,
             pods_ready_seconds=pods_done,
-            lease_seconds=time.monotonic() - began,
+            lease_seconds=lease_done,
+            all_deployments_seconds=time.monotonic() - began,
         ),
     )
 
