@@ -4,12 +4,15 @@
 
 Same stack and TLS setup as the webhook (aiohttp, webhook.tls.ReloadingTLS's SSLContext, one
 process, no access log), but the handler only reads the body and returns a constant allowed
-AdmissionReview. Whatever the real webhook costs beyond this is ours.
+AdmissionReview. Whatever the real webhook costs beyond this is ours. `/admit` is the minimal
+webhook the real kube-apiserver can call (uid echoed, one fixed label added), for the pod CREATE
+comparison.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import sys
 from collections.abc import Sequence
@@ -36,6 +39,20 @@ async def mutate(request: web.Request) -> web.Response:
     return web.Response(body=CONSTANT_RESPONSE, content_type="application/json")
 
 
+# The minimal webhook the real API server can call (issue 15): it must echo the request's uid, so
+# it decodes the review (as the minimal Go webhook does) and adds one fixed label, nothing else.
+MINIMAL_PATCH = base64.b64encode(
+    json.dumps([{"op": "add", "path": "/metadata/labels/bench.nimbix-burst.io~1minimal", "value": "aiohttp"}]).encode()
+).decode()
+
+
+async def admit(request: web.Request) -> web.Response:
+    uid = json.loads(await request.read())["request"]["uid"]
+    response = {"uid": uid, "allowed": True, "patchType": "JSONPatch", "patch": MINIMAL_PATCH}
+    body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+    return web.Response(text=body, content_type="application/json")
+
+
 async def readyz(_request: web.Request) -> web.Response:
     return web.Response(text="ok")
 
@@ -43,6 +60,7 @@ async def readyz(_request: web.Request) -> web.Response:
 def create_app() -> web.Application:
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     app.router.add_post("/mutate", mutate)
+    app.router.add_post("/admit", admit)
     app.router.add_get("/readyz", readyz)
     return app
 

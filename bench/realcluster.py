@@ -19,15 +19,17 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s_client
 
-from bench import clusters, inprocess, naive, stats
+from bench import clusters, inprocess, minimal, naive, stats
 from bench.kubeapi import MERGE_PATCH, KubeApi, KubeApiError, run_bounded
+from devplatform import manifests
 from devplatform.cluster import addons, controlplane
 from webhook import admission, decision, review
 from webhook.model import parse_placement, pod_gpus
@@ -240,16 +242,40 @@ def build_create_pod(name: str) -> dict[str, Any]:
     return pod
 
 
-async def _set_registered(cp: controlplane.ControlPlane, webhook: addons.WebhookProcess, on: bool) -> str:
-    name = "nimbix-burst-bench"
-    if on:
-        return await asyncio.to_thread(addons.register_webhook, cp, webhook, name_suffix="-bench")
-    await asyncio.to_thread(cp.kubectl, "delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
-    return name
+@dataclass(frozen=True)
+class Registered:
+    """One webhook the create phase can register: where it listens, the CA that signed its
+    certificate, the marker its mutation leaves in the created pod, and its PID for CPU time."""
+
+    url: str
+    ca_pem: bytes
+    marker: bytes
+    pid: int
 
 
-async def _wait_effective(api: KubeApi, *, on: bool, serial: list[int]) -> int:
-    """Create probe pods until the API server calls (or stops calling) the webhook."""
+BENCH_CONFIGURATION = "nimbix-burst-bench"
+
+
+async def _set_registered(cp: controlplane.ControlPlane, objects: Any, target: Registered | None) -> None:
+    """Register `target` under the shipped configuration (same name, rules, selectors, timeouts for
+    every webhook compared), or delete the registration."""
+    if target is None:
+        await asyncio.to_thread(
+            cp.kubectl, "delete", "mutatingwebhookconfiguration", BENCH_CONFIGURATION, "--ignore-not-found"
+        )
+        return
+    config = manifests.webhook_configuration_for_url(
+        copy.deepcopy(objects), url=target.url, ca_bundle_pem=target.ca_pem, name_suffix="-bench"
+    )
+    await asyncio.to_thread(cp.kubectl, "apply", "-f", "-", input=json.dumps(config))
+
+
+def _answered_by(payload: bytes, markers: Sequence[bytes]) -> bytes | None:
+    return next((m for m in markers if m in payload), None)
+
+
+async def _wait_effective(api: KubeApi, *, marker: bytes | None, markers: Sequence[bytes], serial: list[int]) -> int:
+    """Create probe pods until the pod shows the registered webhook's mark (or none)."""
     deadline = time.monotonic() + TOGGLE_TIMEOUT_SECONDS
     probes = 0
     while True:
@@ -262,12 +288,10 @@ async def _wait_effective(api: KubeApi, *, on: bool, serial: list[int]) -> int:
         )
         if status != 201:
             raise KubeApiError(f"probe create: HTTP {status}: {payload[:300]!r}")
-        if (DECISION_ANNOTATION in payload) == on:
+        if _answered_by(payload, markers) == marker:
             return probes
         if time.monotonic() > deadline:
-            raise KubeApiError(
-                f"webhook registration {'on' if on else 'off'} not effective after {TOGGLE_TIMEOUT_SECONDS}s"
-            )
+            raise KubeApiError(f"webhook registration {marker!r} not effective after {TOGGLE_TIMEOUT_SECONDS}s")
         await asyncio.sleep(0.2)
 
 
@@ -295,8 +319,18 @@ async def _webhook_call_metric(api: KubeApi) -> tuple[float, int]:
 
 
 async def measure_creates(
-    cp: controlplane.ControlPlane, webhook: addons.WebhookProcess, api: KubeApi, *, rounds: int, per_round: int
+    cp: controlplane.ControlPlane,
+    targets: Mapping[str, Registered],
+    api: KubeApi,
+    *,
+    webhook_log: Path,
+    rounds: int,
+    per_round: int,
 ) -> dict[str, Any]:
+    """Sequential creates with each of `targets` registered in turn and with none ("off"), in
+    interleaved rounds (the order rotates each round, so drift and position hit all alike). Per
+    variant: latency, the API server's time per webhook call, and each webhook process's CPU time
+    over its rounds; ours also while the others are registered (it still watches every create)."""
     await api.create(
         "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CREATE_NAMESPACE}}
     )
@@ -305,15 +339,23 @@ async def measure_creates(
             f"/api/v1/namespaces/{CREATE_NAMESPACE}/serviceaccounts",
             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa}},
         )
-    samples: dict[str, list[float]] = {"off": [], "on": []}
-    round_medians: dict[str, list[float]] = {"off": [], "on": []}
+    objects = await asyncio.to_thread(manifests.render_kustomize, cp.bin_dir / "kubectl")
+    variants = ["off", *targets]
+    markers = [t.marker for t in targets.values()]
+    samples: dict[str, list[float]] = {v: [] for v in variants}
+    round_medians: dict[str, list[float]] = {v: [] for v in variants}
+    calls: dict[str, list[float]] = {v: [0.0, 0.0] for v in variants}
+    # cpu[process][variant registered] = [cpu seconds, creates]
+    cpu: dict[str, dict[str, list[float]]] = {name: {v: [0.0, 0.0] for v in variants} for name in targets}
     serial = [0]
-    calls_before = await _webhook_call_metric(api)
-    mutated = 0
     for round_index in range(rounds):
-        for on in (False, True):
-            await _set_registered(cp, webhook, on)
-            await _wait_effective(api, on=on, serial=serial)
+        shift = round_index % len(variants)
+        for variant in variants[shift:] + variants[:shift]:
+            target = targets.get(variant)
+            await _set_registered(cp, objects, target)
+            await _wait_effective(api, marker=target.marker if target else None, markers=markers, serial=serial)
+            metric_before = await _webhook_call_metric(api)
+            cpu_before = {name: minimal.cpu_seconds(t.pid) for name, t in targets.items()}
             for _ in range(per_round):
                 serial[0] += 1
                 body = json.dumps(build_create_pod(f"create-{serial[0]:05d}")).encode()
@@ -322,43 +364,75 @@ async def measure_creates(
                 elapsed = time.perf_counter() - began
                 if status != 201:
                     raise KubeApiError(f"create: HTTP {status}: {payload[:300]!r}")
-                if (DECISION_ANNOTATION in payload) != on:
-                    raise KubeApiError(
-                        f"round {round_index} webhook {'on' if on else 'off'}: unexpected mutation state"
-                    )
-                mutated += on
-                samples["on" if on else "off"].append(elapsed)
-            recent = samples["on" if on else "off"][-per_round:]
-            round_medians["on" if on else "off"].append(statistics.median(recent))
-            label = "on " if on else "off"
-            log(f"round {round_index + 1}/{rounds} webhook {label}: median {statistics.median(recent) * 1000:.2f} ms")
-    calls_after = await _webhook_call_metric(api)
-    await _set_registered(cp, webhook, False)
-    calls = calls_after[1] - calls_before[1]
+                if _answered_by(payload, markers) != (target.marker if target else None):
+                    raise KubeApiError(f"round {round_index} webhook {variant}: unexpected mutation state")
+                samples[variant].append(elapsed)
+            for name, t in targets.items():
+                cpu[name][variant][0] += minimal.cpu_seconds(t.pid) - cpu_before[name]
+                cpu[name][variant][1] += per_round
+            metric_after = await _webhook_call_metric(api)
+            calls[variant][0] += metric_after[0] - metric_before[0]
+            calls[variant][1] += metric_after[1] - metric_before[1]
+            recent = samples[variant][-per_round:]
+            round_medians[variant].append(statistics.median(recent))
+            log(f"round {round_index + 1}/{rounds} {variant:>7}: median {statistics.median(recent) * 1000:.2f} ms")
+    await _set_registered(cp, objects, None)
     handler = [
         float(line["latency_ms"])
-        for line in _read_json_lines(webhook.process.log_path)
+        for line in _read_json_lines(webhook_log)
         if line.get("message") == "admission" and line.get("namespace") == CREATE_NAMESPACE
     ]
-    off = stats.summarize_seconds(samples["off"])
-    on_summary = stats.summarize_seconds(samples["on"])
+    summaries = {v: stats.summarize_seconds(samples[v]) for v in variants}
+    off = summaries["off"]
+    per_variant: dict[str, Any] = {}
+    for variant in targets:
+        summary = summaries[variant]
+        own = cpu[variant][variant]
+        per_variant[variant] = {
+            **summary,
+            "ratio_p50": stats.ratio(summary["p50_ms"], off["p50_ms"]),
+            "added_p50_ms": round(summary["p50_ms"] - off["p50_ms"], 3),
+            # Each round against the "off" round of the same round, so slow drift cancels.
+            "added_p50_paired_median_ms": round(
+                statistics.median(a - b for a, b in zip(round_medians[variant], round_medians["off"], strict=True))
+                * 1000,
+                3,
+            ),
+            "apiserver_calls": int(calls[variant][1]),
+            "apiserver_call_mean_ms": round(calls[variant][0] / calls[variant][1] * 1000, 3)
+            if calls[variant][1]
+            else None,
+            "cpu_per_create_us": round(own[0] / own[1] * 1e6, 1) if own[1] else None,
+        }
+    ours = cpu.get("ours", {})
+    idle = [sum(ours[v][i] for v in variants if v != "ours") for i in (0, 1)] if ours else [0.0, 0.0]
+    if ours:
+        per_variant["ours"]["cpu_per_create_idle_us"] = round(idle[0] / idle[1] * 1e6, 1) if idle[1] else None
+    ours_added = per_variant.get("ours", {}).get("added_p50_ms")
+    on_summary = summaries.get("ours", off)
     return {
         "rounds_each": rounds,
         "creates_per_round": per_round,
+        "variants": per_variant,
+        "added_ratio_vs_aiohttp": stats.ratio(ours_added, per_variant["aiohttp"]["added_p50_ms"])
+        if "aiohttp" in per_variant and ours_added is not None
+        else None,
+        "added_ratio_vs_go": stats.ratio(ours_added, per_variant["go"]["added_p50_ms"])
+        if "go" in per_variant and ours_added is not None
+        else None,
         "off": off,
         "on": on_summary,
-        "mutated_creates": mutated,
+        "mutated_creates": len(samples.get("ours", [])),
         "ratio_p50": stats.ratio(on_summary["p50_ms"], off["p50_ms"]),
         "ratio_mean": stats.ratio(on_summary["mean_ms"], off["mean_ms"]),
         "ratio_p99": stats.ratio(on_summary["p99_ms"], off["p99_ms"]),
-        # Each "on" round against the "off" round just before it, so slow drift cancels.
         "ratio_p50_paired_median": round(
-            statistics.median(a / b for a, b in zip(round_medians["on"], round_medians["off"], strict=True)), 3
-        ),
-        "apiserver_webhook_calls": calls,
-        "apiserver_webhook_call_mean_ms": round((calls_after[0] - calls_before[0]) / calls * 1000, 3)
-        if calls
+            statistics.median(a / b for a, b in zip(round_medians["ours"], round_medians["off"], strict=True)), 3
+        )
+        if "ours" in round_medians
         else None,
+        "apiserver_webhook_calls": int(calls["ours"][1]) if "ours" in calls else 0,
+        "apiserver_webhook_call_mean_ms": per_variant.get("ours", {}).get("apiserver_call_mean_ms"),
         "webhook_handler_p50_ms": round(statistics.median(handler), 3) if handler else None,
     }
 
@@ -390,6 +464,7 @@ def run(
     cp = controlplane.ControlPlane(run_dir / "controlplane", bin_dir=bin_dir, controller_manager=False)
     result: dict[str, Any] = {}
     webhook: addons.WebhookProcess | None = None
+    minimals: list[addons.WebhookProcess] = []
     began = time.perf_counter()
     cp.start()
     log(f"control plane up in {time.perf_counter() - began:.1f}s")
@@ -420,13 +495,32 @@ def run(
         finally:
             api_client.close()
 
+        targets: dict[str, Registered] = {}
+        for kind in ("go", "aiohttp"):
+            started_minimal, url = minimal.start(kind, run_dir / f"minimal-{kind}")
+            minimals.append(started_minimal)
+            targets[kind] = Registered(
+                url=url,
+                ca_pem=started_minimal.ca.cert_pem,
+                marker=minimal.MINIMAL_LABEL + b'":"' + kind.encode(),
+                pid=started_minimal.process.pid,
+            )
+        targets["ours"] = Registered(
+            url=webhook.url + "/mutate", ca_pem=webhook.ca.cert_pem, marker=DECISION_ANNOTATION, pid=webhook.process.pid
+        )
+
         async def creates() -> dict[str, Any]:
             assert webhook is not None
             async with KubeApi(cp.kubeconfig_path, connections=4) as api:
-                return await measure_creates(cp, webhook, api, rounds=create_rounds, per_round=creates_per_round)
+                return await measure_creates(
+                    cp, targets, api, webhook_log=webhook.process.log_path, rounds=create_rounds,
+                    per_round=creates_per_round,
+                )  # fmt: skip
 
         result["pod_create"] = asyncio.run(creates())
     finally:
+        for started_minimal in minimals:
+            addons.stop_webhook(started_minimal)
         if webhook is not None:
             addons.stop_webhook(webhook)
         cp.stop()

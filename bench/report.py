@@ -22,6 +22,9 @@ DECISION_TARGET_US = 50.0
 FLAT_RATIO_LIMIT = 1.5  # decide() at 10k nodes vs 100 nodes: above this it is not flat
 RSS_TARGET_MB = 200.0
 CREATE_RATIO_TARGET = 1.2
+# Issue 15: added create latency (webhook registered - not registered, p50) against minimal webhooks.
+ADDED_VS_AIOHTTP_TARGET = 1.05
+ADDED_VS_GO_TARGET = 1.25
 SPEEDUP_TARGET = 100.0
 TARGET_NODES = 5000
 CASE_COLORS = {"local": "tab:blue", "remote": "tab:orange"}
@@ -160,6 +163,20 @@ def evaluate_targets(results: Mapping[str, Any]) -> list[Target]:
                 met=create["ratio_p50"] is not None and create["ratio_p50"] <= CREATE_RATIO_TARGET,
             )
         )
+    for key, other, goal in (
+        ("added_ratio_vs_aiohttp", "minimal aiohttp", ADDED_VS_AIOHTTP_TARGET),
+        ("added_ratio_vs_go", "minimal Go", ADDED_VS_GO_TARGET),
+    ):
+        if create and key in create:
+            ratio = create[key]
+            targets.append(
+                Target(
+                    name=f"Added pod CREATE latency, ours vs the {other} webhook",
+                    goal=f"<= {goal}x",
+                    measured=f"{_fmt(ratio)}x",
+                    met=ratio is not None and ratio <= goal,
+                )
+            )
     # 4. naive baseline
     naive = real.get("naive")
     if naive:
@@ -541,6 +558,57 @@ def _create_section(results: Mapping[str, Any]) -> list[str]:
         f"{_fmt(create.get('apiserver_webhook_call_mean_ms'))} ms "
         f"over {create.get('apiserver_webhook_calls', 0)} calls; the webhook's handler logged p50 "
         f"{_fmt(create.get('webhook_handler_p50_ms'), 3)} ms for the same admissions.",
+        "",
+        *_minimal_section(create),
+    ]
+
+
+VARIANT_LABELS = {"go": "minimal Go (`bench/gowebhook`)", "aiohttp": "minimal aiohttp (`limit_server /admit`)"}
+
+
+def _minimal_section(create: Mapping[str, Any]) -> list[str]:
+    variants = create.get("variants")
+    if not variants:
+        return []
+    rows = []
+    for name, v in variants.items():
+        rows.append(
+            [
+                VARIANT_LABELS.get(name, "nimbix-burst"),
+                _fmt(v["p50_ms"]),
+                f"{_fmt(v['ratio_p50'])}x",
+                f"{_fmt(v['added_p50_ms'])} (paired {_fmt(v['added_p50_paired_median_ms'])})",
+                _fmt(v["apiserver_call_mean_ms"], 3),
+                _fmt(v["cpu_per_create_us"], 0),
+            ]
+        )
+    ours = variants.get("ours", {})
+    return [
+        "#### 5b. Against minimal webhooks (issue 15)",
+        "",
+        "The same rounds also register a minimal Go webhook and a minimal aiohttp one under the shipped "
+        "configuration (each decodes the review, echoes the uid, adds one label); the order of the four "
+        "variants rotates every round. Added latency = p50 registered - p50 not registered (paired: median "
+        "over rounds of the same difference within a round). CPU per create: the webhook process's "
+        "utime+stime (/proc/<pid>/stat, all threads) over its own rounds / creates.",
+        "",
+        *_table(
+            [
+                "Webhook registered",
+                "create p50 ms",
+                "p50 / unregistered",
+                "added latency ms",
+                "API server time per call ms",
+                "webhook CPU us per create",
+            ],
+            rows,
+        ),
+        "",
+        f"Ours added / aiohttp added: **{_fmt(create.get('added_ratio_vs_aiohttp'))}x** (goal <= "
+        f"{ADDED_VS_AIOHTTP_TARGET}x); ours added / Go added: **{_fmt(create.get('added_ratio_vs_go'))}x** "
+        f"(goal <= {ADDED_VS_GO_TARGET}x). nimbix-burst's CPU per create: "
+        f"{_fmt(ours.get('cpu_per_create_us'), 0)} us admitting, {_fmt(ours.get('cpu_per_create_idle_us'), 0)} us "
+        "while only watching (the other rounds: it still sees every created pod through its watch).",
         "",
     ]
 

@@ -1,0 +1,3 @@
+module nimbix-burst/bench/gowebhook
+
+go 1.22
