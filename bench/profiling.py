@@ -21,8 +21,8 @@ CATEGORIES: tuple[tuple[str, str], ...] = (
     ("logging: the per-admission JSON line", "logging/__init__.py"),
     ("metrics (prometheus_client)", "prometheus_client/"),
     ("admit(): shape checks, GPU request, decide, patch", "webhook/admission.py"),
-    ("parse_review(): json.loads of the body", "parse_review"),
-    ("mutate(): the rest (json.dumps of the response, ...)", "mutate (webhook/app.py"),
+    ("parse_review(): orjson.loads of the body", "parse_review"),
+    ("mutate(): the rest (orjson.dumps of the response, ...)", "mutate (webhook/app.py"),
 )
 OTHER = "aiohttp HTTP + TLS + event loop"
 

@@ -321,7 +321,7 @@ def _budget_section(results: Mapping[str, Any]) -> list[str]:
     handler = {case: _decide(results, TARGET_NODES, case, "handler_us") for case in ("local", "remote")}
     rows += [
         [
-            f"in-process at {TARGET_NODES:,} nodes: parse_review + admit() + json.dumps of the response",
+            f"in-process at {TARGET_NODES:,} nodes: parse_review + admit() + orjson.dumps of the response",
             _fmt(handler["local"], 0),
             _fmt(handler["remote"], 0),
         ],

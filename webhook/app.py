@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -12,6 +11,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
+import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -121,7 +121,7 @@ async def mutate(request: web.Request) -> web.Response:
                 "latency_ms": round(elapsed * 1000, 3),
             },
         )
-        return web.Response(body=json.dumps(result.response), content_type="application/json")
+        return web.Response(body=orjson.dumps(result.response), content_type="application/json")
     finally:
         metrics.in_flight.dec()
 
