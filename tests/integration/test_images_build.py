@@ -7,7 +7,6 @@ without them fails with the reason, nothing is skipped."""
 import json
 import subprocess
 import tarfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -19,7 +18,6 @@ pytestmark = pytest.mark.timeout(1900)
 
 ROOT = Path(__file__).resolve().parents[2]
 # A warm build only hashes inputs and checks that the archives exist (measured: ~2 s).
-WARM_BUILD_SECONDS = 30.0
 RUN_TIMEOUT = 120.0
 
 
@@ -79,11 +77,11 @@ def test_every_image_has_an_archive_named_for_containerd(archives: dict[str, ima
 
 
 def test_a_warm_build_reuses_the_archives(archives: dict[str, images.ImageArchive]) -> None:
-    started = time.monotonic()
+    """Unchanged inputs: the same archives, not rewritten (a rebuild would replace the files)."""
+    before = {name: archives[name].path.stat().st_mtime_ns for name in images.NAMES}
     again = images.build_images()
-    elapsed = time.monotonic() - started
     assert [a.path for a in again] == [archives[name].path for name in images.NAMES]
-    assert elapsed < WARM_BUILD_SECONDS, f"warm build took {elapsed:.1f} s"
+    assert {name: archives[name].path.stat().st_mtime_ns for name in images.NAMES} == before
 
 
 def test_base_image_runs_the_runner_as_non_root(archives: dict[str, images.ImageArchive]) -> None:
