@@ -1,4 +1,4 @@
-"""The aiohttp application: /mutate, /healthz, /readyz, /metrics, and its background tasks."""
+"""The aiohttp application: /mutate, /healthz, /readyz, /metrics, /drain, and its background tasks."""
 
 from __future__ import annotations
 
@@ -34,6 +34,18 @@ METRICS = web.AppKey("metrics", Metrics)
 ROUTER = web.AppKey("router", ReplicaRouter)
 
 BackgroundTask = Callable[[], Coroutine[Any, Any, None]]
+
+
+class Drain:
+    """Set by the preStop hook (/drain): every answer closes its connection from then on, so the API
+    server, which keeps keep-alive connections to this pod after its endpoint is gone, opens new ones
+    to a live replica instead of writing a review into a connection this pod is about to close."""
+
+    def __init__(self) -> None:
+        self.active = False
+
+
+DRAIN = web.AppKey("drain", Drain)
 RESERVATION_SWEEP_SECONDS = 5.0
 
 
@@ -131,8 +143,28 @@ async def healthz(_request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
+    if request.app[DRAIN].active:
+        return web.Response(text="draining: this replica is stopping", status=503)
     ready, reason = request.app[SYNC].ready(stale_after=request.app[SETTINGS].watch_stale_seconds)
     return web.Response(text=reason, status=200 if ready else 503)
+
+
+async def drain(request: web.Request) -> web.Response:
+    """The preStop hook: close connections after each answer, keep serving for --drain-seconds, then
+    let the kubelet send SIGTERM. Harmless if called by anyone else: it only costs new connections."""
+    app = request.app
+    if not app[DRAIN].active:
+        app[DRAIN].active = True
+        log.info("draining", extra={"seconds": app[SETTINGS].drain_seconds})
+    await asyncio.sleep(app[SETTINGS].drain_seconds)
+    return web.Response(text="drained")
+
+
+async def _close_when_draining(request: web.Request, response: web.StreamResponse) -> None:
+    if request.app[DRAIN].active:
+        # Headers are already computed when this hook runs: say it to the client and do it.
+        response.headers["Connection"] = "close"
+        response.force_close()
 
 
 async def metrics_endpoint(request: web.Request) -> web.Response:
@@ -194,6 +226,9 @@ def create_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_endpoint)
+    app[DRAIN] = Drain()
+    app.router.add_get("/drain", drain)
+    app.on_response_prepare.append(_close_when_draining)
     app.cleanup_ctx.append(_background(*background))
     return app
 

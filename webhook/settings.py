@@ -59,6 +59,7 @@ class Settings:
     log_level: str
     policy: RewritePolicy
     leader_election: LeaderElection | None = None  # None: a single replica decides alone
+    drain_seconds: float = 5.0  # how long the preStop hook (/drain) keeps a stopping replica serving
     # CA bundle for client certificates: when set, /mutate answers only clients whose certificate it
     # signed (the API server, configured through its AdmissionConfiguration). None: any TLS client.
     client_ca_file: Path | None = None
@@ -99,6 +100,7 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("--scheduler-names", "WEBHOOK_SCHEDULER_NAMES", "default-scheduler", "schedulers whose pending pods claim GPUs"),
     ("--over-budget", "WEBHOOK_OVER_BUDGET", "local", "past a namespace's burst budget: local (wait) or deny"),
     ("--log-level", "WEBHOOK_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
+    ("--drain-seconds", "WEBHOOK_DRAIN_SECONDS", "5", "how long /drain (the preStop hook) serves on, closing"),
     # Replicas (README, "Two replicas, one promise"); identity and address come from the downward API.
     ("--leader-election", "WEBHOOK_LEADER_ELECTION", "false", "true: the Lease holder decides, others forward"),
     ("--lease-name", "WEBHOOK_LEASE_NAME", "nimbix-burst-webhook-leader", "the Lease the replicas elect through"),
@@ -215,6 +217,7 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
         leader_election=leader_election,
         client_ca_file=client_ca_file,
         over_budget=over_budget,
+        drain_seconds=number("drain_seconds", minimum=0),
     )
     if problems:
         raise SettingsError(problems)
