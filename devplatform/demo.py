@@ -455,13 +455,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     bin_dir = controlplane.ensure_binaries()
     say("- images: devplatform/images/build.sh (cached; a cold build takes minutes)")
     archives = node.build_image_archives()
+    say(f"- images ready after {time.monotonic() - started:.1f}s")
     run_dir = Path(tempfile.mkdtemp(prefix="nimbix-burst-demo-"))
     plane = controlplane.ControlPlane(run_dir / "controlplane", bin_dir=bin_dir)
     real = node.RealNode(run_dir / "node", control_plane=plane, image_archives=archives)
     ok = False
     try:
+        step = time.monotonic()
         plane.start()
-        say(f"- control plane v1.32 up in {time.monotonic() - started:.1f}s ({plane.server_url})")
+        say(f"- control plane v1.32 up in {time.monotonic() - step:.1f}s ({plane.server_url})")
         try:
             real.start(claim_wait_seconds=args.node_wait_seconds)
         except node.NodeHostError as error:

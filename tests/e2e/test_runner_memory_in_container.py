@@ -1,0 +1,158 @@
+"""The runner under its real limits: a burst pod's container gets the webhook's --remote-cpu and
+--remote-memory (100m, 128Mi), and the runner streams a large remote output through it.
+
+The job prints ``NIMBIX_BURST_MEMORY_TEST_MB`` MB (default 20) in lines of 200 bytes (200 MB is
+1 M lines). Every line must reach the container's stdout exactly once, and the runner's peak memory,
+read from the container's cgroup (``memory.max_usage_in_bytes``, cgroup v1) and from the runner's
+``VmHWM`` while it runs, must stay far under the limit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devplatform import demo
+from devplatform.cluster import addons, controlplane, node
+from tests.e2e.test_burst_on_real_node import burst_pod, create, runner_pid, wait_finished
+
+MB = int(os.environ.get("NIMBIX_BURST_MEMORY_TEST_MB", "20"))
+LINE_BYTES = 200
+LINES = MB * 1_000_000 // LINE_BYTES
+MEMORY_CGROUP = Path("/sys/fs/cgroup/memory")
+# "Far under" 128Mi: the runner (Python, requests) idles at ~25 MiB.
+PEAK_LIMIT_BYTES = 64 * 1024 * 1024
+# 200 MB through the emulator, the runner, containerd's log and the kubelet on 2 busy cores.
+TIMEOUT_SECONDS = 60 + MB * 6
+
+
+def build_line(index: int) -> str:
+    return f"{index:09d} " + "x" * (LINE_BYTES - 11) + "\n"
+
+
+COMMAND = (
+    'python3 -c \'import sys\nw = sys.stdout.write\nfor i in range(int(sys.argv[1])): w(f"{i:09d} " + "x" * '
+    f'{LINE_BYTES - 11} + "\\n")\' {LINES}'
+)
+
+
+@pytest.fixture(scope="module")
+def emulator(real_node: node.RealNode, control_plane: controlplane.ControlPlane) -> Iterator[addons.EmulatorProcess]:
+    emu = demo.start_emulator_for_node(control_plane.run_dir / "memory-emulator", real_node)
+    try:
+        yield emu
+    finally:
+        addons.stop_jarvice_emulator(emu)
+
+
+@pytest.fixture(scope="module")
+def webhook(control_plane: controlplane.ControlPlane, real_node: node.RealNode) -> Iterator[addons.WebhookProcess]:
+    hook = addons.start_webhook(control_plane.run_dir / "memory-webhook", kubeconfig=control_plane.kubeconfig_path)
+    name = addons.register_webhook(control_plane, hook, name_suffix="-memory")
+    try:
+        yield hook
+    finally:
+        control_plane.kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
+        addons.stop_webhook(hook)
+
+
+class _Sampler:
+    """Samples the container's cgroup peak and the runner's VmHWM until stopped."""
+
+    def __init__(self, pod_uid: str) -> None:
+        self.pod_uid = pod_uid
+        self.cgroup_peak = 0
+        self.cgroup_limit = 0
+        self.vm_hwm_kib = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            pid = runner_pid(self.pod_uid)
+            if pid is not None:
+                try:
+                    status = Path(f"/proc/{pid}/status").read_text()
+                    hwm = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
+                    self.vm_hwm_kib = max(self.vm_hwm_kib, int(hwm.split()[1]))
+                    cgroup = next(
+                        line.split(":", 2)[2]
+                        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+                        if line.split(":")[1] == "memory"
+                    )
+                    directory = MEMORY_CGROUP / cgroup.lstrip("/")
+                    self.cgroup_peak = max(self.cgroup_peak, int((directory / "memory.max_usage_in_bytes").read_text()))
+                    self.cgroup_limit = int((directory / "memory.limit_in_bytes").read_text())
+                except (OSError, StopIteration, ValueError):
+                    pass
+            time.sleep(0.2)
+
+
+def test_runner_streams_a_large_output_in_a_128mi_container(
+    control_plane: controlplane.ControlPlane,
+    real_node: node.RealNode,
+    emulator: addons.EmulatorProcess,
+    webhook: addons.WebhookProcess,
+    namespace: str,
+) -> None:
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps(demo.build_secret(emulator, namespace=namespace)))
+    big = burst_pod("big", COMMAND, emulator)
+    # A training container with CPU and memory limits: the webhook cuts them to the runner's footprint.
+    big["spec"]["containers"][0]["resources"]["limits"].update({"cpu": "2", "memory": "4Gi"})
+    create(control_plane, namespace, big)
+    pod = demo.wait_for(
+        lambda: (p := demo.read_pod(control_plane, namespace, "big"))["status"].get("phase") == "Running" and p,
+        what="pod big Running",
+        timeout=120,
+    )
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources["limits"] == {"cpu": "100m", "memory": "128Mi"}, resources
+    sampler = _Sampler(pod["metadata"]["uid"])
+    # Follow the log from the start, as a user would: the kubelet rotates container logs at 10 MiB.
+    kubectl = [str(control_plane.bin_dir / "kubectl"), "--kubeconfig", str(control_plane.kubeconfig_path)]
+    started = time.monotonic()
+    with subprocess.Popen(
+        [*kubectl, "logs", "-f", "-n", namespace, "big"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    ) as follow:
+        assert follow.stdout is not None
+        digest, count, other = hashlib.sha256(), 0, []
+        for raw in follow.stdout:
+            if raw.startswith(b"{"):  # the runner's own JSON log lines (stderr)
+                other.append(raw)
+                continue
+            digest.update(raw)
+            count += 1
+        follow.wait(timeout=TIMEOUT_SECONDS)
+    elapsed = time.monotonic() - started
+    finished: dict[str, Any] = wait_finished(control_plane, namespace, "big")
+    sampler.stop()
+
+    expected = hashlib.sha256()
+    for index in range(LINES):
+        expected.update(build_line(index).encode())
+    print(
+        f"\n{MB} MB / {LINES} lines through a burst pod in {elapsed:.1f}s: cgroup peak "
+        f"{sampler.cgroup_peak / 2**20:.1f} MiB (limit {sampler.cgroup_limit / 2**20:.0f} MiB), "
+        f"runner VmHWM {sampler.vm_hwm_kib / 1024:.1f} MiB, {count} lines, {len(other)} runner log lines"
+    )
+    assert demo.read_exit_code(finished) == 0
+    assert finished["status"]["containerStatuses"][0]["restartCount"] == 0  # never OOM-killed
+    assert count == LINES
+    assert digest.hexdigest() == expected.hexdigest()
+    assert sampler.cgroup_limit == 128 * 2**20
+    assert 0 < sampler.cgroup_peak < PEAK_LIMIT_BYTES
+    assert 0 < sampler.vm_hwm_kib * 1024 < PEAK_LIMIT_BYTES
