@@ -591,7 +591,7 @@ def _run_pod_as_kubelet(job: DemoJob, env: Mapping[str, str], results: dict[str,
     base = {k: v for k, v in os.environ.items() if not k.startswith(("JARVICE_", "REMOTE", "APP_"))}
     process = subprocess.Popen(
         [sys.executable, "-m", "entrypoint"],
-        env={**base, **env},
+        env={**base, "LOG_LEVEL": "INFO", **env},  # its progress lines are summarised below
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

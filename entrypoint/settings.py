@@ -77,6 +77,7 @@ DEFAULT_NODES: Final = 1
 # Older JARVICE releases cap job_label at 50 characters (reference §5, J7 JAR-4699).
 MAX_JOB_LABEL: Final = 50
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR")
+DEFAULT_LOG_LEVEL: Final = "WARNING"
 
 _WALLTIME_RE: Final = re.compile(r"^\d{1,5}:[0-5]\d:[0-5]\d$")
 _GEOMETRY_RE: Final = re.compile(r"^\d+x\d+$")
@@ -413,10 +414,12 @@ def parse_settings(env: Mapping[str, str], *, argv: Sequence[str], read_file: Re
         problems.add(
             f"{contract.ENV_NUM_CPUS} must be a non-negative number of cores (e.g. 4, 1.5, 500m), got {cpus_raw!r}"
         )
-    log_level = (_get(env, ENV_LOG_LEVEL) or "INFO").strip().upper()
+    # WARNING by default: `kubectl logs` of a pod shows the job's own output, and the runner speaks
+    # only when something needs attention (LOG_LEVEL=INFO shows its progress too).
+    log_level = (_get(env, ENV_LOG_LEVEL) or DEFAULT_LOG_LEVEL).strip().upper()
     if log_level not in LOG_LEVELS:
         problems.add(f"{ENV_LOG_LEVEL} must be one of {', '.join(LOG_LEVELS)}, got {env.get(ENV_LOG_LEVEL)!r}")
-        log_level = "INFO"
+        log_level = DEFAULT_LOG_LEVEL
     remote = _parse_remote(env, read_file=read_file, problems=problems) if mode == "remote" else None
     container = (_get(env, contract.ENV_CONTAINER_NAME) or "").strip()
     if container and not _CONTAINER_NAME_RE.match(container):

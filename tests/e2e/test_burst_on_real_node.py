@@ -187,11 +187,6 @@ def test_burst_pod_logs_are_the_remote_output_byte_for_byte(
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="the runner's JSON log lines (stderr) are interleaved with the remote output in kubectl logs",
-)
 def test_kubectl_logs_of_a_burst_pod_show_only_the_remote_output(
     control_plane: controlplane.ControlPlane, real_node: node.RealNode, emulator: addons.EmulatorProcess, ns: str
 ) -> None:

@@ -63,6 +63,7 @@ def base_env(url: str, **overrides: str) -> dict[str, str]:
     env.update(
         {
             "REMOTE": "1",
+            "LOG_LEVEL": "INFO",  # the tests read the runner's progress lines
             "JARVICE_API_URL": url,
             "JARVICE_USERNAME": USER,
             "JARVICE_APIKEY": API_KEY,

@@ -12,6 +12,7 @@ pytestmark = pytest.mark.timeout(30)
 
 def local_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+    env["LOG_LEVEL"] = "INFO"  # the tests read the runner's progress lines
     env.update(extra)
     return env
 
