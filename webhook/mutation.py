@@ -92,11 +92,19 @@ def _resource_ops(
             if resource in values:
                 ops.append({"op": "remove", "path": f"{base}/resources/{source}/{escape(resource)}"})
                 saved.setdefault(source, {})[resource] = values[resource]
-        for resource in _COMPUTE if shrink else ():
-            if resource in values and values[resource] != footprint[resource]:
-                ops.append(
-                    {"op": "replace", "path": f"{base}/resources/{source}/{resource}", "value": footprint[resource]}
-                )
+        if not shrink:
+            continue
+        if source not in resources:
+            # The runner's footprint is set whatever the pod said: a container that asked only for GPUs
+            # would otherwise run the runner with no memory limit at all.
+            ops.append({"op": "add", "path": f"{base}/resources/{source}", "value": dict(footprint)})
+            continue
+        for resource in _COMPUTE:
+            if values.get(resource) == footprint[resource]:
+                continue
+            op = "replace" if resource in values else "add"
+            ops.append({"op": op, "path": f"{base}/resources/{source}/{resource}", "value": footprint[resource]})
+            if resource in values:
                 saved.setdefault(source, {})[resource] = values[resource]
     if saved:
         original[str(container.get("name", ""))] = saved

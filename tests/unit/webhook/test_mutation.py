@@ -312,3 +312,23 @@ def test_annotation_keys_with_slashes_are_escaped() -> None:
     raw = pod(container(gpus=1), annotations={"a": "b"})
     ops = build_local_patch(raw, decision=Decision(kind="local", reason="r", node="n"), reservation_id="")
     assert all("~1" in op["path"] for op in ops)
+
+
+FOOTPRINT = {"cpu": "100m", "memory": "128Mi"}
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        pytest.param({"limits": {GPU: "1"}, "requests": {GPU: "1"}}, id="gpus-only"),
+        pytest.param({"limits": {GPU: "1"}}, id="no-requests-map"),
+        pytest.param({"limits": {GPU: "1", "cpu": "8"}, "requests": {GPU: "1", "memory": "64Gi"}}, id="partial"),
+        pytest.param({"limits": {GPU: "1", **FOOTPRINT}, "requests": {GPU: "1", **FOOTPRINT}}, id="already-small"),
+    ],
+)
+def test_a_burst_container_always_gets_the_runners_footprint_as_requests_and_limits(
+    resources: dict[str, Any],
+) -> None:
+    raw = pod({"name": "app", "image": "example/app", "resources": copy.deepcopy(resources)})
+    (after,) = rewrite(raw, gpus=1)["spec"]["containers"]
+    assert after["resources"] == {"requests": FOOTPRINT, "limits": FOOTPRINT}
