@@ -25,12 +25,13 @@ from pathlib import Path
 
 from kubernetes import client as k8s_client
 
-from devplatform import certmanager
+from devplatform import certmanager, demo
 from devplatform.cluster import addons, controlplane, install, node, nodes, processes
 
 STATE_FILE = "state.json"
 KUBECONFIG_FILE = "kubeconfig"
 JARVICE_ENV_FILE = "jarvice.env"
+DEMO_NAMESPACE = "demo"
 DEV_NODES = (("gpu-node-1", 4), ("gpu-node-2", 4), ("cpu-node-1", 0))
 # Fake nodes have no kubelet: nothing scheduled there would ever run.
 FAKE_NODE_TAINT = {"key": "nimbix-burst.io/fake-node", "value": "true", "effect": "NoSchedule"}
@@ -45,7 +46,9 @@ REAP_WAIT_SECONDS = 5.0
 # -- extension point: processes dev-up runs next to the control plane ---------------------------------
 
 
-def start_extras(control_plane: controlplane.ControlPlane, dev_dir: Path) -> list[processes.ManagedProcess]:
+def start_extras(
+    control_plane: controlplane.ControlPlane, dev_dir: Path, *, emulator_host: str
+) -> list[processes.ManagedProcess]:
     """Starts the processes that ``make dev-up`` runs beside the control plane and returns them.
 
     This is where the JARVICE emulator gets started (with
@@ -58,10 +61,12 @@ def start_extras(control_plane: controlplane.ControlPlane, dev_dir: Path) -> lis
     try:
         # The webhook is no longer a host process here: install_addon (below) installs it from
         # devplatform/overlay as the README says, two pods on the real node behind the Service.
-        emulator = addons.start_jarvice_emulator(dev_dir / "jarvice")
+        # On the node's gateway: burst pods reach it there, and so does the host (a local address).
+        emulator = addons.start_jarvice_emulator(dev_dir / "jarvice", host=emulator_host)
         started.append(emulator.process)
         shutil.copyfile(emulator.env_file, dev_dir / JARVICE_ENV_FILE)
         _create_dev_nodes(control_plane)
+        _create_demo_namespace(control_plane, emulator)
     except BaseException:
         for proc in reversed(started):
             processes.stop_process(proc)
@@ -94,6 +99,19 @@ def install_addon(control_plane: controlplane.ControlPlane, real_node: node.Real
     pods = ", ".join(installed.pods)
     print(f"  namespace {installed.namespace}: pods {pods} on {installed.node}; leader {installed.leader}")
     return list(cert_manager.processes)
+
+
+def _create_demo_namespace(control_plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess) -> None:
+    """Namespace `demo` with the `jarvice-credentials` Secret (username, apikey, url) for the emulator,
+    as the README's install step 3 has a team do: labeled Jobs there can burst at once."""
+    api = control_plane.api_client()
+    try:
+        core = k8s_client.CoreV1Api(api)
+        nodes.create_namespace(core, DEMO_NAMESPACE)
+        nodes.ensure_default_service_account(core, DEMO_NAMESPACE)
+        core.create_namespaced_secret(DEMO_NAMESPACE, demo.build_secret(emulator, namespace=DEMO_NAMESPACE))
+    finally:
+        api.close()
 
 
 def _create_dev_nodes(control_plane: controlplane.ControlPlane) -> None:
@@ -149,7 +167,7 @@ def run_up(dev_dir: Path) -> int:
 
     extras: list[processes.ManagedProcess] = []
     try:
-        extras = start_extras(control_plane, dev_dir)
+        extras = start_extras(control_plane, dev_dir, emulator_host=real_node.gateway_address)
         extras.extend(install_addon(control_plane, real_node))
         kubeconfig = dev_dir / KUBECONFIG_FILE
         shutil.copyfile(control_plane.kubeconfig_path, kubeconfig)
