@@ -17,7 +17,7 @@ from pythonjsonlogger.json import JsonFormatter
 
 from controller import stranding
 from controller.app import BackgroundTask, create_app, every
-from controller.kube import Kube, PodWatcher, load_api_client
+from controller.kube import Kube, PodWatcher
 from controller.metrics import Metrics
 from controller.reaping import Reaper
 from controller.rebursting import Reburster
@@ -25,6 +25,7 @@ from controller.settings import Credentials, Settings, SettingsError, parse_sett
 from controller.store import PodStore
 from entrypoint import jarvice
 from webhook.lease import LeaseElector
+from webhook.watching import load_api_client  # one way to reach the API server, in or out of cluster
 
 log = logging.getLogger("controller")
 

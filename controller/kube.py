@@ -43,14 +43,6 @@ class _Expired(Exception):
     """410: our resourceVersion is too old; a fresh list is needed."""
 
 
-def load_api_client(kubeconfig: str) -> Any:
-    if kubeconfig:
-        return kubernetes.config.new_client_from_config(config_file=kubeconfig)
-    configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_incluster_config(client_configuration=configuration)
-    return kubernetes.client.ApiClient(configuration)
-
-
 class PodWatcher:
     """List, then watch, every pod in the cluster into the store; re-list on 410 or failure."""
 
