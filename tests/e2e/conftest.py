@@ -274,7 +274,7 @@ def cert_manager(
 # from cert-manager. Once per session; uninstalled (the README's order) at the end.
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")  # uninstalled after its module: its webhook would also mutate every later test's pods
 def installed_addon(
     control_plane: controlplane.ControlPlane,
     real_node: node.RealNode,
