@@ -53,7 +53,8 @@ class WebhookProcess:
             with urllib.request.urlopen(self.url + path, context=self.ssl_context(), timeout=timeout) as response:
                 return response.status, response.read().decode()
         except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
+            with error:  # it holds the response's socket
+                return error.code, error.read().decode()
 
 
 def make_webhook_tls(tls_dir: Path, *, ca: KeyPair | None = None) -> KeyPair:

@@ -67,6 +67,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.path.is_relative_to(E2E_DIR):
             item.add_marker(pytest.mark.e2e)
+    # The installed add-on (cert-manager's Certificates in nimbix-burst, a webhook for every namespace,
+    # the controller) goes last, so no other module shares the cluster with it.
+    items.sort(key=lambda item: item.path.name == "test_addon_installed.py")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:

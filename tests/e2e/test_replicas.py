@@ -57,6 +57,7 @@ class Replicas:
                 "--lease-duration-seconds", "4",
                 "--lease-renew-deadline-seconds", "3",
                 "--lease-retry-seconds", "0.2",
+                "--drain-seconds", "1",
             ],
         )  # fmt: skip
         self.hooks[index] = hook
@@ -171,6 +172,9 @@ def test_leader_stop_hands_over_without_an_unmutated_or_failed_create(
     try:
         time.sleep(2)
         leader = _leader_index(replicas)
+        # What the Deployment's preStop hook does (the kubelet calls /drain, then sends SIGTERM): answers
+        # close their connections, so the API server does not reuse one the process is about to close.
+        replicas.hooks[leader].get("/drain", timeout=10)
         stop_process(replicas.hooks[leader].process)  # SIGTERM: release the Lease, hand over reservations
         time.sleep(3)
         replicas.start(leader)
