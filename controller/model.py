@@ -15,6 +15,8 @@ ANNOTATION_DECISION = "nimbix-burst.io/decision"
 # Set by the controller on a stranded pod it may not delete: when it became unschedulable. Its
 # presence also means "already reported", so a pod gets one Event, not one per scan.
 ANNOTATION_STRANDED_SINCE = "nimbix-burst.io/stranded-since"
+# The webhook's note on a pod it kept local because its namespace's burst budget was spent.
+ANNOTATION_BUDGET = "nimbix-burst.io/budget"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +38,7 @@ class PodView:
     labeled: bool  # carries task-type: Nimbix
     decision: str  # the webhook's annotation, "" when absent
     stranded_since: str  # our annotation, "" when absent
+    held_by_budget: bool  # kept local by the burst budget: waiting for local GPUs is what was decided
     owner: Owner | None
     phase: str
     node_name: str
@@ -93,6 +96,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
         labeled=labels.get(LABEL_KEY) == LABEL_VALUE,
         decision=str(annotations.get(ANNOTATION_DECISION) or ""),
         stranded_since=str(annotations.get(ANNOTATION_STRANDED_SINCE) or ""),
+        held_by_budget=bool(annotations.get(ANNOTATION_BUDGET)),
         owner=_owner(metadata),
         phase=str(status.get("phase") or ""),
         node_name=str(spec.get("nodeName") or ""),

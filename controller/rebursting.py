@@ -121,7 +121,7 @@ class Reburster:
             if pod.owner is not None:
                 self._event_on_owner(pod, reason=REASON_CAP, message=message)
         else:
-            self._metrics.stranded_noted.labels(reason="no-owner" if pod.owner is None else "owner").inc()
+            self._metrics.stranded_noted.labels(reason=_noted_label(pod)).inc()
         log.info("stranded pod reported", extra=_context(pod, reason=reason, verdict=assessment.verdict))
         self._kube.record_event(
             namespace=pod.namespace,
@@ -143,6 +143,12 @@ class Reburster:
             reason=reason,
             message=message,
         )
+
+
+def _noted_label(pod: PodView) -> str:
+    if pod.held_by_budget:
+        return "budget"
+    return "no-owner" if pod.owner is None else "owner"
 
 
 def _context(pod: PodView, **extra: object) -> dict[str, object]:

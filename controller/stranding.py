@@ -9,6 +9,8 @@ not model (inter-pod affinity, topology spread, ...).
 - Owned by a Job (which recreates a deleted pod): delete it, so its replacement is decided
   afresh by the webhook (with no free GPUs left it bursts). At most `cap` times per Job, so a
   pod that strands for a reason the webhook cannot see is not deleted forever.
+- Kept local by its namespace's burst budget (the webhook's `budget` annotation): waiting for local
+  GPUs is what the budget decided, and its replacement would be kept local again; report it, as below.
 - Anything else (a bare pod, a ReplicaSet's, a StatefulSet's, or a Job whose cap is spent): report
   it once, with an Event and the `stranded-since` annotation; never delete it.
 """
@@ -70,6 +72,8 @@ def assess(pod: PodView, *, now: float, policy: Policy, rebursts: int) -> Assess
     if pod.stranded_since:
         return Assessment("ignore", "already reported as stranded")
     since = pod.scheduled_since
+    if pod.held_by_budget:
+        return Assessment("note", "kept local by its namespace's burst budget", stranded_since=since)
     if not may_reburst_owner(pod):
         owner = "no owner" if pod.owner is None else f"owner {pod.owner.kind} does not recreate it for us"
         return Assessment("note", owner, stranded_since=since)

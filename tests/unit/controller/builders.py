@@ -28,10 +28,13 @@ def pod(
     deleting: bool = False,
     stranded_since: str = "",
     resource_version: str = "42",
+    budget: str = "",
 ) -> dict[str, Any]:
     annotations = {}
     if decision is not None:
         annotations["nimbix-burst.io/decision"] = decision
+    if budget:  # the webhook's note on a pod it kept local because of the namespace's burst budget
+        annotations["nimbix-burst.io/budget"] = budget
     if stranded_since:
         annotations["nimbix-burst.io/stranded-since"] = stranded_since
     metadata: dict[str, Any] = {

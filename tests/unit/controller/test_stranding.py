@@ -40,6 +40,9 @@ LATER = T0 + 121  # past the threshold
         pytest.param(pod(since=""), LATER, 0, "ignore", id="no-transition-time"),
         pytest.param(pod(stranded_since="2023-11-14T22:13:20Z"), LATER, 0, "ignore", id="already-reported"),
         pytest.param(pod(owners=[], stranded_since="x"), LATER, 0, "ignore", id="bare-already-reported"),
+        # Kept local on purpose (over its namespace's burst budget): deleting it would only loop.
+        pytest.param(pod(budget="over budget: 4 of 4 GPUs in use"), LATER, 0, "note", id="held-by-budget"),
+        pytest.param(pod(budget="x"), T0 + 10, 0, "wait", id="held-by-budget-not-yet"),
     ],
 )
 def test_assess(body: dict[str, Any], now: float, rebursts: int, verdict: str) -> None:
