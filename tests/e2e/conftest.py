@@ -42,6 +42,8 @@ MAX_NAME_LENGTH = 63
 # Another session (or make dev-up) may own the machine's one real node (a session holds it until it
 # ends: the whole e2e suite takes ~11 min here); wait this long for it.
 REAL_NODE_CLAIM_WAIT_SECONDS = 1800
+# The modules that use the installed add-on, in the order they run (after every other module).
+INSTALLED_ADDON_MODULES = {"test_addon_installed.py": 1, "test_controller_installed.py": 2}
 
 
 @dataclass
@@ -68,8 +70,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.path.is_relative_to(E2E_DIR):
             item.add_marker(pytest.mark.e2e)
     # The installed add-on (cert-manager's Certificates in nimbix-burst, a webhook for every namespace,
-    # the controller) goes last, so no other module shares the cluster with it.
-    items.sort(key=lambda item: item.path.name == "test_addon_installed.py")
+    # the controller) goes last, so no other module shares the cluster with it; its modules share one
+    # install, and the one that reconfigures the controller runs after the other.
+    items.sort(key=lambda item: INSTALLED_ADDON_MODULES.get(item.path.name, 0))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
@@ -274,10 +277,11 @@ def cert_manager(
 # --- the installed add-on (devplatform.cluster.install) ---------------------------------------------
 # nimbix-burst installed as a user installs it: `kubectl apply -k devplatform/overlay` (deploy/ plus
 # local-only patches) after cert-manager; two webhook pods on the real node behind the Service, TLS
-# from cert-manager. Once per session; uninstalled (the README's order) at the end.
+# from cert-manager. Once per session, for the modules that run last; uninstalled (the README's order)
+# at the end.
 
 
-@pytest.fixture(scope="module")  # uninstalled after its module: its webhook would also mutate every later test's pods
+@pytest.fixture(scope="session")  # its modules run last (pytest_collection_modifyitems): no later pods meet it
 def installed_addon(
     control_plane: controlplane.ControlPlane,
     real_node: node.RealNode,

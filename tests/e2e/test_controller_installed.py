@@ -1,0 +1,399 @@
+"""The burst controller as a user runs it: installed with `kubectl apply -k devplatform/overlay` (two
+replicas in the cluster, beside the webhook's two, on the real node), acting on pods the kubelet runs
+and on the JARVICE emulator's jobs (the emulator listens on the node's gateway, where pods reach it).
+
+The module configures the installed controller as the README says a user does: the Secret
+`nimbix-burst-controller-jarvice` (the reaper's account), and shorter thresholds with `kubectl set env`
+(a rollout of the Deployment). The GPUs that "vanish" are the real node's: its capacity and
+allocatable `nvidia.com/gpu` are lowered to 0, as when a device plugin reports them unhealthy.
+
+A pod decided local would be bound by kube-scheduler at once; a scheduling gate holds it until its
+GPUs are gone, and the test removes the gate, as a queueing controller (Kueue) would. The Job's
+template carries the gate too, so the test also releases the replacement.
+
+The last test counts every replica's actions: only the Lease holder may have any.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import os
+import signal
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from devplatform import demo
+from devplatform.cluster import addons, controlplane, install, node
+from tests.e2e.test_burst_on_real_node import runner_pid, wait_log
+
+GPU = "nvidia.com/gpu"
+HOLD = "nimbix-burst.io/e2e-hold"
+CONTROLLER = "nimbix-burst-controller"
+CONTROLLER_SELECTOR = "app.kubernetes.io/name=nimbix-burst-controller"
+CONTROLLER_LEASE = "nimbix-burst-controller-leader"
+CONTROLLER_SECRET = "nimbix-burst-controller-jarvice"
+BUDGET = "nimbix-burst.io/max-remote-gpus"
+STRANDED_SECONDS = 5
+ORPHAN_GRACE_SECONDS = 5
+ORPHAN_INTERVAL_SECONDS = 3
+# What the user sets with `kubectl set env` (README, "The burst controller"): short enough for a test.
+CONTROLLER_ENV = {
+    "CONTROLLER_STRANDED_SECONDS": str(STRANDED_SECONDS),
+    "CONTROLLER_SCAN_SECONDS": "1",
+    "CONTROLLER_ORPHAN_INTERVAL_SECONDS": str(ORPHAN_INTERVAL_SECONDS),
+    "CONTROLLER_ORPHAN_GRACE_SECONDS": str(ORPHAN_GRACE_SECONDS),
+    "CONTROLLER_REAP_ORPHANS": "true",  # fail the rollout, rather than reap nothing, if the Secret is not mounted
+}
+ACTIONS = (
+    "nimbix_burst_controller_rebursts_total",
+    "nimbix_burst_controller_stranded_noted_total",
+    "nimbix_burst_controller_orphans_terminated_total",
+)
+WAIT_SECONDS = 120.0
+UNSCHEDULABLE = ("PodScheduled", "False", "Unschedulable")
+MEASURED: dict[str, list[float]] = {"stranded_to_deleted_s": [], "stranded_to_replaced_s": [], "orphan_s": []}
+
+
+# --- fixtures ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def emulator(real_node: node.RealNode, control_plane: controlplane.ControlPlane) -> Iterator[addons.EmulatorProcess]:
+    emu = demo.start_emulator_for_node(control_plane.run_dir / "controller-installed-emulator", real_node)
+    try:
+        yield emu
+    finally:
+        addons.stop_jarvice_emulator(emu)
+
+
+@pytest.fixture(scope="module")
+def controller(
+    installed_addon: install.Installed, control_plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess
+) -> Iterator[None]:
+    """The installed controller given the reaper's Secret and the test's thresholds; rolled out with
+    both replicas Ready and one of them holding the Lease."""
+    secret = demo.build_secret(emulator, namespace=install.NAMESPACE)
+    secret["metadata"]["name"] = CONTROLLER_SECRET
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps(secret))
+    deployment = f"deployment/{CONTROLLER}"
+    control_plane.kubectl(
+        "-n", install.NAMESPACE, "set", "env", deployment, *(f"{k}={v}" for k, v in CONTROLLER_ENV.items())
+    )
+    control_plane.kubectl("-n", install.NAMESPACE, "rollout", "status", deployment, "--timeout=180s")
+    demo.wait_for(lambda: len(_controller_pods(control_plane)) == 2, what="two controller pods Ready", timeout=60)
+    demo.wait_for(lambda: _leader(control_plane), what="a controller leader", timeout=60)
+    yield
+    control_plane.kubectl("-n", install.NAMESPACE, "delete", "secret", CONTROLLER_SECRET, "--ignore-not-found")
+
+
+@pytest.fixture
+def ns(namespace: str, control_plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess) -> str:
+    """The test's namespace with the runners' JARVICE credentials (the emulator on the gateway)."""
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps(demo.build_secret(emulator, namespace=namespace)))
+    return namespace
+
+
+@pytest.fixture
+def gpus_gone(control_plane: controlplane.ControlPlane, real_node: node.RealNode) -> Iterator[Callable[[], None]]:
+    """Call it to take the real node's GPUs away; they come back after the test."""
+
+    def set_gpus(count: int) -> None:
+        value = {GPU: str(count)}  # a merge patch keeps keys it does not name: say it explicitly
+        patch = {"status": {"capacity": value, "allocatable": value}}
+        control_plane.kubectl("patch", "node", real_node.name, "--subresource=status", "-p", json.dumps(patch))
+
+    try:
+        yield lambda: set_gpus(0)
+    finally:
+        set_gpus(real_node.settings.gpus)
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _controller_pods(plane: controlplane.ControlPlane) -> list[dict[str, Any]]:
+    """The controller's Running, Ready pods that are not terminating."""
+    pods = _get(plane, "-n", install.NAMESPACE, "get", "pods", "-l", CONTROLLER_SELECTOR)["items"]
+    ready = {s.name for s in install.parse_pods(pods) if s.phase == "Running" and s.ready and not s.terminating}
+    return [pod for pod in pods if pod["metadata"]["name"] in ready]
+
+
+def _leader(plane: controlplane.ControlPlane) -> str:
+    holder = install.parse_lease_holder(_get(plane, "-n", install.NAMESPACE, "get", "lease", CONTROLLER_LEASE))
+    return holder if holder in {p["metadata"]["name"] for p in _controller_pods(plane)} else ""
+
+
+def _actions(pod: dict[str, Any]) -> dict[str, float]:
+    """The action counters (summed over their labels) of one replica, read from its /metrics at the
+    pod IP (the host reaches pods through the node's bridge)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"http://{pod['status']['podIP']}:8080/metrics", timeout=5) as response:
+        text = response.read().decode()
+    counts = dict.fromkeys(ACTIONS, 0.0)
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in counts:
+            counts[name] += float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def _get(plane: controlplane.ControlPlane, *args: str) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(plane.kubectl(*args, "-o", "json").stdout)
+    return document
+
+
+def _pod(plane: controlplane.ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
+    result = plane.kubectl("-n", namespace, "get", "pod", name, "-o", "json", check=False)
+    return json.loads(result.stdout) if result.returncode == 0 else None
+
+
+def _annotations(pod: dict[str, Any]) -> dict[str, str]:
+    return dict(pod["metadata"].get("annotations") or {})
+
+
+def _unschedulable_since(pod: dict[str, Any]) -> float | None:
+    assert not pod["spec"].get("nodeName"), f"bound to {pod['spec']['nodeName']}: the GPUs were not gone in time"
+    for condition in pod["status"].get("conditions") or ():
+        if (condition["type"], condition["status"], condition.get("reason")) == UNSCHEDULABLE:
+            return float(calendar.timegm(time.strptime(condition["lastTransitionTime"], "%Y-%m-%dT%H:%M:%SZ")))
+    return None
+
+
+def _release(plane: controlplane.ControlPlane, namespace: str, name: str) -> None:
+    """Remove the scheduling gate: kube-scheduler now tries the pod."""
+    patch = json.dumps([{"op": "remove", "path": "/spec/schedulingGates"}])
+    plane.kubectl("-n", namespace, "patch", "pod", name, "--type=json", "-p", patch)
+
+
+def _events(plane: controlplane.ControlPlane, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
+    selector = f"involvedObject.name={name},reason={reason}"
+    items: list[dict[str, Any]] = _get(plane, "-n", namespace, "get", "events", "--field-selector", selector)["items"]
+    return items
+
+
+def _app(emulator: addons.EmulatorProcess, command: str, *, gpus: int) -> dict[str, Any]:
+    return demo.build_app_container(command=command, gpus=gpus, app_name=emulator.runner_env()["APP_NAME"])
+
+
+def _pod_body(name: str, container: dict[str, Any], *, gated: bool) -> dict[str, Any]:
+    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    if gated:
+        spec["schedulingGates"] = [{"name": HOLD}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"task-type": "Nimbix"}},
+        "spec": demo.build_real_node_placement(spec),
+    }
+
+
+def _create(plane: controlplane.ControlPlane, namespace: str, body: dict[str, Any]) -> str:
+    """kubectl create, as a user does; returns what kubectl printed on stderr (the admission warnings)."""
+    return plane.kubectl("-n", namespace, "create", "-f", "-", input=json.dumps(body)).stderr
+
+
+def _job_status(emulator: addons.EmulatorProcess, pod_uid: str) -> list[str]:
+    return [str(job["status"]) for job in demo.fetch_emulator_jobs(emulator.url, pod_uid=pod_uid)]
+
+
+# --- tests ---------------------------------------------------------------------------------------
+
+
+def test_gpus_vanish_under_a_local_job_pod_and_a_bare_pod(
+    controller: None,
+    control_plane: controlplane.ControlPlane,
+    emulator: addons.EmulatorProcess,
+    ns: str,
+    gpus_gone: Callable[[], None],
+) -> None:
+    """The Job's pod is deleted once and its replacement bursts and completes on JARVICE; the bare pod
+    is annotated and gets an Event, and stays."""
+    job_name = f"train-{uuid.uuid4().hex[:6]}"
+    template = _pod_body("", _app(emulator, 'echo "trained remotely"', gpus=1), gated=True)
+    del template["metadata"]["name"]
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job_name},
+        "spec": {"backoffLimit": 6, "template": {"metadata": template["metadata"], "spec": template["spec"]}},
+    }
+    control_plane.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(job))
+    _create(control_plane, ns, _pod_body("bare", _app(emulator, "echo never runs", gpus=1), gated=True))
+
+    def job_pods() -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = _get(control_plane, "-n", ns, "get", "pods", "-l", f"job-name={job_name}")[
+            "items"
+        ]
+        return items
+
+    (first,) = demo.wait_for(job_pods, what="the Job's first pod", timeout=30)
+    first_name, first_uid = first["metadata"]["name"], first["metadata"]["uid"]
+    bare = _pod(control_plane, ns, "bare")
+    assert bare is not None
+    assert _annotations(first)["nimbix-burst.io/decision"] == "local", _annotations(first)
+    assert _annotations(bare)["nimbix-burst.io/decision"] == "local", _annotations(bare)
+
+    gpus_gone()
+    _release(control_plane, ns, first_name)
+    _release(control_plane, ns, "bare")
+    stuck = demo.wait_for(
+        lambda: (pod := _pod(control_plane, ns, first_name)) is not None and _unschedulable_since(pod),
+        what="the Job's pod Unschedulable",
+        timeout=30,
+    )
+
+    def first_deleted() -> bool:
+        pod = _pod(control_plane, ns, first_name)
+        return pod is None or bool(pod["metadata"].get("deletionTimestamp"))
+
+    demo.wait_for(first_deleted, what="the stranded Job pod deleted", timeout=STRANDED_SECONDS + 30)
+    deleted_after = time.time() - stuck
+    second = demo.wait_for(
+        lambda: next((p for p in job_pods() if p["metadata"]["uid"] != first_uid), None),
+        what="the replacement pod",
+        timeout=60,
+    )
+    replaced_after = time.time() - stuck
+    MEASURED["stranded_to_deleted_s"].append(round(deleted_after, 1))
+    MEASURED["stranded_to_replaced_s"].append(round(replaced_after, 1))
+    assert deleted_after >= STRANDED_SECONDS - 1  # lastTransitionTime has whole seconds
+    assert _annotations(second)["nimbix-burst.io/decision"] == "remote", _annotations(second)
+    _release(control_plane, ns, second["metadata"]["name"])
+    finished = demo.wait_for(
+        lambda: (_get(control_plane, "-n", ns, "get", "job", job_name)["status"].get("succeeded") or 0) >= 1,
+        what="the Job complete",
+        timeout=WAIT_SECONDS,
+    )
+    assert finished
+    assert "trained remotely" in control_plane.kubectl("-n", ns, "logs", second["metadata"]["name"]).stdout
+
+    # Exactly once: past another threshold, one re-burst, one submission, two pods ever.
+    time.sleep(STRANDED_SECONDS + 3)
+    assert {p["metadata"]["uid"] for p in job_pods()} == {second["metadata"]["uid"]}
+    assert _job_status(emulator, first_uid) == []
+    assert _job_status(emulator, second["metadata"]["uid"]) == ["COMPLETED"]
+    (event,) = _events(control_plane, ns, job_name, "NimbixReBurst")
+    assert "re-burst 1 of 3" in event["message"] and first_name in event["message"]
+    assert "NimbixReBurst" in control_plane.kubectl("-n", ns, "describe", "job", job_name).stdout
+
+    # The bare pod: reported once, never deleted.
+    still = _pod(control_plane, ns, "bare")
+    assert still is not None and still["metadata"]["uid"] == bare["metadata"]["uid"]
+    assert not still["metadata"].get("deletionTimestamp")
+    assert _annotations(still).get("nimbix-burst.io/stranded-since")
+    (noted,) = _events(control_plane, ns, "bare", "NimbixStranded")
+    assert "not deleted (no owner)" in noted["message"]
+    print(
+        f"\nreal node, installed controller: stranded -> deleted {deleted_after:.1f}s, -> replaced "
+        f"{replaced_after:.1f}s (threshold {STRANDED_SECONDS}s; the Job controller's failure backoff is the rest)"
+    )
+
+
+def test_an_orphaned_job_is_terminated_within_grace_plus_interval(
+    controller: None, control_plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess, ns: str
+) -> None:
+    """The runner killed with SIGKILL (it cannot cancel), its pod force-deleted: the reaper terminates
+    the job. The job of a pod that still exists is left running."""
+    for name in ("doomed", "kept"):
+        app = _app(emulator, f'echo "{name} started"; sleep 600', gpus=8)  # more than the node has: remote
+        _create(control_plane, ns, _pod_body(name, app, gated=False))
+    uids = {}
+    for name in ("doomed", "kept"):
+        wait_log(control_plane, ns, name, f"{name} started")
+        pod = _pod(control_plane, ns, name)
+        assert pod is not None and _annotations(pod)["nimbix-burst.io/decision"] == "remote"
+        uids[name] = pod["metadata"]["uid"]
+        assert _job_status(emulator, uids[name]) == ["PROCESSING STARTING"]
+
+    pid = demo.wait_for(lambda: runner_pid(uids["doomed"]), what="the doomed runner's PID", timeout=10)
+    os.kill(pid, signal.SIGKILL)
+    demo.wait_for(
+        lambda: (pod := _pod(control_plane, ns, "doomed")) is not None and pod["status"].get("phase") == "Failed",
+        what="the doomed pod Failed (exit 137)",
+        timeout=60,
+    )
+    assert _job_status(emulator, uids["doomed"]) == ["PROCESSING STARTING"]  # the runner never cancelled it
+    control_plane.kubectl("-n", ns, "delete", "pod", "doomed", "--force", "--grace-period=0")
+    gone_at = time.monotonic()
+    demo.wait_for(
+        lambda: _job_status(emulator, uids["doomed"]) == ["TERMINATED"],
+        what="the orphaned job TERMINATED",
+        timeout=ORPHAN_GRACE_SECONDS + ORPHAN_INTERVAL_SECONDS + 60,
+    )
+    took = time.monotonic() - gone_at
+    MEASURED["orphan_s"].append(round(took, 1))
+    assert took <= ORPHAN_GRACE_SECONDS + ORPHAN_INTERVAL_SECONDS + 2, took
+    time.sleep(ORPHAN_GRACE_SECONDS + 2 * ORPHAN_INTERVAL_SECONDS)
+    assert _job_status(emulator, uids["kept"]) == ["PROCESSING STARTING"]  # its pod exists: never touched
+
+    leader = _leader(control_plane)
+    logs = control_plane.kubectl("-n", install.NAMESPACE, "logs", leader).stdout
+    lines = [json.loads(line) for line in logs.splitlines() if '"orphan job terminated"' in line]
+    (line,) = [entry for entry in lines if entry["pod_uid"] == uids["doomed"]]
+    assert line["job_label"].startswith(f"k8s-{uids['doomed']}-")
+    assert emulator.runner_env()["JARVICE_APIKEY"] not in logs
+    print(
+        f"\nreal node, installed controller: orphan -> TERMINATED {took:.1f}s after the force delete "
+        f"(grace {ORPHAN_GRACE_SECONDS}s + interval {ORPHAN_INTERVAL_SECONDS}s)"
+    )
+
+
+def test_a_budget_of_four_gpus_bursts_four_and_keeps_the_fifth_local(
+    controller: None,
+    control_plane: controlplane.ControlPlane,
+    emulator: addons.EmulatorProcess,
+    ns: str,
+    gpus_gone: Callable[[], None],
+) -> None:
+    """With no local GPUs, every pod would burst: four 1-GPU pods do; the fifth is kept local with the
+    warning kubectl prints, and the controller reports it (never deletes it) once it strands."""
+    control_plane.kubectl("annotate", "namespace", ns, f"{BUDGET}=4", "--overwrite")
+    gpus_gone()
+    time.sleep(2)  # the webhook's watch sees the annotation and the node (it reads no API on a review)
+    warnings = {}
+    for i in range(1, 6):
+        body = _pod_body(f"p{i}", _app(emulator, f'echo "burst {i}"; sleep 120', gpus=1), gated=False)
+        warnings[f"p{i}"] = _create(control_plane, ns, body)
+    decisions = {}
+    for name in warnings:
+        pod = _pod(control_plane, ns, name)
+        assert pod is not None
+        decisions[name] = _annotations(pod)["nimbix-burst.io/decision"]
+    assert decisions == {"p1": "remote", "p2": "remote", "p3": "remote", "p4": "remote", "p5": "local"}, decisions
+    assert "kept local by the burst budget" in warnings["p5"], warnings["p5"]
+    assert all("burst budget" not in warnings[f"p{i}"] for i in range(1, 5)), warnings
+    fifth = _pod(control_plane, ns, "p5")
+    assert fifth is not None
+    assert "4 of 4 remote GPUs in use" in _annotations(fifth)["nimbix-burst.io/budget"]
+    assert fifth["spec"]["containers"][0]["resources"]["limits"][GPU] == "1"  # unchanged: it waits here
+    for i in range(1, 5):  # the four really run on JARVICE
+        wait_log(control_plane, ns, f"p{i}", f"burst {i}")
+    (noted,) = demo.wait_for(
+        lambda: _events(control_plane, ns, "p5", "NimbixStranded"),
+        what="the fifth pod reported as stranded",
+        timeout=STRANDED_SECONDS + 30,
+    )
+    assert "kept local by its namespace's burst budget" in noted["message"], noted["message"]
+    still = _pod(control_plane, ns, "p5")
+    assert still is not None and not still["metadata"].get("deletionTimestamp")
+    assert not still["spec"].get("nodeName")
+
+
+def test_only_the_controller_leader_acted(controller: None, control_plane: controlplane.ControlPlane) -> None:
+    """After the tests above: every action is in the Lease holder's counters, none in the other's."""
+    leader = _leader(control_plane)
+    pods = _controller_pods(control_plane)
+    counts = {pod["metadata"]["name"]: _actions(pod) for pod in pods}
+    print(f"\ncontroller replicas' actions (leader {leader}): {counts}\nmeasured: {MEASURED}")
+    assert len(counts) == 2 and leader in counts
+    (follower,) = [name for name in counts if name != leader]
+    assert all(value == 0 for value in counts[follower].values()), counts
+    assert counts[leader]["nimbix_burst_controller_rebursts_total"] >= 1, counts
+    assert counts[leader]["nimbix_burst_controller_stranded_noted_total"] >= 2, counts  # the bare pod, the fifth
+    assert counts[leader]["nimbix_burst_controller_orphans_terminated_total"] >= 1, counts
