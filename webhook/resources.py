@@ -10,6 +10,7 @@ before admission, but we read both so a pod is handled the same whichever map we
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -48,17 +49,33 @@ class QuantityError(ValueError):
     pass
 
 
+# Pods and nodes repeat a few dozen quantity strings ("1", "500m", "64Gi") and every review and pod
+# event parses several of them: parsing was ~25 % of admit() (issue 15). A module-level lru_cache is
+# the one exception to "no singletons" here because it memoizes a pure function of an immutable str
+# (the results are the parser's own, and Decimals are immutable), is thread-safe (the watch threads
+# parse too), and is bounded twice: in entries, and in key length, so hostile input can neither grow
+# it nor fill it with long keys. Errors are not cached: a bad quantity raises the same error each time.
+QUANTITY_MEMO_ENTRIES = 4096
+QUANTITY_MEMO_MAX_CHARS = 32  # real quantities ("3758096384", "15940432Ki", "1.5Gi") are far shorter
+
+
 def parse_quantity(raw: object) -> Decimal:
     """A Kubernetes resource.Quantity ("500m", "4", "64Gi", 2) as a Decimal, capped at
     ±QUANTITY_CEILING and rounded up to a nano-unit like the API server does: bounded work whatever
     the input (a "1e299999" from a user's pod must not stall the event loop)."""
+    if type(raw) is str and len(raw) <= QUANTITY_MEMO_MAX_CHARS:
+        return _parse_short_text(raw)
     if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
         raise QuantityError(f"quantity must be a string or number, got {type(raw).__name__}")
     if isinstance(raw, int):
         return max(-QUANTITY_CEILING, min(Decimal(raw), QUANTITY_CEILING))  # exact and cheap for any int
     if isinstance(raw, float) and not math.isfinite(raw):
         raise QuantityError(f"invalid quantity {raw!r} ({_QUANTITY_EXAMPLES})")
-    text = str(raw).strip()
+    return _parse_text(str(raw))
+
+
+def _parse_text(raw: str) -> Decimal:
+    text = raw.strip()
     match = _QUANTITY.fullmatch(text)
     if match is None or not (match["int"] or match["frac"]):
         shown = text if len(text) <= 40 else text[:40] + "..."
@@ -69,6 +86,9 @@ def parse_quantity(raw: object) -> Decimal:
     if suffix in _BINARY_SUFFIX:
         magnitude = min(_EXACT.multiply(magnitude, Decimal(_BINARY_SUFFIX[suffix])), QUANTITY_CEILING)
     return -magnitude if match["sign"] == "-" else magnitude
+
+
+_parse_short_text = functools.lru_cache(maxsize=QUANTITY_MEMO_ENTRIES)(_parse_text)
 
 
 def _first_nonzero(digits: str) -> int:

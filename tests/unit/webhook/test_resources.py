@@ -4,8 +4,10 @@ from decimal import Decimal
 import pytest
 
 from tests.unit.webhook.builders import GPU, container, pod
+from webhook import resources
 from webhook.resources import (
     QUANTITY_CEILING,
+    QUANTITY_MEMO_MAX_CHARS,
     QuantityError,
     effective_gpus,
     effective_request,
@@ -115,6 +117,58 @@ def test_parse_quantity_rejects(raw: object) -> None:
 def test_parse_quantity_error_says_what_a_quantity_looks_like() -> None:
     with pytest.raises(QuantityError, match=r"'1\.2\.3'.*e\.g\."):
         parse_quantity("1.2.3")
+
+
+# The memo of short quantity strings: a hit gives what the parser gives, hostile and long input
+# included; long strings bypass it, and errors are raised again on every call, never remembered.
+MEMO_TABLE = [
+    "1", "500m", "64Gi", " 4 ", "0.5Gi", "-2", "1e-3", "0e999999999999", "1e299999", "-1e299999", "8Ei",
+    "18446744073709551616", "0.0000000001", "1" + "0" * 31, "1" + "0" * 32, "1" + "0" * 200_000,
+    "1e" + "9" * 5000, "9" * 40 + "Ei",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("raw", MEMO_TABLE)
+def test_quantity_memo_gives_what_the_parser_gives(raw: str) -> None:
+    uncached = resources._parse_text(raw)
+    assert parse_quantity(raw) == uncached  # miss (or a hit left by an earlier test)
+    assert parse_quantity(raw) == uncached  # hit
+    assert parse_quantity(raw).as_tuple() == uncached.as_tuple()  # same exponent too, not just equal
+
+
+@pytest.mark.parametrize(
+    ("raw", "memoized"),
+    [
+        pytest.param("7Mi", True, id="short"),
+        pytest.param("1" * QUANTITY_MEMO_MAX_CHARS, True, id="at-the-bound"),
+        pytest.param("1" * (QUANTITY_MEMO_MAX_CHARS + 1), False, id="one-past-the-bound"),
+        pytest.param("1e" + "9" * 5000, False, id="hostile-long"),
+        pytest.param(7, False, id="int"),
+        pytest.param(1.5, False, id="float"),
+    ],
+)
+def test_quantity_memo_holds_only_short_strings(raw: object, memoized: bool) -> None:
+    resources._parse_short_text.cache_clear()
+    parse_quantity(raw)
+    parse_quantity(raw)
+    info = resources._parse_short_text.cache_info()
+    assert (info.currsize, info.hits) == ((1, 1) if memoized else (0, 0))
+
+
+def test_quantity_memo_is_bounded() -> None:
+    resources._parse_short_text.cache_clear()
+    for i in range(resources.QUANTITY_MEMO_ENTRIES + 100):
+        parse_quantity(f"{i}m")
+    assert resources._parse_short_text.cache_info().currsize == resources.QUANTITY_MEMO_ENTRIES
+
+
+@pytest.mark.parametrize("raw", ["1.2.3", "1Zi", "", "inf"])
+def test_quantity_memo_does_not_remember_errors(raw: str) -> None:
+    resources._parse_short_text.cache_clear()
+    for _ in range(2):
+        with pytest.raises(QuantityError, match="invalid quantity"):
+            parse_quantity(raw)
+    assert resources._parse_short_text.cache_info().currsize == 0
 
 
 SIDECAR = "Always"
