@@ -385,6 +385,41 @@ def test_a_budget_of_four_gpus_bursts_four_and_keeps_the_fifth_local(
     assert not still["spec"].get("nodeName")
 
 
+def _annotate(plane: controlplane.ControlPlane, namespace: str, value: str, *, dry_run: bool = False) -> str:
+    """`kubectl annotate namespace` with the budget; "" when accepted, else kubectl's error."""
+    args = ["annotate", "namespace", namespace, f"{BUDGET}={value}", "--overwrite"]
+    result = plane.kubectl(*args, *(["--dry-run=server"] if dry_run else []), check=False)
+    return "" if result.returncode == 0 else result.stderr.strip()
+
+
+def test_the_api_server_refuses_a_budget_that_is_not_a_whole_number(
+    installed_addon: install.Installed, control_plane: controlplane.ControlPlane, namespace: str
+) -> None:
+    """deploy/budget-policy.yaml: the ValidatingAdmissionPolicy installed by `apply -k`."""
+    refused = {value: _annotate(control_plane, namespace, value) for value in ("four", "-1", "2.5", "1234567890", "")}
+    accepted = {value: _annotate(control_plane, namespace, value) for value in ("4", " 12 ", "0")}
+    assert accepted == dict.fromkeys(accepted, ""), accepted
+    for value, error in refused.items():
+        assert f'must be a whole number of GPUs >= 0 (0: nothing bursts), not "{value}"' in error, (value, error)
+        assert "ValidatingAdmissionPolicy 'nimbix-burst-budget'" in error, error
+    ns = _get(control_plane, "get", "namespace", namespace)
+    assert ns["metadata"]["annotations"][BUDGET] == "0"  # the last accepted value; no refused one landed
+
+    # A bad value from before the policy does not block other updates of its namespace (only a value
+    # being set or changed is checked): remove the binding, write one, put the binding back.
+    binding = next(o for o in install.render_overlay(control_plane) if o["kind"] == "ValidatingAdmissionPolicyBinding")
+    control_plane.kubectl("delete", "validatingadmissionpolicybinding", binding["metadata"]["name"])
+    try:
+        demo.wait_for(lambda: not _annotate(control_plane, namespace, "old typo"), what="the policy off", timeout=30)
+    finally:
+        control_plane.kubectl("apply", "-f", "-", input=json.dumps(binding))
+    demo.wait_for(
+        lambda: _annotate(control_plane, namespace, "five", dry_run=True), what="the policy enforced", timeout=30
+    )
+    control_plane.kubectl("label", "namespace", namespace, "team=a")  # accepted: the old value is unchanged
+    assert 'not "six"' in _annotate(control_plane, namespace, "six")
+
+
 def test_only_the_controller_leader_acted(controller: None, control_plane: controlplane.ControlPlane) -> None:
     """After the tests above: every action is in the Lease holder's counters, none in the other's."""
     leader = _leader(control_plane)

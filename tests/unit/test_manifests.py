@@ -180,6 +180,8 @@ def test_kustomize_builds_the_install(objs: list[Manifest]) -> None:
             ("Certificate", "nimbix-burst-webhook"),
             ("MutatingWebhookConfiguration", "nimbix-burst"),
             ("NetworkPolicy", APP),
+            ("ValidatingAdmissionPolicy", "nimbix-burst-budget"),
+            ("ValidatingAdmissionPolicyBinding", "nimbix-burst-budget"),
             ("ServiceAccount", CONTROLLER),
             ("ClusterRole", CONTROLLER),
             ("ClusterRoleBinding", CONTROLLER),
@@ -213,7 +215,15 @@ def test_the_only_write_is_the_webhooks_own_lease(objs: list[Manifest]) -> None:
 
 
 def test_namespaced_objects_live_in_the_webhook_namespace(objs: list[Manifest]) -> None:
-    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding", "PriorityClass", "MutatingWebhookConfiguration"}
+    cluster_scoped = {
+        "Namespace",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "PriorityClass",
+        "MutatingWebhookConfiguration",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
     for obj in objs:
         expected = None if obj["kind"] in cluster_scoped else NAMESPACE
         assert obj["metadata"].get("namespace") == expected, obj["kind"]
