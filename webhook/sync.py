@@ -6,6 +6,7 @@ The watcher, the tests and the benchmarks all feed the cache through this one pa
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -36,6 +37,56 @@ class ParsedList:
     pods: list[PodInfo] = field(default_factory=list)
     namespaces: list[tuple[str, NamespaceBudget | None]] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+
+
+_UNSEEN = object()
+
+
+@dataclass(frozen=True, slots=True)
+class PodChange:
+    """A pod watch event, parsed: the pod's new accounting record, or None to drop what the cache
+    holds for it (deleted, or it holds nothing accounting needs any more: see parse_pod)."""
+
+    uid: str
+    pod: PodInfo | None
+    deleted: bool = False
+
+
+class RecentPods:
+    """The last change handed to the cache for each of the most recently changed pods (bounded,
+    least recently changed forgotten first).
+
+    Most MODIFIED events of a pod change nothing accounting reads (the kubelet's status updates:
+    conditions, IPs, container states; the deletion timestamp). A change equal to the last one handed
+    over for its pod is a no-op for the cache (upsert of an equal record, or delete of an absent one),
+    so the watcher need not hand it to the event loop. Exact as long as every change of a pod reaches
+    the cache through the owner of this record, in order, and the record is cleared when a list
+    replaces the cache's pods; a pod not remembered is handed over as before."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._last: OrderedDict[str, PodInfo | None] = OrderedDict()
+
+    def unchanged(self, change: PodChange) -> bool:
+        """Whether the cache already holds what `change` says; if not, remember `change` as handed over."""
+        if change.deleted:
+            self._last.pop(change.uid, None)  # a pod is deleted once: nothing to remember
+            return False
+        last = self._last.get(change.uid, _UNSEEN)
+        if last is not _UNSEEN and last == change.pod:
+            self._last.move_to_end(change.uid)  # keep the record the cache holds, not its equal copy
+            return True
+        self._last[change.uid] = change.pod
+        self._last.move_to_end(change.uid)
+        if len(self._last) > self._capacity:
+            self._last.popitem(last=False)
+        return False
+
+    def clear(self) -> None:
+        self._last.clear()
+
+    def __len__(self) -> int:
+        return len(self._last)
 
 
 class CacheSync:
@@ -87,6 +138,10 @@ class CacheSync:
 
     def apply_event(self, kind: Kind, event_type: str, raw: Mapping[str, Any]) -> str | None:
         """Apply one watch event; returns a problem description when the object was skipped."""
+        if kind == "pods":
+            change = self.parse_pod_event(event_type, raw)
+            self.apply_pod_change(change)
+            return change if isinstance(change, str) else None
         self.mark_contact(kind)
         resources = self.cache.gpu_resources
         try:
@@ -96,27 +151,34 @@ class CacheSync:
                 else:
                     self.cache.upsert_node(parse_node(raw, resources))
                 return None
-            if kind == "namespaces":
-                if event_type == "DELETED":
-                    self.cache.delete_namespace(_name(raw))
-                else:
-                    self.cache.upsert_namespace(*parse_namespace(raw))
-                return None
-            uid = _uid(raw)
             if event_type == "DELETED":
-                self.cache.delete_pod(uid)
-                return None
-            pod = parse_pod(raw, resources)
-            if pod is None:
-                # Nothing accounting needs any more (no GPUs, and finished, unbound or without CPU and
-                # memory requests: see parse_pod): drop what an earlier version of it held.
-                self.cache.delete_pod(uid)
+                self.cache.delete_namespace(_name(raw))
             else:
-                self.cache.upsert_pod(pod)
+                self.cache.upsert_namespace(*parse_namespace(raw))
             return None
         except ObjectError as exc:
             self.state.skipped_objects += 1
             return f"{kind[:-1]} {_name(raw)}: {exc}"
+
+    def parse_pod_event(self, event_type: str, raw: Mapping[str, Any]) -> PodChange | str:
+        """A pod watch event -> what it does to the cache, or the problem with a skipped object.
+        Touches no cache state, so the watcher runs it in its worker thread."""
+        try:
+            uid = _uid(raw)
+            if event_type == "DELETED":
+                return PodChange(uid, None, deleted=True)
+            return PodChange(uid, parse_pod(raw, self.cache.gpu_resources))
+        except ObjectError as exc:
+            return f"pod {_name(raw)}: {exc}"
+
+    def apply_pod_change(self, change: PodChange | str) -> None:
+        self.mark_contact("pods")
+        if isinstance(change, str):
+            self.state.skipped_objects += 1
+        elif change.pod is None:
+            self.cache.delete_pod(change.uid)
+        else:
+            self.cache.upsert_pod(change.pod)
 
     def mark_contact(self, kind: Kind) -> None:
         self.state.last_contact = self._clock()
