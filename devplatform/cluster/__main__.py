@@ -31,6 +31,7 @@ from devplatform.cluster import addons, controlplane, install, node, nodes, proc
 STATE_FILE = "state.json"
 KUBECONFIG_FILE = "kubeconfig"
 JARVICE_ENV_FILE = "jarvice.env"
+KUBECTL_LINK = "kubectl"  # a symlink to the control plane's kubectl
 DEMO_NAMESPACE = "demo"
 DEV_NODES = (("gpu-node-1", 4), ("gpu-node-2", 4), ("cpu-node-1", 0))
 # Fake nodes have no kubelet: nothing scheduled there would ever run.
@@ -172,6 +173,10 @@ def run_up(dev_dir: Path) -> int:
         kubeconfig = dev_dir / KUBECONFIG_FILE
         shutil.copyfile(control_plane.kubeconfig_path, kubeconfig)
         kubeconfig.chmod(0o600)
+        # The kubectl of this control plane under a fixed name: the cache may hold other versions.
+        kubectl = dev_dir / KUBECTL_LINK
+        kubectl.unlink(missing_ok=True)
+        kubectl.symlink_to(control_plane.bin_dir / "kubectl")
         timings = control_plane.startup_timings
         processes.save_state(
             state_path,
@@ -231,6 +236,7 @@ def run_down(dev_dir: Path) -> int:
         print(f"{proc.name:<24} pid {proc.pid:<8} exited, not yet reaped by its parent (harmless zombie)")
     state_path.unlink()
     (dev_dir / KUBECONFIG_FILE).unlink(missing_ok=True)
+    (dev_dir / KUBECTL_LINK).unlink(missing_ok=True)
     (dev_dir / JARVICE_ENV_FILE).unlink(missing_ok=True)
     print("stopped")
     return 0
@@ -298,11 +304,11 @@ def _print_up_summary(
     for proc in [*control_plane.processes, *extras]:
         print(f"  {proc.name:<24} pid {proc.pid:<8} log {proc.log_path}")
     print(f"state: {state_path.resolve()}")
-    print(f"kubectl: {control_plane.bin_dir / 'kubectl'}")
+    print(f"kubectl: {kubeconfig.parent / KUBECTL_LINK} -> {control_plane.bin_dir / 'kubectl'}")
     print(f"fake nodes: {', '.join(f'{name} ({gpus} GPUs)' for name, gpus in DEV_NODES)}")
     print("use it with:")
     print(f"  export KUBECONFIG={kubeconfig}")
-    print(f"  {control_plane.bin_dir / 'kubectl'} create -f deploy/examples/gpu-pod.yaml")
+    print(f"  {kubeconfig.parent / KUBECTL_LINK} create -f deploy/examples/gpu-pod.yaml")
     print("run the remote-burst runner against the JARVICE emulator:")
     print(f"  set -a; . {kubeconfig.parent / JARVICE_ENV_FILE}; set +a")
     print("  REMOTE=1 APP_COMMAND_ARGS='echo hi' .venv/bin/python -m entrypoint")
