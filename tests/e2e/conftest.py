@@ -29,8 +29,8 @@ import pytest
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
-from devplatform import certmanager
-from devplatform.cluster import controlplane, install, node, nodeconfig, nodes
+from devplatform import certmanager, demo
+from devplatform.cluster import addons, controlplane, install, node, nodeconfig, nodes
 
 E2E_DIR = Path(__file__).resolve().parent
 REPO_ROOT = E2E_DIR.parents[1]
@@ -161,6 +161,20 @@ def real_node(
         yield real
     finally:
         real.stop()
+
+
+@pytest.fixture(scope="module")
+def node_emulator(
+    request: pytest.FixtureRequest, real_node: node.RealNode, control_plane: controlplane.ControlPlane
+) -> Iterator[addons.EmulatorProcess]:
+    """The JARVICE emulator on the real node's bridge gateway, where runners in pods (and the
+    installed controller) reach it; one per module, its run dir named after the module."""
+    module = request.module.__name__.rsplit(".", 1)[-1]
+    emulator = demo.start_emulator_for_node(control_plane.run_dir / f"{module}-emulator", real_node)
+    try:
+        yield emulator
+    finally:
+        addons.stop_jarvice_emulator(emulator)
 
 
 def real_node_pod_spec(spec: dict[str, Any]) -> dict[str, Any]:

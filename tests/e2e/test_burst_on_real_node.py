@@ -32,15 +32,6 @@ TRICKY_COMMAND = (
 
 
 @pytest.fixture(scope="module")
-def emulator(real_node: node.RealNode, control_plane: controlplane.ControlPlane) -> Iterator[addons.EmulatorProcess]:
-    emu = demo.start_emulator_for_node(control_plane.run_dir / "burst-emulator", real_node)
-    try:
-        yield emu
-    finally:
-        addons.stop_jarvice_emulator(emu)
-
-
-@pytest.fixture(scope="module")
 def webhook(control_plane: controlplane.ControlPlane, real_node: node.RealNode) -> Iterator[addons.WebhookProcess]:
     """The webhook as a host process with its defaults (a burst runner gets 100m CPU, 128Mi)."""
     hook = addons.start_webhook(control_plane.run_dir / "burst-webhook", kubeconfig=control_plane.kubeconfig_path)
@@ -56,11 +47,11 @@ def webhook(control_plane: controlplane.ControlPlane, real_node: node.RealNode) 
 def ns(
     namespace: str,
     control_plane: controlplane.ControlPlane,
-    emulator: addons.EmulatorProcess,
+    node_emulator: addons.EmulatorProcess,
     webhook: addons.WebhookProcess,
 ) -> str:
     """The test's namespace with the JARVICE credentials Secret (url: the emulator on the gateway)."""
-    control_plane.kubectl("apply", "-f", "-", input=json.dumps(demo.build_secret(emulator, namespace=namespace)))
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps(demo.build_secret(node_emulator, namespace=namespace)))
     return namespace
 
 
@@ -76,9 +67,9 @@ def gpu_pod(
     }
 
 
-def burst_pod(name: str, command: str, emulator: addons.EmulatorProcess, **kwargs: Any) -> dict[str, Any]:
+def burst_pod(name: str, command: str, node_emulator: addons.EmulatorProcess, **kwargs: Any) -> dict[str, Any]:
     """More GPUs than the real node has (4): decided remote whatever else runs."""
-    return gpu_pod(name, command, gpus=8, app_name=emulator.runner_env()["APP_NAME"], **kwargs)
+    return gpu_pod(name, command, gpus=8, app_name=node_emulator.runner_env()["APP_NAME"], **kwargs)
 
 
 def create(plane: controlplane.ControlPlane, namespace: str, *pods: dict[str, Any]) -> None:
@@ -154,14 +145,14 @@ def runner_pid(pod_uid: str) -> int | None:
 
 
 def test_burst_pod_logs_are_the_remote_output_byte_for_byte(
-    control_plane: controlplane.ControlPlane, real_node: node.RealNode, emulator: addons.EmulatorProcess, ns: str
+    control_plane: controlplane.ControlPlane, real_node: node.RealNode, node_emulator: addons.EmulatorProcess, ns: str
 ) -> None:
-    app = emulator.runner_env()["APP_NAME"]
+    app = node_emulator.runner_env()["APP_NAME"]
     started = time.monotonic()
     create(
         control_plane,
         ns,
-        burst_pod("remote", TRICKY_COMMAND, emulator),
+        burst_pod("remote", TRICKY_COMMAND, node_emulator),
         # The same command run here by the kubelet: what "behaves like a local pod" means.
         gpu_pod("local", TRICKY_COMMAND, gpus=1, app_name=app),
     )
@@ -188,18 +179,18 @@ def test_burst_pod_logs_are_the_remote_output_byte_for_byte(
 
 
 def test_kubectl_logs_of_a_burst_pod_show_only_the_remote_output(
-    control_plane: controlplane.ControlPlane, real_node: node.RealNode, emulator: addons.EmulatorProcess, ns: str
+    control_plane: controlplane.ControlPlane, real_node: node.RealNode, node_emulator: addons.EmulatorProcess, ns: str
 ) -> None:
     # ERROR: the emulator speaks plain http, and the runner rightly warns that the API key travels
     # unencrypted; against JARVICE (https) the default WARNING shows nothing on a good run.
-    create(control_plane, ns, burst_pod("remote", TRICKY_COMMAND, emulator, env={"LOG_LEVEL": "ERROR"}))
+    create(control_plane, ns, burst_pod("remote", TRICKY_COMMAND, node_emulator, env={"LOG_LEVEL": "ERROR"}))
     wait_finished(control_plane, ns, "remote")
     logs = control_plane.kubectl("logs", "-n", ns, "remote").stdout.encode()
     assert logs in (expected_stdout(TRICKY_COMMAND), expected_stdout(TRICKY_COMMAND) + b"\n")
 
 
 def test_exit_codes_0_3_and_143_land_in_the_container_status(
-    control_plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess, ns: str
+    control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess, ns: str
 ) -> None:
     commands = {
         "zero": "echo fine",
@@ -208,7 +199,7 @@ def test_exit_codes_0_3_and_143_land_in_the_container_status(
         # reduces `$$` in an env value to `$` (its escape for `$(VAR)`), so `$$$$` reaches bash as `$$`.
         "term": "echo bye; kill -TERM $$$$",
     }
-    create(control_plane, ns, *(burst_pod(name, command, emulator) for name, command in commands.items()))
+    create(control_plane, ns, *(burst_pod(name, command, node_emulator) for name, command in commands.items()))
     codes = {name: demo.read_exit_code(wait_finished(control_plane, ns, name)) for name in commands}
     logs = {name: control_plane.kubectl("logs", "-n", ns, name).stdout for name in commands}
     assert codes == {"zero": 0, "three": 3, "term": 143}, logs
@@ -217,28 +208,30 @@ def test_exit_codes_0_3_and_143_land_in_the_container_status(
 
 
 def test_kubectl_delete_pod_terminates_the_remote_job_within_the_grace_period(
-    control_plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess, ns: str
+    control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess, ns: str
 ) -> None:
-    create(control_plane, ns, burst_pod("sweep", 'echo "sweep started"; sleep 600', emulator))
+    create(control_plane, ns, burst_pod("sweep", 'echo "sweep started"; sleep 600', node_emulator))
     wait_log(control_plane, ns, "sweep", "sweep started")
     uid = get_pod(control_plane, ns, "sweep")["metadata"]["uid"]
-    assert [job["status"] for job in demo.fetch_emulator_jobs(emulator.url, pod_uid=uid)] == ["PROCESSING STARTING"]
+    assert [job["status"] for job in demo.fetch_emulator_jobs(node_emulator.url, pod_uid=uid)] == [
+        "PROCESSING STARTING"
+    ]
 
     started = time.monotonic()
     control_plane.kubectl("delete", "-n", ns, "pod/sweep", "--wait=true", "--timeout=60s")
     elapsed = time.monotonic() - started
 
-    jobs = demo.fetch_emulator_jobs(emulator.url, pod_uid=uid)
+    jobs = demo.fetch_emulator_jobs(node_emulator.url, pod_uid=uid)
     assert [job["status"] for job in jobs] == ["TERMINATED"], jobs
     # The default grace period is 30 s: the runner stopped the job and exited well before the kill.
     assert elapsed < 30
 
 
 def test_killed_runner_restarts_and_reattaches_to_the_same_job(
-    control_plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess, ns: str
+    control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess, ns: str
 ) -> None:
     command = "for i in $(seq 1 60); do echo line $i; sleep 0.5; done"
-    create(control_plane, ns, burst_pod("trainer", command, emulator, restart="OnFailure"))
+    create(control_plane, ns, burst_pod("trainer", command, node_emulator, restart="OnFailure"))
     wait_log(control_plane, ns, "trainer", "line 3\n")
     uid = get_pod(control_plane, ns, "trainer")["metadata"]["uid"]
     pid = demo.wait_for(lambda: runner_pid(uid), what="the runner's PID", timeout=10)
@@ -259,7 +252,7 @@ def test_killed_runner_restarts_and_reattaches_to_the_same_job(
     pod = wait_finished(control_plane, ns, "trainer")
     status = pod["status"]["containerStatuses"][0]
     assert status["state"]["terminated"]["exitCode"] == 0, status
-    submissions = demo.fetch_emulator(emulator.url, "/_emulator/submissions")["submissions"]
+    submissions = demo.fetch_emulator(node_emulator.url, "/_emulator/submissions")["submissions"]
     labels = [s["job_label"] for s in submissions if s["job_label"].startswith(f"k8s-{uid}")]
     assert labels == [f"k8s-{uid}-train-1"]  # one submit, attempt 1: the restarted runner picked it up
     current = control_plane.kubectl("logs", "-n", ns, "trainer").stdout
@@ -270,9 +263,9 @@ def test_killed_runner_restarts_and_reattaches_to_the_same_job(
 
 
 def test_local_gpu_pod_runs_on_the_real_node_with_its_gpus_counted(
-    control_plane: controlplane.ControlPlane, real_node: node.RealNode, emulator: addons.EmulatorProcess, ns: str
+    control_plane: controlplane.ControlPlane, real_node: node.RealNode, node_emulator: addons.EmulatorProcess, ns: str
 ) -> None:
-    app = emulator.runner_env()["APP_NAME"]
+    app = node_emulator.runner_env()["APP_NAME"]
     gpus = real_node.settings.gpus
     create(control_plane, ns, gpu_pod("holder", 'echo "holding GPUs"; sleep 10', gpus=gpus, app_name=app))
     started = time.monotonic()

@@ -64,21 +64,12 @@ MEASURED: dict[str, list[float]] = {"stranded_to_deleted_s": [], "stranded_to_re
 
 
 @pytest.fixture(scope="module")
-def emulator(real_node: node.RealNode, control_plane: controlplane.ControlPlane) -> Iterator[addons.EmulatorProcess]:
-    emu = demo.start_emulator_for_node(control_plane.run_dir / "controller-installed-emulator", real_node)
-    try:
-        yield emu
-    finally:
-        addons.stop_jarvice_emulator(emu)
-
-
-@pytest.fixture(scope="module")
 def controller(
-    installed_addon: install.Installed, control_plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess
+    installed_addon: install.Installed, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess
 ) -> Iterator[None]:
     """The installed controller given the reaper's Secret and the test's thresholds; rolled out with
     both replicas Ready and one of them holding the Lease."""
-    secret = demo.build_secret(emulator, namespace=install.NAMESPACE)
+    secret = demo.build_secret(node_emulator, namespace=install.NAMESPACE)
     secret["metadata"]["name"] = CONTROLLER_SECRET
     control_plane.kubectl("apply", "-f", "-", input=json.dumps(secret))
     deployment = f"deployment/{CONTROLLER}"
@@ -93,9 +84,9 @@ def controller(
 
 
 @pytest.fixture
-def ns(namespace: str, control_plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess) -> str:
+def ns(namespace: str, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess) -> str:
     """The test's namespace with the runners' JARVICE credentials (the emulator on the gateway)."""
-    control_plane.kubectl("apply", "-f", "-", input=json.dumps(demo.build_secret(emulator, namespace=namespace)))
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps(demo.build_secret(node_emulator, namespace=namespace)))
     return namespace
 
 
@@ -177,8 +168,8 @@ def _events(plane: controlplane.ControlPlane, namespace: str, name: str, reason:
     return items
 
 
-def _app(emulator: addons.EmulatorProcess, command: str, *, gpus: int) -> dict[str, Any]:
-    return demo.build_app_container(command=command, gpus=gpus, app_name=emulator.runner_env()["APP_NAME"])
+def _app(node_emulator: addons.EmulatorProcess, command: str, *, gpus: int) -> dict[str, Any]:
+    return demo.build_app_container(command=command, gpus=gpus, app_name=node_emulator.runner_env()["APP_NAME"])
 
 
 def _pod_body(name: str, container: dict[str, Any], *, gated: bool) -> dict[str, Any]:
@@ -198,8 +189,8 @@ def _create(plane: controlplane.ControlPlane, namespace: str, body: dict[str, An
     return plane.kubectl("-n", namespace, "create", "-f", "-", input=json.dumps(body)).stderr
 
 
-def _job_status(emulator: addons.EmulatorProcess, pod_uid: str) -> list[str]:
-    return [str(job["status"]) for job in demo.fetch_emulator_jobs(emulator.url, pod_uid=pod_uid)]
+def _job_status(node_emulator: addons.EmulatorProcess, pod_uid: str) -> list[str]:
+    return [str(job["status"]) for job in demo.fetch_emulator_jobs(node_emulator.url, pod_uid=pod_uid)]
 
 
 # --- tests ---------------------------------------------------------------------------------------
@@ -208,14 +199,14 @@ def _job_status(emulator: addons.EmulatorProcess, pod_uid: str) -> list[str]:
 def test_gpus_vanish_under_a_local_job_pod_and_a_bare_pod(
     controller: None,
     control_plane: controlplane.ControlPlane,
-    emulator: addons.EmulatorProcess,
+    node_emulator: addons.EmulatorProcess,
     ns: str,
     gpus_gone: Callable[[], None],
 ) -> None:
     """The Job's pod is deleted once and its replacement bursts and completes on JARVICE; the bare pod
     is annotated and gets an Event, and stays."""
     job_name = f"train-{uuid.uuid4().hex[:6]}"
-    template = _pod_body("", _app(emulator, 'echo "trained remotely"', gpus=1), gated=True)
+    template = _pod_body("", _app(node_emulator, 'echo "trained remotely"', gpus=1), gated=True)
     del template["metadata"]["name"]
     job = {
         "apiVersion": "batch/v1",
@@ -224,7 +215,7 @@ def test_gpus_vanish_under_a_local_job_pod_and_a_bare_pod(
         "spec": {"backoffLimit": 6, "template": {"metadata": template["metadata"], "spec": template["spec"]}},
     }
     control_plane.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(job))
-    _create(control_plane, ns, _pod_body("bare", _app(emulator, "echo never runs", gpus=1), gated=True))
+    _create(control_plane, ns, _pod_body("bare", _app(node_emulator, "echo never runs", gpus=1), gated=True))
 
     def job_pods() -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = _get(control_plane, "-n", ns, "get", "pods", "-l", f"job-name={job_name}")[
@@ -276,8 +267,8 @@ def test_gpus_vanish_under_a_local_job_pod_and_a_bare_pod(
     # Exactly once: past another threshold, one re-burst, one submission, two pods ever.
     time.sleep(STRANDED_SECONDS + 3)
     assert {p["metadata"]["uid"] for p in job_pods()} == {second["metadata"]["uid"]}
-    assert _job_status(emulator, first_uid) == []
-    assert _job_status(emulator, second["metadata"]["uid"]) == ["COMPLETED"]
+    assert _job_status(node_emulator, first_uid) == []
+    assert _job_status(node_emulator, second["metadata"]["uid"]) == ["COMPLETED"]
     (event,) = _events(control_plane, ns, job_name, "NimbixReBurst")
     assert "re-burst 1 of 3" in event["message"] and first_name in event["message"]
     assert "NimbixReBurst" in control_plane.kubectl("-n", ns, "describe", "job", job_name).stdout
@@ -296,12 +287,12 @@ def test_gpus_vanish_under_a_local_job_pod_and_a_bare_pod(
 
 
 def test_an_orphaned_job_is_terminated_within_grace_plus_interval(
-    controller: None, control_plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess, ns: str
+    controller: None, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess, ns: str
 ) -> None:
     """The runner killed with SIGKILL (it cannot cancel), its pod force-deleted: the reaper terminates
     the job. The job of a pod that still exists is left running."""
     for name in ("doomed", "kept"):
-        app = _app(emulator, f'echo "{name} started"; sleep 600', gpus=8)  # more than the node has: remote
+        app = _app(node_emulator, f'echo "{name} started"; sleep 600', gpus=8)  # more than the node has: remote
         _create(control_plane, ns, _pod_body(name, app, gated=False))
     uids = {}
     for name in ("doomed", "kept"):
@@ -309,7 +300,7 @@ def test_an_orphaned_job_is_terminated_within_grace_plus_interval(
         pod = _pod(control_plane, ns, name)
         assert pod is not None and _annotations(pod)["nimbix-burst.io/decision"] == "remote"
         uids[name] = pod["metadata"]["uid"]
-        assert _job_status(emulator, uids[name]) == ["PROCESSING STARTING"]
+        assert _job_status(node_emulator, uids[name]) == ["PROCESSING STARTING"]
 
     pid = demo.wait_for(lambda: runner_pid(uids["doomed"]), what="the doomed runner's PID", timeout=10)
     os.kill(pid, signal.SIGKILL)
@@ -318,11 +309,11 @@ def test_an_orphaned_job_is_terminated_within_grace_plus_interval(
         what="the doomed pod Failed (exit 137)",
         timeout=60,
     )
-    assert _job_status(emulator, uids["doomed"]) == ["PROCESSING STARTING"]  # the runner never cancelled it
+    assert _job_status(node_emulator, uids["doomed"]) == ["PROCESSING STARTING"]  # the runner never cancelled it
     control_plane.kubectl("-n", ns, "delete", "pod", "doomed", "--force", "--grace-period=0")
     gone_at = time.monotonic()
     demo.wait_for(
-        lambda: _job_status(emulator, uids["doomed"]) == ["TERMINATED"],
+        lambda: _job_status(node_emulator, uids["doomed"]) == ["TERMINATED"],
         what="the orphaned job TERMINATED",
         timeout=ORPHAN_GRACE_SECONDS + ORPHAN_INTERVAL_SECONDS + 60,
     )
@@ -330,14 +321,14 @@ def test_an_orphaned_job_is_terminated_within_grace_plus_interval(
     MEASURED["orphan_s"].append(round(took, 1))
     assert took <= ORPHAN_GRACE_SECONDS + ORPHAN_INTERVAL_SECONDS + 2, took
     time.sleep(ORPHAN_GRACE_SECONDS + 2 * ORPHAN_INTERVAL_SECONDS)
-    assert _job_status(emulator, uids["kept"]) == ["PROCESSING STARTING"]  # its pod exists: never touched
+    assert _job_status(node_emulator, uids["kept"]) == ["PROCESSING STARTING"]  # its pod exists: never touched
 
     leader = _leader(control_plane)
     logs = control_plane.kubectl("-n", install.NAMESPACE, "logs", leader).stdout
     lines = [json.loads(line) for line in logs.splitlines() if '"orphan job terminated"' in line]
     (line,) = [entry for entry in lines if entry["pod_uid"] == uids["doomed"]]
     assert line["job_label"].startswith(f"k8s-{uids['doomed']}-")
-    assert emulator.runner_env()["JARVICE_APIKEY"] not in logs
+    assert node_emulator.runner_env()["JARVICE_APIKEY"] not in logs
     print(
         f"\nreal node, installed controller: orphan -> TERMINATED {took:.1f}s after the force delete "
         f"(grace {ORPHAN_GRACE_SECONDS}s + interval {ORPHAN_INTERVAL_SECONDS}s)"
@@ -347,7 +338,7 @@ def test_an_orphaned_job_is_terminated_within_grace_plus_interval(
 def test_a_budget_of_four_gpus_bursts_four_and_keeps_the_fifth_local(
     controller: None,
     control_plane: controlplane.ControlPlane,
-    emulator: addons.EmulatorProcess,
+    node_emulator: addons.EmulatorProcess,
     ns: str,
     gpus_gone: Callable[[], None],
 ) -> None:
@@ -358,7 +349,7 @@ def test_a_budget_of_four_gpus_bursts_four_and_keeps_the_fifth_local(
     time.sleep(2)  # the webhook's watch sees the annotation and the node (it reads no API on a review)
     warnings = {}
     for i in range(1, 6):
-        body = _pod_body(f"p{i}", _app(emulator, f'echo "burst {i}"; sleep 120', gpus=1), gated=False)
+        body = _pod_body(f"p{i}", _app(node_emulator, f'echo "burst {i}"; sleep 120', gpus=1), gated=False)
         warnings[f"p{i}"] = _create(control_plane, ns, body)
     decisions = {}
     for name in warnings:

@@ -46,15 +46,6 @@ COMMAND = (
 
 
 @pytest.fixture(scope="module")
-def emulator(real_node: node.RealNode, control_plane: controlplane.ControlPlane) -> Iterator[addons.EmulatorProcess]:
-    emu = demo.start_emulator_for_node(control_plane.run_dir / "memory-emulator", real_node)
-    try:
-        yield emu
-    finally:
-        addons.stop_jarvice_emulator(emu)
-
-
-@pytest.fixture(scope="module")
 def webhook(control_plane: controlplane.ControlPlane, real_node: node.RealNode) -> Iterator[addons.WebhookProcess]:
     hook = addons.start_webhook(control_plane.run_dir / "memory-webhook", kubeconfig=control_plane.kubeconfig_path)
     name = addons.register_webhook(control_plane, hook, name_suffix="-memory")
@@ -105,12 +96,12 @@ class _Sampler:
 def test_runner_streams_a_large_output_in_a_128mi_container(
     control_plane: controlplane.ControlPlane,
     real_node: node.RealNode,
-    emulator: addons.EmulatorProcess,
+    node_emulator: addons.EmulatorProcess,
     webhook: addons.WebhookProcess,
     namespace: str,
 ) -> None:
-    control_plane.kubectl("apply", "-f", "-", input=json.dumps(demo.build_secret(emulator, namespace=namespace)))
-    big = burst_pod("big", COMMAND, emulator)
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps(demo.build_secret(node_emulator, namespace=namespace)))
+    big = burst_pod("big", COMMAND, node_emulator)
     # A training container with CPU and memory limits: the webhook cuts them to the runner's footprint.
     big["spec"]["containers"][0]["resources"]["limits"].update({"cpu": "2", "memory": "4Gi"})
     create(control_plane, namespace, big)
