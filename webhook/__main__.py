@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
-from pythonjsonlogger.json import JsonFormatter
+from pythonjsonlogger.json import JsonEncoder, JsonFormatter
 
 from webhook.app import METRICS, ROUTER, BackgroundTask, create_app, serve
 from webhook.cache import ClusterCache
@@ -26,9 +28,39 @@ from webhook.watching import Watcher, load_api_client
 log = logging.getLogger("webhook")
 
 
+class JsonLineFormatter(JsonFormatter):
+    """JsonFormatter's lines byte for byte, for less CPU: one line per admission was 10-12 % of the
+    request path's samples (issue 15). The stdlib encoder stays (orjson cannot write the ", " and
+    ": " separators that `kubectl logs | grep '"message": "admission"'` and the tests match), built
+    once rather than per line, and the time of day is formatted once a second, not per line."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # What JsonFormatter's json.dumps(cls=JsonEncoder, ensure_ascii=True) builds for every line.
+        self._encoder = JsonEncoder(ensure_ascii=self.json_ensure_ascii, indent=self.json_indent)
+        self._second: tuple[int, str] = (-1, "")  # one tuple: read and replaced as a whole
+
+    def jsonify_log_record(self, log_data: dict[str, Any]) -> str:
+        customised = self.json_default, self.json_encoder, self.json_serializer
+        if customised != (None, JsonEncoder, json.dumps):
+            return super().jsonify_log_record(log_data)
+        return self._encoder.encode(log_data)
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 - stdlib name
+        if datefmt or not self.default_msec_format:
+            return super().formatTime(record, datefmt)
+        second, text = self._second
+        if second != int(record.created):  # localtime() of a timestamp depends on its whole seconds only
+            text = time.strftime(self.default_time_format, self.converter(record.created))
+            self._second = (int(record.created), text)
+        return self.default_msec_format % (text, record.msecs)
+
+
 def configure_logging(level: str) -> None:
     handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(JsonFormatter("{asctime}{levelname}{name}{message}", style="{", timestamp=False))
+    handler.setFormatter(JsonLineFormatter("{asctime}{levelname}{name}{message}", style="{", timestamp=False))
+    # Thread and process names are gathered for every record, and no line of ours shows them.
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
