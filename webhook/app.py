@@ -91,7 +91,7 @@ async def mutate(request: web.Request) -> web.Response:
         if router is not None:
             placed = await router.place(body, forwarded_by=request.headers.get(FORWARDED_HEADER, ""))
             if isinstance(placed, Relayed):
-                metrics.admissions.labels(decision="forwarded").inc()
+                metrics.admitted("forwarded").inc()
                 return web.Response(body=placed.body, content_type="application/json")
             if isinstance(placed, Refused):
                 return _error(503, placed.reason)
@@ -112,11 +112,11 @@ async def mutate(request: web.Request) -> web.Response:
         except Exception:
             # A bug in the decision must never block pod creation: answer allowed, unchanged.
             metrics.errors.labels(kind="internal").inc()
-            metrics.admissions.labels(decision="error").inc()
+            metrics.admitted("error").inc()
             log.exception("admission failed", extra={"uid": review.uid, "namespace": review.namespace})
             return web.json_response(admission.build_error_response(review.uid))
         elapsed = time.perf_counter() - started
-        metrics.admissions.labels(decision=result.outcome).inc()
+        metrics.admitted(result.outcome).inc()
         if result.over_budget:
             metrics.over_budget.labels(action="deny" if result.outcome == "denied" else "local").inc()
         metrics.latency.observe(elapsed)

@@ -84,3 +84,13 @@ class Metrics:
         )
         self.tls_reloads = Counter("nimbix_burst_tls_reloads", "Serving certificate reloads", registry=self.registry)
         self.registry.register(_CacheCollector(cache, sync, clock))
+        # .labels() checks its arguments and takes a lock on every call; a decision's child, made on
+        # first use as .labels() makes it (so /metrics shows the same series), is kept. Few decisions.
+        self._admissions_by: dict[str, Counter] = {}
+
+    def admitted(self, decision: str) -> Counter:
+        """The admissions counter of one decision (a cached `admissions.labels(decision=...)`)."""
+        child = self._admissions_by.get(decision)
+        if child is None:
+            child = self._admissions_by[decision] = self.admissions.labels(decision=decision)
+        return child
