@@ -61,6 +61,7 @@ class FitResult:
 
 
 _NO_FIT = FitResult(None, 0, 0)
+_NOTHING: Mapping[str, int] = {}  # read-only stand-in for a node nothing is used or claimed on
 
 
 def _add(target: dict[str, int], amounts: Requests, sign: int) -> None:
@@ -290,6 +291,9 @@ class ClusterCache:
         resources (cpu, memory, ephemeral-storage, pods) is not limited by it; any other resource the
         node does not advertise does not fit (NodeResourcesFit: allocatable 0)."""
         allocatable = self._nodes[node_name].allocatable
+        # _free_amount inlined, the node's maps read once: every candidate of every decision comes here.
+        used = self._used.get(node_name, _NOTHING)
+        claimed = self._claimed.get(node_name, _NOTHING)
         for resource, amount in requests.items():
             if resource == skip:
                 continue
@@ -298,7 +302,7 @@ class ClusterCache:
                 if resource in STANDARD_RESOURCES:
                     continue
                 return False
-            if self._free_amount(node_name, resource, total) < amount:
+            if total - used.get(resource, 0) - claimed.get(resource, 0) < amount:
                 return False
         return True
 
