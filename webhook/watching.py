@@ -39,7 +39,8 @@ CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = WATCH_SECONDS + 15.0
 BACKOFF_START, BACKOFF_CAP = 0.2, 30.0
 # Pods whose last change is remembered, so a repeat is not handed to the event loop: a created pod's
-# events come within seconds, so this covers minutes of creates at any realistic rate (~2 MB at most).
+# events come within seconds, so this covers minutes of creates at any realistic rate (<3 MB: measured
+# 1.2 MB of entries, plus the uids of pods the cache does not hold).
 RECENT_PODS = 16_384
 # A pod event that changes nothing still counts as contact with the API server; the loop is told at
 # most this often, which is finer than anything reads it (the cache-age gauge, in seconds).
