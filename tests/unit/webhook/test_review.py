@@ -64,11 +64,13 @@ def test_parse_rejects_with_message(body: bytes, message: str) -> None:
         pytest.param(b'{"n": 1' + b"0" * 5000 + b"}", "digits", id="5000-digit-integer"),
     ],
 )
-def test_hostile_json_is_malformed_in_milliseconds(body: bytes, message: str) -> None:
-    started = time.perf_counter()
+def test_hostile_json_is_malformed_not_slow(body: bytes, message: str) -> None:
+    # A guard against super-linear parsing (such bodies once took seconds, or failed with a 500), not a
+    # benchmark: CPU time, not wall time, so a busy machine does not fail it; ~1-10 ms here.
+    started = time.process_time()
     with pytest.raises(MalformedReview, match=message):
         parse_review(body)
-    assert time.perf_counter() - started < 0.05
+    assert time.process_time() - started < 0.5
 
 
 def test_response_shape() -> None:
