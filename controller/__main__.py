@@ -16,7 +16,7 @@ from aiohttp import web
 from pythonjsonlogger.json import JsonFormatter
 
 from controller import stranding
-from controller.app import BackgroundTask, create_app, every
+from controller.app import create_app, every
 from controller.kube import Kube, PodWatcher
 from controller.metrics import Metrics
 from controller.reaping import Reaper
@@ -24,6 +24,7 @@ from controller.rebursting import Reburster
 from controller.settings import Credentials, Settings, SettingsError, parse_settings
 from controller.store import PodStore
 from entrypoint import jarvice
+from webhook.background import BackgroundTask
 from webhook.lease import LeaseElector
 from webhook.watching import load_api_client  # one way to reach the API server, in or out of cluster
 

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import signal
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from aiohttp import web
@@ -15,14 +12,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from controller.metrics import Metrics
 from controller.store import PodStore
+from webhook.background import BackgroundTask, supervised
 
 log = logging.getLogger(__name__)
 
 METRICS = web.AppKey("metrics", Metrics)
 STORE = web.AppKey("store", PodStore)
 STALE_AFTER = web.AppKey("stale_after", float)
-
-BackgroundTask = Callable[[], Coroutine[Any, Any, None]]
 
 
 def every(seconds: float, step: Callable[[], float | None], *, name: str) -> BackgroundTask:
@@ -58,34 +54,6 @@ async def metrics_endpoint(request: web.Request) -> web.Response:
     )
 
 
-def _background(
-    tasks: tuple[BackgroundTask, ...], on_stop: Callable[[], Coroutine[Any, Any, None]]
-) -> Callable[[web.Application], AsyncIterator[None]]:
-    """cleanup_ctx: start the tasks with the app; on shutdown run `on_stop` (release the Lease)
-    first, then cancel and await them. A crashed task stops the process (the Deployment restarts it)."""
-
-    async def ctx(_app: web.Application) -> AsyncIterator[None]:
-        running = [asyncio.create_task(task()) for task in tasks]
-
-        def crashed(task: asyncio.Task[None]) -> None:
-            if not task.cancelled() and task.exception() is not None:
-                log.critical("background task crashed", exc_info=task.exception())
-                os.kill(os.getpid(), signal.SIGTERM)
-
-        for task in running:
-            task.add_done_callback(crashed)
-        yield
-        await on_stop()
-        for task in running:
-            task.remove_done_callback(crashed)
-            task.cancel()
-        for task in running:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    return ctx
-
-
 def create_app(
     *,
     store: PodStore,
@@ -101,5 +69,5 @@ def create_app(
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_endpoint)
-    app.cleanup_ctx.append(_background(background, on_stop))
+    app.cleanup_ctx.append(supervised(background, on_stop=on_stop))
     return app

@@ -15,7 +15,8 @@ from typing import Any
 from aiohttp import web
 from pythonjsonlogger.json import JsonEncoder, JsonFormatter
 
-from webhook.app import METRICS, ROUTER, BackgroundTask, create_app, serve
+from webhook.app import METRICS, ROUTER, create_app, serve
+from webhook.background import BackgroundTask
 from webhook.cache import ClusterCache
 from webhook.forwarding import Forwarder, build_client_context
 from webhook.lease import LeaseElector

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import logging
-import os
-import signal
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import orjson
@@ -16,6 +14,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from webhook import admission
+from webhook.background import BackgroundTask, supervised
 from webhook.cache import ClusterCache
 from webhook.forwarding import FORWARDED_HEADER
 from webhook.metrics import Metrics
@@ -32,8 +31,6 @@ SYNC = web.AppKey("sync", CacheSync)
 METRICS = web.AppKey("metrics", Metrics)
 # Present when several replicas run: the Lease holder decides, the others forward to it.
 ROUTER = web.AppKey("router", ReplicaRouter)
-
-BackgroundTask = Callable[[], Coroutine[Any, Any, None]]
 
 
 class Drain:
@@ -173,41 +170,12 @@ async def metrics_endpoint(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-async def _sweep_reservations(app: web.Application) -> None:
+async def _sweep_reservations(cache: ClusterCache) -> None:
     while True:
         await asyncio.sleep(RESERVATION_SWEEP_SECONDS)
-        expired = app[CACHE].expire_reservations()
+        expired = cache.expire_reservations()
         if expired:
             log.warning("reservations expired without their pod appearing", extra={"count": expired})
-
-
-def _background(*tasks: BackgroundTask) -> Callable[[web.Application], AsyncIterator[None]]:
-    """cleanup_ctx: start tasks with the app; cancel and await them on shutdown.
-
-    If one of them crashes (the watcher is built not to), the process exits: failing loudly
-    beats answering from a cache that silently stopped updating.
-    """
-
-    async def ctx(app: web.Application) -> AsyncIterator[None]:
-        running = [asyncio.create_task(task()) for task in tasks]
-        running.append(asyncio.create_task(_sweep_reservations(app)))
-
-        def crashed(task: asyncio.Task[None]) -> None:
-            if not task.cancelled() and task.exception() is not None:
-                log.critical("background task crashed", exc_info=task.exception())
-                os.kill(os.getpid(), signal.SIGTERM)  # graceful stop; the Deployment restarts us
-
-        for task in running:
-            task.add_done_callback(crashed)
-        yield
-        for task in running:
-            task.remove_done_callback(crashed)
-            task.cancel()
-        for task in running:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-
-    return ctx
 
 
 def create_app(
@@ -230,7 +198,7 @@ def create_app(
     app[DRAIN] = Drain()
     app.router.add_get("/drain", drain)
     app.on_response_prepare.append(_close_when_draining)
-    app.cleanup_ctx.append(_background(*background))
+    app.cleanup_ctx.append(supervised((*background, functools.partial(_sweep_reservations, cache))))
     return app
 
 
