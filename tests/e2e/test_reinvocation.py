@@ -59,7 +59,12 @@ class GpuAdder:
         response: dict[str, Any] = {"uid": body["request"]["uid"], "allowed": True}
         if ops:
             response |= {"patchType": "JSONPatch", "patch": base64.b64encode(json.dumps(ops).encode()).decode()}
-        return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response})
+        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+        answer = web.json_response(review)
+        # No keep-alive: an idle connection the API server pooled would outlive stop() and its loop,
+        # and its transport, collected during a later test, fails that test (unraisable ResourceWarning).
+        answer.force_close()
+        return answer
 
     def start(self) -> None:
         async def serve() -> None:
