@@ -8,6 +8,7 @@ the MutatingWebhookConfiguration that `deploy/` ships (only the url and caBundle
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import ssl
@@ -15,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,6 +126,28 @@ def register_webhook(control_plane: ControlPlane, webhook: WebhookProcess, *, na
     )
     control_plane.kubectl("apply", "-f", "-", input=json.dumps(config))
     return str(config["metadata"]["name"])
+
+
+@contextlib.contextmanager
+def registered_webhook(
+    control_plane: ControlPlane,
+    run_dir: Path,
+    *,
+    name_suffix: str,
+    args: Sequence[str] = (),
+    kubeconfig: Path | None = None,
+) -> Iterator[WebhookProcess]:
+    """A host webhook (start_webhook; the control plane's kubeconfig unless another is given)
+    registered under the shipped configuration while the block runs; unregistered, then stopped."""
+    webhook = start_webhook(run_dir, kubeconfig=kubeconfig or control_plane.kubeconfig_path, args=args)
+    try:
+        name = register_webhook(control_plane, webhook, name_suffix=name_suffix)
+        try:
+            yield webhook
+        finally:
+            control_plane.kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
+    finally:
+        stop_webhook(webhook)
 
 
 @dataclass(frozen=True)

@@ -30,14 +30,8 @@ def pod_annotations(pod: dict[str, Any]) -> dict[str, str]:
 @contextmanager
 def running_webhook(control_plane: ControlPlane, *args: str, suffix: str) -> Iterator[addons.WebhookProcess]:
     run_dir = control_plane.run_dir / f"webhook{suffix}"
-    run_dir.mkdir(exist_ok=True)
-    hook = addons.start_webhook(run_dir, kubeconfig=control_plane.kubeconfig_path, args=[*WEBHOOK_ARGS, *args])
-    name = addons.register_webhook(control_plane, hook, name_suffix=suffix)
-    try:
+    with addons.registered_webhook(control_plane, run_dir, name_suffix=suffix, args=[*WEBHOOK_ARGS, *args]) as hook:
         yield hook
-    finally:
-        control_plane.kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
-        addons.stop_webhook(hook)
 
 
 def _wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> None:

@@ -34,13 +34,10 @@ TRICKY_COMMAND = (
 @pytest.fixture(scope="module")
 def webhook(control_plane: controlplane.ControlPlane, real_node: node.RealNode) -> Iterator[addons.WebhookProcess]:
     """The webhook as a host process with its defaults (a burst runner gets 100m CPU, 128Mi)."""
-    hook = addons.start_webhook(control_plane.run_dir / "burst-webhook", kubeconfig=control_plane.kubeconfig_path)
-    name = addons.register_webhook(control_plane, hook, name_suffix="-burst-real-node")
-    try:
+    with addons.registered_webhook(
+        control_plane, control_plane.run_dir / "burst-webhook", name_suffix="-burst-real-node"
+    ) as hook:
         yield hook
-    finally:
-        control_plane.kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
-        addons.stop_webhook(hook)
 
 
 @pytest.fixture

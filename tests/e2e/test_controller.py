@@ -86,16 +86,10 @@ def _wait(what: str, check: Callable[[], Any], *, timeout: float, interval: floa
 @pytest.fixture(scope="module")
 def webhook(control_plane: ControlPlane) -> Iterator[addons.WebhookProcess]:
     run_dir = control_plane.run_dir / "controller-webhook"
-    run_dir.mkdir(exist_ok=True)
-    hook = addons.start_webhook(
-        run_dir, kubeconfig=control_plane.kubeconfig_path, args=["--strip-toleration-keys", GPU]
-    )
-    name = addons.register_webhook(control_plane, hook, name_suffix="-controller-e2e")
-    try:
+    with addons.registered_webhook(
+        control_plane, run_dir, name_suffix="-controller-e2e", args=["--strip-toleration-keys", GPU]
+    ) as hook:
         yield hook
-    finally:
-        control_plane.kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
-        addons.stop_webhook(hook)
 
 
 @pytest.fixture(scope="module")

@@ -25,15 +25,10 @@ MAX_ADMISSION_MS = 100.0
 
 @pytest.fixture(scope="module")
 def webhook(control_plane: ControlPlane) -> Iterator[addons.WebhookProcess]:
-    run_dir = control_plane.run_dir / "webhook-hostile"
-    run_dir.mkdir(exist_ok=True)
-    hook = addons.start_webhook(run_dir, kubeconfig=control_plane.kubeconfig_path)
-    name = addons.register_webhook(control_plane, hook, name_suffix="-e2e-hostile")
-    try:
+    with addons.registered_webhook(
+        control_plane, control_plane.run_dir / "webhook-hostile", name_suffix="-e2e-hostile"
+    ) as hook:
         yield hook
-    finally:
-        control_plane.kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
-        addons.stop_webhook(hook)
 
 
 def _admission_log(hook: addons.WebhookProcess, pod_name: str) -> dict[str, Any]:

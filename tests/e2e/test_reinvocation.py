@@ -127,14 +127,8 @@ def _add_gpu_ops(base: str, container: dict[str, Any]) -> list[dict[str, Any]]:
 @pytest.fixture
 def burst_webhook(control_plane: ControlPlane) -> Iterator[addons.WebhookProcess]:
     run_dir = control_plane.run_dir / f"webhook-reinvocation-{uuid.uuid4().hex[:6]}"
-    run_dir.mkdir()
-    hook = addons.start_webhook(run_dir, kubeconfig=control_plane.kubeconfig_path)
-    name = addons.register_webhook(control_plane, hook, name_suffix="-reinvocation")
-    try:
+    with addons.registered_webhook(control_plane, run_dir, name_suffix="-reinvocation") as hook:
         yield hook
-    finally:
-        control_plane.kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
-        addons.stop_webhook(hook)
 
 
 @pytest.fixture

@@ -47,13 +47,10 @@ COMMAND = (
 
 @pytest.fixture(scope="module")
 def webhook(control_plane: controlplane.ControlPlane, real_node: node.RealNode) -> Iterator[addons.WebhookProcess]:
-    hook = addons.start_webhook(control_plane.run_dir / "memory-webhook", kubeconfig=control_plane.kubeconfig_path)
-    name = addons.register_webhook(control_plane, hook, name_suffix="-memory")
-    try:
+    with addons.registered_webhook(
+        control_plane, control_plane.run_dir / "memory-webhook", name_suffix="-memory"
+    ) as hook:
         yield hook
-    finally:
-        control_plane.kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
-        addons.stop_webhook(hook)
 
 
 class _Sampler:

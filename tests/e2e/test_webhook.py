@@ -53,14 +53,11 @@ def webhook(control_plane: ControlPlane, proxy: CuttableProxy) -> Iterator[addon
     run_dir = control_plane.run_dir / "webhook"
     run_dir.mkdir(exist_ok=True)
     kubeconfig = _proxied_kubeconfig(control_plane, proxy.port, run_dir / "kubeconfig")
-    hook = addons.start_webhook(run_dir, kubeconfig=kubeconfig, args=WEBHOOK_ARGS)
-    name = addons.register_webhook(control_plane, hook, name_suffix="-e2e")
-    try:
+    with addons.registered_webhook(
+        control_plane, run_dir, name_suffix="-e2e", args=WEBHOOK_ARGS, kubeconfig=kubeconfig
+    ) as hook:
         yield hook
-    finally:
-        control_plane.kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
-        addons.stop_webhook(hook)
-        _collect_latencies(hook.process.log_path)
+    _collect_latencies(hook.process.log_path)
 
 
 def _collect_latencies(log_path: Path) -> None:

@@ -28,15 +28,10 @@ BARRIER_TIMEOUT = 20.0
 
 @pytest.fixture(scope="module")
 def rules_webhook(control_plane: ControlPlane) -> Iterator[addons.WebhookProcess]:
-    run_dir = control_plane.run_dir / "webhook-rules"
-    run_dir.mkdir(exist_ok=True)
-    hook = addons.start_webhook(run_dir, kubeconfig=control_plane.kubeconfig_path)
-    name = addons.register_webhook(control_plane, hook, name_suffix="-rules")
-    try:
+    with addons.registered_webhook(
+        control_plane, control_plane.run_dir / "webhook-rules", name_suffix="-rules"
+    ) as hook:
         yield hook
-    finally:
-        control_plane.kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
-        addons.stop_webhook(hook)
 
 
 class Rules:
