@@ -202,9 +202,13 @@ def parse_pods(pods: Sequence[Mapping[str, Any]]) -> list[PodState]:
     return states
 
 
-def find_serving_pods(pods: Sequence[PodState], *, node: str) -> list[str]:
-    """Pods Running and Ready on ``node`` and not terminating."""
-    return sorted(p.name for p in pods if p.phase == "Running" and p.ready and not p.terminating and p.node == node)
+def find_serving_pods(pods: Sequence[PodState], *, node: str | None = None) -> list[str]:
+    """Pods Running and Ready (on ``node``, when given) and not terminating."""
+    return sorted(
+        p.name
+        for p in pods
+        if p.phase == "Running" and p.ready and not p.terminating and (node is None or p.node == node)
+    )
 
 
 def parse_lease_holder(lease: Mapping[str, Any]) -> str:
@@ -309,6 +313,19 @@ def uninstall(plane: ControlPlane, *, timeout: float = UNINSTALL_TIMEOUT_SECONDS
     then everything else, waiting for the namespace to be gone."""
     _kubectl(plane, "delete", "mutatingwebhookconfiguration", WEBHOOK_CONFIGURATION, "--ignore-not-found")
     _kubectl(plane, "delete", "-k", str(OVERLAY_DIR), "--ignore-not-found", "--wait=true", f"--timeout={int(timeout)}s")
+
+
+def read_serving_pods(plane: ControlPlane, selector: str) -> list[dict[str, Any]]:
+    """The add-on's pods matching ``selector`` that are Running, Ready and not terminating."""
+    pods: list[dict[str, Any]] = json.loads(
+        _kubectl(plane, "-n", NAMESPACE, "get", "pods", "-l", selector, "-o", "json").stdout
+    )["items"]
+    serving = set(find_serving_pods(parse_pods(pods)))
+    return [pod for pod in pods if pod["metadata"]["name"] in serving]
+
+
+def read_lease_holder(plane: ControlPlane, lease: str) -> str:
+    return parse_lease_holder(json.loads(_kubectl(plane, "-n", NAMESPACE, "get", "lease", lease, "-o", "json").stdout))
 
 
 def _get_json(plane: ControlPlane, *args: str) -> dict[str, Any]:

@@ -281,12 +281,7 @@ def _run_fault(core: Any, namespace: str, fault: Callable[[], Callable[[], bool]
 
 
 def _serving_pods(control_plane: ControlPlane) -> list[dict[str, Any]]:
-    pods = json.loads(
-        control_plane.kubectl("-n", install.NAMESPACE, "get", "pods", "-l", install.APP_SELECTOR, "-o", "json").stdout
-    )["items"]
-    states = install.parse_pods(pods)
-    ready = {s.name for s in states if s.phase == "Running" and s.ready and not s.terminating}
-    return [pod for pod in pods if pod["metadata"]["name"] in ready]
+    return install.read_serving_pods(control_plane, install.APP_SELECTOR)
 
 
 def _two_ready(control_plane: ControlPlane, *, besides: set[str] = frozenset()) -> Callable[[], bool]:  # type: ignore[assignment]
@@ -298,10 +293,7 @@ def _two_ready(control_plane: ControlPlane, *, besides: set[str] = frozenset()) 
 
 
 def _leader(control_plane: ControlPlane) -> str:
-    lease = json.loads(
-        control_plane.kubectl("-n", install.NAMESPACE, "get", "lease", install.LEASE, "-o", "json").stdout
-    )
-    return install.parse_lease_holder(lease)
+    return install.read_lease_holder(control_plane, install.LEASE)
 
 
 def _forwarded_reviews(control_plane: ControlPlane) -> float:

@@ -109,14 +109,11 @@ def gpus_gone(control_plane: controlplane.ControlPlane, real_node: node.RealNode
 
 
 def _controller_pods(plane: controlplane.ControlPlane) -> list[dict[str, Any]]:
-    """The controller's Running, Ready pods that are not terminating."""
-    pods = _get(plane, "-n", install.NAMESPACE, "get", "pods", "-l", CONTROLLER_SELECTOR)["items"]
-    ready = {s.name for s in install.parse_pods(pods) if s.phase == "Running" and s.ready and not s.terminating}
-    return [pod for pod in pods if pod["metadata"]["name"] in ready]
+    return install.read_serving_pods(plane, CONTROLLER_SELECTOR)
 
 
 def _leader(plane: controlplane.ControlPlane) -> str:
-    holder = install.parse_lease_holder(_get(plane, "-n", install.NAMESPACE, "get", "lease", CONTROLLER_LEASE))
+    holder = install.read_lease_holder(plane, CONTROLLER_LEASE)
     return holder if holder in {p["metadata"]["name"] for p in _controller_pods(plane)} else ""
 
 
