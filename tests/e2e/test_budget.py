@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -54,25 +53,6 @@ def set_budget(group: Group, hook: addons.WebhookProcess, value: str) -> None:
     _wait_until(seen, timeout=15, what="the webhook to see the namespace's budget")
 
 
-def create_all(group: Group, bodies: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
-    results: list[tuple[dict[str, Any], str]] = []
-    errors: list[BaseException] = []
-
-    def create(body: dict[str, Any]) -> None:
-        try:
-            results.append(group.create(body))
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=create, args=(b,)) for b in bodies]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
-    return results
-
-
 def test_a_budget_of_four_bursts_four_gpus_and_the_next_pod_stays_local(
     control_plane: ControlPlane, core: Any, namespace: str, make_gpu_node: Callable[..., str]
 ) -> None:
@@ -86,7 +66,7 @@ def test_a_budget_of_four_bursts_four_gpus_and_the_next_pod_stays_local(
         assert pod_annotations(pod)["nimbix-burst.io/decision"] == "local"  # a local pod does not count
         assert group.bound_node(first["metadata"]["name"]) == gpu
         # Six at once: the remote reservations keep concurrent admissions within the budget.
-        results = create_all(group, [group.pod(1) for _ in range(6)])
+        results = group.create_all([group.pod(1) for _ in range(6)])
         remote = [(p, err) for p, err in results if pod_annotations(p)["nimbix-burst.io/decision"] == "remote"]
         kept = [(p, err) for p, err in results if pod_annotations(p)["nimbix-burst.io/decision"] == "local"]
         assert (len(remote), len(kept)) == (4, 2)

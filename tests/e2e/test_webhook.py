@@ -137,6 +137,25 @@ class Group:
         result = self.cp.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(body))
         return json.loads(result.stdout), result.stderr
 
+    def create_all(self, bodies: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
+        """`create` for every body at once, one thread each; none may fail."""
+        results: list[tuple[dict[str, Any], str]] = []
+        errors: list[BaseException] = []
+
+        def create(body: dict[str, Any]) -> None:
+            try:
+                results.append(self.create(body))
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=create, args=(b,)) for b in bodies]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        return results
+
     def bound_node(self, name: str) -> str:
         return nodes.wait_for_pod_bound(self.core, self.namespace, name, timeout=30)
 
@@ -276,21 +295,7 @@ def test_thirty_concurrent_pods_against_ten_free_gpus(group: Group) -> None:
         group.gpu_node(2)
     group.cpu_node(cpu="8", memory="16Gi")
     bodies = [group.pod(1) for _ in range(30)]
-    results: list[dict[str, Any]] = []
-    errors: list[BaseException] = []
-
-    def create(body: dict[str, Any]) -> None:
-        try:
-            results.append(group.create(body)[0])
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=create, args=(b,)) for b in bodies]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    results = [pod for pod, _stderr in group.create_all(bodies)]
     decisions = [annotations(p)["nimbix-burst.io/decision"] for p in results]
     assert decisions.count("local") == 10
     assert decisions.count("remote") == 20
