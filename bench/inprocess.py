@@ -294,8 +294,8 @@ def run_cache_scale(name: str, *, held: bool) -> dict[str, Any]:
     """One initial sync of cluster `name` into a fresh cache, in this fresh process.
 
     watcher  what webhook/watching.py does: each page is decoded and parsed (CacheSync.parse_page,
-             in the watcher's worker thread) and dropped; then CacheSync.apply_parsed runs on the
-             event loop (the only part that blocks admissions);
+             in the watcher's worker thread) and dropped; then CacheSync.apply_parsed runs under
+             the cache's lock (the only part that blocks admissions);
     held     what it did before commit 9e07697: every raw page kept, then CacheSync.apply_list.
     """
     policy = default_policy()

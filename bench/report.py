@@ -451,7 +451,7 @@ def _scale_section(results: Mapping[str, Any]) -> list[str]:
             if mode == "watcher":
                 timing = (
                     f"parse (worker thread, incl. JSON decode) {_fmt(record['decode_and_parse_s'])} s; "
-                    f"apply_parsed on the event loop {_fmt(record['apply_on_loop_s'])} s"
+                    f"apply_parsed under the cache lock {_fmt(record['apply_on_loop_s'])} s"
                 )
             else:
                 timing = (

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -19,6 +18,7 @@ from webhook.app import METRICS, ROUTER, create_app, serve
 from webhook.background import BackgroundTask
 from webhook.cache import ClusterCache
 from webhook.forwarding import Forwarder, build_client_context
+from webhook.leadership import HandedOver
 from webhook.lease import LeaseElector
 from webhook.replicas import ReplicaRouter
 from webhook.settings import LeaderElection, Settings, SettingsError, parse_settings
@@ -81,7 +81,7 @@ async def _build(settings: Settings, tls: ReloadingTLS) -> web.Application:
         max_reservations_per_namespace=settings.max_reservations_per_namespace,
     )
     sync = CacheSync(cache, clock=clock)
-    watcher = Watcher(load_api_client(settings.kubeconfig), sync, loop=asyncio.get_running_loop())
+    watcher = Watcher(load_api_client(settings.kubeconfig), sync)
     app: web.Application
 
     async def reload_tls() -> None:
@@ -91,7 +91,7 @@ async def _build(settings: Settings, tls: ReloadingTLS) -> web.Application:
     router: ReplicaRouter | None = None
     elector: LeaseElector | None = None
     if settings.leader_election is not None:
-        elector, router = _build_election(settings, settings.leader_election, cache, clock)
+        elector, router = _build_election(settings, settings.leader_election, sync, clock)
         background.append(elector.run)
     app = create_app(settings, cache=cache, sync=sync, clock=clock, background=tuple(background))
     if router is not None and elector is not None:
@@ -107,8 +107,16 @@ async def _build(settings: Settings, tls: ReloadingTLS) -> web.Application:
 
 
 def _build_election(
-    settings: Settings, election: LeaderElection, cache: ClusterCache, clock: Callable[[], float]
+    settings: Settings, election: LeaderElection, sync: CacheSync, clock: Callable[[], float]
 ) -> tuple[LeaseElector, ReplicaRouter]:
+    def adopt(handed: Sequence[HandedOver]) -> None:
+        with sync.lock:
+            sync.cache.adopt_reservations(handed)
+
+    def export() -> list[HandedOver]:
+        with sync.lock:
+            return sync.cache.export_reservations()
+
     elector = LeaseElector(
         load_api_client(settings.kubeconfig),
         namespace=election.lease_namespace,
@@ -117,8 +125,8 @@ def _build_election(
         url=election.advertise_url,
         timing=election.timing,
         clock=clock,
-        on_started_leading=cache.adopt_reservations,
-        export_handover=cache.export_reservations,
+        on_started_leading=adopt,
+        export_handover=export,
     )
     context = build_client_context(
         election.peer_ca_file, client_cert=settings.tls_dir / "tls.crt", client_key=settings.tls_dir / "tls.key"

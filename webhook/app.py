@@ -95,13 +95,14 @@ async def mutate(request: web.Request) -> web.Response:
             if isinstance(placed, NoLeader):
                 local_refusal = placed.reason
         try:
-            result = admission.admit(
-                review,
-                cache=app[CACHE],
-                policy=app[SETTINGS].policy,
-                local_refusal=local_refusal,
-                over_budget=app[SETTINGS].over_budget,
-            )
+            with app[SYNC].lock:  # the watch threads apply changes under it: decide and reserve as one
+                result = admission.admit(
+                    review,
+                    cache=app[CACHE],
+                    policy=app[SETTINGS].policy,
+                    local_refusal=local_refusal,
+                    over_budget=app[SETTINGS].over_budget,
+                )
         except MalformedReview as exc:
             metrics.errors.labels(kind="malformed").inc()
             log.warning("malformed admission review", extra={"uid": review.uid, "error": str(exc)[:500]})
@@ -143,7 +144,9 @@ async def healthz(_request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     if request.app[DRAIN].active:
         return web.Response(text="draining: this replica is stopping", status=503)
-    ready, reason = request.app[SYNC].ready(stale_after=request.app[SETTINGS].watch_stale_seconds)
+    sync = request.app[SYNC]
+    with sync.lock:
+        ready, reason = sync.ready(stale_after=request.app[SETTINGS].watch_stale_seconds)
     return web.Response(text=reason, status=200 if ready else 503)
 
 
@@ -170,10 +173,11 @@ async def metrics_endpoint(request: web.Request) -> web.Response:
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
-async def _sweep_reservations(cache: ClusterCache) -> None:
+async def _sweep_reservations(sync: CacheSync) -> None:
     while True:
         await asyncio.sleep(RESERVATION_SWEEP_SECONDS)
-        expired = cache.expire_reservations()
+        with sync.lock:
+            expired = sync.cache.expire_reservations()
         if expired:
             log.warning("reservations expired without their pod appearing", extra={"count": expired})
 
@@ -198,7 +202,7 @@ def create_app(
     app[DRAIN] = Drain()
     app.router.add_get("/drain", drain)
     app.on_response_prepare.append(_close_when_draining)
-    app.cleanup_ctx.append(supervised((*background, functools.partial(_sweep_reservations, cache))))
+    app.cleanup_ctx.append(supervised((*background, functools.partial(_sweep_reservations, sync))))
     return app
 
 

@@ -1,7 +1,8 @@
 """The in-memory cluster state the webhook decides from (pure state: no I/O, no locks).
 
-One writer: the event loop applies watch events and admission reservations, and decisions read
-the same state in the same tick, so two concurrent admissions can never claim the same GPUs.
+One at a time: the watch threads apply events and the event loop decides and reserves, each
+holding CacheSync.lock for the whole of it, so a decision reads one consistent state and two
+concurrent admissions can never claim the same GPUs.
 
 Per node and per resource (GPUs, cpu, memory, ephemeral-storage, pods, any extended resource):
   free     = allocatable - used - claimed

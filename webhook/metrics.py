@@ -24,6 +24,11 @@ class _CacheCollector(Collector):
         self._clock = clock
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        with self._sync.lock:  # one consistent reading; the watch threads write under this lock
+            families = list(self._families())
+        yield from families
+
+    def _families(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         free = GaugeMetricFamily(
             "nimbix_burst_free_gpus", "Free GPUs on schedulable nodes, as the webhook sees them", labels=["resource"]
         )

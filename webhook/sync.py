@@ -6,6 +6,7 @@ The watcher, the tests and the benchmarks all feed the cache through this one pa
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,7 +60,7 @@ class RecentPods:
     Most MODIFIED events of a pod change nothing accounting reads (the kubelet's status updates:
     conditions, IPs, container states; the deletion timestamp). A change equal to the last one handed
     over for its pod is a no-op for the cache (upsert of an equal record, or delete of an absent one),
-    so the watcher need not hand it to the event loop. Exact as long as every change of a pod reaches
+    so the watcher need not apply it. Exact as long as every change of a pod reaches
     the cache through the owner of this record, in order, and the record is cleared when a list
     replaces the cache's pods; a pod not remembered is handed over as before."""
 
@@ -94,6 +95,10 @@ class CacheSync:
         self.cache = cache
         self.state = SyncState()
         self._clock = clock
+        # Held by whoever touches the cache or the sync state: the watch threads while they apply
+        # what they read, the event loop around each admission (decide + reserve: two admissions
+        # must not claim the same GPUs), sweep, scrape and lease handover. Never held across an await.
+        self.lock = threading.Lock()
 
     @property
     def fully_synced(self) -> bool:

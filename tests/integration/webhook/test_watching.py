@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import kubernetes
@@ -40,6 +41,8 @@ class ScriptedApiServer:
         self.requests: list[str] = []
         self.pod_watches = 0
         self.closing = asyncio.Event()
+        self.send_later = asyncio.Event()  # set by a test: one more pod event on the open watch
+        self.later_sent = asyncio.Event()
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -74,6 +77,10 @@ class ScriptedApiServer:
             bound["metadata"]["resourceVersion"] = "12"
             await self._event(response, "BOOKMARK", {"kind": "Pod", "metadata": {"resourceVersion": "11"}})
             await self._event(response, "ADDED", bound)
+            await self.send_later.wait()
+            later = _with_uid(pod(container(gpus=2), name="later", node_name="a", phase="Running"), "u-later")
+            await self._event(response, "ADDED", later)
+            self.later_sent.set()
         # Hold the watch open like the real server, until the test ends.
         await asyncio.wait_for(self.closing.wait(), timeout=30)
         return response
@@ -83,21 +90,44 @@ class ScriptedApiServer:
         await response.write((json.dumps({"type": event_type, "object": obj}) + "\n").encode())
 
 
+class Watching:
+    """A Watcher on a fresh cache, watching the scripted server, until the block ends."""
+
+    def __init__(self, api: ScriptedApiServer) -> None:
+        self.api = api
+        self.cache = ClusterCache(gpu_resources=("nvidia.com/gpu",), clock=time.monotonic, reservation_ttl=60)
+        self.sync = CacheSync(self.cache, clock=time.monotonic)
+
+    async def __aenter__(self) -> Watching:
+        self._server = TestServer(self.api.app(), host="127.0.0.1")
+        await self._server.start_server()
+        configuration = kubernetes.client.Configuration()
+        configuration.host = str(self._server.make_url("")).rstrip("/")
+        self._client = kubernetes.client.ApiClient(configuration)
+        self._watcher = Watcher(self._client, self.sync)
+        self._task = asyncio.create_task(self._watcher.run())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.api.closing.set()
+        self._task.cancel()
+        self._watcher.stop()
+        await asyncio.gather(self._task, return_exceptions=True)
+        await self._server.close()
+        self._client.close()
+
+    async def until(self, done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not done():
+            await asyncio.sleep(0.05)
+        assert done()
+
+
 async def test_gone_relists_and_events_apply() -> None:
     api = ScriptedApiServer()
-    server = TestServer(api.app(), host="127.0.0.1")
-    await server.start_server()
-    configuration = kubernetes.client.Configuration()
-    configuration.host = str(server.make_url("")).rstrip("/")
-    client = kubernetes.client.ApiClient(configuration)
-    cache = ClusterCache(gpu_resources=("nvidia.com/gpu",), clock=time.monotonic, reservation_ttl=60)
-    sync = CacheSync(cache, clock=time.monotonic)
-    watcher = Watcher(client, sync, loop=asyncio.get_running_loop())
-    task = asyncio.create_task(watcher.run())
-    try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and ("u-new" not in cache.pods() or cache.budget("last") is None):
-            await asyncio.sleep(0.05)
+    async with Watching(api) as watching:
+        cache, sync = watching.cache, watching.sync
+        await watching.until(lambda: "u-new" in cache.pods() and cache.budget("last") is not None)
         assert sync.fully_synced
         assert cache.budget("team") == NamespaceBudget(limit=2)
         assert cache.budget("other") is None
@@ -109,10 +139,19 @@ async def test_gone_relists_and_events_apply() -> None:
         pod_requests = [r for r in api.requests if " pods " in r]
         assert pod_requests[:3] == ["list pods rv=", "watch pods rv=10", "list pods rv="], api.requests
         assert sync.ready(stale_after=5) == (True, "ok")
-    finally:
-        api.closing.set()
-        task.cancel()
-        watcher.stop()
-        await asyncio.gather(task, return_exceptions=True)
-        await server.close()
-        client.close()
+
+
+async def test_events_wait_for_the_cache_lock() -> None:
+    """The watch threads apply what they read themselves, under CacheSync.lock, which the loop holds
+    around each admission: an event that arrives during one changes nothing until it is done."""
+    api = ScriptedApiServer()
+    async with Watching(api) as watching:
+        cache, sync = watching.cache, watching.sync
+        await watching.until(lambda: "u-new" in cache.pods())
+        api.send_later.set()
+        await asyncio.wait_for(api.later_sent.wait(), timeout=10)  # written: on its way to the watch thread
+        with sync.lock:  # an admission in progress (blocking the loop, as a decision does)
+            time.sleep(0.5)  # blocking on purpose: the loop is busy deciding
+            assert "u-later" not in cache.pods()
+        await watching.until(lambda: "u-later" in cache.pods())
+        assert cache.free("a")["nvidia.com/gpu"] == -3
