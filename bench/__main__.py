@@ -134,8 +134,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 pods_per_node=10,
                 naive_model_runs=1,
                 naive_raw_runs=2 if args.quick else 3,
-                create_rounds=2 if args.quick else 5,
-                creates_per_round=10 if args.quick else 15,
+                create_rounds=2 if args.quick else 8,
+                creates_per_round=10 if args.quick else 25,
             )
 
     results["meta"]["loadavg_after"] = _loadavg()

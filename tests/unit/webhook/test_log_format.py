@@ -58,6 +58,8 @@ CASES = [
     pytest.param(record(stack_info="Stack (most recent call last):\n  here"), id="stack-info"),
     pytest.param(record(created=1_795_000_000.999), id="end-of-second"),
     pytest.param(record(created=1_795_000_001.0), id="next-second"),
+    pytest.param(record(extra={"_hidden": 1, "shown": 2}), id="underscore-extra"),
+    pytest.param(record(taskName="main"), id="task-name"),
 ]
 
 
@@ -75,6 +77,25 @@ def test_time_of_day_follows_the_clock_across_seconds() -> None:
     for created in (1_795_000_000.5, 1_795_000_000.9, 1_795_000_001.1, 1_795_000_000.2, 1_795_086_400.0):
         rec = record(created=created)
         assert ours.format(rec) == plain.format(rec)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"rename_fields": {"levelname": "level"}},
+        {"static_fields": {"app": "webhook"}},
+        {"defaults": {"team": "ml"}},
+        {"timestamp": True},
+        {"prefix": "json: "},
+        {"rename_fields": {"missing": "m"}, "rename_fields_keep_missing": True},
+    ],
+    ids=lambda options: ",".join(options),
+)
+def test_every_option_gives_json_formatters_line(options: dict[str, Any]) -> None:
+    """The direct path serves only the plain format; with any option the general one runs."""
+    kwargs: dict[str, Any] = {"style": "{", "timestamp": False, **options}
+    rec = record(extra=ADMISSION)
+    assert JsonLineFormatter(FORMAT, **kwargs).format(rec) == JsonFormatter(FORMAT, **kwargs).format(rec)
 
 
 def test_a_custom_encoder_is_still_honoured() -> None:
