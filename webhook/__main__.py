@@ -62,7 +62,7 @@ class JsonLineFormatter(JsonFormatter):
         line = {name: fields.get(name) for name in self._required_fields}
         skip = self._skip_fields
         for key, value in fields.items():
-            if key not in skip and not (isinstance(key, str) and key.startswith("_")):
+            if key not in skip and not key.startswith("_"):  # extras' keys are strings (LogRecord.__dict__)
                 line[key] = value
         return self.jsonify_log_record(line)
 

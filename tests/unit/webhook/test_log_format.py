@@ -89,7 +89,7 @@ def test_time_of_day_follows_the_clock_across_seconds() -> None:
         {"prefix": "json: "},
         {"rename_fields": {"missing": "m"}, "rename_fields_keep_missing": True},
     ],
-    ids=lambda options: ",".join(options),
+    ids=",".join,
 )
 def test_every_option_gives_json_formatters_line(options: dict[str, Any]) -> None:
     """The direct path serves only the plain format; with any option the general one runs."""
