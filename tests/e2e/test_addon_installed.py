@@ -13,6 +13,7 @@ carry a scheduling gate; none lands on the real node.
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import ssl
@@ -31,6 +32,7 @@ from devplatform import certmanager
 from devplatform.cluster import install, nodes
 from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.node import RealNode
+from tests.e2e.at_once import run_at_once
 
 GPU = "nvidia.com/gpu"
 GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
@@ -98,28 +100,8 @@ def _count(decisions: list[str]) -> dict[str, int]:
 
 
 def _create_at_once(core: Any, bodies: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
-    created: list[dict[str, Any]] = []
-    errors: list[str] = []
-    lock = threading.Lock()
-    start = threading.Barrier(len(bodies))
-
-    def create(body: dict[str, Any]) -> None:
-        start.wait()
-        try:
-            pod = _create(core, body)
-        except Exception as error:
-            with lock:
-                errors.append(str(error)[:300])
-        else:
-            with lock:
-                created.append(pod)
-
-    threads = [threading.Thread(target=create, args=(body,)) for body in bodies]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return created, errors
+    created, errors = run_at_once(functools.partial(_create, core), bodies, barrier=True)
+    return created, [str(error)[:300] for error in errors]
 
 
 def _delete_all_pods(core: Any, namespace: str) -> None:

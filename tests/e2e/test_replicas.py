@@ -23,6 +23,7 @@ from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.pki import make_ca
 from devplatform.cluster.processes import free_port, stop_process
 from devplatform.cluster.tcpproxy import CuttableProxy
+from tests.e2e.at_once import run_at_once
 
 GPU = "nvidia.com/gpu"
 GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
@@ -101,24 +102,17 @@ def _pod(namespace: str, label: dict[str, str]) -> dict[str, Any]:
 
 
 def _create_all(cp: ControlPlane, bodies: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], list[str]]:
-    created: list[dict[str, Any]] = []
-    errors: list[str] = []
-    lock = threading.Lock()
+    """Every body created at once with kubectl; the created pods, and kubectl's stderr of each failure."""
 
-    def create(body: dict[str, Any]) -> None:
+    def create(body: dict[str, Any]) -> dict[str, Any]:
         result = cp.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(body), check=False)
-        with lock:
-            if result.returncode == 0:
-                created.append(json.loads(result.stdout))
-            else:
-                errors.append(result.stderr.strip())
+        if result.returncode != 0:
+            raise RuntimeError(result.stderr.strip())
+        created: dict[str, Any] = json.loads(result.stdout)
+        return created
 
-    threads = [threading.Thread(target=create, args=(b,)) for b in bodies]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return created, errors
+    created, errors = run_at_once(create, bodies)
+    return created, [str(error) for error in errors]
 
 
 def _decisions(pods: list[dict[str, Any]]) -> dict[str, int]:

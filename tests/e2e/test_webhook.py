@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,6 +22,7 @@ import yaml
 from devplatform.cluster import addons, nodes
 from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.tcpproxy import CuttableProxy
+from tests.e2e.at_once import run_at_once
 
 GPU = "nvidia.com/gpu"
 LEGACY = "alpha.kubernetes.io/nvidia-gpu"
@@ -139,20 +139,7 @@ class Group:
 
     def create_all(self, bodies: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
         """`create` for every body at once, one thread each; none may fail."""
-        results: list[tuple[dict[str, Any], str]] = []
-        errors: list[BaseException] = []
-
-        def create(body: dict[str, Any]) -> None:
-            try:
-                results.append(self.create(body))
-            except BaseException as exc:
-                errors.append(exc)
-
-        threads = [threading.Thread(target=create, args=(b,)) for b in bodies]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        results, errors = run_at_once(self.create, bodies)
         assert errors == []
         return results
 
