@@ -87,6 +87,9 @@ def configure_logging(level: str) -> None:
     handler.setFormatter(JsonLineFormatter("{asctime}{levelname}{name}{message}", style="{", timestamp=False))
     # Thread and process names are gathered for every record, and no line of ours shows them.
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
+    # Nor the caller's file, function and line (a frame walk per record): the logging HOWTO's
+    # "Optimization" section documents this switch.
+    logging._srcfile = None
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

@@ -32,7 +32,15 @@ def tolerates(toleration: Toleration, taint: Taint) -> bool:
 
 
 def taints_tolerated(taints: tuple[Taint, ...], tolerations: tuple[Toleration, ...]) -> bool:
-    return all(any(tolerates(t, taint) for t in tolerations) for taint in taints)
+    # Plain loops, not all(any(...)): this runs for every candidate node of every decision, and the
+    # two generators cost more than the comparisons (issue 15).
+    for taint in taints:
+        for toleration in tolerations:
+            if tolerates(toleration, taint):
+                break
+        else:
+            return False
+    return True
 
 
 def _int_or_none(text: str) -> int | None:

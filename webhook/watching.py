@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import json
 import logging
 import random
@@ -135,6 +136,10 @@ class Watcher:
             if not token:
                 break
         self._apply(functools.partial(self._sync.apply_parsed, kind, parsed))
+        # What a list fills the cache with lives until the next list (150k pods: millions of objects).
+        # Frozen, the collector stops walking it: every collection of the oldest generation did, and
+        # the young ones filled by each admission's parsed review paid for it too (issue 15).
+        gc.freeze()
         if kind == "pods":
             self._recent_pods.clear()  # the list replaced the cache's pods: what was handed over no longer says
         for problem in parsed.problems:

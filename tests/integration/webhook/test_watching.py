@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import time
 from collections.abc import Callable
@@ -139,6 +140,22 @@ async def test_gone_relists_and_events_apply() -> None:
         pod_requests = [r for r in api.requests if " pods " in r]
         assert pod_requests[:3] == ["list pods rv=", "watch pods rv=10", "list pods rv="], api.requests
         assert sync.ready(stale_after=5) == (True, "ok")
+
+
+async def test_listed_objects_are_frozen_out_of_the_collector() -> None:
+    """What a list brings lives until the next list: gc.freeze() after each one keeps the collector
+    from walking the whole cache (a large cluster's millions of objects) on every full collection."""
+    gc.unfreeze()
+    try:
+        async with Watching(ScriptedApiServer()) as watching:
+            await watching.until(lambda: watching.sync.fully_synced)
+            node = watching.cache.node("a")
+            assert node is not None
+            frozen = gc.get_freeze_count()
+            assert frozen > 0
+            assert not gc.is_tracked(node) or all(node is not obj for obj in gc.get_objects(generation=2))
+    finally:
+        gc.unfreeze()  # the test process's other objects go back to the collector
 
 
 async def test_events_wait_for_the_cache_lock() -> None:
