@@ -35,7 +35,8 @@ def _skip(request: AdmissionRequest, reason: str) -> Admission:
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    # dict, not the Mapping ABC: decoded JSON holds dicts, and the ABC check costs ten times more.
+    return value if isinstance(value, dict) else {}
 
 
 def admit(

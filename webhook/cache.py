@@ -74,6 +74,15 @@ def _add(target: dict[str, int], amounts: Requests, sign: int) -> None:
             target.pop(resource, None)
 
 
+# What a pod needs besides its primary GPU resource, each with whether it is a standard resource
+# (one a node may leave unreported): read off the request once per decision.
+_Needs = list[tuple[str, int, bool]]
+
+
+def _other_needs(requests: Requests, primary: str) -> _Needs:
+    return [(r, amount, r in STANDARD_RESOURCES) for r, amount in requests.items() if r != primary]
+
+
 class ClusterCache:
     def __init__(
         self,
@@ -215,11 +224,13 @@ class ClusterCache:
         best_free = 0
         candidates = excluded = short = 0
         need = requests[primary]
+        others = _other_needs(requests, primary)  # once per decision, not once per candidate
+        nodes, bucket_of = self._nodes, self._bucket_of
         for name in names:
-            node = self._nodes.get(name)
+            node = nodes.get(name)
             if name == exclude or node is None or primary not in node.allocatable:
                 continue
-            free = self._bucket_of.get((primary, name))  # indexed nodes: one look-up
+            free = bucket_of.get((primary, name))  # indexed nodes: one look-up
             if free is None:  # cordoned, or named by spec.nodeName: outside the buckets
                 free = self._free_amount(name, primary, node.allocatable[primary])
             if free < need:
@@ -227,7 +238,7 @@ class ClusterCache:
             if not placement_allows(placement, node):
                 excluded += 1
                 continue
-            if not self._covers(name, requests, skip=primary):
+            if not self._covers_needs(name, node.allocatable, others):
                 short += 1
                 continue
             candidates += 1
@@ -299,20 +310,21 @@ class ClusterCache:
     def advertises(self, resource: str) -> bool:
         return self._max_allocatable.get(resource, 0) > 0
 
-    def _covers(self, node_name: str, requests: Requests, *, skip: str = "") -> bool:
-        """Every requested resource but `skip` fits. A node that does not report one of the standard
-        resources (cpu, memory, ephemeral-storage, pods) is not limited by it; any other resource the
-        node does not advertise does not fit (NodeResourcesFit: allocatable 0)."""
-        allocatable = self._nodes[node_name].allocatable
+    def _covers(self, node_name: str, requests: Requests) -> bool:
+        """Every requested resource fits (see _covers_needs)."""
+        return self._covers_needs(node_name, self._nodes[node_name].allocatable, _other_needs(requests, ""))
+
+    def _covers_needs(self, node_name: str, allocatable: Mapping[str, int], needs: _Needs) -> bool:
+        """Each of `needs` fits. A node that does not report one of the standard resources (cpu,
+        memory, ephemeral-storage, pods) is not limited by it; any other resource the node does not
+        advertise does not fit (NodeResourcesFit: allocatable 0)."""
         # _free_amount inlined, the node's maps read once: every candidate of every decision comes here.
         used = self._used.get(node_name, _NOTHING)
         claimed = self._claimed.get(node_name, _NOTHING)
-        for resource, amount in requests.items():
-            if resource == skip:
-                continue
+        for resource, amount, standard in needs:
             total = allocatable.get(resource)
             if total is None:
-                if resource in STANDARD_RESOURCES:
+                if standard:
                     continue
                 return False
             if total - used.get(resource, 0) - claimed.get(resource, 0) < amount:

@@ -139,11 +139,17 @@ def _field_ref(name: str, field_path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
 
 
+_STATE_DIR_NAME = posixpath.basename(contract.STATE_MOUNT_PATH)
+
+
 def _mounts_state_path(container: Mapping[str, Any]) -> bool:
-    return any(
-        posixpath.normpath(str(m.get("mountPath", ""))) == contract.STATE_MOUNT_PATH
-        for m in container.get("volumeMounts") or ()
-    )
+    for mount in container.get("volumeMounts") or ():
+        path = str(mount.get("mountPath", ""))
+        # normpath only drops ".", "..", and repeated or trailing slashes: a path without the last
+        # component's name cannot normalise to it, and most mounts are skipped without it.
+        if _STATE_DIR_NAME in path and posixpath.normpath(path) == contract.STATE_MOUNT_PATH:
+            return True
+    return False
 
 
 def _state_mount_ops(base: str, container: Mapping[str, Any]) -> list[JsonPatchOp]:
