@@ -10,6 +10,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import orjson
+import uvloop
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -210,5 +211,18 @@ def serve(
     app: web.Application | Coroutine[Any, Any, web.Application], *, host: str, port: int, ssl_context: Any
 ) -> None:
     """Serve over HTTPS until SIGTERM/SIGINT. The benchmark's limit server uses this too, so the
-    comparison differs only in the handler."""
-    web.run_app(app, host=host, port=port, ssl_context=ssl_context, access_log=None, print=None, shutdown_timeout=10)
+    comparison differs only in the handler.
+
+    On uvloop: its event loop and TLS transport are compiled, and asyncio's pure-Python TLS layer
+    was a quarter of an empty handler's CPU. Measured side by side on one fake API server (5k nodes),
+    it took 10 % off the webhook's CPU per review (issue 15)."""
+    web.run_app(
+        app,
+        host=host,
+        port=port,
+        ssl_context=ssl_context,
+        access_log=None,
+        print=None,
+        shutdown_timeout=10,
+        loop=uvloop.new_event_loop(),
+    )

@@ -6,6 +6,8 @@ The kubelet's HTTPS probes and Prometheus present no client certificate, so /hea
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -14,6 +16,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import uvloop
 from aiohttp import web
 
 from devplatform.cluster.pki import KeyPair, issue_cert, make_ca, write_pair
@@ -62,8 +65,8 @@ def _client_cert(ca: KeyPair, name: str = "kube-apiserver-webhook-client") -> Ke
     return issue_cert(ca, common_name=name, client=True)
 
 
-@pytest.fixture
-async def server(tmp_path: Path, synced: CacheSync, clock: FakeClock) -> AsyncIterator[Server]:
+@contextlib.asynccontextmanager
+async def _serving(tmp_path: Path, synced: CacheSync, clock: FakeClock) -> AsyncIterator[Server]:
     tls_dir = tmp_path / "tls"
     serving_ca_pem = write_serving_cert(tls_dir)
     client_ca = make_ca("apiserver-webhook-client-ca")
@@ -80,6 +83,27 @@ async def server(tmp_path: Path, synced: CacheSync, clock: FakeClock) -> AsyncIt
         yield Server(f"https://127.0.0.1:{port}", serving_ca_pem, client_ca, client_ca_file, tls, tmp_path)
     finally:
         await runner.cleanup()
+
+
+@pytest.fixture
+async def server(tmp_path: Path, synced: CacheSync, clock: FakeClock) -> AsyncIterator[Server]:
+    async with _serving(tmp_path, synced, clock) as serving:
+        yield serving
+
+
+def test_on_uvloop_the_client_certificate_is_seen(tmp_path: Path, synced: CacheSync, clock: FakeClock) -> None:
+    """The webhook serves on uvloop (webhook.app.serve): its TLS transport must hand the verified
+    client certificate over as asyncio's does, or every review would be refused (or none)."""
+
+    async def scenario() -> tuple[int, int]:
+        async with _serving(tmp_path, synced, clock) as serving:
+            assert isinstance(asyncio.get_running_loop(), uvloop.Loop)
+            with_cert, _ = await serving.post(_client_cert(serving.client_ca))
+            without, _ = await serving.post(None)
+            return with_cert, without
+
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        assert runner.run(scenario()) == (200, 403)
 
 
 async def test_a_client_certificate_from_the_ca_may_mutate(server: Server) -> None:
