@@ -114,7 +114,7 @@ def run_loadgen(url: str, ca: Path, body: Path, plan: LoadPlan) -> dict[str, Any
     return result
 
 
-def _wait_http(url: str, proc: processes.ManagedProcess, *, timeout: float) -> None:
+def wait_http(url: str, proc: processes.ManagedProcess, *, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not processes.is_running(proc):
@@ -129,7 +129,7 @@ def _wait_http(url: str, proc: processes.ManagedProcess, *, timeout: float) -> N
     raise RuntimeError(f"{proc.name} not answering {url} after {timeout:g}s")
 
 
-def _write_body(run_dir: Path, case: RequestCase, label: str) -> Path:
+def write_body(run_dir: Path, case: RequestCase, label: str) -> Path:
     path = run_dir / "bodies" / f"{label}-{case.name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(case.body())
@@ -157,8 +157,8 @@ def measure_limit(run_dir: Path, plan: LoadPlan) -> dict[str, Any]:
     proc = processes.start_process("limit-server", argv, log_path=limit_dir / "limit.log", cwd=REPO_ROOT)
     try:
         context_url = f"https://127.0.0.1:{port}"
-        _wait_tls_ready(context_url + "/readyz", tls_dir / "ca.crt", proc)
-        body = _write_body(run_dir, LOCAL, "limit")
+        wait_tls_ready(context_url + "/readyz", tls_dir / "ca.crt", proc)
+        body = write_body(run_dir, LOCAL, "limit")
         log("limit server (constant response)")
         return {
             "target": "limit",
@@ -168,7 +168,7 @@ def measure_limit(run_dir: Path, plan: LoadPlan) -> dict[str, Any]:
         processes.stop_process(proc)
 
 
-def _wait_tls_ready(url: str, ca: Path, proc: processes.ManagedProcess) -> None:
+def wait_tls_ready(url: str, ca: Path, proc: processes.ManagedProcess) -> None:
     context = ssl.create_default_context(cafile=str(ca))
     deadline = time.monotonic() + SERVER_READY_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
@@ -208,7 +208,7 @@ def measure_webhook(
     )
     webhook: addons.WebhookProcess | None = None
     try:
-        _wait_http(f"http://127.0.0.1:{port}/healthz", fake, timeout=SERVER_READY_TIMEOUT_SECONDS)
+        wait_http(f"http://127.0.0.1:{port}/healthz", fake, timeout=SERVER_READY_TIMEOUT_SECONDS)
         generated_s = time.perf_counter() - began
         kubeconfig = cluster_dir / "fake.kubeconfig"
         kubeconfig.write_text(json.dumps(fake_apiserver.build_kubeconfig(port)))
@@ -234,7 +234,7 @@ def measure_webhook(
             "cases": {},
         }
         for case in cases:
-            body = _write_body(run_dir, case, label)
+            body = write_body(run_dir, case, label)
             log(f"{cluster} {case.name} requests ({'dryRun, ' if case.dry_run else ''}{case.gpus} GPU)")
             load = run_loadgen_measured(
                 webhook.url + "/mutate", webhook.tls_dir / "ca.crt", body, plan, webhook.process.pid
@@ -271,7 +271,7 @@ def profile_webhook(
     for case in cases:
         out = run_dir / "profiles" / f"{label}-{case.name}.txt"
         out.parent.mkdir(parents=True, exist_ok=True)
-        body = _write_body(run_dir, case, label)
+        body = write_body(run_dir, case, label)
         log(f"{label} {case.name}: py-spy during {seconds:g}s of saturation")
         recorder = profiling.start_recording(py_spy, webhook.process.pid, seconds=seconds, out=out)
         try:

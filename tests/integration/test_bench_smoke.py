@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from bench import clusters, fake_apiserver, inprocess, profiling, report, stats
+from bench import ab, clusters, fake_apiserver, inprocess, profiling, report, stats
 from devplatform.cluster import addons, processes
 from webhook.model import parse_node, parse_pod
 
@@ -252,3 +252,26 @@ def test_report_writes_json_markdown_and_plot(tmp_path: Path) -> None:
     assert [t["met"] for t in results["targets"]] == [True, True, True]
     assert json.loads((tmp_path / "results.json").read_text())["targets"]
     assert (tmp_path / "results.png").stat().st_size > 0
+
+
+def test_ab_runs_two_trees_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """bench.ab on one tree twice (B with --log-level WARNING): real processes, a paired ratio per case."""
+    repo = Path(__file__).resolve().parents[2]
+    argv = ["--a", str(repo), "--b", str(repo), "--b-arg=--log-level=WARNING", "--cluster", "synthetic:100"]
+    assert ab.main([*argv, "--rounds", "2", "--seconds", "0.5", "--out", str(tmp_path)]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert set(result) == {"local", "remote"}
+    for figures in result.values():
+        assert len(figures["a_cpu_us_per_review"]) == len(figures["b_cpu_us_per_review"]) == 2
+        assert all(value > 0 for value in figures["a_cpu_us_per_review"] + figures["b_cpu_us_per_review"])
+        assert figures["b_over_a_paired"] == round(
+            ab.paired_ratio(figures["a_cpu_us_per_review"], figures["b_cpu_us_per_review"]), 3
+        )
+    b_log = next(tmp_path.glob("*/B/webhook.log")).read_text()
+    assert '"message": "admission"' not in b_log  # B really ran with its own argument
+    assert '"message": "admission"' in next(tmp_path.glob("*/A/webhook.log")).read_text()
+
+
+def test_ab_refuses_what_is_not_a_checkout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert ab.main(["--a", str(tmp_path), "--b", str(tmp_path)]) == 2
+    assert "not a checkout of nimbix-burst" in capsys.readouterr().err
