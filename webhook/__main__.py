@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -14,7 +15,7 @@ from typing import Any
 from aiohttp import web
 from pythonjsonlogger.json import JsonEncoder, JsonFormatter
 
-from webhook.app import METRICS, ROUTER, create_app, serve
+from webhook.app import APP_LOGGER, METRICS, ROUTER, create_app, log_admission, serve
 from webhook.background import BackgroundTask
 from webhook.cache import ClusterCache
 from webhook.forwarding import Forwarder, build_client_context
@@ -75,11 +76,91 @@ class JsonLineFormatter(JsonFormatter):
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # noqa: N802 - stdlib name
         if datefmt or not self.default_msec_format:
             return super().formatTime(record, datefmt)
+        return self.asctime(record.created, record.msecs)
+
+    def asctime(self, created: float, msecs: float) -> str:
+        """formatTime's text for a record made at `created` (without a datefmt)."""
         second, text = self._second
-        if second != int(record.created):  # localtime() of a timestamp depends on its whole seconds only
-            text = time.strftime(self.default_time_format, self.converter(record.created))
-            self._second = (int(record.created), text)
-        return self.default_msec_format % (text, record.msecs)
+        if second != int(created):  # localtime() of a timestamp depends on its whole seconds only
+            text = time.strftime(self.default_time_format, self.converter(created))
+            self._second = (int(created), text)
+        return (self.default_msec_format or "%s,%03d") % (text, msecs)
+
+    @property
+    def writes_plain_lines(self) -> bool:
+        """The lines are the format's four fields, then the extras: what AdmissionLine builds itself."""
+        return (
+            self._plain
+            and not self.datefmt
+            and bool(self.default_msec_format)
+            and self._required_fields == list(PLAIN_FIELDS)
+        )
+
+
+PLAIN_FIELDS = ("asctime", "levelname", "name", "message")
+
+
+def _msecs(created: float) -> float:
+    """LogRecord.msecs of a record made at `created` (Python 3.11's formula; a test holds it to the stdlib's)."""
+    return int((created - int(created)) * 1000) + 0.0
+
+
+class AdmissionLine:
+    """Writes the per-admission INFO line: byte for byte what `logger.info("admission", extra=fields)`
+    writes through the JSON handler, without the logging machinery's per-record work (a LogRecord,
+    the logger and handler chain, the generic formatter). Side by side, that took ~11 % off the
+    webhook's CPU per review (issue 15). Built only where the configuration is the one
+    configure_logging makes (one plain JSON stream handler on the root, no filters); anything else
+    gets `logger.info`."""
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        handler: logging.StreamHandler[Any],
+        formatter: JsonLineFormatter,
+        *,
+        clock: Callable[[], float] = time.time,  # LogRecord.created's clock
+    ) -> None:
+        self._logger = logger
+        self._handler = handler
+        self._formatter = formatter
+        self._clock = clock
+
+    @classmethod
+    def for_logger(cls, logger: logging.Logger) -> Callable[[dict[str, Any]], None]:
+        root = logging.getLogger()
+        handler = root.handlers[0] if len(root.handlers) == 1 else None
+        direct = (
+            isinstance(handler, logging.StreamHandler)
+            and isinstance(handler.formatter, JsonLineFormatter)
+            and handler.formatter.writes_plain_lines
+            and handler.level <= logging.INFO
+            and not (handler.filters or root.filters or logger.filters or logger.handlers)
+            and logger.propagate
+        )
+        if not direct:
+            return functools.partial(log_admission, logger)
+        assert isinstance(handler, logging.StreamHandler) and isinstance(handler.formatter, JsonLineFormatter)
+        return cls(logger, handler, handler.formatter).write
+
+    def write(self, fields: dict[str, Any]) -> None:
+        created = self._clock()
+        line = {
+            "asctime": self._formatter.asctime(created, _msecs(created)),
+            "levelname": "INFO",
+            "name": self._logger.name,
+            "message": "admission",
+        }
+        line.update(fields)
+        text = self._formatter.jsonify_log_record(line) + self._handler.terminator
+        self._handler.acquire()
+        try:
+            self._handler.stream.write(text)
+            self._handler.flush()
+        except (OSError, ValueError) as exc:  # as logging does: a lost log line must not fail the review
+            print(f"admission log line not written: {exc}", file=sys.stderr)  # noqa: T201 - logging is what failed
+        finally:
+            self._handler.release()
 
 
 def configure_logging(level: str) -> None:
@@ -121,7 +202,14 @@ async def _build(settings: Settings, tls: ReloadingTLS) -> web.Application:
     if settings.leader_election is not None:
         elector, router = _build_election(settings, settings.leader_election, sync, clock)
         background.append(elector.run)
-    app = create_app(settings, cache=cache, sync=sync, clock=clock, background=tuple(background))
+    app = create_app(
+        settings,
+        cache=cache,
+        sync=sync,
+        clock=clock,
+        background=tuple(background),
+        admission_log=AdmissionLine.for_logger(logging.getLogger(APP_LOGGER)),
+    )
     if router is not None and elector is not None:
         app[ROUTER] = router
         on_stop = elector.release  # hand the Lease and our reservations over before we go

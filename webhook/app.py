@@ -24,7 +24,8 @@ from webhook.review import MalformedReview, parse_review
 from webhook.settings import Settings
 from webhook.sync import CacheSync
 
-log = logging.getLogger(__name__)
+APP_LOGGER = __name__
+log = logging.getLogger(APP_LOGGER)
 
 SETTINGS = web.AppKey("settings", Settings)
 CACHE = web.AppKey("cache", ClusterCache)
@@ -32,6 +33,9 @@ SYNC = web.AppKey("sync", CacheSync)
 METRICS = web.AppKey("metrics", Metrics)
 # Present when several replicas run: the Lease holder decides, the others forward to it.
 ROUTER = web.AppKey("router", ReplicaRouter)
+# Writes the per-admission INFO line (its fields); the composition root gives a direct writer.
+AdmissionLog = Callable[[dict[str, Any]], None]
+ADMISSION_LOG: web.AppKey[AdmissionLog] = web.AppKey("admission_log")
 
 
 class Drain:
@@ -120,9 +124,8 @@ async def mutate(request: web.Request) -> web.Response:
             metrics.over_budget.labels(action="deny" if result.outcome == "denied" else "local").inc()
         metrics.latency.observe(elapsed)
         if log.isEnabledFor(logging.INFO):  # the line's fields cost time too: built only when it is written
-            log.info(
-                "admission",
-                extra={
+            app[ADMISSION_LOG](
+                {
                     "uid": review.uid,
                     "namespace": review.namespace,
                     "pod": review.pod_label,
@@ -131,11 +134,15 @@ async def mutate(request: web.Request) -> web.Response:
                     "node": result.node,
                     "dry_run": review.dry_run,
                     "latency_ms": round(elapsed * 1000, 3),
-                },
+                }
             )
         return web.Response(body=orjson.dumps(result.response), content_type="application/json")
     finally:
         metrics.in_flight.dec()
+
+
+def log_admission(logger: logging.Logger, fields: dict[str, Any]) -> None:
+    logger.info("admission", extra=fields)
 
 
 async def healthz(_request: web.Request) -> web.Response:
@@ -190,8 +197,10 @@ def create_app(
     sync: CacheSync,
     clock: Callable[[], float],
     background: tuple[BackgroundTask, ...] = (),
+    admission_log: AdmissionLog | None = None,
 ) -> web.Application:
     app = web.Application(client_max_size=settings.max_body_bytes)
+    app[ADMISSION_LOG] = admission_log or functools.partial(log_admission, log)
     app[SETTINGS] = settings
     app[CACHE] = cache
     app[SYNC] = sync

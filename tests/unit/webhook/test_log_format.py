@@ -4,15 +4,17 @@ made them cheaper, not different: tools grep for '"message": "admission"')."""
 from __future__ import annotations
 
 import datetime
+import io
 import logging
 import sys
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
 import pytest
 from pythonjsonlogger.json import JsonFormatter
 
-from webhook.__main__ import JsonLineFormatter
+from webhook.__main__ import AdmissionLine, JsonLineFormatter, _msecs, configure_logging
 
 FORMAT = "{asctime}{levelname}{name}{message}"
 ADMISSION = {
@@ -103,3 +105,71 @@ def test_a_custom_encoder_is_still_honoured() -> None:
     kwargs: dict[str, Any] = {"style": "{", "timestamp": False, "json_default": lambda o: "custom"}
     assert JsonLineFormatter(FORMAT, **kwargs).format(rec) == JsonFormatter(FORMAT, **kwargs).format(rec)
     assert '"d": "custom"' in JsonLineFormatter(FORMAT, **kwargs).format(rec)
+
+
+def _json_handler(stream: io.StringIO) -> logging.StreamHandler[io.StringIO]:
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonLineFormatter(FORMAT, style="{", timestamp=False))
+    return handler
+
+
+@pytest.mark.parametrize("created", [1_795_000_000.123, 1_795_000_000.9995, 1_795_000_001.0, 1_795_086_399.999])
+@pytest.mark.parametrize(
+    "fields",
+    [ADMISSION, {"pod": "caf\u00e9", "reason": 'quote " and \\ and \n'}, {}],
+    ids=["admission", "escapes", "none"],
+)
+def test_the_direct_admission_line_is_the_logged_line(created: float, fields: dict[str, Any]) -> None:
+    """AdmissionLine writes what logger.info("admission", extra=fields) writes, byte for byte."""
+    logged, direct = io.StringIO(), io.StringIO()
+    handler = _json_handler(logged)
+    rec = record(created=created, extra=fields)
+    rec.msecs = _msecs(created)
+    handler.handle(rec)
+    direct_handler = _json_handler(direct)
+    assert isinstance(direct_handler.formatter, JsonLineFormatter)
+    line = AdmissionLine(
+        logging.getLogger("webhook.app"), direct_handler, direct_handler.formatter, clock=lambda: created
+    )
+    line.write(dict(fields))
+    assert direct.getvalue() == logged.getvalue()
+    assert direct.getvalue().count("\n") == 1
+
+
+def test_msecs_is_the_stdlibs() -> None:
+    for _ in range(200):
+        rec = logging.LogRecord("webhook.app", logging.INFO, "app.py", 1, "admission", (), None)
+        assert _msecs(rec.created) == rec.msecs
+
+
+@pytest.fixture
+def restored_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level, root.filters[:], logging._srcfile
+    try:
+        yield
+    finally:
+        root.handlers[:], root.filters[:] = saved[0], saved[2]
+        root.setLevel(saved[1])
+        logging._srcfile = saved[3]
+
+
+def _direct(writer: object) -> bool:
+    return isinstance(getattr(writer, "__self__", None), AdmissionLine)
+
+
+def test_the_direct_line_serves_only_our_logging_configuration(restored_logging: None) -> None:
+    configure_logging("INFO")  # here, not in a fixture: pytest adds its capture handlers around the call
+    logger = logging.getLogger("webhook.app")
+    assert _direct(AdmissionLine.for_logger(logger))
+    root = logging.getLogger()
+    root.addFilter(lambda _record: True)  # a filter the direct line would skip: logging handles every line
+    try:
+        assert not _direct(AdmissionLine.for_logger(logger))
+    finally:
+        root.filters.clear()
+    root.handlers.append(logging.NullHandler())  # a second handler would miss the direct lines
+    assert not _direct(AdmissionLine.for_logger(logger))
+    root.handlers.pop()
+    root.handlers[0].setFormatter(JsonFormatter(FORMAT, style="{", timestamp=False))
+    assert not _direct(AdmissionLine.for_logger(logger))
