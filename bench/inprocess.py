@@ -215,7 +215,7 @@ def measure_request_extras() -> dict[str, float]:
     metrics objects: the INFO JSON line (to /dev/null) and the prometheus updates."""
     # Imported here: it pulls in aiohttp and the kubernetes client, which would inflate the
     # cache-scale process's baseline RSS.
-    from webhook.__main__ import configure_logging  # noqa: PLC0415
+    from webhook.__main__ import AdmissionLine, configure_logging  # noqa: PLC0415
 
     configure_logging("INFO")
     root = logging.getLogger()
@@ -235,7 +235,8 @@ def measure_request_extras() -> dict[str, float]:
             "dry_run": False,
             "latency_ms": 0.213,
         }
-        log_us = per_call_seconds(lambda: logger.info("admission", extra=extra)) * 1e6
+        write_line = AdmissionLine.for_logger(logger)  # what the webhook's composition root wires in
+        log_us = per_call_seconds(lambda: write_line(dict(extra))) * 1e6
     finally:
         root.handlers[:] = []
         devnull.close()
