@@ -33,21 +33,7 @@ SETTLE_SECONDS = 3.0  # after /readyz: let the initial list's garbage go before 
 @dataclass(frozen=True, slots=True)
 class Variant:
     name: str  # "A" or "B"
-    process: processes.ManagedProcess
-    url: str
-    ca: Path
-
-
-def start_variant(name: str, tree: Path, run_dir: Path, kubeconfig: Path, args: Sequence[str]) -> Variant:
-    tls_dir = run_dir / name / "tls"
-    addons.make_webhook_tls(tls_dir)
-    port = processes.free_port()
-    argv = [
-        sys.executable, "-m", "webhook", "--host", "127.0.0.1", "--port", str(port),
-        "--tls-dir", str(tls_dir), "--kubeconfig", str(kubeconfig), *args,
-    ]  # fmt: skip
-    process = processes.start_process(f"webhook-{name}", argv, log_path=run_dir / name / "webhook.log", cwd=tree)
-    return Variant(name, process, f"https://127.0.0.1:{port}", tls_dir / "ca.crt")
+    webhook: addons.WebhookProcess
 
 
 def paired_ratio(a: Sequence[float], b: Sequence[float]) -> float:
@@ -63,8 +49,9 @@ def measure(run_dir: Path, variants: Sequence[Variant], rounds: int, seconds: fl
         for case in CASES:
             body = http_load.write_body(run_dir, case, "ab")
             for variant in variants if number % 2 == 0 else tuple(reversed(variants)):
-                url, pid = variant.url + "/mutate", variant.process.pid
-                load = http_load.run_loadgen_measured(url, variant.ca, body, plan, pid)
+                hook = variant.webhook
+                ca = hook.tls_dir / "ca.crt"
+                load = http_load.run_loadgen_measured(hook.url + "/mutate", ca, body, plan, hook.process.pid)
                 cpu[(variant.name, case.name)].append(float(load["server_cpu_us_per_request"]))
                 rps[(variant.name, case.name)].append(float(load["saturation"]["throughput_rps"]))
     result: dict[str, Any] = {}
@@ -91,14 +78,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         kubeconfig = run_dir / "fake.kubeconfig"
         kubeconfig.write_text(json.dumps(fake_apiserver.build_kubeconfig(port)))
         for name, tree, extra in (("A", args.a, args.a_arg), ("B", args.b, args.b_arg)):
-            variants.append(start_variant(name, Path(tree).resolve(), run_dir, kubeconfig, extra))
+            hook = addons.start_webhook(
+                run_dir / name, kubeconfig=kubeconfig, args=extra, wait=False, cwd=Path(tree).resolve()
+            )
+            variants.append(Variant(name, hook))
         for variant in variants:
-            http_load.wait_tls_ready(variant.url + "/readyz", variant.ca, variant.process)
+            addons.wait_ready(variant.webhook, timeout=http_load.WEBHOOK_READY_TIMEOUT_SECONDS)
         time.sleep(SETTLE_SECONDS)
         return measure(run_dir, variants, args.rounds, args.seconds)
     finally:
         for variant in variants:
-            processes.stop_process(variant.process)
+            addons.stop_webhook(variant.webhook)
         processes.stop_process(fake)
 
 

@@ -78,7 +78,9 @@ def start_webhook(
     port: int | None = None,
     ca: KeyPair | None = None,
     wait: bool = True,
+    cwd: Path | None = None,
 ) -> WebhookProcess:
+    """`cwd`: the checkout whose `webhook` package runs (default: the one Python finds from ours)."""
     tls_dir = run_dir / "webhook-tls"
     ca = make_webhook_tls(tls_dir, ca=ca)
     port = port or free_port()
@@ -90,7 +92,7 @@ def start_webhook(
         "--kubeconfig", str(kubeconfig),
         *args,
     ]  # fmt: skip
-    process = start_process("webhook", argv, log_path=run_dir / "logs" / "webhook.log")
+    process = start_process("webhook", argv, log_path=run_dir / "logs" / "webhook.log", cwd=cwd)
     webhook = WebhookProcess(process=process, url=f"https://127.0.0.1:{port}", ca=ca, tls_dir=tls_dir)
     if wait:
         wait_ready(webhook)

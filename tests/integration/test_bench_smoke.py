@@ -267,9 +267,9 @@ def test_ab_runs_two_trees_side_by_side(tmp_path: Path, capsys: pytest.CaptureFi
         assert figures["b_over_a_paired"] == round(
             ab.paired_ratio(figures["a_cpu_us_per_review"], figures["b_cpu_us_per_review"]), 3
         )
-    b_log = next(tmp_path.glob("*/B/webhook.log")).read_text()
+    b_log = next(tmp_path.glob("*/B/logs/webhook.log")).read_text()
     assert '"message": "admission"' not in b_log  # B really ran with its own argument
-    assert '"message": "admission"' in next(tmp_path.glob("*/A/webhook.log")).read_text()
+    assert '"message": "admission"' in next(tmp_path.glob("*/A/logs/webhook.log")).read_text()
 
 
 def test_ab_refuses_what_is_not_a_checkout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
