@@ -6,12 +6,11 @@ wrong shape raises ObjectError with a message naming the field, so a bad review 
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
 
 from entrypoint import contract
 from webhook import budget
@@ -99,7 +98,7 @@ def _check_string_map(value: object, where: str) -> Mapping[str, Any]:
 def _string_map(value: object, where: str) -> dict[str, str]:
     raw = _check_string_map(value, where)
     if None in raw.values():
-        return {str(k): _string(v, where) for k, v in raw.items()}
+        return {str(k): v or "" for k, v in raw.items()}
     return dict(raw)
 
 
@@ -107,13 +106,14 @@ _TOLERATION_FIELDS = ("key", "operator", "value", "effect")
 _TEXT = (str, type(None))  # an optional string field: absent and null read as ""
 
 
-def _string_fields(item: Mapping[str, Any], names: tuple[str, ...], where: str, index: int) -> list[str]:
-    """`item`'s fields `names` as strings ("" when absent); `item` is `where`[`index`]."""
-    values = [item.get(name) for name in names]
-    for name, value in zip(names, values, strict=True):
+def _reject_non_strings(item: Mapping[str, Any], names: tuple[str, ...], where: str, index: int) -> NoReturn:
+    """Raise for the first of `item`'s fields `names` that is neither a string nor null; `item` is
+    `where`[`index`]. Called once a fast check has found one."""
+    for name in names:
+        value = item.get(name)
         if value is not None and not isinstance(value, str):
             raise ObjectError(f"{where}[{index}].{name} must be a string")
-    return [value or "" for value in values]
+    raise AssertionError(f"{where}[{index}]: no field of {names} is wrong")
 
 
 def parse_requirement(raw: object, where: str) -> SelectorRequirement:
@@ -157,7 +157,7 @@ def parse_placement(spec: Mapping[str, Any]) -> Placement:
         key, operator, value, effect = raw.get("key"), raw.get("operator"), raw.get("value"), raw.get("effect")
         text = isinstance(key, _TEXT) and isinstance(operator, _TEXT) and isinstance(value, _TEXT)
         if not (text and isinstance(effect, _TEXT)):
-            key, operator, value, effect = _string_fields(raw, _TOLERATION_FIELDS, "spec.tolerations", i)
+            _reject_non_strings(raw, _TOLERATION_FIELDS, "spec.tolerations", i)
         toleration = Toleration(key=key or "", operator=operator or "Equal", value=value or "", effect=effect or "")
         tolerations.append(toleration)
     return Placement(
@@ -168,28 +168,30 @@ def parse_placement(spec: Mapping[str, Any]) -> Placement:
     )
 
 
-def _check_resources(holder: Mapping[str, Any], where: str | Callable[[], str]) -> None:
-    """`holder.resources` and its requests and limits are objects (or absent)."""
+def _resources_problem(holder: Mapping[str, Any]) -> str:
+    """ "" when `holder.resources` and its requests and limits are objects (or absent); else the
+    field at fault, relative to `holder`, for the caller's message."""
     resources = holder.get("resources")
     if resources is None:
-        return
-    if isinstance(resources, dict):
-        requests, limits = resources.get("requests"), resources.get("limits")
-        if (requests is None or isinstance(requests, dict)) and (limits is None or isinstance(limits, dict)):
-            return
-    prefix = where if isinstance(where, str) else where()
-    resources = _mapping(resources, f"{prefix}.resources")
+        return ""
+    if not isinstance(resources, dict):
+        return "resources"
     for source in ("requests", "limits"):
-        _mapping(resources.get(source), f"{prefix}.resources.{source}")
+        values = resources.get(source)
+        if values is not None and not isinstance(values, dict):
+            return f"resources.{source}"
+    return ""
 
 
 def _validate_containers(spec: Mapping[str, Any]) -> None:
-    _check_resources(spec, "spec")
+    if problem := _resources_problem(spec):
+        raise ObjectError(f"spec.{problem} must be an object")
     for list_name in ("containers", "initContainers"):
         for i, container in enumerate(_sequence(spec.get(list_name), f"spec.{list_name}")):
             if not isinstance(container, dict):
                 raise ObjectError(f"spec.{list_name}[{i}] must be an object")
-            _check_resources(container, functools.partial("spec.{}[{}]".format, list_name, i))
+            if problem := _resources_problem(container):
+                raise ObjectError(f"spec.{list_name}[{i}].{problem} must be an object")
             env = container.get("env")
             if env is None:
                 continue
