@@ -79,12 +79,16 @@ class JsonLineFormatter(JsonFormatter):
         return self.asctime(record.created, record.msecs)
 
     def asctime(self, created: float, msecs: float) -> str:
-        """formatTime's text for a record made at `created` (without a datefmt)."""
+        """formatTime's text for a record made at `created`, for a formatter without a datefmt and
+        with a msec format (formatTime and writes_plain_lines check both first)."""
+        msec_format = self.default_msec_format
+        if not msec_format:
+            raise ValueError("asctime() needs a formatter with default_msec_format")
         second, text = self._second
         if second != int(created):  # localtime() of a timestamp depends on its whole seconds only
             text = time.strftime(self.default_time_format, self.converter(created))
             self._second = (int(created), text)
-        return (self.default_msec_format or "%s,%03d") % (text, msecs)
+        return msec_format % (text, msecs)
 
     @property
     def writes_plain_lines(self) -> bool:
@@ -130,18 +134,16 @@ class AdmissionLine:
     def for_logger(cls, logger: logging.Logger) -> Callable[[dict[str, Any]], None]:
         root = logging.getLogger()
         handler = root.handlers[0] if len(root.handlers) == 1 else None
-        direct = (
+        if not (
             isinstance(handler, logging.StreamHandler)
-            and isinstance(handler.formatter, JsonLineFormatter)
-            and handler.formatter.writes_plain_lines
+            and isinstance(formatter := handler.formatter, JsonLineFormatter)
+            and formatter.writes_plain_lines
             and handler.level <= logging.INFO
             and not (handler.filters or root.filters or logger.filters or logger.handlers)
             and logger.propagate
-        )
-        if not direct:
+        ):
             return functools.partial(log_admission, logger)
-        assert isinstance(handler, logging.StreamHandler) and isinstance(handler.formatter, JsonLineFormatter)
-        return cls(logger, handler, handler.formatter).write
+        return cls(logger, handler, formatter).write
 
     def write(self, fields: dict[str, Any]) -> None:
         created = self._clock()

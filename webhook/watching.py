@@ -136,9 +136,8 @@ class Watcher:
             if not token:
                 break
         self._apply(functools.partial(self._sync.apply_parsed, kind, parsed))
-        # What a list fills the cache with lives until the next list (150k pods: millions of objects).
-        # Frozen, the collector stops walking it: every collection of the oldest generation did, and
-        # the young ones filled by each admission's parsed review paid for it too (issue 15).
+        # What a list fills the cache with lives until the next list (150k pods: ~270k tracked
+        # objects). Frozen, the collector stops walking it in every full collection (issue 15).
         gc.freeze()
         if kind == "pods":
             self._recent_pods.clear()  # the list replaced the cache's pods: what was handed over no longer says
