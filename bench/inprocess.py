@@ -245,11 +245,13 @@ def measure_request_extras() -> dict[str, float]:
     sync = new_sync(default_policy())
     metrics = Metrics(sync.cache, sync, time.monotonic)
 
-    def update_metrics() -> None:
-        metrics.in_flight.inc()
-        metrics.admissions.labels(decision="local").inc()
-        metrics.latency.observe(0.0002)
-        metrics.in_flight.dec()
+    counts = metrics.reviews
+
+    def update_metrics() -> None:  # what the handler updates for a review
+        counts.in_flight += 1
+        counts.admitted("local")
+        counts.observe_latency(0.0002)
+        counts.in_flight -= 1
 
     metrics_us = per_call_seconds(update_metrics) * 1e6
     return {"log_line_us": round(log_us, 2), "metrics_us": round(metrics_us, 2)}
