@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import http_load, realcluster, report
+from devplatform import compiled_core
 from devplatform.cluster import processes
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -38,16 +39,18 @@ def banner(text: str, started: float) -> None:
     print(f"\n[{time.monotonic() - started:6.1f}s] == {text}", file=sys.stderr, flush=True)
 
 
-def run_json_subprocess(*args: str) -> Any:
-    """`python -m <args>` in a fresh process; its last stdout line is JSON. Progress passes through."""
+def run_json_subprocess(*args: str, webhook_tree: Path = REPO_ROOT) -> Any:
+    """`python -m <args>` in a fresh process; its last stdout line is JSON. Progress passes through.
+    The webhook's packages come from `webhook_tree` (`python -m` puts its working directory first),
+    the rest of the checkout from PYTHONPATH."""
     completed = subprocess.run(
         [sys.executable, "-m", *args],
-        cwd=REPO_ROOT,
+        cwd=webhook_tree,
         stdout=subprocess.PIPE,
         stderr=None,
         text=True,
         timeout=SUBPROCESS_TIMEOUT_SECONDS,
-        env=processes.build_child_environment(None),
+        env=processes.build_child_environment({**os.environ, "PYTHONPATH": str(REPO_ROOT)}),
         check=False,
     )
     if completed.returncode != 0:
@@ -93,6 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-http", action="store_true", help="skip the HTTPS load phase")
     parser.add_argument("--skip-real-cluster", action="store_true", help="skip the control-plane phase")
     parser.add_argument("--out", type=Path, default=BENCH_DIR, help="where results.{json,md,png} go")
+    parser.add_argument(
+        "--interpreted",
+        action="store_true",
+        help="run the webhook's .py files, not its decision core compiled with mypyc as the image ships it",
+    )
     return parser
 
 
@@ -103,6 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"meta": build_meta(), "phases_s": {}}
     print(f"bench: run directory {run_dir} ({'quick' if args.quick else 'full'} run)", file=sys.stderr)
+    # What ships: the image runs the decision core compiled (images/webhook/compile-core.sh).
+    tree = REPO_ROOT if args.interpreted else compiled_core.build(REPO_ROOT)
+    results["meta"]["webhook_core"] = "interpreted" if args.interpreted else "compiled (mypyc)"
 
     @contextlib.contextmanager
     def phase(name: str, title: str) -> Iterator[None]:
@@ -114,17 +125,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.skip_in_process:
         with phase("decisions", "decision cost in-process vs cluster size"):
             sizes = "100,1000" if args.quick else "100,1000,5000,10000"
-            results["decisions"] = run_json_subprocess("bench.inprocess", "decisions", "--sizes", sizes)
+            results["decisions"] = run_json_subprocess(
+                "bench.inprocess", "decisions", "--sizes", sizes, webhook_tree=tree
+            )
         with phase("cache_scale", "cache scale: initial sync through CacheSync.apply_list"):
             cluster = "synthetic:1000" if args.quick else "synthetic:5000"
             results["cache_scale"] = {
-                mode: run_json_subprocess("bench.inprocess", "cache-scale", "--cluster", cluster, *flags)
+                mode: run_json_subprocess(
+                    "bench.inprocess", "cache-scale", "--cluster", cluster, *flags, webhook_tree=tree
+                )
                 for mode, flags in (("watcher", ()), ("held", ("--held",)))
             }
 
     if not args.skip_http:
         with phase("http", "HTTPS load: limit server and the real webhook process"):
-            run_http(args.quick, run_dir, results)
+            run_http(args.quick, run_dir, results, tree)
 
     if not args.skip_real_cluster:
         with phase("real_cluster", "real control plane: sync time, naive baseline, pod CREATE latency"):
@@ -136,6 +151,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 naive_raw_runs=2 if args.quick else 3,
                 create_rounds=2 if args.quick else 8,
                 creates_per_round=10 if args.quick else 25,
+                webhook_tree=tree,
             )
 
     results["meta"]["loadavg_after"] = _loadavg()
@@ -147,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def run_http(quick: bool, run_dir: Path, results: dict[str, Any]) -> None:
+def run_http(quick: bool, run_dir: Path, results: dict[str, Any], webhook_tree: Path) -> None:
     plan = http_load.LoadPlan(
         rates=(250.0, 500.0, 1000.0),
         seconds=1.0 if quick else 2.0,
@@ -163,6 +179,7 @@ def run_http(quick: bool, run_dir: Path, results: dict[str, Any]) -> None:
         plan=plan,
         log_level_variant="" if quick else "synthetic:1000",
         profile_cluster="synthetic:100" if quick else "synthetic:5000",
+        webhook_tree=webhook_tree,
     )
 
 

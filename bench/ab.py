@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import fake_apiserver, http_load
+from devplatform import compiled_core
 from devplatform.cluster import addons, processes
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -78,9 +79,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         kubeconfig = run_dir / "fake.kubeconfig"
         kubeconfig.write_text(json.dumps(fake_apiserver.build_kubeconfig(port)))
         for name, tree, extra in (("A", args.a, args.a_arg), ("B", args.b, args.b_arg)):
-            hook = addons.start_webhook(
-                run_dir / name, kubeconfig=kubeconfig, args=extra, wait=False, cwd=Path(tree).resolve()
-            )
+            # --compiled: each tree's decision core compiled by its own compile-core.sh, as its image would.
+            code = compiled_core.build(Path(tree)) if args.compiled else Path(tree).resolve()
+            hook = addons.start_webhook(run_dir / name, kubeconfig=kubeconfig, args=extra, wait=False, cwd=code)
             variants.append(Variant(name, hook))
         for variant in variants:
             addons.wait_ready(variant.webhook, timeout=http_load.WEBHOOK_READY_TIMEOUT_SECONDS)
@@ -99,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--a-arg", action="append", default=[], help="extra webhook argument for A (repeatable)")
     parser.add_argument("--b-arg", action="append", default=[], help="extra webhook argument for B (repeatable)")
     parser.add_argument("--cluster", default="synthetic:5000", help="fake API server cluster (bench.clusters)")
+    parser.add_argument("--compiled", action="store_true", help="run both trees with their core compiled (mypyc)")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=2.5, help="saturation seconds per variant per round")
     parser.add_argument("--out", default=str(REPO_ROOT / "bench" / "out" / "ab"), help="logs and bodies")
@@ -113,6 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for tree in (args.a, args.b):
         if not (Path(tree) / "webhook" / "__main__.py").is_file():
             print(f"{tree}: not a checkout of nimbix-burst (no webhook/__main__.py)", file=sys.stderr)
+            return 2
+        if args.compiled and not (Path(tree) / compiled_core.SCRIPT).is_file():
+            print(f"{tree}: no {compiled_core.SCRIPT} to compile with (--compiled)", file=sys.stderr)
             return 2
     result = run(args)
     print(json.dumps(result, indent=1))

@@ -192,8 +192,10 @@ def measure_webhook(
     *,
     webhook_args: Sequence[str] = (),
     profile_seconds: float = 0.0,
+    webhook_tree: Path | None = None,
 ) -> dict[str, Any]:
-    """Fake API server with `cluster` -> the real webhook syncs from it -> load per request case."""
+    """Fake API server with `cluster` -> the real webhook syncs from it -> load per request case.
+    `webhook_tree`: where the webhook's packages come from (devplatform.compiled_core.build)."""
     label = cluster.replace(":", "-") + (
         "-" + "-".join(a.strip("-").lower() for a in webhook_args) if webhook_args else ""
     )
@@ -213,7 +215,9 @@ def measure_webhook(
         kubeconfig = cluster_dir / "fake.kubeconfig"
         kubeconfig.write_text(json.dumps(fake_apiserver.build_kubeconfig(port)))
         began = time.perf_counter()
-        webhook = addons.start_webhook(cluster_dir / "webhook", kubeconfig=kubeconfig, args=webhook_args, wait=False)
+        webhook = addons.start_webhook(
+            cluster_dir / "webhook", kubeconfig=kubeconfig, args=webhook_args, wait=False, cwd=webhook_tree
+        )
         addons.wait_ready(webhook, timeout=WEBHOOK_READY_TIMEOUT_SECONDS)
         ready_s = time.perf_counter() - began
         memory_after_sync = read_rss_mb(webhook.process.pid)
@@ -302,6 +306,7 @@ def run(
     plan: LoadPlan,
     log_level_variant: str = "",
     profile_cluster: str = "",
+    webhook_tree: Path | None = None,
 ) -> dict[str, Any]:
     results: dict[str, Any] = {"plan": _plan_dict(plan)}
     results["limit"] = measure_limit(run_dir, plan)
@@ -309,11 +314,18 @@ def run(
     for cluster in clusters_to_run:
         cases = (LOCAL, REMOTE_ALIBABA) if cluster == "alibaba" else (LOCAL, REMOTE_CAPACITY)
         profile = PROFILE_SECONDS if cluster == profile_cluster else 0.0
-        results["webhook"].append(measure_webhook(run_dir, cluster, cases, plan, profile_seconds=profile))
+        results["webhook"].append(
+            measure_webhook(run_dir, cluster, cases, plan, profile_seconds=profile, webhook_tree=webhook_tree)
+        )
     if log_level_variant:
         # The same webhook without its per-admission INFO log line: what that line costs.
         results["webhook_quiet"] = measure_webhook(
-            run_dir, log_level_variant, (LOCAL, REMOTE_CAPACITY), plan, webhook_args=("--log-level", "WARNING")
+            run_dir,
+            log_level_variant,
+            (LOCAL, REMOTE_CAPACITY),
+            plan,
+            webhook_args=("--log-level", "WARNING"),
+            webhook_tree=webhook_tree,
         )
     return results
 

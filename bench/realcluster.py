@@ -466,6 +466,7 @@ def run(
     naive_raw_runs: int,
     create_rounds: int,
     creates_per_round: int,
+    webhook_tree: Path | None = None,
 ) -> dict[str, Any]:
     bin_dir = controlplane.ensure_binaries()
     cp = controlplane.ControlPlane(run_dir / "controlplane", bin_dir=bin_dir, controller_manager=False)
@@ -485,7 +486,7 @@ def run(
 
         webhook_dir = run_dir / "webhook-real"
         began = time.perf_counter()
-        webhook = addons.start_webhook(webhook_dir, kubeconfig=cp.kubeconfig_path, wait=False)
+        webhook = addons.start_webhook(webhook_dir, kubeconfig=cp.kubeconfig_path, wait=False, cwd=webhook_tree)
         addons.wait_ready(webhook, timeout=WEBHOOK_READY_TIMEOUT_SECONDS)
         ready_s = time.perf_counter() - began
         result["sync"] = {

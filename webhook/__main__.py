@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.machinery
 import json
 import logging
 import os
@@ -15,6 +16,7 @@ from typing import Any
 from aiohttp import web
 from pythonjsonlogger.json import JsonEncoder, JsonFormatter
 
+from webhook import admission
 from webhook.app import APP_LOGGER, METRICS, ROUTER, create_app, log_admission, serve
 from webhook.background import BackgroundTask
 from webhook.cache import ClusterCache
@@ -296,6 +298,12 @@ def _client_ca_files(settings: Settings) -> tuple[Path, ...]:
     return (settings.client_ca_file, *peers)
 
 
+def core_is_compiled() -> bool:
+    """Whether the decision core runs compiled (images/webhook/compile-core.sh), as the image ships it,
+    or from its .py files (a checkout)."""
+    return (admission.__file__ or "").endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = parse_settings(sys.argv[1:] if argv is None else argv, os.environ)
@@ -306,7 +314,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     tls = ReloadingTLS(settings.tls_dir, client_ca_files=_client_ca_files(settings))
     log.info(
         "webhook starting",
-        extra={"host": settings.host, "port": settings.port, "gpu_resources": list(settings.gpu_resources)},
+        extra={
+            "host": settings.host,
+            "port": settings.port,
+            "gpu_resources": list(settings.gpu_resources),
+            "compiled_core": core_is_compiled(),
+        },
     )
     serve(_build(settings, tls), host=settings.host, port=settings.port, ssl_context=tls.context)
     return 0

@@ -201,11 +201,10 @@ class ClusterCache:
         fitting = range(need, self._max_allocatable.get(primary, 0) + 1)
         pinned = self._pinned_nodes(placement)
         if pinned is not None and len(pinned) < sum(len(buckets.get(free, ())) for free in fitting):
-            names: Iterable[str] = (n for n in pinned if self._bucket_of.get((primary, n), -1) in fitting)
+            names = _in_buckets(pinned, self._bucket_of, primary, fitting)
             fit = self._fit_among(names, requests, placement, primary, exclude, capped=False)
         else:
-            in_order = (name for free in fitting for name in buckets.get(free, ()))
-            fit = self._fit_among(in_order, requests, placement, primary, exclude, capped=True)
+            fit = self._fit_among(_by_free(buckets, fitting), requests, placement, primary, exclude, capped=True)
         if self._cordoned and tolerates_unschedulable(placement):
             fit = _merge(fit, self._fit_among(self._cordoned, requests, placement, primary, exclude, capped=False))
         return fit
@@ -719,3 +718,20 @@ def _most_free(a: tuple[NodeInfo, int] | None, b: tuple[NodeInfo, int] | None) -
     if b is None:
         return a
     return b if b[1] > a[1] else a
+
+
+# Generator functions, not generator expressions: compiled with mypyc (issue 15), an expression
+# passed as an argument becomes a list, which would walk every bucket for a capped search.
+def _by_free(buckets: Mapping[int, Iterable[str]], fitting: range) -> Iterator[str]:
+    """Node names, fewest free GPUs first (best fit)."""
+    for free in fitting:
+        yield from buckets.get(free, ())
+
+
+def _in_buckets(
+    names: Iterable[str], bucket_of: Mapping[tuple[str, str], int], primary: str, fitting: range
+) -> Iterator[str]:
+    """The names whose free count of `primary` is in `fitting`."""
+    for name in names:
+        if bucket_of.get((primary, name), -1) in fitting:
+            yield name

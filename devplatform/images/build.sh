@@ -32,6 +32,9 @@ VERSION=0.1.0
 SUITE=bookworm
 PACKAGES=python3,python3-venv,python-is-python3,ca-certificates
 PYTHON_IMAGE=localhost/debian-python:3.11-$SUITE
+# The webhook's build stage compiles its decision core (mypyc): the same Python with a C toolchain.
+BUILD_PACKAGES=$PACKAGES,gcc,libc6-dev,python3-dev
+BUILD_IMAGE=localhost/debian-python-build:3.11-$SUITE
 # Bumped when this script changes how images are made (part of every key).
 RECIPE=1
 HOST_CA=/etc/ssl/certs/ca-certificates.crt
@@ -96,17 +99,18 @@ export_archive() {
   mv -f "$tmp" "$archive"
 }
 
+# build_python_base IMAGE PACKAGES -> sets LAST_KEY
 build_python_base() {
-  local key archive
-  key=$(printf '%s\n' "$RECIPE" "$SUITE" "$PACKAGES" | sha256sum | cut -c1-16)
-  archive=$(archive_path debian-python "$key")
+  local image=$1 packages=$2 key archive
+  key=$(printf '%s\n' "$RECIPE" "$SUITE" "$packages" | sha256sum | cut -c1-16)
+  archive=$(archive_path "${image%%:*}" "$key")
   if [[ -f $archive ]]; then
-    ensure_image "$PYTHON_IMAGE" "$archive"
+    ensure_image "$image" "$archive"
   else
-    log "bootstrapping $PYTHON_IMAGE from Debian $SUITE packages (mmdebstrap)"
+    log "bootstrapping $image from Debian $SUITE packages (mmdebstrap)"
     local rootfs=$TMPDIR_BUILD/rootfs.tar
     # Documentation, manual pages and translations are left out (the copyright files stay).
-    timeout "$BOOTSTRAP_TIMEOUT" mmdebstrap --quiet --variant=minbase --include="$PACKAGES" \
+    timeout "$BOOTSTRAP_TIMEOUT" mmdebstrap --quiet --variant=minbase --include="$packages" \
       --dpkgopt='path-exclude=/usr/share/man/*' \
       --dpkgopt='path-exclude=/usr/share/doc/*' \
       --dpkgopt='path-include=/usr/share/doc/*/copyright' \
@@ -119,16 +123,19 @@ build_python_base() {
     bah config --env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
       --env LANG=C.UTF-8 --cmd '["python3"]' \
       --label "org.opencontainers.image.description=python3 from Debian $SUITE packages" "$ctr"
-    bah commit --quiet --rm --format oci "$ctr" "$PYTHON_IMAGE" >/dev/null
+    bah commit --quiet --rm --format oci "$ctr" "$image" >/dev/null
     rm -f "$rootfs"
-    export_archive "$PYTHON_IMAGE" "$archive"
+    export_archive "$image" "$archive"
   fi
-  PYTHON_KEY=$key
+  LAST_KEY=$key
 }
 
-# build_image NAME DOCKERFILE PARENT_KEY BUILD_ARG INPUT... -> sets LAST_KEY, LAST_ARCHIVE
+# build_image NAME DOCKERFILE PARENT_KEY BUILD_ARGS INPUT... -> sets LAST_KEY, LAST_ARCHIVE
+# (BUILD_ARGS: NAME=VALUE words separated by spaces)
 build_image() {
-  local name=$1 dockerfile=$2 parent_key=$3 build_arg=$4
+  local name=$1 dockerfile=$2 parent_key=$3 build_args=()
+  read -r -a build_args <<<"$4"
+  build_args=("${build_args[@]/#/--build-arg=}")
   shift 4
   local key archive
   key=$(key_of "$parent_key" "$dockerfile" "$@")
@@ -143,7 +150,7 @@ build_image() {
     (
       cd "$ROOT"
       timeout "$BUILD_TIMEOUT" "${BUILDAH[@]}" build --isolation chroot --network host --layers \
-        --format oci "${volumes[@]}" --build-arg "$build_arg" -f "$dockerfile" -t "$name" . >&2
+        --format oci "${volumes[@]}" "${build_args[@]}" -f "$dockerfile" -t "$name" . >&2
     )
     export_archive "$name" "$archive"
     log "$name: built in $((SECONDS - started)) s"
@@ -171,14 +178,17 @@ main() {
   TMPDIR_BUILD=$(mktemp -d "$CACHE/build.XXXXXX")
   trap cleanup EXIT
 
-  build_python_base
+  build_python_base "$PYTHON_IMAGE" "$PACKAGES"
+  local python_key=$LAST_KEY
+  build_python_base "$BUILD_IMAGE" "$BUILD_PACKAGES"
+  local build_key=$LAST_KEY
   local archives=()
-  build_image localhost/nimbix-burst/base:$VERSION images/base/Dockerfile "$PYTHON_KEY" \
+  build_image localhost/nimbix-burst/base:$VERSION images/base/Dockerfile "$python_key" \
     "PYTHON_IMAGE=$PYTHON_IMAGE" images/base pyproject.toml README.md entrypoint
   local base_key=$LAST_KEY
   archives+=("$LAST_ARCHIVE")
-  build_image localhost/nimbix-burst-webhook:$VERSION images/webhook/Dockerfile "$PYTHON_KEY" \
-    "PYTHON_IMAGE=$PYTHON_IMAGE" images/webhook pyproject.toml README.md webhook entrypoint controller
+  build_image localhost/nimbix-burst-webhook:$VERSION images/webhook/Dockerfile "$python_key-$build_key" \
+    "PYTHON_IMAGE=$PYTHON_IMAGE BUILD_IMAGE=$BUILD_IMAGE" images/webhook pyproject.toml README.md webhook entrypoint controller
   archives+=("$LAST_ARCHIVE")
   # The example app needs the base in the store, even when the base's archive came from the cache.
   ensure_image localhost/nimbix-burst/base:$VERSION "${archives[0]}"

@@ -159,6 +159,9 @@ def test_installed_webhook_pods_serve_from_the_real_node(
     # The pods' logs show their watches listed through that address (no "watch failed").
     logs = control_plane.kubectl("-n", install.NAMESPACE, "logs", pods[0]["metadata"]["name"]).stdout
     assert "watch failed" not in logs
+    # The image runs the decision core compiled (images/webhook/compile-core.sh), as it says at start.
+    starting = [json.loads(line) for line in logs.splitlines() if '"message": "webhook starting"' in line]
+    assert starting and starting[0]["compiled_core"] is True, starting
 
 
 def test_twenty_four_pods_against_six_free_gpus_through_the_service_five_times(

@@ -1,15 +1,16 @@
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
-from typing import Any
+from typing import Any, cast
 
 from aiohttp.test_utils import TestClient
 
 from tests.integration.webhook.conftest import ClientFactory, FakeClock, review_body
 from tests.unit.webhook.builders import container, pod
-from webhook import cache as cache_module
 from webhook.app import create_app
+from webhook.mutation import RewritePolicy
 from webhook.settings import Settings
 from webhook.sync import CacheSync
 
@@ -90,12 +91,15 @@ async def test_malformed_reviews_get_a_clear_4xx(client: TestClient[Any, Any]) -
 async def test_unexpected_error_fails_open_with_the_uid(
     aiohttp_client: ClientFactory, settings: Settings, synced: CacheSync, clock: FakeClock
 ) -> None:
-    class BrokenCache(cache_module.ClusterCache):
-        def find_fit(self, *args: Any, **kwargs: Any) -> Any:
+    class BrokenPolicy:
+        """Raises on first use, as a bug in the decision would. Not a subclass: the compiled core's
+        classes cannot be subclassed by interpreted ones (tests/integration/test_compiled_core.py)."""
+
+        def __getattr__(self, name: str) -> Any:
             raise RuntimeError("bug")
 
-    broken = BrokenCache(gpu_resources=settings.gpu_resources, clock=clock, reservation_ttl=1)
-    client = await aiohttp_client(create_app(settings, cache=broken, sync=synced, clock=clock))
+    broken = dataclasses.replace(settings, policy=cast(RewritePolicy, BrokenPolicy()))
+    client = await aiohttp_client(create_app(broken, cache=synced.cache, sync=synced, clock=clock))
     status, answer = await post(client, review_body(pod(container(gpus=1)), uid="u-err"))
     assert status == 200
     assert answer["response"]["uid"] == "u-err"
