@@ -15,14 +15,15 @@ from pathlib import Path
 
 SAMPLE_RATE_HZ = 250
 
-# (category, substring of a stack that puts a sample in it); first match wins.
-CATEGORIES: tuple[tuple[str, str], ...] = (
-    ("watch threads (list/watch; mostly blocked in recv)", "webhook/watching.py"),
-    ("logging: the per-admission JSON line", "logging/__init__.py"),
-    ("metrics (prometheus_client)", "prometheus_client/"),
-    ("admit(): shape checks, GPU request, decide, patch", "webhook/admission.py"),
-    ("parse_review(): orjson.loads of the body", "parse_review"),
-    ("mutate(): the rest (orjson.dumps of the response, ...)", "mutate (webhook/app.py"),
+# (category, substrings of a stack that put a sample in it); first match wins. Python frames read
+# "function (file:line)"; the compiled core's are native frames named CPyDef_<module>___<function>.
+CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("watch threads (list/watch; mostly blocked in recv)", ("webhook/watching.py",)),
+    ("logging: the per-admission JSON line", ("AdmissionLine.write", "logging/__init__.py")),
+    ("metrics (prometheus_client)", ("prometheus_client/", "ReviewCounts.")),
+    ("admit(): shape checks, GPU request, decide, patch", ("webhook/admission.py", "CPyDef_admission___admit")),
+    ("parse_review(): orjson.loads of the body", ("parse_review",)),
+    ("mutate(): the rest (orjson.dumps of the response, ...)", ("mutate (webhook/app.py",)),
 )
 OTHER = "aiohttp HTTP + TLS + event loop"
 
@@ -33,10 +34,12 @@ def find_py_spy() -> str | None:
 
 
 def start_recording(py_spy: str, pid: int, *, seconds: float, out: Path) -> subprocess.Popen[bytes]:
-    """py-spy record in raw (collapsed stack) format; wait() on the result."""
+    """py-spy record in raw (collapsed stack) format; wait() on the result. With native frames, so
+    that time in the compiled core is seen by function (py-spy then pauses the process for each
+    sample: the profile's run is not one whose figures are reported)."""
     argv = [
         py_spy, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds))),
-        "--rate", str(SAMPLE_RATE_HZ), "--format", "raw", "--output", str(out), "--nonblocking",
+        "--rate", str(SAMPLE_RATE_HZ), "--format", "raw", "--output", str(out), "--native",
     ]  # fmt: skip
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -51,7 +54,7 @@ def categorize(lines: Sequence[str]) -> dict[str, float]:
         stack, _, count = line.rstrip().rpartition(" ")
         if not stack or not count.isdigit():
             continue
-        name = next((name for name, marker in CATEGORIES if marker in stack), OTHER)
+        name = next((name for name, markers in CATEGORIES if any(m in stack for m in markers)), OTHER)
         counts[name] += int(count)
     watch = CATEGORIES[0][0]
     request_path = sum(v for k, v in counts.items() if k != watch)

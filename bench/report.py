@@ -331,7 +331,7 @@ def _budget_section(results: Mapping[str, Any]) -> list[str]:
             _fmt(extras["log_line_us"], 0),
             _fmt(extras["log_line_us"], 0),
         ],
-        ["in-process: prometheus updates", _fmt(extras["metrics_us"], 0), _fmt(extras["metrics_us"], 0)],
+        ["in-process: metrics updates (plain counters)", _fmt(extras["metrics_us"], 0), _fmt(extras["metrics_us"], 0)],
     ]
     big = _webhook_run(results, f"synthetic:{TARGET_NODES}")
     share = ""
@@ -369,7 +369,9 @@ def _profile_section(results: Mapping[str, Any]) -> list[str]:
         f"### 1c. Where the webhook's CPU goes ({run['nodes']:,} nodes, closed loop, py-spy)",
         "",
         f"py-spy at {profile['sample_rate_hz']} Hz on the webhook process during an extra {profile['seconds']:g} s "
-        "saturation run per request kind; % of the samples on the request path (event-loop thread). py-spy "
+        "saturation run per request kind; % of the samples on the request path (event-loop thread). With "
+        "native frames (`--native`), so the compiled core's functions are seen; py-spy then pauses the process "
+        "for each sample, and the watch threads' share counts them while they wait in recv(). py-spy "
         "samples wall-clock stacks: on this shared 2-core machine a thread preempted right after send() (which "
         "wakes the load generator) is counted in the socket write, so the aiohttp/TLS share is inflated; the "
         "CPU budget above is the sturdier split.",
@@ -623,7 +625,8 @@ def build_markdown(results: Mapping[str, Any], targets: Sequence[Target]) -> str
         "## Performance",
         "",
         f"One run of `make bench` ({meta['timestamp']}, {meta['duration_s']:.0f} s): {meta['cpu_count']} cores "
-        f"({meta['cpu_model']}), Python {meta['python']}, aiohttp {meta['aiohttp']}, loopback only. "
+        f"({meta['cpu_model']}), Python {meta['python']}, aiohttp {meta['aiohttp']}, loopback only; the webhook's "
+        f"decision core {meta.get('webhook_core', 'interpreted')}. "
         f"Load average before/after: {meta['loadavg_before']} / {meta['loadavg_after']}; other work shared the "
         "machine, so expect noise of tens of percent between runs. Reproduce with `make bench` "
         "(results in bench/results.json, bench/results.png).",

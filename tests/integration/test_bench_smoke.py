@@ -106,8 +106,11 @@ def test_cache_scale_syncs_every_pod(held: bool) -> None:
 
 def test_profile_categories_split_the_request_path() -> None:
     lines = [
-        "main (webhook/__main__.py:1);mutate (webhook/app.py:50);admit (webhook/admission.py:60) 30",
-        "main (webhook/__main__.py:1);mutate (webhook/app.py:70);info (logging/__init__.py:1) 10",
+        "main (webhook/__main__.py:1);mutate (webhook/app.py:50);admit (webhook/admission.py:60) 20",
+        # The compiled core: native frames (py-spy --native).
+        "main (webhook/__main__.py:1);mutate (webhook/app.py:50);CPyDef_admission___admit (__native_x.c:9) 10",
+        "main (webhook/__main__.py:1);mutate (webhook/app.py:70);AdmissionLine.write (webhook/__main__.py:1) 6",
+        "main (webhook/__main__.py:1);mutate (webhook/app.py:70);info (logging/__init__.py:1) 4",
         "main (webhook/__main__.py:1);write (asyncio/sslproto.py:1) 60",
         "run (threading.py:1);_watch (webhook/watching.py:1) 25",
     ]
