@@ -16,6 +16,7 @@ does not read.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import functools
 import gc
 import json
@@ -139,6 +140,7 @@ class Watcher:
         # What a list fills the cache with lives until the next list (150k pods: ~270k tracked
         # objects). Frozen, the collector stops walking it in every full collection (issue 15).
         gc.freeze()
+        _return_free_heap()
         if kind == "pods":
             self._recent_pods.clear()  # the list replaced the cache's pods: what was handed over no longer says
         for problem in parsed.problems:
@@ -206,3 +208,12 @@ def _decode(data: bytes | str) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         return json.loads(data)
+
+
+def _return_free_heap() -> None:
+    """A list's pages and what parsing them made are freed once the cache holds the result, but
+    glibc's malloc keeps the freed memory mapped; malloc_trim(0) hands it back to the kernel, so RSS
+    says what the cache holds. Elsewhere (musl: no malloc_trim) nothing happens."""
+    trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    if trim is not None:
+        trim(0)
