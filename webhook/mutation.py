@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+import orjson
+
 from entrypoint import contract
 from webhook import budget
 from webhook.resources import QuantityError, all_containers, format_quantity_cores, parse_quantity
@@ -215,7 +217,13 @@ def _container_ops(
 
 
 def _audit_json(audit: Mapping[str, Any]) -> str:
-    return json.dumps(audit, sort_keys=True, separators=(",", ":"))
+    """Compact, keys sorted. orjson takes a tenth of the stdlib's time (10 us of a remote review, issue
+    15); the stdlib writes what orjson refuses (an integer past 64 bits from a hostile pod). The JSON is
+    the same value either way; orjson leaves non-ASCII characters unescaped."""
+    try:
+        return orjson.dumps(audit, option=orjson.OPT_SORT_KEYS).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(audit, sort_keys=True, separators=(",", ":"))
 
 
 def build_over_budget_patch(pod: Mapping[str, Any], *, reason: str, budget_note: str) -> list[JsonPatchOp]:

@@ -8,6 +8,7 @@ import jsonpatch
 import pytest
 
 from tests.unit.webhook.builders import GPU, container, pod
+from webhook import mutation
 from webhook.mutation import RewritePolicy, build_local_patch, build_remote_patch
 from webhook.types import Decision
 
@@ -332,3 +333,15 @@ def test_a_burst_container_always_gets_the_runners_footprint_as_requests_and_lim
     raw = pod({"name": "app", "image": "example/app", "resources": copy.deepcopy(resources)})
     (after,) = rewrite(raw, gpus=1)["spec"]["containers"]
     assert after["resources"] == {"requests": FOOTPRINT, "limits": FOOTPRINT}
+
+
+@pytest.mark.parametrize(
+    "audit",
+    [
+        {"containers": {"train": {"limits": {"nvidia.com/gpu": "8", "cpu": "4"}}}, "initContainers": {}},
+        {"containers": {"big": {"requests": {"cpu": 2**70}}}},  # past orjson's 64 bits: the stdlib writes it
+        {"containers": {"n": {"limits": {"memory": 1.5, "x": None, "y": True}}}},
+    ],
+)
+def test_the_resource_audit_is_compact_sorted_json(audit: dict[str, Any]) -> None:
+    assert mutation._audit_json(audit) == json.dumps(audit, sort_keys=True, separators=(",", ":"))
