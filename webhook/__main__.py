@@ -23,6 +23,7 @@ from webhook.cache import ClusterCache
 from webhook.forwarding import Forwarder, build_client_context
 from webhook.leadership import HandedOver
 from webhook.lease import LeaseElector
+from webhook.log_writer import BackgroundWriter
 from webhook.replicas import ReplicaRouter
 from webhook.settings import LeaderElection, Settings, SettingsError, parse_settings
 from webhook.sync import CacheSync
@@ -190,9 +191,19 @@ class AdmissionLine:
             self._handler.release()
 
 
-def configure_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(JsonLineFormatter("{asctime}{levelname}{name}{message}", style="{", timestamp=False))
+def dropped_lines_line(formatter: logging.Formatter, count: int) -> str:
+    """The line BackgroundWriter writes when it had to drop lines (stdout not read fast enough)."""
+    fields = {"name": "webhook", "levelno": logging.WARNING, "levelname": "WARNING", "count": count}
+    return formatter.format(logging.makeLogRecord({**fields, "msg": "log lines dropped"})) + "\n"
+
+
+def configure_logging(level: str) -> BackgroundWriter:
+    """JSON lines on stdout, written by a thread of their own (BackgroundWriter); drain() the result
+    before the process exits."""
+    formatter = JsonLineFormatter("{asctime}{levelname}{name}{message}", style="{", timestamp=False)
+    writer = BackgroundWriter(sys.stdout, dropped_line=functools.partial(dropped_lines_line, formatter))
+    handler = logging.StreamHandler(writer)
+    handler.setFormatter(formatter)
     # Thread and process names are gathered for every record, and no line of ours shows them.
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     # Nor the caller's file, function and line (a frame walk per record): the logging HOWTO's
@@ -204,6 +215,7 @@ def configure_logging(level: str) -> None:
     # The kubernetes client logs request bodies at DEBUG; keep them out of our logs.
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
+    return writer
 
 
 async def _build(settings: Settings, tls: ReloadingTLS) -> web.Application:
@@ -310,7 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(exc, file=sys.stderr)  # noqa: T201 - before logging exists, the message is the output
         return 2
-    configure_logging(settings.log_level)
+    writer = configure_logging(settings.log_level)
     tls = ReloadingTLS(settings.tls_dir, client_ca_files=_client_ca_files(settings))
     log.info(
         "webhook starting",
@@ -321,7 +333,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "compiled_core": core_is_compiled(),
         },
     )
-    serve(_build(settings, tls), host=settings.host, port=settings.port, ssl_context=tls.context)
+    try:
+        serve(_build(settings, tls), host=settings.host, port=settings.port, ssl_context=tls.context)
+    finally:
+        writer.drain()
     return 0
 
 

@@ -113,11 +113,21 @@ def test_example_app_builds_from_the_base_and_its_command_runs_under_the_runner(
     assert result.stdout.decode().splitlines()[-1] == "training done"
 
 
-@pytest.mark.parametrize("dockerfile", [BASE, WEBHOOK], ids=["base", "webhook"])
-def test_python_base_is_a_build_argument(dockerfile: Path) -> None:
-    """build.sh passes its Debian-packaged Python as PYTHON_IMAGE; both stages must use it."""
-    assert any(a.startswith("PYTHON_IMAGE=") for a in only(dockerfile, "ARG"))
-    assert {f.split()[0] for f in only(dockerfile, "FROM")} == {"${PYTHON_IMAGE}"}
+def test_python_base_is_a_build_argument() -> None:
+    """build.sh passes its Debian-packaged Python as PYTHON_IMAGE; both stages of the base use it."""
+    assert any(a.startswith("PYTHON_IMAGE=") for a in only(BASE, "ARG"))
+    assert {f.split()[0] for f in only(BASE, "FROM")} == {"${PYTHON_IMAGE}"}
+
+
+def test_the_webhook_builds_on_build_image_and_runs_on_python_image() -> None:
+    """The webhook's build stage compiles its decision core (gcc, Python's headers): BUILD_IMAGE, the
+    same Python with a C toolchain; the runtime stage is PYTHON_IMAGE. build.sh passes both."""
+    args = dict(a.split("=", 1) for a in only(WEBHOOK, "ARG") if "=" in a)
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert (args["BUILD_IMAGE"], args["PYTHON_IMAGE"]) == (f"python:{version}", f"python:{version}-slim")
+    assert [f.split()[0] for f in only(WEBHOOK, "FROM")] == ["${BUILD_IMAGE}", "${PYTHON_IMAGE}"]
+    build_script = (ROOT / "devplatform" / "images" / "build.sh").read_text()
+    assert '"PYTHON_IMAGE=$PYTHON_IMAGE BUILD_IMAGE=$BUILD_IMAGE"' in build_script
 
 
 def test_base_image_carries_its_jarvice_application() -> None:
