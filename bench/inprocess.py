@@ -212,21 +212,18 @@ def run_decisions(sizes: Sequence[int], *, alibaba: bool) -> dict[str, Any]:
 
 def measure_request_extras() -> dict[str, float]:
     """What mutate() adds around admit() per request, with the webhook's own logging setup and
-    metrics objects: the INFO JSON line (queued for the log's writer thread, which writes to
-    /dev/null) and the metrics updates."""
+    metrics objects: the INFO JSON line (to /dev/null) and the prometheus updates."""
     # Imported here: it pulls in aiohttp and the kubernetes client, which would inflate the
     # cache-scale process's baseline RSS.
     from webhook.__main__ import AdmissionLine, configure_logging  # noqa: PLC0415
-    from webhook.log_writer import BackgroundWriter  # noqa: PLC0415
 
     configure_logging("INFO")
     root = logging.getLogger()
     devnull = open(os.devnull, "w")  # noqa: SIM115 - closed below, after the timing
-    writer = BackgroundWriter(devnull, dropped_line=lambda count: "")
     try:
         for handler in root.handlers:
             if isinstance(handler, logging.StreamHandler):
-                handler.setStream(writer)
+                handler.setStream(devnull)
         logger = logging.getLogger("webhook.app")
         extra = {
             "uid": "84d60ba8-411c-40c1-b721-e87975a78644",
@@ -242,7 +239,6 @@ def measure_request_extras() -> dict[str, float]:
         log_us = per_call_seconds(lambda: write_line(dict(extra))) * 1e6
     finally:
         root.handlers[:] = []
-        writer.drain()
         devnull.close()
     from webhook.metrics import Metrics  # noqa: PLC0415 - prometheus_client, same reason
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib.machinery
 import json
@@ -23,7 +24,7 @@ from webhook.cache import ClusterCache
 from webhook.forwarding import Forwarder, build_client_context
 from webhook.leadership import HandedOver
 from webhook.lease import LeaseElector
-from webhook.log_writer import BackgroundWriter
+from webhook.log_writer import BatchedStream
 from webhook.replicas import ReplicaRouter
 from webhook.settings import LeaderElection, Settings, SettingsError, parse_settings
 from webhook.sync import CacheSync
@@ -191,19 +192,12 @@ class AdmissionLine:
             self._handler.release()
 
 
-def dropped_lines_line(formatter: logging.Formatter, count: int) -> str:
-    """The line BackgroundWriter writes when it had to drop lines (stdout not read fast enough)."""
-    fields = {"name": "webhook", "levelno": logging.WARNING, "levelname": "WARNING", "count": count}
-    return formatter.format(logging.makeLogRecord({**fields, "msg": "log lines dropped"})) + "\n"
-
-
-def configure_logging(level: str) -> BackgroundWriter:
-    """JSON lines on stdout, written by a thread of their own (BackgroundWriter); drain() the result
-    before the process exits."""
-    formatter = JsonLineFormatter("{asctime}{levelname}{name}{message}", style="{", timestamp=False)
-    writer = BackgroundWriter(sys.stdout, dropped_line=functools.partial(dropped_lines_line, formatter))
-    handler = logging.StreamHandler(writer)
-    handler.setFormatter(formatter)
+def configure_logging(level: str) -> BatchedStream:
+    """JSON lines on stdout, through a BatchedStream: bind() it to the event loop to batch the writes,
+    drain() it before the process exits."""
+    stream = BatchedStream(sys.stdout)
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonLineFormatter("{asctime}{levelname}{name}{message}", style="{", timestamp=False))
     # Thread and process names are gathered for every record, and no line of ours shows them.
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     # Nor the caller's file, function and line (a frame walk per record): the logging HOWTO's
@@ -215,10 +209,10 @@ def configure_logging(level: str) -> BackgroundWriter:
     # The kubernetes client logs request bodies at DEBUG; keep them out of our logs.
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
-    return writer
+    return stream
 
 
-async def _build(settings: Settings, tls: ReloadingTLS) -> web.Application:
+async def _build(settings: Settings, tls: ReloadingTLS, log_stream: BatchedStream) -> web.Application:
     clock = time.monotonic
     cache = ClusterCache(
         gpu_resources=settings.gpu_resources,
@@ -258,6 +252,13 @@ async def _build(settings: Settings, tls: ReloadingTLS) -> web.Application:
             await router.close()
 
         app.on_shutdown.append(release)
+    # Log writes batched on the loop from here; written straight through again once it stops.
+    log_stream.bind(asyncio.get_running_loop())
+
+    async def unbind_log(_app: web.Application) -> None:
+        log_stream.unbind()
+
+    app.on_cleanup.append(unbind_log)
     return app
 
 
@@ -322,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(exc, file=sys.stderr)  # noqa: T201 - before logging exists, the message is the output
         return 2
-    writer = configure_logging(settings.log_level)
+    stream = configure_logging(settings.log_level)
     tls = ReloadingTLS(settings.tls_dir, client_ca_files=_client_ca_files(settings))
     log.info(
         "webhook starting",
@@ -334,9 +335,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
     )
     try:
-        serve(_build(settings, tls), host=settings.host, port=settings.port, ssl_context=tls.context)
+        serve(_build(settings, tls, stream), host=settings.host, port=settings.port, ssl_context=tls.context)
     finally:
-        writer.drain()
+        stream.drain()
     return 0
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime
 import io
-import json
 import logging
 import sys
 from collections.abc import Iterator
@@ -15,7 +14,7 @@ from typing import Any
 import pytest
 from pythonjsonlogger.json import JsonFormatter
 
-from webhook.__main__ import AdmissionLine, JsonLineFormatter, _msecs, configure_logging, dropped_lines_line
+from webhook.__main__ import AdmissionLine, JsonLineFormatter, _msecs, configure_logging
 
 FORMAT = "{asctime}{levelname}{name}{message}"
 ADMISSION = {
@@ -175,15 +174,3 @@ def test_the_direct_line_serves_only_our_logging_configuration(restored_logging:
     root.handlers[0].setFormatter(JsonFormatter(FORMAT, style="{", timestamp=False))
     assert not _direct(AdmissionLine.for_logger(logger))
 
-
-def test_the_dropped_lines_notice_is_a_json_warning_with_the_count() -> None:
-    formatter = JsonLineFormatter("{asctime}{levelname}{name}{message}", style="{", timestamp=False)
-    text = dropped_lines_line(formatter, 38)
-    assert text.endswith("\n") and text.count("\n") == 1
-    line = json.loads(text)
-    assert (line["levelname"], line["name"], line["message"], line["count"]) == (
-        "WARNING",
-        "webhook",
-        "log lines dropped",
-        38,
-    )
