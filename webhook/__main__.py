@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import importlib.machinery
 import json
@@ -24,7 +23,6 @@ from webhook.cache import ClusterCache
 from webhook.forwarding import Forwarder, build_client_context
 from webhook.leadership import HandedOver
 from webhook.lease import LeaseElector
-from webhook.log_writer import BatchedStream
 from webhook.replicas import ReplicaRouter
 from webhook.settings import LeaderElection, Settings, SettingsError, parse_settings
 from webhook.sync import CacheSync
@@ -192,11 +190,8 @@ class AdmissionLine:
             self._handler.release()
 
 
-def configure_logging(level: str) -> BatchedStream:
-    """JSON lines on stdout, through a BatchedStream: bind() it to the event loop to batch the writes,
-    drain() it before the process exits."""
-    stream = BatchedStream(sys.stdout)
-    handler = logging.StreamHandler(stream)
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(JsonLineFormatter("{asctime}{levelname}{name}{message}", style="{", timestamp=False))
     # Thread and process names are gathered for every record, and no line of ours shows them.
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
@@ -209,10 +204,9 @@ def configure_logging(level: str) -> BatchedStream:
     # The kubernetes client logs request bodies at DEBUG; keep them out of our logs.
     logging.getLogger("kubernetes").setLevel(logging.WARNING)
     logging.getLogger("urllib3").setLevel(logging.WARNING)
-    return stream
 
 
-async def _build(settings: Settings, tls: ReloadingTLS, log_stream: BatchedStream) -> web.Application:
+async def _build(settings: Settings, tls: ReloadingTLS) -> web.Application:
     clock = time.monotonic
     cache = ClusterCache(
         gpu_resources=settings.gpu_resources,
@@ -252,13 +246,6 @@ async def _build(settings: Settings, tls: ReloadingTLS, log_stream: BatchedStrea
             await router.close()
 
         app.on_shutdown.append(release)
-    # Log writes batched on the loop from here; written straight through again once it stops.
-    log_stream.bind(asyncio.get_running_loop())
-
-    async def unbind_log(_app: web.Application) -> None:
-        log_stream.unbind()
-
-    app.on_cleanup.append(unbind_log)
     return app
 
 
@@ -323,7 +310,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(exc, file=sys.stderr)  # noqa: T201 - before logging exists, the message is the output
         return 2
-    stream = configure_logging(settings.log_level)
+    configure_logging(settings.log_level)
     tls = ReloadingTLS(settings.tls_dir, client_ca_files=_client_ca_files(settings))
     log.info(
         "webhook starting",
@@ -334,10 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "compiled_core": core_is_compiled(),
         },
     )
-    try:
-        serve(_build(settings, tls, stream), host=settings.host, port=settings.port, ssl_context=tls.context)
-    finally:
-        stream.drain()
+    serve(_build(settings, tls), host=settings.host, port=settings.port, ssl_context=tls.context)
     return 0
 
 

@@ -173,4 +173,3 @@ def test_the_direct_line_serves_only_our_logging_configuration(restored_logging:
     root.handlers.pop()
     root.handlers[0].setFormatter(JsonFormatter(FORMAT, style="{", timestamp=False))
     assert not _direct(AdmissionLine.for_logger(logger))
-
