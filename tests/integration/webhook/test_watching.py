@@ -165,10 +165,16 @@ async def test_events_wait_for_the_cache_lock() -> None:
     async with Watching(api) as watching:
         cache, sync = watching.cache, watching.sync
         await watching.until(lambda: "u-new" in cache.pods())
-        api.send_later.set()
-        await asyncio.wait_for(api.later_sent.wait(), timeout=10)  # written: on its way to the watch thread
-        with sync.lock:  # an admission in progress (blocking the loop, as a decision does)
-            time.sleep(0.5)  # blocking on purpose: the loop is busy deciding
+        # An admission in progress holds the lock from before the event is sent until well after the
+        # watch thread has read it. (Taking the lock only once the event was written raced with the
+        # watch thread, which could apply it first.)
+        sync.lock.acquire()
+        try:
+            api.send_later.set()
+            await asyncio.wait_for(api.later_sent.wait(), timeout=10)  # written: on its way to the watch thread
+            await asyncio.sleep(0.5)  # the watch thread reads it meanwhile, and waits for the lock
             assert "u-later" not in cache.pods()
+        finally:
+            sync.lock.release()
         await watching.until(lambda: "u-later" in cache.pods())
         assert cache.free("a")["nvidia.com/gpu"] == -3
