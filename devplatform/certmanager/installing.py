@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s_client
+from kubernetes.client.rest import ApiException
 
 from devplatform.certmanager import config
 from devplatform.cluster import processes
@@ -35,6 +36,7 @@ READY_TIMEOUT_SECONDS = 90.0
 PROBE_INTERVAL_SECONDS = 0.1
 PROBE_REQUEST_TIMEOUT_SECONDS = 2.0
 LOG_TAIL_LINES = 40
+RENEW_ATTEMPTS = 5  # reads and writes of a Certificate's status, when cert-manager changes it meanwhile
 
 
 class CertManagerError(RuntimeError):
@@ -177,17 +179,24 @@ def stop(cert_manager: CertManager) -> None:
         processes.stop_process(proc)
 
 
-def renew(plane: ControlPlane, *, namespace: str, name: str) -> None:
+def renew(plane: ControlPlane, *, namespace: str, name: str, attempts: int = RENEW_ATTEMPTS) -> None:
     """Asks cert-manager to re-issue a Certificate now, as ``cmctl renew`` does: sets the Issuing
-    condition through the status subresource (an update, so a concurrent change fails it)."""
+    condition through the status subresource. An update: when cert-manager changed the Certificate
+    between our read and our write (409 Conflict), it is read again and the condition set again."""
     api = plane.api_client()
     try:
         custom = k8s_client.CustomObjectsApi(api)
-        certificate: dict[str, Any] = custom.get_namespaced_custom_object(
-            GROUP, VERSION, namespace, "certificates", name
-        )
-        body = config.build_renewal_status(certificate, now=datetime.now(UTC))
-        custom.replace_namespaced_custom_object_status(GROUP, VERSION, namespace, "certificates", name, body)
+        for attempt in range(1, attempts + 1):
+            certificate: dict[str, Any] = custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, "certificates", name
+            )
+            body = config.build_renewal_status(certificate, now=datetime.now(UTC))
+            try:
+                custom.replace_namespaced_custom_object_status(GROUP, VERSION, namespace, "certificates", name, body)
+                return
+            except ApiException as exc:
+                if exc.status != 409 or attempt == attempts:
+                    raise
     finally:
         api.close()
 
