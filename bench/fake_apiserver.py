@@ -26,6 +26,11 @@ RESOURCE_VERSION = "1000"
 BOOKMARK_SECONDS = 2.0
 MAX_WATCH_SECONDS = 300
 DEFAULT_LIMIT = 500
+# Pod events per second on each pod watch (0: bookmarks only): MODIFIED events of listed pods,
+# unchanged for accounting as most real pod events (status updates) are, to measure what a
+# watched event costs the webhook.
+EVENT_TICK_SECONDS = 0.01
+POD_EVENT_RATE = web.AppKey("pod_event_rate", float)
 STORE = web.AppKey("store", dict[str, list[bytes]])
 SERVED = web.AppKey("served", dict[str, int])
 TRUE_VALUES = ("true", "True", "1")
@@ -56,7 +61,9 @@ async def _serve(request: web.Request, resource: str, kind: str) -> web.StreamRe
     served = request.app[SERVED]
     if query.get("watch") in TRUE_VALUES:
         served[f"{resource}_watches"] = served.get(f"{resource}_watches", 0) + 1
-        return await _watch(request, kind, timeout=int(query.get("timeoutSeconds", "60") or 60))
+        timeout = int(query.get("timeoutSeconds", "60") or 60)
+        rate = request.app[POD_EVENT_RATE] if resource == "pods" else 0.0
+        return await _watch(request, kind, timeout=timeout, items=items, rate=rate)
     try:
         limit = int(query.get("limit") or DEFAULT_LIMIT)
         offset = int(query.get("continue") or 0)
@@ -67,18 +74,38 @@ async def _serve(request: web.Request, resource: str, kind: str) -> web.StreamRe
     return web.Response(body=body, content_type="application/json")
 
 
-async def _watch(request: web.Request, kind: str, *, timeout: int) -> web.StreamResponse:
+async def _watch(
+    request: web.Request, kind: str, *, timeout: int, items: Sequence[bytes], rate: float
+) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "application/json"})
     response.enable_chunked_encoding()
     await response.prepare(request)
     deadline = time.monotonic() + min(timeout, MAX_WATCH_SECONDS)
     bookmark = build_bookmark(kind)
     await response.write(bookmark)
+    if rate > 0 and items:
+        await _send_pod_events(response, items, request.app[SERVED], rate=rate, deadline=deadline)
     while time.monotonic() < deadline:
         await asyncio.sleep(min(BOOKMARK_SECONDS, max(0.0, deadline - time.monotonic())))
         await response.write(bookmark)
     await response.write_eof()
     return response
+
+
+async def _send_pod_events(
+    response: web.StreamResponse, items: Sequence[bytes], served: dict[str, int], *, rate: float, deadline: float
+) -> None:
+    """MODIFIED events at `rate` per second, one write per event as the API server's watch sends
+    them, paced on a 10 ms tick; /healthz counts them as pod_events."""
+    began = time.monotonic()
+    sent = 0
+    while time.monotonic() < deadline:
+        due = int((time.monotonic() - began) * rate)
+        while sent < due:
+            await response.write(b'{"type":"MODIFIED","object":' + items[sent % len(items)] + b"}\n")
+            sent += 1
+            served["pod_events"] = served.get("pod_events", 0) + 1
+        await asyncio.sleep(EVENT_TICK_SECONDS)
 
 
 async def nodes(request: web.Request) -> web.StreamResponse:
@@ -101,8 +128,9 @@ async def healthz(request: web.Request) -> web.Response:
     return web.json_response(body)
 
 
-def create_app(node_items: list[bytes], pod_items: list[bytes]) -> web.Application:
+def create_app(node_items: list[bytes], pod_items: list[bytes], *, pod_event_rate: float = 0.0) -> web.Application:
     app = web.Application()
+    app[POD_EVENT_RATE] = pod_event_rate
     app[STORE] = {"nodes": node_items, "pods": pod_items, "namespaces": []}
     served: dict[str, int] = {}
     app[SERVED] = served
@@ -129,6 +157,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fake_apiserver")
     parser.add_argument("--cluster", required=True, help="synthetic:<nodes> or alibaba")
     parser.add_argument("--port", type=int, required=True)
+    parser.add_argument(
+        "--pod-events-per-second", type=float, default=0.0, help="MODIFIED pod events on each pod watch"
+    )
     args = parser.parse_args(argv)
     began = time.perf_counter()
     node_items, pod_items = clusters.cluster_json(args.cluster)
@@ -137,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     web.run_app(
-        create_app(node_items, pod_items),
+        create_app(node_items, pod_items, pod_event_rate=args.pod_events_per_second),
         host="127.0.0.1",
         port=args.port,
         access_log=None,

@@ -8,20 +8,20 @@ that would take too long to create in etcd on this machine).
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import ssl
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import clusters, fake_apiserver, profiling, stats
+from bench import clusters, fake_apiserver, procfs, profiling, stats
 from bench.realcluster import read_rss_mb, read_sync_span
 from devplatform.cluster import addons, processes
 
@@ -30,7 +30,6 @@ SERVER_READY_TIMEOUT_SECONDS = 180.0
 WEBHOOK_READY_TIMEOUT_SECONDS = 300.0
 LOADGEN_TIMEOUT_SECONDS = 180.0
 PROFILE_SECONDS = 5.0
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,19 +70,12 @@ def log(message: str) -> None:
     print(f"  {message}", file=sys.stderr, flush=True)
 
 
-def read_cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads), from /proc/<pid>/stat."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-
-
 def run_loadgen_measured(url: str, ca: Path, body: Path, plan: LoadPlan, server_pid: int) -> dict[str, Any]:
     """run_loadgen, plus the server's CPU time per request over the whole run (a cost that does not
     depend on whether the load generator kept up)."""
-    cpu_before = read_cpu_seconds(server_pid)
+    cpu_before = procfs.cpu_seconds(server_pid)
     result = run_loadgen(url, ca, body, plan)
-    server_cpu = read_cpu_seconds(server_pid) - cpu_before
+    server_cpu = procfs.cpu_seconds(server_pid) - cpu_before
     result["server_cpu_s"] = round(server_cpu, 3)
     result["server_cpu_us_per_request"] = round(server_cpu / max(1, result["requests_total"]) * 1e6, 1)
     return result
@@ -184,6 +176,65 @@ def wait_tls_ready(url: str, ca: Path, proc: processes.ManagedProcess) -> None:
     raise RuntimeError(f"{proc.name} not ready at {url}")
 
 
+@dataclass(frozen=True, slots=True)
+class RunningWebhook:
+    webhook: addons.WebhookProcess
+    fake_port: int
+    cluster_dir: Path
+    served: Mapping[str, Any]  # the fake's /healthz once the webhook is ready
+    info: Mapping[str, Any]  # sync time and memory, for the results
+
+
+@contextlib.contextmanager
+def running_webhook(
+    cluster_dir: Path,
+    cluster: str,
+    *,
+    webhook_args: Sequence[str] = (),
+    webhook_tree: Path | None = None,
+    fake_args: Sequence[str] = (),
+) -> Iterator[RunningWebhook]:
+    """Fake API server with `cluster` -> the real webhook synced from it; both stopped by PID after."""
+    port = processes.free_port()
+    began = time.perf_counter()
+    argv = [sys.executable, "-m", "bench.fake_apiserver", "--cluster", cluster, "--port", str(port), *fake_args]
+    fake = processes.start_process("fake-apiserver", argv, log_path=cluster_dir / "fake-apiserver.log", cwd=REPO_ROOT)
+    webhook: addons.WebhookProcess | None = None
+    try:
+        wait_http(f"http://127.0.0.1:{port}/healthz", fake, timeout=SERVER_READY_TIMEOUT_SECONDS)
+        generated_s = time.perf_counter() - began
+        kubeconfig = cluster_dir / "fake.kubeconfig"
+        kubeconfig.write_text(json.dumps(fake_apiserver.build_kubeconfig(port)))
+        began = time.perf_counter()
+        webhook = addons.start_webhook(
+            cluster_dir / "webhook", kubeconfig=kubeconfig, args=webhook_args, wait=False, cwd=webhook_tree
+        )
+        addons.wait_ready(webhook, timeout=WEBHOOK_READY_TIMEOUT_SECONDS)
+        ready_s = time.perf_counter() - began
+        memory_after_sync = read_rss_mb(webhook.process.pid)
+        served = read_fake_counts(port)
+        log(
+            f"{cluster}: fake API server ready in {generated_s:.1f}s; webhook synced {served['nodes']} nodes,"
+            f" {served['pods']} pods, /readyz after {ready_s:.1f}s, RSS {memory_after_sync['rss_mb']} MB"
+        )
+        info = {
+            "webhook_start_to_ready_s": round(ready_s, 3),
+            **read_sync_span(webhook.process.log_path),
+            "webhook_memory_after_sync": memory_after_sync,
+        }
+        yield RunningWebhook(webhook, port, cluster_dir, served, info)
+    finally:
+        if webhook is not None:
+            addons.stop_webhook(webhook)
+        processes.stop_process(fake)
+
+
+def read_fake_counts(port: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+        counts: dict[str, Any] = json.loads(response.read())
+    return counts
+
+
 def measure_webhook(
     run_dir: Path,
     cluster: str,
@@ -199,42 +250,14 @@ def measure_webhook(
     label = cluster.replace(":", "-") + (
         "-" + "-".join(a.strip("-").lower() for a in webhook_args) if webhook_args else ""
     )
-    cluster_dir = run_dir / label
-    port = processes.free_port()
-    began = time.perf_counter()
-    fake = processes.start_process(
-        "fake-apiserver",
-        [sys.executable, "-m", "bench.fake_apiserver", "--cluster", cluster, "--port", str(port)],
-        log_path=cluster_dir / "fake-apiserver.log",
-        cwd=REPO_ROOT,
-    )
-    webhook: addons.WebhookProcess | None = None
-    try:
-        wait_http(f"http://127.0.0.1:{port}/healthz", fake, timeout=SERVER_READY_TIMEOUT_SECONDS)
-        generated_s = time.perf_counter() - began
-        kubeconfig = cluster_dir / "fake.kubeconfig"
-        kubeconfig.write_text(json.dumps(fake_apiserver.build_kubeconfig(port)))
-        began = time.perf_counter()
-        webhook = addons.start_webhook(
-            cluster_dir / "webhook", kubeconfig=kubeconfig, args=webhook_args, wait=False, cwd=webhook_tree
-        )
-        addons.wait_ready(webhook, timeout=WEBHOOK_READY_TIMEOUT_SECONDS)
-        ready_s = time.perf_counter() - began
-        memory_after_sync = read_rss_mb(webhook.process.pid)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
-            served = json.loads(response.read())
-        log(
-            f"{cluster}: fake API server ready in {generated_s:.1f}s; webhook synced {served['nodes']} nodes,"
-            f" {served['pods']} pods, /readyz after {ready_s:.1f}s, RSS {memory_after_sync['rss_mb']} MB"
-        )
+    with running_webhook(run_dir / label, cluster, webhook_args=webhook_args, webhook_tree=webhook_tree) as running:
+        webhook = running.webhook
         result: dict[str, Any] = {
             "cluster": cluster,
             "webhook_args": list(webhook_args),
-            "nodes": served["nodes"],
-            "pods": served["pods"],
-            "webhook_start_to_ready_s": round(ready_s, 3),
-            **read_sync_span(webhook.process.log_path),
-            "webhook_memory_after_sync": memory_after_sync,
+            "nodes": running.served["nodes"],
+            "pods": running.served["pods"],
+            **running.info,
             "cases": {},
         }
         for case in cases:
@@ -250,10 +273,50 @@ def measure_webhook(
         if profile_seconds:
             result["profile"] = profile_webhook(run_dir, label, webhook, cases, plan, seconds=profile_seconds)
         return result
-    finally:
-        if webhook is not None:
-            addons.stop_webhook(webhook)
-        processes.stop_process(fake)
+
+
+# Pod events per second, and how they arrive: the fake paces on a 10 ms tick, so 100/s is one
+# event per wake-up (as sparse creates bring them) and 1,000/s ten per wake-up.
+WATCH_COST_RATES = (100.0, 1000.0)
+WATCH_COST_SECONDS = 8.0
+WATCH_COST_SETTLE_SECONDS = 2.0
+
+
+def measure_watch_cost(
+    run_dir: Path,
+    cluster: str,
+    *,
+    webhook_tree: Path | None = None,
+    rates: Sequence[float] = WATCH_COST_RATES,
+    seconds: float = WATCH_COST_SECONDS,
+) -> list[dict[str, Any]]:
+    """The webhook's CPU per watched pod event (MODIFIED, unchanged for accounting, as most real
+    pod events are), with no reviews: what merely watching a busy cluster costs."""
+    rows = []
+    for rate in rates:
+        cluster_dir = run_dir / f"watch-{cluster.replace(':', '-')}-{rate:g}"
+        fake_args = ("--pod-events-per-second", f"{rate:g}")
+        with running_webhook(cluster_dir, cluster, webhook_tree=webhook_tree, fake_args=fake_args) as running:
+            pid = running.webhook.process.pid
+            time.sleep(WATCH_COST_SETTLE_SECONDS)
+            events_before, cpu_before = (
+                read_fake_counts(running.fake_port).get("pod_events", 0),
+                procfs.cpu_seconds(pid),
+            )
+            time.sleep(seconds)
+            events = read_fake_counts(running.fake_port).get("pod_events", 0) - events_before
+            cpu = procfs.cpu_seconds(pid) - cpu_before
+        row = {
+            "cluster": cluster,
+            "events_per_second": rate,
+            "events_per_wakeup": max(1.0, rate * fake_apiserver.EVENT_TICK_SECONDS),
+            "events": events,
+            "cpu_s": round(cpu, 4),
+            "cpu_us_per_event": round(cpu / max(1, events) * 1e6, 1),
+        }
+        log(f"{cluster} watch: {rate:g} pod events/s -> {row['cpu_us_per_event']} us of webhook CPU per event")
+        rows.append(row)
+    return rows
 
 
 def profile_webhook(
@@ -306,6 +369,7 @@ def run(
     plan: LoadPlan,
     log_level_variant: str = "",
     profile_cluster: str = "",
+    watch_cost_cluster: str = "",
     webhook_tree: Path | None = None,
 ) -> dict[str, Any]:
     results: dict[str, Any] = {"plan": _plan_dict(plan)}
@@ -317,6 +381,8 @@ def run(
         results["webhook"].append(
             measure_webhook(run_dir, cluster, cases, plan, profile_seconds=profile, webhook_tree=webhook_tree)
         )
+    if watch_cost_cluster:
+        results["watch_cost"] = measure_watch_cost(run_dir, watch_cost_cluster, webhook_tree=webhook_tree)
     if log_level_variant:
         # The same webhook without its per-admission INFO log line: what that line costs.
         results["webhook_quiet"] = measure_webhook(

@@ -24,7 +24,6 @@ GO_SOURCE_DIR = Path(__file__).resolve().parent / "gowebhook"
 GO_BUILD_TIMEOUT_SECONDS = 300.0
 # The label the minimal webhooks add: its presence in a created pod shows which one answered.
 MINIMAL_LABEL = b"bench.nimbix-burst.io/minimal"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def ensure_go_webhook() -> Path:
@@ -70,9 +69,3 @@ def start(kind: str, run_dir: Path) -> tuple[addons.WebhookProcess, str]:
     webhook = addons.WebhookProcess(process=process, url=f"https://127.0.0.1:{port}", ca=ca, tls_dir=tls_dir)
     addons.wait_ready(webhook)
     return webhook, webhook.url + path
-
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of the whole process (all threads) from /proc/<pid>/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS

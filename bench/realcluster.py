@@ -27,7 +27,7 @@ from typing import Any
 
 from kubernetes import client as k8s_client
 
-from bench import clusters, inprocess, minimal, naive, stats
+from bench import clusters, inprocess, minimal, naive, procfs, stats
 from bench.kubeapi import MERGE_PATCH, KubeApi, KubeApiError, run_bounded
 from devplatform import manifests
 from devplatform.cluster import addons, controlplane
@@ -355,7 +355,7 @@ async def measure_creates(
             await _set_registered(cp, objects, target)
             await _wait_effective(api, marker=target.marker if target else None, markers=markers, serial=serial)
             metric_before = await _webhook_call_metric(api)
-            cpu_before = {name: minimal.cpu_seconds(t.pid) for name, t in targets.items()}
+            cpu_before = {name: procfs.cpu_seconds(t.pid) for name, t in targets.items()}
             for _ in range(per_round):
                 serial[0] += 1
                 body = json.dumps(build_create_pod(f"create-{serial[0]:05d}")).encode()
@@ -368,7 +368,7 @@ async def measure_creates(
                     raise KubeApiError(f"round {round_index} webhook {variant}: unexpected mutation state")
                 samples[variant].append(elapsed)
             for name, t in targets.items():
-                cpu[name][variant][0] += minimal.cpu_seconds(t.pid) - cpu_before[name]
+                cpu[name][variant][0] += procfs.cpu_seconds(t.pid) - cpu_before[name]
                 cpu[name][variant][1] += per_round
             metric_after = await _webhook_call_metric(api)
             calls[variant][0] += metric_after[0] - metric_before[0]

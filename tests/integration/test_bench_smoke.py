@@ -4,6 +4,7 @@ load generator against the limit server for about a second. Structure is asserte
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from bench import ab, clusters, fake_apiserver, inprocess, profiling, report, stats
+from bench import ab, clusters, fake_apiserver, http_load, inprocess, procfs, profiling, report, stats
 from devplatform.cluster import addons, processes
 from webhook.model import parse_node, parse_pod
 
@@ -146,6 +147,40 @@ async def test_fake_apiserver_pages_and_bookmarks(aiohttp_client: Any) -> None:
     assert first["type"] == "BOOKMARK"
 
 
+async def test_fake_apiserver_streams_pod_events_at_the_asked_rate(aiohttp_client: Any) -> None:
+    pods = [json.dumps({"metadata": {"name": f"p{i}", "uid": f"u{i}"}}).encode() for i in range(3)]
+    client: TestClient[Any, Any] = await aiohttp_client(fake_apiserver.create_app([], pods, pod_event_rate=200.0))
+    watch = await client.get("/api/v1/pods", params={"watch": "true", "timeoutSeconds": "1"})
+    lines = [json.loads(line) for line in (await watch.read()).splitlines()]
+    events = [line for line in lines if line["type"] == "MODIFIED"]
+    assert lines[0]["type"] == "BOOKMARK"
+    assert 150 <= len(events) <= 200  # 200/s for the watch's one second, paced on a 10 ms tick
+    assert [e["object"]["metadata"]["name"] for e in events[:4]] == ["p0", "p1", "p2", "p0"]
+    counts = await (await client.get("/healthz")).json()
+    assert counts["pod_events"] == len(events)
+    nodes = await client.get("/api/v1/nodes", params={"watch": "true", "timeoutSeconds": "0"})
+    assert [json.loads(line)["type"] for line in (await nodes.read()).splitlines()] == ["BOOKMARK"]
+
+
+def test_cpu_seconds_counts_what_a_thread_spends_on_a_cpu() -> None:
+    cpu_before, process_before = procfs.cpu_seconds(os.getpid()), time.process_time()
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:
+        pass
+    spent = procfs.cpu_seconds(os.getpid()) - cpu_before
+    assert abs(spent - (time.process_time() - process_before)) < 0.02
+    assert procfs.cpu_seconds(os.getpid()) >= procfs._ticked_cpu_seconds(os.getpid()) - 0.05
+
+
+def test_watch_cost_counts_events_and_webhook_cpu(tmp_path: Path) -> None:
+    (row,) = http_load.measure_watch_cost(tmp_path, "synthetic:20", rates=(300.0,), seconds=1.0)
+    assert row["events_per_second"] == 300.0
+    assert row["events_per_wakeup"] == 3.0
+    assert 150 <= row["events"] <= 330
+    assert row["cpu_s"] > 0
+    assert row["cpu_us_per_event"] == round(row["cpu_s"] / row["events"] * 1e6, 1)
+
+
 def _wait_for_port(port: int, server: processes.ManagedProcess, *, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -240,6 +275,16 @@ def test_report_writes_json_markdown_and_plot(tmp_path: Path) -> None:
             "loadavg_after": "0",
         },
         "http": {
+            "watch_cost": [
+                {
+                    "cluster": "synthetic:1000",
+                    "events_per_second": 100.0,
+                    "events_per_wakeup": 1.0,
+                    "events": 800,
+                    "cpu_s": 0.2,
+                    "cpu_us_per_event": 250.0,
+                }
+            ],
             "plan": {
                 "rates_rps": [1000.0],
                 "seconds_per_rate": 1,
@@ -252,6 +297,7 @@ def test_report_writes_json_markdown_and_plot(tmp_path: Path) -> None:
     }
     markdown = report.write_all(results, tmp_path)
     assert "## Performance" in markdown
+    assert "| 100 | 1 | 800 | 250.0 |" in markdown
     assert [t["met"] for t in results["targets"]] == [True, True, True]
     assert json.loads((tmp_path / "results.json").read_text())["targets"]
     assert (tmp_path / "results.png").stat().st_size > 0
