@@ -249,7 +249,7 @@ def measure_request_extras() -> dict[str, float]:
 
     def update_metrics() -> None:  # what the handler updates for a review
         counts.in_flight += 1
-        counts.admitted("local")
+        counts.decisions["local"] += 1
         counts.observe_latency(0.0002)
         counts.in_flight -= 1
 

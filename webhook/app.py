@@ -71,7 +71,7 @@ async def mutate(request: web.Request) -> web.Response:
     counts.in_flight += 1
     try:
         if not _client_verified(request):
-            counts.error("unauthenticated")
+            counts.errors["unauthenticated"] += 1
             log.warning("admission review without a client certificate", extra={"remote": request.remote})
             return _error(
                 403,
@@ -79,13 +79,13 @@ async def mutate(request: web.Request) -> web.Response:
                 "API server's AdmissionConfiguration (kubeConfigFile) to present one",
             )
         if request.content_type != "application/json":
-            counts.error("malformed")
+            counts.errors["malformed"] += 1
             return _error(415, f"Content-Type must be application/json, got {request.content_type!r}")
         body = await request.read()
         try:
             review = parse_review(body)
         except MalformedReview as exc:
-            counts.error("malformed")
+            counts.errors["malformed"] += 1
             log.warning("malformed admission review", extra={"error": str(exc)[:500]})
             return _error(400, str(exc))
         local_refusal = ""
@@ -93,7 +93,7 @@ async def mutate(request: web.Request) -> web.Response:
         if router is not None:
             placed = await router.place(body, forwarded_by=request.headers.get(FORWARDED_HEADER, ""))
             if isinstance(placed, Relayed):
-                counts.admitted("forwarded")
+                counts.decisions["forwarded"] += 1
                 return web.Response(body=placed.body, content_type="application/json")
             if isinstance(placed, Refused):
                 return _error(503, placed.reason)
@@ -109,19 +109,19 @@ async def mutate(request: web.Request) -> web.Response:
                     over_budget=app[SETTINGS].over_budget,
                 )
         except MalformedReview as exc:
-            counts.error("malformed")
+            counts.errors["malformed"] += 1
             log.warning("malformed admission review", extra={"uid": review.uid, "error": str(exc)[:500]})
             return _error(400, str(exc))
         except Exception:
             # A bug in the decision must never block pod creation: answer allowed, unchanged.
-            counts.error("internal")
-            counts.admitted("error")
+            counts.errors["internal"] += 1
+            counts.decisions["error"] += 1
             log.exception("admission failed", extra={"uid": review.uid, "namespace": review.namespace})
             return web.json_response(admission.build_error_response(review.uid))
         elapsed = time.perf_counter() - started
-        counts.admitted(result.outcome)
+        counts.decisions[result.outcome] += 1
         if result.over_budget:
-            counts.went_over_budget("deny" if result.outcome == "denied" else "local")
+            counts.over_budget["deny" if result.outcome == "denied" else "local"] += 1
         counts.observe_latency(elapsed)
         if log.isEnabledFor(logging.INFO):  # the line's fields cost time too: built only when it is written
             app[ADMISSION_LOG](

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
+from prometheus_client import Counter as PrometheusCounter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
@@ -24,23 +26,15 @@ class ReviewCounts:
     runs both the handler that counts and the /metrics handler that reads."""
 
     def __init__(self, buckets: tuple[float, ...] = LATENCY_BUCKETS) -> None:
-        self.decisions: dict[str, int] = {}
-        self.errors: dict[str, int] = {}
-        self.over_budget: dict[str, int] = {}
+        # By label value; a Counter starts a new one at zero, so `counts.errors["malformed"] += 1`.
+        self.decisions: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.over_budget: Counter[str] = Counter()
         self.in_flight = 0
         self.buckets = buckets
         # Not cumulative: a duration's bucket is the first bound >= it (le), the last one is +Inf.
         self.latency_counts = [0] * (len(buckets) + 1)
         self.latency_sum = 0.0
-
-    def admitted(self, decision: str) -> None:
-        self.decisions[decision] = self.decisions.get(decision, 0) + 1
-
-    def error(self, kind: str) -> None:
-        self.errors[kind] = self.errors.get(kind, 0) + 1
-
-    def went_over_budget(self, action: str) -> None:
-        self.over_budget[action] = self.over_budget.get(action, 0) + 1
 
     def observe_latency(self, seconds: float) -> None:
         self.latency_counts[bisect_left(self.buckets, seconds)] += 1
@@ -77,7 +71,7 @@ class _ReviewCollector(Collector):
         )
 
 
-def _labelled_counter(name: str, documentation: str, label: str, values: dict[str, int]) -> CounterMetricFamily:
+def _labelled_counter(name: str, documentation: str, label: str, values: Counter[str]) -> CounterMetricFamily:
     family = CounterMetricFamily(name, documentation, labels=[label])
     for value, count in sorted(values.items()):
         family.add_metric([value], count)
@@ -139,5 +133,7 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.reviews = ReviewCounts()
         self.registry.register(_ReviewCollector(self.reviews))
-        self.tls_reloads = Counter("nimbix_burst_tls_reloads", "Serving certificate reloads", registry=self.registry)
+        self.tls_reloads = PrometheusCounter(
+            "nimbix_burst_tls_reloads", "Serving certificate reloads", registry=self.registry
+        )
         self.registry.register(_CacheCollector(cache, sync, clock))

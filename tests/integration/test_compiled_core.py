@@ -27,8 +27,6 @@ def test_the_compile_script_compiles_the_pure_core_of_every_review() -> None:
 def test_the_webhook_tests_pass_on_the_compiled_core() -> None:
     compiled = compiled_core.build(REPO_ROOT)
     modules = compiled_core.compiled_modules()
-    for name in modules:
-        assert list((compiled / Path(*name.split("."))).parent.glob(name.rsplit(".", 1)[1] + ".*.so")), name
     env = {
         **os.environ,
         # The compiled tree first; the checkout after it for the tests package.
@@ -38,7 +36,7 @@ def test_the_webhook_tests_pass_on_the_compiled_core() -> None:
     argv = [
         str(Path(sys.executable).parent / "pytest"),  # not `python -m pytest`: that puts the checkout first
         "-q", "-p", "no:cacheprovider", "--import-mode=importlib",
-        "tests/integration/compiled_probe.py", *SUITES,
+        "tests/integration/compiled_probe.py", *SUITES,  # the probe fails unless each module is the extension
     ]  # fmt: skip
     completed = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900, check=False)
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
