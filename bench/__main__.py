@@ -180,6 +180,7 @@ def run_http(quick: bool, run_dir: Path, results: dict[str, Any], webhook_tree: 
         log_level_variant="" if quick else "synthetic:1000",
         profile_cluster="synthetic:100" if quick else "synthetic:5000",
         watch_cost_cluster="synthetic:100" if quick else "synthetic:1000",
+        go_client_cluster="synthetic:100" if quick else "synthetic:5000",
         webhook_tree=webhook_tree,
     )
 

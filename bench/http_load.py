@@ -19,9 +19,9 @@ import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from bench import clusters, fake_apiserver, procfs, profiling, stats
+from bench import clusters, fake_apiserver, loadgen, minimal, procfs, profiling, stats
 from bench.realcluster import read_rss_mb, read_sync_span
 from devplatform.cluster import addons, processes
 
@@ -70,20 +70,32 @@ def log(message: str) -> None:
     print(f"  {message}", file=sys.stderr, flush=True)
 
 
-def run_loadgen_measured(url: str, ca: Path, body: Path, plan: LoadPlan, server_pid: int) -> dict[str, Any]:
+Client = Literal["python", "go"]
+# The Go client's pass (5,000 nodes and the limit): the offered rate of the p99 goal, then saturation.
+GO_CLIENT_PLAN = LoadPlan(rates=(1000.0,), seconds=3.0, connections=8, saturation_seconds=3.0)
+
+
+def run_loadgen_measured(
+    url: str, ca: Path, body: Path, plan: LoadPlan, server_pid: int, *, client: Client = "python"
+) -> dict[str, Any]:
     """run_loadgen, plus the server's CPU time per request over the whole run (a cost that does not
     depend on whether the load generator kept up)."""
     cpu_before = procfs.cpu_seconds(server_pid)
-    result = run_loadgen(url, ca, body, plan)
+    result = run_loadgen(url, ca, body, plan, client=client)
     server_cpu = procfs.cpu_seconds(server_pid) - cpu_before
     result["server_cpu_s"] = round(server_cpu, 3)
     result["server_cpu_us_per_request"] = round(server_cpu / max(1, result["requests_total"]) * 1e6, 1)
     return result
 
 
-def run_loadgen(url: str, ca: Path, body: Path, plan: LoadPlan) -> dict[str, Any]:
+def run_loadgen(url: str, ca: Path, body: Path, plan: LoadPlan, *, client: Client = "python") -> dict[str, Any]:
+    """`client`: bench.loadgen (Python, the issue's instrument) or bench/goloadgen (same phases and
+    summaries, a fraction of the CPU per request, on schedule)."""
+    program = (
+        [sys.executable, "-m", "bench.loadgen"] if client == "python" else [str(minimal.ensure_go_binary("goloadgen"))]
+    )
     argv = [
-        sys.executable, "-m", "bench.loadgen",
+        *program,
         "--url", url, "--ca", str(ca), "--body", str(body),
         "--rates", ",".join(f"{r:g}" for r in plan.rates),
         "--seconds", str(plan.seconds),
@@ -101,9 +113,9 @@ def run_loadgen(url: str, ca: Path, body: Path, plan: LoadPlan) -> dict[str, Any
         check=False,
     )
     if completed.returncode != 0:
-        raise RuntimeError(f"loadgen exited with {completed.returncode}")
+        raise RuntimeError(f"{client} loadgen exited with {completed.returncode}")
     result: dict[str, Any] = json.loads(completed.stdout.strip().splitlines()[-1])
-    return result
+    return result if client == "python" else loadgen.summarize_raw(result)
 
 
 def wait_http(url: str, proc: processes.ManagedProcess, *, timeout: float) -> None:
@@ -140,7 +152,7 @@ def _check_outcomes(result: Mapping[str, Any], case: RequestCase) -> None:
             )
 
 
-def measure_limit(run_dir: Path, plan: LoadPlan) -> dict[str, Any]:
+def measure_limit(run_dir: Path, plan: LoadPlan, *, go_client: bool = False) -> dict[str, Any]:
     limit_dir = run_dir / "limit"
     tls_dir = limit_dir / "tls"
     addons.make_webhook_tls(tls_dir)
@@ -152,10 +164,16 @@ def measure_limit(run_dir: Path, plan: LoadPlan) -> dict[str, Any]:
         wait_tls_ready(context_url + "/readyz", tls_dir / "ca.crt", proc)
         body = write_body(run_dir, LOCAL, "limit")
         log("limit server (constant response)")
-        return {
+        result = {
             "target": "limit",
             **run_loadgen_measured(context_url + "/mutate", tls_dir / "ca.crt", body, plan, proc.pid),
         }
+        if go_client:
+            log("limit server, Go client")
+            result["go_client"] = run_loadgen_measured(
+                context_url + "/mutate", tls_dir / "ca.crt", body, GO_CLIENT_PLAN, proc.pid, client="go"
+            )
+        return result
     finally:
         processes.stop_process(proc)
 
@@ -244,9 +262,11 @@ def measure_webhook(
     webhook_args: Sequence[str] = (),
     profile_seconds: float = 0.0,
     webhook_tree: Path | None = None,
+    go_client: bool = False,
 ) -> dict[str, Any]:
     """Fake API server with `cluster` -> the real webhook syncs from it -> load per request case.
-    `webhook_tree`: where the webhook's packages come from (devplatform.compiled_core.build)."""
+    `webhook_tree`: where the webhook's packages come from (devplatform.compiled_core.build).
+    `go_client`: each case again with bench/goloadgen (GO_CLIENT_PLAN)."""
     label = cluster.replace(":", "-") + (
         "-" + "-".join(a.strip("-").lower() for a in webhook_args) if webhook_args else ""
     )
@@ -268,6 +288,14 @@ def measure_webhook(
             )
             _check_outcomes(load, case)
             result["cases"][case.name] = load
+            if go_client:
+                log(f"{cluster} {case.name} requests, Go client")
+                precise = run_loadgen_measured(
+                    webhook.url + "/mutate", webhook.tls_dir / "ca.crt", body, GO_CLIENT_PLAN, webhook.process.pid,
+                    client="go",
+                )  # fmt: skip
+                _check_outcomes(precise, case)
+                result.setdefault("cases_go_client", {})[case.name] = precise
         result["webhook_memory_after_load"] = read_rss_mb(webhook.process.pid)
         result["server_side"] = read_admission_latencies(webhook.process.log_path)
         if profile_seconds:
@@ -370,16 +398,25 @@ def run(
     log_level_variant: str = "",
     profile_cluster: str = "",
     watch_cost_cluster: str = "",
+    go_client_cluster: str = "",
     webhook_tree: Path | None = None,
 ) -> dict[str, Any]:
     results: dict[str, Any] = {"plan": _plan_dict(plan)}
-    results["limit"] = measure_limit(run_dir, plan)
+    results["limit"] = measure_limit(run_dir, plan, go_client=bool(go_client_cluster))
     results["webhook"] = []
     for cluster in clusters_to_run:
         cases = (LOCAL, REMOTE_ALIBABA) if cluster == "alibaba" else (LOCAL, REMOTE_CAPACITY)
         profile = PROFILE_SECONDS if cluster == profile_cluster else 0.0
         results["webhook"].append(
-            measure_webhook(run_dir, cluster, cases, plan, profile_seconds=profile, webhook_tree=webhook_tree)
+            measure_webhook(
+                run_dir,
+                cluster,
+                cases,
+                plan,
+                profile_seconds=profile,
+                webhook_tree=webhook_tree,
+                go_client=cluster == go_client_cluster,
+            )
         )
     if watch_cost_cluster:
         results["watch_cost"] = measure_watch_cost(run_dir, watch_cost_cluster, webhook_tree=webhook_tree)

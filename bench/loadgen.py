@@ -172,6 +172,33 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def summarize_raw(raw: dict[str, Any]) -> dict[str, Any]:
+    """bench/goloadgen's output (raw latencies per phase) as this generator's own report, summarized
+    by the same code, so the two clients' figures mean the same."""
+    result: dict[str, Any] = {"client": "go", "body_bytes": raw["body_bytes"], "open_loop": [], "saturation": None}
+    for phase in raw["phases"]:
+        tally = Tally(
+            latencies=phase["latencies_s"] or [],
+            from_due=phase["from_due_s"] or [],
+            errors=phase["errors"],
+            remote=phase["remote_responses"],
+            first_error=phase["first_error"],
+        )
+        record = _phase_record(tally, phase["elapsed_s"])
+        if phase["kind"] == "open":
+            record["offered_rps"] = phase["offered_rps"]
+            record["latency_from_due"] = stats.summarize_seconds(tally.from_due)
+            record["max_send_lag_ms"] = round(phase["max_send_lag_s"] * 1000, 3)
+            result["open_loop"].append(record)
+        else:
+            record["connections"] = phase["connections"]
+            result["saturation"] = record
+    result["requests_total"] = raw["requests_total"]
+    result["client_cpu_s"] = round(raw["client_cpu_s"], 3)
+    result["elapsed_s"] = round(raw["elapsed_s"], 3)
+    return result
+
+
 def _progress(label: str, record: dict[str, Any]) -> None:
     latency = record["latency"]
     print(

@@ -290,7 +290,8 @@ def _http_section(results: Mapping[str, Any]) -> list[str]:
         "the run does not drain the cluster); remote ones: an 8-GPU pod (synthetic clusters: every GPU node has a "
         "GPU in use) or, on the Alibaba cluster, a 1-GPU pod pinned to T4 nodes (all full). The webhook's cache "
         "is filled by its own watcher from a fake list/watch server (`bench/fake_apiserver.py`). "
-        '"server CPU us/req" is the server process\'s CPU time (/proc stat) over all requests of the run; '
+        "\"server CPU us/req\" is the server process's time on a CPU (the scheduler's own accounting, "
+        "/proc/<pid>/task/*/schedstat) over all requests of the run; "
         "\"x limit (CPU)\" = the limit's CPU per request / this server's, a capacity ratio that does not depend on "
         "the load generator keeping up (it shares the 2 cores"
         + (f"; it used {client:.0%} of a core against the limit)" if client is not None else ")")
@@ -377,6 +378,60 @@ def _profile_section(results: Mapping[str, Any]) -> list[str]:
         "CPU budget above is the sturdier split.",
         "",
         *_table(["Part of a request", *(f"{c} %" for c in cases)], rows),
+        "",
+    ]
+
+
+def _go_client_section(results: Mapping[str, Any]) -> list[str]:
+    http = results.get("http", {})
+    limit = http.get("limit", {}).get("go_client")
+    runs = [r for r in http.get("webhook", ()) if r.get("cases_go_client")]
+    if not limit or not runs:
+        return []
+    run = runs[0]
+    rate = P99_TARGET_RATE
+
+    def row(name: str, load: Mapping[str, Any]) -> list[str]:
+        rps = load["saturation"]["throughput_rps"]
+        phase = _load_at(load, rate)
+        limit_phase = _load_at(limit, rate)
+        p99_ratio = (
+            stats.ratio(phase["latency"]["p99_ms"], limit_phase["latency"]["p99_ms"]) if phase and limit_phase else None
+        )
+        return [
+            name,
+            _fmt(rps, 0),
+            _fmt(stats.ratio(rps, limit["saturation"]["throughput_rps"])),
+            _fmt(load.get("server_cpu_us_per_request"), 0),
+            _fmt(_cpu_ratio(limit, load)),
+            _latency_cell(load, rate),
+            _fmt(p99_ratio),
+            f"{load['client_cpu_s'] / load['elapsed_s']:.0%}" if load.get("elapsed_s") else "-",
+        ]
+
+    rows = [row("limit (constant response)", limit)]
+    rows += [row(f"webhook, {run['nodes']:,} nodes, {case}", load) for case, load in run["cases_go_client"].items()]
+    return [
+        f"### 1e. The same with a Go load generator ({run['nodes']:,} nodes)",
+        "",
+        "`bench/goloadgen`: the same phases, bodies and summaries as the Python load generator above (it prints raw "
+        "latencies; `bench.loadgen.summarize_raw` summarizes them), with a fraction of the CPU per request and on "
+        f"schedule, so the saturation figure is the server's own capacity. Open loop at {rate:g} req/s for 3 s, then "
+        "8 connections for 3 s, right after the Python client's runs on the same server processes.",
+        "",
+        *_table(
+            [
+                "Server",
+                "Saturation req/s",
+                "x limit",
+                "server CPU us/req",
+                "x limit (CPU)",
+                f"p50 / p99 / max ms @ {rate:g}/s",
+                "p99 x limit",
+                "client CPU (of a core)",
+            ],
+            rows,
+        ),
         "",
     ]
 
@@ -621,7 +676,7 @@ def _minimal_section(create: Mapping[str, Any]) -> list[str]:
         "configuration (each decodes the review, echoes the uid, adds one label); the order of the four "
         "variants rotates every round. Added latency = p50 registered - p50 not registered (paired: median "
         "over rounds of the same difference within a round). CPU per create: the webhook process's "
-        "utime+stime (/proc/<pid>/stat, all threads) over its own rounds / creates.",
+        "time on a CPU (/proc/<pid>/task/*/schedstat, all threads) over its own rounds / creates.",
         "",
         *_table(
             [
@@ -669,6 +724,7 @@ def build_markdown(results: Mapping[str, Any], targets: Sequence[Target]) -> str
         *_http_section(results),
         *_budget_section(results),
         *_profile_section(results),
+        *_go_client_section(results),
         *_watch_cost_section(results),
         *_decision_section(results),
         *_scale_section(results),

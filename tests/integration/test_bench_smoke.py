@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from bench import ab, clusters, fake_apiserver, http_load, inprocess, procfs, profiling, report, stats
+from bench import ab, clusters, fake_apiserver, http_load, inprocess, loadgen, procfs, profiling, report, stats
 from devplatform.cluster import addons, processes
 from webhook.model import parse_node, parse_pod
 
@@ -178,7 +178,7 @@ def test_watch_cost_counts_events_and_webhook_cpu(tmp_path: Path) -> None:
     assert row["events_per_wakeup"] == 3.0
     assert 150 <= row["events"] <= 330
     assert row["cpu_s"] > 0
-    assert row["cpu_us_per_event"] == round(row["cpu_s"] / row["events"] * 1e6, 1)
+    assert row["cpu_us_per_event"] == pytest.approx(row["cpu_s"] / row["events"] * 1e6, abs=1.0)  # cpu_s is rounded
 
 
 def _wait_for_port(port: int, server: processes.ManagedProcess, *, timeout: float = 20.0) -> None:
@@ -246,6 +246,79 @@ def test_loadgen_against_the_limit_server(tmp_path: Path) -> None:
     assert result["requests_total"] >= phase["completed"] + result["saturation"]["completed"]
 
 
+def test_go_loadgen_reports_as_the_python_one_does(tmp_path: Path) -> None:
+    tls_dir = tmp_path / "tls"
+    addons.make_webhook_tls(tls_dir)
+    port = processes.free_port()
+    server = processes.start_process(
+        "limit-server",
+        [sys.executable, "-m", "bench.limit_server", "--port", str(port), "--tls-dir", str(tls_dir)],
+        log_path=tmp_path / "limit.log",
+        cwd=REPO_ROOT,
+    )
+    plan = http_load.LoadPlan(rates=(200.0,), seconds=0.5, connections=2, saturation_seconds=0.5)
+    try:
+        body = tmp_path / "review.json"
+        body.write_bytes(clusters.review_body(gpus=1, dry_run=True))
+        _wait_for_port(port, server)
+        url = f"https://127.0.0.1:{port}/mutate"
+        go = http_load.run_loadgen(url, tls_dir / "ca.crt", body, plan, client="go")
+        python = http_load.run_loadgen(url, tls_dir / "ca.crt", body, plan, client="python")
+    finally:
+        processes.stop_process(server)
+    assert go["client"] == "go"
+    (phase,) = go["open_loop"]
+    assert set(phase) == set(python["open_loop"][0])
+    assert set(go["saturation"]) == set(python["saturation"])
+    assert phase["offered_rps"] == 200.0
+    assert 90 <= phase["completed"] <= 100 and phase["errors"] == 0
+    assert phase["latency"]["count"] == phase["completed"]
+    assert go["saturation"]["completed"] > 0 and go["saturation"]["connections"] == 2
+    assert go["requests_total"] >= 600 + phase["completed"] + go["saturation"]["completed"]  # warm-up included
+
+
+def test_raw_go_phases_are_summarized_by_the_python_code() -> None:
+    raw = {
+        "client": "go",
+        "body_bytes": 10,
+        "phases": [
+            {
+                "kind": "open",
+                "offered_rps": 100.0,
+                "latencies_s": [0.001, 0.003, 0.002],
+                "from_due_s": [0.002, 0.004, 0.003],
+                "errors": 1,
+                "first_error": "boom",
+                "remote_responses": 0,
+                "elapsed_s": 0.03,
+                "max_send_lag_s": 0.0005,
+            },
+            {
+                "kind": "closed",
+                "connections": 4,
+                "latencies_s": None,  # Go's empty slice is null
+                "from_due_s": None,
+                "errors": 0,
+                "first_error": "",
+                "remote_responses": 0,
+                "elapsed_s": 1.0,
+                "max_send_lag_s": 0,
+            },
+        ],
+        "requests_total": 604,
+        "client_cpu_s": 0.12345,
+        "elapsed_s": 2.0,
+    }
+    result = loadgen.summarize_raw(raw)
+    (phase,) = result["open_loop"]
+    assert phase["latency"] == stats.summarize_seconds([0.001, 0.003, 0.002])
+    assert phase["latency_from_due"] == stats.summarize_seconds([0.002, 0.004, 0.003])
+    assert (phase["completed"], phase["errors"], phase["first_error"]) == (3, 1, "boom")
+    assert phase["throughput_rps"] == 100.0 and phase["max_send_lag_ms"] == 0.5
+    assert result["saturation"]["completed"] == 0 and result["saturation"]["connections"] == 4
+    assert (result["requests_total"], result["client_cpu_s"]) == (604, 0.123)
+
+
 def test_report_writes_json_markdown_and_plot(tmp_path: Path) -> None:
     load = {
         "body_bytes": 5000,
@@ -275,6 +348,7 @@ def test_report_writes_json_markdown_and_plot(tmp_path: Path) -> None:
             "loadavg_after": "0",
         },
         "http": {
+            "limit": {**load, "go_client": {**load, "saturation": {"throughput_rps": 4000.0}}},
             "watch_cost": [
                 {
                     "cluster": "synthetic:1000",
@@ -291,13 +365,13 @@ def test_report_writes_json_markdown_and_plot(tmp_path: Path) -> None:
                 "saturation_connections": 8,
                 "saturation_seconds": 1,
             },
-            "limit": load,
-            "webhook": [webhook_run],
+            "webhook": [{**webhook_run, "cases_go_client": {"local": load}}],
         },
     }
     markdown = report.write_all(results, tmp_path)
     assert "## Performance" in markdown
     assert "| 100 | 1 | 800 | 250.0 |" in markdown
+    assert "| webhook, 5,000 nodes, local | 1,000 | 0.25 | 400 | 1.00 | 1.00 / 2.00 / 2.0 | 1.00 | 50% |" in markdown
     assert [t["met"] for t in results["targets"]] == [True, True, True]
     assert json.loads((tmp_path / "results.json").read_text())["targets"]
     assert (tmp_path / "results.png").stat().st_size > 0

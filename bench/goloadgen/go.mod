@@ -1,0 +1,3 @@
+module nimbix-burst/bench/goloadgen
+
+go 1.22
