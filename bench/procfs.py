@@ -1,29 +1,33 @@
-"""What the benchmark reads about a process from /proc."""
+"""What the benchmark reads about another process's CPU time."""
 
 from __future__ import annotations
 
-import contextlib
 import os
+import time
 from pathlib import Path
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# Linux's CPU-time clock of a whole process, addressed by pid (CPUCLOCK_SCHED of the thread group,
+# as in glibc's clock_getcpuclockid): the scheduler's exact on-CPU time of all its threads, those
+# that have ended included.
+_CPUCLOCK_SCHED = 2
+
+
+def process_clock_id(pid: int) -> int:
+    return ((~pid) << 3) | _CPUCLOCK_SCHED
 
 
 def cpu_seconds(pid: int) -> float:
-    """Time on a CPU of all the process's threads, from the scheduler's own accounting
-    (/proc/<pid>/task/*/schedstat, in ns). /proc/<pid>/stat's utime and stime are sampled at the
-    timer tick on kernels built with TICK_CPU_ACCOUNTING (this VM's): a thread that wakes briefly
-    and often is charged whole ticks or nothing, so sparse work (a watched event, one pod create)
-    needs this. Falls back to utime + stime where the kernel keeps no schedstat."""
-    total_ns = 0
+    """Time on a CPU of all the process's threads, from the scheduler's own accounting. utime and
+    stime in /proc/<pid>/stat are sampled at the timer tick on kernels built with
+    TICK_CPU_ACCOUNTING (this VM's): a thread that wakes briefly and often is charged whole ticks
+    or nothing, so sparse work (a watched event, one pod create) needs this. Summing the threads'
+    /proc/<pid>/task/*/schedstat instead would lose the time of threads that have ended. Falls back
+    to utime + stime where the clock cannot be read."""
     try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-        for task in tasks:
-            with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
-                total_ns += int((task / "schedstat").read_text().split()[0])
-    except FileNotFoundError:
+        return time.clock_gettime(process_clock_id(pid))
+    except OSError:
         return _ticked_cpu_seconds(pid)
-    return total_ns / 1e9 if total_ns else _ticked_cpu_seconds(pid)
 
 
 def _ticked_cpu_seconds(pid: int) -> float:

@@ -291,7 +291,7 @@ def _http_section(results: Mapping[str, Any]) -> list[str]:
         "GPU in use) or, on the Alibaba cluster, a 1-GPU pod pinned to T4 nodes (all full). The webhook's cache "
         "is filled by its own watcher from a fake list/watch server (`bench/fake_apiserver.py`). "
         "\"server CPU us/req\" is the server process's time on a CPU (the scheduler's own accounting, "
-        "/proc/<pid>/task/*/schedstat) over all requests of the run; "
+        "clock_gettime on the process's CPU-time clock) over all requests of the run; "
         "\"x limit (CPU)\" = the limit's CPU per request / this server's, a capacity ratio that does not depend on "
         "the load generator keeping up (it shares the 2 cores"
         + (f"; it used {client:.0%} of a core against the limit)" if client is not None else ")")
@@ -446,7 +446,7 @@ def _watch_cost_section(results: Mapping[str, Any]) -> list[str]:
         "The fake API server streams MODIFIED events of listed pods on the webhook's pod watch, unchanged for "
         "accounting as most real pod events (status updates) are, paced on a 10 ms tick: at 100/s each event "
         "wakes the watch thread alone, at 1,000/s ten arrive together. Webhook CPU over 8 s from the scheduler's "
-        "own accounting (`/proc/<pid>/task/*/schedstat`).",
+        "own accounting (the process's CPU-time clock, `clock_gettime`).",
         "",
         *_table(
             ["Pod events/s", "Events per wake-up", "Events", "Webhook CPU per event (us)"],
@@ -676,7 +676,7 @@ def _minimal_section(create: Mapping[str, Any]) -> list[str]:
         "configuration (each decodes the review, echoes the uid, adds one label); the order of the four "
         "variants rotates every round. Added latency = p50 registered - p50 not registered (paired: median "
         "over rounds of the same difference within a round). CPU per create: the webhook process's "
-        "time on a CPU (/proc/<pid>/task/*/schedstat, all threads) over its own rounds / creates.",
+        "time on a CPU (the process's CPU-time clock, all threads) over its own rounds / creates.",
         "",
         *_table(
             [
