@@ -198,7 +198,6 @@ def wait_tls_ready(url: str, ca: Path, proc: processes.ManagedProcess) -> None:
 class RunningWebhook:
     webhook: addons.WebhookProcess
     fake_port: int
-    cluster_dir: Path
     served: Mapping[str, Any]  # the fake's /healthz once the webhook is ready
     info: Mapping[str, Any]  # sync time and memory, for the results
 
@@ -240,7 +239,7 @@ def running_webhook(
             **read_sync_span(webhook.process.log_path),
             "webhook_memory_after_sync": memory_after_sync,
         }
-        yield RunningWebhook(webhook, port, cluster_dir, served, info)
+        yield RunningWebhook(webhook, port, served, info)
     finally:
         if webhook is not None:
             addons.stop_webhook(webhook)

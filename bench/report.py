@@ -390,11 +390,11 @@ def _go_client_section(results: Mapping[str, Any]) -> list[str]:
         return []
     run = runs[0]
     rate = P99_TARGET_RATE
+    limit_phase = _load_at(limit, rate)
 
     def row(name: str, load: Mapping[str, Any]) -> list[str]:
         rps = load["saturation"]["throughput_rps"]
         phase = _load_at(load, rate)
-        limit_phase = _load_at(limit, rate)
         p99_ratio = (
             stats.ratio(phase["latency"]["p99_ms"], limit_phase["latency"]["p99_ms"]) if phase and limit_phase else None
         )
