@@ -43,3 +43,64 @@ ENV_STATE_DIR: Final = "NIMBIX_BURST_STATE_DIR"
 STATE_VOLUME_NAME: Final = "nimbix-burst-state"
 STATE_MOUNT_PATH: Final = "/var/run/nimbix-burst"
 STATE_VOLUME_SIZE_LIMIT: Final = "1Mi"
+
+# --- money safety: what the webhook tells the runner, and what the runner tells the cluster back ---
+
+# The cluster's identity, set by the webhook on every burst container and carried in every job
+# label, so the reaper of one cluster never touches another cluster's jobs on a shared account.
+# Made by `cluster_identity` from the `kube-system` namespace's UID (and an optional name).
+ENV_CLUSTER: Final = "NIMBIX_BURST_CLUSTER"
+# The GPUs the webhook counted against the namespace's budget for this container's job (all nodes
+# together). The runner refuses a machine whose GPUs times its nodes exceed it (nothing submitted).
+ENV_COUNTED_GPUS: Final = "NIMBIX_BURST_COUNTED_GPUS"
+# The job's walltime limit (HH:MM:SS), set by the webhook from the pod's activeDeadlineSeconds or
+# the configured default; the runner never submits without one.
+ENV_WALLTIME: Final = "JARVICE_WALLTIME"
+# Where the runner writes its termination message (Kubernetes shows it in the container's
+# terminated state): whether the job it ran may still be running. The budget frees a terminal
+# pod's GPUs only when the runner said its job had ended, or the controller recorded it.
+ENV_TERMINATION_LOG: Final = "NIMBIX_BURST_TERMINATION_LOG"
+DEFAULT_TERMINATION_LOG: Final = "/dev/termination-log"
+TERMINATION_KEY: Final = "nimbix_burst"  # {"nimbix_burst": {"job": N|null, "job_may_run": bool, "exit_code": N}}
+# Set by the controller on a burst pod once no live JARVICE job carries its UID (reaped or ended).
+ANNOTATION_JOB_STATE: Final = ANNOTATION_PREFIX + "job-state"
+JOB_STATE_ENDED: Final = "ended"
+
+# A cluster identity is a DNS-label-like token: [a-z0-9-], at most this long.
+MAX_CLUSTER_NAME: Final = 30
+CLUSTER_UID_CHARS: Final = 12
+
+
+def cluster_identity(kube_system_uid: str, name: str = "") -> str:
+    """`<name>-<12 hex of the kube-system namespace UID>`, or the hex alone without a name.
+
+    The UID part makes two clusters given the same name still distinct; the name makes a job
+    list readable. Raises ValueError on a UID without 12 hex digits or a name that is not a
+    lowercase DNS label of at most 30 characters.
+    """
+    digits = "".join(ch for ch in kube_system_uid.lower() if ch in "0123456789abcdef")
+    if len(digits) < CLUSTER_UID_CHARS or len(digits) != len(kube_system_uid.replace("-", "")):
+        raise ValueError(f"kube-system UID {kube_system_uid!r} is not a UUID")
+    if name and not _is_cluster_name(name):
+        raise ValueError(
+            f"cluster name {name!r} must be lowercase letters, digits and '-', start and end with a letter or"
+            f" digit, at most {MAX_CLUSTER_NAME} characters"
+        )
+    part = digits[:CLUSTER_UID_CHARS]
+    return f"{name}-{part}" if name else part
+
+
+def _is_cluster_name(name: str) -> bool:
+    allowed = set("abcdefghijklmnopqrstuvwxyz0123456789-")
+    return (
+        0 < len(name) <= MAX_CLUSTER_NAME and set(name) <= allowed and name[0] != "-" and name[-1] != "-"
+    )
+
+
+def is_cluster_identity(text: str) -> bool:
+    """Whether `text` could have come from `cluster_identity` (what a job label may carry)."""
+    name, _, part = text.rpartition("-")
+    hexdigits = set("0123456789abcdef")
+    if len(part) != CLUSTER_UID_CHARS or not set(part) <= hexdigits:
+        return False
+    return not name or _is_cluster_name(name)
