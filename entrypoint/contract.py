@@ -104,3 +104,10 @@ def is_cluster_identity(text: str) -> bool:
     if len(part) != CLUSTER_UID_CHARS or not set(part) <= hexdigits:
         return False
     return not name or _is_cluster_name(name)
+
+# The shortest termination grace period a burst pod gets (the webhook raises a lower one and
+# records it): the runner may be inside the submit POST when SIGTERM comes (connect + read
+# timeout, ~35 s), then needs its cancel grace (20 s) and the terminate call (5 s) before the
+# kubelet's SIGKILL. A unit test holds the runner's defaults to it.
+MIN_TERMINATION_GRACE_SECONDS: Final = 75
+ANNOTATION_GRACE: Final = ANNOTATION_PREFIX + "termination-grace"
