@@ -192,12 +192,8 @@ def fetch_emulator(url: str, path: str) -> Any:
 
 
 def fetch_emulator_jobs(url: str, *, pod_uid: str) -> list[dict[str, Any]]:
-    """The emulator's jobs whose label names this pod (``k8s-<uid>-...``)."""
-    return [
-        job
-        for job in fetch_emulator(url, "/_emulator/jobs")
-        if str(job.get("job_label", "")).startswith(f"k8s-{pod_uid}")
-    ]
+    """The emulator's jobs whose label names this pod (``k8s-[<cluster>.]<uid>-...``: the UID is whole)."""
+    return [job for job in fetch_emulator(url, "/_emulator/jobs") if pod_uid in str(job.get("job_label", ""))]
 
 
 def read_pod(plane: controlplane.ControlPlane, namespace: str, name: str) -> dict[str, Any]:

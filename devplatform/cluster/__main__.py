@@ -68,6 +68,7 @@ def start_extras(
         shutil.copyfile(emulator.env_file, dev_dir / JARVICE_ENV_FILE)
         _create_dev_nodes(control_plane)
         _create_demo_namespace(control_plane, emulator)
+        _create_controller_secret(control_plane, emulator)
     except BaseException:
         for proc in reversed(started):
             processes.stop_process(proc)
@@ -111,6 +112,20 @@ def _create_demo_namespace(control_plane: controlplane.ControlPlane, emulator: a
         nodes.create_namespace(core, DEMO_NAMESPACE)
         nodes.ensure_default_service_account(core, DEMO_NAMESPACE)
         core.create_namespaced_secret(DEMO_NAMESPACE, demo.build_secret(emulator, namespace=DEMO_NAMESPACE))
+    finally:
+        api.close()
+
+
+def _create_controller_secret(control_plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess) -> None:
+    """The burst controller's JARVICE Secret (README install step 4), before the add-on is applied, so
+    its reaper runs here as in a user's cluster (the same account as namespace `demo`'s runners)."""
+    api = control_plane.api_client()
+    try:
+        core = k8s_client.CoreV1Api(api)
+        nodes.create_namespace(core, install.NAMESPACE)
+        secret = demo.build_secret(emulator, namespace=install.NAMESPACE)
+        secret["metadata"]["name"] = install.CONTROLLER_SECRET
+        core.create_namespaced_secret(install.NAMESPACE, secret)
     finally:
         api.close()
 

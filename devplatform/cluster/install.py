@@ -36,6 +36,8 @@ from devplatform.cluster.node import RealNode
 
 OVERLAY_DIR = Path(__file__).resolve().parents[1] / "overlay"
 NAMESPACE = "nimbix-burst"
+# The burst controller's JARVICE account (deploy/controller.yaml mounts it; optional there).
+CONTROLLER_SECRET = "nimbix-burst-controller-jarvice"
 DEPLOYMENT = "nimbix-burst-webhook"
 APP_SELECTOR = "app.kubernetes.io/name=nimbix-burst-webhook"
 LEASE = "nimbix-burst-webhook-leader"

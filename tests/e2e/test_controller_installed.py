@@ -324,7 +324,7 @@ def test_an_orphaned_job_is_terminated_within_grace_plus_interval(
     logs = control_plane.kubectl("-n", install.NAMESPACE, "logs", leader).stdout
     lines = [json.loads(line) for line in logs.splitlines() if '"orphan job terminated"' in line]
     (line,) = [entry for entry in lines if entry["pod_uid"] == uids["doomed"]]
-    assert line["job_label"].startswith(f"k8s-{uids['doomed']}-")
+    assert uids["doomed"] in line["job_label"]
     assert node_emulator.runner_env()["JARVICE_APIKEY"] not in logs
     print(
         f"\nreal node, installed controller: orphan -> TERMINATED {took:.1f}s after the force delete "
