@@ -201,7 +201,9 @@ class _RemoteRun:
         self.start = start
         previous = start.previous if start.kind == "pick_up" else None
         self.label = previous.job_label if previous is not None else plan.job_label
-        self.number: int | None = None
+        # The job being followed. An inherited job is ours from the very start, so a signal that
+        # comes while it is being picked up stops it rather than leaving it running unreported.
+        self.number: int | None = previous.job_number if previous is not None else None
         self.stream = output.StreamState(resumed=previous.printed_lines if previous is not None else 0)
         self.record = restart.RunnerState(
             attempt=start.attempt,
@@ -210,8 +212,12 @@ class _RemoteRun:
             printed_lines=self.stream.emitted,
         )
         self.saved_at: float | None = None
-        # Set while a submit's outcome is unresolved: job numbers with our label that existed before.
-        self.pending_known: frozenset[int] | None = None
+        # Set while a job of ours may exist whose number is not known (a submit with an unknown
+        # outcome, a job inherited by its label only): the numbers of this label's jobs that are
+        # not it. A signal or a give-up then looks the job up by its label to stop it.
+        self.pending_known: frozenset[int] | None = (
+            frozenset() if previous is not None and previous.job_number is None else None
+        )
         # The final output has been printed: a late signal must not print it again.
         self.output_done = False
         # Consecutive failures while following (reset by every successful status poll).
@@ -331,6 +337,7 @@ class _RemoteRun:
 
     def _adopt(self, number: int) -> None:
         self.number = number
+        self.pending_known = None
         self.job_may_run = True
         self._save(job_number=number)
 
@@ -365,7 +372,8 @@ class _RemoteRun:
                 status = self.backend.fetch_status(number)
             except JobNotFound:
                 log.warning("the job in the restart state is unknown to JARVICE", extra={"job": number})
-                number = None
+                number = self.number = None
+                self.pending_known = frozenset()
             else:
                 log.info(
                     "picking up the job of the previous runner",
@@ -375,6 +383,7 @@ class _RemoteRun:
             mine = self._new_jobs(frozenset())
             if not mine:
                 log.info("no job carries this attempt's label yet; submitting", extra={"job_label": self.label})
+                self.pending_known = None
                 return None
             number = mine[-1].number
             log.info(
@@ -615,10 +624,12 @@ class _RemoteRun:
         number = self.number
         try:
             if number is None and self.pending_known is not None:
-                new = self._new_jobs(self.pending_known, deadline=deadline)
-                for job in new[:-1]:
-                    self.backend.terminate(job.number, deadline=deadline)
-                number = new[-1].number if new else None
+                # A job of ours may run under this label (a submit with an unknown outcome, a job
+                # inherited by its label): look it up, stop every live one.
+                live = [j for j in self._new_jobs(self.pending_known, deadline=deadline) if not is_terminal(j.state)]
+                for job in live[1:]:
+                    self._terminate_extra(job.number, deadline=deadline)
+                number = live[0].number if live else None
             if number is None:
                 log.info("no remote job to stop")
             else:
@@ -659,8 +670,21 @@ class _RemoteRun:
                         self._drain_output(number, deadline)
                         return
                 log.warning("job still running after the grace period; terminating", extra={"job": number})
-        backend.terminate(number, deadline=clock() + TERMINATE_SECONDS)
+        try:
+            backend.terminate(number, deadline=clock() + TERMINATE_SECONDS)
+        except JobNotFound as exc:
+            # "Running job is not found": it is not running (any more), nothing is left to stop.
+            log.info("job already ended; nothing to terminate", extra={"job": number, "error": str(exc)})
+            return
         log.info("terminate requested", extra={"job": number})
+
+    def _terminate_extra(self, number: int, *, deadline: float) -> None:
+        """Stop a job of this label other than the one followed (at most one of a label may run)."""
+        log.warning("terminating another live job carrying this label", extra={"job": number, "job_label": self.label})
+        try:
+            self.backend.terminate(number, deadline=deadline)
+        except JobNotFound:
+            log.info("job already ended; nothing to terminate", extra={"job": number})
 
     def _drain_output(self, number: int, deadline: float) -> None:
         """After a stop, print what the job wrote last (e.g. its SIGTERM handler), if time allows."""

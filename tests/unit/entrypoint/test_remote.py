@@ -614,8 +614,78 @@ def test_picked_up_finished_job_prints_the_rest_without_submitting(world: World)
 
 def test_a_pick_up_that_cannot_reach_jarvice_stays_unreported(world: World) -> None:
     job = world.backend.add_job(lines=LINES, queue=0.0)
-    world.backend.fail["status"] = Unavailable("status: down", endpoint="status")
+    for call in ("status", "terminate"):
+        world.backend.fail[call] = Unavailable(f"{call}: down", endpoint=call)
     previous = restart.RunnerState(1, LABEL, job_number=job.number, printed_lines=1)
     journal = Journal()
     assert run_with_state(world, journal, restart.decide_start(previous)) == exitcodes.EXIT_REMOTE_UNAVAILABLE
     assert journal.saved[-1].reported is False  # the next restart picks the job up, not a new attempt
+
+
+def test_a_pick_up_that_gives_up_stops_the_inherited_job_like_its_own(world: World) -> None:
+    job = world.backend.add_job(lines=LINES, queue=0.0)
+    world.backend.fail["status"] = Unavailable("status: down", endpoint="status")
+    previous = restart.RunnerState(1, LABEL, job_number=job.number, printed_lines=1)
+    journal = Journal()
+    assert run_with_state(world, journal, restart.decide_start(previous)) == exitcodes.EXIT_REMOTE_UNAVAILABLE
+    assert job.stopped is not None and job.stopped[1] == "terminate"
+    assert journal.saved[-1].reported is True  # stopped: a restart is a deliberate retry
+
+
+# --- a signal while an inherited job is being picked up ---------------------------------------------
+
+
+def _signal_on_first(world: World, method: str) -> None:
+    """The first call of backend `method` is interrupted by SIGTERM (as a signal handler would do)."""
+    original = getattr(world.backend, method)
+
+    def interrupted(*args: object, **kwargs: object) -> object:
+        if world.token.signum is None:
+            world.token.request(signal.SIGTERM)  # raises CancelRequested: the runner is interruptible
+        return original(*args, **kwargs)
+
+    setattr(world.backend, method, interrupted)
+
+
+def test_signal_during_pick_up_by_number_stops_the_inherited_job(world: World) -> None:
+    job = world.backend.add_job(lines=LINES * 10, queue=0.0)
+    world.clock.now += 1.0
+    _signal_on_first(world, "fetch_status")
+    previous = restart.RunnerState(1, LABEL, job_number=job.number, printed_lines=0)
+    journal = Journal()
+    assert run_with_state(world, journal, restart.decide_start(previous)) == exitcodes.EXIT_TERMINATED
+    assert job.stopped is not None
+    assert journal.saved[-1].reported is True  # stopped: the next start may retry
+    assert "submit" not in world.backend.calls
+
+
+def test_signal_during_pick_up_by_label_looks_the_job_up_and_stops_it(world: World) -> None:
+    job = world.backend.add_job(lines=LINES * 10, queue=0.0)
+    world.clock.now += 1.0
+    _signal_on_first(world, "fetch_jobs")
+    previous = restart.RunnerState(1, LABEL, job_number=None)
+    journal = Journal()
+    assert run_with_state(world, journal, restart.decide_start(previous)) == exitcodes.EXIT_TERMINATED
+    assert job.stopped is not None
+    assert journal.saved[-1].reported is True
+
+
+def test_signal_before_pick_up_starts_still_stops_the_inherited_job(world: World) -> None:
+    job = world.backend.add_job(lines=LINES * 10, queue=0.0)
+    world.token.request(signal.SIGTERM)  # arrived during start-up
+    previous = restart.RunnerState(1, LABEL, job_number=job.number)
+    journal = Journal()
+    assert run_with_state(world, journal, restart.decide_start(previous)) == exitcodes.EXIT_TERMINATED
+    assert job.stopped is not None
+
+
+def test_inherited_job_that_cannot_be_stopped_is_not_reported(world: World) -> None:
+    job = world.backend.add_job(lines=LINES * 10, queue=0.0)
+    _signal_on_first(world, "fetch_status")
+    world.backend.fail["terminate"] = Unavailable("terminate: down", endpoint="terminate")
+    world.backend.fail["shutdown"] = Unavailable("shutdown: down", endpoint="shutdown")
+    previous = restart.RunnerState(1, LABEL, job_number=job.number)
+    journal = Journal()
+    assert run_with_state(world, journal, restart.decide_start(previous)) == exitcodes.EXIT_TERMINATED
+    assert journal.saved[-1].reported is False  # may still run: the next start picks it up, no retry
+    assert journal.saved[-1].job_number == job.number
