@@ -2,8 +2,9 @@
 
 Set on the namespace: `nimbix-burst.io/max-remote-gpus: "4"`. A pod that would burst past it stays
 local (or is denied, with --over-budget=deny). GPUs in use are counted by the cache from the burst
-pods it watches (their `nimbix-burst.io/remote-gpus` annotation) plus remote decisions whose pod has
-not appeared yet (reservations), so concurrent admissions cannot overshoot it.
+pods it watches (their `nimbix-burst.io/remote-gpus` annotation; a finished pod until its jobs are
+known to be gone) plus remote decisions whose pod has not appeared yet (reservations), so concurrent
+admissions cannot overshoot it.
 """
 
 from __future__ import annotations

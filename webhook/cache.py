@@ -20,8 +20,9 @@ Schedulable nodes (Ready, not cordoned) are indexed per GPU resource in buckets 
 count, so finding the best-fit node costs a few dictionary look-ups whatever the cluster size.
 Cordoned nodes are kept aside (few, and only pods tolerating the unschedulable taint may use them).
 
-Burst budgets (see webhook.budget): per namespace, the GPUs its burst pods run remotely, kept as a
-running total on every pod add, change and delete, plus remote reservations: GPUs of remote
+Burst budgets (see webhook.budget): per namespace, the GPUs its burst pods run remotely (a finished
+one until its jobs are known to be gone), kept as a running total on every pod add, change and
+delete, plus remote reservations: GPUs of remote
 decisions whose pod the watch has not shown yet (released when it appears, expired after the TTL,
 handed over with the local ones). A budget check is then two look-ups.
 """
@@ -173,8 +174,8 @@ class ClusterCache:
         return len(self._budgets)
 
     def remote_in_use(self, namespace: str) -> int:
-        """GPUs counted against the namespace's budget: its burst pods that have not finished, plus
-        remote decisions whose pod has not appeared yet."""
+        """GPUs counted against the namespace's budget: its burst pods whose jobs may run (running, or
+        finished without word that their jobs ended), plus remote decisions whose pod has not appeared yet."""
         return self._remote_in_use.get(namespace, 0) + self._remote_reserved_in.get(namespace, 0)
 
     def claims_gpus(self, pod: PodInfo) -> bool:
@@ -454,7 +455,8 @@ class ClusterCache:
             self._drop_holding(old)
 
     def _count_remote(self, pod: PodInfo, sign: int) -> None:
-        if pod.remote_gpus and not pod.terminal:
+        # A finished burst pod still carries remote_gpus while its job may run (see model.parse_pod).
+        if pod.remote_gpus:
             left = self._remote_in_use.get(pod.namespace, 0) + sign * pod.remote_gpus
             if left:
                 self._remote_in_use[pod.namespace] = left

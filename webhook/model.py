@@ -12,6 +12,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
+import orjson
+
 from entrypoint import contract
 from webhook import budget
 from webhook.resources import (
@@ -267,10 +269,15 @@ def parse_pod(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> PodInfo |
     terminal = _string(status.get("phase"), "status.phase") in TERMINAL_PHASES
     node_name = _string(spec.get("nodeName"), "spec.nodeName")
     meta = _mapping(raw.get("metadata"), "metadata")
-    if not gpus and not terminal:
+    if not gpus:
         remote_gpus = _burst_gpus(meta, gpu_resources)
         if remote_gpus is not None:
-            return _burst_pod(meta, spec, remote_gpus)
+            if not terminal:
+                return _burst_pod(meta, spec, remote_gpus)
+            if remote_gpus and not _burst_job_gone(meta, spec, status):
+                # Finished, but its JARVICE job may still run (a runner killed before it could cancel
+                # it): the budget keeps counting it until the job is known to be gone.
+                return _burst_pod(meta, spec, remote_gpus, terminal=True)
     if not gpus and (terminal or not node_name):
         return None
     compute = pod_compute(spec)
@@ -317,9 +324,12 @@ def _burst_gpus(meta: Mapping[str, Any], gpu_resources: Sequence[str]) -> int | 
     return sum(v for r, v in gpus.items() if r in gpu_resources and type(v) is int and v > 0)
 
 
-def _burst_pod(meta: Mapping[str, Any], spec: Mapping[str, Any], remote_gpus: int) -> PodInfo:
-    """A burst pod: its namespace's budget counts it; bound, it also holds its runner's CPU and memory."""
-    node_name = _string(spec.get("nodeName"), "spec.nodeName")
+def _burst_pod(
+    meta: Mapping[str, Any], spec: Mapping[str, Any], remote_gpus: int, *, terminal: bool = False
+) -> PodInfo:
+    """A burst pod: its namespace's budget counts it; bound and not finished, it also holds its
+    runner's CPU and memory."""
+    node_name = "" if terminal else _string(spec.get("nodeName"), "spec.nodeName")
     annotations = _string_map(meta.get("annotations"), "metadata.annotations")
     return PodInfo(
         uid=_string(meta.get("uid"), "metadata.uid"),
@@ -328,11 +338,64 @@ def _burst_pod(meta: Mapping[str, Any], spec: Mapping[str, Any], remote_gpus: in
         node_name=sys.intern(node_name),
         nominated_node="",
         requests=pod_compute(spec) if node_name else {},
-        terminal=False,
+        terminal=terminal,
         placement=_NO_PLACEMENT,
         reservation_id=annotations.get(contract.ANNOTATION_RESERVATION, ""),
         remote_gpus=remote_gpus,
     )
+
+
+def parse_job_may_run(message: object) -> bool:
+    """Whether the runner's termination message (a burst container's `state.terminated.message`)
+    leaves its JARVICE job possibly running. Only `{"nimbix_burst": {"job": N|null, "job_may_run":
+    false, ...}}` says it does not; anything else (no message, a log tail, another shape) may run."""
+    if not isinstance(message, str) or not message:
+        return True
+    try:
+        decoded = orjson.loads(message)  # refuses deep nesting itself; the kubelet caps messages at 4 KiB
+    except orjson.JSONDecodeError:
+        return True
+    payload = decoded.get(contract.TERMINATION_KEY) if isinstance(decoded, dict) else None
+    if not isinstance(payload, dict):
+        return True
+    job = payload.get("job")
+    job_known = job is None or (type(job) is int and job >= 0)
+    return not (job_known and payload.get("job_may_run") is False)
+
+
+def _runner_names(spec: Mapping[str, Any]) -> list[str]:
+    """The app containers the rewrite made runners (`REMOTE=1`, which it sets on each of them)."""
+    names = []
+    for raw in _sequence(spec.get("containers"), "spec.containers"):
+        if not isinstance(raw, dict):
+            continue
+        for variable in raw.get("env") or ():
+            if isinstance(variable, dict) and variable.get("name") == contract.ENV_REMOTE:
+                if variable.get("value") == "1":
+                    names.append(str(raw.get("name", "")))
+                break
+    return names
+
+
+def _burst_job_gone(meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """A finished burst pod's JARVICE jobs are known to be gone: the controller recorded it (the
+    job-state annotation), or every runner's termination message says so. Read defensively: whatever
+    cannot be read means a job may run, and the GPUs stay counted."""
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict) and annotations.get(contract.ANNOTATION_JOB_STATE) == contract.JOB_STATE_ENDED:
+        return True
+    runners = _runner_names(spec)
+    if not runners:
+        return False
+    messages: dict[str, object] = {}
+    statuses = status.get("containerStatuses")
+    for raw in statuses if isinstance(statuses, list) else ():
+        state = raw.get("state") if isinstance(raw, dict) else None
+        terminated = state.get("terminated") if isinstance(state, dict) else None
+        if isinstance(terminated, dict):
+            messages[str(raw.get("name", ""))] = terminated.get("message")
+    ended = [name for name in runners if name in messages and not parse_job_may_run(messages[name])]
+    return len(ended) == len(runners)
 
 
 def parse_namespace(raw: Mapping[str, Any]) -> tuple[str, NamespaceBudget | None]:

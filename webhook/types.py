@@ -107,8 +107,9 @@ class PodInfo:
     scheduler_name: str = "default-scheduler"
     gated: bool = False  # spec.schedulingGates non-empty: the scheduler ignores it until ungated
     blocked_elsewhere: bool = False  # PodScheduled=False/Unschedulable, and the message names no GPU resource
-    # A burst pod (decision annotation `remote`, not finished): the GPUs it runs on JARVICE, counted
-    # against its namespace's burst budget (see webhook.budget).
+    # A burst pod (decision annotation `remote`): the GPUs it runs on JARVICE, counted against its
+    # namespace's burst budget (see webhook.budget) until its jobs are known to be gone: a finished
+    # pod keeps them while a job may still run (see model.parse_pod).
     remote_gpus: int = 0
 
 

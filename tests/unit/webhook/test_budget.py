@@ -220,7 +220,7 @@ def test_without_a_leader_a_budgeted_namespace_does_not_burst_and_is_never_denie
 # ----- the cache's count --------------------------------------------------------------------------
 
 
-def test_burst_pods_count_while_they_run_and_stop_counting_when_they_finish_or_go() -> None:
+def test_burst_pods_count_while_they_run_and_until_they_go() -> None:
     sync = make_sync()
     cache = sync.cache
     assert sync.apply_event("pods", "ADDED", burst_pod("p1", 2, phase="Pending", node_name="")) is None
@@ -231,7 +231,7 @@ def test_burst_pods_count_while_they_run_and_stop_counting_when_they_finish_or_g
     assert sync.apply_event("pods", "ADDED", burst_pod("o1", 3, ns="other")) is None
     assert (cache.remote_in_use(NS), cache.remote_in_use("other")) == (3, 3)
     assert sync.apply_event("pods", "MODIFIED", burst_pod("p1", 2, phase="Succeeded")) is None
-    assert cache.remote_in_use(NS) == 1
+    assert cache.remote_in_use(NS) == 3  # finished, no word from its runner: its job may run (test_burst_job_state)
     assert sync.apply_event("pods", "DELETED", burst_pod("p1", 2, phase="Succeeded")) is None
     assert sync.apply_event("pods", "DELETED", burst_pod("p2", 1)) is None
     assert cache.remote_in_use(NS) == 0
