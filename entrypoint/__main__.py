@@ -167,6 +167,11 @@ def run(env: Mapping[str, str], argv: Sequence[str]) -> int:
     except statefile.StateDirError as exc:
         log.error("invalid settings", extra={"problems": [f"{contract.ENV_STATE_DIR}: {exc}"]})
         return exitcodes.EXIT_CONFIG
+    if not settings.pod.cluster:
+        log.warning(
+            "no cluster identity: the orphan reaper will never stop this job",
+            extra={"variable": contract.ENV_CLUSTER, "reason": "the pod was not rewritten by the nimbix-burst webhook"},
+        )
     remote_plan = plan.build_plan(settings, attempt=start.attempt)
     assert isinstance(remote_plan, plan.RemotePlan)
     with open_remote_deps(settings, tuning=remote_plan.tuning, journal=journal) as deps:

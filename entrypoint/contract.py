@@ -92,18 +92,17 @@ def cluster_identity(kube_system_uid: str, name: str = "") -> str:
 
 def _is_cluster_name(name: str) -> bool:
     allowed = set("abcdefghijklmnopqrstuvwxyz0123456789-")
-    return (
-        0 < len(name) <= MAX_CLUSTER_NAME and set(name) <= allowed and name[0] != "-" and name[-1] != "-"
-    )
+    return 0 < len(name) <= MAX_CLUSTER_NAME and set(name) <= allowed and name[0] != "-" and name[-1] != "-"
 
 
 def is_cluster_identity(text: str) -> bool:
     """Whether `text` could have come from `cluster_identity` (what a job label may carry)."""
-    name, _, part = text.rpartition("-")
+    name, separator, part = text.rpartition("-")
     hexdigits = set("0123456789abcdef")
     if len(part) != CLUSTER_UID_CHARS or not set(part) <= hexdigits:
         return False
-    return not name or _is_cluster_name(name)
+    return not separator or _is_cluster_name(name)  # "-<hex>" has an empty name: not one we make
+
 
 # The shortest termination grace period a burst pod gets (the webhook raises a lower one and
 # records it): the runner may be inside the submit POST when SIGTERM comes (connect + read

@@ -140,6 +140,9 @@ class PodIdentity:
     name: str
     hostname: str
     container: str = ""  # NIMBIX_BURST_CONTAINER: the burst container this runner runs in
+    # NIMBIX_BURST_CLUSTER: the cluster's identity (contract.cluster_identity), carried in the job
+    # label so that only this cluster's reaper may stop the job; "" when the webhook did not set it.
+    cluster: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -426,6 +429,12 @@ def parse_settings(env: Mapping[str, str], *, argv: Sequence[str], read_file: Re
         problems.add(
             f"{contract.ENV_CONTAINER_NAME} must be a container name (lower-case DNS label), got {container!r}"
         )
+    cluster = (_get(env, contract.ENV_CLUSTER) or "").strip()
+    if cluster and not contract.is_cluster_identity(cluster):
+        problems.add(
+            f"{contract.ENV_CLUSTER} must be the cluster identity the nimbix-burst webhook sets (12 hex digits,"
+            f" optionally after a lowercase name and '-', e.g. prod-0123456789ab), got {cluster!r}"
+        )
     state_dir = _strip(_get(env, contract.ENV_STATE_DIR))
     if state_dir is not None and not state_dir.startswith("/"):
         problems.add(f"{contract.ENV_STATE_DIR} must be an absolute path, got {state_dir!r}")
@@ -443,6 +452,7 @@ def parse_settings(env: Mapping[str, str], *, argv: Sequence[str], read_file: Re
             name=(_get(env, ENV_POD_NAME) or "").strip(),
             hostname=hostname.strip(),
             container=container,
+            cluster=cluster,
         ),
         log_level=log_level,
         remote=remote,
