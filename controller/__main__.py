@@ -25,7 +25,7 @@ from controller.settings import Credentials, Settings, SettingsError, parse_sett
 from controller.store import PodStore
 from entrypoint import jarvice
 from webhook.background import BackgroundTask
-from webhook.lease import LeaseElector
+from webhook.lease import KubernetesLeases, LeaseElector
 from webhook.watching import load_api_client  # one way to reach the API server, in or out of cluster
 
 log = logging.getLogger("controller")
@@ -67,7 +67,7 @@ async def _build(settings: Settings) -> web.Application:
     store = PodStore(clock=time.monotonic)
     watcher = PodWatcher(api_client, store)
     elector = LeaseElector(
-        load_api_client(settings.kubeconfig),  # its own connection pool: renewals never queue behind the watch
+        KubernetesLeases(load_api_client(settings.kubeconfig)),  # its own pool: renewals never queue behind the watch
         namespace=settings.lease_namespace,
         name=settings.lease_name,
         identity=settings.identity,

@@ -22,7 +22,7 @@ from webhook.background import BackgroundTask
 from webhook.cache import ClusterCache
 from webhook.forwarding import Forwarder, build_client_context
 from webhook.leadership import HandedOver
-from webhook.lease import LeaseElector
+from webhook.lease import KubernetesLeases, LeaseElector
 from webhook.replicas import ReplicaRouter
 from webhook.settings import LeaderElection, Settings, SettingsError, parse_settings
 from webhook.sync import CacheSync
@@ -261,7 +261,7 @@ def _build_election(
             return sync.cache.export_reservations()
 
     elector = LeaseElector(
-        load_api_client(settings.kubeconfig),
+        KubernetesLeases(load_api_client(settings.kubeconfig)),
         namespace=election.lease_namespace,
         name=election.lease_name,
         identity=election.identity,

@@ -18,7 +18,7 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import kubernetes
 from kubernetes.client.rest import ApiException
@@ -45,10 +45,66 @@ class _Round:
     handed: list[HandedOver] | None = None  # set when this round made us leader
 
 
+class LeaseConflict(Exception):
+    """409: someone wrote the Lease since we read it (the compare-and-swap lost)."""
+
+
+class LeaseApi(Protocol):
+    """The three Lease calls the election makes; they raise LeaseConflict on 409."""
+
+    def read(self, namespace: str, name: str) -> LeaseRecord | None: ...
+
+    def create(self, namespace: str, body: dict[str, Any]) -> LeaseRecord: ...
+
+    def replace(self, namespace: str, name: str, body: dict[str, Any]) -> LeaseRecord: ...
+
+
+class KubernetesLeases:
+    """LeaseApi on the kubernetes client (raw JSON: the model classes are not needed)."""
+
+    def __init__(self, api_client: Any) -> None:
+        self._api = kubernetes.client.CoordinationV1Api(api_client)
+
+    def read(self, namespace: str, name: str) -> LeaseRecord | None:
+        try:
+            response = self._api.read_namespaced_lease(
+                name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+            )
+        except ApiException as error:
+            if error.status == HTTP_NOT_FOUND:
+                return None
+            raise
+        return leadership.parse_lease(json.loads(response.data))
+
+    def create(self, namespace: str, body: dict[str, Any]) -> LeaseRecord:
+        return self._written(
+            lambda: self._api.create_namespaced_lease(
+                namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+            )
+        )
+
+    def replace(self, namespace: str, name: str, body: dict[str, Any]) -> LeaseRecord:
+        return self._written(
+            lambda: self._api.replace_namespaced_lease(
+                name, namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
+            )
+        )
+
+    @staticmethod
+    def _written(write: Callable[[], Any]) -> LeaseRecord:
+        try:
+            response = write()
+        except ApiException as error:
+            if error.status == HTTP_CONFLICT:
+                raise LeaseConflict(str(error.reason)) from error
+            raise
+        return leadership.parse_lease(json.loads(response.data))
+
+
 class LeaseElector:
     def __init__(
         self,
-        api_client: Any,
+        leases: LeaseApi,
         *,
         namespace: str,
         name: str,
@@ -59,7 +115,7 @@ class LeaseElector:
         on_started_leading: Callable[[Sequence[HandedOver]], None],
         export_handover: Callable[[], Sequence[HandedOver]],
     ) -> None:
-        self._api = kubernetes.client.CoordinationV1Api(api_client)
+        self._leases = leases
         self._namespace, self._name = namespace, name
         self.identity, self._url = identity, url
         self._timing, self._clock = timing, clock
@@ -117,20 +173,9 @@ class LeaseElector:
         self._observation = Observation(record=result.written, seen_at=result.started)
         self._last_renewed = result.started
 
-    def _read(self) -> LeaseRecord | None:
-        try:
-            response = self._api.read_namespaced_lease(
-                self._name, self._namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
-            )
-        except ApiException as error:
-            if error.status == HTTP_NOT_FOUND:
-                return None
-            raise
-        return leadership.parse_lease(json.loads(response.data))
-
     def _round(self, previous: Observation | None) -> _Round:
         """In a worker thread: read the Lease and, if we may, write ourselves as holder (CAS)."""
-        record = self._read()
+        record = self._leases.read(self._namespace, self._name)
         started = self._clock()
         observation = leadership.observe(previous, record, now=started)
         if not leadership.may_acquire(observation, identity=self.identity, now=started):
@@ -146,23 +191,17 @@ class LeaseElector:
         )
         try:
             if record is None:
-                written = self._api.create_namespaced_lease(
-                    self._namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
-                )
+                written = self._leases.create(self._namespace, body)
             else:
-                written = self._api.replace_namespaced_lease(
-                    self._name, self._namespace, body, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
-                )
-        except ApiException as error:
-            if error.status == HTTP_CONFLICT:
-                return _Round(observation=observation, started=started)  # someone else wrote first
-            raise
+                written = self._leases.replace(self._namespace, self._name, body)
+        except LeaseConflict:
+            return _Round(observation=observation, started=started)  # someone else wrote first
         taking_over = record is None or record.holder != self.identity
         handed = leadership.decode_handover(record.handover if record is not None else "") if taking_over else None
         return _Round(
             observation=observation,
             started=started,
-            written=leadership.parse_lease(json.loads(written.data)),
+            written=written,
             handed=handed,
         )
 
@@ -176,13 +215,6 @@ class LeaseElector:
             return
         handover = leadership.encode_handover(self._export_handover())
         body = leadership.build_release_body(record, name=self._name, namespace=self._namespace, handover=handover)
-        with contextlib.suppress(ApiException):
-            await asyncio.to_thread(
-                self._api.replace_namespaced_lease,
-                self._name,
-                self._namespace,
-                body,
-                _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT,
-            )
+        with contextlib.suppress(ApiException, LeaseConflict):
+            await asyncio.to_thread(self._leases.replace, self._namespace, self._name, body)
             log.info("released lease", extra={"lease": self._name, "identity": self.identity})
