@@ -36,6 +36,9 @@ TEXT_TYPE: Final = "text/plain"
 # 429 is "Only one active job allowed per VM" on submit (when it applies is UNCONFIRMED) and a
 # rate limit elsewhere; 503 is the self-hosted API's concurrency limiter (JAR-5754).
 RETRYABLE_STATUSES: Final = frozenset({408, 429})
+# On submit, 429 is a refusal ("Only one active job allowed per VM"; a rate limiter's 429 refuses
+# too): nothing was created. Every other answer but a definite 4xx may hide a created job.
+SUBMIT_REFUSED_STATUS: Final = 429
 # Error texts are quoted in messages; a server that sends a whole HTML page gets truncated.
 MAX_ERROR_TEXT: Final = 300
 # Whole outputs are read in chunks of this size: the runner's pod has 128Mi, a training log may
@@ -85,16 +88,20 @@ class StreamBroken(JarviceError):
 
 
 class SubmitOutcomeUnknown(JarviceError):
-    """The submit may or may not have created a job (timeout, dropped connection, 5xx, 429).
+    """The submit may or may not have created a job (timeout, dropped connection, 5xx, unreadable 2xx).
 
-    `answered` is True when the server did reply (with 5xx/429 or an unreadable 2xx): it has
-    finished handling the request, so one look-up settles it. Without an answer the server may
-    still be creating the job, so the caller keeps looking for a while.
+    `answered` is True when something did reply (a 5xx or an unreadable 2xx). A reply does not
+    settle it: a gateway's 502/504 comes while JARVICE may still be creating the job, so the caller
+    looks for the job by its label through its whole resolve window either way.
     """
 
     def __init__(self, message: str, *, endpoint: str, answered: bool) -> None:
         super().__init__(message, endpoint=endpoint)
         self.answered = answered
+
+
+class SubmitRefused(JarviceError):
+    """HTTP 429 on submit ("Only one active job allowed per VM"): refused, no job was created."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +337,8 @@ class JarviceClient:
         except requests.RequestException as exc:
             raise ProtocolError(f"submit: request failed: {self._describe_exception(exc)}", endpoint=endpoint) from None
         status = response.status_code
+        if status == SUBMIT_REFUSED_STATUS:
+            raise SubmitRefused(f"submit: HTTP {status}: {self._error_text(response)}", endpoint=endpoint)
         if status in RETRYABLE_STATUSES or status >= 500:
             raise SubmitOutcomeUnknown(
                 f"submit: HTTP {status}: {self._error_text(response)}", endpoint=endpoint, answered=True

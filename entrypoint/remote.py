@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Final, Literal, Protocol
 
-from entrypoint import exitcodes, output, recovery, restart
+from entrypoint import duplicates, exitcodes, output, recovery, restart
 from entrypoint.jarvice import (
     ApplicationNotFound,
     CredentialsRejected,
@@ -24,6 +24,7 @@ from entrypoint.jarvice import (
     RequestRejected,
     StreamBroken,
     SubmitOutcomeUnknown,
+    SubmitRefused,
     Unavailable,
 )
 from entrypoint.model import STATUS_RUNNING, JobEntry, JobStatus, Machine, SubmitBody, SubmitResult, is_terminal
@@ -180,7 +181,7 @@ def _failure_of(exc: JarviceError) -> recovery.Failure:
         return "rejected"
     if isinstance(exc, StreamBroken):
         return "stream_broken"
-    if isinstance(exc, Unavailable | SubmitOutcomeUnknown):
+    if isinstance(exc, Unavailable | SubmitOutcomeUnknown | SubmitRefused):
         return "unavailable"
     return "protocol"
 
@@ -380,15 +381,16 @@ class _RemoteRun:
                     extra={"job": number, "state": status.state, "printed_lines": previous.printed_lines},
                 )
         if number is None:
-            mine = self._new_jobs(frozenset())
-            if not mine:
+            kept = self._keep_one(self._new_jobs(frozenset()))
+            if kept is None:
                 log.info("no job carries this attempt's label yet; submitting", extra={"job_label": self.label})
                 self.pending_known = None
+                self.job_may_run = False
                 return None
-            number = mine[-1].number
+            number = kept.number
             log.info(
                 "picking up the job of the previous runner by its label",
-                extra={"job": number, "state": mine[-1].state, "job_label": self.label},
+                extra={"job": number, "state": kept.state, "job_label": self.label},
             )
         self._adopt(number)
         return number
@@ -400,12 +402,21 @@ class _RemoteRun:
 
     def _find_live_job(self) -> JobEntry | None:
         live = [j for j in self._mine(self.backend.fetch_jobs(completed=False)) if not is_terminal(j.state)]
-        if len(live) > 1:
+        return self._keep_one(live)
+
+    def _keep_one(self, jobs: Sequence[JobEntry], *, deadline: float | None = None) -> JobEntry | None:
+        """The job of this label to follow (`duplicates`' rule); every other live one is terminated now."""
+        decision = duplicates.decide_kept_job(jobs)
+        if decision.extra:
             log.warning(
-                "several live jobs carry this label; following the newest",
-                extra={"jobs": [j.number for j in live], "job_label": self.label},
+                "several live jobs carry this label; keeping the lowest-numbered",
+                extra={"job": decision.kept.number if decision.kept else None, "jobs": [j.number for j in jobs]},
             )
-        return live[-1] if live else None
+        for extra in decision.extra:
+            self._terminate_extra(
+                extra.number, deadline=self.deps.clock() + TERMINATE_SECONDS if deadline is None else deadline
+            )
+        return decision.kept
 
     def _submit(self, body: SubmitBody) -> int:
         known = frozenset(j.number for j in self._mine(self.backend.fetch_jobs(completed=True)))
@@ -418,50 +429,52 @@ class _RemoteRun:
                     result = self.backend.submit(body)
                     self.number = result.number  # known before a deferred signal is raised
                     self.job_may_run = True
+            except SubmitRefused as exc:
+                self.pending_known = None  # refused: nothing was created, nothing to look for
+                log.warning("JARVICE refused the submit; no job was created", extra={"error": str(exc)})
+                failure: JarviceError = exc
             except SubmitOutcomeUnknown as exc:
                 log.warning(
                     "submit outcome unknown; looking for the job by its label",
-                    extra={"error": str(exc), "job_label": self.label},
+                    extra={"error": str(exc), "job_label": self.label, "answered": exc.answered},
                 )
-                found = self._resolve_submit(known, wait=not exc.answered)
+                found = self._resolve_submit(known)
                 if found is not None:
-                    self.pending_known = None
                     return found
-                now = self.deps.clock()
-                first_failure = now if first_failure is None else first_failure
-                if now - first_failure >= self.tuning.outage_seconds:
-                    raise
-                delay = min(
-                    self.tuning.retry_cap_seconds,
-                    self.tuning.retry_base_seconds * 2 ** min(attempt, 30),
-                ) * self.deps.rng.uniform(0.5, 1.0)
-                log.warning("no job was created; submitting again", extra={"retry_in": round(delay, 3)})
-                self.deps.sleep(delay)
-                attempt += 1
-                continue
-            self.pending_known = None
-            log.info("job submitted", extra={"job": result.number, "job_name": result.name})
-            return result.number
+                log.warning("no job carries this label after the resolve window", extra={"job_label": self.label})
+                failure = exc
+            else:
+                self.pending_known = None
+                log.info("job submitted", extra={"job": result.number, "job_name": result.name})
+                return result.number
+            now = self.deps.clock()
+            first_failure = now if first_failure is None else first_failure
+            if now - first_failure >= self.tuning.outage_seconds:
+                raise failure
+            delay = min(
+                self.tuning.retry_cap_seconds,
+                self.tuning.retry_base_seconds * 2 ** min(attempt, 30),
+            ) * self.deps.rng.uniform(0.5, 1.0)
+            log.warning("submitting again", extra={"retry_in": round(delay, 3)})
+            self.deps.sleep(delay)
+            attempt += 1
 
     def _new_jobs(self, known: frozenset[int], *, deadline: float | None = None) -> list[JobEntry]:
         found = {j.number: j for j in self._mine(self.backend.fetch_jobs(completed=False, deadline=deadline))}
         found.update({j.number: j for j in self._mine(self.backend.fetch_jobs(completed=True, deadline=deadline))})
         return [found[n] for n in sorted(found) if n not in known]
 
-    def _resolve_submit(self, known: frozenset[int], *, wait: bool) -> int | None:
-        """The job an unanswered submit created, if any. Answered failures (5xx, 429) get one look;
-        unanswered ones (timeout, dropped connection) are looked for during the resolve window."""
-        deadline = self.deps.clock() + (self.tuning.submit_resolve_seconds if wait else 0.0)
+    def _resolve_submit(self, known: frozenset[int]) -> int | None:
+        """The job a submit with an unknown outcome created, if any: looked for by its label through
+        the whole resolve window (a gateway's 502/504 may come before JARVICE created the job)."""
+        deadline = self.deps.clock() + self.tuning.submit_resolve_seconds
         while True:
-            new = self._new_jobs(known)
-            if new:
-                job = new[-1]
+            job = self._keep_one(self._new_jobs(known))
+            if job is not None:
                 log.info(
-                    "found the job created by the unanswered submit",
+                    "found the job created by the submit with an unknown outcome",
                     extra={"job": job.number, "job_name": job.name, "state": job.state},
                 )
-                if len(new) > 1:
-                    log.warning("several new jobs carry this label", extra={"jobs": [j.number for j in new]})
                 return job.number
             if self.deps.clock() >= deadline:
                 return None
@@ -499,12 +512,12 @@ class _RemoteRun:
                     number = self._reattach(number)
 
     def _reattach(self, number: int) -> int:
-        """Look the job up again by its label (its number is what the lookup found newest)."""
-        mine = self._new_jobs(frozenset())
-        if mine and mine[-1].number != number:
-            log.warning("the job carrying this label has another number now", extra={"job": mine[-1].number})
-            self._adopt(mine[-1].number)
-            return mine[-1].number
+        """Look the job up again by its label: the lowest-numbered live one is followed, the others stopped."""
+        kept = self._keep_one([j for j in self._new_jobs(frozenset()) if not is_terminal(j.state)])
+        if kept is not None and kept.number != number:
+            log.warning("the job carrying this label has another number now", extra={"job": kept.number})
+            self._adopt(kept.number)
+            return kept.number
         return number
 
     def _follow(self, number: int) -> JobStatus:
@@ -627,9 +640,8 @@ class _RemoteRun:
                 # A job of ours may run under this label (a submit with an unknown outcome, a job
                 # inherited by its label): look it up, stop every live one.
                 live = [j for j in self._new_jobs(self.pending_known, deadline=deadline) if not is_terminal(j.state)]
-                for job in live[1:]:
-                    self._terminate_extra(job.number, deadline=deadline)
-                number = live[0].number if live else None
+                kept = self._keep_one(live, deadline=deadline)
+                number = kept.number if kept is not None else None
             if number is None:
                 log.info("no remote job to stop")
             else:
@@ -685,6 +697,11 @@ class _RemoteRun:
             self.backend.terminate(number, deadline=deadline)
         except JobNotFound:
             log.info("job already ended; nothing to terminate", extra={"job": number})
+        except JarviceError as exc:
+            # The run goes on with the kept job; the controller's reaper stops this one by the same rule.
+            log.error(
+                "could not terminate another live job carrying this label", extra={"job": number, "error": str(exc)}
+            )
 
     def _drain_output(self, number: int, deadline: float) -> None:
         """After a stop, print what the job wrote last (e.g. its SIGTERM handler), if time allows."""

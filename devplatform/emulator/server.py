@@ -32,6 +32,8 @@ TEXT_TYPE: Final = "text/plain"
 # job_label limit since 2021 (reference §5, J7 JAR-4699).
 MAX_LABEL: Final = 255
 FAULT_KINDS: Final = ("drop", "status503", "status429", "status500", "html", "status401", "status404")
+# Faults of /jarvice/submit that come after the job was created (the outcome the runner cannot see).
+AFTER_SUBMIT_FAULTS: Final = ("drop_after_submit", "status502_after_submit")
 # What a proxy or login portal in front of the API may answer instead of JARVICE.
 HTML_PAGE: Final = b"<!DOCTYPE html><html><body><h1>Gateway</h1><p>Please sign in.</p></body></html>\n"
 # Endpoints that faults never hit unless named explicitly (they are probes, not API calls).
@@ -76,6 +78,8 @@ class Faults:
     status401: int = 0
     status404: int = 0
     drop_after_submit: int = 0
+    # Creates the job, then answers 502 Bad Gateway (a gateway that gave up waiting on JARVICE).
+    status502_after_submit: int = 0
     latency_ms: float = 0.0
     latency_requests: int | None = None
     rate: float = 1.0
@@ -97,6 +101,7 @@ class Faults:
             status401=int(raw.get("status401", 0)),
             status404=int(raw.get("status404", 0)),
             drop_after_submit=int(drop_after is True) if isinstance(drop_after, bool) else int(drop_after),
+            status502_after_submit=int(raw.get("status502_after_submit", 0)),
             latency_ms=float(raw.get("latency_ms", 0.0)),
             latency_requests=None if raw.get("latency_requests") is None else int(raw["latency_requests"]),
             rate=float(raw.get("rate", 1.0)),
@@ -104,6 +109,9 @@ class Faults:
         )
         if not 0.0 <= faults.rate <= 1.0:
             raise ValueError("rate must be within [0, 1]")
+        negative = sorted(kind for kind in (*FAULT_KINDS, *AFTER_SUBMIT_FAULTS) if getattr(faults, kind) < 0)
+        if negative:
+            raise ValueError(f"fault counts must be >= 0: {negative}")
         return faults
 
     def to_json(self) -> dict[str, Any]:
@@ -352,6 +360,10 @@ async def handle_submit(request: web.Request) -> web.Response:
         state.faults.drop_after_submit -= 1
         state.stats.injected["drop_after_submit"] += 1
         return drop_connection(request)
+    if state.faults.status502_after_submit > 0 and state.faults.applies("submit"):
+        state.faults.status502_after_submit -= 1
+        state.stats.injected["status502_after_submit"] += 1
+        return text_response(b"Bad Gateway\n", status=502)
     return json_response({"name": name, "number": number})
 
 

@@ -275,6 +275,19 @@ def test_drop_after_submit_creates_the_job(api: Api, control: EmulatorControl) -
     assert listing["submissions"][0]["body"]["user"]["apikey"] == "***"
 
 
+def test_status502_after_submit_creates_the_job_then_answers_502(api: Api, control: EmulatorControl) -> None:
+    control.set_faults(status502_after_submit=2)
+    first, second = api.submit(submit_body("true")), api.submit(submit_body("true"))
+    assert (first.status_code, second.status_code) == (502, 502)
+    assert first.headers["Content-Type"] == "text/plain"
+    assert api.submit(submit_body("true")).status_code == 200  # the count is spent
+    assert control.submissions(api.label)["count"] == 3  # every one of them created a job
+    assert control.stats()["injected"]["status502_after_submit"] == 2
+    for bad in ({"status502_after_submit": -1}, {"drop": -2}):
+        with pytest.raises(requests.HTTPError):
+            control.set_faults(**bad)
+
+
 def test_cli_runs_as_a_process_and_cleans_up(tmp_path: Path) -> None:
     state_file, env_file = tmp_path / "state.json", tmp_path / "jarvice.env"
     process = subprocess.Popen(

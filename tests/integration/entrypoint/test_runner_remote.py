@@ -15,6 +15,7 @@ from tests.integration.entrypoint.conftest import (
     API_KEY,
     Runner,
     base_env,
+    direct_session,
     label_of,
     run_runner,
     wait_for_job,
@@ -195,7 +196,50 @@ def test_dropped_submit_response_is_resolved_by_label(env: dict[str, str], contr
     assert code == 0, runner.err
     assert runner.out == b"once\n"
     assert control.submissions(label_of(env))["count"] == 1
-    assert "found the job created by the unanswered submit" in runner.messages()
+    assert "found the job created by the submit with an unknown outcome" in runner.messages()
+
+
+def test_a_502_to_submit_is_resolved_by_label_not_submitted_again(
+    env: dict[str, str], control: EmulatorControl
+) -> None:
+    control.set_faults(status502_after_submit=1)
+    env["APP_COMMAND_ARGS"] = "echo once"
+    code, runner = run_runner(env)
+    assert code == 0, runner.err
+    assert runner.out == b"once\n"
+    listing = control.submissions(label_of(env))
+    assert (listing["count"], listing["attempts"]) == (1, 1)
+    assert "found the job created by the submit with an unknown outcome" in runner.messages()
+
+
+def test_of_two_live_jobs_with_its_label_the_runner_keeps_the_lowest(
+    env: dict[str, str], control: EmulatorControl
+) -> None:
+    # Two jobs already carry this container's label (a duplicate submit): the runner follows the
+    # lowest-numbered one, as the controller's reaper would keep it, and terminates the other.
+    session = direct_session()
+    body = {
+        "app": env["APP_NAME"],
+        "staging": False,
+        "checkedout": False,
+        "application": {"command": "run", "parameters": {"command": "echo kept; sleep 1"}},
+        "machine": {"type": "n0", "nodes": 1},
+        "job_label": label_of(env),
+        "user": {"username": env["JARVICE_USERNAME"], "apikey": env["JARVICE_APIKEY"]},
+    }
+    numbers = [session.post(f"{env['JARVICE_API_URL']}/jarvice/submit", json=body, timeout=5).json()["number"]]
+    body["application"]["parameters"] = {"command": "echo duplicate; sleep 30"}
+    numbers.append(session.post(f"{env['JARVICE_API_URL']}/jarvice/submit", json=body, timeout=5).json()["number"])
+    session.close()
+    env["APP_COMMAND_ARGS"] = "echo never submitted"
+    code, runner = run_runner(env)
+    assert code == 0, runner.err
+    assert runner.out == b"kept\n"
+    jobs = {job["number"]: job for job in control.jobs(label_of(env))}
+    assert sorted(jobs) == numbers
+    assert jobs[numbers[0]]["status"] == "COMPLETED"
+    assert (jobs[numbers[1]]["status"], jobs[numbers[1]]["stop_reason"]) == ("TERMINATED", "terminate")
+    assert "terminating another live job carrying this label" in runner.messages()
 
 
 def test_storms_of_503_429_and_dropped_connections(env: dict[str, str], control: EmulatorControl) -> None:

@@ -283,11 +283,10 @@ def test_submit_posts_once_with_credentials_in_the_body() -> None:
         (requests.ReadTimeout("read timed out"), False),
         (make_response(503, "busy", "text/plain"), True),
         (make_response(500, {"error": "Unable to create Job Object/Submission"}), True),
-        (make_response(429, {"error": "Only one active job allowed per VM"}), True),
         (make_response(200, b"<html>", "text/html"), True),
         (make_response(200, {"name": "x"}), True),
     ],
-    ids=["dropped", "timeout", "503", "500", "429", "html-200", "bad-shape-200"],
+    ids=["dropped", "timeout", "503", "500", "html-200", "bad-shape-200"],
 )
 def test_submit_outcome_unknown_is_never_retried(outcome: requests.Response | Exception, answered: bool) -> None:
     session = ScriptedSession(outcome, make_response(200, {"name": "dup", "number": 8}))
@@ -311,6 +310,13 @@ def test_submit_definite_rejections(status: int, body: object, error: type[Excep
     assert KEY not in str(info.value)
     if error is jarvice.ApplicationNotFound:
         assert "does not know application 'my-app'" in str(info.value)
+
+
+def test_submit_429_is_a_refusal_never_retried() -> None:
+    session = ScriptedSession(make_response(429, {"error": "Only one active job allowed per VM"}))
+    with pytest.raises(jarvice.SubmitRefused, match="Only one active job allowed per VM"):
+        client(session).submit(BODY)
+    assert len(session.calls) == 1
 
 
 def test_parser_errors_quoting_the_server_are_redacted() -> None:

@@ -15,6 +15,7 @@ from entrypoint.jarvice import (
     ProtocolError,
     RequestRejected,
     SubmitOutcomeUnknown,
+    SubmitRefused,
     Unavailable,
 )
 from entrypoint.model import JobEntry, JobStatus, Machine, SubmitBody, SubmitResult
@@ -578,7 +579,7 @@ class Journal:
         self.saved.append(state)
 
 
-def run_with_state(world: World, journal: Journal, start: restart.StartDecision) -> int:
+def run_with_state(world: World, journal: Journal, start: restart.StartDecision, **tuning: float) -> int:
     deps = remote.RemoteDeps(
         backend=world.backend,
         out=world.sink,
@@ -588,7 +589,7 @@ def run_with_state(world: World, journal: Journal, start: restart.StartDecision)
         cancel=world.token,
         journal=journal,
     )
-    return remote.run_remote(make_plan(), deps, start=start)
+    return remote.run_remote(make_plan(**tuning), deps, start=start)
 
 
 def test_state_is_saved_before_the_submit_and_reported_at_the_end(world: World) -> None:
@@ -689,3 +690,103 @@ def test_inherited_job_that_cannot_be_stopped_is_not_reported(world: World) -> N
     assert run_with_state(world, journal, restart.decide_start(previous)) == exitcodes.EXIT_TERMINATED
     assert journal.saved[-1].reported is False  # may still run: the next start picks it up, no retry
     assert journal.saved[-1].job_number == job.number
+
+
+# --- ambiguous submits, and at most one live job per label ------------------------------------------
+
+
+def test_a_5xx_submit_answer_is_looked_for_through_the_resolve_window(world: World) -> None:
+    # A gateway's 502 while JARVICE still creates the job: it shows up in the listing 3 s later.
+    world.backend.template.lines = ["hi\n"]
+    original = world.backend.submit
+
+    def gateway_502(body: SubmitBody) -> SubmitResult:
+        if world.backend.calls.count("submit") == 0:
+            world.backend.calls.append("submit")
+            world.clock.alarms.append((world.clock.now + 3.0, lambda: world.backend.add_job(label=body["job_label"])))
+            raise SubmitOutcomeUnknown("submit: HTTP 502: Bad Gateway", endpoint="submit", answered=True)
+        return original(body)
+
+    world.backend.submit = gateway_502  # type: ignore[method-assign]
+    assert world.run(make_plan(submit_resolve_seconds=10.0)) == 0
+    assert world.backend.calls.count("submit") == 1
+    assert len(world.backend.jobs) == 1
+    assert world.sink.text == "hi\n"
+
+
+def test_a_429_submit_is_a_refusal_submitted_again_without_a_lookup(world: World) -> None:
+    world.backend.template.lines = ["hi\n"]
+    original = world.backend.submit
+
+    def refused_once(body: SubmitBody) -> SubmitResult:
+        if world.backend.calls.count("submit") == 0:
+            world.backend.calls.append("submit")
+            raise SubmitRefused("submit: HTTP 429: Only one active job allowed per VM", endpoint="submit")
+        return original(body)
+
+    world.backend.submit = refused_once  # type: ignore[method-assign]
+    assert world.run(make_plan(submit_resolve_seconds=10.0)) == 0
+    calls = world.backend.calls
+    assert calls.count("submit") == 2
+    first, second = (i for i, c in enumerate(calls) if c == "submit")
+    assert not any(c.startswith("jobs") for c in calls[first:second])  # nothing to look for
+    assert len(world.backend.jobs) == 1
+
+
+def test_refusals_until_the_outage_budget_exit_69_with_nothing_running(world: World) -> None:
+    def refused(body: SubmitBody) -> SubmitResult:
+        world.backend.calls.append("submit")
+        raise SubmitRefused("submit: HTTP 429: Only one active job allowed per VM", endpoint="submit")
+
+    world.backend.submit = refused  # type: ignore[method-assign]
+    journal = Journal()
+    code = run_with_state(world, journal, restart.decide_start(None), outage_seconds=20.0, retry_cap_seconds=4.0)
+    assert code == exitcodes.EXIT_REMOTE_UNAVAILABLE
+    assert journal.saved[-1].reported is True
+
+
+def _stopped_by_terminate(world: World) -> list[int]:
+    return sorted(n for n, j in world.backend.jobs.items() if j.stopped is not None and j.stopped[1] == "terminate")
+
+
+def test_reattach_follows_the_lowest_live_job_and_terminates_the_others(world: World) -> None:
+    low = world.backend.add_job(lines=["low\n"], queue=0.0)
+    high = world.backend.add_job(lines=["high\n"] * 50, queue=0.0)
+    world.backend.add_job(lines=["queued\n"], queue=100.0)
+    world.clock.now += 0.05
+    assert world.run() == 0
+    assert world.sink.text == "low\n"
+    assert _stopped_by_terminate(world) == [high.number, high.number + 1]
+    assert low.stopped is None
+    assert "submit" not in world.backend.calls
+
+
+def test_resolve_keeps_the_lowest_new_live_job_and_terminates_the_others(world: World) -> None:
+    world.backend.template.lines = ["hi\n"]
+    world.backend.template.queue = 5.0
+    original = world.backend.submit
+
+    def twice_created(body: SubmitBody) -> SubmitResult:
+        if world.backend.calls.count("submit") == 0:
+            world.backend.calls.append("submit")
+            world.backend.add_job(label=body["job_label"])  # a gateway retried the POST upstream
+            world.backend.add_job(label=body["job_label"])
+            raise SubmitOutcomeUnknown("submit: HTTP 504: Gateway Timeout", endpoint="submit", answered=True)
+        return original(body)
+
+    world.backend.submit = twice_created  # type: ignore[method-assign]
+    assert world.run() == 0
+    assert sorted(world.backend.jobs) == [100, 101]
+    assert _stopped_by_terminate(world) == [101]
+    assert world.sink.text == "hi\n"
+
+
+def test_reattach_while_following_applies_the_same_rule(world: World) -> None:
+    world.backend.template.lines = LINES * 4
+    world.backend.template.queue = 0.0
+    _fail_from(world, world.clock.now + 3.0, "status", JobNotFound("status: HTTP 404", endpoint="status"), times=1)
+    # Before the 404, a second job with the label appears (another runner's stray submit).
+    world.clock.alarms.append((world.clock.now + 2.0, lambda: world.backend.add_job(lines=["stray\n"] * 500)))
+    assert world.run() == 0
+    assert _stopped_by_terminate(world) == [101]
+    assert "stray\n" not in world.sink.lines
