@@ -24,6 +24,12 @@ GPU = "nvidia.com/gpu"
 GPU_MODEL_LABEL = "nimbix-burst.bench/gpu-model"
 GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
 GPU_TOLERATION = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
+# Every cluster has it: the webhook bursts only once it knows its UID (the cluster identity in job labels).
+KUBE_SYSTEM = {
+    "apiVersion": "v1",
+    "kind": "Namespace",
+    "metadata": {"name": "kube-system", "uid": "6b1d0c8e-3f2a-4e7b-9c5d-1a2b3c4d5e6f"},
+}
 # What the DefaultTolerationSeconds admission plugin adds to every pod.
 DEFAULT_TOLERATIONS = (
     {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},

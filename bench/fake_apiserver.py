@@ -117,7 +117,7 @@ async def pods(request: web.Request) -> web.StreamResponse:
 
 
 async def namespaces(request: web.Request) -> web.StreamResponse:
-    return await _serve(request, "namespaces", "Namespace")  # none: no burst budgets in the benchmark
+    return await _serve(request, "namespaces", "Namespace")  # kube-system only: no burst budgets
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -131,7 +131,7 @@ async def healthz(request: web.Request) -> web.Response:
 def create_app(node_items: list[bytes], pod_items: list[bytes], *, pod_event_rate: float = 0.0) -> web.Application:
     app = web.Application()
     app[POD_EVENT_RATE] = pod_event_rate
-    app[STORE] = {"nodes": node_items, "pods": pod_items, "namespaces": []}
+    app[STORE] = {"nodes": node_items, "pods": pod_items, "namespaces": [json.dumps(clusters.KUBE_SYSTEM).encode()]}
     served: dict[str, int] = {}
     app[SERVED] = served
     app.router.add_get("/api/v1/nodes", nodes)

@@ -103,7 +103,7 @@ def fill_cache(name: str, policy: RewritePolicy, *, gpu_only: bool) -> CacheSync
     sync.apply_list("nodes", list(raw_nodes))
     pods = [pod for page in iter_pod_pages(records, gpu_only=gpu_only) for pod in page]
     sync.apply_list("pods", pods)
-    sync.apply_list("namespaces", [])  # the synthetic clusters set no burst budgets
+    sync.apply_list("namespaces", [clusters.KUBE_SYSTEM])  # no burst budgets; kube-system names the cluster
     return sync
 
 
@@ -332,7 +332,7 @@ def run_cache_scale(name: str, *, held: bool) -> dict[str, Any]:
         sync.apply_parsed("pods", parsed)
         result["apply_on_loop_s"] = round(time.perf_counter() - began, 3)
         del parsed
-    sync.apply_list("namespaces", [])  # the synthetic clusters set no burst budgets
+    sync.apply_list("namespaces", [clusters.KUBE_SYSTEM])  # no burst budgets; kube-system names the cluster
     log(f"{name} ({result['mode']}): {result}")
     gc.collect()
     rss_after = read_status_kb("VmRSS")

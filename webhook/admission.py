@@ -66,7 +66,8 @@ def admit(
     if contract.ANNOTATION_DECISION in annotations:
         # Reinvocation (a later webhook changed the pod), or a pod copied from one we rewrote:
         # never decide twice, but a burst pod must not keep GPUs someone added since.
-        return _readmit(request, spec, decided=annotations[contract.ANNOTATION_DECISION], policy=policy)
+        decided = annotations[contract.ANNOTATION_DECISION]
+        return _readmit(request, spec, decided=decided, policy=policy, cluster=_cluster_identity(cache, policy)[0])
     try:
         gpus = pod_gpus(spec, policy.gpu_resources, checked=True)
         placement = parse_placement(spec)
@@ -92,6 +93,9 @@ def admit(
             )
         patch = mutation.build_local_patch(pod, decision=decision, reservation_id=request.uid)
         return Admission(build_response(request.uid, patch=patch), "local", decision.reason, decision.node)
+    cluster, unknown = _cluster_identity(cache, policy)
+    if unknown:
+        return _kept_local(request, decision, unknown)
     namespace = request.namespace
     refusal = decisions.budget_refusal(gpus, cache, namespace=namespace)
     if not refusal and local_refusal and cache.budget(namespace) is not None:
@@ -105,11 +109,33 @@ def admit(
     if cache.budget(namespace) is not None and not request.dry_run:
         cache.reserve_remote(request.uid, namespace=namespace, gpus=need)
         reservation_id = request.uid
+    terms = mutation.BurstTerms(cluster=cluster)
     patch = mutation.build_remote_patch(
-        pod, gpus=gpus, decision=decision, policy=policy, remote_gpus=need, reservation_id=reservation_id
+        pod, gpus=gpus, decision=decision, policy=policy, terms=terms, remote_gpus=need, reservation_id=reservation_id
     )
     warning = f"nimbix-burst: this pod will run on Nimbix JARVICE: {decision.reason}"
     return Admission(build_response(request.uid, patch=patch, warnings=[warning]), "remote", decision.reason)
+
+
+def _cluster_identity(cache: ClusterCache, policy: mutation.RewritePolicy) -> tuple[str, str]:
+    """(the cluster's identity, "") or ("", why it is unknown). Every job a burst pod submits carries
+    it, so the reaper of this cluster, and only that one, may stop the job: no identity, no burst."""
+    uid = cache.kube_system_uid
+    if not uid:
+        return "", "the kube-system namespace is not in the webhook's cache, so the cluster's identity is unknown"
+    try:
+        return contract.cluster_identity(uid, policy.cluster_name), ""
+    except ValueError as exc:
+        return "", f"the cluster's identity is unknown: {exc}"
+
+
+def _kept_local(request: AdmissionRequest, decision: Decision, refusal: str) -> Admission:
+    """Would burst, but may not for a reason that is not the pod's doing: it stays as submitted and
+    waits for local GPUs (never refused: the pod is fine, the webhook cannot burst it now)."""
+    reason = f"{decision.reason}; not burst: {refusal}"
+    patch = mutation.build_kept_local_patch(request.object, reason=reason)
+    warning = f"nimbix-burst: kept local, not burst: {refusal}"
+    return Admission(build_response(request.uid, patch=patch, warnings=[warning]), "local", reason)
 
 
 def _over_budget(request: AdmissionRequest, decision: Decision, refusal: str, action: budget.OverBudget) -> Admission:
@@ -130,7 +156,7 @@ def _over_budget(request: AdmissionRequest, decision: Decision, refusal: str, ac
 
 
 def _readmit(
-    request: AdmissionRequest, spec: Mapping[str, Any], *, decided: str, policy: mutation.RewritePolicy
+    request: AdmissionRequest, spec: Mapping[str, Any], *, decided: str, policy: mutation.RewritePolicy, cluster: str
 ) -> Admission:
     """A pod decided local keeps what it has; one decided remote gets new GPU requests stripped."""
     if decided != contract.DECISION_REMOTE:
@@ -139,7 +165,7 @@ def _readmit(
         pod_gpus(spec, policy.gpu_resources, checked=True)  # the quantities the patch reads are valid
     except ObjectError as exc:
         raise MalformedReview(f"request.object: {exc}") from exc
-    patch = mutation.build_reinvocation_patch(request.object, policy=policy)
+    patch = mutation.build_reinvocation_patch(request.object, policy=policy, terms=mutation.BurstTerms(cluster=cluster))
     if not patch:
         return _skip(request, f"already decided: {decided}; no GPU request added since")
     reason = "already decided: remote; stripped GPU requests added after the decision"

@@ -35,13 +35,15 @@ from dataclasses import dataclass, replace
 
 from webhook.leadership import HandedOver
 from webhook.scheduling import placement_allows, tolerates_unschedulable
-from webhook.types import STANDARD_RESOURCES, NamespaceBudget, NodeInfo, Placement, PodInfo, Requests
+from webhook.types import STANDARD_RESOURCES, NamespaceBudget, NamespaceInfo, NodeInfo, Placement, PodInfo, Requests
 
 # Stop counting candidate nodes here: the count is advice for humans, and counting every
 # fitting node would make local decisions linear in cluster size.
 CANDIDATE_CAP = 10
 REMOTE_GPUS_KEY = "gpus"  # the one "resource" of a handed-over remote reservation
 DEFAULT_SCHEDULERS = ("default-scheduler",)
+# Every cluster has it and it is never deleted: its UID names the cluster (contract.cluster_identity).
+CLUSTER_NAMESPACE = "kube-system"
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +116,7 @@ class ClusterCache:
         self._reservations_in: dict[str, int] = {}  # namespace -> outstanding reservations
         self.reservation_cap_hits = 0  # reviews decided remote because a cap was reached
         self._budgets: dict[str, NamespaceBudget] = {}  # namespaces with a max-remote-gpus annotation
+        self._kube_system_uid = ""
         self._remote_in_use: dict[str, int] = {}  # namespace -> GPUs of its watched burst pods
         # Remote reservations: id -> (namespace, GPUs), oldest first, and their expiry.
         self._remote_reservations: OrderedDict[str, tuple[str, int, float]] = OrderedDict()
@@ -165,6 +168,11 @@ class ClusterCache:
         """GPUs, CPU and memory held by claims placed on a node. A running total: every remote
         decision reads it, and summing the claims each time made those decisions linear in pending pods."""
         return dict(self._claimed_total)
+
+    @property
+    def kube_system_uid(self) -> str:
+        """The UID of the kube-system namespace, which names this cluster ("" until the watch shows it)."""
+        return self._kube_system_uid
 
     def budget(self, namespace: str) -> NamespaceBudget | None:
         return self._budgets.get(namespace)
@@ -408,17 +416,25 @@ class ClusterCache:
 
     # ----- namespace writes --------------------------------------------------------------------
 
-    def replace_namespaces(self, budgets: Iterable[tuple[str, NamespaceBudget | None]]) -> None:
-        self._budgets = {name: budget for name, budget in budgets if budget is not None}
+    def replace_namespaces(self, namespaces: Iterable[NamespaceInfo]) -> None:
+        self._budgets = {}
+        self._kube_system_uid = ""
+        for namespace in namespaces:
+            self.upsert_namespace(namespace)
 
-    def upsert_namespace(self, name: str, budget: NamespaceBudget | None) -> None:
-        if budget is None:
+    def upsert_namespace(self, namespace: NamespaceInfo) -> None:
+        name = namespace.name
+        if namespace.budget is None:
             self._budgets.pop(name, None)
         else:
-            self._budgets[name] = budget
+            self._budgets[name] = namespace.budget
+        if name == CLUSTER_NAMESPACE:
+            self._kube_system_uid = namespace.uid
 
     def delete_namespace(self, name: str) -> None:
         self._budgets.pop(name, None)
+        if name == CLUSTER_NAMESPACE:
+            self._kube_system_uid = ""
 
     # ----- pod writes --------------------------------------------------------------------------
 

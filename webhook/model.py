@@ -28,7 +28,7 @@ from webhook.scheduling import FILTERING_EFFECTS
 from webhook.types import (
     CPU_MILLI,
     POD_COUNT,
-    NamespaceBudget,
+    NamespaceInfo,
     NodeInfo,
     Placement,
     PodInfo,
@@ -398,17 +398,17 @@ def _burst_job_gone(meta: Mapping[str, Any], spec: Mapping[str, Any], status: Ma
     return len(ended) == len(runners)
 
 
-def parse_namespace(raw: Mapping[str, Any]) -> tuple[str, NamespaceBudget | None]:
-    """A watched namespace: its name and burst budget (None: no `max-remote-gpus` annotation)."""
+def parse_namespace(raw: Mapping[str, Any]) -> NamespaceInfo:
+    """A watched namespace: its name, UID and burst budget (None: no `max-remote-gpus` annotation)."""
     meta = _mapping(raw.get("metadata"), "metadata")
     name = _string(meta.get("name"), "metadata.name")
     if not name:
         raise ObjectError("metadata.name is missing")
+    uid = _string(meta.get("uid"), "metadata.uid")
     annotations = _mapping(meta.get("annotations"), "metadata.annotations")
     value = annotations.get(budget.ANNOTATION_MAX_REMOTE_GPUS)
-    if value is None:
-        return name, None
-    return name, budget.parse_budget(value if isinstance(value, str) else repr(value))
+    ns_budget = None if value is None else budget.parse_budget(value if isinstance(value, str) else repr(value))
+    return NamespaceInfo(name=name, uid=uid, budget=ns_budget)
 
 
 def _node_ready(status: Mapping[str, Any]) -> bool:

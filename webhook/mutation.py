@@ -33,6 +33,16 @@ class RewritePolicy:
     strip_node_selector_keys: frozenset[str] = frozenset()
     strip_toleration_keys: frozenset[str] = frozenset()
     strip_runtime_classes: frozenset[str] = frozenset()
+    cluster_name: str = ""  # --cluster-name: the readable part of the cluster identity (contract.cluster_identity)
+
+
+@dataclass(frozen=True, slots=True)
+class BurstTerms:
+    """What admission settled for every burst container of a pod, beside its own GPU count."""
+
+    # contract.cluster_identity: who may reap the container's job. "" only on reinvocation without a
+    # known identity (a first rewrite never happens without one): the env is then left as it is.
+    cluster: str
 
 
 def escape(token: str) -> str:
@@ -176,7 +186,7 @@ def _state_volume_ops(spec: Mapping[str, Any]) -> list[JsonPatchOp]:
     return [{"op": "add", "path": "/spec/volumes/-", "value": volume}]
 
 
-def _burst_container_ops(base: str, container: Mapping[str, Any], *, gpus: int) -> list[JsonPatchOp]:
+def _burst_container_ops(base: str, container: Mapping[str, Any], *, gpus: int, terms: BurstTerms) -> list[JsonPatchOp]:
     """What makes one app container a runner for its own remote job."""
     cores = format_quantity_cores(_container_quantity(container, "cpu"))
     wanted: list[_EnvWish] = [
@@ -189,11 +199,13 @@ def _burst_container_ops(base: str, container: Mapping[str, Any], *, gpus: int) 
         (contract.ENV_POD_NAME, _field_ref(contract.ENV_POD_NAME, "metadata.name"), False),
         (contract.ENV_STATE_DIR, _value(contract.ENV_STATE_DIR, contract.STATE_MOUNT_PATH), True),
     ]
+    if terms.cluster:
+        wanted.append((contract.ENV_CLUSTER, _value(contract.ENV_CLUSTER, terms.cluster), True))
     return _env_ops(base, container, wanted)
 
 
 def _container_ops(
-    spec: Mapping[str, Any], policy: RewritePolicy, original: dict[str, dict[str, Any]]
+    spec: Mapping[str, Any], policy: RewritePolicy, original: dict[str, dict[str, Any]], terms: BurstTerms
 ) -> list[JsonPatchOp]:
     """Per container: an app container with GPUs goes remote (shrunk, with its own GPU count); init
     containers lose only their GPUs and run here; everything else is untouched. Idempotent: a
@@ -209,7 +221,7 @@ def _container_ops(
         ops += _resource_ops(base, container, policy, original.setdefault(list_name, {}), shrink=is_app)
         if is_app:
             mount = _state_mount_ops(base, container)
-            ops += _burst_container_ops(base, container, gpus=gpus) + mount
+            ops += _burst_container_ops(base, container, gpus=gpus, terms=terms) + mount
             mounted |= bool(mount)
     if mounted:  # an unused volume would only confuse
         ops += _state_volume_ops(spec)
@@ -226,16 +238,20 @@ def _audit_json(audit: Mapping[str, Any]) -> str:
         return json.dumps(audit, sort_keys=True, separators=(",", ":"))
 
 
-def build_over_budget_patch(pod: Mapping[str, Any], *, reason: str, budget_note: str) -> list[JsonPatchOp]:
-    """A pod that would burst past its namespace's budget stays as submitted and waits for local GPUs:
-    only annotations (decision local, why, and the budget that stopped it). No reservation: nothing
-    local was promised, the pod claims GPUs like any pending pod."""
-    values = {
-        contract.ANNOTATION_DECISION: contract.DECISION_LOCAL,
-        contract.ANNOTATION_REASON: reason,
-        budget.ANNOTATION_BUDGET: budget_note,
-    }
+def build_kept_local_patch(
+    pod: Mapping[str, Any], *, reason: str, notes: Mapping[str, str] | None = None
+) -> list[JsonPatchOp]:
+    """A pod that would burst but may not (its namespace's budget, an unknown cluster identity) stays
+    as submitted and waits for local GPUs: only annotations (decision local, why, and `notes`). No
+    reservation: nothing local was promised, the pod claims GPUs like any pending pod."""
+    values = {contract.ANNOTATION_DECISION: contract.DECISION_LOCAL, contract.ANNOTATION_REASON: reason}
+    values.update(notes or {})
     return _annotation_ops(pod.get("metadata") or {}, values)
+
+
+def build_over_budget_patch(pod: Mapping[str, Any], *, reason: str, budget_note: str) -> list[JsonPatchOp]:
+    """Kept local by its namespace's budget: the budget that stopped it is recorded too."""
+    return build_kept_local_patch(pod, reason=reason, notes={budget.ANNOTATION_BUDGET: budget_note})
 
 
 def build_remote_patch(
@@ -244,13 +260,14 @@ def build_remote_patch(
     gpus: GpuCounts,
     decision: Decision,
     policy: RewritePolicy,
+    terms: BurstTerms,
     remote_gpus: int | None = None,
     reservation_id: str = "",
 ) -> list[JsonPatchOp]:
     """Burst each app container that asked for GPUs, strip GPUs everywhere, and record what changed."""
     spec: Mapping[str, Any] = pod.get("spec") or {}
     original_resources: dict[str, dict[str, Any]] = {}
-    ops = _container_ops(spec, policy, original_resources)
+    ops = _container_ops(spec, policy, original_resources, terms)
     audit: dict[str, Any] = {k: v for k, v in original_resources.items() if v}
     audit["gpus"] = dict(gpus)
     if "resources" in spec:
@@ -301,12 +318,12 @@ def build_remote_patch(
 _AUDIT_REINVOKED = "reinvoked"
 
 
-def build_reinvocation_patch(pod: Mapping[str, Any], *, policy: RewritePolicy) -> list[JsonPatchOp]:
+def build_reinvocation_patch(pod: Mapping[str, Any], *, policy: RewritePolicy, terms: BurstTerms) -> list[JsonPatchOp]:
     """A pod already decided remote, changed by a later webhook: strip the GPUs it carries again,
     the same way as the first rewrite. Empty when there is nothing new (reinvocation is idempotent)."""
     spec: Mapping[str, Any] = pod.get("spec") or {}
     stripped: dict[str, dict[str, Any]] = {}
-    ops = _container_ops(spec, policy, stripped)
+    ops = _container_ops(spec, policy, stripped, terms)
     if not ops:
         return []
     meta: Mapping[str, Any] = pod.get("metadata") or {}

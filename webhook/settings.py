@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from entrypoint import contract
 from webhook.budget import OVER_BUDGET_ACTIONS, OverBudget
 from webhook.leadership import LeaseTiming
 from webhook.mutation import RewritePolicy
@@ -21,6 +22,7 @@ DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu", "alpha.kubernetes.io/nvidia-gpu")
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 _RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_ANY_UUID = "00000000-0000-0000-0000-000000000000"  # checks a cluster name alone with contract.cluster_identity
 
 
 class SettingsError(ValueError):
@@ -99,6 +101,8 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ),
     ("--scheduler-names", "WEBHOOK_SCHEDULER_NAMES", "default-scheduler", "schedulers whose pending pods claim GPUs"),
     ("--over-budget", "WEBHOOK_OVER_BUDGET", "local", "past a namespace's burst budget: local (wait) or deny"),
+    # The same name the controller is given: both make the cluster identity from it (contract.cluster_identity).
+    ("--cluster-name", "NIMBIX_BURST_CLUSTER_NAME", "", "readable prefix of the cluster identity in job labels"),
     ("--log-level", "WEBHOOK_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
     ("--drain-seconds", "WEBHOOK_DRAIN_SECONDS", "5", "how long /drain (the preStop hook) serves on, closing"),
     # Replicas (README, "Two replicas, one promise"); identity and address come from the downward API.
@@ -176,6 +180,11 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
         over_budget = "deny"
     elif raw["over_budget"] != "local":
         problems.append(f"--over-budget: {raw['over_budget']!r} is not one of {', '.join(OVER_BUDGET_ACTIONS)}")
+    cluster_name = str(raw["cluster_name"]).strip()
+    try:
+        contract.cluster_identity(_ANY_UUID, cluster_name)
+    except ValueError as exc:
+        problems.append(f"--cluster-name: {exc} (the same name as the controller's, or empty)")
     log_level = str(raw["log_level"]).upper()
     if log_level not in _LOG_LEVELS:
         problems.append(f"--log-level: {raw['log_level']!r} is not one of {', '.join(_LOG_LEVELS)}")
@@ -213,6 +222,7 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
             strip_node_selector_keys=frozenset(_csv(raw["strip_node_selector_keys"])),
             strip_toleration_keys=frozenset(_csv(raw["strip_toleration_keys"])),
             strip_runtime_classes=frozenset(_csv(raw["strip_runtime_classes"])),
+            cluster_name=cluster_name,
         ),
         leader_election=leader_election,
         client_ca_file=client_ca_file,

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from webhook.cache import ClusterCache
 from webhook.model import ObjectError, parse_namespace, parse_node, parse_pod
-from webhook.types import NamespaceBudget, NodeInfo, PodInfo
+from webhook.types import NamespaceInfo, NodeInfo, PodInfo
 
 Kind = Literal["nodes", "pods", "namespaces"]
 KINDS: tuple[Kind, ...] = ("nodes", "pods", "namespaces")
@@ -36,7 +36,7 @@ class SyncState:
 class ParsedList:
     nodes: list[NodeInfo] = field(default_factory=list)
     pods: list[PodInfo] = field(default_factory=list)
-    namespaces: list[tuple[str, NamespaceBudget | None]] = field(default_factory=list)
+    namespaces: list[NamespaceInfo] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
 
@@ -159,7 +159,7 @@ class CacheSync:
             if event_type == "DELETED":
                 self.cache.delete_namespace(_name(raw))
             else:
-                self.cache.upsert_namespace(*parse_namespace(raw))
+                self.cache.upsert_namespace(parse_namespace(raw))
             return None
         except ObjectError as exc:
             self.state.skipped_objects += 1

@@ -121,6 +121,16 @@ class NamespaceBudget:
     invalid: str | None = None  # the annotation's value when it is not a whole number >= 0 (then limit is 0)
 
 
+@dataclass(frozen=True, slots=True)
+class NamespaceInfo:
+    """The fields of a namespace the webhook reads: its UID (kube-system's names the cluster) and
+    its annotations for bursting."""
+
+    name: str
+    uid: str
+    budget: NamespaceBudget | None  # None: no `max-remote-gpus` annotation
+
+
 DecisionKind = Literal["local", "remote", "skipped"]
 
 

@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from devplatform.cluster.pki import issue_cert, make_ca, write_pair
-from tests.unit.webhook.builders import node
+from tests.unit.webhook.builders import KUBE_SYSTEM, node
 from webhook.app import create_app
 from webhook.cache import ClusterCache
 from webhook.settings import Settings, parse_settings
@@ -59,7 +59,7 @@ def sync(settings: Settings, clock: FakeClock) -> CacheSync:
 def synced(sync: CacheSync) -> CacheSync:
     sync.apply_list("nodes", [node("gpu-a", 4), node("gpu-b", 2), node("cpu-1", 0)])
     sync.apply_list("pods", [])
-    sync.apply_list("namespaces", [])
+    sync.apply_list("namespaces", [KUBE_SYSTEM])
     return sync
 
 

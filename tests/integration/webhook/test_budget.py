@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from tests.integration.webhook.conftest import ClientFactory, FakeClock, review_body, write_serving_cert
-from tests.unit.webhook.builders import container, node, pod
+from tests.unit.webhook.builders import KUBE_SYSTEM, container, node, pod
 from webhook.app import create_app
 from webhook.budget import ANNOTATION_BUDGET, ANNOTATION_MAX_REMOTE_GPUS, ANNOTATION_REMOTE_GPUS
 from webhook.cache import ClusterCache
@@ -27,7 +27,7 @@ async def make_client(aiohttp_client: ClientFactory, tmp_path: Path, *flags: str
     sync.apply_list("nodes", [node("gpu-a", 1), node("cpu-1", 0)])
     sync.apply_list("pods", [])
     budgeted = {"metadata": {"name": "ns", "annotations": {ANNOTATION_MAX_REMOTE_GPUS: "4"}}}
-    sync.apply_list("namespaces", [budgeted, {"metadata": {"name": "other"}}])
+    sync.apply_list("namespaces", [budgeted, {"metadata": {"name": "other"}}, KUBE_SYSTEM])
     return await aiohttp_client(create_app(settings, cache=sync.cache, sync=sync, clock=clock))
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from tests.integration.webhook.conftest import FakeClock, review_body
-from tests.unit.webhook.builders import container, node, pod
+from tests.unit.webhook.builders import KUBE_SYSTEM, container, node, pod
 from webhook.app import create_app
 from webhook.cache import ClusterCache
 from webhook.settings import Settings
@@ -29,7 +29,7 @@ async def test_reviews_over_the_namespace_cap_burst_and_are_counted(
     sync = CacheSync(cache, clock=clock)
     sync.apply_list("nodes", [node("gpu-a", 8)])
     sync.apply_list("pods", [])
-    sync.apply_list("namespaces", [])
+    sync.apply_list("namespaces", [KUBE_SYSTEM])
     client: TestClient[Any, Any] = await aiohttp_client(create_app(settings, cache=cache, sync=sync, clock=clock))
 
     async def decide(uid: str, namespace: str) -> str:

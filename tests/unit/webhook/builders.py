@@ -87,3 +87,18 @@ def node(
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
         },
     }
+
+
+# The kube-system namespace every cluster has: its UID names the cluster in every JARVICE job label.
+KUBE_SYSTEM_UID = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+CLUSTER_ID = "0f1e2d3c4b5a"  # contract.cluster_identity(KUBE_SYSTEM_UID) worked out by hand
+
+
+def namespace(name: str, *, uid: str = "", annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "annotations": dict(annotations or {})}
+    if uid:
+        meta["uid"] = uid
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+KUBE_SYSTEM = namespace("kube-system", uid=KUBE_SYSTEM_UID)

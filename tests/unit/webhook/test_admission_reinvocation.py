@@ -15,10 +15,10 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from tests.unit.webhook.builders import GPU, container, node, pod
+from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, node, pod
 from webhook import admission
 from webhook.cache import ClusterCache
-from webhook.model import parse_node
+from webhook.model import parse_namespace, parse_node
 from webhook.mutation import RewritePolicy
 from webhook.review import AdmissionRequest
 
@@ -30,6 +30,7 @@ def make_cache(free_gpus: int) -> ClusterCache:
     cache = ClusterCache(gpu_resources=(GPU,), clock=lambda: 0.0, reservation_ttl=60)
     cache.replace_nodes([parse_node(node("a", free_gpus), (GPU,))])
     cache.replace_pods([])
+    cache.replace_namespaces([parse_namespace(KUBE_SYSTEM)])
     return cache
 
 

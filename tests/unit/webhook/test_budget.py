@@ -16,7 +16,7 @@ import jsonpatch
 import pytest
 
 from entrypoint import contract
-from tests.unit.webhook.builders import GPU, container, node, pod
+from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, node, pod
 from tests.unit.webhook.test_decision import Clock
 from webhook import admission, budget, leadership
 from webhook.budget import ANNOTATION_BUDGET, ANNOTATION_MAX_REMOTE_GPUS, ANNOTATION_REMOTE_GPUS
@@ -55,7 +55,7 @@ def make_sync(*, local_gpus: int = 0, max_remote: str | None = "4", clock: Clock
     sync = CacheSync(ClusterCache(gpu_resources=(GPU,), clock=clock, reservation_ttl=60), clock=clock)
     sync.apply_list("nodes", [node("gpu", local_gpus), node("cpu", 0)])
     sync.apply_list("pods", [])
-    sync.apply_list("namespaces", [namespace(NS, max_remote), namespace("free", None)])
+    sync.apply_list("namespaces", [namespace(NS, max_remote), namespace("free", None), KUBE_SYSTEM])
     return sync
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests.unit.webhook.builders import GPU, container, pod
 from webhook import mutation
-from webhook.mutation import RewritePolicy, build_local_patch, build_remote_patch
+from webhook.mutation import BurstTerms, RewritePolicy, build_local_patch, build_remote_patch
 from webhook.types import Decision
 
 LEGACY = "alpha.kubernetes.io/nvidia-gpu"
@@ -22,10 +22,11 @@ POLICY = RewritePolicy(
     strip_runtime_classes=frozenset({"nvidia"}),
 )
 REMOTE = Decision(kind="remote", reason="needs 4 nvidia.com/gpu; best node a has 2 free")
+TERMS = BurstTerms(cluster="prod-0f1e2d3c4b5a")
 
 
 def rewrite(raw: dict[str, Any], gpus: int = 4) -> dict[str, Any]:
-    ops = build_remote_patch(raw, gpus={GPU: gpus}, decision=REMOTE, policy=POLICY)
+    ops = build_remote_patch(raw, gpus={GPU: gpus}, decision=REMOTE, policy=POLICY, terms=TERMS)
     result: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(raw), ops)
     return result
 
