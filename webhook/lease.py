@@ -12,7 +12,6 @@ lease duration), cannot be cancelled, and calls `logging.basicConfig` on import.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import json
 import logging
@@ -31,6 +30,12 @@ log = logging.getLogger(__name__)
 HTTP_NOT_FOUND = 404
 HTTP_CONFLICT = 409
 REQUEST_TIMEOUT = (2.0, 5.0)  # connect, read: well inside the renew deadline
+# A release re-reads and retries after a conflict this many times: each conflict is another write
+# landing between our read and our write (a renewal of ours in flight, at most one), so more mean
+# someone keeps writing the Lease, and the next leader waits out the lease duration instead.
+RELEASE_ATTEMPTS = 3
+# How long a release waits for a round in flight: one call's whole timeout (it is normally milliseconds).
+RELEASE_WAIT_SECONDS = sum(REQUEST_TIMEOUT)
 
 
 def _now_rfc3339() -> str:
@@ -101,6 +106,14 @@ class KubernetesLeases:
         return leadership.parse_lease(json.loads(response.data))
 
 
+@dataclass(frozen=True, slots=True)
+class _Release:
+    record: LeaseRecord | None  # the Lease after the attempt: our release, or what someone else wrote
+    written: bool  # False: the Lease was not ours (any more), or every attempt conflicted
+    attempts: int
+    conflict: str = ""  # the last conflict, when every attempt lost one
+
+
 class LeaseElector:
     def __init__(
         self,
@@ -123,13 +136,18 @@ class LeaseElector:
         self._export_handover = export_handover
         self._observation: Observation | None = None
         self._last_renewed: float | None = None
-        self._released = False
-        self.transitions_seen = 0
+        self._stopping = False
+        # Held around every Lease write of ours (a round, a release): a release never races a
+        # renewal in flight, and it sees what that renewal wrote (and what a takeover adopted).
+        self._writing = asyncio.Lock()
+        self.started_leading = 0
+        self.round_failures = 0
+        self.release_failures = 0
 
     # ----- read by the request path (memory only) ----------------------------------------------
 
     def standing(self) -> Standing:
-        if self._observation is None or self._released:
+        if self._observation is None or self._stopping:
             return "candidate"
         return leadership.standing(
             self._observation,
@@ -149,22 +167,27 @@ class LeaseElector:
     # ----- the loop ----------------------------------------------------------------------------
 
     async def run(self) -> None:
-        while not self._released:
+        while True:
             try:
-                result = await asyncio.to_thread(self._round, self._observation)
-                self._apply(result)
+                async with self._writing:
+                    if self._stopping:  # checked once the lock is ours: a release may have taken it first
+                        return
+                    result = await asyncio.to_thread(self._round, self._observation)
+                    self._apply(result)
             except Exception:  # an API hiccup costs one round; standing() ages a stale lead out
+                self.round_failures += 1
                 log.warning("lease round failed", extra={"lease": self._name}, exc_info=True)
             await asyncio.sleep(self._timing.retry)
 
     def _apply(self, result: _Round) -> None:
         """On the loop, the only place our standing changes: a new leader first takes the handed-
-        over reservations into the cache, and only then does standing() say "leader"."""
+        over reservations into the cache, and only then does standing() say "leader". Applied even
+        while stopping: a release that waited for this round passes the adopted reservations on."""
         self._observation = result.observation
-        if result.written is None or self._released:
+        if result.written is None:
             return
         if result.handed is not None:
-            self.transitions_seen += 1
+            self.started_leading += 1
             self._on_started_leading(result.handed)
             log.info(
                 "started leading",
@@ -198,23 +221,77 @@ class LeaseElector:
             return _Round(observation=observation, started=started)  # someone else wrote first
         taking_over = record is None or record.holder != self.identity
         handed = leadership.decode_handover(record.handover if record is not None else "") if taking_over else None
-        return _Round(
-            observation=observation,
-            started=started,
-            written=written,
-            handed=handed,
-        )
+        return _Round(observation=observation, started=started, written=written, handed=handed)
+
+    # ----- giving the Lease up -----------------------------------------------------------------
 
     async def release(self) -> None:
-        """Give up the Lease at once, leaving our reservations to the next leader. Idempotent."""
-        if self._released:
+        """Give up the Lease at once, leaving our reservations to the next leader. Idempotent. Waits
+        for a round in flight (a renewal writes a new resourceVersion, which our release must carry);
+        if that round hangs, releases anyway: the compare-and-swap keeps the two writes apart."""
+        if self._stopping:
             return
-        self._released = True
-        record = self._observation.record if self._observation else None
-        if record is None or record.holder != self.identity:
+        self._stopping = True  # no new round; standing() says "candidate": nothing more is decided here
+        try:
+            await asyncio.wait_for(self._writing.acquire(), RELEASE_WAIT_SECONDS)
+        except TimeoutError:
+            log.warning("lease round still in flight; releasing anyway", extra={"lease": self._name})
+            await self._hand_over(why="stopping")
             return
-        handover = leadership.encode_handover(self._export_handover())
-        body = leadership.build_release_body(record, name=self._name, namespace=self._namespace, handover=handover)
-        with contextlib.suppress(ApiException, LeaseConflict):
-            await asyncio.to_thread(self._leases.replace, self._namespace, self._name, body)
-            log.info("released lease", extra={"lease": self._name, "identity": self.identity})
+        try:
+            record = self._observation.record if self._observation else None
+            if record is not None and record.holder == self.identity:
+                await self._hand_over(why="stopping")
+        finally:
+            self._writing.release()
+
+    async def _hand_over(self, *, why: str) -> bool:
+        """Release the Lease with our reservations attached; the caller holds `_writing` (or gave up
+        waiting for it). Returns whether the Lease is no longer ours."""
+        reservations = self._export_handover()
+        handover = leadership.encode_handover(reservations)
+        context = {
+            "lease": self._name,
+            "identity": self.identity,
+            "reservations": min(len(reservations), leadership.MAX_HANDOVER_RESERVATIONS),
+            "why": why,
+        }
+        try:
+            outcome = await asyncio.to_thread(self._write_release, handover)
+        except Exception as exc:  # the API server is unreachable: say what is lost
+            self.release_failures += 1
+            log.warning(
+                "lease not released: reservations not handed over",
+                extra={**context, "error": str(exc)[:300]},
+                exc_info=True,
+            )
+            return False
+        if outcome.conflict:
+            self.release_failures += 1
+            log.warning(
+                "lease not released: reservations not handed over",
+                extra={**context, "attempts": outcome.attempts, "error": outcome.conflict[:300]},
+            )
+            return False
+        self._observation = Observation(record=outcome.record, seen_at=self._clock())
+        self._last_renewed = None
+        if outcome.written:
+            log.info("released lease", extra=context)
+        return True
+
+    def _write_release(self, handover: str) -> _Release:
+        """In a worker thread: read the Lease and, while it is ours, write the release (CAS); on a
+        conflict (a renewal of ours, or anyone's write, landed in between) read again and retry."""
+        conflict = ""
+        for attempt in range(1, RELEASE_ATTEMPTS + 1):
+            record = self._leases.read(self._namespace, self._name)
+            if record is None or record.holder != self.identity:
+                return _Release(record=record, written=False, attempts=attempt)
+            body = leadership.build_release_body(record, name=self._name, namespace=self._namespace, handover=handover)
+            try:
+                return _Release(
+                    record=self._leases.replace(self._namespace, self._name, body), written=True, attempts=attempt
+                )
+            except LeaseConflict as exc:
+                conflict = str(exc) or "conflict"
+        return _Release(record=None, written=False, attempts=RELEASE_ATTEMPTS, conflict=conflict)

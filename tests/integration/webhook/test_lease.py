@@ -1,0 +1,170 @@
+"""The Lease elector (webhook.lease) against an in-memory Lease with the API server's compare-and-swap:
+releasing while a renewal is in flight, conflicts on release, and who may take or keep the Lease."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from webhook import leadership
+from webhook.leadership import HandedOver, LeaseRecord, LeaseTiming
+from webhook.lease import RELEASE_ATTEMPTS, LeaseConflict, LeaseElector
+
+TIMING = LeaseTiming(duration=0.8, renew_deadline=0.5, retry=0.02)
+RESERVATION = HandedOver(
+    reservation_id="r1", namespace="ns", node="gpu-a", requests={"nvidia.com/gpu": 1}, expires_in=60.0
+)
+
+
+class InMemoryLease:
+    """One Lease, written only by a compare-and-swap on its resourceVersion (as the API server does).
+    `on_replace` runs in the writer's thread before each replace: tests hold a write there."""
+
+    def __init__(self) -> None:
+        self.body: dict[str, Any] | None = None
+        self.version = 0
+        self.lock = threading.Lock()
+        self.on_replace: Callable[[dict[str, Any]], None] = lambda _body: None
+
+    def read(self, namespace: str, name: str) -> LeaseRecord | None:
+        with self.lock:
+            return None if self.body is None else leadership.parse_lease(self.body)
+
+    def create(self, namespace: str, body: dict[str, Any]) -> LeaseRecord:
+        with self.lock:
+            if self.body is not None:
+                raise LeaseConflict("exists")
+            return self._store(body)
+
+    def replace(self, namespace: str, name: str, body: dict[str, Any]) -> LeaseRecord:
+        self.on_replace(body)
+        with self.lock:
+            if body["metadata"].get("resourceVersion") != str(self.version):
+                raise LeaseConflict("the object has been modified")
+            return self._store(body)
+
+    def _store(self, body: dict[str, Any]) -> LeaseRecord:
+        self.version += 1
+        stored = copy.deepcopy(body)
+        stored["metadata"]["resourceVersion"] = str(self.version)
+        self.body = stored
+        return leadership.parse_lease(stored)
+
+    @property
+    def record(self) -> LeaseRecord:
+        assert self.body is not None
+        return leadership.parse_lease(self.body)
+
+
+class Replica:
+    def __init__(self, lease: InMemoryLease, identity: str, *, reservations: list[HandedOver] | None = None) -> None:
+        self.adopted: list[HandedOver] = []
+        self.reservations = list(reservations or [])
+        self.fit = True
+        self.elector = LeaseElector(
+            lease,
+            namespace="ns",
+            name="leader",
+            identity=identity,
+            url=f"https://{identity}:8443",
+            timing=TIMING,
+            clock=time.monotonic,
+            on_started_leading=self.adopted.extend,
+            export_handover=lambda: self.reservations,
+        )
+
+
+@pytest.fixture
+def lease() -> InMemoryLease:
+    return InMemoryLease()
+
+
+@pytest.fixture
+def running() -> Iterator[list[asyncio.Task[None]]]:
+    tasks: list[asyncio.Task[None]] = []
+    yield tasks
+    for task in tasks:
+        task.cancel()
+
+
+async def _until(predicate: Callable[[], bool], *, timeout: float = 1.5) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+async def test_release_waits_for_a_renewal_in_flight_and_hands_the_reservations_over(
+    lease: InMemoryLease, running: list[asyncio.Task[None]]
+) -> None:
+    replica = Replica(lease, "a", reservations=[RESERVATION])
+    running.append(asyncio.create_task(replica.elector.run()))
+    await _until(lambda: replica.elector.standing() == "leader")
+    renewal_held, release_arrived = threading.Event(), threading.Event()
+    held_at_version: list[int] = []
+
+    def renewal_lands_first(body: dict[str, Any]) -> None:
+        if body["spec"]["holderIdentity"] and not renewal_held.is_set():  # the next renewal: held in flight
+            held_at_version.append(lease.version)
+            renewal_held.set()
+            release_arrived.wait(timeout=0.5)
+        elif not body["spec"]["holderIdentity"]:  # a release: it reaches the API server after that renewal
+            release_arrived.set()
+            deadline = time.monotonic() + 0.5
+            while lease.version == held_at_version[0] and time.monotonic() < deadline:
+                time.sleep(0.005)
+
+    lease.on_replace = renewal_lands_first
+    await _until(renewal_held.is_set)
+    await replica.elector.release()
+    assert lease.record.holder == ""
+    assert leadership.decode_handover(lease.record.handover) == [RESERVATION]
+    assert replica.elector.standing() == "candidate"
+
+
+async def test_a_release_that_keeps_conflicting_is_retried_then_reported(
+    lease: InMemoryLease, running: list[asyncio.Task[None]], caplog: pytest.LogCaptureFixture
+) -> None:
+    replica = Replica(lease, "a", reservations=[RESERVATION])
+    running.append(asyncio.create_task(replica.elector.run()))
+    await _until(lambda: replica.elector.standing() == "leader")
+    releases: list[int] = []
+
+    def someone_else_writes_first(body: dict[str, Any]) -> None:
+        if not body["spec"]["holderIdentity"]:
+            releases.append(1)
+            with lease.lock:  # a renewal of ours, or any writer: the release's read is stale again
+                lease.version += 1
+                assert lease.body is not None
+                lease.body["metadata"]["resourceVersion"] = str(lease.version)
+
+    lease.on_replace = someone_else_writes_first
+    with caplog.at_level(logging.WARNING, logger="webhook.lease"):
+        await replica.elector.release()
+    assert len(releases) == RELEASE_ATTEMPTS
+    assert lease.record.holder == "a"  # not released: the next leader waits out the lease duration
+    [line] = [r for r in caplog.records if r.getMessage() == "lease not released: reservations not handed over"]
+    assert (line.lease, line.identity, line.reservations, line.attempts) == ("leader", "a", 1, RELEASE_ATTEMPTS)  # type: ignore[attr-defined]
+    assert "modified" in line.error  # type: ignore[attr-defined]
+
+
+async def test_a_follower_stopping_writes_nothing(lease: InMemoryLease, running: list[asyncio.Task[None]]) -> None:
+    leader, follower = Replica(lease, "a"), Replica(lease, "b")
+    running.append(asyncio.create_task(leader.elector.run()))
+    await _until(lambda: leader.elector.standing() == "leader")
+    running.append(asyncio.create_task(follower.elector.run()))
+    await _until(lambda: follower.elector.standing() == "follower")
+    writers: list[str] = []
+    lease.on_replace = lambda body: writers.append(body["spec"]["holderIdentity"])
+    await follower.elector.release()
+    await asyncio.sleep(TIMING.retry * 3)
+    assert lease.record.holder == "a"
+    assert set(writers) == {"a"}  # only the leader's renewals
+    assert follower.elector.standing() == "candidate"
