@@ -113,8 +113,9 @@ def admit(
     patch = mutation.build_remote_patch(
         pod, gpus=gpus, decision=decision, policy=policy, terms=terms, remote_gpus=need, reservation_id=reservation_id
     )
-    warning = f"nimbix-burst: this pod will run on Nimbix JARVICE: {decision.reason}"
-    return Admission(build_response(request.uid, patch=patch, warnings=[warning]), "remote", decision.reason)
+    warnings = [f"nimbix-burst: this pod will run on Nimbix JARVICE: {decision.reason}"]
+    warnings += mutation.build_overreach_warnings(spec, policy=policy)
+    return Admission(build_response(request.uid, patch=patch, warnings=warnings), "remote", decision.reason)
 
 
 def _cluster_identity(cache: ClusterCache, policy: mutation.RewritePolicy) -> tuple[str, str]:

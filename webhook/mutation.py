@@ -10,7 +10,7 @@ import json
 import math
 import posixpath
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
@@ -43,6 +43,9 @@ class BurstTerms:
     # contract.cluster_identity: who may reap the container's job. "" only on reinvocation without a
     # known identity (a first rewrite never happens without one): the env is then left as it is.
     cluster: str
+    # A reinvocation: the budget was counted at the first rewrite, so a container's counted GPUs are
+    # never raised (kept as set; 0 for a container that only now asks for GPUs).
+    reinvoked: bool = False
 
 
 def escape(token: str) -> str:
@@ -201,7 +204,49 @@ def _burst_container_ops(base: str, container: Mapping[str, Any], *, gpus: int, 
     ]
     if terms.cluster:
         wanted.append((contract.ENV_CLUSTER, _value(contract.ENV_CLUSTER, terms.cluster), True))
+    counted = "0" if terms.reinvoked else str(gpus)
+    wanted.append((contract.ENV_COUNTED_GPUS, _value(contract.ENV_COUNTED_GPUS, counted), not terms.reinvoked))
     return _env_ops(base, container, wanted)
+
+
+ENV_NODES = "JARVICE_NODES"  # the runner's (entrypoint.settings): how many machines the job spans
+
+
+def env_gpus(env: Sequence[Mapping[str, Any]], *, default_gpus: int) -> int | None:
+    """GPUs a runner's env asks for, all nodes together: NUM_GPUS (`default_gpus`, the container's own
+    count, when unset: the rewrite sets that) x JARVICE_NODES (default 1). None when it cannot be
+    known here (a valueFrom) or the runner rejects the value itself (not a whole number)."""
+    values: dict[str, object] = {}
+    for item in env:  # the last duplicate is the one in effect
+        name = item.get("name")
+        if name in (contract.ENV_NUM_GPUS, ENV_NODES):
+            values[str(name)] = item["value"] if "value" in item and "valueFrom" not in item else None
+    gpus = _whole(values.get(contract.ENV_NUM_GPUS, str(default_gpus)), minimum=0)
+    nodes = _whole(values.get(ENV_NODES, "1"), minimum=1)
+    return None if gpus is None or nodes is None else gpus * nodes
+
+
+def _whole(value: object, *, minimum: int) -> int | None:
+    text = value.strip() if isinstance(value, str) else ""
+    if not (text.isascii() and text.isdigit()) or len(text) > 9:
+        return None
+    number = int(text)
+    return number if number >= minimum else None
+
+
+def build_overreach_warnings(spec: Mapping[str, Any], *, policy: RewritePolicy) -> list[str]:
+    """A warning per burst container whose env asks for more GPUs than the budget counts for it: its
+    runner will refuse the machine (nothing submitted), so say so now, with what to change."""
+    warnings = []
+    for container in spec.get("containers") or ():
+        counted = _container_gpus(container, policy.gpu_resources)
+        asked = env_gpus(container.get("env") or (), default_gpus=counted) if counted else None
+        if asked is not None and asked > counted:
+            warnings.append(
+                f"nimbix-burst: container {container.get('name', '')}: NUM_GPUS x JARVICE_NODES = {asked} > its"
+                f" {counted} GPU(s); the runner will refuse it: lower them or request {asked} GPUs"
+            )
+    return warnings
 
 
 def _container_ops(
@@ -323,7 +368,7 @@ def build_reinvocation_patch(pod: Mapping[str, Any], *, policy: RewritePolicy, t
     the same way as the first rewrite. Empty when there is nothing new (reinvocation is idempotent)."""
     spec: Mapping[str, Any] = pod.get("spec") or {}
     stripped: dict[str, dict[str, Any]] = {}
-    ops = _container_ops(spec, policy, stripped, terms)
+    ops = _container_ops(spec, policy, stripped, replace(terms, reinvoked=True))
     if not ops:
         return []
     meta: Mapping[str, Any] = pod.get("metadata") or {}
