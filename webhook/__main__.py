@@ -17,7 +17,7 @@ from aiohttp import web
 from pythonjsonlogger.json import JsonEncoder, JsonFormatter
 
 from webhook import admission
-from webhook.app import APP_LOGGER, METRICS, ROUTER, create_app, log_admission, serve
+from webhook.app import APP_LOGGER, METRICS, ROUTER, cache_fitness, create_app, log_admission, serve
 from webhook.background import BackgroundTask
 from webhook.cache import ClusterCache
 from webhook.forwarding import Forwarder, build_client_context
@@ -260,6 +260,8 @@ def _build_election(
         with sync.lock:
             return sync.cache.export_reservations()
 
+    # Only a replica that sees the whole cluster, and sees it now, leads and decides.
+    fit = functools.partial(cache_fitness, sync, stale_after=settings.watch_stale_seconds)
     elector = LeaseElector(
         KubernetesLeases(load_api_client(settings.kubeconfig)),
         namespace=election.lease_namespace,
@@ -270,6 +272,7 @@ def _build_election(
         clock=clock,
         on_started_leading=adopt,
         export_handover=export,
+        fit_to_lead=fit,
     )
     context = build_client_context(
         election.peer_ca_file, client_cert=settings.tls_dir / "tls.crt", client_key=settings.tls_dir / "tls.key"
@@ -280,6 +283,7 @@ def _build_election(
         forwarder,
         budget=election.wait_seconds,
         forward_timeout=min(2.0, election.wait_seconds),
+        cache_ready=fit,
         clock=clock,
     )
     log.info(

@@ -19,8 +19,8 @@ from webhook.background import BackgroundTask, supervised
 from webhook.cache import ClusterCache
 from webhook.forwarding import FORWARDED_HEADER
 from webhook.metrics import Metrics
-from webhook.replicas import NoLeader, Refused, Relayed, ReplicaRouter
-from webhook.review import MalformedReview, parse_review
+from webhook.replicas import NoLeader, Refused, Relayed, ReplicaRouter, Unready
+from webhook.review import AdmissionRequest, MalformedReview, parse_review
 from webhook.settings import Settings
 from webhook.sync import CacheSync
 
@@ -96,17 +96,27 @@ async def mutate(request: web.Request) -> web.Response:
                 counts.decisions["forwarded"] += 1
                 return web.Response(body=placed.body, content_type="application/json")
             if isinstance(placed, Refused):
+                counts.errors["not-leader"] += 1
                 return _error(503, placed.reason)
+            if isinstance(placed, Unready):
+                return _unready(request, review, placed.reason)
             if isinstance(placed, NoLeader):
                 local_refusal = placed.reason
+        sync = app[SYNC]
         try:
-            with app[SYNC].lock:  # the watch threads apply changes under it: decide and reserve as one
-                result = admission.admit(
-                    review,
-                    cache=app[CACHE],
-                    policy=app[SETTINGS].policy,
-                    local_refusal=local_refusal,
-                    over_budget=app[SETTINGS].over_budget,
+            with sync.lock:  # the watch threads apply changes under it: decide and reserve as one
+                # Checked with the decision, under the same lock: only a fit cache decides.
+                ready, unready_reason = sync.ready(stale_after=app[SETTINGS].watch_stale_seconds)
+                result = (
+                    admission.admit(
+                        review,
+                        cache=app[CACHE],
+                        policy=app[SETTINGS].policy,
+                        local_refusal=local_refusal,
+                        over_budget=app[SETTINGS].over_budget,
+                    )
+                    if ready
+                    else None
                 )
         except MalformedReview as exc:
             counts.errors["malformed"] += 1
@@ -118,6 +128,8 @@ async def mutate(request: web.Request) -> web.Response:
             counts.decisions["error"] += 1
             log.exception("admission failed", extra={"uid": review.uid, "namespace": review.namespace})
             return web.json_response(admission.build_error_response(review.uid))
+        if result is None:
+            return _unready(request, review, unready_reason)
         elapsed = time.perf_counter() - started
         counts.decisions[result.outcome] += 1
         if result.over_budget:
@@ -141,6 +153,26 @@ async def mutate(request: web.Request) -> web.Response:
         counts.in_flight -= 1
 
 
+def _unready(request: web.Request, review: AdmissionRequest, reason: str) -> web.Response:
+    """This replica cannot decide (its cache is not synced or fresh) and no leader that can answered:
+    it answers as an unready replica would, and the API server applies the webhook's failurePolicy
+    (Ignore: the pod is admitted unmutated and waits for local GPUs; Fail: the create is refused).
+    A guess from an incomplete cache could promise GPUs that are taken or burst past a budget."""
+    request.app[METRICS].reviews.errors["unready"] += 1
+    log.warning(
+        "review not decided: cache not fit to decide",
+        extra={"uid": review.uid, "namespace": review.namespace, "pod": review.pod_label, "reason": reason},
+    )
+    return _error(503, f"this webhook replica cannot decide: {reason}")
+
+
+def cache_fitness(sync: CacheSync, *, stale_after: float) -> tuple[bool, str]:
+    """Whether this replica's cache may decide, and if not why: nodes, pods and namespaces listed and
+    no watch broken for longer than `stale_after` (what /readyz says, draining aside)."""
+    with sync.lock:
+        return sync.ready(stale_after=stale_after)
+
+
 def log_admission(logger: logging.Logger, fields: dict[str, Any]) -> None:
     logger.info("admission", extra=fields)
 
@@ -152,9 +184,7 @@ async def healthz(_request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     if request.app[DRAIN].active:
         return web.Response(text="draining: this replica is stopping", status=503)
-    sync = request.app[SYNC]
-    with sync.lock:
-        ready, reason = sync.ready(stale_after=request.app[SETTINGS].watch_stale_seconds)
+    ready, reason = cache_fitness(request.app[SYNC], stale_after=request.app[SETTINGS].watch_stale_seconds)
     return web.Response(text=reason, status=200 if ready else 503)
 
 

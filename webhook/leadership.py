@@ -4,7 +4,9 @@ Every replica watches and is Ready; only the Lease holder decides, followers for
 it. So there is one reservation ledger and two replicas can never promise the same GPUs. The rules
 follow client-go's leader election: expiry is judged by *when this replica last saw the record
 change* (its own monotonic clock), never by comparing another machine's timestamps; a leader that
-has not renewed within its renew deadline stops deciding before anyone else may take over.
+has not renewed within its renew deadline stops deciding before anyone else may take over. Only a
+replica whose cache is fit to decide (synced and fresh) takes or keeps the Lease: one whose cache
+goes stale releases it, so the leader is always a replica that can see the cluster.
 
 On a graceful stop the leader releases the Lease (empty holder) with its outstanding reservations
 attached, so the next leader starts from the same ledger: a handover loses no promise.
@@ -79,6 +81,20 @@ def may_acquire(observation: Observation, *, identity: str, now: float) -> bool:
     if record is None or not record.holder or record.holder == identity:
         return True
     return now - observation.seen_at >= record.duration
+
+
+RoundPlan = Literal["take", "step-down", "watch"]
+
+
+def plan_round(observation: Observation, *, identity: str, now: float, fit: bool) -> RoundPlan:
+    """What one election round does. `fit`: this replica's cache may decide (synced and fresh); only
+    such a replica takes or keeps the Lease. take: write ourselves as holder (create, take over or
+    renew); step-down: we hold it but may not decide, so release it now and a fit replica takes over
+    in one round instead of a lease duration; watch: only observe."""
+    record = observation.record
+    if not fit:
+        return "step-down" if record is not None and record.holder == identity else "watch"
+    return "take" if may_acquire(observation, identity=identity, now=now) else "watch"
 
 
 def standing(

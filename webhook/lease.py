@@ -48,6 +48,7 @@ class _Round:
     started: float  # before our write: renewal age is counted conservatively from here
     written: LeaseRecord | None = None  # what we wrote, when we hold the Lease after this round
     handed: list[HandedOver] | None = None  # set when this round made us leader
+    plan: leadership.RoundPlan = "take"
 
 
 class LeaseConflict(Exception):
@@ -127,13 +128,17 @@ class LeaseElector:
         clock: Callable[[], float],
         on_started_leading: Callable[[Sequence[HandedOver]], None],
         export_handover: Callable[[], Sequence[HandedOver]],
+        fit_to_lead: Callable[[], tuple[bool, str]] = lambda: (True, ""),
     ) -> None:
+        """`fit_to_lead`: whether this replica may lead now, and if not why (the webhook: its cache is
+        synced and fresh); asked on the loop before each round."""
         self._leases = leases
         self._namespace, self._name = namespace, name
         self.identity, self._url = identity, url
         self._timing, self._clock = timing, clock
         self._on_started_leading = on_started_leading
         self._export_handover = export_handover
+        self._fit_to_lead = fit_to_lead
         self._observation: Observation | None = None
         self._last_renewed: float | None = None
         self._stopping = False
@@ -141,6 +146,7 @@ class LeaseElector:
         # renewal in flight, and it sees what that renewal wrote (and what a takeover adopted).
         self._writing = asyncio.Lock()
         self.started_leading = 0
+        self.stepped_down = 0
         self.round_failures = 0
         self.release_failures = 0
 
@@ -172,8 +178,11 @@ class LeaseElector:
                 async with self._writing:
                     if self._stopping:  # checked once the lock is ours: a release may have taken it first
                         return
-                    result = await asyncio.to_thread(self._round, self._observation)
+                    fit, unfit_reason = self._fit_to_lead()
+                    result = await asyncio.to_thread(self._round, self._observation, fit)
                     self._apply(result)
+                    if result.plan == "step-down":
+                        await self._step_down(unfit_reason)
             except Exception:  # an API hiccup costs one round; standing() ages a stale lead out
                 self.round_failures += 1
                 log.warning("lease round failed", extra={"lease": self._name}, exc_info=True)
@@ -196,13 +205,14 @@ class LeaseElector:
         self._observation = Observation(record=result.written, seen_at=result.started)
         self._last_renewed = result.started
 
-    def _round(self, previous: Observation | None) -> _Round:
+    def _round(self, previous: Observation | None, fit: bool) -> _Round:
         """In a worker thread: read the Lease and, if we may, write ourselves as holder (CAS)."""
         record = self._leases.read(self._namespace, self._name)
         started = self._clock()
         observation = leadership.observe(previous, record, now=started)
-        if not leadership.may_acquire(observation, identity=self.identity, now=started):
-            return _Round(observation=observation, started=started)
+        plan = leadership.plan_round(observation, identity=self.identity, now=started, fit=fit)
+        if plan != "take":
+            return _Round(observation=observation, started=started, plan=plan)
         body = leadership.build_lease_body(
             name=self._name,
             namespace=self._namespace,
@@ -224,6 +234,18 @@ class LeaseElector:
         return _Round(observation=observation, started=started, written=written, handed=handed)
 
     # ----- giving the Lease up -----------------------------------------------------------------
+
+    async def _step_down(self, reason: str) -> None:
+        """We hold the Lease but our cache may not decide (the router already decides nothing here):
+        hand it over now, with our reservations, so a replica that sees the cluster leads. The Lease
+        stays ours if the release fails; renewals stopped, so it expires after a lease duration."""
+        self._last_renewed = None  # standing() stops saying "leader" whatever the release's fate
+        if await self._hand_over(why="cache not fit to decide"):
+            self.stepped_down += 1
+            log.warning(
+                "stopped leading: cache not fit to decide",
+                extra={"lease": self._name, "identity": self.identity, "reason": reason},
+            )
 
     async def release(self) -> None:
         """Give up the Lease at once, leaving our reservations to the next leader. Idempotent. Waits

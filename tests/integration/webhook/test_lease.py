@@ -78,6 +78,7 @@ class Replica:
             clock=time.monotonic,
             on_started_leading=self.adopted.extend,
             export_handover=lambda: self.reservations,
+            fit_to_lead=lambda: (self.fit, "" if self.fit else "pods watch broken for 61s (limit 60s)"),
         )
 
 
@@ -168,3 +169,37 @@ async def test_a_follower_stopping_writes_nothing(lease: InMemoryLease, running:
     assert lease.record.holder == "a"
     assert set(writers) == {"a"}  # only the leader's renewals
     assert follower.elector.standing() == "candidate"
+
+
+async def test_a_replica_whose_cache_is_not_fit_never_takes_the_lease(
+    lease: InMemoryLease, running: list[asyncio.Task[None]]
+) -> None:
+    replica = Replica(lease, "a")
+    replica.fit = False
+    running.append(asyncio.create_task(replica.elector.run()))
+    await asyncio.sleep(TIMING.retry * 10)
+    assert lease.body is None  # not even created
+    assert replica.elector.standing() == "candidate"
+    replica.fit = True
+    await _until(lambda: replica.elector.standing() == "leader")
+
+
+async def test_a_leader_whose_cache_goes_stale_hands_the_lease_and_its_reservations_to_a_fit_replica(
+    lease: InMemoryLease, running: list[asyncio.Task[None]], caplog: pytest.LogCaptureFixture
+) -> None:
+    stale, healthy = Replica(lease, "a", reservations=[RESERVATION]), Replica(lease, "b")
+    running.append(asyncio.create_task(stale.elector.run()))
+    await _until(lambda: stale.elector.standing() == "leader")
+    running.append(asyncio.create_task(healthy.elector.run()))
+    await _until(lambda: healthy.elector.standing() == "follower")
+    with caplog.at_level(logging.INFO, logger="webhook.lease"):
+        stale.fit = False
+        await _until(lambda: healthy.elector.standing() == "leader", timeout=TIMING.duration / 2)  # released: no expiry
+    assert healthy.adopted == [RESERVATION]
+    await _until(lambda: stale.elector.standing() == "follower")
+    assert stale.elector.stepped_down == 1
+    [line] = [r for r in caplog.records if r.getMessage() == "stopped leading: cache not fit to decide"]
+    assert line.reason == "pods watch broken for 61s (limit 60s)"  # type: ignore[attr-defined]
+    stale.fit = True  # fit again: a follower while the other leads
+    await asyncio.sleep(TIMING.retry * 5)
+    assert (stale.elector.standing(), lease.record.holder) == ("follower", "b")

@@ -127,3 +127,23 @@ def test_parse_lease_reads_absent_fields_as_empty() -> None:
     assert parsed == LeaseRecord(
         holder="", duration=0.0, transitions=0, resource_version="5", leader_url="", handover=""
     )
+
+
+@pytest.mark.parametrize(
+    ("lease", "seen_at", "now", "fit", "expected"),
+    [
+        pytest.param(None, 0.0, 0.0, True, "take", id="no-lease-fit"),
+        pytest.param(None, 0.0, 0.0, False, "watch", id="no-lease-unfit-never-creates"),
+        pytest.param(record(""), 0.0, 0.0, True, "take", id="free-fit"),
+        pytest.param(record(""), 0.0, 0.0, False, "watch", id="free-unfit-never-takes"),
+        pytest.param(record("me"), 0.0, 1.0, True, "take", id="ours-fit-renews"),
+        pytest.param(record("me"), 0.0, 1.0, False, "step-down", id="ours-unfit-releases"),
+        pytest.param(record("other"), 10.0, 12.0, True, "watch", id="live-holder"),
+        pytest.param(record("other"), 10.0, 12.0, False, "watch", id="live-holder-unfit"),
+        pytest.param(record("other"), 10.0, 18.0, True, "take", id="expired-fit"),
+        pytest.param(record("other"), 10.0, 18.0, False, "watch", id="expired-unfit-never-takes"),
+    ],
+)
+def test_plan_round(lease: LeaseRecord | None, seen_at: float, now: float, fit: bool, expected: str) -> None:
+    observation = Observation(record=lease, seen_at=seen_at)
+    assert leadership.plan_round(observation, identity="me", now=now, fit=fit) == expected
