@@ -239,6 +239,7 @@ async def _build(settings: Settings, tls: ReloadingTLS) -> web.Application:
     )
     if router is not None and elector is not None:
         app[ROUTER] = router
+        app[METRICS].watch_election(router=router, elector=elector)
         on_stop = elector.release  # hand the Lease and our reservations over before we go
 
         async def release(_app: web.Application) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client import Counter as PrometheusCounter
@@ -128,6 +129,69 @@ class _CacheCollector(Collector):
         )
 
 
+class RouterCounts(Protocol):
+    """What /metrics reads of the replica router (webhook.replicas.ReplicaRouter)."""
+
+    forwarded: int
+    forward_failures: int
+    leaderless: int
+
+    def leading(self) -> bool: ...
+
+
+class ElectorCounts(Protocol):
+    """What /metrics reads of the Lease elector (webhook.lease.LeaseElector)."""
+
+    started_leading: int
+    stepped_down: int
+    round_failures: int
+    release_failures: int
+
+
+class _ElectionCollector(Collector):
+    """The router's and the elector's plain counters (the event loop writes and reads them), and
+    whether this replica leads, read at scrape time."""
+
+    def __init__(self, router: RouterCounts, elector: ElectorCounts) -> None:
+        self._router = router
+        self._elector = elector
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        router, elector = self._router, self._elector
+        yield GaugeMetricFamily(
+            "nimbix_burst_leader",
+            "1 while this replica decides: it holds the Lease and its cache is synced and fresh",
+            value=1 if router.leading() else 0,
+        )
+        yield _labelled_counter(
+            "nimbix_burst_forwards",
+            "Reviews this replica forwarded to the leader, by result (ok: answered; failed: tried again)",
+            "result",
+            Counter(ok=router.forwarded, failed=router.forward_failures),
+        )
+        yield CounterMetricFamily(
+            "nimbix_burst_leaderless",
+            "Reviews no leader answered within --leader-wait-seconds (no local promise made, or HTTP 503)",
+            value=router.leaderless,
+        )
+        yield CounterMetricFamily(
+            "nimbix_burst_leadership_started",
+            "Times this replica took the Lease (and the reservations handed over in it)",
+            value=elector.started_leading,
+        )
+        yield CounterMetricFamily(
+            "nimbix_burst_leadership_stepped_down",
+            "Times this replica released the Lease because its cache was not synced or fresh",
+            value=elector.stepped_down,
+        )
+        yield _labelled_counter(
+            "nimbix_burst_lease_errors",
+            "Lease calls that failed: round (a read or renewal: one round lost), release (no handover written)",
+            "kind",
+            Counter(round=elector.round_failures, release=elector.release_failures),
+        )
+
+
 class Metrics:
     def __init__(self, cache: ClusterCache, sync: CacheSync, clock: Callable[[], float]) -> None:
         self.registry = CollectorRegistry()
@@ -137,3 +201,7 @@ class Metrics:
             "nimbix_burst_tls_reloads", "Serving certificate reloads", registry=self.registry
         )
         self.registry.register(_CacheCollector(cache, sync, clock))
+
+    def watch_election(self, *, router: RouterCounts, elector: ElectorCounts) -> None:
+        """With leader election: export the router's and the elector's counters and the leader gauge."""
+        self.registry.register(_ElectionCollector(router, elector))

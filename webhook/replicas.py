@@ -110,12 +110,17 @@ class ReplicaRouter:
         self._forward_timeout = forward_timeout
         self._cache_ready = cache_ready
         self._clock = clock
+        # Plain numbers, read by /metrics (webhook.metrics): only the event loop touches them.
         self.forwarded = 0
         self.forward_failures = 0
-        self.leaderless = 0
+        self.leaderless = 0  # reviews no leader answered within the budget
 
     async def close(self) -> None:
         await self._forwarder.close()
+
+    def leading(self) -> bool:
+        """Whether this replica decides: it holds the Lease and its cache is fit to decide."""
+        return self._elector.standing() == "leader" and self._cache_ready()[0]
 
     async def place(self, body: bytes, *, forwarded_by: str) -> Outcome:
         deadline = self._clock() + self._budget
@@ -135,6 +140,7 @@ class ReplicaRouter:
             if action == "refuse":
                 return Refused(reason=f"not a leader fit to decide (review forwarded by {forwarded_by})")
             if action == "unready":
+                self.leaderless += 1
                 return Unready(reason=f"no leader answered within {self._budget:g}s{last_error}, and {unready_reason}")
             if action == "no-leader":
                 self.leaderless += 1
