@@ -15,7 +15,7 @@ import requests
 from aiohttp import web
 from pythonjsonlogger.json import JsonFormatter
 
-from controller import stranding
+from controller import identity, stranding
 from controller.app import create_app, every
 from controller.kube import Kube, PodWatcher
 from controller.metrics import Metrics
@@ -100,18 +100,34 @@ async def _build(settings: Settings) -> web.Application:
         background.append(every(settings.scan_seconds, reburster.scan, name="reburst"))
     session = requests.Session()
     if settings.reap_orphans and settings.credentials is not None:
-        reaper = Reaper(
-            store=store,
-            jarvice=_jarvice_client(settings.credentials, session),
-            grace=settings.orphan_grace_seconds,
-            interval=settings.orphan_interval_seconds,
-            dry_run=settings.orphan_dry_run,
-            stale_after=settings.watch_stale_seconds,
-            metrics=metrics,
-            is_leader=is_leader,
-            clock=time.monotonic,
-        )
-        background.append(every(settings.orphan_interval_seconds, reaper.round, name="reap"))
+        credentials = settings.credentials
+
+        async def reap() -> None:
+            # Which jobs are this cluster's is known only once the identity is: the reaper waits for it.
+            cluster = await identity.resolve_cluster_identity(
+                kube.read_namespace_uid,
+                name=settings.cluster_name,
+                on_failure=metrics.errors.labels(kind="kubernetes-identity").inc,
+            )
+            metrics.cluster.labels(cluster=cluster).set(1)
+            log.info("cluster identity", extra={"cluster": cluster, "cluster_name": settings.cluster_name})
+            reaper = Reaper(
+                store=store,
+                jarvice=_jarvice_client(credentials, session),
+                kube=kube,
+                cluster=cluster,
+                grace=settings.orphan_grace_seconds,
+                interval=settings.orphan_interval_seconds,
+                dry_run=settings.orphan_dry_run,
+                stale_after=settings.watch_stale_seconds,
+                metrics=metrics,
+                is_leader=is_leader,
+                clock=time.monotonic,
+                wall_clock=time.time,  # deletionTimestamp is the API server's wall clock
+            )
+            await every(settings.orphan_interval_seconds, reaper.round, name="reap")()
+
+        background.append(reap)
     else:
         log.warning("orphan reaper off", extra={"reason": settings.reap_disabled_reason})
 
@@ -133,6 +149,7 @@ async def _build(settings: Settings) -> web.Application:
             "orphan_dry_run": settings.orphan_dry_run,
             "orphan_grace_s": settings.orphan_grace_seconds,
             "orphan_interval_s": settings.orphan_interval_seconds,
+            "cluster_name": settings.cluster_name,
         },
     )
     return create_app(

@@ -18,8 +18,9 @@ from typing import Any
 import kubernetes
 from kubernetes.client.rest import ApiException
 
-from controller.model import ANNOTATION_STRANDED_SINCE, PodView
+from controller.model import ANNOTATION_STRANDED_SINCE, PodView, ReapView
 from controller.store import PodStore
+from entrypoint import contract
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +32,16 @@ CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = WATCH_SECONDS + 15.0
 CALL_TIMEOUT = (5.0, 15.0)
 BACKOFF_START, BACKOFF_CAP = 0.2, 30.0
-HTTP_NOT_FOUND, HTTP_CONFLICT, HTTP_GONE = 404, 409, 410
+HTTP_FORBIDDEN, HTTP_NOT_FOUND, HTTP_CONFLICT, HTTP_GONE, HTTP_INVALID = 403, 404, 409, 410, 422
 EVENT_SOURCE = "nimbix-burst-controller"
 
 
 class Gone(Exception):
     """The object is not there (404), or no longer the one we meant (409 on a precondition)."""
+
+
+class Forbidden(Exception):
+    """403: the controller's ServiceAccount may not do this (its RBAC is missing or out of date)."""
 
 
 class _Expired(Exception):
@@ -162,6 +167,35 @@ class Kube:
             raise
         parsed: Mapping[str, Any] = json.loads(response.data)
         return parsed
+
+    def read_namespace_uid(self, name: str) -> str:
+        """The namespace's metadata.uid ("" if it has none); raises Forbidden on 403."""
+        try:
+            response = self._core.read_namespace(name, _preload_content=False, _request_timeout=CALL_TIMEOUT)
+        except ApiException as exc:
+            if exc.status == HTTP_FORBIDDEN:
+                raise Forbidden(f"get namespace {name} is forbidden") from exc
+            raise
+        parsed: Mapping[str, Any] = json.loads(response.data)
+        return str((parsed.get("metadata") or {}).get("uid") or "")
+
+    def record_job_ended(self, pod: ReapView) -> None:
+        """Merge our job-state annotation onto exactly the pod we saw: the UID in the patch makes
+        the API server refuse it (422 "field is immutable") for another pod of the same name."""
+        body = {
+            "metadata": {
+                "uid": pod.uid,
+                "annotations": {contract.ANNOTATION_JOB_STATE: contract.JOB_STATE_ENDED},
+            }
+        }
+        try:
+            self._core.patch_namespaced_pod(
+                pod.name, pod.namespace, body, _preload_content=False, _request_timeout=CALL_TIMEOUT
+            )
+        except ApiException as exc:
+            if exc.status in (HTTP_NOT_FOUND, HTTP_CONFLICT, HTTP_INVALID):
+                raise Gone(f"pod {pod.namespace}/{pod.name} changed or went away ({exc.status})") from exc
+            raise
 
     def read_job(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         try:

@@ -35,11 +35,35 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.cluster = Gauge(
+            "nimbix_burst_controller_cluster_info",
+            "1, labeled with the cluster identity this controller's job labels carry (known once read)",
+            ["cluster"],
+            registry=r,
+        )
         self.orphans_seen = Counter(
-            "nimbix_burst_controller_orphans_seen", "JARVICE jobs first seen without their pod", registry=r
+            "nimbix_burst_controller_orphans_seen",
+            "This cluster's JARVICE jobs first seen unwanted, by why (pod-gone, pod-finished, deletion-overdue,"
+            " container-exited, duplicate)",
+            ["reason"],
+            registry=r,
         )
         self.orphans_pending = Gauge(
-            "nimbix_burst_controller_orphans", "JARVICE jobs without their pod, as of the last round", registry=r
+            "nimbix_burst_controller_orphans",
+            "This cluster's JARVICE jobs nobody wants, as of the last round",
+            registry=r,
+        )
+        self.jobs_not_ours = Gauge(
+            "nimbix_burst_controller_jobs_not_ours",
+            "Live JARVICE jobs with a runner label the reaper leaves alone, as of the last round, by kind"
+            " (legacy-label: made without a cluster identity; other-cluster)",
+            ["kind"],
+            registry=r,
+        )
+        self.job_ended_recorded = Counter(
+            "nimbix_burst_controller_job_ended_recorded",
+            "Burst pods marked nimbix-burst.io/job-state=ended (no live JARVICE job carries their UID)",
+            registry=r,
         )
         self.orphans_terminated = Counter(
             "nimbix_burst_controller_orphans_terminated", "Orphaned JARVICE jobs terminated", registry=r
@@ -51,7 +75,7 @@ class Metrics:
         )
         self.errors = Counter(
             "nimbix_burst_controller_errors",
-            "Failed actions, by kind (kubernetes, jarvice-list, jarvice-terminate)",
+            "Failed actions, by kind (kubernetes, kubernetes-identity, jarvice-list, jarvice-terminate)",
             ["kind"],
             registry=r,
         )

@@ -6,9 +6,12 @@ Only the fields the decisions read are kept; the rest of a pod is never held in 
 from __future__ import annotations
 
 import datetime
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from entrypoint import contract
 
 LABEL_KEY, LABEL_VALUE = "task-type", "Nimbix"
 ANNOTATION_DECISION = "nimbix-burst.io/decision"
@@ -104,6 +107,73 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
         scheduled_status=str(scheduled.get("status") or ""),
         scheduled_reason=str(scheduled.get("reason") or ""),
         scheduled_since=parse_time(scheduled.get("lastTransitionTime")),
+    )
+
+
+# A pod in one of these phases runs nothing any more (its containers will not be started again).
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+# What restartPolicy means when a pod (or container) does not say.
+DEFAULT_RESTART_POLICY = "Always"
+
+
+@dataclass(frozen=True, slots=True)
+class ReapView:
+    """What the orphan reaper needs of a pod, kept for every pod: whether a container of it can
+    still follow a JARVICE job, and (for burst pods) whether the end of its job is recorded."""
+
+    uid: str
+    namespace: str
+    name: str
+    terminal: bool  # phase Succeeded or Failed
+    # metadata.deletionTimestamp (epoch seconds): the API server sets it to "now + grace period",
+    # so past it the kubelet has SIGKILLed the runner, or the pod's node is gone.
+    deletion_deadline: float | None
+    # The app containers that can still follow a job: all but those that exited for good under
+    # their restart policy (terminated under Never; terminated with exit code 0 under OnFailure).
+    following: tuple[str, ...]
+    burst: bool  # the webhook decided remote
+    job_ended: bool  # carries nimbix-burst.io/job-state: ended (recorded by the controller)
+
+
+def _exited_for_good(status: Mapping[str, Any], *, restart_policy: str) -> bool:
+    terminated = (status.get("state") or {}).get("terminated")
+    if not isinstance(terminated, Mapping):
+        return False
+    if restart_policy == "Never":
+        return True
+    return restart_policy == "OnFailure" and terminated.get("exitCode") == 0
+
+
+def _following(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[str, ...]:
+    pod_policy = str(spec.get("restartPolicy") or DEFAULT_RESTART_POLICY)
+    statuses = {
+        str(s.get("name")): s for s in status.get("containerStatuses") or () if isinstance(s, Mapping) and s.get("name")
+    }
+    following: list[str] = []
+    for container in spec.get("containers") or ():
+        if not isinstance(container, Mapping) or not container.get("name"):
+            continue
+        name = str(container["name"])
+        policy = str(container.get("restartPolicy") or pod_policy)  # a container's own policy wins (1.34+)
+        if not _exited_for_good(statuses.get(name) or {}, restart_policy=policy):
+            following.append(sys.intern(name))  # the same few names across many pods: kept once
+    return tuple(following)
+
+
+def parse_reap_view(obj: Mapping[str, Any]) -> ReapView:
+    metadata = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    annotations = metadata.get("annotations") or {}
+    return ReapView(
+        uid=str(metadata.get("uid") or ""),
+        namespace=sys.intern(str(metadata.get("namespace") or "")),
+        name=str(metadata.get("name") or ""),
+        terminal=status.get("phase") in TERMINAL_PHASES,
+        deletion_deadline=parse_time(metadata.get("deletionTimestamp")),
+        following=_following(spec, status),
+        burst=annotations.get(contract.ANNOTATION_DECISION) == contract.DECISION_REMOTE,
+        job_ended=annotations.get(contract.ANNOTATION_JOB_STATE) == contract.JOB_STATE_ENDED,
     )
 
 

@@ -1,20 +1,36 @@
-"""Which JARVICE jobs are orphans, and which orphans are due for termination (pure).
+"""Which JARVICE jobs nobody wants, which of them are due for termination, and which burst pods get
+the end of their job recorded (pure).
 
-A job is ours when its label parses as a runner label (`k8s-<pod uid>-...`, see
-`entrypoint.plan.build_job_label`). It is an *orphan* when no pod with that UID exists. It is
-terminated only after it has been seen orphaned for `grace` seconds in a row: a pod the watch has
-not shown yet, or a label that matched for one round only, costs nothing.
+A job is this cluster's when its label parses as a runner label carrying this cluster's identity
+(`k8s-<cluster>.<pod uid>[-<container>]-<attempt>`, see `entrypoint.plan.build_job_label`). A
+legacy label (no cluster) or another cluster's is never acted on, only reported.
+
+One of this cluster's live jobs is *wanted* while a pod with its UID exists whose container can
+still follow it: the pod is not terminal (Succeeded/Failed), not past its deletion deadline, and
+the container the label names (any app container, for a label without one) has not exited for good
+under its restart policy. Of two live jobs of one label only the lowest-numbered is wanted (the
+rule the runner follows too). An unwanted job is an *orphan*; it is terminated only after it has
+been unwanted for `grace` seconds in a row: a pod the watch has not shown yet, or a status that
+lasted one round only, costs nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from typing import Literal
 
-from entrypoint.plan import parse_job_label
+from controller.model import ReapView
+from entrypoint.plan import ParsedLabel, parse_job_label
 
 # JARVICE's terminal states (reference §6): a job in one of these has nothing left to stop.
 TERMINAL_STATES = frozenset({"COMPLETED", "COMPLETED WITH ERROR", "TERMINATED", "CANCELED"})
+# The API server's clock sets deletionTimestamp, ours reads it: allow this much skew between them
+# before a terminating pod counts as past its deadline (the grace period then still applies).
+DELETION_SKEW_SECONDS = 10.0
+
+Reason = Literal["pod-gone", "pod-finished", "deletion-overdue", "container-exited", "duplicate"]
+NotOursKind = Literal["legacy-label", "other-cluster"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,46 +45,110 @@ class Orphan:
     number: int
     label: str
     pod_uid: str
+    reason: Reason
     first_seen: float  # monotonic seconds
+    kept: int | None = None  # for a duplicate: the job of the same label the pod follows
+
+
+@dataclass(frozen=True, slots=True)
+class NotOurs:
+    """A live job with a runner label that this cluster's reaper leaves alone."""
+
+    number: int
+    label: str
+    kind: NotOursKind
+    cluster: str | None
 
 
 @dataclass(frozen=True, slots=True)
 class Round:
-    first_seen: dict[int, float]  # job number -> when first seen orphaned (carried to the next round)
-    orphans: list[Orphan]  # every orphan this round, due or not
-    due: list[Orphan]  # orphaned for at least the grace period
+    first_seen: dict[int, float]  # job number -> when first seen unwanted (carried to the next round)
+    orphans: list[Orphan]  # every unwanted job this round, due or not
+    due: list[Orphan]  # unwanted for at least the grace period
     newly_seen: list[Orphan]  # orphans not seen in the previous round
+    not_ours: list[NotOurs]  # live jobs with a legacy label or another cluster's
+    carried_uids: frozenset[str]  # pod UIDs some live job with a runner label (any cluster) carries
+
+
+def pod_reason(pod: ReapView | None, *, wall_now: float) -> Reason | None:
+    """Why no container of `pod` can follow any job any more, or None while one can."""
+    if pod is None:
+        return "pod-gone"
+    if pod.terminal:
+        return "pod-finished"
+    if pod.deletion_deadline is not None and wall_now > pod.deletion_deadline + DELETION_SKEW_SECONDS:
+        return "deletion-overdue"
+    if not pod.following:
+        return "container-exited"
+    return None
+
+
+def label_reason(parsed: ParsedLabel, pod: ReapView | None, *, wall_now: float) -> Reason | None:
+    """Why the job of `parsed` is not followed by its pod, or None while it may be."""
+    reason = pod_reason(pod, wall_now=wall_now)
+    if reason is not None or pod is None:
+        return reason
+    if not any(parsed.names_container(name) for name in pod.following):
+        return "container-exited"
+    return None
 
 
 def plan_round(
     jobs: Collection[Job],
     *,
-    pod_uids: Collection[str],
+    pods: Mapping[str, ReapView],
+    cluster: str,
     first_seen: Mapping[int, float],
     now: float,
+    wall_now: float,
     grace: float,
 ) -> Round:
+    """`now` is monotonic (grace periods), `wall_now` epoch seconds (deletion deadlines)."""
+    live: list[tuple[Job, ParsedLabel]] = []
+    for job in sorted(jobs, key=lambda j: j.number):
+        parsed = parse_job_label(job.label) if job.state.upper() not in TERMINAL_STATES else None
+        if parsed is not None:
+            live.append((job, parsed))
+    kept_of_label: dict[str, int] = {}
+    not_ours: list[NotOurs] = []
     carried: dict[int, float] = {}
     orphans: list[Orphan] = []
     due: list[Orphan] = []
     newly: list[Orphan] = []
-    for job in sorted(jobs, key=lambda j: j.number):
-        if job.state.upper() in TERMINAL_STATES:
+    for job, parsed in live:
+        if parsed.cluster != cluster:
+            kind: NotOursKind = "legacy-label" if parsed.cluster is None else "other-cluster"
+            not_ours.append(NotOurs(number=job.number, label=job.label, kind=kind, cluster=parsed.cluster))
             continue
-        parsed = parse_job_label(job.label)
-        if parsed is None or parsed.pod_uid in pod_uids:
+        kept = kept_of_label.setdefault(job.label, job.number)  # jobs come lowest number first
+        reason = label_reason(parsed, pods.get(parsed.pod_uid), wall_now=wall_now)
+        if reason is None and kept != job.number:
+            reason = "duplicate"
+        if reason is None:
             continue
-        seen = first_seen.get(job.number)
-        if seen is None:
-            seen = now
+        seen = first_seen.get(job.number, now)
         carried[job.number] = seen
-        orphan = Orphan(number=job.number, label=job.label, pod_uid=parsed.pod_uid, first_seen=seen)
+        orphan = Orphan(
+            number=job.number,
+            label=job.label,
+            pod_uid=parsed.pod_uid,
+            reason=reason,
+            first_seen=seen,
+            kept=kept if reason == "duplicate" else None,
+        )
         orphans.append(orphan)
         if job.number not in first_seen:
             newly.append(orphan)
         if now - seen >= grace:
             due.append(orphan)
-    return Round(first_seen=carried, orphans=orphans, due=due, newly_seen=newly)
+    return Round(
+        first_seen=carried,
+        orphans=orphans,
+        due=due,
+        newly_seen=newly,
+        not_ours=not_ours,
+        carried_uids=frozenset(parsed.pod_uid for _, parsed in live),
+    )
 
 
 # Rounds are never closer than this, whatever the grace periods say (JARVICE is a shared API).
@@ -79,3 +159,28 @@ def next_round_in(planned: Round, *, now: float, grace: float, interval: float) 
     """The interval, or less when a pending orphan's grace period ends sooner."""
     pending = [o.first_seen + grace - now for o in planned.orphans if o not in planned.due]
     return max(MIN_ROUND_SECONDS, min([interval, *pending]))
+
+
+def plan_records(
+    pods_before: Mapping[str, ReapView],
+    *,
+    pods_now: Mapping[str, ReapView],
+    carried_uids: Collection[str],
+    wall_now: float,
+    limit: int,
+) -> list[ReapView]:
+    """The burst pods to mark `job-state: ended`: done (no container can follow a job) already in
+    `pods_before`, the pods as they were before the job list (so no runner of theirs could submit
+    after it), carried by no live job, and still there and unmarked in `pods_now` (whose view is
+    returned). At most `limit`, in namespace/name order so that every pod gets its turn."""
+    chosen = [
+        pods_now[pod.uid]
+        for pod in pods_before.values()
+        if pod.burst
+        and pod.uid not in carried_uids
+        and pod_reason(pod, wall_now=wall_now) is not None
+        and pod.uid in pods_now
+        and not pods_now[pod.uid].job_ended
+    ]
+    chosen.sort(key=lambda pod: (pod.namespace, pod.name))
+    return chosen[:limit]

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from entrypoint import contract
 from entrypoint.settings import Secret
 from webhook.leadership import LeaseTiming
 
@@ -20,6 +21,8 @@ DEFAULT_API_URL = "https://cloud.nimbix.net/api"
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 ReapMode = Literal["auto", "true", "false"]
+# Any UUID: --cluster-name is checked by the rule that makes the identity, before the real UID is read.
+_EXAMPLE_UID = "00000000-0000-0000-0000-000000000000"
 
 
 class SettingsError(ValueError):
@@ -56,6 +59,9 @@ class Settings:
     orphan_grace_seconds: float
     orphan_dry_run: bool
     credentials: Credentials | None
+    # Part of the cluster identity job labels carry (contract.cluster_identity); the webhook must be
+    # given the same value, or the reaper would never recognize this cluster's jobs.
+    cluster_name: str = ""
 
 
 # (flag, env var, default, help)
@@ -80,6 +86,7 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("--orphan-grace-seconds", "CONTROLLER_ORPHAN_GRACE_SECONDS", "120", "orphaned this long before terminate"),
     ("--orphan-dry-run", "CONTROLLER_ORPHAN_DRY_RUN", "false", "true: log and count orphans, terminate nothing"),
     ("--jarvice-api-url", "JARVICE_API_URL", DEFAULT_API_URL, "JARVICE API base URL"),
+    ("--cluster-name", "NIMBIX_BURST_CLUSTER_NAME", "", "names this cluster in job labels; the webhook's must match"),
 )
 
 
@@ -186,6 +193,11 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, read_file: Ca
     if (username or apikey) and credentials is None:
         problems.append("JARVICE credentials incomplete: set both JARVICE_USERNAME[_FILE] and JARVICE_APIKEY[_FILE]")
     reburst = boolean("reburst")
+    cluster_name = str(raw["cluster_name"]).strip()
+    try:
+        contract.cluster_identity(_EXAMPLE_UID, cluster_name)
+    except ValueError as exc:  # the message says what a name may be
+        problems.append(f"--cluster-name (env NIMBIX_BURST_CLUSTER_NAME): {exc}")
     settings = Settings(
         host=str(raw["host"]),
         port=port,
@@ -206,6 +218,7 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, read_file: Ca
         orphan_grace_seconds=number("orphan_grace_seconds", minimum=0),
         orphan_dry_run=boolean("orphan_dry_run"),
         credentials=credentials,
+        cluster_name=cluster_name,
     )
     if problems:
         raise SettingsError(problems)

@@ -1,8 +1,9 @@
 """The controller's view of the cluster's pods, fed by the watch (state, no I/O).
 
-Every pod's UID is kept (the orphan reaper must not terminate the job of a pod that exists, even
-one whose `task-type` label was removed); the parsed view only for labeled pods, which are the
-ones that can be stranded. The watch thread writes, the loops read: a lock keeps them apart.
+Every pod gets a small `ReapView` (the orphan reaper must know of every pod whose container can
+still follow a JARVICE job, even one whose `task-type` label was removed); the fuller `PodView`
+is kept only for labeled pods, which are the ones that can be stranded. The watch thread writes,
+the loops read: a lock keeps them apart.
 """
 
 from __future__ import annotations
@@ -11,14 +12,14 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from controller.model import PodView, parse_pod
+from controller.model import PodView, ReapView, parse_pod, parse_reap_view
 
 
 class PodStore:
     def __init__(self, *, clock: Callable[[], float]) -> None:
         self._clock = clock
         self._lock = threading.Lock()
-        self._uids: set[str] = set()
+        self._reap_views: dict[str, ReapView] = {}
         self._labeled: dict[str, PodView] = {}
         self._listed = False
         self._broken_since: float | None = None
@@ -26,9 +27,11 @@ class PodStore:
     # ----- written by the watch -------------------------------------------------------------
 
     def replace(self, objs: Iterable[Mapping[str, Any]]) -> None:
+        objs = list(objs)
         views = [parse_pod(obj) for obj in objs]
+        reap_views = [parse_reap_view(obj) for obj in objs]
         with self._lock:
-            self._uids = {v.uid for v in views if v.uid}
+            self._reap_views = {v.uid: v for v in reap_views if v.uid}
             self._labeled = {v.uid: v for v in views if v.uid and v.labeled}
             self._listed = True
             self._broken_since = None
@@ -37,13 +40,14 @@ class PodStore:
         view = parse_pod(obj)
         if not view.uid:
             return
+        reap_view = parse_reap_view(obj)
         with self._lock:
             self._broken_since = None
             if event_type == "DELETED":
-                self._uids.discard(view.uid)
+                self._reap_views.pop(view.uid, None)
                 self._labeled.pop(view.uid, None)
                 return
-            self._uids.add(view.uid)
+            self._reap_views[view.uid] = reap_view
             if view.labeled:
                 self._labeled[view.uid] = view
             else:
@@ -69,9 +73,10 @@ class PodStore:
                 return False, f"pod watch broken for {self._clock() - self._broken_since:.0f}s"
             return True, "ok"
 
-    def uids(self) -> frozenset[str]:
+    def reap_views(self) -> dict[str, ReapView]:
+        """Every pod by UID, as of now (a copy: the views themselves never change)."""
         with self._lock:
-            return frozenset(self._uids)
+            return dict(self._reap_views)
 
     def labeled(self) -> list[PodView]:
         with self._lock:

@@ -819,7 +819,8 @@ def test_controller_cluster_role_is_least_privilege(objs: list[Manifest]) -> Non
     role = manifests.find_object(objs, kind="ClusterRole", name=CONTROLLER)
     pods = {("", "pods", v, ()) for v in ("get", "list", "watch", "delete", "patch")}
     events = {("", "events", v, ()) for v in ("create", "patch")}
-    assert _grants(role) == pods | events | {("batch", "jobs", "get", ())}
+    identity = {("", "namespaces", "get", ("kube-system",))}  # the cluster identity: kube-system's UID
+    assert _grants(role) == pods | events | identity | {("batch", "jobs", "get", ())}
     assert "aggregationRule" not in role
     binding = manifests.find_object(objs, kind="ClusterRoleBinding", name=CONTROLLER)
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CONTROLLER}
@@ -855,6 +856,28 @@ def test_controller_deployment_runs_two_hardened_replicas_of_the_webhook_image(
     }
     (secret,) = [v for v in spec["volumes"] if "secret" in v]
     assert secret["secret"]["optional"] is True  # without credentials the reaper is off, not the controller
+
+
+def test_the_controller_and_the_webhook_read_one_cluster_name(objs: list[Manifest]) -> None:
+    """Job labels carry the identity the webhook makes; the reaper acts only on its own: both must be
+    made from the same --cluster-name, so there is one place to set it (webhook.env)."""
+    webhook = manifests.find_object(objs, kind="Deployment", name=APP)
+    (webhook_config,) = [
+        source["configMapRef"]["name"]
+        for c in webhook["spec"]["template"]["spec"]["containers"]
+        for source in c.get("envFrom", ())
+        if "configMapRef" in source
+    ]
+    controller = manifests.find_object(objs, kind="Deployment", name=CONTROLLER)
+    (ctl,) = controller["spec"]["template"]["spec"]["containers"]
+    (name,) = [e for e in ctl["env"] if e["name"] == "NIMBIX_BURST_CLUSTER_NAME"]
+    assert name["valueFrom"]["configMapKeyRef"] == {
+        "name": webhook_config,
+        "key": "NIMBIX_BURST_CLUSTER_NAME",
+        "optional": True,
+    }
+    settings = (manifests.REPO_ROOT / "deploy" / "webhook.env").read_text()
+    assert re.search(r"^NIMBIX_BURST_CLUSTER_NAME=", settings, re.MULTILINE)
 
 
 def test_the_webhook_extra_covers_every_third_party_import_of_the_controller() -> None:

@@ -156,7 +156,7 @@ def test_a_failing_api_call_costs_one_pod_not_the_scan() -> None:
 
     reburster, _, metrics = make(pod(), pod(name="bare", uid="u2", owners=[]))
     broken = Broken(pods=dict(reburster._kube.pods))  # type: ignore[attr-defined]
-    reburster._kube = broken  # type: ignore[attr-defined]
+    reburster._kube = broken
     reburster.scan()
     assert broken.annotated == [("bare", "2023-11-14T22:13:20Z")]
     assert sample(metrics, "nimbix_burst_controller_errors_total", kind="kubernetes") == 1

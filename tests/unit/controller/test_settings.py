@@ -64,6 +64,14 @@ def test_credentials_from_mounted_files() -> None:
         pytest.param(BASE, ("--reburst", "perhaps"), "--reburst: 'perhaps' is not true or false", id="reburst-bool"),
         pytest.param(BASE, ("--lease-retry-seconds", "20"), "--lease-*-seconds", id="timing"),
         pytest.param(BASE, ("--jarvice-api-url", "ftp://x"), "not an http(s) URL", id="url"),
+        pytest.param(
+            {**BASE, "NIMBIX_BURST_CLUSTER_NAME": "Prod"},
+            (),
+            "--cluster-name (env NIMBIX_BURST_CLUSTER_NAME)",
+            id="name",
+        ),
+        pytest.param(BASE, ("--cluster-name", "n" * 31), "at most 30 characters", id="name-long"),
+        pytest.param(BASE, ("--cluster-name=-prod",), "start and end with a letter or digit", id="name-dash"),
     ],
 )
 def test_problems(env: Mapping[str, str], argv: tuple[str, ...], fragment: str) -> None:
@@ -97,3 +105,17 @@ def test_an_unreadable_file_is_a_problem() -> None:
     with pytest.raises(SettingsError) as caught:
         parse_settings([], env, read_file=read)
     assert any("cannot read /k (PermissionError)" in p for p in caught.value.problems)
+
+
+@pytest.mark.parametrize(
+    ("env", "argv", "name"),
+    [
+        pytest.param(BASE, (), "", id="default-none"),
+        pytest.param({**BASE, "NIMBIX_BURST_CLUSTER_NAME": " staging "}, (), "staging", id="env"),
+        pytest.param(
+            {**BASE, "NIMBIX_BURST_CLUSTER_NAME": "staging"}, ("--cluster-name", "prod-2"), "prod-2", id="flag"
+        ),
+    ],
+)
+def test_cluster_name(env: Mapping[str, str], argv: tuple[str, ...], name: str) -> None:
+    assert parse(env, *argv).cluster_name == name
