@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from entrypoint import contract
-from webhook import budget, mutation
+from webhook import budget, mutation, walltime
 from webhook import decision as decisions
 from webhook.cache import ClusterCache
 from webhook.model import ObjectError, check_pod_shape, parse_placement, pod_compute, pod_gpus
@@ -66,8 +66,10 @@ def admit(
     if contract.ANNOTATION_DECISION in annotations:
         # Reinvocation (a later webhook changed the pod), or a pod copied from one we rewrote:
         # never decide twice, but a burst pod must not keep GPUs someone added since.
-        decided = annotations[contract.ANNOTATION_DECISION]
-        return _readmit(request, spec, decided=decided, policy=policy, cluster=_cluster_identity(cache, policy)[0])
+        terms = mutation.BurstTerms(
+            cluster=_cluster_identity(cache, policy)[0], limit=_walltime(request, spec, cache, policy)[0]
+        )
+        return _readmit(request, spec, decided=annotations[contract.ANNOTATION_DECISION], policy=policy, terms=terms)
     try:
         gpus = pod_gpus(spec, policy.gpu_resources, checked=True)
         placement = parse_placement(spec)
@@ -109,12 +111,15 @@ def admit(
     if cache.budget(namespace) is not None and not request.dry_run:
         cache.reserve_remote(request.uid, namespace=namespace, gpus=need)
         reservation_id = request.uid
-    terms = mutation.BurstTerms(cluster=cluster)
+    limit, limit_warning = _walltime(request, spec, cache, policy)
+    terms = mutation.BurstTerms(cluster=cluster, limit=limit)
     patch = mutation.build_remote_patch(
         pod, gpus=gpus, decision=decision, policy=policy, terms=terms, remote_gpus=need, reservation_id=reservation_id
     )
     warnings = [f"nimbix-burst: this pod will run on Nimbix JARVICE: {decision.reason}"]
     warnings += mutation.build_overreach_warnings(spec, policy=policy)
+    if limit_warning:
+        warnings.append(limit_warning)
     return Admission(build_response(request.uid, patch=patch, warnings=warnings), "remote", decision.reason)
 
 
@@ -128,6 +133,17 @@ def _cluster_identity(cache: ClusterCache, policy: mutation.RewritePolicy) -> tu
         return contract.cluster_identity(uid, policy.cluster_name), ""
     except ValueError as exc:
         return "", f"the cluster's identity is unknown: {exc}"
+
+
+def _walltime(
+    request: AdmissionRequest, spec: Mapping[str, Any], cache: ClusterCache, policy: mutation.RewritePolicy
+) -> tuple[walltime.Walltime, str]:
+    return walltime.decide_walltime(
+        spec.get("activeDeadlineSeconds"),
+        namespace=request.namespace,
+        namespace_default=cache.default_walltime(request.namespace),
+        webhook_default=policy.default_walltime_seconds,
+    )
 
 
 def _kept_local(request: AdmissionRequest, decision: Decision, refusal: str) -> Admission:
@@ -157,7 +173,12 @@ def _over_budget(request: AdmissionRequest, decision: Decision, refusal: str, ac
 
 
 def _readmit(
-    request: AdmissionRequest, spec: Mapping[str, Any], *, decided: str, policy: mutation.RewritePolicy, cluster: str
+    request: AdmissionRequest,
+    spec: Mapping[str, Any],
+    *,
+    decided: str,
+    policy: mutation.RewritePolicy,
+    terms: mutation.BurstTerms,
 ) -> Admission:
     """A pod decided local keeps what it has; one decided remote gets new GPU requests stripped."""
     if decided != contract.DECISION_REMOTE:
@@ -166,7 +187,7 @@ def _readmit(
         pod_gpus(spec, policy.gpu_resources, checked=True)  # the quantities the patch reads are valid
     except ObjectError as exc:
         raise MalformedReview(f"request.object: {exc}") from exc
-    patch = mutation.build_reinvocation_patch(request.object, policy=policy, terms=mutation.BurstTerms(cluster=cluster))
+    patch = mutation.build_reinvocation_patch(request.object, policy=policy, terms=terms)
     if not patch:
         return _skip(request, f"already decided: {decided}; no GPU request added since")
     reason = "already decided: remote; stripped GPU requests added after the decision"

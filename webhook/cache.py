@@ -116,6 +116,7 @@ class ClusterCache:
         self._reservations_in: dict[str, int] = {}  # namespace -> outstanding reservations
         self.reservation_cap_hits = 0  # reviews decided remote because a cap was reached
         self._budgets: dict[str, NamespaceBudget] = {}  # namespaces with a max-remote-gpus annotation
+        self._default_walltimes: dict[str, str] = {}  # namespaces with a default-walltime annotation
         self._kube_system_uid = ""
         self._remote_in_use: dict[str, int] = {}  # namespace -> GPUs of its watched burst pods
         # Remote reservations: id -> (namespace, GPUs), oldest first, and their expiry.
@@ -173,6 +174,10 @@ class ClusterCache:
     def kube_system_uid(self) -> str:
         """The UID of the kube-system namespace, which names this cluster ("" until the watch shows it)."""
         return self._kube_system_uid
+
+    def default_walltime(self, namespace: str) -> str | None:
+        """The namespace's `nimbix-burst.io/default-walltime` as written (None: not set)."""
+        return self._default_walltimes.get(namespace)
 
     def budget(self, namespace: str) -> NamespaceBudget | None:
         return self._budgets.get(namespace)
@@ -418,6 +423,7 @@ class ClusterCache:
 
     def replace_namespaces(self, namespaces: Iterable[NamespaceInfo]) -> None:
         self._budgets = {}
+        self._default_walltimes = {}
         self._kube_system_uid = ""
         for namespace in namespaces:
             self.upsert_namespace(namespace)
@@ -428,11 +434,16 @@ class ClusterCache:
             self._budgets.pop(name, None)
         else:
             self._budgets[name] = namespace.budget
+        if namespace.default_walltime is None:
+            self._default_walltimes.pop(name, None)
+        else:
+            self._default_walltimes[name] = namespace.default_walltime
         if name == CLUSTER_NAMESPACE:
             self._kube_system_uid = namespace.uid
 
     def delete_namespace(self, name: str) -> None:
         self._budgets.pop(name, None)
+        self._default_walltimes.pop(name, None)
         if name == CLUSTER_NAMESPACE:
             self._kube_system_uid = ""
 

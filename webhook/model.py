@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 import orjson
 
 from entrypoint import contract
-from webhook import budget
+from webhook import budget, walltime
 from webhook.resources import (
     QuantityError,
     effective_gpus,
@@ -408,7 +408,10 @@ def parse_namespace(raw: Mapping[str, Any]) -> NamespaceInfo:
     annotations = _mapping(meta.get("annotations"), "metadata.annotations")
     value = annotations.get(budget.ANNOTATION_MAX_REMOTE_GPUS)
     ns_budget = None if value is None else budget.parse_budget(value if isinstance(value, str) else repr(value))
-    return NamespaceInfo(name=name, uid=uid, budget=ns_budget)
+    default_walltime = annotations.get(walltime.ANNOTATION_DEFAULT_WALLTIME)
+    if default_walltime is not None and not isinstance(default_walltime, str):
+        default_walltime = repr(default_walltime)  # kept to be named in the warning, as a budget is
+    return NamespaceInfo(name=name, uid=uid, budget=ns_budget, default_walltime=default_walltime)
 
 
 def _node_ready(status: Mapping[str, Any]) -> bool:

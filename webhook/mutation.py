@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from entrypoint import contract
-from webhook import budget
+from webhook import budget, walltime
 from webhook.resources import QuantityError, all_containers, format_quantity_cores, parse_quantity
 from webhook.types import Decision, GpuCounts
 
@@ -34,6 +34,7 @@ class RewritePolicy:
     strip_toleration_keys: frozenset[str] = frozenset()
     strip_runtime_classes: frozenset[str] = frozenset()
     cluster_name: str = ""  # --cluster-name: the readable part of the cluster identity (contract.cluster_identity)
+    default_walltime_seconds: int = 24 * 3600  # --default-walltime: a burst job's limit without a deadline
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,7 @@ class BurstTerms:
     # contract.cluster_identity: who may reap the container's job. "" only on reinvocation without a
     # known identity (a first rewrite never happens without one): the env is then left as it is.
     cluster: str
+    limit: walltime.Walltime  # JARVICE_WALLTIME, unless the container sets a shorter one
     # A reinvocation: the budget was counted at the first rewrite, so a container's counted GPUs are
     # never raised (kept as set; 0 for a container that only now asks for GPUs).
     reinvoked: bool = False
@@ -204,9 +206,32 @@ def _burst_container_ops(base: str, container: Mapping[str, Any], *, gpus: int, 
     ]
     if terms.cluster:
         wanted.append((contract.ENV_CLUSTER, _value(contract.ENV_CLUSTER, terms.cluster), True))
+    own = _own_walltime(container, terms.limit)
+    wanted.append((contract.ENV_WALLTIME, _value(contract.ENV_WALLTIME, terms.limit.text), not own))
     counted = "0" if terms.reinvoked else str(gpus)
     wanted.append((contract.ENV_COUNTED_GPUS, _value(contract.ENV_COUNTED_GPUS, counted), not terms.reinvoked))
     return _env_ops(base, container, wanted)
+
+
+def _own_walltime(container: Mapping[str, Any], limit: walltime.Walltime) -> str:
+    """The container's own JARVICE_WALLTIME when it is readable and shorter than `limit` (kept); else ""."""
+    own = ""
+    for item in container.get("env") or ():  # the last duplicate is the one in effect
+        if item.get("name") == contract.ENV_WALLTIME:
+            value = item.get("value")
+            own = value if isinstance(value, str) and "valueFrom" not in item else ""
+    seconds = walltime.parse_walltime(own) if own else None
+    return own.strip() if seconds is not None and seconds < limit.seconds else ""
+
+
+def _walltime_note(spec: Mapping[str, Any], policy: RewritePolicy, limit: walltime.Walltime) -> str:
+    """The pod's walltime annotation: the limit, where it came from, and the containers keeping a shorter one."""
+    note = f"{limit.text} from {limit.source}"
+    for container in spec.get("containers") or ():
+        own = _own_walltime(container, limit) if _container_gpus(container, policy.gpu_resources) else ""
+        if own:
+            note += f"; container {container.get('name', '')} keeps its own {own}"
+    return note
 
 
 ENV_NODES = "JARVICE_NODES"  # the runner's (entrypoint.settings): how many machines the job spans
@@ -350,6 +375,7 @@ def build_remote_patch(
             contract.ANNOTATION_DECISION: contract.DECISION_REMOTE,
             contract.ANNOTATION_REASON: decision.reason,
             contract.ANNOTATION_ORIGINAL_RESOURCES: _audit_json(audit),
+            walltime.ANNOTATION_WALLTIME: _walltime_note(spec, policy, terms.limit),
             # What the namespace's burst budget counts while the pod runs (see webhook.budget).
             budget.ANNOTATION_REMOTE_GPUS: str(sum(gpus.values()) if remote_gpus is None else remote_gpus),
             # Set when the GPUs are reserved against a budget: the pod's appearance releases them.

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from entrypoint import contract
+from webhook import walltime
 from webhook.budget import OVER_BUDGET_ACTIONS, OverBudget
 from webhook.leadership import LeaseTiming
 from webhook.mutation import RewritePolicy
@@ -103,6 +104,12 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("--over-budget", "WEBHOOK_OVER_BUDGET", "local", "past a namespace's burst budget: local (wait) or deny"),
     # The same name the controller is given: both make the cluster identity from it (contract.cluster_identity).
     ("--cluster-name", "NIMBIX_BURST_CLUSTER_NAME", "", "readable prefix of the cluster identity in job labels"),
+    (
+        "--default-walltime",
+        "WEBHOOK_DEFAULT_WALLTIME",
+        walltime.DEFAULT_WALLTIME,
+        "burst job time limit without a deadline",
+    ),
     ("--log-level", "WEBHOOK_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
     ("--drain-seconds", "WEBHOOK_DRAIN_SECONDS", "5", "how long /drain (the preStop hook) serves on, closing"),
     # Replicas (README, "Two replicas, one promise"); identity and address come from the downward API.
@@ -185,6 +192,12 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
         contract.cluster_identity(_ANY_UUID, cluster_name)
     except ValueError as exc:
         problems.append(f"--cluster-name: {exc} (the same name as the controller's, or empty)")
+    default_walltime = walltime.parse_walltime(str(raw["default_walltime"]))
+    if default_walltime is None:
+        problems.append(
+            f"--default-walltime: {raw['default_walltime']!r} is not HH:MM:SS (at most 99999:59:59, not zero),"
+            f" e.g. {walltime.DEFAULT_WALLTIME}"
+        )
     log_level = str(raw["log_level"]).upper()
     if log_level not in _LOG_LEVELS:
         problems.append(f"--log-level: {raw['log_level']!r} is not one of {', '.join(_LOG_LEVELS)}")
@@ -223,6 +236,7 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
             strip_toleration_keys=frozenset(_csv(raw["strip_toleration_keys"])),
             strip_runtime_classes=frozenset(_csv(raw["strip_runtime_classes"])),
             cluster_name=cluster_name,
+            default_walltime_seconds=default_walltime or 0,
         ),
         leader_election=leader_election,
         client_ca_file=client_ca_file,

@@ -129,6 +129,7 @@ class NamespaceInfo:
     name: str
     uid: str
     budget: NamespaceBudget | None  # None: no `max-remote-gpus` annotation
+    default_walltime: str | None = None  # its `default-walltime` annotation as written (None: absent)
 
 
 DecisionKind = Literal["local", "remote", "skipped"]

@@ -15,6 +15,7 @@ mypyc=${1:?usage: compile-core.sh MYPYC}
 "$mypyc" \
   webhook/types.py \
   webhook/budget.py \
+  webhook/walltime.py \
   webhook/resources.py \
   webhook/scheduling.py \
   webhook/model.py \

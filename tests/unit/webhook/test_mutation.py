@@ -11,6 +11,7 @@ from tests.unit.webhook.builders import GPU, container, pod
 from webhook import mutation
 from webhook.mutation import BurstTerms, RewritePolicy, build_local_patch, build_remote_patch
 from webhook.types import Decision
+from webhook.walltime import Walltime
 
 LEGACY = "alpha.kubernetes.io/nvidia-gpu"
 POLICY = RewritePolicy(
@@ -22,7 +23,7 @@ POLICY = RewritePolicy(
     strip_runtime_classes=frozenset({"nvidia"}),
 )
 REMOTE = Decision(kind="remote", reason="needs 4 nvidia.com/gpu; best node a has 2 free")
-TERMS = BurstTerms(cluster="prod-0f1e2d3c4b5a")
+TERMS = BurstTerms(cluster="prod-0f1e2d3c4b5a", limit=Walltime(3600, "activeDeadlineSeconds 3600"))
 
 
 def rewrite(raw: dict[str, Any], gpus: int = 4) -> dict[str, Any]:
