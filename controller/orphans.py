@@ -26,8 +26,9 @@ from entrypoint.plan import ParsedLabel, parse_job_label
 # JARVICE's terminal states (reference §6): a job in one of these has nothing left to stop.
 TERMINAL_STATES = frozenset({"COMPLETED", "COMPLETED WITH ERROR", "TERMINATED", "CANCELED"})
 # The API server's clock sets deletionTimestamp, ours reads it: allow this much skew between them
-# before a terminating pod counts as past its deadline (the grace period then still applies).
-DELETION_SKEW_SECONDS = 10.0
+# (NTP keeps nodes well within it) before a terminating pod counts as past its deadline; the
+# reaper's grace period still applies after that.
+DELETION_SKEW_SECONDS = 5.0
 
 Reason = Literal["pod-gone", "pod-finished", "deletion-overdue", "container-exited", "duplicate"]
 NotOursKind = Literal["legacy-label", "other-cluster"]

@@ -33,6 +33,7 @@ from devplatform.cluster import addons, nodes
 from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.processes import ManagedProcess, free_port, start_process, stop_process
 from devplatform.emulator.harness import EmulatorControl
+from entrypoint import contract
 
 GPU = "nvidia.com/gpu"
 GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
@@ -316,7 +317,7 @@ def test_a_stranded_bare_pod_is_reported_and_left_alone(group: Group, controller
     assert _total(controllers, 'nimbix_burst_controller_stranded_noted_total{reason="no-owner"}') - before == 1
 
 
-def _start_runner(run_dir: Path, emulator: addons.EmulatorProcess, *, pod_uid: str) -> ManagedProcess:
+def _start_runner(run_dir: Path, emulator: addons.EmulatorProcess, *, pod_uid: str, cluster: str) -> ManagedProcess:
     env = {
         **os.environ,
         **emulator.runner_env(),
@@ -325,6 +326,7 @@ def _start_runner(run_dir: Path, emulator: addons.EmulatorProcess, *, pod_uid: s
         "NIMBIX_BURST_CONTAINER": "app",
         "APP_COMMAND_ARGS": "sleep 600",
         "JARVICE_POLL_SECONDS": "1",
+        "NIMBIX_BURST_CLUSTER": cluster,  # "": the legacy label, as a pod the webhook did not rewrite
     }
     return start_process(
         f"runner-{pod_uid[:8]}",
@@ -344,18 +346,28 @@ def _kill(process: ManagedProcess) -> None:
 def test_an_orphaned_jarvice_job_is_terminated_and_a_live_pods_job_is_not(
     group: Group, emulator: addons.EmulatorProcess, controllers: list[Controller], control_plane: ControlPlane
 ) -> None:
+    """The "legacy" job's pod is gone too, but its label carries no cluster: no reaper may stop it."""
     group.cpu_node()
     control = EmulatorControl(emulator.url)
     run_dir = control_plane.run_dir / "controller-runners"
+    # The identity the controllers (started without --cluster-name) compute, as the webhook would.
+    cluster = contract.cluster_identity(group.core.read_namespace("kube-system").metadata.uid)
+    clusters = {"doomed": cluster, "kept": cluster, "legacy": ""}
     pods = {}
-    for role in ("doomed", "kept"):
+    for role in clusters:
         body = {
             "metadata": {"name": f"{role}-{uuid.uuid4().hex[:6]}"},
             "spec": {"containers": [{"name": "app", "image": PAUSE}], "nodeSelector": dict(group.label)},
         }
         pods[role] = group.core.create_namespaced_pod(group.namespace, body)
-    labels = {role: f"k8s-{pod.metadata.uid}-app-1" for role, pod in pods.items()}
-    runners = {role: _start_runner(run_dir, emulator, pod_uid=pod.metadata.uid) for role, pod in pods.items()}
+    labels = {
+        role: f"k8s-{clusters[role]}.{pod.metadata.uid}-app-1" if clusters[role] else f"k8s-{pod.metadata.uid}-app-1"
+        for role, pod in pods.items()
+    }
+    runners = {
+        role: _start_runner(run_dir, emulator, pod_uid=pod.metadata.uid, cluster=clusters[role])
+        for role, pod in pods.items()
+    }
 
     def job_status(role: str) -> str:
         jobs = control.jobs(job_label=labels[role])
@@ -366,9 +378,10 @@ def test_an_orphaned_jarvice_job_is_terminated_and_a_live_pods_job_is_not(
             _wait(f"the {role} pod's job running", lambda r=role: job_status(r) == "PROCESSING STARTING", timeout=60)
         for process in runners.values():
             _kill(process)
-        # The pod is force-deleted (as when its node is gone); its runner never cancelled the job.
+        # The pods are force-deleted (as when their node is gone); their runners never cancelled the jobs.
+        group.core.delete_namespaced_pod(pods["legacy"].metadata.name, group.namespace, grace_period_seconds=0)
         group.core.delete_namespaced_pod(pods["doomed"].metadata.name, group.namespace, grace_period_seconds=0)
-        _wait("the pod gone", lambda: _gone(group, pods["doomed"].metadata.name), timeout=30, interval=0.05)
+        _wait("the pods gone", lambda: _gone(group, pods["doomed"].metadata.name), timeout=30, interval=0.05)
         gone_at = time.monotonic()
         _wait("the orphan TERMINATED", lambda: job_status("doomed") == "TERMINATED", timeout=60, interval=0.1)
         took = time.monotonic() - gone_at
@@ -376,10 +389,15 @@ def test_an_orphaned_jarvice_job_is_terminated_and_a_live_pods_job_is_not(
         assert took <= ORPHAN_GRACE_SECONDS + ORPHAN_INTERVAL_SECONDS + 2, took
         time.sleep(ORPHAN_GRACE_SECONDS + 2 * ORPHAN_INTERVAL_SECONDS)
         assert job_status("kept") == "PROCESSING STARTING"  # its pod exists: never touched
+        assert job_status("legacy") == "PROCESSING STARTING"  # not this cluster's label: never touched
         leader = _leader(controllers)
         assert leader is not None
         (line,) = [e for e in leader.log_lines("orphan job terminated") if e["job_label"] == labels["doomed"]]
         assert line["pod_uid"] == pods["doomed"].metadata.uid and line["levelname"] == "INFO"
+        assert line["reason"] == "pod-gone"
+        left = [e for e in leader.log_lines("job left alone: not this cluster's") if e["job_label"] == labels["legacy"]]
+        assert [e["kind"] for e in left] == ["legacy-label"]
+        assert leader.metrics()['nimbix_burst_controller_jobs_not_ours{kind="legacy-label"}'] >= 1
         assert emulator.runner_env()["JARVICE_APIKEY"] not in leader.process.log_path.read_text()
         print(
             f"\norphan -> TERMINATED: {took:.1f}s (grace {ORPHAN_GRACE_SECONDS}s, interval {ORPHAN_INTERVAL_SECONDS}s)"
@@ -434,7 +452,7 @@ def test_only_the_leader_acts_and_a_stopped_leader_hands_over(controllers: list[
         "nimbix_burst_controller_rebursts_total",
         'nimbix_burst_controller_stranded_noted_total{reason="no-owner"}',
         "nimbix_burst_controller_orphans_terminated_total",
-        "nimbix_burst_controller_orphans_seen_total",
+        'nimbix_burst_controller_orphans_seen_total{reason="pod-gone"}',
     )
     leader_counts = {m: leader.metrics().get(m, 0.0) for m in acting}
     follower_counts = {m: follower.metrics().get(m, 0.0) for m in acting}

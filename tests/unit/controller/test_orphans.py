@@ -69,10 +69,10 @@ LONG_HASH = hashlib.sha256(LONG.encode()).hexdigest()
         (label(container=None), pods(view(following=())), "container-exited"),
         (f"k8s-{HERE}.{POD}-~{LONG_HASH[:6]}-1", pods(view(following=(LONG,))), None),
         (f"k8s-{HERE}.{POD}-~{LONG_HASH[:6]}-1", pods(view(following=(LONG + "x",))), "container-exited"),
-        (label(), pods(view(deadline=WALL - 5)), None),  # terminating: the runner may still be stopping it
-        (label(), pods(view(deadline=WALL - 10)), None),  # ... a few seconds of clock skew allowed
-        (label(), pods(view(deadline=WALL - 11)), "deletion-overdue"),
-        (label(), pods(view(deadline=WALL + 30)), None),
+        (label(), pods(view(deadline=WALL + 30)), None),  # terminating: the runner may still be stopping it
+        (label(), pods(view(deadline=WALL - 5)), None),  # ... a few seconds of clock skew allowed
+        (label(), pods(view(deadline=WALL - 6)), "deletion-overdue"),
+        (label(), pods(view(deadline=WALL - 2)), None),
         (label(), pods(view(terminal=True, deadline=WALL - 60)), "pod-finished"),
         (label(), pods(view(burst=False)), None),  # the decision annotation does not matter here
     ],
@@ -89,7 +89,7 @@ LONG_HASH = hashlib.sha256(LONG.encode()).hexdigest()
         "terminating",
         "terminating-skew",
         "deletion-overdue",
-        "deadline-ahead",
+        "just-past-the-deadline",
         "finished-wins",
         "not-annotated",
     ],
