@@ -187,12 +187,22 @@ def _readmit(
         pod_gpus(spec, policy.gpu_resources, checked=True)  # the quantities the patch reads are valid
     except ObjectError as exc:
         raise MalformedReview(f"request.object: {exc}") from exc
-    patch = mutation.build_reinvocation_patch(request.object, policy=policy, terms=terms)
-    if not patch:
+    stripped = mutation.build_reinvocation_patch(request.object, policy=policy, terms=terms)
+    grace = mutation.build_grace_patch(request.object)
+    if not stripped and not grace:
         return _skip(request, f"already decided: {decided}; no GPU request added since")
-    reason = "already decided: remote; stripped GPU requests added after the decision"
-    warning = "nimbix-burst: removed GPU requests added after this pod was burst (see original-resources)"
-    return Admission(build_response(request.uid, patch=patch, warnings=[warning]), "remote", reason)
+    reasons, warnings = [], []
+    if stripped:
+        reasons.append("stripped GPU requests added after the decision")
+        warnings.append("nimbix-burst: removed GPU requests added after this pod was burst (see original-resources)")
+    if grace:
+        reasons.append("raised terminationGracePeriodSeconds shortened after the decision")
+        warnings.append(
+            f"nimbix-burst: terminationGracePeriodSeconds raised to {contract.MIN_TERMINATION_GRACE_SECONDS} again"
+            " so the runner can stop its job"
+        )
+    reason = "already decided: remote; " + "; ".join(reasons)
+    return Admission(build_response(request.uid, patch=stripped + grace, warnings=warnings), "remote", reason)
 
 
 def build_error_response(uid: str) -> dict[str, Any]:

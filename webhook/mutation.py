@@ -298,6 +298,31 @@ def _container_ops(
     return ops
 
 
+_GRACE = "terminationGracePeriodSeconds"
+DEFAULT_GRACE_SECONDS = 30  # what the API server gives a pod that sets none
+
+
+def _grace_ops(spec: Mapping[str, Any]) -> tuple[list[JsonPatchOp], str]:
+    """Raise a grace period too short for the runner to cancel its job before the kubelet's SIGKILL
+    (see contract.MIN_TERMINATION_GRACE_SECONDS); the note says from what. Nothing when it is long enough."""
+    current = spec.get(_GRACE)
+    minimum = contract.MIN_TERMINATION_GRACE_SECONDS
+    if type(current) is int and current >= minimum:
+        return [], ""
+    shown = str(current) if type(current) is int else f"{DEFAULT_GRACE_SECONDS} (the default)"
+    op = {"op": "replace" if _GRACE in spec else "add", "path": f"/spec/{_GRACE}", "value": minimum}
+    return [op], f"raised from {shown} to {minimum} so the runner can stop its job"
+
+
+def build_grace_patch(pod: Mapping[str, Any]) -> list[JsonPatchOp]:
+    """A burst pod whose grace period a later webhook shortened: raised again, and recorded. Empty
+    when it is long enough (reinvocation is idempotent)."""
+    ops, note = _grace_ops(pod.get("spec") or {})
+    if not ops:
+        return []
+    return ops + _annotation_ops(pod.get("metadata") or {}, {contract.ANNOTATION_GRACE: note})
+
+
 def _audit_json(audit: Mapping[str, Any]) -> str:
     """Compact, keys sorted. orjson takes a tenth of the stdlib's time (10 us of a remote review, issue
     15); the stdlib writes what orjson refuses (an integer past 64 bits from a hostile pod). The JSON is
@@ -369,6 +394,8 @@ def build_remote_patch(
             ops.append({"op": "remove", "path": "/spec/overhead"})
             audit["overhead"] = spec["overhead"]
 
+    grace_ops, grace_note = _grace_ops(spec)
+    ops += grace_ops
     ops += _annotation_ops(
         pod.get("metadata") or {},
         {
@@ -380,6 +407,7 @@ def build_remote_patch(
             budget.ANNOTATION_REMOTE_GPUS: str(sum(gpus.values()) if remote_gpus is None else remote_gpus),
             # Set when the GPUs are reserved against a budget: the pod's appearance releases them.
             **({contract.ANNOTATION_RESERVATION: reservation_id} if reservation_id else {}),
+            **({contract.ANNOTATION_GRACE: grace_note} if grace_note else {}),
         },
     )
     return ops
