@@ -20,7 +20,7 @@ from typing import Any, Final, NoReturn
 import requests
 from pythonjsonlogger.json import JsonFormatter
 
-from entrypoint import contract, exitcodes, jarvice, local, plan, remote, restart, statefile
+from entrypoint import contract, exitcodes, jarvice, local, plan, remote, restart, statefile, termination
 from entrypoint.redaction import redact
 from entrypoint.settings import Settings, SettingsError, Tuning, parse_settings
 
@@ -69,6 +69,23 @@ class StdoutSink:
             return
         self._stream.write("".join(lines).encode("utf-8", errors="surrogateescape"))
         self._stream.flush()
+
+
+class TerminationFile:
+    """The termination message to the file Kubernetes reads (terminationMessagePath), best effort:
+    a failure is logged and changes nothing else (the pod's GPUs then stay counted)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def write(self, message: str) -> None:
+        try:
+            Path(self.path).write_text(message, encoding="utf-8")
+        except OSError as exc:
+            log.warning(
+                "cannot write the termination message; the pod's GPUs stay counted until the job is seen ended",
+                extra={"path": self.path, "error": str(exc), "variable": contract.ENV_TERMINATION_LOG},
+            )
 
 
 def _read_file(path: str) -> str:
@@ -143,6 +160,7 @@ def open_remote_deps(settings: Settings, *, tuning: Tuning, journal: remote.Jour
             rng=random.Random(),
             cancel=token,
             journal=journal,
+            termination=TerminationFile(settings.termination_log),
         )
 
 
@@ -174,6 +192,9 @@ def run(env: Mapping[str, str], argv: Sequence[str]) -> int:
         )
     remote_plan = plan.build_plan(settings, attempt=start.attempt)
     assert isinstance(remote_plan, plan.RemotePlan)
+    grace_warning = termination.build_grace_warning(remote_plan.tuning)
+    if grace_warning is not None:
+        log.warning("the runner's timeouts exceed the burst pod's grace period", extra={"reason": grace_warning})
     with open_remote_deps(settings, tuning=remote_plan.tuning, journal=journal) as deps:
         return remote.run_remote(remote_plan, deps, start=start)
 

@@ -14,6 +14,8 @@ EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1  # COMPLETED WITH ERROR without a usable job_exitcode
 EXIT_REMOTE_UNAVAILABLE: Final = 69  # JARVICE unreachable for longer than the outage budget (EX_UNAVAILABLE)
 EXIT_INTERNAL: Final = 70  # a bug in the runner (EX_SOFTWARE)
+EXIT_OVER_BUDGET: Final = 73  # the machine holds more GPUs than the namespace's budget counted (nothing submitted)
+EXIT_WALLTIME: Final = 74  # JARVICE stopped the job at its walltime (JARVICE_WALLTIME, else 24:00:00)
 EXIT_PROTOCOL: Final = 76  # JARVICE answered something unexpected, or rejected a request (EX_PROTOCOL)
 EXIT_CREDENTIALS: Final = 77  # JARVICE rejected the username/API key (EX_NOPERM)
 EXIT_CONFIG: Final = 78  # invalid settings, incl. an APP_NAME JARVICE does not know (EX_CONFIG)
@@ -52,8 +54,8 @@ def normalize_job_exitcode(code: int) -> int:
     return code if code <= MAX_EXIT else EXIT_FAILURE
 
 
-def from_job(state: str, exitcode: int | None) -> ExitDecision:
-    """The runner's exit status for a finished remote job."""
+def from_job(state: str, exitcode: int | None, *, walltime_exceeded: bool = False) -> ExitDecision:
+    """The runner's exit status for a finished remote job (`walltime_exceeded`: see `entrypoint.walltime`)."""
     status = state.strip().upper()
     if status == model.STATUS_COMPLETED:
         if exitcode:
@@ -64,6 +66,8 @@ def from_job(state: str, exitcode: int | None) -> ExitDecision:
             return ExitDecision(normalize_job_exitcode(exitcode), f"COMPLETED WITH ERROR, job_exitcode {exitcode}")
         return ExitDecision(EXIT_FAILURE, f"COMPLETED WITH ERROR without a non-zero job_exitcode ({exitcode})")
     if status == model.STATUS_TERMINATED:
+        if walltime_exceeded:
+            return ExitDecision(EXIT_WALLTIME, "TERMINATED at its walltime")
         return ExitDecision(EXIT_TERMINATED, "TERMINATED")
     if status == model.STATUS_CANCELED:
         if exitcode:

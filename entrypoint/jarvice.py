@@ -475,11 +475,13 @@ def parse_jobs(raw: object) -> dict[int, JobEntry]:
         state, name = _status_fields(entry, number=number, endpoint="jobs")
         label = entry.get("job_label")
         exitcode = entry.get("job_exitcode")
+        substatus_text = entry.get("job_substatus_text")
         jobs[number] = JobEntry(
             number=number,
             name=name,
             state=state,
             label=label if isinstance(label, str) else None,
             exitcode=_as_int(exitcode) if exitcode is not None else None,
+            substatus_text=substatus_text[:MAX_ERROR_TEXT] if isinstance(substatus_text, str) else "",
         )
     return jobs

@@ -77,6 +77,7 @@ class JobEntry:
     state: str
     label: str | None
     exitcode: int | None
+    substatus_text: str = ""  # why the job is in its state (e.g. why it was stopped); often empty
 
 
 # --- wire shapes -------------------------------------------------------------------------------

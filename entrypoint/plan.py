@@ -63,12 +63,13 @@ class RemotePlan:
     machine: str | None
     nodes: int
     vault: str | None
-    walltime: str | None
+    walltime: str
     geometry: str | None
     arch: str | None
     num_gpus: int
     num_cpus: int
     tuning: Tuning
+    counted_gpus: int | None = None  # what the namespace's budget counted (None: no check)
 
 
 Plan = LocalPlan | RemotePlan
@@ -199,6 +200,7 @@ def build_plan(settings: Settings, *, attempt: int = 1) -> Plan:
         num_gpus=DEFAULT_REMOTE_GPUS if settings.num_gpus is None else settings.num_gpus,
         num_cpus=DEFAULT_REMOTE_CPUS if settings.num_cpus is None else settings.num_cpus,
         tuning=remote.tuning,
+        counted_gpus=remote.counted_gpus,
     )
 
 
@@ -307,8 +309,7 @@ def build_submit_body(plan: RemotePlan, *, machine: str) -> SubmitBody:
     }
     if plan.geometry is not None:
         body["application"]["geometry"] = plan.geometry
-    if plan.walltime is not None:
-        body["application"]["walltime"] = plan.walltime
+    body["application"]["walltime"] = plan.walltime
     if plan.vault is not None:
         body["vault"] = {"name": plan.vault, "readonly": False, "force": False}
     return body

@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import Final, Literal, Protocol
 
-from entrypoint import duplicates, exitcodes, output, recovery, restart
+from entrypoint import budget, duplicates, exitcodes, output, recovery, restart, termination, walltime
 from entrypoint.jarvice import (
     ApplicationNotFound,
     CredentialsRejected,
@@ -36,9 +36,8 @@ log = logging.getLogger(__name__)
 POLL_JITTER: Final = 0.2
 # While cancelling, poll at least this often to notice the job stopping.
 CANCEL_POLL_SECONDS: Final = 1.0
-# After the grace period, what is left for the terminate call itself (the pod's own grace period
-# is 30 s by default; the cancel grace defaults to 20 s).
-TERMINATE_SECONDS: Final = 5.0
+# After the grace period, what is left for the terminate call itself (see entrypoint.termination).
+TERMINATE_SECONDS: Final = termination.TERMINATE_SECONDS
 # Right after a terminal status, output and exit code may lag; try a few times before giving up.
 FINAL_FETCH_ATTEMPTS: Final = 5
 FINAL_FETCH_PAUSE_SECONDS: Final = 1.0
@@ -88,6 +87,17 @@ class NoJournal:
     """Without NIMBIX_BURST_STATE_DIR: nothing is kept, restarts re-attach by label only."""
 
     def save(self, state: restart.RunnerState) -> None:
+        pass
+
+
+class TerminationLog(Protocol):
+    """Where the termination message goes (best effort: a failure is the writer's to log)."""
+
+    def write(self, message: str) -> None: ...
+
+
+class NoTerminationLog:
+    def write(self, message: str) -> None:
         pass
 
 
@@ -165,6 +175,7 @@ class RemoteDeps:
     rng: random.Random
     cancel: CancelToken
     journal: Journal = field(default_factory=NoJournal)
+    termination: TerminationLog = field(default_factory=NoTerminationLog)
 
 
 FIRST_START: Final = restart.decide_start(None)
@@ -191,6 +202,13 @@ def _signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return str(signum)
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The run was refused before anything was submitted (no machine fits, over the GPU budget)."""
+
+    exit_code: int
 
 
 class _RemoteRun:
@@ -233,6 +251,9 @@ class _RemoteRun:
     def run(self) -> int:
         code = self._run_guarded()
         self._save(reported=not self.job_may_run, exit_code=code)
+        self.deps.termination.write(
+            termination.build_message(job=self.number, job_may_run=self.job_may_run, exit_code=code)
+        )
         return code
 
     def _run_guarded(self) -> int:
@@ -303,14 +324,13 @@ class _RemoteRun:
                 "reason": self.start.reason,
             },
         )
-        number = self._pick_up() if self.start.kind == "pick_up" else None
-        if number is None:
-            number = self._attach_or_submit()
-            if number is None:
-                return exitcodes.EXIT_NO_MACHINE
+        picked = self._pick_up() if self.start.kind == "pick_up" else None
+        number = self._attach_or_submit() if picked is None else picked
+        if isinstance(number, Refused):
+            return number.exit_code
         return self._observe(number)
 
-    def _attach_or_submit(self) -> int | None:
+    def _attach_or_submit(self) -> int | Refused:
         live = self._find_live_job()
         if live is not None:
             log.info(
@@ -323,10 +343,27 @@ class _RemoteRun:
         choice = select_machine(self.plan, machines)
         if isinstance(choice, NoMachineFits):
             log.error("no machine fits the request", extra={"reason": choice.reason})
-            return None
+            return Refused(exitcodes.EXIT_NO_MACHINE)
         log.info("machine selected", extra={"machine": choice.machine, "reason": choice.reason})
         if choice.warning:
             log.warning("machine smaller than requested", extra={"machine": choice.machine, "reason": choice.warning})
+        if self.plan.counted_gpus is None:
+            log.info("no counted GPUs set: the machine is not checked against a GPU budget")
+        over = budget.check_gpu_budget(
+            machines[choice.machine], nodes=self.plan.nodes, counted_gpus=self.plan.counted_gpus
+        )
+        if over is not None:
+            log.error(
+                "the machine holds more GPUs than the budget counted; nothing submitted",
+                extra={
+                    "machine": choice.machine,
+                    "gpus": machines[choice.machine].gpus,
+                    "nodes": self.plan.nodes,
+                    "counted_gpus": self.plan.counted_gpus,
+                    "reason": over.reason,
+                },
+            )
+            return Refused(exitcodes.EXIT_OVER_BUDGET)
         body = build_submit_body(self.plan, machine=choice.machine)
         body["job_label"] = self.label
         # Saved before the submit: a runner killed between submit and the next save is resolved
@@ -592,13 +629,14 @@ class _RemoteRun:
                 self.deps.sleep(min(FINAL_FETCH_PAUSE_SECONDS, self.tuning.poll_seconds))
         return False
 
-    def _fetch_exitcode(self, number: int) -> tuple[bool, int | None]:
+    def _fetch_entry(self, number: int) -> JobEntry | None:
+        """The finished job's /jarvice/jobs entry (exit code, substatus text); None if not listed."""
         for _ in range(FINAL_FETCH_ATTEMPTS):
             entry = self.backend.fetch_jobs(completed=True).get(number)
             if entry is not None:
-                return True, entry.exitcode
+                return entry
             self.deps.sleep(min(FINAL_FETCH_PAUSE_SECONDS, self.tuning.poll_seconds))
-        return False, None
+        return None
 
     def _finish(self, status: JobStatus) -> int:
         number = status.number
@@ -608,10 +646,30 @@ class _RemoteRun:
                 self.output_done = True
             else:
                 log.warning("final output unavailable; some output may be missing", extra={"job": number})
-        listed, exitcode = self._fetch_exitcode(number)
-        if not listed:
+        entry = self._fetch_entry(number)
+        if entry is None:
             log.warning("job not found in /jarvice/jobs?completed=true; exit code unknown", extra={"job": number})
-        decision = exitcodes.from_job(status.state, exitcode)
+        exitcode = entry.exitcode if entry is not None else None
+        # Only a job this runner did not stop gets here: a TERMINATED one was stopped by JARVICE at
+        # its walltime (its substatus text, or its run time, says so) or by someone else.
+        walltime_exceeded = walltime.decide_walltime_stop(
+            status.state,
+            substatus_text=entry.substatus_text if entry is not None else "",
+            start_time=status.start_time,
+            end_time=status.end_time,
+            walltime_seconds=walltime.parse_walltime_seconds(self.plan.walltime),
+        )
+        decision = exitcodes.from_job(status.state, exitcode, walltime_exceeded=walltime_exceeded)
+        if walltime_exceeded:
+            log.error(
+                "JARVICE stopped the job at its walltime",
+                extra={
+                    "job": number,
+                    "walltime": self.plan.walltime,
+                    "substatus": entry.substatus_text if entry is not None else "",
+                    "reason": "raise the pod's activeDeadlineSeconds (or JARVICE_WALLTIME) if the job needs longer",
+                },
+            )
         if decision.warning:
             log.warning(decision.warning, extra={"job": number, "state": status.state})
         log.info(

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from entrypoint import contract
+from entrypoint import contract, walltime
 from entrypoint.model import Mode
 
 # Variable names (the shared ones live in `entrypoint.contract`).
@@ -30,7 +30,7 @@ ENV_COMMAND_PARAMETER: Final = "JARVICE_COMMAND_PARAMETER"
 ENV_MACHINE: Final = "JARVICE_MACHINE"
 ENV_NODES: Final = "JARVICE_NODES"
 ENV_VAULT: Final = "JARVICE_VAULT"
-ENV_WALLTIME: Final = "JARVICE_WALLTIME"
+ENV_WALLTIME: Final = contract.ENV_WALLTIME
 ENV_GEOMETRY: Final = "JARVICE_GEOMETRY"
 ENV_ARCH: Final = "JARVICE_ARCH"
 ENV_POLL_SECONDS: Final = "JARVICE_POLL_SECONDS"
@@ -79,7 +79,6 @@ MAX_JOB_LABEL: Final = 50
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR")
 DEFAULT_LOG_LEVEL: Final = "WARNING"
 
-_WALLTIME_RE: Final = re.compile(r"^\d{1,5}:[0-5]\d:[0-5]\d$")
 _GEOMETRY_RE: Final = re.compile(r"^\d+x\d+$")
 _MILLICORES_RE: Final = re.compile(r"^(\d+)m$")
 # A container name is a DNS-1123 label (Kubernetes validation).
@@ -170,10 +169,13 @@ class RemoteSettings:
     machine: str | None
     nodes: int
     vault: str | None
-    walltime: str | None
+    walltime: str  # JARVICE_WALLTIME, else the runner's default: no job bills without a limit
     geometry: str | None
     arch: str | None
     tuning: Tuning
+    # NIMBIX_BURST_COUNTED_GPUS: what the namespace's budget counted for this container (None: the
+    # webhook did not rewrite the pod, no check).
+    counted_gpus: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +190,8 @@ class Settings:
     # NIMBIX_BURST_STATE_DIR: where this container's restart state lives (checked to be a writable
     # directory by the shell, which may touch the file system); None = restarts cannot be told apart.
     state_dir: str | None = None
+    # NIMBIX_BURST_TERMINATION_LOG: where the remote runner writes its termination message.
+    termination_log: str = contract.DEFAULT_TERMINATION_LOG
 
 
 class SettingsError(Exception):
@@ -360,9 +364,13 @@ def _parse_remote(env: Mapping[str, str], *, read_file: ReadFile, problems: _Pro
     app_name = _get(env, ENV_APP_NAME)
     if app_name is None:
         problems.add(f"{ENV_APP_NAME} (the JARVICE application id) is required when REMOTE=1")
-    walltime = _get(env, ENV_WALLTIME)
-    if walltime is not None and not _WALLTIME_RE.match(walltime.strip()):
-        problems.add(f"{ENV_WALLTIME} must look like HH:MM:SS, got {walltime!r}")
+    walltime_raw = _get(env, ENV_WALLTIME)
+    walltime_text = walltime.DEFAULT_WALLTIME if walltime_raw is None else walltime_raw.strip()
+    walltime_seconds = walltime.parse_walltime_seconds(walltime_text)
+    if walltime_seconds is None:
+        problems.add(f"{ENV_WALLTIME} must look like HH:MM:SS, got {walltime_raw!r}")
+    elif walltime_seconds == 0:
+        problems.add(f"{ENV_WALLTIME} must be longer than 00:00:00, got {walltime_raw!r}")
     geometry_raw = env.get(ENV_GEOMETRY)
     geometry: str | None = DEFAULT_GEOMETRY if geometry_raw is None else (geometry_raw.strip() or None)
     if geometry is not None and not _GEOMETRY_RE.match(geometry):
@@ -381,10 +389,11 @@ def _parse_remote(env: Mapping[str, str], *, read_file: ReadFile, problems: _Pro
         machine=_strip(_get(env, ENV_MACHINE)),
         nodes=DEFAULT_NODES if nodes is None else nodes,
         vault=_strip(_get(env, ENV_VAULT)),
-        walltime=_strip(walltime),
+        walltime=walltime_text,
         geometry=geometry,
         arch=_strip(_get(env, ENV_ARCH)),
         tuning=_parse_tuning(env, problems),
+        counted_gpus=_parse_int(env, contract.ENV_COUNTED_GPUS, problems, minimum=0),
     )
 
 
@@ -438,6 +447,9 @@ def parse_settings(env: Mapping[str, str], *, argv: Sequence[str], read_file: Re
     state_dir = _strip(_get(env, contract.ENV_STATE_DIR))
     if state_dir is not None and not state_dir.startswith("/"):
         problems.add(f"{contract.ENV_STATE_DIR} must be an absolute path, got {state_dir!r}")
+    termination_log = _strip(_get(env, contract.ENV_TERMINATION_LOG)) or contract.DEFAULT_TERMINATION_LOG
+    if not termination_log.startswith("/"):
+        problems.add(f"{contract.ENV_TERMINATION_LOG} must be an absolute path, got {termination_log!r}")
     if problems.items:
         raise SettingsError(problems.items)
     assert mode is not None  # a None mode always adds a problem
@@ -457,4 +469,5 @@ def parse_settings(env: Mapping[str, str], *, argv: Sequence[str], read_file: Re
         log_level=log_level,
         remote=remote,
         state_dir=state_dir,
+        termination_log=termination_log,
     )

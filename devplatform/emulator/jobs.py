@@ -6,6 +6,10 @@ COMPLETED / COMPLETED WITH ERROR with the real exit status. terminate (any live 
 process group at once; shutdown (PROCESSING STARTING only) sends SIGTERM and, after
 `shutdown_kill_seconds`, SIGKILL; both end TERMINATED. With `cancel_fast_seconds`, jobs that end
 faster than that show CANCELED (JARVICE's known issue, reference §7).
+
+Walltime (`application.walltime`): a job still running that long after it started (PROCESSING
+STARTING) is killed like a terminate and ends TERMINATED with `job_substatus_text` "Job exceeded its
+walltime limit". How JARVICE ends such a job is not documented: this is the emulator's assumption.
 """
 
 import asyncio
@@ -35,6 +39,8 @@ PREAMBLE: Final = (
 # Environment variables never passed to jobs (they could carry a runner's credentials).
 _SCRUBBED_PREFIXES: Final = ("JARVICE_",)
 _SCRUBBED_NAMES: Final = frozenset({"APIKEY", "USERNAME"})
+# What a job stopped at its walltime says in job_substatus_text (the emulator's choice).
+WALLTIME_EXCEEDED_TEXT: Final = "Job exceeded its walltime limit"
 
 
 @dataclass
@@ -65,6 +71,9 @@ class Job:
     end_time: int = 0
     exitcode: int = 0
     walltime: str | None = None
+    walltime_limit: int | None = None  # application.walltime in seconds; None: no limit
+    substatus_text: str = ""
+    walltime_timer: asyncio.TimerHandle | None = None
     stop_reason: str | None = None
     process: asyncio.subprocess.Process | None = None
     task: "asyncio.Task[None] | None" = None
@@ -107,7 +116,7 @@ class Job:
             # "The original submit JSON": credentials included, as a real server may echo them.
             "job_api_submission": self.submission,
             "job_owner_username": self.owner,
-            "job_substatus_text": "",
+            "job_substatus_text": self.substatus_text,
         }
 
 
@@ -187,11 +196,20 @@ def _stopped(job: Job) -> bool:
 
 
 def _finish(job: Job, status: str, exitcode: int) -> None:
+    if job.walltime_timer is not None:
+        job.walltime_timer.cancel()
     job.status = status
     job.exitcode = exitcode
     job.end_time = int(time.time())
     started = job.start_time or job.end_time
     job.walltime = _walltime(job.end_time - started)
+
+
+def _stop_at_walltime(job: Job) -> None:
+    if not job.terminal:
+        job.substatus_text = WALLTIME_EXCEEDED_TEXT
+        job.stop_reason = job.stop_reason or "walltime"
+        terminate(job)
 
 
 async def run_job(job: Job, timing: Timing) -> None:
@@ -202,6 +220,8 @@ async def run_job(job: Job, timing: Timing) -> None:
             return
         job.status = RUNNING
         job.start_time = int(time.time())
+        if job.walltime_limit is not None:
+            job.walltime_timer = asyncio.get_running_loop().call_later(job.walltime_limit, _stop_at_walltime, job)
         with job.output_path.open("ab") as out:
             for line in PREAMBLE:
                 out.write(line)

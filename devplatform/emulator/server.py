@@ -10,6 +10,7 @@ string or a form body, as the reference says both work. Test controls live under
 import asyncio
 import json
 import random
+import re
 import secrets
 import shlex
 import shutil
@@ -39,6 +40,8 @@ HTML_PAGE: Final = b"<!DOCTYPE html><html><body><h1>Gateway</h1><p>Please sign i
 # Endpoints that faults never hit unless named explicitly (they are probes, not API calls).
 PROBES: Final = frozenset({"live", "ready"})
 REDACTED: Final = "***"
+# application.walltime: hours (up to 5 digits), minutes, seconds.
+WALLTIME_RE: Final = re.compile(r"^(\d{1,5}):([0-5]\d):([0-5]\d)$")
 
 
 @dataclass
@@ -353,6 +356,7 @@ async def handle_submit(request: web.Request) -> web.Response:
         nodes=int(machine.get("nodes", 1)),
         submission=body,
         workdir=workdir,
+        walltime_limit=_walltime_seconds(application.get("walltime")),
     )
     state.jobs[number] = job
     job.task = state.spawn(jobs.run_job(job, state.config.timing))
@@ -416,10 +420,28 @@ def _validate_submit(state: EmulatorState, body: Any) -> web.Response | None:
     label = body.get("job_label")
     if label is not None and (not isinstance(label, str) or len(label) > MAX_LABEL):
         return malformed
+    walltime = application.get("walltime")
+    if walltime is not None and _walltime_seconds(walltime) is None:
+        return json_response(
+            {
+                "error": "Missing or Malformed API Syntax",
+                "detail": f"application.walltime {walltime!r} is not HH:MM:SS",
+            },
+            status=400,
+        )
     vault = body.get("vault")
     if vault is not None and (not isinstance(vault, dict) or not isinstance(vault.get("name"), str)):
         return malformed
     return None
+
+
+def _walltime_seconds(raw: object) -> int | None:
+    """`HH:MM:SS` to seconds; None when absent or not that shape."""
+    match = WALLTIME_RE.match(raw) if isinstance(raw, str) else None
+    if match is None:
+        return None
+    hours, minutes, seconds = (int(part) for part in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
 
 
 def _job_command(state: EmulatorState, body: Mapping[str, Any], workdir: Path) -> str:

@@ -78,6 +78,8 @@ def base_env(url: str, **overrides: str) -> dict[str, str]:
             "JARVICE_SUBMIT_RESOLVE_SECONDS": "1",
             "JARVICE_CONNECT_TIMEOUT": "2",
             "JARVICE_READ_TIMEOUT": "2",
+            # Outside a pod there is no /dev/termination-log; tests that read the message set a file.
+            "NIMBIX_BURST_TERMINATION_LOG": os.devnull,
             "NO_PROXY": "127.0.0.1,localhost",
             "no_proxy": "127.0.0.1,localhost",
         }

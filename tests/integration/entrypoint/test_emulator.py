@@ -346,3 +346,25 @@ def test_cli_runs_as_a_process_and_cleans_up(tmp_path: Path) -> None:
         for stream in (process.stdout, process.stderr):
             if stream is not None:
                 stream.close()
+
+
+def test_a_job_past_its_walltime_is_stopped_terminated(api: Api, control: EmulatorControl) -> None:
+    number = api.submit(
+        submit_body(
+            "echo started; sleep 30",
+            application={"command": "run", "parameters": {"command": "echo started; sleep 30"}, "walltime": "00:00:01"},
+        )
+    ).json()["number"]
+    entry = wait_terminal(api, number)
+    assert entry["job_status"] == "TERMINATED"
+    listed = api.get("jobs", completed="true").json()[str(number)]
+    assert listed["job_substatus_text"] == "Job exceeded its walltime limit"
+    assert control.jobs(api.label)[-1]["stop_reason"] == "walltime"
+    quick = api.submit(
+        submit_body("true", application={"command": "run", "parameters": {"command": "true"}, "walltime": "00:00:05"})
+    )
+    assert wait_terminal(api, quick.json()["number"])["job_status"] == "COMPLETED"
+    bad = api.submit(
+        submit_body("true", application={"command": "run", "parameters": {"command": "true"}, "walltime": "1h"})
+    )
+    assert bad.status_code == 400 and "walltime" in bad.json()["detail"]

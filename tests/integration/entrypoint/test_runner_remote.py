@@ -385,3 +385,53 @@ def test_emulator_job_environment_carries_no_credentials(env: dict[str, str], mo
     code, runner = run_runner(env)
     assert code == 0
     assert b"JARVICE_" not in runner.out
+
+
+# --- money safety: walltime, GPU budget, termination message ------------------------------------------
+
+
+def test_a_job_past_its_walltime_exits_74_and_says_so(
+    env: dict[str, str], control: EmulatorControl, tmp_path: Path
+) -> None:
+    env["APP_COMMAND_ARGS"] = "echo started; sleep 30"
+    env["JARVICE_WALLTIME"] = "00:00:01"
+    env["NIMBIX_BURST_TERMINATION_LOG"] = str(tmp_path / "termination-log")
+    code, runner = run_runner(env)
+    assert code == 74, runner.err
+    assert runner.out == b"started\n"
+    (submission,) = control.submissions(label_of(env))["submissions"]
+    assert submission["body"]["application"]["walltime"] == "00:00:01"
+    assert "JARVICE stopped the job at its walltime" in runner.messages()
+    message = json.loads((tmp_path / "termination-log").read_text())
+    assert message == {"nimbix_burst": {"job": submission["number"], "job_may_run": False, "exit_code": 74}}
+
+
+def test_every_submit_carries_the_default_walltime(env: dict[str, str], control: EmulatorControl) -> None:
+    env["APP_COMMAND_ARGS"] = "true"
+    code, runner = run_runner(env)
+    assert code == 0, runner.err
+    (submission,) = control.submissions(label_of(env))["submissions"]
+    assert submission["body"]["application"]["walltime"] == "24:00:00"
+
+
+def test_a_machine_over_the_counted_gpus_is_refused_with_73(
+    env: dict[str, str], control: EmulatorControl, tmp_path: Path
+) -> None:
+    # A 1-GPU pod whose env asks JARVICE for 4 GPUs x 2 nodes (ng4 scales to 8 nodes).
+    env.update(NUM_GPUS="4", JARVICE_NODES="2", NIMBIX_BURST_COUNTED_GPUS="1", APP_COMMAND_ARGS="true")
+    env["NIMBIX_BURST_TERMINATION_LOG"] = str(tmp_path / "termination-log")
+    code, runner = run_runner(env)
+    assert code == 73, runner.err
+    assert control.submissions(label_of(env))["attempts"] == 0
+    refusal = next(e for e in runner.logs() if e["message"].startswith("the machine holds more GPUs"))
+    assert (refusal["counted_gpus"], refusal["nodes"]) == (1, 2) and "nvidia.com/gpu" in refusal["reason"]
+    message = json.loads((tmp_path / "termination-log").read_text())
+    assert message == {"nimbix_burst": {"job": None, "job_may_run": False, "exit_code": 73}}
+
+
+def test_an_unwritable_termination_log_changes_nothing_but_a_warning(env: dict[str, str], tmp_path: Path) -> None:
+    env["APP_COMMAND_ARGS"] = "echo ok"
+    env["NIMBIX_BURST_TERMINATION_LOG"] = str(tmp_path / "missing-dir" / "termination-log")
+    code, runner = run_runner(env)
+    assert code == 0, runner.err
+    assert any(m.startswith("cannot write the termination message") for m in runner.messages())

@@ -64,3 +64,30 @@ def test_runner_codes_are_distinct() -> None:
     ]
     assert len(set(codes)) == len(codes)
     assert all(64 <= c < 126 for c in codes)
+
+
+@pytest.mark.parametrize(
+    ("state", "job_exitcode", "walltime_exceeded", "expected"),
+    [
+        ("TERMINATED", -9, True, exitcodes.EXIT_WALLTIME),
+        ("TERMINATED", None, False, exitcodes.EXIT_TERMINATED),
+        ("COMPLETED", 0, True, 0),  # only a TERMINATED job can have been stopped for its walltime
+    ],
+)
+def test_walltime_stop(state: str, job_exitcode: int | None, walltime_exceeded: bool, expected: int) -> None:
+    assert exitcodes.from_job(state, job_exitcode, walltime_exceeded=walltime_exceeded).code == expected
+
+
+def test_the_runners_own_codes_are_distinct_and_in_its_block() -> None:
+    own = [
+        exitcodes.EXIT_REMOTE_UNAVAILABLE,
+        exitcodes.EXIT_INTERNAL,
+        exitcodes.EXIT_OVER_BUDGET,
+        exitcodes.EXIT_WALLTIME,
+        exitcodes.EXIT_PROTOCOL,
+        exitcodes.EXIT_CREDENTIALS,
+        exitcodes.EXIT_CONFIG,
+        exitcodes.EXIT_NO_MACHINE,
+        exitcodes.EXIT_CANCELED,
+    ]
+    assert len(set(own)) == len(own) and all(69 <= code <= 80 for code in own)

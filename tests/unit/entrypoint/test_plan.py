@@ -307,3 +307,10 @@ def test_count_visible_gpus(smi: str | None, env: dict[str, str], expected: int 
 )
 def test_gpu_warning(requested: int | None, visible: int | None, warns: bool) -> None:
     assert (plan.build_gpu_warning(requested=requested, visible=visible) is not None) == warns
+
+
+def test_every_submit_body_has_a_walltime_and_the_plan_the_counted_gpus() -> None:
+    built = plan.build_plan(_remote_settings(APP_COMMAND_ARGS="true", NIMBIX_BURST_COUNTED_GPUS="2"))
+    assert isinstance(built, plan.RemotePlan)
+    assert built.counted_gpus == 2
+    assert plan.build_submit_body(built, machine="n0")["application"]["walltime"] == "24:00:00"

@@ -9,7 +9,21 @@ import pytest
 pytestmark = pytest.mark.timeout(2)
 
 PACKAGE = Path(__file__).resolve().parents[3] / "entrypoint"
-PURE = ["contract", "duplicates", "exitcodes", "model", "output", "plan", "recovery", "redaction", "restart", "settings"]
+PURE = [
+    "budget",
+    "contract",
+    "duplicates",
+    "exitcodes",
+    "model",
+    "output",
+    "plan",
+    "recovery",
+    "redaction",
+    "restart",
+    "settings",
+    "termination",
+    "walltime",
+]
 FORBIDDEN = {"aiohttp", "kubernetes", "requests", "subprocess", "logging", "socket", "os", "http", "urllib3"}
 FORBIDDEN_SUBMODULES = {"urllib.request", "pathlib"}
 

@@ -1,5 +1,6 @@
 """The remote shell against a fake JARVICE backend and a fake clock (no network, no real time)."""
 
+import json
 import random
 import signal
 from collections.abc import Callable, Iterator
@@ -69,6 +70,7 @@ class FakeJob:
     honours_shutdown: bool = True
     stopped: tuple[float, str] | None = None  # (when, why)
     tail_fails: bool = False
+    substatus_text: str = ""
 
     def start(self) -> float:
         return self.submitted + self.queue
@@ -132,7 +134,8 @@ class FakeBackend:
             state = job.state(now)
             terminal = state in ("COMPLETED", "COMPLETED WITH ERROR", "TERMINATED", "CANCELED")
             if terminal == completed:
-                result[n] = JobEntry(n, f"job-{n}", state, job.label, job.exitcode if terminal else 0)
+                exitcode = job.exitcode if terminal else 0
+                result[n] = JobEntry(n, f"job-{n}", state, job.label, exitcode, substatus_text=job.substatus_text)
         return result
 
     def submit(self, body: SubmitBody) -> SubmitResult:
@@ -208,22 +211,25 @@ class Sink:
         return "".join(self.lines)
 
 
-def make_plan(**tuning: float) -> RemotePlan:
+def make_plan(
+    *, machine: str | None = None, nodes: int = 1, counted_gpus: int | None = None, **tuning: float
+) -> RemotePlan:
     return RemotePlan(
         shell_command="python train.py",
         job_label=LABEL,
         app_name="app",
         app_command="run",
         command_parameter="command",
-        machine=None,
-        nodes=1,
+        machine=machine,
+        nodes=nodes,
         vault=None,
-        walltime=None,
+        walltime="24:00:00",
         geometry=None,
         arch=None,
         num_gpus=1,
         num_cpus=2,
         tuning=Tuning(**{"poll_seconds": 1.0, "tail_lines": 5, "cancel_grace_seconds": 10.0, **tuning}),  # type: ignore[arg-type]
+        counted_gpus=counted_gpus,
     )
 
 
@@ -233,6 +239,7 @@ class World:
     backend: FakeBackend
     sink: Sink
     token: remote.CancelToken
+    messages: list[str] = field(default_factory=list)
 
     def run(self, plan: RemotePlan | None = None) -> int:
         deps = remote.RemoteDeps(
@@ -242,8 +249,12 @@ class World:
             clock=self.clock,
             rng=random.Random(7),
             cancel=self.token,
+            termination=self,
         )
         return remote.run_remote(plan or make_plan(), deps)
+
+    def write(self, message: str) -> None:
+        self.messages.append(message)
 
     def signal_at(self, when: float, signum: int = signal.SIGTERM) -> None:
         self.clock.alarms.append((self.clock.now + when, lambda: self.token.request(signum)))
@@ -790,3 +801,72 @@ def test_reattach_while_following_applies_the_same_rule(world: World) -> None:
     assert world.run() == 0
     assert _stopped_by_terminate(world) == [101]
     assert "stray\n" not in world.sink.lines
+
+
+# --- the GPU budget, the walltime and the termination message -----------------------------------------
+
+
+BIG = {"ng8": Machine("ng8", cores=64, gpus=8, scale_max=4), "ng1": Machine("ng1", cores=8, gpus=1, scale_max=4)}
+
+
+@pytest.mark.parametrize(
+    ("machine", "nodes", "counted", "expected"),
+    [
+        ("ng8", 2, 1, exitcodes.EXIT_OVER_BUDGET),  # the 1-GPU pod asking JARVICE for 16
+        (None, 2, 1, exitcodes.EXIT_OVER_BUDGET),  # NUM_GPUS=1 picks ng1, but two nodes hold 2
+        ("ng8", 2, 16, 0),
+        ("ng8", 2, None, 0),  # not rewritten by our webhook: no check
+    ],
+    ids=["pinned-16-of-1", "nodes-2-of-1", "counted-16", "no-count"],
+)
+def test_a_machine_over_the_counted_gpus_is_refused_before_submitting(
+    world: World, machine: str | None, nodes: int, counted: int | None, expected: int
+) -> None:
+    world.backend.machines = BIG
+    world.backend.template.lines = ["hi\n"]
+    assert world.run(make_plan(machine=machine, nodes=nodes, counted_gpus=counted)) == expected
+    assert ("submit" in world.backend.calls) is (expected == 0)
+
+
+def test_a_walltime_stop_has_its_own_exit_status(world: World) -> None:
+    world.backend.template.lines = LINES
+    world.backend.template.final = "TERMINATED"
+    world.backend.template.exitcode = -9
+    world.backend.template.substatus_text = "Job walltime exceeded"
+    assert world.run() == exitcodes.EXIT_WALLTIME
+    assert world.sink.text == "".join(LINES)
+
+
+def test_a_terminate_nobody_explained_stays_143(world: World) -> None:
+    world.backend.template.lines = LINES
+    world.backend.template.final = "TERMINATED"
+    assert world.run() == exitcodes.EXIT_TERMINATED
+
+
+def _message(world: World) -> dict[str, object]:
+    (message,) = world.messages
+    body = json.loads(message)["nimbix_burst"]
+    assert isinstance(body, dict)
+    return body
+
+
+def test_termination_message_says_a_finished_job_no_longer_runs(world: World) -> None:
+    world.backend.template.lines = ["a\n"]
+    world.backend.template.exitcode = 3
+    assert world.run() == 3
+    assert _message(world) == {"job": 100, "job_may_run": False, "exit_code": 3}
+
+
+def test_termination_message_says_a_job_that_could_not_be_stopped_may_run(world: World) -> None:
+    world.backend.template.lines = LINES * 10
+    world.backend.fail["shutdown"] = Unavailable("shutdown: down", endpoint="shutdown")
+    world.backend.fail["terminate"] = Unavailable("terminate: down", endpoint="terminate")
+    world.signal_at(3.5)
+    assert world.run() == exitcodes.EXIT_TERMINATED
+    assert _message(world) == {"job": 100, "job_may_run": True, "exit_code": 143}
+
+
+def test_termination_message_without_a_job(world: World) -> None:
+    world.backend.machines = {"n0": Machine("n0", cores=4, gpus=0)}
+    assert world.run() == exitcodes.EXIT_NO_MACHINE
+    assert _message(world) == {"job": None, "job_may_run": False, "exit_code": exitcodes.EXIT_NO_MACHINE}

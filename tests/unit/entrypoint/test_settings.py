@@ -250,3 +250,35 @@ def test_tuning_overrides() -> None:
     assert remote.vault == "ephemeral"
     assert remote.geometry is None
     assert remote.walltime == "24:00:00"
+
+
+@pytest.mark.parametrize(
+    ("extra", "counted"),
+    [({}, None), ({"NIMBIX_BURST_COUNTED_GPUS": "0"}, 0), ({"NIMBIX_BURST_COUNTED_GPUS": " 16 "}, 16)],
+)
+def test_counted_gpus(extra: dict[str, str], counted: int | None) -> None:
+    remote = parse({**REMOTE_OK, **extra}).remote
+    assert remote is not None and remote.counted_gpus == counted
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        ({"NIMBIX_BURST_COUNTED_GPUS": "-1"}, "NIMBIX_BURST_COUNTED_GPUS must be an integer >= 0, got '-1'"),
+        ({"NIMBIX_BURST_COUNTED_GPUS": "1.5"}, "NIMBIX_BURST_COUNTED_GPUS must be an integer >= 0"),
+        ({"JARVICE_WALLTIME": "00:00:00"}, "JARVICE_WALLTIME must be longer than 00:00:00"),
+        ({"NIMBIX_BURST_TERMINATION_LOG": "termination-log"}, "NIMBIX_BURST_TERMINATION_LOG must be an absolute path"),
+    ],
+    ids=["counted-negative", "counted-fraction", "walltime-zero", "termination-log-relative"],
+)
+def test_money_safety_settings_are_validated(extra: dict[str, str], fragment: str) -> None:
+    assert any(fragment in problem for problem in problems({**REMOTE_OK, **extra}))
+
+
+def test_walltime_and_termination_log_defaults() -> None:
+    settings = parse(REMOTE_OK)
+    assert settings.remote is not None and settings.remote.walltime == "24:00:00"
+    assert settings.termination_log == "/dev/termination-log"
+    other = parse({**REMOTE_OK, "JARVICE_WALLTIME": "2:00:00", "NIMBIX_BURST_TERMINATION_LOG": "/tmp/t"})
+    assert other.remote is not None and other.remote.walltime == "2:00:00"
+    assert other.termination_log == "/tmp/t"
