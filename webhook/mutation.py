@@ -10,7 +10,7 @@ import json
 import math
 import posixpath
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -422,7 +422,8 @@ def build_reinvocation_patch(pod: Mapping[str, Any], *, policy: RewritePolicy, t
     the same way as the first rewrite. Empty when there is nothing new (reinvocation is idempotent)."""
     spec: Mapping[str, Any] = pod.get("spec") or {}
     stripped: dict[str, dict[str, Any]] = {}
-    ops = _container_ops(spec, policy, stripped, replace(terms, reinvoked=True))
+    # Built, not dataclasses.replace(): the module is compiled with mypyc.
+    ops = _container_ops(spec, policy, stripped, BurstTerms(cluster=terms.cluster, limit=terms.limit, reinvoked=True))
     if not ops:
         return []
     meta: Mapping[str, Any] = pod.get("metadata") or {}
