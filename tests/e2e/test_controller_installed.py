@@ -300,13 +300,7 @@ def test_an_orphaned_job_is_terminated_within_grace_plus_interval(
         assert _job_status(node_emulator, uids[name]) == ["PROCESSING STARTING"]
 
     pid = demo.wait_for(lambda: runner_pid(uids["doomed"]), what="the doomed runner's PID", timeout=10)
-    os.kill(pid, signal.SIGKILL)
-    demo.wait_for(
-        lambda: (pod := _pod(control_plane, ns, "doomed")) is not None and pod["status"].get("phase") == "Failed",
-        what="the doomed pod Failed (exit 137)",
-        timeout=60,
-    )
-    assert _job_status(node_emulator, uids["doomed"]) == ["PROCESSING STARTING"]  # the runner never cancelled it
+    os.kill(pid, signal.SIGKILL)  # it cannot cancel; its Failed pod would be reaped too (test_money_safety.py)
     control_plane.kubectl("-n", ns, "delete", "pod", "doomed", "--force", "--grace-period=0")
     gone_at = time.monotonic()
     demo.wait_for(

@@ -1,0 +1,718 @@
+"""The money-safety promise, proven by a fault matrix on the real node with the installed add-on.
+
+The promise: every JARVICE job this cluster started is either followed by its pod or stopped; none runs
+twice; no job this cluster did not start is ever touched; a namespace's jobs never hold more GPUs than
+its budget counted; no job bills without a time limit.
+
+One test per fault, driven through kubectl, the emulator's controls and signals to the processes the
+real node runs (the runner, the kubelet, a webhook or controller replica). Each row records:
+- submitted: JARVICE jobs that carry the pod's UID;
+- completed: of those, the ones that ran to completion;
+- billing late: jobs still running after their pod was gone (or could no longer follow them) for
+  longer than grace + interval (+ the Lease takeover where the controller leader was killed);
+- others stopped: jobs of another cluster or submitted by hand that anything stopped;
+- promised twice: local decisions past the GPUs free;
+- over budget: GPUs a namespace's jobs held past what its budget counted.
+
+The last test prints the table (it goes into the README) and holds every row to the goal: 0 billed
+late, 0 run twice, 0 of others stopped, 0 promised twice, 0 over budget.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from devplatform import demo
+from devplatform.cluster import addons, controlplane, install, node
+from entrypoint import contract, exitcodes
+from tests.e2e.at_once import run_at_once
+from tests.e2e.test_burst_on_real_node import runner_pid, wait_log
+from tests.e2e.test_controller_installed import (
+    BUDGET,
+    CONTROLLER_LEASE,
+    CONTROLLER_SELECTOR,
+    ORPHAN_GRACE_SECONDS,
+    ORPHAN_INTERVAL_SECONDS,
+    _annotations,
+    _app,
+    _create,
+    _leader,
+    _pod,
+    _pod_body,
+    controller,  # noqa: F401 - the module fixture: the reaper configured with the test's thresholds
+    gpus_gone,  # noqa: F401 - a fixture
+    ns,  # noqa: F401 - a fixture
+)
+
+GPU = "nvidia.com/gpu"
+# How late a job may stop after its pod could no longer follow it: the reaper's grace and interval, plus
+# what the pod's status and the JARVICE list take to show it (a kubelet status update, a round's list).
+SLACK_SECONDS = 10
+REAP_BOUND = ORPHAN_GRACE_SECONDS + ORPHAN_INTERVAL_SECONDS + SLACK_SECONDS
+# A killed controller leader is replaced after its Lease expires (deploy/controller.yaml: 15 s) and the
+# new leader starts the grace period afresh.
+CONTROLLER_LEASE_SECONDS = 15
+WAIT_SECONDS = 120.0
+LIVE = "PROCESSING STARTING"
+
+
+@dataclass
+class Row:
+    fault: str
+    submitted: int
+    completed: int
+    billing_late: int
+    others_stopped: int = 0
+    promised_twice: int = 0
+    over_budget: int = 0
+    note: str = ""
+
+
+MATRIX: list[Row] = []
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _jobs(emulator: addons.EmulatorProcess, pod_uid: str) -> list[dict[str, Any]]:
+    return demo.fetch_emulator_jobs(emulator.url, pod_uid=pod_uid)
+
+
+def _states(emulator: addons.EmulatorProcess, pod_uid: str) -> list[str]:
+    return [str(job["status"]) for job in _jobs(emulator, pod_uid)]
+
+
+def _post(url: str, body: Any) -> Any:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(request, timeout=10) as response:
+        return json.loads(response.read() or b"null")
+
+
+def _faults(emulator: addons.EmulatorProcess, **faults: Any) -> None:
+    _post(emulator.url + "/_emulator/faults", faults)
+
+
+def _pid_of(module: str, *, env: str) -> int | None:
+    """The PID (on this host) of `python -m <module>` whose environment holds `env` (e.g. POD_NAME=x)."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if (proc / "cmdline").read_bytes().split(b"\0")[:3] != [b"python", b"-m", module.encode()]:
+                continue
+            if env.encode() in (proc / "environ").read_bytes().split(b"\0"):
+                return int(proc.name)
+        except OSError:
+            continue
+    return None
+
+
+def _wait_job_states(
+    emulator: addons.EmulatorProcess, pod_uid: str, wanted: list[str], *, timeout: float, what: str
+) -> float:
+    """Waits until the pod's jobs are in `wanted`; returns how long that took."""
+    began = time.monotonic()
+    demo.wait_for(lambda: _states(emulator, pod_uid) == wanted, what=what, timeout=timeout)
+    return time.monotonic() - began
+
+
+def _running_remote(
+    plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess, namespace: str, name: str, **kwargs: Any
+) -> str:
+    """A burst pod running `sleep` on JARVICE; returns its UID once its job runs."""
+    restart = kwargs.pop("restart", "Never")
+    gpus = kwargs.pop("gpus", 8)  # more than the real node has: remote whatever else runs
+    body = _pod_body(name, _app(emulator, f'echo "{name} started"; sleep 600', gpus=gpus), gated=False)
+    body["spec"]["restartPolicy"] = restart
+    _create(plane, namespace, body)
+    wait_log(plane, namespace, name, f"{name} started")
+    pod = _pod(plane, namespace, name)
+    assert pod is not None and _annotations(pod)[contract.ANNOTATION_DECISION] == "remote", pod
+    uid = str(pod["metadata"]["uid"])
+    assert _states(emulator, uid) == [LIVE]
+    return uid
+
+
+def _phase(plane: controlplane.ControlPlane, namespace: str, name: str) -> str:
+    pod = _pod(plane, namespace, name)
+    return "" if pod is None else str(pod["status"].get("phase") or "")
+
+
+def _kill_runner(uid: str) -> None:
+    pid = demo.wait_for(lambda: runner_pid(uid), what="the runner's PID", timeout=10)
+    os.kill(pid, signal.SIGKILL)
+
+
+_HOG = """
+import sys, time
+with open("/proc/self/oom_score_adj", "w") as f:
+    f.write("-1000")  # never the OOM killer's choice: the runner is
+sys.stdout.write("ready\\n"); sys.stdout.flush()
+sys.stdin.readline()  # moved into the runner's cgroup meanwhile
+chunks = []
+while True:
+    chunks.append(bytearray(16 << 20))  # touched on allocation: counted against the cgroup at once
+    time.sleep(0.05)
+"""
+
+
+def _memory_cgroup(pid: int) -> Path:
+    """The runner container's memory cgroup directory (v1 memory controller, or the v2 unified one)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+    (line,) = [entry for entry in Path(f"/proc/{pid}/cgroup").read_text().splitlines() if entry.startswith("0::")]
+    return Path("/sys/fs/cgroup") / line.removeprefix("0::/")
+
+
+def _oom_kill_runner(uid: str) -> subprocess.Popen[str]:
+    """The kernel's OOM killer, not a signal of ours: a process that the OOM killer never picks joins the
+    runner's container cgroup and allocates past the container's memory limit, so the kernel kills the
+    only other process there, the runner. Returns the hog, for the caller to stop."""
+    pid = demo.wait_for(lambda: runner_pid(uid), what="the runner's PID", timeout=10)
+    cgroup = _memory_cgroup(pid)
+    hog = subprocess.Popen([sys.executable, "-c", _HOG], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert hog.stdout is not None and hog.stdin is not None
+    assert hog.stdout.readline().strip() == "ready"
+    (cgroup / "cgroup.procs").write_text(f"{hog.pid}\n")
+    hog.stdin.write("go\n")
+    hog.stdin.flush()
+    return hog
+
+
+def _record(row: Row) -> Row:
+    MATRIX.append(row)
+    return row
+
+
+# --- the rows: the pod cannot follow its job any more ---------------------------------------------
+
+
+def test_runner_sigkilled_under_restart_never_job_stopped_and_budget_held(
+    controller: None,  # noqa: F811
+    control_plane: controlplane.ControlPlane,
+    node_emulator: addons.EmulatorProcess,
+    ns: str,  # noqa: F811
+    gpus_gone: Callable[[], None],  # noqa: F811
+) -> None:
+    """The pod stays `Failed`, its job would bill on: the reaper stops it. Meanwhile the namespace's
+    budget (1 GPU) still counts it, so a second pod is kept local; once the job is gone, a third bursts."""
+    control_plane.kubectl("annotate", "namespace", ns, f"{BUDGET}=1", "--overwrite")
+    gpus_gone()
+    time.sleep(2)  # the webhook's watch sees the annotation and the node
+    uid = _running_remote(control_plane, node_emulator, ns, "killed", gpus=1)
+    _kill_runner(uid)
+    demo.wait_for(lambda: _phase(control_plane, ns, "killed") == "Failed", what="the pod Failed", timeout=60)
+    failed_at = time.monotonic()
+    second = _create(control_plane, ns, _pod_body("second", _app(node_emulator, "echo second", gpus=1), gated=False))
+    second_pod = _pod(control_plane, ns, "second")
+    assert second_pod is not None
+    held = _annotations(second_pod)[contract.ANNOTATION_DECISION] == "local"
+    took = _wait_job_states(node_emulator, uid, ["TERMINATED"], timeout=REAP_BOUND + 60, what="the job TERMINATED")
+    demo.wait_for(
+        lambda: (
+            _annotations(_pod(control_plane, ns, "killed") or {"metadata": {}}).get(contract.ANNOTATION_JOB_STATE)
+            == contract.JOB_STATE_ENDED
+        ),
+        what="the pod marked job-state=ended",
+        timeout=30,
+    )
+    time.sleep(2)  # the webhook's watch sees the annotation
+    _create(control_plane, ns, _pod_body("third", _app(node_emulator, "echo third", gpus=1), gated=False))
+    third = _pod(control_plane, ns, "third")
+    assert third is not None
+    row = _record(
+        Row(
+            "runner SIGKILLed, restartPolicy Never (pod Failed, object kept)",
+            submitted=len(_jobs(node_emulator, uid)),
+            completed=0,
+            billing_late=int(took > REAP_BOUND),
+            over_budget=0 if held else 1,
+            note=f"stopped {time.monotonic() - failed_at:.0f}s after Failed",
+        )
+    )
+    assert _pod(control_plane, ns, "killed") is not None  # the object is kept: the reaper did not need it gone
+    assert held, (second, _annotations(second_pod))  # budget 1, still held by the killed pod's running job
+    assert _annotations(third)[contract.ANNOTATION_DECISION] == "remote", _annotations(third)
+    assert row.submitted == 1 and row.billing_late == 0, row
+
+
+def test_runner_oom_killed_job_stopped(
+    controller: None,  # noqa: F811
+    control_plane: controlplane.ControlPlane,
+    node_emulator: addons.EmulatorProcess,
+    ns: str,  # noqa: F811
+) -> None:
+    uid = _running_remote(control_plane, node_emulator, ns, "oom")
+    hog = _oom_kill_runner(uid)
+    try:
+        demo.wait_for(lambda: _phase(control_plane, ns, "oom") == "Failed", what="the pod Failed", timeout=60)
+    finally:
+        hog.kill()
+        hog.wait(timeout=30)
+    pod = _pod(control_plane, ns, "oom")
+    assert pod is not None
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    took = _wait_job_states(node_emulator, uid, ["TERMINATED"], timeout=REAP_BOUND + 60, what="the job TERMINATED")
+    row = _record(
+        Row(
+            "runner OOM-killed (kernel OOM killer via the container's memory.max)",
+            submitted=len(_jobs(node_emulator, uid)),
+            completed=0,
+            billing_late=int(took > REAP_BOUND),
+            note=f"container {terminated.get('reason')} exit {terminated.get('exitCode')}",
+        )
+    )
+    assert terminated.get("exitCode") == 137, terminated
+    assert row.submitted == 1 and row.billing_late == 0, row
+
+
+def test_pod_force_deleted_job_stopped(
+    controller: None,  # noqa: F811
+    control_plane: controlplane.ControlPlane,
+    node_emulator: addons.EmulatorProcess,
+    ns: str,  # noqa: F811
+) -> None:
+    uid = _running_remote(control_plane, node_emulator, ns, "forced")
+    control_plane.kubectl("-n", ns, "delete", "pod", "forced", "--force", "--grace-period=0")
+    took = _wait_job_states(node_emulator, uid, ["TERMINATED"], timeout=REAP_BOUND + 60, what="the job TERMINATED")
+    row = _record(
+        Row(
+            "pod force-deleted",
+            submitted=len(_jobs(node_emulator, uid)),
+            completed=0,
+            billing_late=int(took > REAP_BOUND),
+        )
+    )
+    assert row.submitted == 1 and row.billing_late == 0, row
+
+
+def test_kubelet_stopped_pod_stuck_terminating_job_stopped(
+    controller: None,  # noqa: F811
+    control_plane: controlplane.ControlPlane,
+    real_node: node.RealNode,
+    node_emulator: addons.EmulatorProcess,
+    ns: str,  # noqa: F811
+) -> None:
+    """The node's kubelet stops (SIGSTOP: as gone as a dead node, for the API server) while a burst pod
+    runs; the pod is deleted and stays Terminating. Past its deletion deadline no runner can be trusted to
+    follow the job (a kubelet that came back would SIGKILL it), so the reaper stops it."""
+    uid = _running_remote(control_plane, node_emulator, ns, "stuck")
+    (kubelet,) = [proc for proc in real_node.processes if proc.name == "kubelet"]
+    os.kill(kubelet.pid, signal.SIGSTOP)
+    try:
+        control_plane.kubectl("-n", ns, "delete", "pod", "stuck", "--grace-period=1", "--wait=false")
+        deadline_passed = time.monotonic() + 1
+        took = _wait_job_states(node_emulator, uid, ["TERMINATED"], timeout=REAP_BOUND + 60, what="the job TERMINATED")
+        stuck = _pod(control_plane, ns, "stuck")
+    finally:
+        os.kill(kubelet.pid, signal.SIGCONT)
+    late = time.monotonic() - deadline_passed
+    row = _record(
+        Row(
+            "the node's kubelet stopped (pod stuck Terminating)",
+            submitted=len(_jobs(node_emulator, uid)),
+            completed=0,
+            billing_late=int(late > REAP_BOUND),
+            note=f"stopped {took:.0f}s after the delete",
+        )
+    )
+    assert stuck is not None and stuck["metadata"].get("deletionTimestamp"), "the pod was not stuck Terminating"
+    assert row.submitted == 1 and row.billing_late == 0, row
+    demo.wait_for(
+        lambda: _pod(control_plane, ns, "stuck") is None, what="the pod gone once the kubelet is back", timeout=90
+    )
+
+
+# --- the rows: JARVICE misbehaves --------------------------------------------------------------------
+
+
+def test_submit_answered_502_after_the_job_was_created_runs_once(
+    controller: None,  # noqa: F811
+    control_plane: controlplane.ControlPlane,
+    node_emulator: addons.EmulatorProcess,
+    ns: str,  # noqa: F811
+) -> None:
+    _faults(node_emulator, status502_after_submit=1)
+    try:
+        body = _pod_body("gateway", _app(node_emulator, 'echo "ran once"', gpus=8), gated=False)
+        _create(control_plane, ns, body)
+        pod = demo.wait_for(
+            lambda: (
+                (p := _pod(control_plane, ns, "gateway")) is not None
+                and p["status"].get("phase") in ("Succeeded", "Failed")
+                and p
+            ),
+            what="the pod finished",
+            timeout=WAIT_SECONDS,
+        )
+    finally:
+        _faults(node_emulator)
+    uid = pod["metadata"]["uid"]
+    states = _states(node_emulator, uid)
+    row = _record(
+        Row(
+            "submit answered 502 after the job was created",
+            submitted=len(states),
+            completed=states.count("COMPLETED"),
+            billing_late=states.count(LIVE),
+        )
+    )
+    assert pod["status"]["phase"] == "Succeeded", pod["status"]
+    assert "ran once" in control_plane.kubectl("-n", ns, "logs", "gateway").stdout
+    assert row.submitted == 1 and row.completed == 1, row
+
+
+def test_jarvice_unreachable_for_60s_mid_run_the_job_runs_once_to_its_end(
+    controller: None,  # noqa: F811
+    control_plane: controlplane.ControlPlane,
+    node_emulator: addons.EmulatorProcess,
+    ns: str,  # noqa: F811
+) -> None:
+    command = 'echo "before"; sleep 75; echo "after"'
+    _create(control_plane, ns, _pod_body("outage", _app(node_emulator, command, gpus=8), gated=False))
+    wait_log(control_plane, ns, "outage", "before")
+    _faults(node_emulator, drop=1_000_000)  # every API call's connection is dropped, unanswered
+    time.sleep(60)
+    _faults(node_emulator)
+    pod = demo.wait_for(
+        lambda: (
+            (p := _pod(control_plane, ns, "outage")) is not None
+            and p["status"].get("phase") in ("Succeeded", "Failed")
+            and p
+        ),
+        what="the pod finished",
+        timeout=WAIT_SECONDS,
+    )
+    states = _states(node_emulator, pod["metadata"]["uid"])
+    row = _record(
+        Row(
+            "JARVICE unreachable for 60 s mid-run",
+            submitted=len(states),
+            completed=states.count("COMPLETED"),
+            billing_late=states.count(LIVE),
+        )
+    )
+    assert pod["status"]["phase"] == "Succeeded", pod["status"]
+    assert "after" in control_plane.kubectl("-n", ns, "logs", "outage").stdout
+    assert row.submitted == 1 and row.completed == 1, row
+
+
+def test_sigterm_while_the_runner_picks_up_an_inherited_job_stops_it(
+    controller: None,  # noqa: F811
+    control_plane: controlplane.ControlPlane,
+    node_emulator: addons.EmulatorProcess,
+    ns: str,  # noqa: F811
+) -> None:
+    """The runner is killed and restarted (restartPolicy OnFailure); while the new one is still picking
+    the job up (JARVICE's status endpoint failing), the pod is deleted: the inherited job is stopped."""
+    uid = _running_remote(control_plane, node_emulator, ns, "inherit", restart="OnFailure")
+    _faults(node_emulator, status503=1_000_000, endpoints=["status"])
+    try:
+        _kill_runner(uid)
+
+        def picking_up() -> bool:
+            pod = _pod(control_plane, ns, "inherit")
+            statuses = (pod or {}).get("status", {}).get("containerStatuses") or [{}]
+            if not statuses[0].get("restartCount") or "running" not in statuses[0].get("state", {}):
+                return False
+            logs = control_plane.kubectl("-n", ns, "logs", "inherit", check=False).stdout
+            return '"start": "pick_up"' in logs or '"start":"pick_up"' in logs
+
+        demo.wait_for(picking_up, what="the restarted runner picking the job up", timeout=90)
+        control_plane.kubectl("-n", ns, "delete", "pod", "inherit", "--wait=false")
+        deleted_at = time.monotonic()
+        demo.wait_for(lambda: _states(node_emulator, uid) == ["TERMINATED"], what="the job stopped", timeout=90)
+        took = time.monotonic() - deleted_at
+    finally:
+        _faults(node_emulator)
+    row = _record(
+        Row(
+            "SIGTERM while the runner picks up an inherited job",
+            submitted=len(_jobs(node_emulator, uid)),
+            completed=0,
+            billing_late=int(took > contract.MIN_TERMINATION_GRACE_SECONDS),
+            note=f"stopped {took:.0f}s after the delete",
+        )
+    )
+    assert row.submitted == 1 and row.billing_late == 0, row
+
+
+# --- the rows: our own replicas fail ---------------------------------------------------------------------
+
+
+def _webhook_leader(plane: controlplane.ControlPlane) -> str:
+    return install.read_lease_holder(plane, install.LEASE)
+
+
+def _webhook_ready(plane: controlplane.ControlPlane) -> int:
+    return len(install.read_serving_pods(plane, install.APP_SELECTOR))
+
+
+def test_webhook_leader_killed_while_24_pods_race_for_6_gpus(
+    installed_addon: install.Installed,
+    control_plane: controlplane.ControlPlane,
+    namespace: str,
+    make_gpu_node: Callable[..., str],
+) -> None:
+    """24 one-GPU pods pinned to a node with 6 free GPUs, created at once; the webhook leader's process
+    is SIGKILLed while they arrive. Never more than 6 decided local; the rest burst."""
+    gpu_node = make_gpu_node(gpus=6)
+    time.sleep(2)  # the webhook's watch sees the node
+    leader = _webhook_leader(control_plane)
+    pid = _pid_of("webhook", env=f"POD_NAME={leader}")
+    assert pid is not None, f"no process for the webhook leader {leader}"
+    bodies = []
+    for i in range(24):
+        container = {"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {GPU: "1"}}}
+        bodies.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"race-{i}", "namespace": namespace, "labels": {"task-type": "Nimbix"}},
+                "spec": {"containers": [container], "nodeSelector": {"kubernetes.io/hostname": gpu_node}},
+            }
+        )
+
+    def create(body: dict[str, Any]) -> dict[str, Any]:
+        result = control_plane.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(body), check=False)
+        if result.returncode != 0:
+            raise RuntimeError(result.stderr.strip())
+        created: dict[str, Any] = json.loads(result.stdout)
+        return created
+
+    killer = threading.Timer(0.3, os.kill, (pid, signal.SIGKILL))
+    killer.start()
+    created, errors = run_at_once(create, bodies)
+    killer.join()
+    decisions: dict[str, int] = {}
+    for pod in created:
+        decision = _annotations(pod).get(contract.ANNOTATION_DECISION, "unmutated")
+        decisions[decision] = decisions.get(decision, 0) + 1
+    row = _record(
+        Row(
+            "webhook leader SIGKILLed while 24 one-GPU pods race for 6 GPUs",
+            submitted=0,
+            completed=0,
+            billing_late=0,
+            promised_twice=max(0, decisions.get("local", 0) - 6),
+            note=f"{decisions}; {len(errors)} create(s) refused",
+        )
+    )
+    # An unmutated pod (failurePolicy Ignore while the killed replica's connections broke) was promised
+    # nothing: kube-scheduler places it or it waits, as without the webhook.
+    assert row.promised_twice == 0, (decisions, errors)
+    demo.wait_for(lambda: _webhook_ready(control_plane) == install.REPLICAS, what="both replicas Ready", timeout=120)
+
+
+def test_controller_leader_killed_while_an_orphan_waits_for_its_grace(
+    controller: None,  # noqa: F811
+    control_plane: controlplane.ControlPlane,
+    node_emulator: addons.EmulatorProcess,
+    ns: str,  # noqa: F811
+) -> None:
+    uid = _running_remote(control_plane, node_emulator, ns, "orphan")
+    control_plane.kubectl("-n", ns, "delete", "pod", "orphan", "--force", "--grace-period=0")
+    leader = _leader(control_plane)
+    pid = _pid_of("controller", env=f"POD_NAME={leader}")
+    assert pid is not None, f"no process for the controller leader {leader}"
+    os.kill(pid, signal.SIGKILL)
+    bound = CONTROLLER_LEASE_SECONDS + REAP_BOUND
+    took = _wait_job_states(node_emulator, uid, ["TERMINATED"], timeout=bound + 60, what="the orphan TERMINATED")
+    new_leader = install.read_lease_holder(control_plane, CONTROLLER_LEASE)
+    row = _record(
+        Row(
+            "controller leader SIGKILLed while an orphan waits for its grace",
+            submitted=len(_jobs(node_emulator, uid)),
+            completed=0,
+            billing_late=int(took > bound),
+            note=f"stopped {took:.0f}s after the delete (Lease {CONTROLLER_LEASE_SECONDS}s + grace + interval)",
+        )
+    )
+    assert row.submitted == 1 and row.billing_late == 0, (row, leader, new_leader)
+    demo.wait_for(
+        lambda: len(install.read_serving_pods(control_plane, CONTROLLER_SELECTOR)) == 2,
+        what="both controller replicas Ready",
+        timeout=120,
+    )
+
+
+# --- the rows: other people's jobs and the budget ------------------------------------------------------------
+
+
+def _submit_by_hand(emulator: addons.EmulatorProcess, label: str) -> int:
+    env = emulator.runner_env()
+    body = {
+        "app": env["APP_NAME"],
+        "staging": False,
+        "checkedout": False,
+        "application": {"command": env.get("APP_COMMAND", "run"), "parameters": {"command": "sleep 600"}},
+        "machine": {"type": "n0", "nodes": 1},
+        "job_label": label,
+        "user": {"username": env["JARVICE_USERNAME"], "apikey": env["JARVICE_APIKEY"]},
+    }
+    answer = _post(env["JARVICE_API_URL"].rstrip("/") + "/jarvice/submit", body)
+    return int(answer["number"])
+
+
+def _emulator_state(emulator: addons.EmulatorProcess, number: int) -> str:
+    (job,) = [j for j in demo.fetch_emulator(emulator.url, "/_emulator/jobs") if int(j["number"]) == number]
+    return str(job["status"])
+
+
+def test_another_clusters_job_and_a_hand_submitted_job_are_never_touched(
+    controller: None,  # noqa: F811
+    control_plane: controlplane.ControlPlane,
+    node_emulator: addons.EmulatorProcess,
+) -> None:
+    """Same account: a job of another cluster (our label format, another cluster's identity), one with the
+    label format of earlier releases (no cluster), one with a free-text label, none of whose pods exist
+    here. Left running across many reaper rounds."""
+    labels = [
+        f"k8s-staging-0123456789ab.{uuid.uuid4()}-app-1",
+        f"k8s-{uuid.uuid4()}-app-1",
+        "resnet50-sweep-by-hand",
+    ]
+    numbers = [_submit_by_hand(node_emulator, label) for label in labels]
+    try:
+        demo.wait_for(
+            lambda: all(_emulator_state(node_emulator, n) == LIVE for n in numbers),
+            what="all three running",
+            timeout=60,
+        )
+        rounds = 8
+        time.sleep(ORPHAN_GRACE_SECONDS + rounds * ORPHAN_INTERVAL_SECONDS)
+        states = [_emulator_state(node_emulator, n) for n in numbers]
+    finally:
+        env = node_emulator.runner_env()
+        for number in numbers:
+            query = f"?username={env['JARVICE_USERNAME']}&apikey={env['JARVICE_APIKEY']}&number={number}"
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            with opener.open(env["JARVICE_API_URL"].rstrip("/") + "/jarvice/terminate" + query, timeout=10):
+                pass
+    row = _record(
+        Row(
+            f"another cluster's job, an old-format label and a hand-submitted job ({rounds}+ reaper rounds)",
+            submitted=0,
+            completed=0,
+            billing_late=0,
+            others_stopped=sum(state != LIVE for state in states),
+        )
+    )
+    assert row.others_stopped == 0, dict(zip(labels, states, strict=True))
+
+
+def test_env_asking_for_more_gpus_than_counted_is_refused_before_submit(
+    controller: None,  # noqa: F811
+    control_plane: controlplane.ControlPlane,
+    node_emulator: addons.EmulatorProcess,
+    ns: str,  # noqa: F811
+    gpus_gone: Callable[[], None],  # noqa: F811
+) -> None:
+    """Budget 4 in the namespace; a 1-GPU pod whose env asks for 8 GPUs on 2 nodes: the webhook counts 1
+    and warns, the runner refuses a machine of 16 GPUs and submits nothing."""
+    control_plane.kubectl("annotate", "namespace", ns, f"{BUDGET}=4", "--overwrite")
+    gpus_gone()
+    time.sleep(2)
+    container = _app(node_emulator, "echo never", gpus=1)
+    container.setdefault("env", []).extend(
+        [{"name": "NUM_GPUS", "value": "8"}, {"name": "JARVICE_NODES", "value": "2"}]
+    )
+    warnings = _create(control_plane, ns, _pod_body("greedy", container, gated=False))
+    pod = demo.wait_for(
+        lambda: (p := _pod(control_plane, ns, "greedy")) is not None and p["status"].get("phase") == "Failed" and p,
+        what="the pod Failed",
+        timeout=WAIT_SECONDS,
+    )
+    code = pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
+    submitted = len(_jobs(node_emulator, pod["metadata"]["uid"]))
+    row = _record(
+        Row(
+            "a pod whose env asks for more GPUs than its request (budget 4)",
+            submitted=submitted,
+            completed=0,
+            billing_late=0,
+            over_budget=16 - 1 if submitted else 0,
+            note=f"exit {code}",
+        )
+    )
+    assert _annotations(pod)[contract.ANNOTATION_DECISION] == "remote"
+    assert code == exitcodes.EXIT_OVER_BUDGET, code
+    assert row.submitted == 0, row
+    assert "NUM_GPUS" in warnings, warnings
+
+
+def test_a_job_past_its_namespace_walltime_is_stopped_and_reported(
+    controller: None,  # noqa: F811
+    control_plane: controlplane.ControlPlane,
+    node_emulator: addons.EmulatorProcess,
+    ns: str,  # noqa: F811
+) -> None:
+    """No job bills without a time limit: the namespace's default walltime (10 s) reaches the job, JARVICE
+    (the emulator) stops it there, and the runner exits with its walltime status."""
+    control_plane.kubectl("annotate", "namespace", ns, "nimbix-burst.io/default-walltime=00:00:10", "--overwrite")
+    time.sleep(2)  # the webhook's watch sees the annotation
+    body = _pod_body("overtime", _app(node_emulator, 'echo "overtime started"; sleep 300', gpus=8), gated=False)
+    _create(control_plane, ns, body)
+    wait_log(control_plane, ns, "overtime", "overtime started")
+    started = time.monotonic()
+    pod = demo.wait_for(
+        lambda: (p := _pod(control_plane, ns, "overtime")) is not None and p["status"].get("phase") == "Failed" and p,
+        what="the pod Failed",
+        timeout=WAIT_SECONDS,
+    )
+    took = time.monotonic() - started
+    states = _states(node_emulator, pod["metadata"]["uid"])
+    code = pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
+    row = _record(
+        Row(
+            "a job past its walltime (namespace default 00:00:10)",
+            submitted=len(states),
+            completed=0,
+            billing_late=states.count(LIVE),
+            note=f"exit {code}, {took:.0f}s after it started; walltime annotation: "
+            + _annotations(pod).get("nimbix-burst.io/walltime", "")[:60],
+        )
+    )
+    assert states == ["TERMINATED"], states
+    assert code == exitcodes.EXIT_WALLTIME, code
+    assert took < 10 + SLACK_SECONDS + 10, took
+    assert row.submitted == 1 and row.billing_late == 0, row
+
+
+# --- the table --------------------------------------------------------------------------------------------
+
+
+def test_the_matrix_meets_the_goal() -> None:
+    """Printed for the README; every row at 0 billed late, 0 of others stopped, 0 promised twice, 0 over
+    budget, and no fault ran a job twice."""
+    columns = (
+        *("fault", "submitted", "completed", "billing past grace + interval"),
+        *("others stopped", "promised twice", "over budget", "note"),
+    )
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in MATRIX:
+        lines.append(
+            f"| {row.fault} | {row.submitted} | {row.completed} | {row.billing_late} | {row.others_stopped} "
+            f"| {row.promised_twice} | {row.over_budget} | {row.note} |"
+        )
+    print("\nmoney-safety fault matrix (real node, installed add-on):\n" + "\n".join(lines))
+    assert len(MATRIX) >= 10, f"only {len(MATRIX)} rows ran: {[row.fault for row in MATRIX]}"
+    assert all(row.submitted <= 1 for row in MATRIX), "a job ran twice"
+    assert sum(row.billing_late + row.others_stopped + row.promised_twice + row.over_budget for row in MATRIX) == 0
