@@ -33,8 +33,16 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
     with pytest.raises(SettingsError) as caught:
         parse_settings(argv, {})
     text = str(caught.value)
-    for expected in ("--port", "--gpu-resources", "--remote-cpu", "--remote-memory", "--log-level",
-                     "--watch-stale-seconds", "tls.crt", "tls.key"):
+    for expected in (
+        "--port",
+        "--gpu-resources",
+        "--remote-cpu",
+        "--remote-memory",
+        "--log-level",
+        "--watch-stale-seconds",
+        "tls.crt",
+        "tls.key",
+    ):
         assert expected in text
     assert len(caught.value.problems) == 8
 
