@@ -76,6 +76,9 @@ async def _build(settings: Settings) -> web.Application:
         clock=time.monotonic,
         on_started_leading=lambda _handed: None,
         export_handover=lambda: (),
+        # A replica whose pod watch has not listed, or broke, would see every job as orphaned (the reaper
+        # skips its rounds then) and strands nothing: it leaves the lead to one that sees the cluster.
+        fit_to_lead=lambda: store.fresh(stale_after=settings.watch_stale_seconds),
     )
 
     def is_leader() -> bool:
