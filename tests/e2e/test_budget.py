@@ -79,9 +79,20 @@ def test_a_budget_of_four_bursts_four_gpus_and_the_next_pod_stays_local(
             assert pod["spec"]["containers"][0]["resources"]["limits"][GPU] == "1"  # unchanged: waits here
             assert "Warning: nimbix-burst: kept local by the burst budget" in stderr
 
-        # A burst pod finishes: its GPU is free in the budget again.
-        done = remote[0][0]["metadata"]["name"]
-        core.patch_namespaced_pod_status(done, namespace, {"status": {"phase": "Succeeded"}})
+        # A burst pod turns terminal with no word from its runner (killed: its job may run on): its GPU
+        # stays counted. Then its runner's termination message says the job ended: free again.
+        done = remote[0][0]
+        core.patch_namespaced_pod_status(done["metadata"]["name"], namespace, {"status": {"phase": "Failed"}})
+        time.sleep(1)  # the webhook's watch sees it
+        assert pod_annotations(group.create(group.pod(1))[0]).get("nimbix-burst.io/budget") == note
+        message = json.dumps({"nimbix_burst": {"job": 7, "job_may_run": False, "exit_code": 0}})
+        terminated = {"exitCode": 0, "reason": "Completed", "message": message}
+        container = done["spec"]["containers"][0]
+        status = {"name": container["name"], "image": container["image"], "imageID": "", "ready": False}
+        status |= {"restartCount": 0, "state": {"terminated": terminated}}
+        core.patch_namespaced_pod_status(
+            done["metadata"]["name"], namespace, {"status": {"phase": "Succeeded", "containerStatuses": [status]}}
+        )
 
         def one_more_bursts() -> bool:
             pod, _ = group.create(group.pod(1))
