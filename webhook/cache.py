@@ -15,6 +15,9 @@ Per node and per resource (GPUs, cpu, memory, ephemeral-storage, pods, any exten
 Claims follow the cluster: when a node is deleted, loses allocatable, becomes ineligible for a
 claim, or is filled by a pod the scheduler bound there, its claims move to another node that fits
 (or hold nothing if none does); a node that appears or grows takes claims that had no node.
+Claims are guesses, so they also move to make room: when no node fits a new pod as they sit,
+make_room moves the claims off a node that could host it to other nodes that fit them (never a
+claim on a nominated node), and the pod stays local.
 
 Schedulable nodes (Ready, not cordoned) are indexed per GPU resource in buckets keyed by free
 count, so finding the best-fit node costs a few dictionary look-ups whatever the cluster size.
@@ -35,11 +38,25 @@ from dataclasses import dataclass, replace
 
 from webhook.leadership import HandedOver
 from webhook.scheduling import placement_allows, tolerates_unschedulable
-from webhook.types import STANDARD_RESOURCES, NamespaceBudget, NamespaceInfo, NodeInfo, Placement, PodInfo, Requests
+from webhook.types import (
+    CPU_MILLI,
+    MEMORY_BYTES,
+    STANDARD_RESOURCES,
+    NamespaceBudget,
+    NamespaceInfo,
+    NodeInfo,
+    Placement,
+    PodInfo,
+    Requests,
+)
 
 # Stop counting candidate nodes here: the count is advice for humans, and counting every
 # fitting node would make local decisions linear in cluster size.
 CANDIDATE_CAP = 10
+# make_room gives up after trying this many nodes: it runs only when no node fits, and a cluster
+# with a backlog of pending pods has claims on every node with room; a few tries find the room
+# that moving one or two claims makes, without making a remote decision linear in pending pods.
+MAKE_ROOM_NODE_CAP = 16
 REMOTE_GPUS_KEY = "gpus"  # the one "resource" of a handed-over remote reservation
 DEFAULT_SCHEDULERS = ("default-scheduler",)
 # Every cluster has it and it is never deleted: its UID names the cluster (contract.cluster_identity).
@@ -277,6 +294,66 @@ class ClusterCache:
                 if requirement.operator == "In" and requirement.key == "metadata.name":
                     return {value: None for value in requirement.values if value in self._nodes}
         return None
+
+    def make_room(self, requests: Requests, placement: Placement) -> FitResult:
+        """When no node fits `requests` as the claims sit now (find_fit found none): a node that
+        would, once the claims on it move to other nodes that fit them, with those claims moved.
+
+        A claim is a guess at where the scheduler will put a pod not bound yet (or one just admitted):
+        placed best-fit when it appeared and kept there, it could block the only node able to host a
+        newcomer after a tighter node freed up, and the webhook burst a pod that had a node (the
+        replay's openb-pod-5858 and openb-pod-4640). Claims on a nominated node stay (the scheduler
+        chose it). Moves change where claims sit, never what they hold; nothing moves unless the whole
+        request then fits. Returns no node when none can be made room on."""
+        primary = self._primary(requests)
+        tried = 0
+        for node_name, claim_ids in list(self._claims_on.items()):
+            node = self._nodes.get(node_name)
+            if node is None or primary not in node.allocatable or not placement_allows(placement, node):
+                continue
+            movable = [claim_id for claim_id in claim_ids if not self._claims[claim_id].pinned]
+            if not movable or not self._covers_without(node_name, requests, movable):
+                continue
+            if self._move_claims_off(node_name, movable, requests):
+                return FitResult(node, 1, 0, 0, self._free_amount(node_name, primary, node.allocatable[primary]))
+            tried += 1
+            if tried >= MAKE_ROOM_NODE_CAP:
+                break
+        return _NO_FIT
+
+    def _covers_without(self, node_name: str, requests: Requests, claim_ids: Iterable[str]) -> bool:
+        """Whether `requests` would fit on the node if the claims `claim_ids` held nothing there."""
+        released: dict[str, int] = {}
+        for claim_id in claim_ids:
+            _add(released, self._claims[claim_id].requests, 1)
+        allocatable = self._nodes[node_name].allocatable
+        for resource, amount in requests.items():
+            total = allocatable.get(resource)
+            if total is None:
+                if resource in STANDARD_RESOURCES:
+                    continue
+                return False
+            if self._free_amount(node_name, resource, total) + released.get(resource, 0) < amount:
+                return False
+        return True
+
+    def _move_claims_off(self, node_name: str, claim_ids: Sequence[str], requests: Requests) -> bool:
+        """Move claims off the node, biggest first, each to its best fit elsewhere, until `requests`
+        fits there; if it never does, put every moved claim back and return False."""
+        moved: list[tuple[str, Claim]] = []
+        for claim_id in sorted(claim_ids, key=lambda c: _size(self._claims[c].requests), reverse=True):
+            if self._covers(node_name, requests):
+                break
+            claim = self._claims[claim_id]
+            fit = self.find_fit(claim.requests, claim.placement, exclude=node_name)
+            if fit.node is not None:
+                moved.append((claim_id, claim))
+                self._add_claim(claim_id, replace(claim, node=fit.node.name))
+        if self._covers(node_name, requests):
+            return True
+        for claim_id, claim in reversed(moved):
+            self._add_claim(claim_id, claim)
+        return False
 
     def best_partial_fit(self, resource: str, placement: Placement) -> tuple[NodeInfo, int] | None:
         """The eligible node with the most free `resource`, for explaining a remote decision."""
@@ -727,6 +804,12 @@ class ClusterCache:
     def claims(self) -> Mapping[str, Claim]:
         """Claim id ("pod:<uid>" or "res:<reservation id>") -> where it sits and what it holds."""
         return self._claims
+
+
+def _size(requests: Requests) -> tuple[int, int, int]:
+    """GPUs (any resource), CPU, memory: the order make_room moves claims in, biggest first."""
+    gpus = sum(amount for resource, amount in requests.items() if resource not in STANDARD_RESOURCES)
+    return gpus, requests.get(CPU_MILLI, 0), requests.get(MEMORY_BYTES, 0)
 
 
 def _merge(a: FitResult, b: FitResult) -> FitResult:

@@ -1,6 +1,8 @@
 """decide(): local iff some single node can host the pod's whole GPU request (pure).
 
-Reads the cache, writes nothing; the caller reserves GPUs on the chosen node in the same tick.
+Reads the cache; the caller reserves GPUs on the chosen node in the same tick. The one change a
+decision may make: when no node fits as the claims of pods not bound yet sit, those claims move to
+make room (ClusterCache.make_room), which changes where they sit, never what they hold.
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ def decide(requests: Requests, placement: Placement, cache: ClusterCache, *, nam
     if not gpus:
         return Decision(kind="skipped", reason="pod requests no GPU")
     fit = cache.find_fit(requests, placement)
+    moved = ""
+    if fit.node is None:
+        room = cache.make_room(requests, placement)
+        if room.node is not None:
+            fit, moved = room, " (claims of pods not bound yet moved to other nodes)"
     if fit.node is not None:
         refusal = cache.reservation_refusal(namespace)
         if refusal:
@@ -35,7 +42,7 @@ def decide(requests: Requests, placement: Placement, cache: ClusterCache, *, nam
         shown = f"{fit.candidates}+" if fit.candidates >= CANDIDATE_CAP else str(fit.candidates)
         return Decision(
             kind="local",
-            reason=f"{shown} candidate node(s) can host {describe_need(gpus)}; best fit {fit.node.name}",
+            reason=f"{shown} candidate node(s) can host {describe_need(gpus)}; best fit {fit.node.name}{moved}",
             node=fit.node.name,
             candidates=fit.candidates,
         )
