@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from devplatform import demo
 from devplatform.cluster import addons, controlplane, install, node
 from entrypoint import contract, exitcodes
@@ -41,6 +43,7 @@ from tests.e2e.at_once import run_at_once
 from tests.e2e.test_burst_on_real_node import runner_pid, wait_log
 from tests.e2e.test_controller_installed import (
     BUDGET,
+    CONTROLLER,
     CONTROLLER_LEASE,
     CONTROLLER_SELECTOR,
     ORPHAN_GRACE_SECONDS,
@@ -81,6 +84,21 @@ class Row:
 
 
 MATRIX: list[Row] = []
+
+
+@pytest.fixture(scope="module")
+def reaper(controller: None, control_plane: controlplane.ControlPlane) -> None:  # noqa: F811
+    """The installed controller restarted on this module's Secret: each module's emulator listens on a port
+    of its own, and the controller reads its JARVICE credentials and URL at start (as the README says)."""
+    deployment = f"deployment/{CONTROLLER}"
+    control_plane.kubectl("-n", install.NAMESPACE, "rollout", "restart", deployment)
+    control_plane.kubectl("-n", install.NAMESPACE, "rollout", "status", deployment, "--timeout=180s")
+    demo.wait_for(
+        lambda: len(install.read_serving_pods(control_plane, CONTROLLER_SELECTOR)) == 2,
+        what="two controller pods Ready",
+        timeout=60,
+    )
+    demo.wait_for(lambda: _leader(control_plane), what="a controller leader", timeout=60)
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -137,7 +155,9 @@ def _running_remote(
     """A burst pod running `sleep` on JARVICE; returns its UID once its job runs."""
     restart = kwargs.pop("restart", "Never")
     gpus = kwargs.pop("gpus", 8)  # more than the real node has: remote whatever else runs
-    body = _pod_body(name, _app(emulator, f'echo "{name} started"; sleep 600', gpus=gpus), gated=False)
+    container = _app(emulator, f'echo "{name} started"; sleep 600', gpus=gpus)
+    container.setdefault("env", []).extend({"name": k, "value": v} for k, v in kwargs.pop("env", {}).items())
+    body = _pod_body(name, container, gated=False)
     body["spec"]["restartPolicy"] = restart
     _create(plane, namespace, body)
     wait_log(plane, namespace, name, f"{name} started")
@@ -160,8 +180,6 @@ def _kill_runner(uid: str) -> None:
 
 _HOG = """
 import sys, time
-with open("/proc/self/oom_score_adj", "w") as f:
-    f.write("-1000")  # never the OOM killer's choice: the runner is
 sys.stdout.write("ready\\n"); sys.stdout.flush()
 sys.stdin.readline()  # moved into the runner's cgroup meanwhile
 chunks = []
@@ -182,10 +200,12 @@ def _memory_cgroup(pid: int) -> Path:
 
 
 def _oom_kill_runner(uid: str) -> subprocess.Popen[str]:
-    """The kernel's OOM killer, not a signal of ours: a process that the OOM killer never picks joins the
-    runner's container cgroup and allocates past the container's memory limit, so the kernel kills the
-    only other process there, the runner. Returns the hog, for the caller to stop."""
+    """The kernel's OOM killer, not a signal of ours: a process joins the runner's container cgroup and
+    allocates past the container's memory limit; the runner is made the OOM killer's first choice
+    (oom_score_adj 1000: raising it needs no privilege), so the kernel kills it. Returns the hog, for the
+    caller to stop."""
     pid = demo.wait_for(lambda: runner_pid(uid), what="the runner's PID", timeout=10)
+    Path(f"/proc/{pid}/oom_score_adj").write_text("1000\n")
     cgroup = _memory_cgroup(pid)
     hog = subprocess.Popen([sys.executable, "-c", _HOG], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert hog.stdout is not None and hog.stdin is not None
@@ -205,7 +225,7 @@ def _record(row: Row) -> Row:
 
 
 def test_runner_sigkilled_under_restart_never_job_stopped_and_budget_held(
-    controller: None,  # noqa: F811
+    reaper: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
     ns: str,  # noqa: F811
@@ -254,7 +274,7 @@ def test_runner_sigkilled_under_restart_never_job_stopped_and_budget_held(
 
 
 def test_runner_oom_killed_job_stopped(
-    controller: None,  # noqa: F811
+    reaper: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
     ns: str,  # noqa: F811
@@ -284,7 +304,7 @@ def test_runner_oom_killed_job_stopped(
 
 
 def test_pod_force_deleted_job_stopped(
-    controller: None,  # noqa: F811
+    reaper: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
     ns: str,  # noqa: F811
@@ -304,7 +324,7 @@ def test_pod_force_deleted_job_stopped(
 
 
 def test_kubelet_stopped_pod_stuck_terminating_job_stopped(
-    controller: None,  # noqa: F811
+    reaper: None,
     control_plane: controlplane.ControlPlane,
     real_node: node.RealNode,
     node_emulator: addons.EmulatorProcess,
@@ -344,7 +364,7 @@ def test_kubelet_stopped_pod_stuck_terminating_job_stopped(
 
 
 def test_submit_answered_502_after_the_job_was_created_runs_once(
-    controller: None,  # noqa: F811
+    reaper: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
     ns: str,  # noqa: F811
@@ -380,7 +400,7 @@ def test_submit_answered_502_after_the_job_was_created_runs_once(
 
 
 def test_jarvice_unreachable_for_60s_mid_run_the_job_runs_once_to_its_end(
-    controller: None,  # noqa: F811
+    reaper: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
     ns: str,  # noqa: F811
@@ -415,14 +435,15 @@ def test_jarvice_unreachable_for_60s_mid_run_the_job_runs_once_to_its_end(
 
 
 def test_sigterm_while_the_runner_picks_up_an_inherited_job_stops_it(
-    controller: None,  # noqa: F811
+    reaper: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
     ns: str,  # noqa: F811
 ) -> None:
     """The runner is killed and restarted (restartPolicy OnFailure); while the new one is still picking
     the job up (JARVICE's status endpoint failing), the pod is deleted: the inherited job is stopped."""
-    uid = _running_remote(control_plane, node_emulator, ns, "inherit", restart="OnFailure")
+    # LOG_LEVEL=INFO: the runner says how it starts ("start": "pick_up"), which it logs only at INFO.
+    uid = _running_remote(control_plane, node_emulator, ns, "inherit", restart="OnFailure", env={"LOG_LEVEL": "INFO"})
     _faults(node_emulator, status503=1_000_000, endpoints=["status"])
     try:
         _kill_runner(uid)
@@ -522,7 +543,7 @@ def test_webhook_leader_killed_while_24_pods_race_for_6_gpus(
 
 
 def test_controller_leader_killed_while_an_orphan_waits_for_its_grace(
-    controller: None,  # noqa: F811
+    reaper: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
     ns: str,  # noqa: F811
@@ -577,7 +598,7 @@ def _emulator_state(emulator: addons.EmulatorProcess, number: int) -> str:
 
 
 def test_another_clusters_job_and_a_hand_submitted_job_are_never_touched(
-    controller: None,  # noqa: F811
+    reaper: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
 ) -> None:
@@ -619,20 +640,20 @@ def test_another_clusters_job_and_a_hand_submitted_job_are_never_touched(
 
 
 def test_env_asking_for_more_gpus_than_counted_is_refused_before_submit(
-    controller: None,  # noqa: F811
+    reaper: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
     ns: str,  # noqa: F811
     gpus_gone: Callable[[], None],  # noqa: F811
 ) -> None:
-    """Budget 4 in the namespace; a 1-GPU pod whose env asks for 8 GPUs on 2 nodes: the webhook counts 1
-    and warns, the runner refuses a machine of 16 GPUs and submits nothing."""
+    """Budget 4 in the namespace; a 1-GPU pod whose env asks for 4 GPUs on 2 nodes: the webhook counts 1
+    and warns, the runner refuses a machine of 8 GPUs and submits nothing."""
     control_plane.kubectl("annotate", "namespace", ns, f"{BUDGET}=4", "--overwrite")
     gpus_gone()
     time.sleep(2)
     container = _app(node_emulator, "echo never", gpus=1)
     container.setdefault("env", []).extend(
-        [{"name": "NUM_GPUS", "value": "8"}, {"name": "JARVICE_NODES", "value": "2"}]
+        [{"name": "NUM_GPUS", "value": "4"}, {"name": "JARVICE_NODES", "value": "2"}]
     )
     warnings = _create(control_plane, ns, _pod_body("greedy", container, gated=False))
     pod = demo.wait_for(
@@ -648,7 +669,7 @@ def test_env_asking_for_more_gpus_than_counted_is_refused_before_submit(
             submitted=submitted,
             completed=0,
             billing_late=0,
-            over_budget=16 - 1 if submitted else 0,
+            over_budget=8 - 1 if submitted else 0,
             note=f"exit {code}",
         )
     )
@@ -659,7 +680,7 @@ def test_env_asking_for_more_gpus_than_counted_is_refused_before_submit(
 
 
 def test_a_job_past_its_namespace_walltime_is_stopped_and_reported(
-    controller: None,  # noqa: F811
+    reaper: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
     ns: str,  # noqa: F811
