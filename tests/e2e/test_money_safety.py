@@ -285,7 +285,7 @@ def test_runner_oom_killed_job_stopped(
         demo.wait_for(lambda: _phase(control_plane, ns, "oom") == "Failed", what="the pod Failed", timeout=60)
     finally:
         hog.kill()
-        hog.wait(timeout=30)
+        hog.communicate(timeout=30)  # reaps it and closes its pipes
     pod = _pod(control_plane, ns, "oom")
     assert pod is not None
     terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
@@ -549,6 +549,7 @@ def test_controller_leader_killed_while_an_orphan_waits_for_its_grace(
     ns: str,  # noqa: F811
 ) -> None:
     uid = _running_remote(control_plane, node_emulator, ns, "orphan")
+    _kill_runner(uid)  # it cannot cancel: only the reaper can stop the job
     control_plane.kubectl("-n", ns, "delete", "pod", "orphan", "--force", "--grace-period=0")
     leader = _leader(control_plane)
     pid = _pid_of("controller", env=f"POD_NAME={leader}")
