@@ -36,12 +36,31 @@ HTTP_FORBIDDEN, HTTP_NOT_FOUND, HTTP_CONFLICT, HTTP_GONE, HTTP_INVALID = 403, 40
 EVENT_SOURCE = "nimbix-burst-controller"
 
 
-class Gone(Exception):
-    """The object is not there (404), or no longer the one we meant (409 on a precondition)."""
+class PodChangedOrGone(Exception):
+    """The pod is not the one we read any more: it went away, or it changed since."""
+
+
+class PodGone(PodChangedOrGone):
+    """404: the pod is not there."""
+
+
+class PodChanged(PodChangedOrGone):
+    """The API server refused a write guarded by what we read: 409 (a resourceVersion or uid
+    precondition failed) or, for a patch carrying the pod's uid, 422 (another pod of that name)."""
 
 
 class Forbidden(Exception):
     """403: the controller's ServiceAccount may not do this (its RBAC is missing or out of date)."""
+
+
+def _raise_if_changed_or_gone(exc: ApiException, pod: PodView | ReapView, *, changed: tuple[int, ...]) -> None:
+    """Translate a refused write to `pod`: 404 is PodGone, a status in `changed` PodChanged; any
+    other status is left to the caller to re-raise."""
+    where = f"pod {pod.namespace}/{pod.name}"
+    if exc.status == HTTP_NOT_FOUND:
+        raise PodGone(f"{where} went away ({exc.status})") from exc
+    if exc.status in changed:
+        raise PodChanged(f"{where} changed ({exc.status})") from exc
 
 
 class _Expired(Exception):
@@ -163,7 +182,7 @@ class Kube:
             )
         except ApiException as exc:
             if exc.status == HTTP_NOT_FOUND:
-                raise Gone(f"pod {namespace}/{name} not found") from exc
+                raise PodGone(f"pod {namespace}/{name} not found") from exc
             raise
         parsed: Mapping[str, Any] = json.loads(response.data)
         return parsed
@@ -193,8 +212,7 @@ class Kube:
                 pod.name, pod.namespace, body, _preload_content=False, _request_timeout=CALL_TIMEOUT
             )
         except ApiException as exc:
-            if exc.status in (HTTP_NOT_FOUND, HTTP_CONFLICT, HTTP_INVALID):
-                raise Gone(f"pod {pod.namespace}/{pod.name} changed or went away ({exc.status})") from exc
+            _raise_if_changed_or_gone(exc, pod, changed=(HTTP_CONFLICT, HTTP_INVALID))
             raise
 
     def read_job(self, namespace: str, name: str) -> Mapping[str, Any] | None:
@@ -222,8 +240,7 @@ class Kube:
                 pod.name, pod.namespace, body=body, _preload_content=False, _request_timeout=CALL_TIMEOUT
             )
         except ApiException as exc:
-            if exc.status in (HTTP_NOT_FOUND, HTTP_CONFLICT):
-                raise Gone(f"pod {pod.namespace}/{pod.name} changed or went away ({exc.status})") from exc
+            _raise_if_changed_or_gone(exc, pod, changed=(HTTP_CONFLICT,))
             raise
 
     def annotate_stranded(self, pod: PodView, *, since: str) -> None:
@@ -236,8 +253,7 @@ class Kube:
                 pod.name, pod.namespace, body, _preload_content=False, _request_timeout=CALL_TIMEOUT
             )
         except ApiException as exc:
-            if exc.status in (HTTP_NOT_FOUND, HTTP_CONFLICT):
-                raise Gone(f"pod {pod.namespace}/{pod.name} changed or went away ({exc.status})") from exc
+            _raise_if_changed_or_gone(exc, pod, changed=(HTTP_CONFLICT,))
             raise
 
     def record_event(
