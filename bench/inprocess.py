@@ -215,7 +215,8 @@ def measure_request_extras() -> dict[str, float]:
     metrics objects: the INFO JSON line (to /dev/null) and the prometheus updates."""
     # Imported here: it pulls in aiohttp and the kubernetes client, which would inflate the
     # cache-scale process's baseline RSS.
-    from webhook.__main__ import AdmissionLine, configure_logging  # noqa: PLC0415
+    from kubeplumbing.logs import configure_logging  # noqa: PLC0415
+    from webhook.admission_log import AdmissionLine  # noqa: PLC0415
 
     configure_logging("INFO")
     root = logging.getLogger()

@@ -13,20 +13,20 @@ from pathlib import Path
 
 import requests
 from aiohttp import web
-from pythonjsonlogger.json import JsonFormatter
 
 from controller import identity, stranding
 from controller.app import create_app, every
-from controller.kube import Kube, PodWatcher
+from controller.kube import Kube, PodFeed
 from controller.metrics import Metrics
 from controller.reaping import Reaper
 from controller.rebursting import Reburster
 from controller.settings import Credentials, Settings, SettingsError, parse_settings
 from controller.store import PodStore
 from entrypoint import jarvice
-from webhook.background import BackgroundTask
-from webhook.lease import KubernetesLeases, LeaseElector
-from webhook.watching import load_api_client  # one way to reach the API server, in or out of cluster
+from kubeplumbing.background import BackgroundTask
+from kubeplumbing.lease import KubernetesLeases, LeaseElector
+from kubeplumbing.logs import configure_logging
+from kubeplumbing.watching import ListWatch, load_api_client
 
 log = logging.getLogger("controller")
 
@@ -34,17 +34,6 @@ log = logging.getLogger("controller")
 # blocks for long; the next round simply tries again.
 JARVICE_CONNECT_TIMEOUT, JARVICE_READ_TIMEOUT = 5.0, 30.0
 JARVICE_RETRY = jarvice.RetryPolicy(base_seconds=1.0, cap_seconds=10.0, outage_seconds=30.0)
-
-
-def configure_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(JsonFormatter("{asctime}{levelname}{name}{message}", style="{", timestamp=False))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    # The kubernetes client logs request bodies at DEBUG, urllib3 logs URLs (JARVICE's carry the key).
-    logging.getLogger("kubernetes").setLevel(logging.WARNING)
-    logging.getLogger("urllib3").setLevel(logging.WARNING)
 
 
 def _jarvice_client(credentials: Credentials, session: requests.Session) -> jarvice.JarviceClient:
@@ -65,7 +54,7 @@ def _jarvice_client(credentials: Credentials, session: requests.Session) -> jarv
 async def _build(settings: Settings) -> web.Application:
     api_client = load_api_client(settings.kubeconfig)
     store = PodStore(clock=time.monotonic)
-    watcher = PodWatcher(api_client, store)
+    watcher = ListWatch(api_client, "pods", PodFeed(store))
     elector = LeaseElector(
         KubernetesLeases(load_api_client(settings.kubeconfig)),  # its own pool: renewals never queue behind the watch
         namespace=settings.lease_namespace,

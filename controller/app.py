@@ -12,7 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from controller.metrics import Metrics
 from controller.store import PodStore
-from webhook.background import BackgroundTask, supervised
+from kubeplumbing.background import BackgroundTask, supervised
 
 log = logging.getLogger(__name__)
 

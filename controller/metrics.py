@@ -31,7 +31,9 @@ class Metrics:
         )
         self.reburst_aborted = Counter(
             "nimbix_burst_controller_reburst_aborted",
-            "Re-bursts given up at the last moment (the pod changed, was bound, or went away)",
+            "Actions on stranded pods given up at the last moment, by reason (changed: a re-burst's pod was bound,"
+            " changed or went away; no-longer-stranded: its re-read showed it recovered; report-changed: a"
+            " report's annotation found the pod changed or gone)",
             ["reason"],
             registry=r,
         )

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from controller.model import ReapView
+from entrypoint.model import is_terminal
 from entrypoint.plan import ParsedLabel, parse_job_label
 
-# JARVICE's terminal states (reference §6): a job in one of these has nothing left to stop.
-TERMINAL_STATES = frozenset({"COMPLETED", "COMPLETED WITH ERROR", "TERMINATED", "CANCELED"})
 # The API server's clock sets deletionTimestamp, ours reads it: allow this much skew between them
 # (NTP keeps nodes well within it) before a terminating pod counts as past its deadline; the
 # reaper's grace period still applies after that.
@@ -107,7 +106,8 @@ def plan_round(
     """`now` is monotonic (grace periods), `wall_now` epoch seconds (deletion deadlines)."""
     live: list[tuple[Job, ParsedLabel]] = []
     for job in sorted(jobs, key=lambda j: j.number):
-        parsed = parse_job_label(job.label) if job.state.upper() not in TERMINAL_STATES else None
+        # A job in a terminal state (JARVICE's four, reference §6) has nothing left to stop.
+        parsed = parse_job_label(job.label) if not is_terminal(job.state) else None
         if parsed is not None:
             live.append((job, parsed))
     kept_of_label: dict[str, int] = {}

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from controller import orphans
-from controller.kube import Gone
+from controller.kube import PodChangedOrGone
 from controller.metrics import Metrics
 from controller.model import ReapView
 from controller.store import PodStore
@@ -174,7 +174,7 @@ class Reaper:
             context = {"uid": pod.uid, "namespace": pod.namespace, "pod": pod.name}
             try:
                 self._kube.record_job_ended(pod)
-            except Gone as exc:
+            except PodChangedOrGone as exc:
                 log.info("job end not recorded: pod changed or gone", extra={**context, "reason": str(exc)})
             except Exception as exc:  # noqa: BLE001 - a failed API call costs this pod one round, not the loop
                 self._metrics.errors.labels(kind="kubernetes").inc()

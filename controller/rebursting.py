@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from controller import stranding
-from controller.kube import Gone
+from controller.kube import PodChangedOrGone
 from controller.metrics import Metrics
 from controller.model import PodView, format_time, parse_job, parse_pod
 from controller.store import PodStore
@@ -73,7 +73,7 @@ class Reburster:
                     self._reburst(pod)
                 elif assessment.verdict in ("note", "cap-hit"):
                     self._note(pod, assessment)
-            except Gone as exc:
+            except PodChangedOrGone as exc:  # the re-burst's read or delete: the report's own are caught in _note
                 self._metrics.reburst_aborted.labels(reason="changed").inc()
                 log.info("stranded pod changed before we acted", extra=_context(pod, reason=str(exc)))
             except Exception:  # a failed API call costs this pod one scan, not the loop
@@ -112,7 +112,12 @@ class Reburster:
         since = assessment.stranded_since if assessment.stranded_since is not None else self._now()
         waited = self._now() - since
         reason = assessment.reason
-        self._kube.annotate_stranded(pod, since=format_time(since))
+        try:
+            self._kube.annotate_stranded(pod, since=format_time(since))
+        except PodChangedOrGone as exc:  # the annotation is guarded by the resourceVersion we decided on
+            self._metrics.reburst_aborted.labels(reason="report-changed").inc()
+            log.info("stranded pod changed before we reported it", extra=_context(pod, reason=str(exc)))
+            return
         self._handled.add(pod.uid)
         message = stranding.build_note_message(pod, waited=waited, reason=reason)
         if assessment.verdict == "cap-hit":

@@ -15,7 +15,7 @@ from typing import Literal
 
 from entrypoint import contract
 from entrypoint.settings import Secret
-from webhook.leadership import LeaseTiming
+from kubeplumbing.leadership import LeaseTiming
 
 DEFAULT_API_URL = "https://cloud.nimbix.net/api"
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")

@@ -14,8 +14,8 @@ import uvloop
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from kubeplumbing.background import BackgroundTask, supervised
 from webhook import admission
-from webhook.background import BackgroundTask, supervised
 from webhook.cache import ClusterCache
 from webhook.forwarding import FORWARDED_HEADER
 from webhook.metrics import Metrics

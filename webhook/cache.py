@@ -36,7 +36,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from webhook.leadership import HandedOver
+from kubeplumbing.leadership import HandedOver
 from webhook.scheduling import placement_allows, tolerates_unschedulable
 from webhook.types import (
     CPU_MILLI,
@@ -700,7 +700,7 @@ class ClusterCache:
                 del self._reservations_in[namespace]
 
     def export_reservations(self) -> list[HandedOver]:
-        """Outstanding reservations, for the replica that leads after us (see webhook.leadership)."""
+        """Outstanding reservations, for the replica that leads after us (see kubeplumbing.leadership)."""
         now = self._clock()
         out = []
         for reservation_id, expires_at in self._reservations.items():

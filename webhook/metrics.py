@@ -140,7 +140,7 @@ class RouterCounts(Protocol):
 
 
 class ElectorCounts(Protocol):
-    """What /metrics reads of the Lease elector (webhook.lease.LeaseElector)."""
+    """What /metrics reads of the Lease elector (kubeplumbing.lease.LeaseElector)."""
 
     started_leading: int
     stepped_down: int

@@ -4,7 +4,7 @@ around one pure routing rule).
 - The leader decides every review itself, as long as its cache is fit to decide: nodes, pods and
   namespaces listed, and no watch broken for longer than --watch-stale-seconds (what /readyz says).
   A leader whose cache is not fit decides nothing: it waits like a replica without a leader, and
-  its elector hands the Lease to a replica that can (webhook.lease).
+  its elector hands the Lease to a replica that can (kubeplumbing.lease).
 - A follower forwards the review, unchanged, to the leader and relays its answer (its own cache
   need not be fit: the leader's decides).
 - A review that was already forwarded is decided only by a fit leader; anyone else refuses it (503)
@@ -26,8 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from kubeplumbing.leadership import Standing
 from webhook.forwarding import ForwardFailed
-from webhook.leadership import Standing
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from entrypoint import contract
+from kubeplumbing.leadership import LeaseTiming
 from webhook import walltime
 from webhook.budget import OVER_BUDGET_ACTIONS, OverBudget
-from webhook.leadership import LeaseTiming
 from webhook.mutation import RewritePolicy
 from webhook.resources import QuantityError, parse_quantity
 

@@ -27,7 +27,7 @@ import pytest
 import requests
 from kubernetes.client.exceptions import ApiException
 
-from controller.kube import Gone, Kube
+from controller.kube import Kube, PodChanged
 from controller.model import parse_pod
 from devplatform.cluster import addons, nodes
 from devplatform.cluster.controlplane import ControlPlane
@@ -435,7 +435,7 @@ def test_a_bind_between_the_read_and_the_delete_makes_the_delete_fail(group: Gro
         "target": {"kind": "Node", "name": cpu},
     }
     group.core.create_namespaced_binding(group.namespace, binding, _preload_content=False)
-    with pytest.raises(Gone):
+    with pytest.raises(PodChanged):
         kube.delete_pod(decided_on)
     still = group.read(name)
     assert still.spec.node_name == cpu and still.metadata.deletion_timestamp is None

@@ -7,8 +7,8 @@ import time
 
 from prometheus_client import generate_latest
 
+from tests.integration.kubeplumbing.test_lease import InMemoryLease, Replica, _until
 from tests.integration.webhook.test_fit_to_decide import FixedElector
-from tests.integration.webhook.test_lease import InMemoryLease, Replica, _until
 from webhook.cache import ClusterCache
 from webhook.forwarding import ForwardFailed
 from webhook.metrics import Metrics

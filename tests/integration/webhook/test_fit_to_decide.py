@@ -9,10 +9,10 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
+from kubeplumbing.leadership import Standing
 from tests.integration.webhook.conftest import ClientFactory, FakeClock, review_body
 from tests.unit.webhook.builders import container, node, pod
 from webhook.app import ROUTER, cache_fitness, create_app
-from webhook.leadership import Standing
 from webhook.replicas import ReplicaRouter
 from webhook.settings import Settings
 from webhook.sync import CacheSync

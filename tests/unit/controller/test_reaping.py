@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.kube import Gone
+from controller.kube import PodGone
 from controller.metrics import Metrics
 from controller.model import ReapView
 from controller.reaping import Reaper
@@ -266,7 +266,7 @@ def test_recording_is_bounded_per_round() -> None:
 
 
 def test_a_pod_gone_before_the_patch_is_not_an_error() -> None:
-    kube = FakeKube(fail=Gone("pod n/p went away (404)"))
+    kube = FakeKube(fail=PodGone("pod n/p went away (404)"))
     reaper, _, metrics, _ = make(kube=kube)
     reaper._store.replace([pod(FAILED, phase="Failed")])
     reaper.round()

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from controller import stranding
-from controller.kube import Gone
+from controller.kube import PodChanged, PodGone
 from controller.metrics import Metrics
 from controller.model import PodView
 from controller.rebursting import Reburster
@@ -27,10 +27,11 @@ class FakeKube:
     annotated: list[tuple[str, str]] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # kind, name, reason
     delete_conflict: bool = False
+    annotate_conflict: bool = False
 
     def read_pod(self, namespace: str, name: str) -> Mapping[str, Any]:
         if name not in self.pods:
-            raise Gone(name)
+            raise PodGone(name)
         return self.pods[name]
 
     def read_job(self, namespace: str, name: str) -> Mapping[str, Any] | None:
@@ -38,10 +39,12 @@ class FakeKube:
 
     def delete_pod(self, pod: PodView) -> None:
         if self.delete_conflict:
-            raise Gone("409")
+            raise PodChanged("409")
         self.deleted.append((pod.name, pod.uid, pod.resource_version))
 
     def annotate_stranded(self, pod: PodView, *, since: str) -> None:
+        if self.annotate_conflict:
+            raise PodChanged("409")
         self.annotated.append((pod.name, since))
 
     def record_event(
@@ -120,6 +123,21 @@ def test_a_bare_pod_is_reported_once_and_never_deleted() -> None:
     assert kube.annotated == [("train-abcde", "2023-11-14T22:13:20Z")]
     assert kube.events == [("Pod", "train-abcde", "NimbixStranded")]
     assert sample(metrics, "nimbix_burst_controller_stranded_noted_total", reason="no-owner") == 1
+
+
+def test_a_report_whose_pod_changed_is_given_up_under_its_own_reason() -> None:
+    """The annotation carries the resourceVersion decided on: a pod changed since is not reported,
+    and that is not counted as a re-burst given up."""
+    reburster, kube, metrics = make(pod(owners=[]))
+    kube.annotate_conflict = True
+    reburster.scan()
+    assert (kube.deleted, kube.annotated, kube.events) == ([], [], [])
+    assert sample(metrics, "nimbix_burst_controller_reburst_aborted_total", reason="report-changed") == 1
+    assert sample(metrics, "nimbix_burst_controller_reburst_aborted_total", reason="changed") == 0
+    assert sample(metrics, "nimbix_burst_controller_stranded_noted_total", reason="no-owner") == 0
+    kube.annotate_conflict = False
+    reburster.scan()  # not marked handled: the next scan reports it
+    assert kube.annotated == [("train-abcde", "2023-11-14T22:13:20Z")]
 
 
 def test_the_cap_stops_rebursts_per_owner_and_is_counted() -> None:

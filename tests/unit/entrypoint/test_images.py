@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from devplatform import compiled_core
+
 pytestmark = pytest.mark.timeout(20)
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -177,6 +179,18 @@ def test_run_command_script_errors(tmp_path: Path, args: list[str], workdir: str
     result = subprocess.run([str(RUN_COMMAND), *args], env=env, capture_output=True, text=True, timeout=10, check=False)
     assert result.returncode == status
     assert message.format(tmp=tmp_path) in result.stderr
+
+
+def test_the_webhook_image_installs_and_compiles_from_every_package_the_project_lists() -> None:
+    """The webhook image (the controller's too) builds the distribution: every package pyproject.toml
+    lists is copied in, and what compile-core.sh compiles is copied with all that it imports."""
+    packages = set(pyproject()["tool"]["setuptools"]["packages"]["find"]["include"])
+    copies = [shlex.split(c) for c in only(WEBHOOK, "COPY") if not c.startswith("--from")]
+    sources = {src.rstrip("/") for copy in copies for src in copy[:-1]}
+    assert packages <= sources, packages - sources
+    (compile_run,) = [r for r in only(WEBHOOK, "RUN") if "compile-core.sh" in r]
+    copied_for_mypyc = set(compile_run.split("cp -r ", 1)[1].split(" /compile/", 1)[0].split())
+    assert copied_for_mypyc == packages - {"controller"} == set(compiled_core.PACKAGES)
 
 
 def test_build_context_sends_what_the_dockerfiles_copy_and_nothing_heavy() -> None:

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from pythonjsonlogger.json import JsonFormatter
 
-from webhook.__main__ import AdmissionLine, JsonLineFormatter, _msecs, configure_logging
+from kubeplumbing.logs import JsonLineFormatter, configure_logging
+from webhook.admission_log import AdmissionLine, _msecs
 
 FORMAT = "{asctime}{levelname}{name}{message}"
 ADMISSION = {

@@ -1,11 +1,11 @@
-"""The election rules (webhook.leadership): who may take the Lease, who decides, what is handed over."""
+"""The election rules (kubeplumbing.leadership): who may take the Lease, who decides, what is handed over."""
 
 from __future__ import annotations
 
 import pytest
 
-from webhook import leadership
-from webhook.leadership import HandedOver, LeaseRecord, LeaseTiming, Observation
+from kubeplumbing import leadership
+from kubeplumbing.leadership import HandedOver, LeaseRecord, LeaseTiming, Observation
 
 TIMING = LeaseTiming(duration=8.0, renew_deadline=5.0, retry=0.5)
 

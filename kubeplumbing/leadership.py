@@ -1,15 +1,18 @@
-"""Who decides: one replica at a time, chosen through a coordination.k8s.io Lease (pure).
+"""Who acts: one replica at a time, chosen through a coordination.k8s.io Lease (pure).
 
-Every replica watches and is Ready; only the Lease holder decides, followers forward reviews to
-it. So there is one reservation ledger and two replicas can never promise the same GPUs. The rules
-follow client-go's leader election: expiry is judged by *when this replica last saw the record
-change* (its own monotonic clock), never by comparing another machine's timestamps; a leader that
-has not renewed within its renew deadline stops deciding before anyone else may take over. Only a
-replica whose cache is fit to decide (synced and fresh) takes or keeps the Lease: one whose cache
-goes stale releases it, so the leader is always a replica that can see the cluster.
+The webhook and the burst controller both elect their leader this way. In the webhook every
+replica watches and is Ready; only the Lease holder decides, followers forward reviews to it. So
+there is one reservation ledger and two replicas can never promise the same GPUs (in the
+controller, only the holder re-bursts and reaps). The rules follow client-go's leader election:
+expiry is judged by *when this replica last saw the record change* (its own monotonic clock), never
+by comparing another machine's timestamps; a leader that has not renewed within its renew deadline
+stops deciding before anyone else may take over. Only a replica fit to lead (its watch synced and
+fresh) takes or keeps the Lease: one whose view goes stale releases it, so the leader is always a
+replica that can see the cluster.
 
 On a graceful stop the leader releases the Lease (empty holder) with its outstanding reservations
-attached, so the next leader starts from the same ledger: a handover loses no promise.
+attached (the webhook's; the controller hands over none), so the next leader starts from the same
+ledger: a handover loses no promise.
 """
 
 from __future__ import annotations

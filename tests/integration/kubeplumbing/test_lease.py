@@ -1,4 +1,4 @@
-"""The Lease elector (webhook.lease) against an in-memory Lease with the API server's compare-and-swap:
+"""The Lease elector (kubeplumbing.lease) against an in-memory Lease with the API server's compare-and-swap:
 releasing while a renewal is in flight, conflicts on release, and who may take or keep the Lease."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from webhook import leadership
-from webhook.leadership import HandedOver, LeaseRecord, LeaseTiming
-from webhook.lease import RELEASE_ATTEMPTS, LeaseConflict, LeaseElector
+from kubeplumbing import leadership
+from kubeplumbing.leadership import HandedOver, LeaseRecord, LeaseTiming
+from kubeplumbing.lease import RELEASE_ATTEMPTS, LeaseConflict, LeaseElector
 
 TIMING = LeaseTiming(duration=0.8, renew_deadline=0.5, retry=0.02)
 RESERVATION = HandedOver(
@@ -147,7 +147,7 @@ async def test_a_release_that_keeps_conflicting_is_retried_then_reported(
                 lease.body["metadata"]["resourceVersion"] = str(lease.version)
 
     lease.on_replace = someone_else_writes_first
-    with caplog.at_level(logging.WARNING, logger="webhook.lease"):
+    with caplog.at_level(logging.WARNING, logger="kubeplumbing.lease"):
         await replica.elector.release()
     assert len(releases) == RELEASE_ATTEMPTS
     assert lease.record.holder == "a"  # not released: the next leader waits out the lease duration
@@ -192,7 +192,7 @@ async def test_a_leader_whose_cache_goes_stale_hands_the_lease_and_its_reservati
     await _until(lambda: stale.elector.standing() == "leader")
     running.append(asyncio.create_task(healthy.elector.run()))
     await _until(lambda: healthy.elector.standing() == "follower")
-    with caplog.at_level(logging.INFO, logger="webhook.lease"):
+    with caplog.at_level(logging.INFO, logger="kubeplumbing.lease"):
         stale.fit = False
         await _until(lambda: healthy.elector.standing() == "leader")
     assert healthy.adopted == [RESERVATION]

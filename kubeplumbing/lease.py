@@ -1,6 +1,6 @@
 """The Lease election loop: reads and compare-and-swaps one coordination.k8s.io Lease (I/O).
 
-The rules are in `webhook.leadership`; this adapter only talks to the API server, from a worker
+The rules are in `kubeplumbing.leadership`; this adapter only talks to the API server, from a worker
 thread (the kubernetes client is synchronous), and never while an admission request waits: a
 review only asks `standing()`, which reads memory.
 
@@ -22,8 +22,8 @@ from typing import Any, Protocol
 import kubernetes
 from kubernetes.client.rest import ApiException
 
-from webhook import leadership
-from webhook.leadership import HandedOver, LeaseRecord, LeaseTiming, Observation, Standing
+from kubeplumbing import leadership
+from kubeplumbing.leadership import HandedOver, LeaseRecord, LeaseTiming, Observation, Standing
 
 log = logging.getLogger(__name__)
 
