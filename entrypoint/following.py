@@ -3,15 +3,12 @@ the exit status once it ends. The remote run's shell for the "following" and "fi
 (`entrypoint.runstate` decides what happens on a failure; this module only reports it)."""
 
 import logging
-from collections.abc import Callable
 from typing import Final, Literal
 
-from entrypoint import exitcodes, output, recovery, runstate, walltime
+from entrypoint import exitcodes, output, recovery, runsteps, walltime
 from entrypoint.jarvice import JobNotFound, RequestRejected
 from entrypoint.model import STATUS_RUNNING, JobEntry
-from entrypoint.plan import RemotePlan
-from entrypoint.ports import RemoteDeps
-from entrypoint.progress import Progress
+from entrypoint.progress import ShellPart
 
 log = logging.getLogger(__name__)
 
@@ -25,27 +22,12 @@ FINAL_FETCH_PAUSE_SECONDS: Final = 1.0
 WRITE_BATCH_BYTES: Final = 64 * 1024
 
 
-class Follower:
-    def __init__(
-        self,
-        plan: RemotePlan,
-        deps: RemoteDeps,
-        *,
-        progress: Progress,
-        note: Callable[[runstate.Event], None],
-    ) -> None:
-        self.plan = plan
-        self.tuning = plan.tuning
-        self.deps = deps
-        self.backend = deps.backend
-        self.progress = progress
-        self.note = note  # tells the machine what was seen on the way (a status, the final output)
-
-    def follow(self, number: int) -> runstate.JobEnded:
+class Follower(ShellPart):
+    def follow(self, number: int) -> runsteps.JobEnded:
         last_state: str | None = None
         while True:
             status = self.backend.fetch_status(number)
-            self.note(runstate.StatusSeen())
+            self.note(runsteps.StatusSeen())
             if status.state != last_state:
                 log.info(
                     "job state changed",
@@ -59,12 +41,12 @@ class Follower:
                 )
                 last_state = status.state
             if status.terminal:
-                return runstate.JobEnded(status)
+                return runsteps.JobEnded(status)
             if status.state == STATUS_RUNNING:
                 self._stream_tail(number)
             self.deps.sleep(self.tuning.poll_seconds * (1 + self.deps.rng.uniform(0, POLL_JITTER)))
 
-    def pause_before_retry(self, retry: runstate.Retry) -> None:
+    def pause_before_retry(self, retry: runsteps.Retry) -> None:
         delay = recovery.retry_delay(
             retry.attempt - 1,
             base_seconds=self.tuning.retry_base_seconds,
@@ -123,12 +105,12 @@ class Follower:
 
     # --- finish --------------------------------------------------------------------------------
 
-    def finish(self, action: runstate.Finish) -> runstate.ResultKnown:
+    def finish(self, action: runsteps.Finish) -> runsteps.ResultKnown:
         status = action.status
         number = status.number
         if action.print_output:
             if self._print_final_output(number):
-                self.note(runstate.OutputPrinted())
+                self.note(runsteps.OutputPrinted())
             else:
                 log.warning("final output unavailable; some output may be missing", extra={"job": number})
         entry = self._fetch_entry(number)
@@ -167,7 +149,7 @@ class Follower:
                 "reason": decision.reason,
             },
         )
-        return runstate.ResultKnown(decision.code)
+        return runsteps.ResultKnown(decision.code)
 
     def _print_final_output(self, number: int) -> bool:
         for attempt in range(FINAL_FETCH_ATTEMPTS):

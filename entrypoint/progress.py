@@ -3,10 +3,11 @@ the count of output lines printed, and at the exit whether the result was report
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final
 
-from entrypoint import output, restart
+from entrypoint import output, restart, runsteps
+from entrypoint.plan import RemotePlan
 from entrypoint.ports import RemoteDeps
 
 log = logging.getLogger(__name__)
@@ -50,3 +51,24 @@ class Progress:
         now = self.deps.clock()
         if force_save or self.saved_at is None or now - self.saved_at >= PROGRESS_SAVE_SECONDS:
             self._save({"printed_lines": state.emitted})
+
+
+class ShellPart:
+    """What every part of the remote run's shell (submitting, following, stopping) works with."""
+
+    def __init__(
+        self,
+        plan: RemotePlan,
+        deps: RemoteDeps,
+        *,
+        label: str,
+        progress: Progress,
+        note: Callable[[runsteps.Event], None],
+    ) -> None:
+        self.plan = plan
+        self.tuning = plan.tuning
+        self.deps = deps
+        self.backend = deps.backend
+        self.label = label
+        self.progress = progress
+        self.note = note  # tells the machine a fact seen in the middle of an action

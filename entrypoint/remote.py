@@ -10,7 +10,7 @@ a fake backend and a fake clock.
 import logging
 from typing import Final
 
-from entrypoint import restart, runstate, termination
+from entrypoint import restart, runstate, runsteps, termination
 from entrypoint.following import Follower
 from entrypoint.jarvice import (
     ApplicationNotFound,
@@ -40,7 +40,7 @@ _GIVE_UP_MESSAGES: Final[dict[Failure, str]] = {
     "app_not_found": "JARVICE does not know the application (check APP_NAME)",
     "unavailable": "JARVICE is unavailable; giving up",
 }
-_ADOPT_MESSAGES: Final[dict[runstate.AdoptHow, str]] = {
+_ADOPT_MESSAGES: Final[dict[runsteps.AdoptHow, str]] = {
     "picked_up_by_label": "picking up the job of the previous runner by its label",
     "attached": "re-attaching to the live job carrying this pod's label",
     "resolved": "found the job created by the submit with an unknown outcome",
@@ -82,8 +82,10 @@ class _RemoteRun:
         self.state = first.state
         self.first_actions = first.actions
         self.stop_deadline = 0.0  # set by the signal
-        self.follower = Follower(plan, deps, progress=self.progress, note=self._note)
-        self.stopper = Stopper(plan, deps, label=self.label, follower=self.follower, note=self._note)
+        self.follower = Follower(plan, deps, label=self.label, progress=self.progress, note=self._note)
+        self.stopper = Stopper(
+            plan, deps, label=self.label, progress=self.progress, follower=self.follower, note=self._note
+        )
         self.submitter = Submitter(plan, deps, label=self.label, progress=self.progress, note=self._note)
 
     def run(self) -> int:
@@ -105,11 +107,11 @@ class _RemoteRun:
         )
         return code
 
-    def _drive(self, actions: list[runstate.Action]) -> int:
+    def _drive(self, actions: list[runsteps.Action]) -> int:
         """Perform the actions in order; an event replaces what is left with the machine's next ones."""
         while True:
             action = actions.pop(0)
-            if isinstance(action, runstate.Exit):
+            if isinstance(action, runsteps.Exit):
                 return action.code
             event = self._perform_guarded(action)
             if event is not None:
@@ -117,11 +119,11 @@ class _RemoteRun:
                 self.state = step.state
                 actions = list(step.actions)
 
-    def _note(self, event: runstate.Event) -> None:
+    def _note(self, event: runsteps.Event) -> None:
         """A fact seen in the middle of an action: it changes the state, not the plan."""
         self.state = runstate.advance(self.state, event).state
 
-    def _perform_guarded(self, action: runstate.Action) -> runstate.Event | None:
+    def _perform_guarded(self, action: runsteps.Action) -> runsteps.Event | None:
         try:
             if not runstate.is_interruptible(self.state):
                 return self._perform(action)
@@ -133,49 +135,49 @@ class _RemoteRun:
                 extra={"signal": signal_name(cancel.signum), "job": self.state.job},
             )
             self.stop_deadline = self.deps.clock() + self.plan.tuning.cancel_grace_seconds
-            return runstate.Signalled(cancel.signum)
+            return runsteps.Signalled(cancel.signum)
         except JarviceError as exc:
-            return runstate.Failed(failure_of(exc), str(exc))
+            return runsteps.Failed(failure_of(exc), str(exc))
         except Exception as exc:
             # The runner's boundary: a bug must not leave a job running that nobody follows.
             log.exception("runner failed unexpectedly", extra={"job": self.state.job})
-            return runstate.Failed("internal", repr(exc))
+            return runsteps.Failed("internal", repr(exc))
 
-    def _perform(self, action: runstate.Action) -> runstate.Event | None:
-        if isinstance(action, runstate.InspectInheritedJob):
+    def _perform(self, action: runsteps.Action) -> runsteps.Event | None:
+        if isinstance(action, runsteps.InspectInheritedJob):
             return self.submitter.inspect_inherited(action.number)
-        if isinstance(action, runstate.ListLabelJobs):
+        if isinstance(action, runsteps.ListLabelJobs):
             return self.submitter.list_label_jobs(action, deadline=self._deadline())
-        if isinstance(action, runstate.TerminateExtras):
+        if isinstance(action, runsteps.TerminateExtras):
             self.stopper.terminate_extras(action, deadline=self._deadline())
             return None
-        if isinstance(action, runstate.Adopt):
+        if isinstance(action, runsteps.Adopt):
             self._adopt(action)
             return None
-        if isinstance(action, runstate.PrepareSubmit):
+        if isinstance(action, runsteps.PrepareSubmit):
             return self.submitter.prepare()
-        if isinstance(action, runstate.Submit):
+        if isinstance(action, runsteps.Submit):
             return self.submitter.submit(action)
-        if isinstance(action, runstate.AwaitJob):
+        if isinstance(action, runsteps.AwaitJob):
             return self.submitter.await_job()
-        if isinstance(action, runstate.Follow):
+        if isinstance(action, runsteps.Follow):
             return self.follower.follow(action.number)
-        if isinstance(action, runstate.Retry):
+        if isinstance(action, runsteps.Retry):
             self.follower.pause_before_retry(action)
             return None
-        if isinstance(action, runstate.Finish):
+        if isinstance(action, runsteps.Finish):
             return self.follower.finish(action)
-        if isinstance(action, runstate.StopJob):
+        if isinstance(action, runsteps.StopJob):
             return self.stopper.stop(action, deadline=self.stop_deadline)
-        if isinstance(action, runstate.Terminate):
+        if isinstance(action, runsteps.Terminate):
             return self.stopper.terminate(action)
-        if isinstance(action, runstate.LeaveRunning):
+        if isinstance(action, runsteps.LeaveRunning):
             self.stopper.leave_running(action)
             return None
-        if isinstance(action, runstate.GiveUp):
+        if isinstance(action, runsteps.GiveUp):
             self._log_give_up(action)
             return None
-        if isinstance(action, runstate.Say):
+        if isinstance(action, runsteps.Say):
             log.info("no job carries this attempt's label yet; submitting", extra={"job_label": self.label})
             return None
         raise AssertionError(f"unhandled action {action!r}")
@@ -188,7 +190,7 @@ class _RemoteRun:
             return self.deps.clock() + TERMINATE_SECONDS
         return None
 
-    def _adopt(self, action: runstate.Adopt) -> None:
+    def _adopt(self, action: runsteps.Adopt) -> None:
         entry = action.entry
         message = _ADOPT_MESSAGES.get(action.how)
         if message is not None and entry is not None:
@@ -198,7 +200,7 @@ class _RemoteRun:
             log.warning("the job carrying this label has another number now", extra={"job": action.number})
         self.progress.save_job(action.number)
 
-    def _log_give_up(self, action: runstate.GiveUp) -> None:
+    def _log_give_up(self, action: runsteps.GiveUp) -> None:
         if action.failure == "internal":
             return  # logged with its traceback where it was caught
         extra: dict[str, object] = {"error": action.error, "job": self.state.job, "reason": action.reason}

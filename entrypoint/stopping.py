@@ -3,15 +3,13 @@ terminate of a label's extra live jobs, and a give-up's best-effort terminate. T
 shell for the "stopping" and "giving_up" phases (`entrypoint.runstate` says which job to stop)."""
 
 import logging
-from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
-from entrypoint import runstate, termination
+from entrypoint import runsteps, termination
 from entrypoint.following import Follower
 from entrypoint.jarvice import JarviceError, JobNotFound
 from entrypoint.model import STATUS_RUNNING, JobStatus
-from entrypoint.plan import RemotePlan
-from entrypoint.ports import RemoteDeps
+from entrypoint.progress import ShellPart
 
 log = logging.getLogger(__name__)
 
@@ -21,30 +19,18 @@ CANCEL_POLL_SECONDS: Final = 1.0
 TERMINATE_SECONDS: Final = termination.TERMINATE_SECONDS
 
 
-class Stopper:
-    def __init__(
-        self,
-        plan: RemotePlan,
-        deps: RemoteDeps,
-        *,
-        label: str,
-        follower: Follower,
-        note: Callable[[runstate.Event], None],
-    ) -> None:
-        self.tuning = plan.tuning
-        self.deps = deps
-        self.backend = deps.backend
-        self.label = label
-        self.follower = follower
-        self.note = note
+class Stopper(ShellPart):
+    def __init__(self, *args: Any, follower: Follower, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.follower = follower  # prints what a stopped job wrote last
 
-    def stop(self, action: runstate.StopJob, *, deadline: float) -> runstate.Stopped:
+    def stop(self, action: runsteps.StopJob, *, deadline: float) -> runsteps.Stopped:
         """Stop the job a signal found: raises JarviceError when it could not be stopped."""
         if action.number is None:
             log.info("no remote job to stop")
         else:
             self._cancel_job(action.number, deadline=deadline, drain=action.drain_output)
-        return runstate.Stopped()
+        return runsteps.Stopped()
 
     def _cancel_job(self, number: int, *, deadline: float, drain: bool) -> None:
         clock, backend = self.deps.clock, self.backend
@@ -93,9 +79,9 @@ class Stopper:
         except JarviceError as exc:
             log.debug("output unavailable after stop", extra={"job": number, "error": str(exc)})
             return
-        self.note(runstate.OutputPrinted())
+        self.note(runsteps.OutputPrinted())
 
-    def terminate_extras(self, action: runstate.TerminateExtras, *, deadline: float | None) -> None:
+    def terminate_extras(self, action: runsteps.TerminateExtras, *, deadline: float | None) -> None:
         """Stop a label's live jobs other than the one followed (at most one of a label may run)."""
         log.warning(
             "several live jobs carry this label; keeping the lowest-numbered",
@@ -117,9 +103,9 @@ class Stopper:
                     "could not terminate another live job carrying this label", extra={"job": number, "error": str(exc)}
                 )
 
-    def terminate(self, action: runstate.Terminate) -> runstate.TerminateAnswered:
+    def terminate(self, action: runsteps.Terminate) -> runsteps.TerminateAnswered:
         """A give-up's best-effort terminate of each job; says which ones no longer run."""
-        return runstate.TerminateAnswered(tuple(self._best_effort_terminate(number) for number in action.numbers))
+        return runsteps.TerminateAnswered(tuple(self._best_effort_terminate(number) for number in action.numbers))
 
     def _best_effort_terminate(self, number: int) -> bool:
         try:
@@ -136,7 +122,7 @@ class Stopper:
         log.warning("giving up: terminate requested for the job", extra={"job": number})
         return True
 
-    def leave_running(self, action: runstate.LeaveRunning) -> None:
+    def leave_running(self, action: runsteps.LeaveRunning) -> None:
         log.error("could not stop the remote job", extra={"job": action.job, "error": action.error})
         self.warn_left_running(action.job)
 

@@ -4,15 +4,14 @@ off within the outage budget) and the resolve window after an unanswered one. Th
 shell for the "picking_up", "attaching", "submitting" and "resolving" phases."""
 
 import logging
-from collections.abc import Callable, Mapping
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
-from entrypoint import budget, exitcodes, runstate
+from entrypoint import budget, exitcodes, runsteps
 from entrypoint.jarvice import JobNotFound, SubmitOutcomeUnknown, SubmitRefused
 from entrypoint.model import JobEntry, SubmitBody, SubmitResult
-from entrypoint.plan import NoMachineFits, RemotePlan, build_submit_body, select_machine
-from entrypoint.ports import RemoteDeps
-from entrypoint.progress import Progress
+from entrypoint.plan import NoMachineFits, build_submit_body, select_machine
+from entrypoint.progress import ShellPart
 from entrypoint.signals import CancelRequested
 
 log = logging.getLogger(__name__)
@@ -21,58 +20,44 @@ log = logging.getLogger(__name__)
 RESOLVE_PAUSE_SECONDS: Final = 1.0
 
 
-class Submitter:
-    def __init__(
-        self,
-        plan: RemotePlan,
-        deps: RemoteDeps,
-        *,
-        label: str,
-        progress: Progress,
-        note: Callable[[runstate.Event], None],
-    ) -> None:
-        self.plan = plan
-        self.tuning = plan.tuning
-        self.deps = deps
-        self.backend = deps.backend
-        self.label = label
-        self.progress = progress
-        self.note = note  # tells the machine what happened on the way (the POST going out)
+class Submitter(ShellPart):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.body: SubmitBody | None = None
         self.attempt = 0  # submits that failed so far
         self.first_failure: float | None = None
         self.resolve_deadline = 0.0
         self.last_error = ""  # the unanswered submit's, for a give-up after the resolve window
 
-    def inspect_inherited(self, number: int) -> runstate.InheritedJobAnswered | runstate.InheritedJobUnknown:
+    def inspect_inherited(self, number: int) -> runsteps.InheritedJobAnswered | runsteps.InheritedJobUnknown:
         try:
             status = self.backend.fetch_status(number)
         except JobNotFound:
             log.warning("the job in the restart state is unknown to JARVICE", extra={"job": number})
-            return runstate.InheritedJobUnknown()
+            return runsteps.InheritedJobUnknown()
         log.info(
             "picking up the job of the previous runner",
             extra={"job": number, "state": status.state, "printed_lines": self.progress.record.printed_lines},
         )
-        return runstate.InheritedJobAnswered(status.state)
+        return runsteps.InheritedJobAnswered(status.state)
 
-    def list_label_jobs(self, action: runstate.ListLabelJobs, *, deadline: float | None) -> runstate.LabelListed:
+    def list_label_jobs(self, action: runsteps.ListLabelJobs, *, deadline: float | None) -> runsteps.LabelListed:
         """The label's jobs not in `exclude`, lowest number first: live ones, and finished ones if asked."""
         found = {j.number: j for j in self._mine(self.backend.fetch_jobs(completed=False, deadline=deadline))}
         if action.finished_too:
             found.update({j.number: j for j in self._mine(self.backend.fetch_jobs(completed=True, deadline=deadline))})
-        return runstate.LabelListed(tuple(found[n] for n in sorted(found) if n not in action.exclude))
+        return runsteps.LabelListed(tuple(found[n] for n in sorted(found) if n not in action.exclude))
 
     def _mine(self, jobs: Mapping[int, JobEntry]) -> list[JobEntry]:
         return sorted((j for j in jobs.values() if j.label == self.label), key=lambda j: j.number)
 
-    def prepare(self) -> runstate.NothingSubmitted | runstate.SubmitPrepared:
+    def prepare(self) -> runsteps.NothingSubmitted | runsteps.SubmitPrepared:
         """Choose the machine, hold it to the GPU budget, build the body; save the state before the submit."""
         machines = self.backend.fetch_machines()
         choice = select_machine(self.plan, machines)
         if isinstance(choice, NoMachineFits):
             log.error("no machine fits the request", extra={"reason": choice.reason})
-            return runstate.NothingSubmitted(exitcodes.EXIT_NO_MACHINE)
+            return runsteps.NothingSubmitted(exitcodes.EXIT_NO_MACHINE)
         log.info("machine selected", extra={"machine": choice.machine, "reason": choice.reason})
         if choice.warning:
             log.warning("machine smaller than requested", extra={"machine": choice.machine, "reason": choice.warning})
@@ -92,7 +77,7 @@ class Submitter:
                     "reason": over.reason,
                 },
             )
-            return runstate.NothingSubmitted(exitcodes.EXIT_OVER_BUDGET)
+            return runsteps.NothingSubmitted(exitcodes.EXIT_OVER_BUDGET)
         body = build_submit_body(self.plan, machine=choice.machine)
         body["job_label"] = self.label
         self.body = body
@@ -100,11 +85,11 @@ class Submitter:
         # through the label by its successor.
         self.progress.save_job(None)
         before = frozenset(j.number for j in self._mine(self.backend.fetch_jobs(completed=True)))
-        return runstate.SubmitPrepared(before)
+        return runsteps.SubmitPrepared(before)
 
     def submit(
-        self, action: runstate.Submit
-    ) -> runstate.SubmitAccepted | runstate.SubmitDeclined | runstate.SubmitUnanswered:
+        self, action: runsteps.Submit
+    ) -> runsteps.SubmitAccepted | runsteps.SubmitDeclined | runsteps.SubmitUnanswered:
         assert self.body is not None
         if action.again:
             delay = min(
@@ -113,18 +98,18 @@ class Submitter:
             ) * self.deps.rng.uniform(0.5, 1.0)
             log.warning("submitting again", extra={"retry_in": round(delay, 3)})
             self.deps.sleep(delay)
-        self.note(runstate.SubmitPosting())
+        self.note(runsteps.SubmitPosting())
         result: SubmitResult | None = None
         try:
             with self.deps.cancel.deferred():
                 result = self.backend.submit(self.body)
         except CancelRequested:
             if result is not None:
-                self.note(runstate.SubmitAccepted(result.number))  # known before the signal is handled
+                self.note(runsteps.SubmitAccepted(result.number))  # known before the signal is handled
             raise
         except SubmitRefused as exc:
             log.warning("JARVICE refused the submit; no job was created", extra={"error": str(exc)})
-            return runstate.SubmitDeclined(self._failed(), str(exc))
+            return runsteps.SubmitDeclined(self._failed(), str(exc))
         except SubmitOutcomeUnknown as exc:
             log.warning(
                 "submit outcome unknown; looking for the job by its label",
@@ -133,15 +118,15 @@ class Submitter:
             self.last_error = str(exc)
             # The whole resolve window: a gateway's 502/504 may come before JARVICE created the job.
             self.resolve_deadline = self.deps.clock() + self.tuning.submit_resolve_seconds
-            return runstate.SubmitUnanswered()
+            return runsteps.SubmitUnanswered()
         log.info("job submitted", extra={"job": result.number, "job_name": result.name})
-        return runstate.SubmitAccepted(result.number)
+        return runsteps.SubmitAccepted(result.number)
 
-    def await_job(self) -> runstate.ResolveWindowClosed | None:
+    def await_job(self) -> runsteps.ResolveWindowClosed | None:
         """Pause before the next look for the unanswered submit's job; None while the window is open."""
         if self.deps.clock() >= self.resolve_deadline:
             log.warning("no job carries this label after the resolve window", extra={"job_label": self.label})
-            return runstate.ResolveWindowClosed(self._failed(), self.last_error)
+            return runsteps.ResolveWindowClosed(self._failed(), self.last_error)
         self.deps.sleep(min(RESOLVE_PAUSE_SECONDS, self.tuning.poll_seconds))
         return None
 
