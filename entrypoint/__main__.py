@@ -20,7 +20,19 @@ from typing import Any, Final, NoReturn
 import requests
 from pythonjsonlogger.json import JsonFormatter
 
-from entrypoint import contract, exitcodes, jarvice, local, plan, remote, restart, statefile, termination
+from entrypoint import (
+    contract,
+    exitcodes,
+    jarvice,
+    local,
+    plan,
+    ports,
+    remote,
+    restart,
+    signals,
+    statefile,
+    termination,
+)
 from entrypoint.redaction import redact
 from entrypoint.settings import Settings, SettingsError, Tuning, parse_settings
 
@@ -92,7 +104,7 @@ def _read_file(path: str) -> str:
     return Path(path).read_text(encoding="utf-8")
 
 
-def open_journal(settings: Settings) -> tuple[remote.Journal, restart.StartDecision]:
+def open_journal(settings: Settings) -> tuple[ports.Journal, restart.StartDecision]:
     """The restart state of this container and what it means for this start.
 
     Raises StateDirError when NIMBIX_BURST_STATE_DIR is set but unusable."""
@@ -102,7 +114,7 @@ def open_journal(settings: Settings) -> tuple[remote.Journal, restart.StartDecis
             "but cannot tell a crash from a deliberate retry",
             extra={"variable": contract.ENV_STATE_DIR},
         )
-        return remote.NoJournal(), remote.FIRST_START
+        return ports.NoJournal(), remote.FIRST_START
     journal = statefile.StateFile.open(settings.state_dir, container=settings.pod.container)
     try:
         previous = journal.load()
@@ -121,11 +133,11 @@ def open_journal(settings: Settings) -> tuple[remote.Journal, restart.StartDecis
 
 
 @contextmanager
-def open_remote_deps(settings: Settings, *, tuning: Tuning, journal: remote.Journal) -> Iterator[remote.RemoteDeps]:
+def open_remote_deps(settings: Settings, *, tuning: Tuning, journal: ports.Journal) -> Iterator[ports.RemoteDeps]:
     """The remote run's real dependencies: signals, an HTTP session, the JARVICE client, stdout."""
     assert settings.remote is not None
     creds = settings.remote.credentials
-    token = remote.CancelToken()
+    token = signals.CancelToken()
     for sig in REMOTE_CANCEL_SIGNALS:
         signal.signal(sig, lambda signum, _frame: token.request(signum))
     with requests.Session() as session:
@@ -152,7 +164,7 @@ def open_remote_deps(settings: Settings, *, tuning: Tuning, journal: remote.Jour
         host = urllib.parse.urlsplit(settings.remote.api_url).hostname or ""
         if settings.remote.api_url.startswith("http://") and host not in LOOPBACK_HOSTS:
             log.warning("JARVICE_API_URL is not https: the API key travels unencrypted", extra={"host": host})
-        yield remote.RemoteDeps(
+        yield ports.RemoteDeps(
             backend=client,
             out=StdoutSink(),
             sleep=time.sleep,

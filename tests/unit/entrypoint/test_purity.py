@@ -20,6 +20,8 @@ PURE = [
     "recovery",
     "redaction",
     "restart",
+    "runstate",
+    "runsteps",
     "settings",
     "termination",
     "walltime",

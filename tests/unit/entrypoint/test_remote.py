@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from entrypoint import exitcodes, remote, restart
+from entrypoint import exitcodes, ports, remote, restart, signals
 from entrypoint.jarvice import (
     CredentialsRejected,
     JobNotFound,
@@ -238,11 +238,11 @@ class World:
     clock: Clock
     backend: FakeBackend
     sink: Sink
-    token: remote.CancelToken
+    token: signals.CancelToken
     messages: list[str] = field(default_factory=list)
 
     def run(self, plan: RemotePlan | None = None) -> int:
-        deps = remote.RemoteDeps(
+        deps = ports.RemoteDeps(
             backend=self.backend,
             out=self.sink,
             sleep=self.clock.sleep,
@@ -263,7 +263,7 @@ class World:
 @pytest.fixture
 def world() -> World:
     clock = Clock()
-    return World(clock, FakeBackend(clock), Sink(), remote.CancelToken())
+    return World(clock, FakeBackend(clock), Sink(), signals.CancelToken())
 
 
 LINES = [f"epoch {i}\n" for i in range(30)]
@@ -476,18 +476,18 @@ def test_output_missing_after_completion_is_retried(world: World) -> None:
 
 
 def test_cancel_token_semantics() -> None:
-    token = remote.CancelToken()
+    token = signals.CancelToken()
     token.request(signal.SIGINT)  # not interruptible: recorded only
     assert token.signum == signal.SIGINT
-    with pytest.raises(remote.CancelRequested), token.interruptible():
+    with pytest.raises(signals.CancelRequested), token.interruptible():
         pass
-    token = remote.CancelToken()
-    with pytest.raises(remote.CancelRequested), token.interruptible(), token.deferred():
+    token = signals.CancelToken()
+    with pytest.raises(signals.CancelRequested), token.interruptible(), token.deferred():
         token.request(signal.SIGTERM)  # deferred: no raise here
         reached = True
     assert reached
-    token = remote.CancelToken()
-    with pytest.raises(remote.CancelRequested), token.interruptible():
+    token = signals.CancelToken()
+    with pytest.raises(signals.CancelRequested), token.interruptible():
         token.request(signal.SIGTERM)
     token.request(signal.SIGTERM)  # after the first raise: recorded, no second raise
 
@@ -591,7 +591,7 @@ class Journal:
 
 
 def run_with_state(world: World, journal: Journal, start: restart.StartDecision, **tuning: float) -> int:
-    deps = remote.RemoteDeps(
+    deps = ports.RemoteDeps(
         backend=world.backend,
         out=world.sink,
         sleep=world.clock.sleep,

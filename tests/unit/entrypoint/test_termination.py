@@ -5,13 +5,13 @@ import json
 import pytest
 
 from entrypoint import contract, termination
-from entrypoint.remote import CANCEL_POLL_SECONDS
 from entrypoint.settings import (
     DEFAULT_CANCEL_GRACE_SECONDS,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,
     Tuning,
 )
+from entrypoint.stopping import CANCEL_POLL_SECONDS
 
 
 @pytest.mark.parametrize(

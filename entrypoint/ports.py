@@ -1,0 +1,77 @@
+"""What the remote run talks to: JARVICE, stdout, the restart state, the termination message.
+
+Protocols and the bundle of them (`RemoteDeps`), so tests drive the run with a fake backend and a
+fake clock; `entrypoint.__main__` builds the real ones.
+"""
+
+import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from entrypoint import restart
+from entrypoint.model import JobEntry, JobStatus, Machine, SubmitBody, SubmitResult
+from entrypoint.signals import CancelToken
+
+
+class JobBackend(Protocol):
+    """What the runner needs from JARVICE (`entrypoint.jarvice.JarviceClient` implements it)."""
+
+    def fetch_machines(self) -> Mapping[str, Machine]: ...
+
+    def fetch_jobs(self, *, completed: bool, deadline: float | None = None) -> Mapping[int, JobEntry]: ...
+
+    def submit(self, body: SubmitBody) -> SubmitResult: ...
+
+    def fetch_status(self, number: int, *, deadline: float | None = None) -> JobStatus: ...
+
+    def fetch_tail(self, number: int, *, lines: int) -> str: ...
+
+    def open_output(
+        self, number: int, *, endpoint: Literal["tail", "output"], deadline: float | None = None
+    ) -> AbstractContextManager[Iterator[str]]: ...
+
+    def shutdown(self, number: int, *, deadline: float | None = None) -> None: ...
+
+    def terminate(self, number: int, *, deadline: float | None = None) -> None: ...
+
+
+class OutputSink(Protocol):
+    def write(self, lines: Sequence[str]) -> None: ...
+
+
+class Journal(Protocol):
+    """Where the restart state goes (`entrypoint.statefile.StateFile` implements it)."""
+
+    def save(self, state: restart.RunnerState) -> None: ...
+
+
+class NoJournal:
+    """Without NIMBIX_BURST_STATE_DIR: nothing is kept, restarts re-attach by label only."""
+
+    def save(self, state: restart.RunnerState) -> None:
+        pass
+
+
+class TerminationLog(Protocol):
+    """Where the termination message goes (best effort: a failure is the writer's to log)."""
+
+    def write(self, message: str) -> None: ...
+
+
+class NoTerminationLog:
+    def write(self, message: str) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteDeps:
+    backend: JobBackend
+    out: OutputSink
+    sleep: Callable[[float], None]
+    clock: Callable[[], float]
+    rng: random.Random
+    cancel: CancelToken
+    journal: Journal = field(default_factory=NoJournal)
+    termination: TerminationLog = field(default_factory=NoTerminationLog)

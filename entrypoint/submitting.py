@@ -1,0 +1,138 @@
+"""Finding the job or making it: the inherited job's status, the label's jobs, the machine and the
+GPU budget, the submit POST (sent once, held against signals until its outcome is known, backed
+off within the outage budget) and the resolve window after an unanswered one. The remote run's
+shell for the "picking_up", "attaching", "submitting" and "resolving" phases."""
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Final
+
+from entrypoint import budget, exitcodes, runsteps
+from entrypoint.jarvice import JobNotFound, SubmitOutcomeUnknown, SubmitRefused
+from entrypoint.model import JobEntry, SubmitBody, SubmitResult
+from entrypoint.plan import NoMachineFits, build_submit_body, select_machine
+from entrypoint.progress import ShellPart
+from entrypoint.signals import CancelRequested
+
+log = logging.getLogger(__name__)
+
+# Between looks for a job created by an unanswered submit.
+RESOLVE_PAUSE_SECONDS: Final = 1.0
+
+
+class Submitter(ShellPart):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.body: SubmitBody | None = None
+        self.attempt = 0  # submits that failed so far
+        self.first_failure: float | None = None
+        self.resolve_deadline = 0.0
+        self.last_error = ""  # the unanswered submit's, for a give-up after the resolve window
+
+    def inspect_inherited(self, number: int) -> runsteps.InheritedJobAnswered | runsteps.InheritedJobUnknown:
+        try:
+            status = self.backend.fetch_status(number)
+        except JobNotFound:
+            log.warning("the job in the restart state is unknown to JARVICE", extra={"job": number})
+            return runsteps.InheritedJobUnknown()
+        log.info(
+            "picking up the job of the previous runner",
+            extra={"job": number, "state": status.state, "printed_lines": self.progress.record.printed_lines},
+        )
+        return runsteps.InheritedJobAnswered(status.state)
+
+    def list_label_jobs(self, action: runsteps.ListLabelJobs, *, deadline: float | None) -> runsteps.LabelListed:
+        """The label's jobs not in `exclude`, lowest number first: live ones, and finished ones if asked."""
+        found = {j.number: j for j in self._mine(self.backend.fetch_jobs(completed=False, deadline=deadline))}
+        if action.finished_too:
+            found.update({j.number: j for j in self._mine(self.backend.fetch_jobs(completed=True, deadline=deadline))})
+        return runsteps.LabelListed(tuple(found[n] for n in sorted(found) if n not in action.exclude))
+
+    def _mine(self, jobs: Mapping[int, JobEntry]) -> list[JobEntry]:
+        return sorted((j for j in jobs.values() if j.label == self.label), key=lambda j: j.number)
+
+    def prepare(self) -> runsteps.NothingSubmitted | runsteps.SubmitPrepared:
+        """Choose the machine, hold it to the GPU budget, build the body; save the state before the submit."""
+        machines = self.backend.fetch_machines()
+        choice = select_machine(self.plan, machines)
+        if isinstance(choice, NoMachineFits):
+            log.error("no machine fits the request", extra={"reason": choice.reason})
+            return runsteps.NothingSubmitted(exitcodes.EXIT_NO_MACHINE)
+        log.info("machine selected", extra={"machine": choice.machine, "reason": choice.reason})
+        if choice.warning:
+            log.warning("machine smaller than requested", extra={"machine": choice.machine, "reason": choice.warning})
+        if self.plan.counted_gpus is None:
+            log.info("no counted GPUs set: the machine is not checked against a GPU budget")
+        over = budget.check_gpu_budget(
+            machines[choice.machine], nodes=self.plan.nodes, counted_gpus=self.plan.counted_gpus
+        )
+        if over is not None:
+            log.error(
+                "the machine holds more GPUs than the budget counted; nothing submitted",
+                extra={
+                    "machine": choice.machine,
+                    "gpus": machines[choice.machine].gpus,
+                    "nodes": self.plan.nodes,
+                    "counted_gpus": self.plan.counted_gpus,
+                    "reason": over.reason,
+                },
+            )
+            return runsteps.NothingSubmitted(exitcodes.EXIT_OVER_BUDGET)
+        body = build_submit_body(self.plan, machine=choice.machine)
+        body["job_label"] = self.label
+        self.body = body
+        # Saved before the submit: a runner killed between submit and the next save is resolved
+        # through the label by its successor.
+        self.progress.save_job(None)
+        before = frozenset(j.number for j in self._mine(self.backend.fetch_jobs(completed=True)))
+        return runsteps.SubmitPrepared(before)
+
+    def submit(
+        self, action: runsteps.Submit
+    ) -> runsteps.SubmitAccepted | runsteps.SubmitDeclined | runsteps.SubmitUnanswered:
+        assert self.body is not None
+        if action.again:
+            delay = min(
+                self.tuning.retry_cap_seconds,
+                self.tuning.retry_base_seconds * 2 ** min(self.attempt - 1, 30),
+            ) * self.deps.rng.uniform(0.5, 1.0)
+            log.warning("submitting again", extra={"retry_in": round(delay, 3)})
+            self.deps.sleep(delay)
+        self.note(runsteps.SubmitPosting())
+        result: SubmitResult | None = None
+        try:
+            with self.deps.cancel.deferred():
+                result = self.backend.submit(self.body)
+        except CancelRequested:
+            if result is not None:
+                self.note(runsteps.SubmitAccepted(result.number))  # known before the signal is handled
+            raise
+        except SubmitRefused as exc:
+            log.warning("JARVICE refused the submit; no job was created", extra={"error": str(exc)})
+            return runsteps.SubmitDeclined(self._failed(), str(exc))
+        except SubmitOutcomeUnknown as exc:
+            log.warning(
+                "submit outcome unknown; looking for the job by its label",
+                extra={"error": str(exc), "job_label": self.label, "answered": exc.answered},
+            )
+            self.last_error = str(exc)
+            # The whole resolve window: a gateway's 502/504 may come before JARVICE created the job.
+            self.resolve_deadline = self.deps.clock() + self.tuning.submit_resolve_seconds
+            return runsteps.SubmitUnanswered()
+        log.info("job submitted", extra={"job": result.number, "job_name": result.name})
+        return runsteps.SubmitAccepted(result.number)
+
+    def await_job(self) -> runsteps.ResolveWindowClosed | None:
+        """Pause before the next look for the unanswered submit's job; None while the window is open."""
+        if self.deps.clock() >= self.resolve_deadline:
+            log.warning("no job carries this label after the resolve window", extra={"job_label": self.label})
+            return runsteps.ResolveWindowClosed(self._failed(), self.last_error)
+        self.deps.sleep(min(RESOLVE_PAUSE_SECONDS, self.tuning.poll_seconds))
+        return None
+
+    def _failed(self) -> bool:
+        """Count a failed submit; True once the failures span the outage budget."""
+        now = self.deps.clock()
+        self.first_failure = now if self.first_failure is None else self.first_failure
+        self.attempt += 1
+        return now - self.first_failure >= self.tuning.outage_seconds
