@@ -70,7 +70,7 @@ def test_review_body_is_a_few_kb_with_a_uid_placeholder() -> None:
 
 def test_alibaba_first_fit_binds_only_running_pods_within_capacity() -> None:
     # The trace is an input of make bench and make replay: missing, it is a failure, never a skip.
-    assert clusters.ALIBABA_DIR.is_dir(), f"{clusters.ALIBABA_DIR} is missing: put shared/ beside the checkout"
+    assert clusters.ALIBABA_DIR.is_dir(), f"{clusters.ALIBABA_DIR} is missing: it ships with the checkout"
     nodes = clusters.read_trace_nodes(clusters.ALIBABA_DIR / clusters.ALIBABA_NODES)
     pods = clusters.read_trace_pods(clusters.ALIBABA_DIR / clusters.ALIBABA_PODS)
     assert (len(nodes), len(pods)) == (1523, 8152)
