@@ -16,8 +16,8 @@ import jsonpatch
 import pytest
 
 from entrypoint import contract
+from tests.support.clocks import Clock
 from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, node, pod
-from tests.unit.webhook.test_decision import Clock
 from webhook import admission, budget, leadership
 from webhook.budget import ANNOTATION_BUDGET, ANNOTATION_MAX_REMOTE_GPUS, ANNOTATION_REMOTE_GPUS
 from webhook.cache import ClusterCache
