@@ -11,26 +11,15 @@ from aiohttp.test_utils import TestClient
 
 from tests.integration.webhook.conftest import ClientFactory, review_body
 from tests.support.clocks import Clock
+from tests.support.leases import FixedElector
 from tests.unit.webhook.builders import container, node, pod
 from webhook.app import ROUTER, cache_fitness, create_app
-from webhook.leadership import Standing
 from webhook.replicas import ReplicaRouter
 from webhook.settings import Settings
 from webhook.sync import CacheSync
 
 JSON = {"Content-Type": "application/json"}
 RELAYED = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"u","allowed":true}}'
-
-
-class FixedElector:
-    def __init__(self, standing: Standing, leader_url: str = "") -> None:
-        self._standing, self._url = standing, leader_url
-
-    def standing(self) -> Standing:
-        return self._standing
-
-    def leader_url(self) -> str:
-        return self._url
 
 
 class RecordingForwarder:
