@@ -91,7 +91,8 @@ def test_get_sends_credentials_timeouts_and_parses_status() -> None:
 
 @pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8", "Application/JSON"])
 def test_json_media_type_accepted(content_type: str) -> None:
-    client(ScriptedSession(make_response(200, STATUS_OK, content_type))).fetch_status(42)
+    status = client(ScriptedSession(make_response(200, STATUS_OK, content_type))).fetch_status(42)
+    assert (status.number, status.state) == (42, "PROCESSING STARTING")
 
 
 @pytest.mark.parametrize("content_type", ["text/html", "text/plain", None, "application/jsonp"])
