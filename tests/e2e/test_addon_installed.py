@@ -32,11 +32,9 @@ from devplatform import certmanager
 from devplatform.cluster import install, nodes
 from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.node import RealNode
-from tests.e2e.at_once import run_at_once
+from tests.support.at_once import run_at_once
+from tests.support.gpus import GPU, GPU_TAINT, GPU_TOLERATION
 
-GPU = "nvidia.com/gpu"
-GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
-GPU_TOLERATION = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
 DECISION = "nimbix-burst.io/decision"
 UNMUTATED = "unmutated"
 FORWARDED_METRIC = 'nimbix_burst_admissions_total{decision="forwarded"}'

@@ -16,7 +16,8 @@ from typing import Any
 
 from devplatform.cluster import addons
 from devplatform.cluster.controlplane import ControlPlane
-from tests.e2e.test_webhook import GPU, Group, assert_remote
+from tests.support.gpus import GPU
+from tests.support.webhook_group import Group, assert_remote
 
 BUDGET = "nimbix-burst.io/max-remote-gpus"
 WEBHOOK_ARGS = ["--strip-toleration-keys", GPU, "--watch-stale-seconds", "5"]

@@ -34,10 +34,8 @@ from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.processes import ManagedProcess, free_port, start_process, stop_process
 from devplatform.emulator.harness import EmulatorControl
 from entrypoint import contract
+from tests.support.gpus import GPU, GPU_TAINT, GPU_TOLERATION
 
-GPU = "nvidia.com/gpu"
-GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
-GPU_TOLERATION = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
 HOLD = "nimbix-burst.io/e2e-hold"
 STRANDED_SECONDS = 5
 ORPHAN_GRACE_SECONDS = 3

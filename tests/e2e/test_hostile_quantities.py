@@ -17,8 +17,8 @@ import pytest
 
 from devplatform.cluster import addons
 from devplatform.cluster.controlplane import ControlPlane
+from tests.support.gpus import GPU
 
-GPU = "nvidia.com/gpu"
 # The webhook's own logged handling time; the old code spent 5-10 s here, past the 5 s timeout.
 MAX_ADMISSION_MS = 100.0
 

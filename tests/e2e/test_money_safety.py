@@ -37,26 +37,23 @@ from typing import Any
 from devplatform import demo
 from devplatform.cluster import addons, controlplane, install, node
 from entrypoint import contract, exitcodes
-from tests.e2e.at_once import run_at_once
-from tests.e2e.test_burst_on_real_node import runner_pid, wait_log
-from tests.e2e.test_controller_installed import (
+from tests.support.at_once import run_at_once
+from tests.support.gpus import GPU
+from tests.support.installed_controller import (
     BUDGET,
     CONTROLLER_LEASE,
     CONTROLLER_SELECTOR,
     ORPHAN_GRACE_SECONDS,
     ORPHAN_INTERVAL_SECONDS,
-    _annotations,
-    _app,
-    _create,
-    _leader,
-    _pod,
-    _pod_body,
-    controller,  # noqa: F401 - the module fixture: the reaper configured with the test's thresholds
-    gpus_gone,  # noqa: F401 - a fixture
-    ns,  # noqa: F401 - a fixture
+    annotations_of,
+    app_container,
+    controller_leader,
+    create_pod,
+    find_pod,
+    pod_body,
 )
+from tests.support.real_node_pods import runner_pid, wait_log
 
-GPU = "nvidia.com/gpu"
 # How late a job may stop after its pod could no longer follow it: the reaper's grace and interval, plus
 # what the pod's status and the JARVICE list take to show it (a kubelet status update, a round's list).
 SLACK_SECONDS = 10
@@ -137,19 +134,19 @@ def _running_remote(
     """A burst pod running `sleep` on JARVICE; returns its UID once its job runs."""
     restart = kwargs.pop("restart", "Never")
     gpus = kwargs.pop("gpus", 8)  # more than the real node has: remote whatever else runs
-    body = _pod_body(name, _app(emulator, f'echo "{name} started"; sleep 600', gpus=gpus), gated=False)
+    body = pod_body(name, app_container(emulator, f'echo "{name} started"; sleep 600', gpus=gpus), gated=False)
     body["spec"]["restartPolicy"] = restart
-    _create(plane, namespace, body)
+    create_pod(plane, namespace, body)
     wait_log(plane, namespace, name, f"{name} started")
-    pod = _pod(plane, namespace, name)
-    assert pod is not None and _annotations(pod)[contract.ANNOTATION_DECISION] == "remote", pod
+    pod = find_pod(plane, namespace, name)
+    assert pod is not None and annotations_of(pod)[contract.ANNOTATION_DECISION] == "remote", pod
     uid = str(pod["metadata"]["uid"])
     assert _states(emulator, uid) == [LIVE]
     return uid
 
 
 def _phase(plane: controlplane.ControlPlane, namespace: str, name: str) -> str:
-    pod = _pod(plane, namespace, name)
+    pod = find_pod(plane, namespace, name)
     return "" if pod is None else str(pod["status"].get("phase") or "")
 
 
@@ -160,6 +157,7 @@ def _kill_runner(uid: str) -> None:
 
 _HOG = """
 import sys, time
+from tests.support.gpus import GPU
 with open("/proc/self/oom_score_adj", "w") as f:
     f.write("-1000")  # never the OOM killer's choice: the runner is
 sys.stdout.write("ready\\n"); sys.stdout.flush()
@@ -205,11 +203,11 @@ def _record(row: Row) -> Row:
 
 
 def test_runner_sigkilled_under_restart_never_job_stopped_and_budget_held(
-    controller: None,  # noqa: F811
+    controller: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
-    ns: str,  # noqa: F811
-    gpus_gone: Callable[[], None],  # noqa: F811
+    ns: str,
+    gpus_gone: Callable[[], None],
 ) -> None:
     """The pod stays `Failed`, its job would bill on: the reaper stops it. Meanwhile the namespace's
     budget (1 GPU) still counts it, so a second pod is kept local; once the job is gone, a third bursts."""
@@ -220,22 +218,24 @@ def test_runner_sigkilled_under_restart_never_job_stopped_and_budget_held(
     _kill_runner(uid)
     demo.wait_for(lambda: _phase(control_plane, ns, "killed") == "Failed", what="the pod Failed", timeout=60)
     failed_at = time.monotonic()
-    second = _create(control_plane, ns, _pod_body("second", _app(node_emulator, "echo second", gpus=1), gated=False))
-    second_pod = _pod(control_plane, ns, "second")
+    second = create_pod(
+        control_plane, ns, pod_body("second", app_container(node_emulator, "echo second", gpus=1), gated=False)
+    )
+    second_pod = find_pod(control_plane, ns, "second")
     assert second_pod is not None
-    held = _annotations(second_pod)[contract.ANNOTATION_DECISION] == "local"
+    held = annotations_of(second_pod)[contract.ANNOTATION_DECISION] == "local"
     took = _wait_job_states(node_emulator, uid, ["TERMINATED"], timeout=REAP_BOUND + 60, what="the job TERMINATED")
     demo.wait_for(
         lambda: (
-            _annotations(_pod(control_plane, ns, "killed") or {"metadata": {}}).get(contract.ANNOTATION_JOB_STATE)
+            annotations_of(find_pod(control_plane, ns, "killed") or {"metadata": {}}).get(contract.ANNOTATION_JOB_STATE)
             == contract.JOB_STATE_ENDED
         ),
         what="the pod marked job-state=ended",
         timeout=30,
     )
     time.sleep(2)  # the webhook's watch sees the annotation
-    _create(control_plane, ns, _pod_body("third", _app(node_emulator, "echo third", gpus=1), gated=False))
-    third = _pod(control_plane, ns, "third")
+    create_pod(control_plane, ns, pod_body("third", app_container(node_emulator, "echo third", gpus=1), gated=False))
+    third = find_pod(control_plane, ns, "third")
     assert third is not None
     row = _record(
         Row(
@@ -247,17 +247,17 @@ def test_runner_sigkilled_under_restart_never_job_stopped_and_budget_held(
             note=f"stopped {time.monotonic() - failed_at:.0f}s after Failed",
         )
     )
-    assert _pod(control_plane, ns, "killed") is not None  # the object is kept: the reaper did not need it gone
-    assert held, (second, _annotations(second_pod))  # budget 1, still held by the killed pod's running job
-    assert _annotations(third)[contract.ANNOTATION_DECISION] == "remote", _annotations(third)
+    assert find_pod(control_plane, ns, "killed") is not None  # the object is kept: the reaper did not need it gone
+    assert held, (second, annotations_of(second_pod))  # budget 1, still held by the killed pod's running job
+    assert annotations_of(third)[contract.ANNOTATION_DECISION] == "remote", annotations_of(third)
     assert row.submitted == 1 and row.billing_late == 0, row
 
 
 def test_runner_oom_killed_job_stopped(
-    controller: None,  # noqa: F811
+    controller: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
-    ns: str,  # noqa: F811
+    ns: str,
 ) -> None:
     uid = _running_remote(control_plane, node_emulator, ns, "oom")
     hog = _oom_kill_runner(uid)
@@ -266,7 +266,7 @@ def test_runner_oom_killed_job_stopped(
     finally:
         hog.kill()
         hog.wait(timeout=30)
-    pod = _pod(control_plane, ns, "oom")
+    pod = find_pod(control_plane, ns, "oom")
     assert pod is not None
     terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
     took = _wait_job_states(node_emulator, uid, ["TERMINATED"], timeout=REAP_BOUND + 60, what="the job TERMINATED")
@@ -284,10 +284,10 @@ def test_runner_oom_killed_job_stopped(
 
 
 def test_pod_force_deleted_job_stopped(
-    controller: None,  # noqa: F811
+    controller: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
-    ns: str,  # noqa: F811
+    ns: str,
 ) -> None:
     uid = _running_remote(control_plane, node_emulator, ns, "forced")
     control_plane.kubectl("-n", ns, "delete", "pod", "forced", "--force", "--grace-period=0")
@@ -304,11 +304,11 @@ def test_pod_force_deleted_job_stopped(
 
 
 def test_kubelet_stopped_pod_stuck_terminating_job_stopped(
-    controller: None,  # noqa: F811
+    controller: None,
     control_plane: controlplane.ControlPlane,
     real_node: node.RealNode,
     node_emulator: addons.EmulatorProcess,
-    ns: str,  # noqa: F811
+    ns: str,
 ) -> None:
     """The node's kubelet stops (SIGSTOP: as gone as a dead node, for the API server) while a burst pod
     runs; the pod is deleted and stays Terminating. Past its deletion deadline no runner can be trusted to
@@ -320,7 +320,7 @@ def test_kubelet_stopped_pod_stuck_terminating_job_stopped(
         control_plane.kubectl("-n", ns, "delete", "pod", "stuck", "--grace-period=1", "--wait=false")
         deadline_passed = time.monotonic() + 1
         took = _wait_job_states(node_emulator, uid, ["TERMINATED"], timeout=REAP_BOUND + 60, what="the job TERMINATED")
-        stuck = _pod(control_plane, ns, "stuck")
+        stuck = find_pod(control_plane, ns, "stuck")
     finally:
         os.kill(kubelet.pid, signal.SIGCONT)
     late = time.monotonic() - deadline_passed
@@ -336,7 +336,7 @@ def test_kubelet_stopped_pod_stuck_terminating_job_stopped(
     assert stuck is not None and stuck["metadata"].get("deletionTimestamp"), "the pod was not stuck Terminating"
     assert row.submitted == 1 and row.billing_late == 0, row
     demo.wait_for(
-        lambda: _pod(control_plane, ns, "stuck") is None, what="the pod gone once the kubelet is back", timeout=90
+        lambda: find_pod(control_plane, ns, "stuck") is None, what="the pod gone once the kubelet is back", timeout=90
     )
 
 
@@ -344,18 +344,18 @@ def test_kubelet_stopped_pod_stuck_terminating_job_stopped(
 
 
 def test_submit_answered_502_after_the_job_was_created_runs_once(
-    controller: None,  # noqa: F811
+    controller: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
-    ns: str,  # noqa: F811
+    ns: str,
 ) -> None:
     _faults(node_emulator, status502_after_submit=1)
     try:
-        body = _pod_body("gateway", _app(node_emulator, 'echo "ran once"', gpus=8), gated=False)
-        _create(control_plane, ns, body)
+        body = pod_body("gateway", app_container(node_emulator, 'echo "ran once"', gpus=8), gated=False)
+        create_pod(control_plane, ns, body)
         pod = demo.wait_for(
             lambda: (
-                (p := _pod(control_plane, ns, "gateway")) is not None
+                (p := find_pod(control_plane, ns, "gateway")) is not None
                 and p["status"].get("phase") in ("Succeeded", "Failed")
                 and p
             ),
@@ -380,20 +380,20 @@ def test_submit_answered_502_after_the_job_was_created_runs_once(
 
 
 def test_jarvice_unreachable_for_60s_mid_run_the_job_runs_once_to_its_end(
-    controller: None,  # noqa: F811
+    controller: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
-    ns: str,  # noqa: F811
+    ns: str,
 ) -> None:
     command = 'echo "before"; sleep 75; echo "after"'
-    _create(control_plane, ns, _pod_body("outage", _app(node_emulator, command, gpus=8), gated=False))
+    create_pod(control_plane, ns, pod_body("outage", app_container(node_emulator, command, gpus=8), gated=False))
     wait_log(control_plane, ns, "outage", "before")
     _faults(node_emulator, drop=1_000_000)  # every API call's connection is dropped, unanswered
     time.sleep(60)
     _faults(node_emulator)
     pod = demo.wait_for(
         lambda: (
-            (p := _pod(control_plane, ns, "outage")) is not None
+            (p := find_pod(control_plane, ns, "outage")) is not None
             and p["status"].get("phase") in ("Succeeded", "Failed")
             and p
         ),
@@ -415,10 +415,10 @@ def test_jarvice_unreachable_for_60s_mid_run_the_job_runs_once_to_its_end(
 
 
 def test_sigterm_while_the_runner_picks_up_an_inherited_job_stops_it(
-    controller: None,  # noqa: F811
+    controller: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
-    ns: str,  # noqa: F811
+    ns: str,
 ) -> None:
     """The runner is killed and restarted (restartPolicy OnFailure); while the new one is still picking
     the job up (JARVICE's status endpoint failing), the pod is deleted: the inherited job is stopped."""
@@ -428,7 +428,7 @@ def test_sigterm_while_the_runner_picks_up_an_inherited_job_stops_it(
         _kill_runner(uid)
 
         def picking_up() -> bool:
-            pod = _pod(control_plane, ns, "inherit")
+            pod = find_pod(control_plane, ns, "inherit")
             statuses = (pod or {}).get("status", {}).get("containerStatuses") or [{}]
             if not statuses[0].get("restartCount") or "running" not in statuses[0].get("state", {}):
                 return False
@@ -503,7 +503,7 @@ def test_webhook_leader_killed_while_24_pods_race_for_6_gpus(
     killer.join()
     decisions: dict[str, int] = {}
     for pod in created:
-        decision = _annotations(pod).get(contract.ANNOTATION_DECISION, "unmutated")
+        decision = annotations_of(pod).get(contract.ANNOTATION_DECISION, "unmutated")
         decisions[decision] = decisions.get(decision, 0) + 1
     row = _record(
         Row(
@@ -522,14 +522,14 @@ def test_webhook_leader_killed_while_24_pods_race_for_6_gpus(
 
 
 def test_controller_leader_killed_while_an_orphan_waits_for_its_grace(
-    controller: None,  # noqa: F811
+    controller: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
-    ns: str,  # noqa: F811
+    ns: str,
 ) -> None:
     uid = _running_remote(control_plane, node_emulator, ns, "orphan")
     control_plane.kubectl("-n", ns, "delete", "pod", "orphan", "--force", "--grace-period=0")
-    leader = _leader(control_plane)
+    leader = controller_leader(control_plane)
     pid = _pid_of("controller", env=f"POD_NAME={leader}")
     assert pid is not None, f"no process for the controller leader {leader}"
     os.kill(pid, signal.SIGKILL)
@@ -577,7 +577,7 @@ def _emulator_state(emulator: addons.EmulatorProcess, number: int) -> str:
 
 
 def test_another_clusters_job_and_a_hand_submitted_job_are_never_touched(
-    controller: None,  # noqa: F811
+    controller: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
 ) -> None:
@@ -619,24 +619,24 @@ def test_another_clusters_job_and_a_hand_submitted_job_are_never_touched(
 
 
 def test_env_asking_for_more_gpus_than_counted_is_refused_before_submit(
-    controller: None,  # noqa: F811
+    controller: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
-    ns: str,  # noqa: F811
-    gpus_gone: Callable[[], None],  # noqa: F811
+    ns: str,
+    gpus_gone: Callable[[], None],
 ) -> None:
     """Budget 4 in the namespace; a 1-GPU pod whose env asks for 8 GPUs on 2 nodes: the webhook counts 1
     and warns, the runner refuses a machine of 16 GPUs and submits nothing."""
     control_plane.kubectl("annotate", "namespace", ns, f"{BUDGET}=4", "--overwrite")
     gpus_gone()
     time.sleep(2)
-    container = _app(node_emulator, "echo never", gpus=1)
+    container = app_container(node_emulator, "echo never", gpus=1)
     container.setdefault("env", []).extend(
         [{"name": "NUM_GPUS", "value": "8"}, {"name": "JARVICE_NODES", "value": "2"}]
     )
-    warnings = _create(control_plane, ns, _pod_body("greedy", container, gated=False))
+    warnings = create_pod(control_plane, ns, pod_body("greedy", container, gated=False))
     pod = demo.wait_for(
-        lambda: (p := _pod(control_plane, ns, "greedy")) is not None and p["status"].get("phase") == "Failed" and p,
+        lambda: (p := find_pod(control_plane, ns, "greedy")) is not None and p["status"].get("phase") == "Failed" and p,
         what="the pod Failed",
         timeout=WAIT_SECONDS,
     )
@@ -652,28 +652,30 @@ def test_env_asking_for_more_gpus_than_counted_is_refused_before_submit(
             note=f"exit {code}",
         )
     )
-    assert _annotations(pod)[contract.ANNOTATION_DECISION] == "remote"
+    assert annotations_of(pod)[contract.ANNOTATION_DECISION] == "remote"
     assert code == exitcodes.EXIT_OVER_BUDGET, code
     assert row.submitted == 0, row
     assert "NUM_GPUS" in warnings, warnings
 
 
 def test_a_job_past_its_namespace_walltime_is_stopped_and_reported(
-    controller: None,  # noqa: F811
+    controller: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
-    ns: str,  # noqa: F811
+    ns: str,
 ) -> None:
     """No job bills without a time limit: the namespace's default walltime (10 s) reaches the job, JARVICE
     (the emulator) stops it there, and the runner exits with its walltime status."""
     control_plane.kubectl("annotate", "namespace", ns, "nimbix-burst.io/default-walltime=00:00:10", "--overwrite")
     time.sleep(2)  # the webhook's watch sees the annotation
-    body = _pod_body("overtime", _app(node_emulator, 'echo "overtime started"; sleep 300', gpus=8), gated=False)
-    _create(control_plane, ns, body)
+    body = pod_body("overtime", app_container(node_emulator, 'echo "overtime started"; sleep 300', gpus=8), gated=False)
+    create_pod(control_plane, ns, body)
     wait_log(control_plane, ns, "overtime", "overtime started")
     started = time.monotonic()
     pod = demo.wait_for(
-        lambda: (p := _pod(control_plane, ns, "overtime")) is not None and p["status"].get("phase") == "Failed" and p,
+        lambda: (
+            (p := find_pod(control_plane, ns, "overtime")) is not None and p["status"].get("phase") == "Failed" and p
+        ),
         what="the pod Failed",
         timeout=WAIT_SECONDS,
     )
@@ -687,7 +689,7 @@ def test_a_job_past_its_namespace_walltime_is_stopped_and_reported(
             completed=0,
             billing_late=states.count(LIVE),
             note=f"exit {code}, {took:.0f}s after it started; walltime annotation: "
-            + _annotations(pod).get("nimbix-burst.io/walltime", "")[:60],
+            + annotations_of(pod).get("nimbix-burst.io/walltime", "")[:60],
         )
     )
     assert states == ["TERMINATED"], states

@@ -23,11 +23,9 @@ from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.pki import make_ca
 from devplatform.cluster.processes import free_port, stop_process
 from devplatform.cluster.tcpproxy import CuttableProxy
-from tests.e2e.at_once import run_at_once
+from tests.support.at_once import run_at_once
+from tests.support.gpus import GPU, GPU_TAINT, GPU_TOLERATION
 
-GPU = "nvidia.com/gpu"
-GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
-GPU_TOLERATION = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
 DECISION = "nimbix-burst.io/decision"
 
 

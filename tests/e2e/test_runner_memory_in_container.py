@@ -23,8 +23,8 @@ import pytest
 
 from devplatform import demo
 from devplatform.cluster import addons, controlplane, node
-from tests.e2e.test_burst_on_real_node import burst_pod, create, runner_pid, wait_finished
 from tests.support import cgroups
+from tests.support.real_node_pods import burst_pod, create, runner_pid, wait_finished
 
 MB = int(os.environ.get("NIMBIX_BURST_MEMORY_TEST_MB", "20"))
 LINE_BYTES = 200

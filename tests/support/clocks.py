@@ -15,7 +15,7 @@ class Clock:
     def __init__(self, now: float = DEFAULT_START) -> None:
         self.now = now
         self.sleeps: list[float] = []
-        self.alarms: list[tuple[float, Callable[[], None]]] = []
+        self.alarms: list[tuple[float, Callable[[], object]]] = []
 
     def __call__(self) -> float:
         return self.now
