@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s_client
 
-from devplatform import certmanager
+from devplatform import certmanager, demo
 from devplatform.cluster import install, nodes
 from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.node import RealNode
@@ -104,16 +104,9 @@ def _create_at_once(core: Any, bodies: list[dict[str, Any]]) -> tuple[list[dict[
 
 def _delete_all_pods(core: Any, namespace: str) -> None:
     core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0, _request_timeout=60)
-    _wait_until(lambda: not core.list_namespaced_pod(namespace, _request_timeout=30).items, timeout=60)
-
-
-def _wait_until(predicate: Callable[[], bool], *, timeout: float, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
+    demo.wait_for(
+        lambda: not core.list_namespaced_pod(namespace, _request_timeout=30).items, what="the pods gone", timeout=60
+    )
 
 
 @pytest.fixture
@@ -275,10 +268,6 @@ def _two_ready(control_plane: ControlPlane, *, besides: set[str] = frozenset()) 
     return check
 
 
-def _leader(control_plane: ControlPlane) -> str:
-    return install.read_lease_holder(control_plane, install.LEASE)
-
-
 def _forwarded_reviews(control_plane: ControlPlane) -> float:
     """Reviews the serving pods forwarded to the leader (their /metrics, read at the pod IPs, which
     the host reaches through the node's bridge)."""
@@ -337,7 +326,7 @@ def test_create_stream_through_pod_deletion_rollout_and_certificate_renewal(
     reports = []
 
     def delete_leader() -> Callable[[], bool]:
-        leader = _leader(control_plane)
+        leader = install.read_lease_holder(control_plane, install.LEASE)
         control_plane.kubectl("-n", install.NAMESPACE, "delete", "pod", leader, "--wait=false")
         return _two_ready(control_plane, besides={leader})
 
@@ -411,4 +400,4 @@ def test_drain_of_the_one_real_node_is_held_by_the_disruption_budget(
         assert len(pending) == 1
     finally:
         control_plane.kubectl("uncordon", real_node.name)
-    _wait_until(_two_ready(control_plane), timeout=120, what="two webhook pods Ready after uncordon")
+    demo.wait_for(_two_ready(control_plane), timeout=120, what="two webhook pods Ready after uncordon")

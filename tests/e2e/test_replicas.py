@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from devplatform import demo
 from devplatform.cluster import addons, nodes
 from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.pki import make_ca
@@ -138,7 +139,7 @@ def test_twenty_four_pods_against_six_free_gpus_on_two_replicas_five_times(
             nodes.wait_for_pod_bound(core, replicas.namespace, pod["metadata"]["name"], timeout=30)
         for pod in created:
             nodes.delete_pod_now(core, replicas.namespace, pod["metadata"]["name"])
-        _wait_until(lambda: not core.list_namespaced_pod(replicas.namespace).items, timeout=30)
+        demo.wait_for(lambda: not core.list_namespaced_pod(replicas.namespace).items, what="the pods gone", timeout=30)
     print(f"\ncross-replica race, 5 rounds of 24 one-GPU pods vs 6 free GPUs: {rounds}")
     assert rounds == [{"local": 6, "remote": 18}] * 5
 
@@ -187,12 +188,3 @@ def _leader_index(replicas: Replicas) -> int:
     ).stdout.strip()
     assert lease in ("replica-0", "replica-1"), lease
     return int(lease.rsplit("-", 1)[1])
-
-
-def _wait_until(predicate: Callable[[], bool], *, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError("timed out")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from devplatform import demo
 from devplatform.cluster import addons
 from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.tcpproxy import CuttableProxy
@@ -198,15 +198,6 @@ def test_thirty_concurrent_pods_against_ten_free_gpus(group: Group) -> None:
         group.bound_node(body["metadata"]["name"])
 
 
-def _wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_decisions_stay_correct_across_a_watch_interruption(
     group: Group, proxy: CuttableProxy, webhook: addons.WebhookProcess
 ) -> None:
@@ -219,10 +210,10 @@ def test_decisions_stay_correct_across_a_watch_interruption(
         fill = group.pod(2, labeled=False)
         group.create(fill)
         assert group.bound_node(fill["metadata"]["name"]) == gpu
-        _wait_until(lambda: webhook.get("/readyz")[0] == 503, timeout=30, what="readyz to report the broken watch")
+        demo.wait_for(lambda: webhook.get("/readyz")[0] == 503, timeout=30, what="readyz to report the broken watch")
     finally:
         proxy.restore()
-    _wait_until(lambda: webhook.get("/readyz")[0] == 200, timeout=60, what="the watch to recover")
+    demo.wait_for(lambda: webhook.get("/readyz")[0] == 200, timeout=60, what="the watch to recover")
     pod, stderr = group.create(group.pod(1))
     assert_remote(pod, stderr, 1)
 
