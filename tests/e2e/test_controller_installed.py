@@ -11,7 +11,8 @@ A pod decided local would be bound by kube-scheduler at once; a scheduling gate 
 GPUs are gone, and the test removes the gate, as a queueing controller (Kueue) would. The Job's
 template carries the gate too, so the test also releases the replacement.
 
-The last test counts every replica's actions: only the Lease holder may have any.
+Every test that makes the controller act checks that only the Lease holder counted it; the last one
+checks every replica's counters once more.
 """
 
 from __future__ import annotations
@@ -72,6 +73,16 @@ def _actions(pod: dict[str, Any]) -> dict[str, float]:
         if name in counts:
             counts[name] += float(line.rsplit(" ", 1)[1])
     return counts
+
+
+def _assert_only_the_leader_counted(plane: controlplane.ControlPlane, metric: str) -> None:
+    """The action just taken is in the Lease holder's counter, and none of any action in the other's."""
+    leader = controller_leader(plane)
+    counts = {pod["metadata"]["name"]: _actions(pod) for pod in controller_pods(plane)}
+    assert len(counts) == 2 and leader in counts, (leader, counts)
+    (follower,) = [name for name in counts if name != leader]
+    assert counts[leader][metric] >= 1, counts
+    assert all(value == 0 for value in counts[follower].values()), counts
 
 
 def _get(plane: controlplane.ControlPlane, *args: str) -> dict[str, Any]:
@@ -190,6 +201,8 @@ def test_gpus_vanish_under_a_local_job_pod_and_a_bare_pod(
     assert annotations_of(still).get("nimbix-burst.io/stranded-since")
     (noted,) = _events(control_plane, ns, "bare", "NimbixStranded")
     assert "not deleted (no owner)" in noted["message"]
+    _assert_only_the_leader_counted(control_plane, "nimbix_burst_controller_rebursts_total")
+    _assert_only_the_leader_counted(control_plane, "nimbix_burst_controller_stranded_noted_total")
     print(
         f"\nreal node, installed controller: stranded -> deleted {deleted_after:.1f}s, -> replaced "
         f"{replaced_after:.1f}s (threshold {STRANDED_SECONDS}s; the Job controller's failure backoff is the rest)"
@@ -225,7 +238,6 @@ def test_an_orphaned_job_is_terminated_within_grace_plus_interval(
     )
     took = time.monotonic() - gone_at
     MEASURED["orphan_s"].append(round(took, 1))
-    assert took <= ORPHAN_GRACE_SECONDS + ORPHAN_INTERVAL_SECONDS + 2, took
     time.sleep(ORPHAN_GRACE_SECONDS + 2 * ORPHAN_INTERVAL_SECONDS)
     assert _job_status(node_emulator, uids["kept"]) == ["PROCESSING STARTING"]  # its pod exists: never touched
 
@@ -234,6 +246,10 @@ def test_an_orphaned_job_is_terminated_within_grace_plus_interval(
     lines = [json.loads(line) for line in logs.splitlines() if '"orphan job terminated"' in line]
     (line,) = [entry for entry in lines if entry["pod_uid"] == uids["doomed"]]
     assert uids["doomed"] in line["job_label"]
+    # Terminated in the round its grace ended, by the controller's own clock: never early, and no whole
+    # interval lost (how long the test saw it take, `took`, depends on the machine's load: a figure).
+    assert ORPHAN_GRACE_SECONDS <= line["orphaned_s"] < ORPHAN_GRACE_SECONDS + ORPHAN_INTERVAL_SECONDS, line
+    _assert_only_the_leader_counted(control_plane, "nimbix_burst_controller_orphans_terminated_total")
     assert node_emulator.runner_env()["JARVICE_APIKEY"] not in logs
     print(
         f"\nreal node, installed controller: orphan -> TERMINATED {took:.1f}s after the force delete "
@@ -280,6 +296,7 @@ def test_a_budget_of_four_gpus_bursts_four_and_keeps_the_fifth_local(
     still = find_pod(control_plane, ns, "p5")
     assert still is not None and not still["metadata"].get("deletionTimestamp")
     assert not still["spec"].get("nodeName")
+    _assert_only_the_leader_counted(control_plane, "nimbix_burst_controller_stranded_noted_total")
 
 
 def _annotate(plane: controlplane.ControlPlane, namespace: str, value: str, *, dry_run: bool = False) -> str:
@@ -318,7 +335,9 @@ def test_the_api_server_refuses_a_budget_that_is_not_a_whole_number(
 
 
 def test_only_the_controller_leader_acted(controller: None, control_plane: controlplane.ControlPlane) -> None:
-    """After the tests above: every action is in the Lease holder's counters, none in the other's."""
+    """Every action so far is in the Lease holder's counters, none in the other's. Each acting test
+    above checks its own action the same way (_assert_only_the_leader_counted), so this one stands
+    alone too."""
     leader = controller_leader(control_plane)
     pods = controller_pods(control_plane)
     counts = {pod["metadata"]["name"]: _actions(pod) for pod in pods}
@@ -326,6 +345,3 @@ def test_only_the_controller_leader_acted(controller: None, control_plane: contr
     assert len(counts) == 2 and leader in counts
     (follower,) = [name for name in counts if name != leader]
     assert all(value == 0 for value in counts[follower].values()), counts
-    assert counts[leader]["nimbix_burst_controller_rebursts_total"] >= 1, counts
-    assert counts[leader]["nimbix_burst_controller_stranded_noted_total"] >= 2, counts  # the bare pod, the fifth
-    assert counts[leader]["nimbix_burst_controller_orphans_terminated_total"] >= 1, counts
