@@ -179,7 +179,9 @@ def test_leader_stop_hands_over_without_an_unmutated_or_failed_create(
     print(f"\nleader stopped under a create stream: {len(created)} creates, {counts}, {len(errors)} failed")
     assert errors == []
     assert counts.get("unmutated", 0) == 0
-    assert counts.get("local", 0) <= 2  # never more than the 2 free GPUs, across the handover
+    # Never more than the 2 free GPUs, across the handover; and the stream did claim them (a run that
+    # decided nothing local would prove nothing about promising a GPU twice).
+    assert 1 <= counts.get("local", 0) <= 2, counts
 
 
 def _leader_index(replicas: Replicas) -> int:
