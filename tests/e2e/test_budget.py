@@ -14,9 +14,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from devplatform import demo
 from devplatform.cluster import addons
 from devplatform.cluster.controlplane import ControlPlane
-from tests.e2e.test_webhook import GPU, Group, assert_remote
+from tests.support.gpus import GPU
+from tests.support.webhook_group import Group, assert_remote
 
 BUDGET = "nimbix-burst.io/max-remote-gpus"
 WEBHOOK_ARGS = ["--strip-toleration-keys", GPU, "--watch-stale-seconds", "5"]
@@ -33,15 +35,6 @@ def running_webhook(control_plane: ControlPlane, *args: str, suffix: str) -> Ite
         yield hook
 
 
-def _wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def set_budget(group: Group, hook: addons.WebhookProcess, value: str) -> None:
     """Annotate the namespace and wait until the webhook's watch has it (its budget gauge)."""
     group.core.patch_namespace(group.namespace, {"metadata": {"annotations": {BUDGET: value}}})
@@ -50,7 +43,7 @@ def set_budget(group: Group, hook: addons.WebhookProcess, value: str) -> None:
         status, text = hook.get("/metrics", timeout=2)
         return status == 200 and "nimbix_burst_budgeted_namespaces 1.0" in text
 
-    _wait_until(seen, timeout=15, what="the webhook to see the namespace's budget")
+    demo.wait_for(seen, timeout=15, what="the webhook to see the namespace's budget")
 
 
 def test_a_budget_of_four_bursts_four_gpus_and_the_next_pod_stays_local(
@@ -98,12 +91,12 @@ def test_a_budget_of_four_bursts_four_gpus_and_the_next_pod_stays_local(
             pod, _ = group.create(group.pod(1))
             return pod_annotations(pod)["nimbix-burst.io/decision"] == "remote"
 
-        _wait_until(one_more_bursts, timeout=15, what="a pod to burst after a burst pod finished")
+        demo.wait_for(one_more_bursts, timeout=15, what="a pod to burst after a burst pod finished")
         assert pod_annotations(group.create(group.pod(1))[0]).get("nimbix-burst.io/budget") == note
 
         # Turned off: remove the annotation.
         core.patch_namespace(namespace, {"metadata": {"annotations": {BUDGET: None}}})
-        _wait_until(one_more_bursts, timeout=15, what="a pod to burst with the budget removed")
+        demo.wait_for(one_more_bursts, timeout=15, what="a pod to burst with the budget removed")
         _status, metrics = hook.get("/metrics", timeout=2)
         counted = re.search(r'nimbix_burst_over_budget_total\{action="local"\} ([0-9.]+)', metrics)
         assert counted is not None and float(counted.group(1)) >= 3, metrics  # 2 + 1, and any retry above

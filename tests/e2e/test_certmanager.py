@@ -29,7 +29,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
-from devplatform import certmanager, manifests
+from devplatform import certmanager, demo, manifests
 from devplatform.cluster import controlplane
 
 NAMESPACE = "nimbix-burst"
@@ -85,11 +85,15 @@ def issued(
     control_plane.kubectl("apply", "-f", str(CERTIFICATES_FILE))
     control_plane.kubectl("create", "-f", "-", input=json.dumps(config))
     try:
-        _wait_until(
-            lambda: certmanager.is_ready(_certificate(custom, SERVING_CERTIFICATE)), "serving Certificate Ready"
+        demo.wait_for(
+            lambda: certmanager.is_ready(_certificate(custom, SERVING_CERTIFICATE)),
+            what="serving Certificate Ready",
+            timeout=ISSUE_TIMEOUT_SECONDS,
         )
         ready_seconds = time.monotonic() - began
-        _wait_until(lambda: _ca_bundle(admission, name) is not None, "caBundle injected")
+        demo.wait_for(
+            lambda: _ca_bundle(admission, name) is not None, what="caBundle injected", timeout=ISSUE_TIMEOUT_SECONDS
+        )
         injected_seconds = time.monotonic() - began
         print(f"\ncert-manager: serving Certificate Ready {ready_seconds:.2f} s after apply, "
               f"caBundle injected {injected_seconds:.2f} s after apply")  # fmt: skip
@@ -145,7 +149,11 @@ def test_renewal_issues_a_new_certificate_and_key_from_the_same_ca(
     after = _wait_for(renewed, "a new serving certificate")
     renewed_seconds = time.monotonic() - began
     # Done: Ready again, and nothing left asking for another issuance (the request was consumed).
-    _wait_until(lambda: _settled(_certificate(custom, SERVING_CERTIFICATE)), "Ready, not Issuing, after renewal")
+    demo.wait_for(
+        lambda: _settled(_certificate(custom, SERVING_CERTIFICATE)),
+        what="Ready, not Issuing, after renewal",
+        timeout=ISSUE_TIMEOUT_SECONDS,
+    )
     print(f"\ncert-manager: renewal wrote a new certificate {renewed_seconds:.2f} s after the request")
 
     assert after["tls.key"] != before["tls.key"]  # rotationPolicy: Always
@@ -209,7 +217,3 @@ def _wait_for(probe: Callable[[], T | None], what: str) -> T:
             pytest.fail(f"no {what} after {ISSUE_TIMEOUT_SECONDS:.0f} s")
         time.sleep(POLL_INTERVAL_SECONDS)
     return result
-
-
-def _wait_until(predicate: Callable[[], bool], what: str) -> None:
-    _wait_for(lambda: True if predicate() else None, what)

@@ -34,10 +34,8 @@ from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.processes import ManagedProcess, free_port, start_process, stop_process
 from devplatform.emulator.harness import EmulatorControl
 from entrypoint import contract
+from tests.support.gpus import GPU, GPU_TAINT, GPU_TOLERATION
 
-GPU = "nvidia.com/gpu"
-GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
-GPU_TOLERATION = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
 HOLD = "nimbix-burst.io/e2e-hold"
 STRANDED_SECONDS = 5
 ORPHAN_GRACE_SECONDS = 3
@@ -158,6 +156,15 @@ def _leader(replicas: list[Controller]) -> Controller | None:
     leaders = [r for r in replicas if r.metrics().get("nimbix_burst_controller_leader") == 1]
     assert len(leaders) <= 1, [r.name for r in leaders]
     return leaders[0] if leaders else None
+
+
+def _assert_only_the_leader_counted(replicas: list[Controller], metric: str) -> None:
+    """The action just taken is in the Lease holder's counter, and none of it in the other replica's."""
+    leader = _leader(replicas)
+    assert leader is not None
+    (follower,) = [r for r in replicas if r is not leader]
+    assert leader.metrics().get(metric, 0.0) >= 1, (leader.name, metric)
+    assert follower.metrics().get(metric, 0.0) == 0, (follower.name, metric)
 
 
 def _total(replicas: list[Controller], metric: str) -> float:
@@ -285,6 +292,7 @@ def test_a_stranded_job_pod_is_replaced_once_and_the_replacement_bursts(
     assert "re-burst 1 of 3" in event.message and first.metadata.name in event.message
     described = control_plane.kubectl("describe", "job", job_name, "-n", group.namespace).stdout
     assert "NimbixReBurst" in described
+    _assert_only_the_leader_counted(controllers, "nimbix_burst_controller_rebursts_total")
     print(
         f"\nstranded -> deleted: {deleted_after:.1f}s, -> replaced: {replaced_after:.1f}s "
         f"(threshold {STRANDED_SECONDS}s; the Job controller's failure backoff is the rest)"
@@ -315,6 +323,7 @@ def test_a_stranded_bare_pod_is_reported_and_left_alone(group: Group, controller
     assert still.metadata.uid == created.metadata.uid and still.metadata.deletion_timestamp is None
     assert len(_events(group.core, group.namespace, name, "NimbixStranded")) == 1
     assert _total(controllers, 'nimbix_burst_controller_stranded_noted_total{reason="no-owner"}') - before == 1
+    _assert_only_the_leader_counted(controllers, 'nimbix_burst_controller_stranded_noted_total{reason="no-owner"}')
 
 
 def _start_runner(run_dir: Path, emulator: addons.EmulatorProcess, *, pod_uid: str, cluster: str) -> ManagedProcess:
@@ -386,7 +395,6 @@ def test_an_orphaned_jarvice_job_is_terminated_and_a_live_pods_job_is_not(
         _wait("the orphan TERMINATED", lambda: job_status("doomed") == "TERMINATED", timeout=60, interval=0.1)
         took = time.monotonic() - gone_at
         MEASURED["orphan_to_terminated_s"].append(round(took, 1))
-        assert took <= ORPHAN_GRACE_SECONDS + ORPHAN_INTERVAL_SECONDS + 2, took
         time.sleep(ORPHAN_GRACE_SECONDS + 2 * ORPHAN_INTERVAL_SECONDS)
         assert job_status("kept") == "PROCESSING STARTING"  # its pod exists: never touched
         assert job_status("legacy") == "PROCESSING STARTING"  # not this cluster's label: never touched
@@ -395,6 +403,11 @@ def test_an_orphaned_jarvice_job_is_terminated_and_a_live_pods_job_is_not(
         (line,) = [e for e in leader.log_lines("orphan job terminated") if e["job_label"] == labels["doomed"]]
         assert line["pod_uid"] == pods["doomed"].metadata.uid and line["levelname"] == "INFO"
         assert line["reason"] == "pod-gone"
+        # Terminated in the round its grace ended, by the controller's own clock: never early, and no
+        # whole interval lost (`took`, as the test saw it, depends on the machine's load: a figure).
+        assert ORPHAN_GRACE_SECONDS <= line["orphaned_s"] < ORPHAN_GRACE_SECONDS + ORPHAN_INTERVAL_SECONDS, line
+        _assert_only_the_leader_counted(controllers, "nimbix_burst_controller_orphans_terminated_total")
+        _assert_only_the_leader_counted(controllers, 'nimbix_burst_controller_orphans_seen_total{reason="pod-gone"}')
         left = [e for e in leader.log_lines("job left alone: not this cluster's") if e["job_label"] == labels["legacy"]]
         assert [e["kind"] for e in left] == ["legacy-label"]
         assert leader.metrics()['nimbix_burst_controller_jobs_not_ours{kind="legacy-label"}'] >= 1
@@ -444,7 +457,8 @@ def test_a_bind_between_the_read_and_the_delete_makes_the_delete_fail(group: Gro
 
 
 def test_only_the_leader_acts_and_a_stopped_leader_hands_over(controllers: list[Controller]) -> None:
-    """Runs after the others in this module: their actions must all be in the leader's metrics."""
+    """None of the actions so far is in the follower's metrics (each acting test above checks that its
+    own action is in the leader's, so this one stands alone); then the handover."""
     leader = _leader(controllers)
     assert leader is not None
     (follower,) = [r for r in controllers if r is not leader]
@@ -459,7 +473,6 @@ def test_only_the_leader_acts_and_a_stopped_leader_hands_over(controllers: list[
     print(f"\nleader {leader.name}: {leader_counts}\nfollower {follower.name}: {follower_counts}")
     assert all(v == 0 for v in follower_counts.values()), follower_counts
     assert follower.log_lines("stranded pod re-burst") == [] and follower.log_lines("orphan job terminated") == []
-    assert all(v >= 1 for v in leader_counts.values()), leader_counts
     # A graceful stop releases the Lease: the follower leads within a few Lease rounds.
     stopped_at = time.monotonic()
     stop_process(leader.process)

@@ -11,7 +11,8 @@ A pod decided local would be bound by kube-scheduler at once; a scheduling gate 
 GPUs are gone, and the test removes the gate, as a queueing controller (Kueue) would. The Job's
 template carries the gate too, so the test also releases the replacement.
 
-The last test counts every replica's actions: only the Lease holder may have any.
+Every test that makes the controller act checks that only the Lease holder counted it; the last one
+checks every replica's counters once more.
 """
 
 from __future__ import annotations
@@ -23,33 +24,27 @@ import signal
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 from devplatform import demo
-from devplatform.cluster import addons, controlplane, install, node
-from tests.e2e.test_burst_on_real_node import runner_pid, wait_log
+from devplatform.cluster import addons, controlplane, install
+from tests.support.gpus import GPU
+from tests.support.installed_controller import (
+    BUDGET,
+    ORPHAN_GRACE_SECONDS,
+    ORPHAN_INTERVAL_SECONDS,
+    STRANDED_SECONDS,
+    annotations_of,
+    app_container,
+    controller_leader,
+    controller_pods,
+    create_pod,
+    find_pod,
+    pod_body,
+)
+from tests.support.real_node_pods import runner_pid, wait_log
 
-GPU = "nvidia.com/gpu"
-HOLD = "nimbix-burst.io/e2e-hold"
-CONTROLLER = "nimbix-burst-controller"
-CONTROLLER_SELECTOR = "app.kubernetes.io/name=nimbix-burst-controller"
-CONTROLLER_LEASE = "nimbix-burst-controller-leader"
-CONTROLLER_SECRET = "nimbix-burst-controller-jarvice"
-BUDGET = "nimbix-burst.io/max-remote-gpus"
-STRANDED_SECONDS = 5
-ORPHAN_GRACE_SECONDS = 5
-ORPHAN_INTERVAL_SECONDS = 3
-# What the user sets with `kubectl set env` (README, "The burst controller"): short enough for a test.
-CONTROLLER_ENV = {
-    "CONTROLLER_STRANDED_SECONDS": str(STRANDED_SECONDS),
-    "CONTROLLER_SCAN_SECONDS": "1",
-    "CONTROLLER_ORPHAN_INTERVAL_SECONDS": str(ORPHAN_INTERVAL_SECONDS),
-    "CONTROLLER_ORPHAN_GRACE_SECONDS": str(ORPHAN_GRACE_SECONDS),
-    "CONTROLLER_REAP_ORPHANS": "true",  # fail the rollout, rather than reap nothing, if the Secret is not mounted
-}
 ACTIONS = (
     "nimbix_burst_controller_rebursts_total",
     "nimbix_burst_controller_stranded_noted_total",
@@ -63,58 +58,7 @@ MEASURED: dict[str, list[float]] = {"stranded_to_deleted_s": [], "stranded_to_re
 # --- fixtures ------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def controller(
-    installed_addon: install.Installed, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess
-) -> Iterator[None]:
-    """The installed controller given the reaper's Secret and the test's thresholds; rolled out with
-    both replicas Ready and one of them holding the Lease."""
-    secret = demo.build_secret(node_emulator, namespace=install.NAMESPACE)
-    secret["metadata"]["name"] = CONTROLLER_SECRET
-    control_plane.kubectl("apply", "-f", "-", input=json.dumps(secret))
-    deployment = f"deployment/{CONTROLLER}"
-    control_plane.kubectl(
-        "-n", install.NAMESPACE, "set", "env", deployment, *(f"{k}={v}" for k, v in CONTROLLER_ENV.items())
-    )
-    control_plane.kubectl("-n", install.NAMESPACE, "rollout", "status", deployment, "--timeout=180s")
-    demo.wait_for(lambda: len(_controller_pods(control_plane)) == 2, what="two controller pods Ready", timeout=60)
-    demo.wait_for(lambda: _leader(control_plane), what="a controller leader", timeout=60)
-    yield
-    control_plane.kubectl("-n", install.NAMESPACE, "delete", "secret", CONTROLLER_SECRET, "--ignore-not-found")
-
-
-@pytest.fixture
-def ns(namespace: str, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess) -> str:
-    """The test's namespace with the runners' JARVICE credentials (the emulator on the gateway)."""
-    control_plane.kubectl("apply", "-f", "-", input=json.dumps(demo.build_secret(node_emulator, namespace=namespace)))
-    return namespace
-
-
-@pytest.fixture
-def gpus_gone(control_plane: controlplane.ControlPlane, real_node: node.RealNode) -> Iterator[Callable[[], None]]:
-    """Call it to take the real node's GPUs away; they come back after the test."""
-
-    def set_gpus(count: int) -> None:
-        value = {GPU: str(count)}  # a merge patch keeps keys it does not name: say it explicitly
-        patch = {"status": {"capacity": value, "allocatable": value}}
-        control_plane.kubectl("patch", "node", real_node.name, "--subresource=status", "-p", json.dumps(patch))
-
-    try:
-        yield lambda: set_gpus(0)
-    finally:
-        set_gpus(real_node.settings.gpus)
-
-
 # --- helpers -------------------------------------------------------------------------------------
-
-
-def _controller_pods(plane: controlplane.ControlPlane) -> list[dict[str, Any]]:
-    return install.read_serving_pods(plane, CONTROLLER_SELECTOR)
-
-
-def _leader(plane: controlplane.ControlPlane) -> str:
-    holder = install.read_lease_holder(plane, CONTROLLER_LEASE)
-    return holder if holder in {p["metadata"]["name"] for p in _controller_pods(plane)} else ""
 
 
 def _actions(pod: dict[str, Any]) -> dict[str, float]:
@@ -131,18 +75,19 @@ def _actions(pod: dict[str, Any]) -> dict[str, float]:
     return counts
 
 
+def _assert_only_the_leader_counted(plane: controlplane.ControlPlane, metric: str) -> None:
+    """The action just taken is in the Lease holder's counter, and none of any action in the other's."""
+    leader = controller_leader(plane)
+    counts = {pod["metadata"]["name"]: _actions(pod) for pod in controller_pods(plane)}
+    assert len(counts) == 2 and leader in counts, (leader, counts)
+    (follower,) = [name for name in counts if name != leader]
+    assert counts[leader][metric] >= 1, counts
+    assert all(value == 0 for value in counts[follower].values()), counts
+
+
 def _get(plane: controlplane.ControlPlane, *args: str) -> dict[str, Any]:
     document: dict[str, Any] = json.loads(plane.kubectl(*args, "-o", "json").stdout)
     return document
-
-
-def _pod(plane: controlplane.ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
-    result = plane.kubectl("-n", namespace, "get", "pod", name, "-o", "json", check=False)
-    return json.loads(result.stdout) if result.returncode == 0 else None
-
-
-def _annotations(pod: dict[str, Any]) -> dict[str, str]:
-    return dict(pod["metadata"].get("annotations") or {})
 
 
 def _unschedulable_since(pod: dict[str, Any]) -> float | None:
@@ -165,27 +110,6 @@ def _events(plane: controlplane.ControlPlane, namespace: str, name: str, reason:
     return items
 
 
-def _app(node_emulator: addons.EmulatorProcess, command: str, *, gpus: int) -> dict[str, Any]:
-    return demo.build_app_container(command=command, gpus=gpus, app_name=node_emulator.runner_env()["APP_NAME"])
-
-
-def _pod_body(name: str, container: dict[str, Any], *, gated: bool) -> dict[str, Any]:
-    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
-    if gated:
-        spec["schedulingGates"] = [{"name": HOLD}]
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "labels": {"task-type": "Nimbix"}},
-        "spec": demo.build_real_node_placement(spec),
-    }
-
-
-def _create(plane: controlplane.ControlPlane, namespace: str, body: dict[str, Any]) -> str:
-    """kubectl create, as a user does; returns what kubectl printed on stderr (the admission warnings)."""
-    return plane.kubectl("-n", namespace, "create", "-f", "-", input=json.dumps(body)).stderr
-
-
 def _job_status(node_emulator: addons.EmulatorProcess, pod_uid: str) -> list[str]:
     return [str(job["status"]) for job in demo.fetch_emulator_jobs(node_emulator.url, pod_uid=pod_uid)]
 
@@ -203,7 +127,7 @@ def test_gpus_vanish_under_a_local_job_pod_and_a_bare_pod(
     """The Job's pod is deleted once and its replacement bursts and completes on JARVICE; the bare pod
     is annotated and gets an Event, and stays."""
     job_name = f"train-{uuid.uuid4().hex[:6]}"
-    template = _pod_body("", _app(node_emulator, 'echo "trained remotely"', gpus=1), gated=True)
+    template = pod_body("", app_container(node_emulator, 'echo "trained remotely"', gpus=1), gated=True)
     del template["metadata"]["name"]
     job = {
         "apiVersion": "batch/v1",
@@ -212,7 +136,7 @@ def test_gpus_vanish_under_a_local_job_pod_and_a_bare_pod(
         "spec": {"backoffLimit": 6, "template": {"metadata": template["metadata"], "spec": template["spec"]}},
     }
     control_plane.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(job))
-    _create(control_plane, ns, _pod_body("bare", _app(node_emulator, "echo never runs", gpus=1), gated=True))
+    create_pod(control_plane, ns, pod_body("bare", app_container(node_emulator, "echo never runs", gpus=1), gated=True))
 
     def job_pods() -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = _get(control_plane, "-n", ns, "get", "pods", "-l", f"job-name={job_name}")[
@@ -222,22 +146,22 @@ def test_gpus_vanish_under_a_local_job_pod_and_a_bare_pod(
 
     (first,) = demo.wait_for(job_pods, what="the Job's first pod", timeout=30)
     first_name, first_uid = first["metadata"]["name"], first["metadata"]["uid"]
-    bare = _pod(control_plane, ns, "bare")
+    bare = find_pod(control_plane, ns, "bare")
     assert bare is not None
-    assert _annotations(first)["nimbix-burst.io/decision"] == "local", _annotations(first)
-    assert _annotations(bare)["nimbix-burst.io/decision"] == "local", _annotations(bare)
+    assert annotations_of(first)["nimbix-burst.io/decision"] == "local", annotations_of(first)
+    assert annotations_of(bare)["nimbix-burst.io/decision"] == "local", annotations_of(bare)
 
     gpus_gone()
     _release(control_plane, ns, first_name)
     _release(control_plane, ns, "bare")
     stuck = demo.wait_for(
-        lambda: (pod := _pod(control_plane, ns, first_name)) is not None and _unschedulable_since(pod),
+        lambda: (pod := find_pod(control_plane, ns, first_name)) is not None and _unschedulable_since(pod),
         what="the Job's pod Unschedulable",
         timeout=30,
     )
 
     def first_deleted() -> bool:
-        pod = _pod(control_plane, ns, first_name)
+        pod = find_pod(control_plane, ns, first_name)
         return pod is None or bool(pod["metadata"].get("deletionTimestamp"))
 
     demo.wait_for(first_deleted, what="the stranded Job pod deleted", timeout=STRANDED_SECONDS + 30)
@@ -251,7 +175,7 @@ def test_gpus_vanish_under_a_local_job_pod_and_a_bare_pod(
     MEASURED["stranded_to_deleted_s"].append(round(deleted_after, 1))
     MEASURED["stranded_to_replaced_s"].append(round(replaced_after, 1))
     assert deleted_after >= STRANDED_SECONDS - 1  # lastTransitionTime has whole seconds
-    assert _annotations(second)["nimbix-burst.io/decision"] == "remote", _annotations(second)
+    assert annotations_of(second)["nimbix-burst.io/decision"] == "remote", annotations_of(second)
     _release(control_plane, ns, second["metadata"]["name"])
     finished = demo.wait_for(
         lambda: (_get(control_plane, "-n", ns, "get", "job", job_name)["status"].get("succeeded") or 0) >= 1,
@@ -271,12 +195,14 @@ def test_gpus_vanish_under_a_local_job_pod_and_a_bare_pod(
     assert "NimbixReBurst" in control_plane.kubectl("-n", ns, "describe", "job", job_name).stdout
 
     # The bare pod: reported once, never deleted.
-    still = _pod(control_plane, ns, "bare")
+    still = find_pod(control_plane, ns, "bare")
     assert still is not None and still["metadata"]["uid"] == bare["metadata"]["uid"]
     assert not still["metadata"].get("deletionTimestamp")
-    assert _annotations(still).get("nimbix-burst.io/stranded-since")
+    assert annotations_of(still).get("nimbix-burst.io/stranded-since")
     (noted,) = _events(control_plane, ns, "bare", "NimbixStranded")
     assert "not deleted (no owner)" in noted["message"]
+    _assert_only_the_leader_counted(control_plane, "nimbix_burst_controller_rebursts_total")
+    _assert_only_the_leader_counted(control_plane, "nimbix_burst_controller_stranded_noted_total")
     print(
         f"\nreal node, installed controller: stranded -> deleted {deleted_after:.1f}s, -> replaced "
         f"{replaced_after:.1f}s (threshold {STRANDED_SECONDS}s; the Job controller's failure backoff is the rest)"
@@ -289,13 +215,15 @@ def test_an_orphaned_job_is_terminated_within_grace_plus_interval(
     """The runner killed with SIGKILL (it cannot cancel), its pod force-deleted: the reaper terminates
     the job. The job of a pod that still exists is left running."""
     for name in ("doomed", "kept"):
-        app = _app(node_emulator, f'echo "{name} started"; sleep 600', gpus=8)  # more than the node has: remote
-        _create(control_plane, ns, _pod_body(name, app, gated=False))
+        app = app_container(
+            node_emulator, f'echo "{name} started"; sleep 600', gpus=8
+        )  # more than the node has: remote
+        create_pod(control_plane, ns, pod_body(name, app, gated=False))
     uids = {}
     for name in ("doomed", "kept"):
         wait_log(control_plane, ns, name, f"{name} started")
-        pod = _pod(control_plane, ns, name)
-        assert pod is not None and _annotations(pod)["nimbix-burst.io/decision"] == "remote"
+        pod = find_pod(control_plane, ns, name)
+        assert pod is not None and annotations_of(pod)["nimbix-burst.io/decision"] == "remote"
         uids[name] = pod["metadata"]["uid"]
         assert _job_status(node_emulator, uids[name]) == ["PROCESSING STARTING"]
 
@@ -310,15 +238,18 @@ def test_an_orphaned_job_is_terminated_within_grace_plus_interval(
     )
     took = time.monotonic() - gone_at
     MEASURED["orphan_s"].append(round(took, 1))
-    assert took <= ORPHAN_GRACE_SECONDS + ORPHAN_INTERVAL_SECONDS + 2, took
     time.sleep(ORPHAN_GRACE_SECONDS + 2 * ORPHAN_INTERVAL_SECONDS)
     assert _job_status(node_emulator, uids["kept"]) == ["PROCESSING STARTING"]  # its pod exists: never touched
 
-    leader = _leader(control_plane)
+    leader = controller_leader(control_plane)
     logs = control_plane.kubectl("-n", install.NAMESPACE, "logs", leader).stdout
     lines = [json.loads(line) for line in logs.splitlines() if '"orphan job terminated"' in line]
     (line,) = [entry for entry in lines if entry["pod_uid"] == uids["doomed"]]
     assert uids["doomed"] in line["job_label"]
+    # Terminated in the round its grace ended, by the controller's own clock: never early, and no whole
+    # interval lost (how long the test saw it take, `took`, depends on the machine's load: a figure).
+    assert ORPHAN_GRACE_SECONDS <= line["orphaned_s"] < ORPHAN_GRACE_SECONDS + ORPHAN_INTERVAL_SECONDS, line
+    _assert_only_the_leader_counted(control_plane, "nimbix_burst_controller_orphans_terminated_total")
     assert node_emulator.runner_env()["JARVICE_APIKEY"] not in logs
     print(
         f"\nreal node, installed controller: orphan -> TERMINATED {took:.1f}s after the force delete "
@@ -340,19 +271,19 @@ def test_a_budget_of_four_gpus_bursts_four_and_keeps_the_fifth_local(
     time.sleep(2)  # the webhook's watch sees the annotation and the node (it reads no API on a review)
     warnings = {}
     for i in range(1, 6):
-        body = _pod_body(f"p{i}", _app(node_emulator, f'echo "burst {i}"; sleep 120', gpus=1), gated=False)
-        warnings[f"p{i}"] = _create(control_plane, ns, body)
+        body = pod_body(f"p{i}", app_container(node_emulator, f'echo "burst {i}"; sleep 120', gpus=1), gated=False)
+        warnings[f"p{i}"] = create_pod(control_plane, ns, body)
     decisions = {}
     for name in warnings:
-        pod = _pod(control_plane, ns, name)
+        pod = find_pod(control_plane, ns, name)
         assert pod is not None
-        decisions[name] = _annotations(pod)["nimbix-burst.io/decision"]
+        decisions[name] = annotations_of(pod)["nimbix-burst.io/decision"]
     assert decisions == {"p1": "remote", "p2": "remote", "p3": "remote", "p4": "remote", "p5": "local"}, decisions
     assert "kept local by the burst budget" in warnings["p5"], warnings["p5"]
     assert all("burst budget" not in warnings[f"p{i}"] for i in range(1, 5)), warnings
-    fifth = _pod(control_plane, ns, "p5")
+    fifth = find_pod(control_plane, ns, "p5")
     assert fifth is not None
-    assert "4 of 4 remote GPUs in use" in _annotations(fifth)["nimbix-burst.io/budget"]
+    assert "4 of 4 remote GPUs in use" in annotations_of(fifth)["nimbix-burst.io/budget"]
     assert fifth["spec"]["containers"][0]["resources"]["limits"][GPU] == "1"  # unchanged: it waits here
     for i in range(1, 5):  # the four really run on JARVICE
         wait_log(control_plane, ns, f"p{i}", f"burst {i}")
@@ -362,9 +293,10 @@ def test_a_budget_of_four_gpus_bursts_four_and_keeps_the_fifth_local(
         timeout=STRANDED_SECONDS + 30,
     )
     assert "kept local by its namespace's burst budget" in noted["message"], noted["message"]
-    still = _pod(control_plane, ns, "p5")
+    still = find_pod(control_plane, ns, "p5")
     assert still is not None and not still["metadata"].get("deletionTimestamp")
     assert not still["spec"].get("nodeName")
+    _assert_only_the_leader_counted(control_plane, "nimbix_burst_controller_stranded_noted_total")
 
 
 def _annotate(plane: controlplane.ControlPlane, namespace: str, value: str, *, dry_run: bool = False) -> str:
@@ -403,14 +335,13 @@ def test_the_api_server_refuses_a_budget_that_is_not_a_whole_number(
 
 
 def test_only_the_controller_leader_acted(controller: None, control_plane: controlplane.ControlPlane) -> None:
-    """After the tests above: every action is in the Lease holder's counters, none in the other's."""
-    leader = _leader(control_plane)
-    pods = _controller_pods(control_plane)
+    """Every action so far is in the Lease holder's counters, none in the other's. Each acting test
+    above checks its own action the same way (_assert_only_the_leader_counted), so this one stands
+    alone too."""
+    leader = controller_leader(control_plane)
+    pods = controller_pods(control_plane)
     counts = {pod["metadata"]["name"]: _actions(pod) for pod in pods}
     print(f"\ncontroller replicas' actions (leader {leader}): {counts}\nmeasured: {MEASURED}")
     assert len(counts) == 2 and leader in counts
     (follower,) = [name for name in counts if name != leader]
     assert all(value == 0 for value in counts[follower].values()), counts
-    assert counts[leader]["nimbix_burst_controller_rebursts_total"] >= 1, counts
-    assert counts[leader]["nimbix_burst_controller_stranded_noted_total"] >= 2, counts  # the bare pod, the fifth
-    assert counts[leader]["nimbix_burst_controller_orphans_terminated_total"] >= 1, counts

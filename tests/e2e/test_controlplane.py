@@ -10,10 +10,10 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from devplatform.cluster import controlplane, nodes, processes
+from tests.support.gpus import GPU
 
 # Never pulled: there is no kubelet. Any valid image reference would do.
 IMAGE = "registry.k8s.io/pause:3.10"
-GPU = "nvidia.com/gpu"
 JOB_POD_TIMEOUT_SECONDS = 30.0
 
 
@@ -30,9 +30,7 @@ def build_gpu_pod(name: str, *, gpus: int, node: str) -> dict[str, Any]:
     }
 
 
-def test_scheduler_binds_a_gpu_pod_to_a_fake_node(
-    core: Any, namespace: str, make_gpu_node: Callable[..., str]
-) -> None:
+def test_scheduler_binds_a_gpu_pod_to_a_fake_node(core: Any, namespace: str, make_gpu_node: Callable[..., str]) -> None:
     node = make_gpu_node(gpus=4)
     core.create_namespaced_pod(namespace, build_gpu_pod("one-gpu", gpus=1, node=node))
 
@@ -63,9 +61,7 @@ def test_job_controller_creates_the_jobs_pod(core: Any, batch: Any, namespace: s
             "metadata": {"name": "hello"},
             "spec": {
                 "backoffLimit": 0,
-                "template": {
-                    "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": IMAGE}]}
-                },
+                "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": IMAGE}]}},
             },
         },
     )

@@ -9,18 +9,19 @@ server would then admit the pod unmutated: failurePolicy Ignore) nor take the in
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from bench import procfs
 from devplatform.cluster import addons
 from devplatform.cluster.controlplane import ControlPlane
+from tests.support.gpus import GPU
 
-GPU = "nvidia.com/gpu"
-# The webhook's own logged handling time; the old code spent 5-10 s here, past the 5 s timeout.
-MAX_ADMISSION_MS = 100.0
+# CPU the webhook process spends while the API server reviews the pod (its watch threads included); the
+# old code spent 5-10 s parsing the quantity, past the 5 s timeout.
+MAX_ADMISSION_CPU_SECONDS = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -54,16 +55,18 @@ def test_absurd_gpu_limit_is_accepted_by_the_api_server_and_burst_at_once(
             "containers": [{"name": "app", "image": "example.com/app", "resources": {"limits": {GPU: quantity}}}],
         },
     }
-    started = time.monotonic()
+    cpu_before = procfs.cpu_seconds(webhook.process.pid)
     result = control_plane.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(pod))
-    elapsed = time.monotonic() - started
+    webhook_cpu = procfs.cpu_seconds(webhook.process.pid) - cpu_before
     created = json.loads(result.stdout)
     annotations = created["metadata"].get("annotations", {})
     # Without an annotation the API server gave up on the webhook (timeout) and admitted the pod as sent.
     assert annotations.get("nimbix-burst.io/decision") == "remote", (annotations, result.stderr)
     assert GPU not in created["spec"]["containers"][0]["resources"].get("limits", {})
     assert "Warning: nimbix-burst: this pod will run on Nimbix JARVICE" in result.stderr
-    assert elapsed < 5.0
+    # The annotation above proves the webhook answered within the configuration's timeoutSeconds. What
+    # the quantity cost it is CPU time (all its threads), which a loaded machine does not inflate.
+    assert webhook_cpu < MAX_ADMISSION_CPU_SECONDS, webhook_cpu
     record = _admission_log(webhook, name)
     assert record["decision"] == "remote"
-    assert record["latency_ms"] < MAX_ADMISSION_MS, record
+    print(f"\n{quantity[:12]}: webhook CPU {webhook_cpu * 1000:.1f} ms, handling {record['latency_ms']} ms (wall)")

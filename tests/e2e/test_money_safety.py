@@ -39,27 +39,24 @@ import pytest
 from devplatform import demo
 from devplatform.cluster import addons, controlplane, install, node
 from entrypoint import contract, exitcodes
-from tests.e2e.at_once import run_at_once
-from tests.e2e.test_burst_on_real_node import runner_pid, wait_log
-from tests.e2e.test_controller_installed import (
+from tests.support.at_once import run_at_once
+from tests.support.gpus import GPU
+from tests.support.installed_controller import (
     BUDGET,
     CONTROLLER,
     CONTROLLER_LEASE,
     CONTROLLER_SELECTOR,
     ORPHAN_GRACE_SECONDS,
     ORPHAN_INTERVAL_SECONDS,
-    _annotations,
-    _app,
-    _create,
-    _leader,
-    _pod,
-    _pod_body,
-    controller,  # noqa: F401 - the module fixture: the reaper configured with the test's thresholds
-    gpus_gone,  # noqa: F401 - a fixture
-    ns,  # noqa: F401 - a fixture
+    annotations_of,
+    app_container,
+    controller_leader,
+    create_pod,
+    find_pod,
+    pod_body,
 )
+from tests.support.real_node_pods import runner_pid, wait_log
 
-GPU = "nvidia.com/gpu"
 # How late a job may stop after its pod could no longer follow it: the reaper's grace and interval, plus
 # what the pod's status and the JARVICE list take to show it (a kubelet status update, a round's list).
 SLACK_SECONDS = 10
@@ -87,7 +84,7 @@ MATRIX: list[Row] = []
 
 
 @pytest.fixture(scope="module")
-def reaper(controller: None, control_plane: controlplane.ControlPlane) -> None:  # noqa: F811
+def reaper(controller: None, control_plane: controlplane.ControlPlane) -> None:
     """The installed controller restarted on this module's Secret: each module's emulator listens on a port
     of its own, and the controller reads its JARVICE credentials and URL at start (as the README says)."""
     deployment = f"deployment/{CONTROLLER}"
@@ -98,7 +95,7 @@ def reaper(controller: None, control_plane: controlplane.ControlPlane) -> None: 
         what="two controller pods Ready",
         timeout=60,
     )
-    demo.wait_for(lambda: _leader(control_plane), what="a controller leader", timeout=60)
+    demo.wait_for(lambda: controller_leader(control_plane), what="a controller leader", timeout=60)
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -155,21 +152,21 @@ def _running_remote(
     """A burst pod running `sleep` on JARVICE; returns its UID once its job runs."""
     restart = kwargs.pop("restart", "Never")
     gpus = kwargs.pop("gpus", 8)  # more than the real node has: remote whatever else runs
-    container = _app(emulator, f'echo "{name} started"; sleep 600', gpus=gpus)
+    container = app_container(emulator, f'echo "{name} started"; sleep 600', gpus=gpus)
     container.setdefault("env", []).extend({"name": k, "value": v} for k, v in kwargs.pop("env", {}).items())
-    body = _pod_body(name, container, gated=False)
+    body = pod_body(name, container, gated=False)
     body["spec"]["restartPolicy"] = restart
-    _create(plane, namespace, body)
+    create_pod(plane, namespace, body)
     wait_log(plane, namespace, name, f"{name} started")
-    pod = _pod(plane, namespace, name)
-    assert pod is not None and _annotations(pod)[contract.ANNOTATION_DECISION] == "remote", pod
+    pod = find_pod(plane, namespace, name)
+    assert pod is not None and annotations_of(pod)[contract.ANNOTATION_DECISION] == "remote", pod
     uid = str(pod["metadata"]["uid"])
     assert _states(emulator, uid) == [LIVE]
     return uid
 
 
 def _phase(plane: controlplane.ControlPlane, namespace: str, name: str) -> str:
-    pod = _pod(plane, namespace, name)
+    pod = find_pod(plane, namespace, name)
     return "" if pod is None else str(pod["status"].get("phase") or "")
 
 
@@ -228,8 +225,8 @@ def test_runner_sigkilled_under_restart_never_job_stopped_and_budget_held(
     reaper: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
-    ns: str,  # noqa: F811
-    gpus_gone: Callable[[], None],  # noqa: F811
+    ns: str,
+    gpus_gone: Callable[[], None],
 ) -> None:
     """The pod stays `Failed`, its job would bill on: the reaper stops it. Meanwhile the namespace's
     budget (1 GPU) still counts it, so a second pod is kept local; once the job is gone, a third bursts."""
@@ -240,22 +237,24 @@ def test_runner_sigkilled_under_restart_never_job_stopped_and_budget_held(
     _kill_runner(uid)
     demo.wait_for(lambda: _phase(control_plane, ns, "killed") == "Failed", what="the pod Failed", timeout=60)
     failed_at = time.monotonic()
-    second = _create(control_plane, ns, _pod_body("second", _app(node_emulator, "echo second", gpus=1), gated=False))
-    second_pod = _pod(control_plane, ns, "second")
+    second = create_pod(
+        control_plane, ns, pod_body("second", app_container(node_emulator, "echo second", gpus=1), gated=False)
+    )
+    second_pod = find_pod(control_plane, ns, "second")
     assert second_pod is not None
-    held = _annotations(second_pod)[contract.ANNOTATION_DECISION] == "local"
+    held = annotations_of(second_pod)[contract.ANNOTATION_DECISION] == "local"
     took = _wait_job_states(node_emulator, uid, ["TERMINATED"], timeout=REAP_BOUND + 60, what="the job TERMINATED")
     demo.wait_for(
         lambda: (
-            _annotations(_pod(control_plane, ns, "killed") or {"metadata": {}}).get(contract.ANNOTATION_JOB_STATE)
+            annotations_of(find_pod(control_plane, ns, "killed") or {"metadata": {}}).get(contract.ANNOTATION_JOB_STATE)
             == contract.JOB_STATE_ENDED
         ),
         what="the pod marked job-state=ended",
         timeout=30,
     )
     time.sleep(2)  # the webhook's watch sees the annotation
-    _create(control_plane, ns, _pod_body("third", _app(node_emulator, "echo third", gpus=1), gated=False))
-    third = _pod(control_plane, ns, "third")
+    create_pod(control_plane, ns, pod_body("third", app_container(node_emulator, "echo third", gpus=1), gated=False))
+    third = find_pod(control_plane, ns, "third")
     assert third is not None
     row = _record(
         Row(
@@ -267,9 +266,9 @@ def test_runner_sigkilled_under_restart_never_job_stopped_and_budget_held(
             note=f"stopped {time.monotonic() - failed_at:.0f}s after Failed",
         )
     )
-    assert _pod(control_plane, ns, "killed") is not None  # the object is kept: the reaper did not need it gone
-    assert held, (second, _annotations(second_pod))  # budget 1, still held by the killed pod's running job
-    assert _annotations(third)[contract.ANNOTATION_DECISION] == "remote", _annotations(third)
+    assert find_pod(control_plane, ns, "killed") is not None  # the object is kept: the reaper did not need it gone
+    assert held, (second, annotations_of(second_pod))  # budget 1, still held by the killed pod's running job
+    assert annotations_of(third)[contract.ANNOTATION_DECISION] == "remote", annotations_of(third)
     assert row.submitted == 1 and row.billing_late == 0, row
 
 
@@ -277,7 +276,7 @@ def test_runner_oom_killed_job_stopped(
     reaper: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
-    ns: str,  # noqa: F811
+    ns: str,
 ) -> None:
     uid = _running_remote(control_plane, node_emulator, ns, "oom")
     hog = _oom_kill_runner(uid)
@@ -286,7 +285,7 @@ def test_runner_oom_killed_job_stopped(
     finally:
         hog.kill()
         hog.communicate(timeout=30)  # reaps it and closes its pipes
-    pod = _pod(control_plane, ns, "oom")
+    pod = find_pod(control_plane, ns, "oom")
     assert pod is not None
     terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
     took = _wait_job_states(node_emulator, uid, ["TERMINATED"], timeout=REAP_BOUND + 60, what="the job TERMINATED")
@@ -307,7 +306,7 @@ def test_pod_force_deleted_job_stopped(
     reaper: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
-    ns: str,  # noqa: F811
+    ns: str,
 ) -> None:
     uid = _running_remote(control_plane, node_emulator, ns, "forced")
     control_plane.kubectl("-n", ns, "delete", "pod", "forced", "--force", "--grace-period=0")
@@ -328,7 +327,7 @@ def test_kubelet_stopped_pod_stuck_terminating_job_stopped(
     control_plane: controlplane.ControlPlane,
     real_node: node.RealNode,
     node_emulator: addons.EmulatorProcess,
-    ns: str,  # noqa: F811
+    ns: str,
 ) -> None:
     """The node's kubelet stops (SIGSTOP: as gone as a dead node, for the API server) while a burst pod
     runs; the pod is deleted and stays Terminating. Past its deletion deadline no runner can be trusted to
@@ -340,7 +339,7 @@ def test_kubelet_stopped_pod_stuck_terminating_job_stopped(
         control_plane.kubectl("-n", ns, "delete", "pod", "stuck", "--grace-period=1", "--wait=false")
         deadline_passed = time.monotonic() + 1
         took = _wait_job_states(node_emulator, uid, ["TERMINATED"], timeout=REAP_BOUND + 60, what="the job TERMINATED")
-        stuck = _pod(control_plane, ns, "stuck")
+        stuck = find_pod(control_plane, ns, "stuck")
     finally:
         os.kill(kubelet.pid, signal.SIGCONT)
     late = time.monotonic() - deadline_passed
@@ -356,7 +355,7 @@ def test_kubelet_stopped_pod_stuck_terminating_job_stopped(
     assert stuck is not None and stuck["metadata"].get("deletionTimestamp"), "the pod was not stuck Terminating"
     assert row.submitted == 1 and row.billing_late == 0, row
     demo.wait_for(
-        lambda: _pod(control_plane, ns, "stuck") is None, what="the pod gone once the kubelet is back", timeout=90
+        lambda: find_pod(control_plane, ns, "stuck") is None, what="the pod gone once the kubelet is back", timeout=90
     )
 
 
@@ -367,15 +366,15 @@ def test_submit_answered_502_after_the_job_was_created_runs_once(
     reaper: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
-    ns: str,  # noqa: F811
+    ns: str,
 ) -> None:
     _faults(node_emulator, status502_after_submit=1)
     try:
-        body = _pod_body("gateway", _app(node_emulator, 'echo "ran once"', gpus=8), gated=False)
-        _create(control_plane, ns, body)
+        body = pod_body("gateway", app_container(node_emulator, 'echo "ran once"', gpus=8), gated=False)
+        create_pod(control_plane, ns, body)
         pod = demo.wait_for(
             lambda: (
-                (p := _pod(control_plane, ns, "gateway")) is not None
+                (p := find_pod(control_plane, ns, "gateway")) is not None
                 and p["status"].get("phase") in ("Succeeded", "Failed")
                 and p
             ),
@@ -403,17 +402,17 @@ def test_jarvice_unreachable_for_60s_mid_run_the_job_runs_once_to_its_end(
     reaper: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
-    ns: str,  # noqa: F811
+    ns: str,
 ) -> None:
     command = 'echo "before"; sleep 75; echo "after"'
-    _create(control_plane, ns, _pod_body("outage", _app(node_emulator, command, gpus=8), gated=False))
+    create_pod(control_plane, ns, pod_body("outage", app_container(node_emulator, command, gpus=8), gated=False))
     wait_log(control_plane, ns, "outage", "before")
     _faults(node_emulator, drop=1_000_000)  # every API call's connection is dropped, unanswered
     time.sleep(60)
     _faults(node_emulator)
     pod = demo.wait_for(
         lambda: (
-            (p := _pod(control_plane, ns, "outage")) is not None
+            (p := find_pod(control_plane, ns, "outage")) is not None
             and p["status"].get("phase") in ("Succeeded", "Failed")
             and p
         ),
@@ -438,7 +437,7 @@ def test_sigterm_while_the_runner_picks_up_an_inherited_job_stops_it(
     reaper: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
-    ns: str,  # noqa: F811
+    ns: str,
 ) -> None:
     """The runner is killed and restarted (restartPolicy OnFailure); while the new one is still picking
     the job up (JARVICE's status endpoint failing), the pod is deleted: the inherited job is stopped."""
@@ -449,7 +448,7 @@ def test_sigterm_while_the_runner_picks_up_an_inherited_job_stops_it(
         _kill_runner(uid)
 
         def picking_up() -> bool:
-            pod = _pod(control_plane, ns, "inherit")
+            pod = find_pod(control_plane, ns, "inherit")
             statuses = (pod or {}).get("status", {}).get("containerStatuses") or [{}]
             if not statuses[0].get("restartCount") or "running" not in statuses[0].get("state", {}):
                 return False
@@ -524,7 +523,7 @@ def test_webhook_leader_killed_while_24_pods_race_for_6_gpus(
     killer.join()
     decisions: dict[str, int] = {}
     for pod in created:
-        decision = _annotations(pod).get(contract.ANNOTATION_DECISION, "unmutated")
+        decision = annotations_of(pod).get(contract.ANNOTATION_DECISION, "unmutated")
         decisions[decision] = decisions.get(decision, 0) + 1
     row = _record(
         Row(
@@ -546,12 +545,12 @@ def test_controller_leader_killed_while_an_orphan_waits_for_its_grace(
     reaper: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
-    ns: str,  # noqa: F811
+    ns: str,
 ) -> None:
     uid = _running_remote(control_plane, node_emulator, ns, "orphan")
     _kill_runner(uid)  # it cannot cancel: only the reaper can stop the job
     control_plane.kubectl("-n", ns, "delete", "pod", "orphan", "--force", "--grace-period=0")
-    leader = _leader(control_plane)
+    leader = controller_leader(control_plane)
     pid = _pid_of("controller", env=f"POD_NAME={leader}")
     assert pid is not None, f"no process for the controller leader {leader}"
     os.kill(pid, signal.SIGKILL)
@@ -644,21 +643,21 @@ def test_env_asking_for_more_gpus_than_counted_is_refused_before_submit(
     reaper: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
-    ns: str,  # noqa: F811
-    gpus_gone: Callable[[], None],  # noqa: F811
+    ns: str,
+    gpus_gone: Callable[[], None],
 ) -> None:
     """Budget 4 in the namespace; a 1-GPU pod whose env asks for 4 GPUs on 2 nodes: the webhook counts 1
     and warns, the runner refuses a machine of 8 GPUs and submits nothing."""
     control_plane.kubectl("annotate", "namespace", ns, f"{BUDGET}=4", "--overwrite")
     gpus_gone()
     time.sleep(2)
-    container = _app(node_emulator, "echo never", gpus=1)
+    container = app_container(node_emulator, "echo never", gpus=1)
     container.setdefault("env", []).extend(
         [{"name": "NUM_GPUS", "value": "4"}, {"name": "JARVICE_NODES", "value": "2"}]
     )
-    warnings = _create(control_plane, ns, _pod_body("greedy", container, gated=False))
+    warnings = create_pod(control_plane, ns, pod_body("greedy", container, gated=False))
     pod = demo.wait_for(
-        lambda: (p := _pod(control_plane, ns, "greedy")) is not None and p["status"].get("phase") == "Failed" and p,
+        lambda: (p := find_pod(control_plane, ns, "greedy")) is not None and p["status"].get("phase") == "Failed" and p,
         what="the pod Failed",
         timeout=WAIT_SECONDS,
     )
@@ -674,7 +673,7 @@ def test_env_asking_for_more_gpus_than_counted_is_refused_before_submit(
             note=f"exit {code}",
         )
     )
-    assert _annotations(pod)[contract.ANNOTATION_DECISION] == "remote"
+    assert annotations_of(pod)[contract.ANNOTATION_DECISION] == "remote"
     assert code == exitcodes.EXIT_OVER_BUDGET, code
     assert row.submitted == 0, row
     assert "NUM_GPUS" in warnings, warnings
@@ -684,18 +683,20 @@ def test_a_job_past_its_namespace_walltime_is_stopped_and_reported(
     reaper: None,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
-    ns: str,  # noqa: F811
+    ns: str,
 ) -> None:
     """No job bills without a time limit: the namespace's default walltime (10 s) reaches the job, JARVICE
     (the emulator) stops it there, and the runner exits with its walltime status."""
     control_plane.kubectl("annotate", "namespace", ns, "nimbix-burst.io/default-walltime=00:00:10", "--overwrite")
     time.sleep(2)  # the webhook's watch sees the annotation
-    body = _pod_body("overtime", _app(node_emulator, 'echo "overtime started"; sleep 300', gpus=8), gated=False)
-    _create(control_plane, ns, body)
+    body = pod_body("overtime", app_container(node_emulator, 'echo "overtime started"; sleep 300', gpus=8), gated=False)
+    create_pod(control_plane, ns, body)
     wait_log(control_plane, ns, "overtime", "overtime started")
     started = time.monotonic()
     pod = demo.wait_for(
-        lambda: (p := _pod(control_plane, ns, "overtime")) is not None and p["status"].get("phase") == "Failed" and p,
+        lambda: (
+            (p := find_pod(control_plane, ns, "overtime")) is not None and p["status"].get("phase") == "Failed" and p
+        ),
         what="the pod Failed",
         timeout=WAIT_SECONDS,
     )
@@ -709,7 +710,7 @@ def test_a_job_past_its_namespace_walltime_is_stopped_and_reported(
             completed=0,
             billing_late=states.count(LIVE),
             note=f"exit {code}, {took:.0f}s after it started; walltime annotation: "
-            + _annotations(pod).get("nimbix-burst.io/walltime", "")[:60],
+            + annotations_of(pod).get("nimbix-burst.io/walltime", "")[:60],
         )
     )
     assert states == ["TERMINATED"], states

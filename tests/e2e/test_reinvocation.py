@@ -24,8 +24,8 @@ from devplatform.cluster import addons
 from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.pki import issue_cert, make_ca, write_pair
 from devplatform.cluster.processes import free_port
+from tests.support.gpus import GPU
 
-GPU = "nvidia.com/gpu"
 PAUSE = "registry.k8s.io/pause:3.10"
 
 

@@ -18,16 +18,15 @@ from typing import Any
 
 import pytest
 
+from devplatform import demo
 from devplatform.cluster import addons, nodes
 from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.pki import make_ca
 from devplatform.cluster.processes import free_port, stop_process
 from devplatform.cluster.tcpproxy import CuttableProxy
-from tests.e2e.at_once import run_at_once
+from tests.support.at_once import run_at_once
+from tests.support.gpus import GPU, GPU_TAINT, GPU_TOLERATION
 
-GPU = "nvidia.com/gpu"
-GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
-GPU_TOLERATION = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
 DECISION = "nimbix-burst.io/decision"
 
 
@@ -140,7 +139,7 @@ def test_twenty_four_pods_against_six_free_gpus_on_two_replicas_five_times(
             nodes.wait_for_pod_bound(core, replicas.namespace, pod["metadata"]["name"], timeout=30)
         for pod in created:
             nodes.delete_pod_now(core, replicas.namespace, pod["metadata"]["name"])
-        _wait_until(lambda: not core.list_namespaced_pod(replicas.namespace).items, timeout=30)
+        demo.wait_for(lambda: not core.list_namespaced_pod(replicas.namespace).items, what="the pods gone", timeout=30)
     print(f"\ncross-replica race, 5 rounds of 24 one-GPU pods vs 6 free GPUs: {rounds}")
     assert rounds == [{"local": 6, "remote": 18}] * 5
 
@@ -180,7 +179,9 @@ def test_leader_stop_hands_over_without_an_unmutated_or_failed_create(
     print(f"\nleader stopped under a create stream: {len(created)} creates, {counts}, {len(errors)} failed")
     assert errors == []
     assert counts.get("unmutated", 0) == 0
-    assert counts.get("local", 0) <= 2  # never more than the 2 free GPUs, across the handover
+    # Never more than the 2 free GPUs, across the handover; and the stream did claim them (a run that
+    # decided nothing local would prove nothing about promising a GPU twice).
+    assert 1 <= counts.get("local", 0) <= 2, counts
 
 
 def _leader_index(replicas: Replicas) -> int:
@@ -189,12 +190,3 @@ def _leader_index(replicas: Replicas) -> int:
     ).stdout.strip()
     assert lease in ("replica-0", "replica-1"), lease
     return int(lease.rsplit("-", 1)[1])
-
-
-def _wait_until(predicate: Callable[[], bool], *, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError("timed out")

@@ -3,8 +3,8 @@
 
 The job prints ``NIMBIX_BURST_MEMORY_TEST_MB`` MB (default 20) in lines of 200 bytes (200 MB is
 1 M lines). Every line must reach the container's stdout exactly once, and the runner's peak memory,
-read from the container's cgroup (``memory.max_usage_in_bytes``, cgroup v1) and from the runner's
-``VmHWM`` while it runs, must stay far under the limit.
+read from the container's cgroup (``memory.max_usage_in_bytes`` on cgroup v1, ``memory.peak`` on v2)
+and from the runner's ``VmHWM`` while it runs, must stay far under the limit.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ import pytest
 
 from devplatform import demo
 from devplatform.cluster import addons, controlplane, node
-from tests.e2e.test_burst_on_real_node import burst_pod, create, runner_pid, wait_finished
+from tests.support import cgroups
+from tests.support.real_node_pods import burst_pod, create, runner_pid, wait_finished
 
 MB = int(os.environ.get("NIMBIX_BURST_MEMORY_TEST_MB", "20"))
 LINE_BYTES = 200
 LINES = MB * 1_000_000 // LINE_BYTES
-MEMORY_CGROUP = Path("/sys/fs/cgroup/memory")
 # "Far under" 128Mi: the runner (Python, requests) idles at ~25 MiB.
 PEAK_LIMIT_BYTES = 64 * 1024 * 1024
 # 200 MB through the emulator, the runner, containerd's log and the kubelet on 2 busy cores.
@@ -77,14 +77,10 @@ class _Sampler:
                     status = Path(f"/proc/{pid}/status").read_text()
                     hwm = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
                     self.vm_hwm_kib = max(self.vm_hwm_kib, int(hwm.split()[1]))
-                    cgroup = next(
-                        line.split(":", 2)[2]
-                        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-                        if line.split(":")[1] == "memory"
-                    )
-                    directory = MEMORY_CGROUP / cgroup.lstrip("/")
-                    self.cgroup_peak = max(self.cgroup_peak, int((directory / "memory.max_usage_in_bytes").read_text()))
-                    self.cgroup_limit = int((directory / "memory.limit_in_bytes").read_text())
+                    memory = cgroups.read_memory(pid)  # cgroup v1 (hybrid hosts too) or v2
+                    if memory is not None:
+                        self.cgroup_peak = max(self.cgroup_peak, memory[0])
+                        self.cgroup_limit = memory[1]
                 except (OSError, StopIteration, ValueError):
                     pass
             time.sleep(0.2)

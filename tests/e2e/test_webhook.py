@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import time
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,15 +17,13 @@ from typing import Any
 import pytest
 import yaml
 
-from devplatform.cluster import addons, nodes
+from devplatform import demo
+from devplatform.cluster import addons
 from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.tcpproxy import CuttableProxy
-from tests.e2e.at_once import run_at_once
+from tests.support.gpus import GPU, GPU_TOLERATION
+from tests.support.webhook_group import LEGACY, Group, annotations_of, assert_remote, env
 
-GPU = "nvidia.com/gpu"
-LEGACY = "alpha.kubernetes.io/nvidia-gpu"
-GPU_TAINT = {"key": GPU, "value": "present", "effect": "NoSchedule"}
-GPU_TOLERATION = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
 WEBHOOK_ARGS = ["--strip-toleration-keys", GPU, "--watch-stale-seconds", "5"]
 ADMISSION_LATENCIES_MS: list[float] = []
 
@@ -66,85 +62,15 @@ def _collect_latencies(log_path: Path) -> None:
             ADMISSION_LATENCIES_MS.append(json.loads(line)["latency_ms"])
 
 
-def pytest_sessionfinish() -> None:  # pragma: no cover - reporting only
-    pass
-
-
 @pytest.fixture(scope="module", autouse=True)
-def _report_latency(request: pytest.FixtureRequest) -> Iterator[None]:
+def _report_latency() -> Iterator[None]:
     yield
     if ADMISSION_LATENCIES_MS:
         values = sorted(ADMISSION_LATENCIES_MS)
-        request.config.stash.setdefault(pytest.StashKey[str](), "")
         print(
             f"\nwebhook admission latency over {len(values)} e2e admissions: "
             f"median {statistics.median(values):.3f} ms, max {values[-1]:.3f} ms"
         )
-
-
-class Group:
-    """One test's nodes and pods, pinned together by a label."""
-
-    def __init__(self, control_plane: ControlPlane, core: Any, namespace: str, make_gpu_node: Callable[..., str]):
-        self.cp = control_plane
-        self.core = core
-        self.namespace = namespace
-        self.label = {"nb-group": namespace}
-        self._make_node = make_gpu_node
-
-    def gpu_node(self, gpus: int, *, taint: bool = True, resource: str = GPU, **kwargs: Any) -> str:
-        taints = [GPU_TAINT] if taint else []
-        labels = {**self.label, **kwargs.pop("labels", {})}
-        return self._make_node(
-            gpus=gpus, labels=labels, taints=taints + kwargs.pop("taints", []), gpu_resource=resource, **kwargs
-        )
-
-    def cpu_node(self, *, cpu: str = "2", memory: str = "4Gi") -> str:
-        return self._make_node(gpus=0, cpu=cpu, memory=memory, labels=self.label)
-
-    def pod(
-        self,
-        gpus: int = 1,
-        *,
-        labeled: bool = True,
-        resource: str = GPU,
-        containers: list[dict[str, Any]] | None = None,
-        **spec: Any,
-    ) -> dict[str, Any]:
-        name = f"p-{uuid.uuid4().hex[:8]}"
-        container: dict[str, Any] = {"name": "app", "image": "registry.k8s.io/pause:3.10"}
-        if gpus:
-            container["resources"] = {"limits": {resource: str(gpus)}}
-        body_spec = {
-            "containers": containers or [container],
-            "nodeSelector": {**self.label, **spec.pop("nodeSelector", {})},
-            "tolerations": [GPU_TOLERATION, *spec.pop("tolerations", [])],
-            **spec,
-        }
-        return {
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": name,
-                "namespace": self.namespace,
-                "labels": {"task-type": "Nimbix"} if labeled else {},
-            },
-            "spec": body_spec,
-        }
-
-    def create(self, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
-        """kubectl create, so admission warnings are visible as a user sees them."""
-        result = self.cp.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(body))
-        return json.loads(result.stdout), result.stderr
-
-    def create_all(self, bodies: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
-        """`create` for every body at once, one thread each; none may fail."""
-        results, errors = run_at_once(self.create, bodies)
-        assert errors == []
-        return results
-
-    def bound_node(self, name: str) -> str:
-        return nodes.wait_for_pod_bound(self.core, self.namespace, name, timeout=30)
 
 
 @pytest.fixture
@@ -158,35 +84,12 @@ def group(
     return Group(control_plane, core, namespace, make_gpu_node)
 
 
-def annotations(pod: dict[str, Any]) -> dict[str, str]:
-    return pod["metadata"].get("annotations", {})
-
-
-def env(pod: dict[str, Any], index: int = 0) -> dict[str, str]:
-    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][index].get("env", [])}
-
-
-def all_resources(pod: dict[str, Any]) -> list[dict[str, Any]]:
-    spec = pod["spec"]
-    return [c.get("resources", {}) for c in spec["containers"] + spec.get("initContainers", [])]
-
-
-def assert_remote(pod: dict[str, Any], stderr: str, gpus: int) -> None:
-    assert annotations(pod)["nimbix-burst.io/decision"] == "remote", annotations(pod)
-    for resources in all_resources(pod):
-        for source in ("requests", "limits"):
-            assert GPU not in resources.get(source, {}) and LEGACY not in resources.get(source, {})
-    assert env(pod)["REMOTE"] == "1"
-    assert env(pod)["NUM_GPUS"] == str(gpus)
-    assert "Warning: nimbix-burst: this pod will run on Nimbix JARVICE" in stderr
-
-
 def test_gpu_pod_with_room_stays_local_and_binds_to_a_gpu_node(group: Group) -> None:
     gpu = group.gpu_node(4)
     group.cpu_node()
     body = group.pod(2)
     pod, stderr = group.create(body)
-    assert annotations(pod)["nimbix-burst.io/decision"] == "local"
+    assert annotations_of(pod)["nimbix-burst.io/decision"] == "local"
     assert pod["spec"]["containers"][0]["resources"]["limits"][GPU] == "2"
     assert "REMOTE" not in env(pod)
     assert "Warning" not in stderr
@@ -203,8 +106,8 @@ def test_gpu_pod_without_room_bursts_and_binds_to_a_small_cpu_node(group: Group)
     assert_remote(pod, stderr, 8)
     assert pod["spec"]["containers"][0]["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
     assert env(pod)["NUM_CPUS"] == "32"
-    assert "needs 8 nvidia.com/gpu; best node" in annotations(pod)["nimbix-burst.io/reason"]
-    audit = json.loads(annotations(pod)["nimbix-burst.io/original-resources"])
+    assert "needs 8 nvidia.com/gpu; best node" in annotations_of(pod)["nimbix-burst.io/reason"]
+    audit = json.loads(annotations_of(pod)["nimbix-burst.io/original-resources"])
     assert audit["containers"]["app"]["limits"][GPU] == "8"
     assert audit["tolerations"] == [GPU_TOLERATION]
     assert group.bound_node(body["metadata"]["name"]) == cpu
@@ -213,10 +116,14 @@ def test_gpu_pod_without_room_bursts_and_binds_to_a_small_cpu_node(group: Group)
 def test_unlabeled_and_cpu_only_pods_are_untouched(group: Group) -> None:
     group.gpu_node(1)
     group.cpu_node()
+    # First a pod the webhook does decide: the API server calls it from here on, so the pods below
+    # were sent to it (or skipped by its selector) and left untouched, not merely never reviewed.
+    control, _ = group.create(group.pod(1))
+    assert annotations_of(control)["nimbix-burst.io/decision"] == "local"
     unlabeled, _ = group.create(group.pod(8, labeled=False))
     cpu_only, _ = group.create(group.pod(0))
     for pod in (unlabeled, cpu_only):
-        assert "nimbix-burst.io/decision" not in annotations(pod)
+        assert "nimbix-burst.io/decision" not in annotations_of(pod)
         assert "env" not in pod["spec"]["containers"][0]
     assert unlabeled["spec"]["containers"][0]["resources"]["limits"][GPU] == "8"
 
@@ -227,7 +134,7 @@ def test_fragmented_free_gpus_do_not_count_as_one_node(group: Group) -> None:
     group.cpu_node()
     pod, stderr = group.create(group.pod(4))
     assert_remote(pod, stderr, 4)
-    assert "has 2 free" in annotations(pod)["nimbix-burst.io/reason"]
+    assert "has 2 free" in annotations_of(pod)["nimbix-burst.io/reason"]
 
 
 def test_init_sidecar_and_multi_container_pods_use_the_effective_request(group: Group) -> None:
@@ -242,7 +149,7 @@ def test_init_sidecar_and_multi_container_pods_use_the_effective_request(group: 
         containers=[c("a", 1), c("b", 1)], initContainers=[c("side", 1, restartPolicy="Always"), c("init", 2)]
     )
     pod, _ = group.create(fits)
-    assert annotations(pod)["nimbix-burst.io/decision"] == "local"
+    assert annotations_of(pod)["nimbix-burst.io/decision"] == "local"
     group.bound_node(fits["metadata"]["name"])
     # Now 0 free: an init container asking for 4 alone is more than any node has.
     big_init = group.pod(containers=[c("a", 1)], initContainers=[c("init", 4)])
@@ -250,7 +157,7 @@ def test_init_sidecar_and_multi_container_pods_use_the_effective_request(group: 
     # The runner asks for the app container's own GPU; the init container runs here, without its GPUs.
     assert_remote(pod, stderr, 1)
     assert "REMOTE" not in {e["name"] for e in pod["spec"]["initContainers"][0].get("env", [])}
-    assert json.loads(annotations(pod)["nimbix-burst.io/original-resources"])["initContainers"]["init"]
+    assert json.loads(annotations_of(pod)["nimbix-burst.io/original-resources"])["initContainers"]["init"]
 
 
 def test_legacy_resource_name_with_no_advertising_node_bursts(group: Group) -> None:
@@ -258,7 +165,7 @@ def test_legacy_resource_name_with_no_advertising_node_bursts(group: Group) -> N
     group.cpu_node()
     pod, stderr = group.create(group.pod(1, resource=LEGACY))
     assert_remote(pod, stderr, 1)
-    assert "no node advertises alpha.kubernetes.io/nvidia-gpu" in annotations(pod)["nimbix-burst.io/reason"]
+    assert "no node advertises alpha.kubernetes.io/nvidia-gpu" in annotations_of(pod)["nimbix-burst.io/reason"]
 
 
 def test_cordoned_tainted_and_wrong_model_nodes_do_not_count(group: Group) -> None:
@@ -271,7 +178,7 @@ def test_cordoned_tainted_and_wrong_model_nodes_do_not_count(group: Group) -> No
     group.cpu_node()
     pod, stderr = group.create(group.pod(2))
     assert_remote(pod, stderr, 2)
-    reason = annotations(pod)["nimbix-burst.io/reason"]
+    reason = annotations_of(pod)["nimbix-burst.io/reason"]
     assert "excluded by taints or selectors" in reason and "cordoned or not ready" in reason
     pod, stderr = group.create(group.pod(2, nodeSelector={"gpu-model": "V100"}))
     assert_remote(pod, stderr, 2)
@@ -283,20 +190,11 @@ def test_thirty_concurrent_pods_against_ten_free_gpus(group: Group) -> None:
     group.cpu_node(cpu="8", memory="16Gi")
     bodies = [group.pod(1) for _ in range(30)]
     results = [pod for pod, _stderr in group.create_all(bodies)]
-    decisions = [annotations(p)["nimbix-burst.io/decision"] for p in results]
+    decisions = [annotations_of(p)["nimbix-burst.io/decision"] for p in results]
     assert decisions.count("local") == 10
     assert decisions.count("remote") == 20
     for body in bodies:  # kube-scheduler binds every one of them: none is stranded
         group.bound_node(body["metadata"]["name"])
-
-
-def _wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_decisions_stay_correct_across_a_watch_interruption(
@@ -311,10 +209,10 @@ def test_decisions_stay_correct_across_a_watch_interruption(
         fill = group.pod(2, labeled=False)
         group.create(fill)
         assert group.bound_node(fill["metadata"]["name"]) == gpu
-        _wait_until(lambda: webhook.get("/readyz")[0] == 503, timeout=30, what="readyz to report the broken watch")
+        demo.wait_for(lambda: webhook.get("/readyz")[0] == 503, timeout=30, what="readyz to report the broken watch")
     finally:
         proxy.restore()
-    _wait_until(lambda: webhook.get("/readyz")[0] == 200, timeout=60, what="the watch to recover")
+    demo.wait_for(lambda: webhook.get("/readyz")[0] == 200, timeout=60, what="the watch to recover")
     pod, stderr = group.create(group.pod(1))
     assert_remote(pod, stderr, 1)
 
@@ -337,7 +235,7 @@ def test_decisions_stay_correct_after_a_webhook_restart(
     )
     assert restarted.url == webhook.url
     second, _ = group.create(group.pod(1))
-    assert annotations(second)["nimbix-burst.io/decision"] == "local"
+    assert annotations_of(second)["nimbix-burst.io/decision"] == "local"
     third, stderr = group.create(group.pod(1))
     assert_remote(third, stderr, 1)
     object.__setattr__(webhook, "process", restarted.process)  # the module fixture stops this one

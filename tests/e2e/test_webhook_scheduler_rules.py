@@ -20,8 +20,8 @@ import pytest
 
 from devplatform.cluster import addons, nodes
 from devplatform.cluster.controlplane import ControlPlane
+from tests.support.gpus import GPU
 
-GPU = "nvidia.com/gpu"
 UNSCHEDULABLE_TOLERATION = {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}
 BARRIER_TIMEOUT = 20.0
 

@@ -4,11 +4,10 @@ releasing while a renewal is in flight, conflicts on release, and who may take o
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,70 +15,11 @@ import pytest
 from kubeplumbing import leadership
 from kubeplumbing.leadership import HandedOver, LeaseRecord, LeaseTiming
 from kubeplumbing.lease import RELEASE_ATTEMPTS, LeaseConflict, LeaseElector
+from tests.support.leases import TIMING, InMemoryLease, Replica, until
 
-TIMING = LeaseTiming(duration=0.8, renew_deadline=0.5, retry=0.02)
 RESERVATION = HandedOver(
     reservation_id="r1", namespace="ns", node="gpu-a", requests={"nvidia.com/gpu": 1}, expires_in=60.0
 )
-
-
-class InMemoryLease:
-    """One Lease, written only by a compare-and-swap on its resourceVersion (as the API server does).
-    `on_replace` runs in the writer's thread before each replace: tests hold a write there."""
-
-    def __init__(self) -> None:
-        self.body: dict[str, Any] | None = None
-        self.version = 0
-        self.lock = threading.Lock()
-        self.on_replace: Callable[[dict[str, Any]], None] = lambda _body: None
-
-    def read(self, namespace: str, name: str) -> LeaseRecord | None:
-        with self.lock:
-            return None if self.body is None else leadership.parse_lease(self.body)
-
-    def create(self, namespace: str, body: dict[str, Any]) -> LeaseRecord:
-        with self.lock:
-            if self.body is not None:
-                raise LeaseConflict("exists")
-            return self._store(body)
-
-    def replace(self, namespace: str, name: str, body: dict[str, Any]) -> LeaseRecord:
-        self.on_replace(body)
-        with self.lock:
-            if body["metadata"].get("resourceVersion") != str(self.version):
-                raise LeaseConflict("the object has been modified")
-            return self._store(body)
-
-    def _store(self, body: dict[str, Any]) -> LeaseRecord:
-        self.version += 1
-        stored = copy.deepcopy(body)
-        stored["metadata"]["resourceVersion"] = str(self.version)
-        self.body = stored
-        return leadership.parse_lease(stored)
-
-    @property
-    def record(self) -> LeaseRecord:
-        assert self.body is not None
-        return leadership.parse_lease(self.body)
-
-
-class Replica:
-    def __init__(self, lease: InMemoryLease, identity: str, *, reservations: list[HandedOver] | None = None) -> None:
-        self.adopted: list[HandedOver] = []
-        self.reservations = list(reservations or [])
-        self.fit = True
-        self.elector = LeaseElector(
-            lease,
-            namespace="ns",
-            name="leader",
-            identity=identity,
-            url=f"https://{identity}:8443",
-            timing=TIMING,
-            clock=time.monotonic,
-            on_started_leading=self.adopted.extend,
-            export_handover=lambda: self.reservations,
-            fit_to_lead=lambda: (self.fit, "" if self.fit else "pods watch broken for 61s (limit 60s)"),
-        )
 
 
 @pytest.fixture
@@ -95,19 +35,12 @@ def running() -> Iterator[list[asyncio.Task[None]]]:
         task.cancel()
 
 
-async def _until(predicate: Callable[[], bool], *, timeout: float = 1.5) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.01)
-
-
 async def test_release_waits_for_a_renewal_in_flight_and_hands_the_reservations_over(
     lease: InMemoryLease, running: list[asyncio.Task[None]]
 ) -> None:
     replica = Replica(lease, "a", reservations=[RESERVATION])
     running.append(asyncio.create_task(replica.elector.run()))
-    await _until(lambda: replica.elector.standing() == "leader")
+    await until(lambda: replica.elector.standing() == "leader")
     renewal_held, release_arrived = threading.Event(), threading.Event()
     held_at_version: list[int] = []
 
@@ -123,7 +56,7 @@ async def test_release_waits_for_a_renewal_in_flight_and_hands_the_reservations_
                 time.sleep(0.005)
 
     lease.on_replace = renewal_lands_first
-    await _until(renewal_held.is_set)
+    await until(renewal_held.is_set)
     await replica.elector.release()
     assert lease.record.holder == ""
     assert leadership.decode_handover(lease.record.handover) == [RESERVATION]
@@ -135,7 +68,7 @@ async def test_a_release_that_keeps_conflicting_is_retried_then_reported(
 ) -> None:
     replica = Replica(lease, "a", reservations=[RESERVATION])
     running.append(asyncio.create_task(replica.elector.run()))
-    await _until(lambda: replica.elector.standing() == "leader")
+    await until(lambda: replica.elector.standing() == "leader")
     releases: list[int] = []
 
     def someone_else_writes_first(body: dict[str, Any]) -> None:
@@ -159,9 +92,9 @@ async def test_a_release_that_keeps_conflicting_is_retried_then_reported(
 async def test_a_follower_stopping_writes_nothing(lease: InMemoryLease, running: list[asyncio.Task[None]]) -> None:
     leader, follower = Replica(lease, "a"), Replica(lease, "b")
     running.append(asyncio.create_task(leader.elector.run()))
-    await _until(lambda: leader.elector.standing() == "leader")
+    await until(lambda: leader.elector.standing() == "leader")
     running.append(asyncio.create_task(follower.elector.run()))
-    await _until(lambda: follower.elector.standing() == "follower")
+    await until(lambda: follower.elector.standing() == "follower")
     writers: list[str] = []
     lease.on_replace = lambda body: writers.append(body["spec"]["holderIdentity"])
     await follower.elector.release()
@@ -181,7 +114,7 @@ async def test_a_replica_whose_cache_is_not_fit_never_takes_the_lease(
     assert lease.body is None  # not even created
     assert replica.elector.standing() == "candidate"
     replica.fit = True
-    await _until(lambda: replica.elector.standing() == "leader")
+    await until(lambda: replica.elector.standing() == "leader")
 
 
 async def test_a_leader_whose_cache_goes_stale_hands_the_lease_and_its_reservations_to_a_fit_replica(
@@ -189,14 +122,14 @@ async def test_a_leader_whose_cache_goes_stale_hands_the_lease_and_its_reservati
 ) -> None:
     stale, healthy = Replica(lease, "a", reservations=[RESERVATION]), Replica(lease, "b")
     running.append(asyncio.create_task(stale.elector.run()))
-    await _until(lambda: stale.elector.standing() == "leader")
+    await until(lambda: stale.elector.standing() == "leader")
     running.append(asyncio.create_task(healthy.elector.run()))
-    await _until(lambda: healthy.elector.standing() == "follower")
+    await until(lambda: healthy.elector.standing() == "follower")
     with caplog.at_level(logging.INFO, logger="kubeplumbing.lease"):
         stale.fit = False
-        await _until(lambda: healthy.elector.standing() == "leader")
+        await until(lambda: healthy.elector.standing() == "leader")
     assert healthy.adopted == [RESERVATION]
-    await _until(lambda: stale.elector.standing() == "follower")
+    await until(lambda: stale.elector.standing() == "follower")
     assert stale.elector.stepped_down == 1  # taken over because it was released, not because it expired
     [line] = [r for r in caplog.records if r.getMessage() == "stopped leading: cache not fit to decide"]
     assert line.reason == "pods watch broken for 61s (limit 60s)"  # type: ignore[attr-defined]

@@ -12,6 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from devplatform.cluster.pki import issue_cert, make_ca, write_pair
+from tests.support.clocks import Clock
 from tests.unit.webhook.builders import KUBE_SYSTEM, node
 from webhook.app import create_app
 from webhook.cache import ClusterCache
@@ -36,21 +37,13 @@ def settings(tmp_path: Path) -> Settings:
     return parse_settings(["--tls-dir", str(tmp_path / "tls"), "--max-body-bytes", "65536"], {})
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+@pytest.fixture
+def clock() -> Clock:
+    return Clock(now=100.0)
 
 
 @pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
-
-
-@pytest.fixture
-def sync(settings: Settings, clock: FakeClock) -> CacheSync:
+def sync(settings: Settings, clock: Clock) -> CacheSync:
     cache = ClusterCache(gpu_resources=settings.gpu_resources, clock=clock, reservation_ttl=120)
     return CacheSync(cache, clock=clock)
 
@@ -65,7 +58,7 @@ def synced(sync: CacheSync) -> CacheSync:
 
 @pytest.fixture
 async def client(
-    aiohttp_client: ClientFactory, settings: Settings, synced: CacheSync, clock: FakeClock
+    aiohttp_client: ClientFactory, settings: Settings, synced: CacheSync, clock: Clock
 ) -> TestClient[Any, Any]:
     return await aiohttp_client(create_app(settings, cache=synced.cache, sync=synced, clock=clock))
 

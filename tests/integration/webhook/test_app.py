@@ -7,7 +7,8 @@ from typing import Any, cast
 
 from aiohttp.test_utils import TestClient
 
-from tests.integration.webhook.conftest import ClientFactory, FakeClock, review_body
+from tests.integration.webhook.conftest import ClientFactory, review_body
+from tests.support.clocks import Clock
 from tests.unit.webhook.builders import container, pod
 from webhook.app import create_app
 from webhook.mutation import RewritePolicy
@@ -89,7 +90,7 @@ async def test_malformed_reviews_get_a_clear_4xx(client: TestClient[Any, Any]) -
 
 
 async def test_unexpected_error_fails_open_with_the_uid(
-    aiohttp_client: ClientFactory, settings: Settings, synced: CacheSync, clock: FakeClock
+    aiohttp_client: ClientFactory, settings: Settings, synced: CacheSync, clock: Clock
 ) -> None:
     class BrokenPolicy:
         """Raises on first use, as a bug in the decision would. Not a subclass: the compiled core's
@@ -111,7 +112,7 @@ async def test_unexpected_error_fails_open_with_the_uid(
 
 
 async def test_readyz_follows_sync_and_watch_health(
-    aiohttp_client: ClientFactory, settings: Settings, sync: CacheSync, clock: FakeClock
+    aiohttp_client: ClientFactory, settings: Settings, sync: CacheSync, clock: Clock
 ) -> None:
     client = await aiohttp_client(create_app(settings, cache=sync.cache, sync=sync, clock=clock))
     response = await client.get("/readyz")

@@ -10,7 +10,8 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from tests.integration.webhook.conftest import ClientFactory, FakeClock, review_body, write_serving_cert
+from tests.integration.webhook.conftest import ClientFactory, review_body, write_serving_cert
+from tests.support.clocks import Clock
 from tests.unit.webhook.builders import KUBE_SYSTEM, container, node, pod
 from webhook.app import create_app
 from webhook.budget import ANNOTATION_BUDGET, ANNOTATION_MAX_REMOTE_GPUS, ANNOTATION_REMOTE_GPUS
@@ -22,7 +23,7 @@ from webhook.sync import CacheSync
 async def make_client(aiohttp_client: ClientFactory, tmp_path: Path, *flags: str) -> TestClient[Any, Any]:
     write_serving_cert(tmp_path / "tls")
     settings = parse_settings(["--tls-dir", str(tmp_path / "tls"), *flags], {})
-    clock = FakeClock()
+    clock = Clock(now=100.0)
     sync = CacheSync(ClusterCache(gpu_resources=settings.gpu_resources, clock=clock, reservation_ttl=120), clock=clock)
     sync.apply_list("nodes", [node("gpu-a", 1), node("cpu-1", 0)])
     sync.apply_list("pods", [])

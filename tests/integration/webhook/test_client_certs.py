@@ -21,7 +21,8 @@ from aiohttp import web
 
 from devplatform.cluster.pki import KeyPair, issue_cert, make_ca, write_pair
 from devplatform.cluster.processes import free_port
-from tests.integration.webhook.conftest import FakeClock, review_body, write_serving_cert
+from tests.integration.webhook.conftest import review_body, write_serving_cert
+from tests.support.clocks import Clock
 from tests.unit.webhook.builders import container, pod
 from webhook.app import create_app
 from webhook.settings import parse_settings
@@ -66,7 +67,7 @@ def _client_cert(ca: KeyPair, name: str = "kube-apiserver-webhook-client") -> Ke
 
 
 @contextlib.asynccontextmanager
-async def _serving(tmp_path: Path, synced: CacheSync, clock: FakeClock) -> AsyncIterator[Server]:
+async def _serving(tmp_path: Path, synced: CacheSync, clock: Clock) -> AsyncIterator[Server]:
     tls_dir = tmp_path / "tls"
     serving_ca_pem = write_serving_cert(tls_dir)
     client_ca = make_ca("apiserver-webhook-client-ca")
@@ -86,12 +87,12 @@ async def _serving(tmp_path: Path, synced: CacheSync, clock: FakeClock) -> Async
 
 
 @pytest.fixture
-async def server(tmp_path: Path, synced: CacheSync, clock: FakeClock) -> AsyncIterator[Server]:
+async def server(tmp_path: Path, synced: CacheSync, clock: Clock) -> AsyncIterator[Server]:
     async with _serving(tmp_path, synced, clock) as serving:
         yield serving
 
 
-def test_on_uvloop_the_client_certificate_is_seen(tmp_path: Path, synced: CacheSync, clock: FakeClock) -> None:
+def test_on_uvloop_the_client_certificate_is_seen(tmp_path: Path, synced: CacheSync, clock: Clock) -> None:
     """The webhook serves on uvloop (webhook.app.serve): its TLS transport must hand the verified
     client certificate over as asyncio's does, or every review would be refused (or none)."""
 
@@ -142,7 +143,7 @@ async def test_a_rotated_client_ca_is_trusted_after_reload(server: Server) -> No
     assert status == 200
 
 
-async def test_without_client_ca_any_client_may_mutate(tmp_path: Path, synced: CacheSync, clock: FakeClock) -> None:
+async def test_without_client_ca_any_client_may_mutate(tmp_path: Path, synced: CacheSync, clock: Clock) -> None:
     tls_dir = tmp_path / "tls"
     serving_ca_pem = write_serving_cert(tls_dir)
     settings = parse_settings(["--tls-dir", str(tls_dir)], {})

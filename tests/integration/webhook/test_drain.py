@@ -7,7 +7,8 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from tests.integration.webhook.conftest import ClientFactory, FakeClock, review_body
+from tests.integration.webhook.conftest import ClientFactory, review_body
+from tests.support.clocks import Clock
 from tests.unit.webhook.builders import container, pod
 from webhook.app import create_app
 from webhook.settings import Settings
@@ -17,7 +18,7 @@ JSON = {"Content-Type": "application/json"}
 
 
 async def test_drain_closes_connections_after_each_answer_and_turns_unready(
-    aiohttp_client: ClientFactory, settings: Settings, synced: CacheSync, clock: FakeClock
+    aiohttp_client: ClientFactory, settings: Settings, synced: CacheSync, clock: Clock
 ) -> None:
     quick = dataclasses.replace(settings, drain_seconds=0.3)
     client = await aiohttp_client(create_app(quick, cache=synced.cache, sync=synced, clock=clock))

@@ -7,8 +7,7 @@ import time
 
 from prometheus_client import generate_latest
 
-from tests.integration.kubeplumbing.test_lease import InMemoryLease, Replica, _until
-from tests.integration.webhook.test_fit_to_decide import FixedElector
+from tests.support.leases import FixedElector, InMemoryLease, Replica, until
 from webhook.cache import ClusterCache
 from webhook.forwarding import ForwardFailed
 from webhook.metrics import Metrics
@@ -71,7 +70,7 @@ async def test_the_leader_gauge_and_the_elector_counters() -> None:
     metrics.watch_election(router=router, elector=replica.elector)
     task = asyncio.create_task(replica.elector.run())
     try:
-        await _until(lambda: replica.elector.standing() == "leader")
+        await until(lambda: replica.elector.standing() == "leader")
         assert isinstance(await router.place(b"{}", forwarded_by=""), DecideHere)
         lines = _lines(metrics)
         assert "nimbix_burst_leader 1.0" in lines
@@ -79,14 +78,14 @@ async def test_the_leader_gauge_and_the_elector_counters() -> None:
         ready[0] = False  # the router stops deciding at once, before the elector's next round
         assert "nimbix_burst_leader 0.0" in _lines(metrics)
         replica.fit = False
-        await _until(lambda: replica.elector.stepped_down == 1)
+        await until(lambda: replica.elector.stepped_down == 1)
         assert "nimbix_burst_leadership_stepped_down_total 1.0" in _lines(metrics)
 
         def unreachable(namespace: str, name: str) -> None:
             raise OSError("connection refused")
 
         lease.read = unreachable  # type: ignore[method-assign]
-        await _until(lambda: replica.elector.round_failures > 0)
+        await until(lambda: replica.elector.round_failures > 0)
         assert any(line.startswith('nimbix_burst_lease_errors_total{kind="round"}') for line in _lines(metrics))
     finally:
         task.cancel()

@@ -10,7 +10,9 @@ from typing import Any
 from aiohttp.test_utils import TestClient
 
 from kubeplumbing.leadership import Standing
-from tests.integration.webhook.conftest import ClientFactory, FakeClock, review_body
+from tests.integration.webhook.conftest import ClientFactory, review_body
+from tests.support.clocks import Clock
+from tests.support.leases import FixedElector
 from tests.unit.webhook.builders import container, node, pod
 from webhook.app import ROUTER, cache_fitness, create_app
 from webhook.replicas import ReplicaRouter
@@ -19,17 +21,6 @@ from webhook.sync import CacheSync
 
 JSON = {"Content-Type": "application/json"}
 RELAYED = b'{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"u","allowed":true}}'
-
-
-class FixedElector:
-    def __init__(self, standing: Standing, leader_url: str = "") -> None:
-        self._standing, self._url = standing, leader_url
-
-    def standing(self) -> Standing:
-        return self._standing
-
-    def leader_url(self) -> str:
-        return self._url
 
 
 class RecordingForwarder:
@@ -45,7 +36,7 @@ class RecordingForwarder:
 
 
 async def _client(
-    aiohttp_client: ClientFactory, settings: Settings, sync: CacheSync, clock: FakeClock, *, router: Any = None
+    aiohttp_client: ClientFactory, settings: Settings, sync: CacheSync, clock: Clock, *, router: Any = None
 ) -> TestClient[Any, Any]:
     app = create_app(settings, cache=sync.cache, sync=sync, clock=clock)
     if router is not None:
@@ -70,7 +61,7 @@ async def _post_gpu_pod(client: TestClient[Any, Any], uid: str) -> tuple[int, st
 
 
 async def test_a_replica_that_listed_nodes_but_not_pods_promises_nothing(
-    aiohttp_client: ClientFactory, settings: Settings, sync: CacheSync, clock: FakeClock
+    aiohttp_client: ClientFactory, settings: Settings, sync: CacheSync, clock: Clock
 ) -> None:
     sync.apply_list("nodes", [node("gpu-a", 4)])  # every GPU looks free until the pods are listed
     client = await _client(aiohttp_client, settings, sync, clock)
@@ -83,7 +74,7 @@ async def test_a_replica_that_listed_nodes_but_not_pods_promises_nothing(
 
 
 async def test_a_replica_whose_watch_is_stale_stops_deciding_and_resumes_when_fresh(
-    aiohttp_client: ClientFactory, settings: Settings, synced: CacheSync, clock: FakeClock
+    aiohttp_client: ClientFactory, settings: Settings, synced: CacheSync, clock: Clock
 ) -> None:
     client = await _client(aiohttp_client, settings, synced, clock)
     synced.mark_broken("pods")
@@ -98,7 +89,7 @@ async def test_a_replica_whose_watch_is_stale_stops_deciding_and_resumes_when_fr
 
 
 async def test_the_lease_holder_does_not_decide_with_an_unsynced_cache(
-    aiohttp_client: ClientFactory, settings: Settings, sync: CacheSync, clock: FakeClock
+    aiohttp_client: ClientFactory, settings: Settings, sync: CacheSync, clock: Clock
 ) -> None:
     sync.apply_list("nodes", [node("gpu-a", 4)])
     forwarder = RecordingForwarder()
@@ -117,7 +108,7 @@ async def test_the_lease_holder_does_not_decide_with_an_unsynced_cache(
 
 
 async def test_an_unsynced_follower_forwards_to_the_leader(
-    aiohttp_client: ClientFactory, settings: Settings, sync: CacheSync, clock: FakeClock
+    aiohttp_client: ClientFactory, settings: Settings, sync: CacheSync, clock: Clock
 ) -> None:
     forwarder = RecordingForwarder()
     router = _router(sync, settings, FixedElector("follower", "https://leader:8443"), forwarder)

@@ -8,7 +8,8 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from tests.integration.webhook.conftest import FakeClock, review_body
+from tests.integration.webhook.conftest import review_body
+from tests.support.clocks import Clock
 from tests.unit.webhook.builders import KUBE_SYSTEM, container, node, pod
 from webhook.app import create_app
 from webhook.cache import ClusterCache
@@ -17,7 +18,7 @@ from webhook.sync import CacheSync
 
 
 async def test_reviews_over_the_namespace_cap_burst_and_are_counted(
-    aiohttp_client: Any, settings: Settings, clock: FakeClock
+    aiohttp_client: Any, settings: Settings, clock: Clock
 ) -> None:
     cache = ClusterCache(
         gpu_resources=settings.gpu_resources,

@@ -12,7 +12,8 @@ from cryptography import x509
 
 from devplatform.cluster.pki import issue_cert, make_ca, write_pair
 from devplatform.cluster.processes import free_port
-from tests.integration.webhook.conftest import FakeClock, review_body
+from tests.integration.webhook.conftest import review_body
+from tests.support.clocks import Clock
 from tests.unit.webhook.builders import container, pod
 from webhook.app import create_app
 from webhook.settings import Settings
@@ -24,7 +25,7 @@ def _serial(pem: bytes) -> int:
     return x509.load_pem_x509_certificate(pem).serial_number
 
 
-async def test_rotation_under_load(tmp_path: Path, settings: Settings, synced: CacheSync, clock: FakeClock) -> None:
+async def test_rotation_under_load(tmp_path: Path, settings: Settings, synced: CacheSync, clock: Clock) -> None:
     ca = make_ca("rotation-ca")
     tls_dir = settings.tls_dir
     first = issue_cert(ca, common_name="first", ip_addresses=["127.0.0.1"], server=True)

@@ -13,6 +13,7 @@ from controller.reaping import Reaper
 from controller.store import PodStore
 from entrypoint.jarvice import JobNotFound, Unavailable
 from entrypoint.model import JobEntry
+from tests.support.clocks import Clock
 
 LIVE = "4f1c2a9e-7b1d-4c55-9d0e-2a6b8c1e3f70"
 GONE = "00000000-1111-2222-3333-444444444444"
@@ -69,14 +70,6 @@ class FakeJarvice:
             raise self.fail_terminate
         self.terminated.append(number)
         self.jobs[number] = JobEntry(number=number, name=f"j{number}", state="TERMINATED", label=None, exitcode=None)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def make(

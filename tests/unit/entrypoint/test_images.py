@@ -1,6 +1,6 @@
 """Static checks on the Dockerfiles, the build context and the base image's JARVICE metadata: what
 they install and run is what the tests exercise (`python -m entrypoint`, the console script, the
-example app's command, the AppDef's run command). tests/integration/test_images_build.py builds them
+example app's command, the AppDef's run command). tests/e2e/test_images_build.py builds them
 for real (devplatform/images/build.sh)."""
 
 import importlib

@@ -14,6 +14,7 @@ import requests
 import entrypoint
 from entrypoint import jarvice
 from entrypoint.settings import Secret
+from tests.support.clocks import Clock
 
 pytestmark = pytest.mark.timeout(2)
 
@@ -59,21 +60,8 @@ class ScriptedSession:
         return self._next("POST", url, kwargs)
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-
 def client(session: ScriptedSession, clock: Clock | None = None, outage: float = 10.0) -> jarvice.JarviceClient:
-    clock = clock or Clock()
+    clock = clock or Clock(now=0.0)
     return jarvice.JarviceClient(
         base_url="https://jarvice.example/api/",
         username="alice",
@@ -103,7 +91,8 @@ def test_get_sends_credentials_timeouts_and_parses_status() -> None:
 
 @pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8", "Application/JSON"])
 def test_json_media_type_accepted(content_type: str) -> None:
-    client(ScriptedSession(make_response(200, STATUS_OK, content_type))).fetch_status(42)
+    status = client(ScriptedSession(make_response(200, STATUS_OK, content_type))).fetch_status(42)
+    assert (status.number, status.state) == (42, "PROCESSING STARTING")
 
 
 @pytest.mark.parametrize("content_type", ["text/html", "text/plain", None, "application/jsonp"])
@@ -197,7 +186,7 @@ def test_error_statuses(status: int, body: object, error: type[Exception], fragm
 
 
 def test_retries_transient_failures_with_backoff_then_succeeds() -> None:
-    clock = Clock()
+    clock = Clock(now=0.0)
     session = ScriptedSession(
         make_response(503, "Service Unavailable", "text/plain"),
         make_response(429, {"error": "Too Many Requests"}),
@@ -215,7 +204,7 @@ def test_retries_transient_failures_with_backoff_then_succeeds() -> None:
 
 
 def test_outage_budget_spans_calls_and_resets_on_success() -> None:
-    clock = Clock()
+    clock = Clock(now=0.0)
     session = ScriptedSession(*[make_response(503, "down", "text/plain") for _ in range(50)])
     c = client(session, clock, outage=5.0)
     with pytest.raises(jarvice.Unavailable) as info:
@@ -239,7 +228,7 @@ def test_outage_budget_spans_calls_and_resets_on_success() -> None:
 
 
 def test_deadline_bounds_retries() -> None:
-    clock = Clock()
+    clock = Clock(now=0.0)
     session = ScriptedSession(*[make_response(503, "down", "text/plain") for _ in range(50)])
     with pytest.raises(jarvice.Unavailable):
         client(session, clock, outage=100.0).terminate(42, deadline=2.0)

@@ -23,6 +23,7 @@ from entrypoint.model import JobEntry, JobStatus, Machine, SubmitBody, SubmitRes
 from entrypoint.output import SEPARATOR
 from entrypoint.plan import RemotePlan
 from entrypoint.settings import Tuning
+from tests.support.clocks import Clock
 
 pytestmark = pytest.mark.timeout(5)
 
@@ -38,23 +39,6 @@ def _lines(text: str) -> list[str]:
     """Split on \"\\n\" only, keeping it, like the JARVICE adapter does."""
     parts = text.split("\n")
     return [p + "\n" for p in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-        self.alarms: list[tuple[float, Callable[[], None]]] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        assert seconds >= 0
-        self.now += seconds
-        due = [a for a in self.alarms if a[0] <= self.now]
-        self.alarms = [a for a in self.alarms if a[0] > self.now]
-        for _, action in due:
-            action()  # e.g. a signal handler, which may raise CancelRequested
 
 
 @dataclass

@@ -72,9 +72,23 @@ def test_standing(lease: LeaseRecord | None, last_renewed: float | None, now: fl
 
 
 def test_renew_deadline_ends_our_lead_before_a_follower_may_take_over() -> None:
-    # The safety argument in one line: our "leader" ends at renew_deadline after the last renewal,
-    # a follower's takeover starts no earlier than `duration` after it saw that renewal.
-    assert TIMING.renew_deadline < TIMING.duration
+    # The safety argument: our "leader" ends at renew_deadline after the last renewal, a follower's
+    # takeover starts no earlier than `duration` after it saw that renewal (at the earliest, when it
+    # was made). At no instant may both hold: checked every 50 ms over twice the Lease's duration.
+    renewed_at = 10.0
+    seen_by_the_follower = Observation(record=record("me"), seen_at=renewed_at)
+    we_lead, follower_may_take = [], []
+    for step in range(int(2 * TIMING.duration / 0.05)):
+        now = renewed_at + step * 0.05
+        leading = (
+            leadership.standing(seen_by_the_follower, identity="me", last_renewed=renewed_at, now=now, timing=TIMING)
+            == "leader"
+        )
+        taking = leadership.may_acquire(seen_by_the_follower, identity="other", now=now)
+        assert not (leading and taking), now
+        we_lead.append(leading)
+        follower_may_take.append(taking)
+    assert any(we_lead) and any(follower_may_take)  # both phases happen: the check above is not vacuous
 
 
 def test_lease_body_is_a_compare_and_swap_on_the_read_version() -> None:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from tests.support.reinvocation import POLICY, make_cache, review
 from tests.unit.webhook.builders import container, pod
-from tests.unit.webhook.test_admission_reinvocation import POLICY, make_cache, review
 from webhook import admission
 
 

@@ -17,11 +17,11 @@ import pytest
 
 from entrypoint import contract
 from kubeplumbing import leadership
+from tests.support.budgets import NS, burst_pod, make_sync, namespace
+from tests.support.clocks import Clock
 from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, node, pod
-from tests.unit.webhook.test_decision import Clock
 from webhook import admission, budget
 from webhook.budget import ANNOTATION_BUDGET, ANNOTATION_MAX_REMOTE_GPUS, ANNOTATION_REMOTE_GPUS
-from webhook.cache import ClusterCache
 from webhook.model import parse_pod
 from webhook.mutation import RewritePolicy
 from webhook.review import AdmissionRequest
@@ -29,35 +29,6 @@ from webhook.sync import CacheSync
 from webhook.types import NamespaceBudget
 
 POLICY = RewritePolicy(gpu_resources=(GPU,), remote_cpu="100m", remote_memory="128Mi")
-NS = "team"
-
-
-def namespace(name: str, max_remote: str | None) -> dict[str, Any]:
-    annotations = {} if max_remote is None else {ANNOTATION_MAX_REMOTE_GPUS: max_remote}
-    return {"kind": "Namespace", "metadata": {"name": name, "annotations": annotations}}
-
-
-def burst_pod(uid: str, gpus: int, *, ns: str = NS, phase: str = "Running", node_name: str = "cpu") -> dict[str, Any]:
-    """A pod as the webhook left it after bursting: no GPU request, decision and count annotated."""
-    annotations = {contract.ANNOTATION_DECISION: "remote", ANNOTATION_REMOTE_GPUS: str(gpus)}
-    return pod(
-        container(requests={"cpu": "100m"}),
-        annotations=annotations,
-        uid=uid,
-        name=uid,
-        namespace=ns,
-        phase=phase,
-        node_name=node_name,
-    )
-
-
-def make_sync(*, local_gpus: int = 0, max_remote: str | None = "4", clock: Clock | None = None) -> CacheSync:
-    clock = clock or Clock()
-    sync = CacheSync(ClusterCache(gpu_resources=(GPU,), clock=clock, reservation_ttl=60), clock=clock)
-    sync.apply_list("nodes", [node("gpu", local_gpus), node("cpu", 0)])
-    sync.apply_list("pods", [])
-    sync.apply_list("namespaces", [namespace(NS, max_remote), namespace("free", None), KUBE_SYSTEM])
-    return sync
 
 
 def request(raw: dict[str, Any], uid: str, *, ns: str = NS, dry_run: bool = False) -> AdmissionRequest:

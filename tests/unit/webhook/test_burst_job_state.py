@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from entrypoint import contract
+from tests.support.budgets import NS, burst_pod, make_sync
 from tests.unit.webhook.builders import container, pod
-from tests.unit.webhook.test_budget import NS, burst_pod, make_sync
 from webhook import model
 
 

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from tests.support.clocks import Clock
+from tests.support.decisions import decide_pod
 from tests.unit.webhook.builders import GPU, container, node, pod
-from tests.unit.webhook.test_decision import Clock, decide_pod
 from webhook.cache import ClusterCache
 from webhook.decision import decide
 from webhook.model import parse_placement, pod_compute, pod_gpus

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from entrypoint import contract
 from kubeplumbing import leadership
+from tests.support.clocks import Clock
+from tests.support.decisions import decide_pod
 from tests.unit.webhook.builders import GPU, container, node, pod
-from tests.unit.webhook.test_decision import Clock, decide_pod
 from webhook.cache import ClusterCache
 from webhook.sync import CacheSync
 from webhook.types import Placement

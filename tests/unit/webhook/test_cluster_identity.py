@@ -17,8 +17,8 @@ import jsonpatch
 import pytest
 
 from entrypoint import contract
+from tests.support.clocks import Clock
 from tests.unit.webhook.builders import CLUSTER_ID, GPU, KUBE_SYSTEM, KUBE_SYSTEM_UID, container, namespace, node, pod
-from tests.unit.webhook.test_decision import Clock
 from webhook import admission
 from webhook.cache import ClusterCache
 from webhook.mutation import RewritePolicy

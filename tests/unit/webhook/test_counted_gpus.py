@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from entrypoint import contract
+from tests.support.reinvocation import add_gpu, admit, env_of, first_pass, make_cache
 from tests.unit.webhook.builders import container, pod
-from tests.unit.webhook.test_admission_reinvocation import add_gpu, admit, env_of, first_pass, make_cache
 from webhook import mutation
 from webhook.budget import ANNOTATION_REMOTE_GPUS
 

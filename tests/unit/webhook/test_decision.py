@@ -6,22 +6,14 @@ from typing import Any
 
 import pytest
 
+from tests.support.clocks import Clock
+from tests.support.decisions import decide_pod
 from tests.unit.webhook.builders import GPU, container, node, pod
 from webhook.cache import ClusterCache
-from webhook.decision import decide
-from webhook.model import parse_placement, pod_compute, pod_gpus
 from webhook.sync import CacheSync
-from webhook.types import Decision, Placement
+from webhook.types import Placement
 
 LEGACY = "alpha.kubernetes.io/nvidia-gpu"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def make_sync(nodes: list[dict[str, Any]], pods: list[dict[str, Any]] = (), clock: Clock | None = None) -> CacheSync:  # type: ignore[assignment]
@@ -33,12 +25,6 @@ def make_sync(nodes: list[dict[str, Any]], pods: list[dict[str, Any]] = (), cloc
         [{**p, "metadata": {**p["metadata"], "uid": p["metadata"].get("uid") or p["metadata"]["name"]}} for p in pods],
     )
     return sync
-
-
-def decide_pod(sync: CacheSync, raw: dict[str, Any]) -> Decision:
-    spec = raw["spec"]
-    requests = {**pod_gpus(spec, sync.cache.gpu_resources), **pod_compute(spec)}
-    return decide(requests, parse_placement(spec), sync.cache)
 
 
 def bound(name: str, node_name: str, gpus: int, phase: str = "Running") -> dict[str, Any]:

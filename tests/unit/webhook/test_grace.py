@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from entrypoint import contract
+from tests.support.reinvocation import admit, first_pass, make_cache
 from tests.unit.webhook.builders import container, pod
-from tests.unit.webhook.test_admission_reinvocation import admit, first_pass, make_cache
 
 GRACE = "terminationGracePeriodSeconds"
 

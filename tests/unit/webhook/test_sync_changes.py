@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.clocks import Clock
 from tests.unit.webhook.builders import GPU, container, node, pod
-from tests.unit.webhook.test_decision import Clock
 from webhook.cache import ClusterCache
 from webhook.sync import CacheSync, PodChange, RecentPods
 

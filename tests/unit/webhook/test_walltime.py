@@ -18,8 +18,8 @@ import jsonpatch
 import pytest
 
 from entrypoint import contract
+from tests.support.clocks import Clock
 from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, namespace, node, pod
-from tests.unit.webhook.test_decision import Clock
 from webhook import admission, walltime
 from webhook.cache import ClusterCache
 from webhook.mutation import RewritePolicy
