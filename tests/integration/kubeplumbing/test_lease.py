@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from kubeplumbing import leadership
-from kubeplumbing.leadership import HandedOver, LeaseRecord, LeaseTiming
-from kubeplumbing.lease import RELEASE_ATTEMPTS, LeaseConflict, LeaseElector
+from kubeplumbing.leadership import HandedOver
+from kubeplumbing.lease import RELEASE_ATTEMPTS
 from tests.support.leases import TIMING, InMemoryLease, Replica, until
 
 RESERVATION = HandedOver(

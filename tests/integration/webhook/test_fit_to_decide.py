@@ -9,7 +9,6 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from kubeplumbing.leadership import Standing
 from tests.integration.webhook.conftest import ClientFactory, review_body
 from tests.support.clocks import Clock
 from tests.support.leases import FixedElector

@@ -19,7 +19,7 @@ from entrypoint import contract
 from kubeplumbing import leadership
 from tests.support.budgets import NS, burst_pod, make_sync, namespace
 from tests.support.clocks import Clock
-from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, node, pod
+from tests.unit.webhook.builders import GPU, container, pod
 from webhook import admission, budget
 from webhook.budget import ANNOTATION_BUDGET, ANNOTATION_MAX_REMOTE_GPUS, ANNOTATION_REMOTE_GPUS
 from webhook.model import parse_pod
