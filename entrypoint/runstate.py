@@ -327,7 +327,8 @@ def _give_up(state: RunState, event: Failed, *, failures: int) -> Step:
     """Before any job, just exit; with a job that may be ours, stop it first (best effort).
 
     Outside following, a failure the recovery table would retry still ends the run, without
-    stopping the job: the job stays "may run" as it was, for the next runner to pick up.
+    stopping the job: the job stays "may run" for the next runner to pick up, and so does one an
+    unanswered submit may have made (`unseen` is set until the label has been looked at).
     """
     job_known = state.job is not None or state.unseen is not None
     decision = recovery.decide_recovery(event.failure, job_known=job_known, failures=failures)
@@ -338,7 +339,8 @@ def _give_up(state: RunState, event: Failed, *, failures: int) -> Step:
             return Step(giving_up, (say, Terminate((state.job,))))
         if state.unseen is not None:
             return Step(giving_up, (say, ListLabelJobs(state.unseen, finished_too=True)))
-    return _exit(giving_up, decision.exit_code, say)
+    may_run = giving_up.job_may_run or giving_up.unseen is not None
+    return _exit(replace(giving_up, job_may_run=may_run), decision.exit_code, say)
 
 
 def _decided_code(state: RunState) -> int:

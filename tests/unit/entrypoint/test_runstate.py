@@ -428,6 +428,20 @@ BEFORE_ROWS = [
             ),
         ),
     ),
+    (
+        # A submit whose answer was lost may have made a job: until it is found, it may run. The exit is
+        # not reported (the next runner looks it up by the label) and the budget keeps counting it.
+        "a transient failure while resolving an unanswered submit: the job it may have made may run",
+        RESOLVING,
+        Failed("protocol", "html"),
+        Step(
+            done(replace(RESOLVING, phase="giving_up"), exitcodes.EXIT_PROTOCOL, job_may_run=True),
+            (
+                GiveUp("protocol", "protocol while following: retrying", "html"),
+                Exit(exitcodes.EXIT_PROTOCOL),
+            ),
+        ),
+    ),
 ]
 
 
