@@ -291,7 +291,7 @@ def test_runner_oom_killed_job_stopped(
     took = _wait_job_states(node_emulator, uid, ["TERMINATED"], timeout=REAP_BOUND + 60, what="the job TERMINATED")
     row = _record(
         Row(
-            "runner OOM-killed (kernel OOM killer via the container's memory.max)",
+            "runner OOM-killed (the kernel OOM killer in its container cgroup)",
             submitted=len(_jobs(node_emulator, uid)),
             completed=0,
             billing_late=int(took > REAP_BOUND),
