@@ -213,6 +213,23 @@ def _oom_kill_runner(uid: str) -> subprocess.Popen[str]:
     return hog
 
 
+def _ended(plane: controlplane.ControlPlane, namespace: str, name: str, *, phases: tuple[str, ...]) -> dict[str, Any]:
+    """The pod once its phase is one of `phases`."""
+    pod: dict[str, Any] = demo.wait_for(
+        lambda: (p := find_pod(plane, namespace, name)) is not None and p["status"].get("phase") in phases and p,
+        what=f"pod {name} {' or '.join(phases)}",
+        timeout=WAIT_SECONDS,
+    )
+    return pod
+
+
+def _job_row(fault: str, emulator: addons.EmulatorProcess, pod: dict[str, Any], **extra: Any) -> Row:
+    """A row for a pod that ran to its end: its jobs, how many completed, how many still run."""
+    states = _states(emulator, pod["metadata"]["uid"])
+    row = Row(fault, len(states), states.count("COMPLETED"), states.count(LIVE), **extra)
+    return _record(row)
+
+
 def _record(row: Row) -> Row:
     MATRIX.append(row)
     return row
@@ -372,27 +389,10 @@ def test_submit_answered_502_after_the_job_was_created_runs_once(
     try:
         body = pod_body("gateway", app_container(node_emulator, 'echo "ran once"', gpus=8), gated=False)
         create_pod(control_plane, ns, body)
-        pod = demo.wait_for(
-            lambda: (
-                (p := find_pod(control_plane, ns, "gateway")) is not None
-                and p["status"].get("phase") in ("Succeeded", "Failed")
-                and p
-            ),
-            what="the pod finished",
-            timeout=WAIT_SECONDS,
-        )
+        pod = _ended(control_plane, ns, "gateway", phases=("Succeeded", "Failed"))
     finally:
         _faults(node_emulator)
-    uid = pod["metadata"]["uid"]
-    states = _states(node_emulator, uid)
-    row = _record(
-        Row(
-            "submit answered 502 after the job was created",
-            submitted=len(states),
-            completed=states.count("COMPLETED"),
-            billing_late=states.count(LIVE),
-        )
-    )
+    row = _job_row("submit answered 502 after the job was created", node_emulator, pod)
     assert pod["status"]["phase"] == "Succeeded", pod["status"]
     assert "ran once" in control_plane.kubectl("-n", ns, "logs", "gateway").stdout
     assert row.submitted == 1 and row.completed == 1, row
@@ -410,24 +410,8 @@ def test_jarvice_unreachable_for_60s_mid_run_the_job_runs_once_to_its_end(
     _faults(node_emulator, drop=1_000_000)  # every API call's connection is dropped, unanswered
     time.sleep(60)
     _faults(node_emulator)
-    pod = demo.wait_for(
-        lambda: (
-            (p := find_pod(control_plane, ns, "outage")) is not None
-            and p["status"].get("phase") in ("Succeeded", "Failed")
-            and p
-        ),
-        what="the pod finished",
-        timeout=WAIT_SECONDS,
-    )
-    states = _states(node_emulator, pod["metadata"]["uid"])
-    row = _record(
-        Row(
-            "JARVICE unreachable for 60 s mid-run",
-            submitted=len(states),
-            completed=states.count("COMPLETED"),
-            billing_late=states.count(LIVE),
-        )
-    )
+    pod = _ended(control_plane, ns, "outage", phases=("Succeeded", "Failed"))
+    row = _job_row("JARVICE unreachable for 60 s mid-run", node_emulator, pod)
     assert pod["status"]["phase"] == "Succeeded", pod["status"]
     assert "after" in control_plane.kubectl("-n", ns, "logs", "outage").stdout
     assert row.submitted == 1 and row.completed == 1, row
@@ -656,11 +640,7 @@ def test_env_asking_for_more_gpus_than_counted_is_refused_before_submit(
         [{"name": "NUM_GPUS", "value": "4"}, {"name": "JARVICE_NODES", "value": "2"}]
     )
     warnings = create_pod(control_plane, ns, pod_body("greedy", container, gated=False))
-    pod = demo.wait_for(
-        lambda: (p := find_pod(control_plane, ns, "greedy")) is not None and p["status"].get("phase") == "Failed" and p,
-        what="the pod Failed",
-        timeout=WAIT_SECONDS,
-    )
+    pod = _ended(control_plane, ns, "greedy", phases=("Failed",))
     code = pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
     submitted = len(_jobs(node_emulator, pod["metadata"]["uid"]))
     row = _record(
@@ -693,26 +673,13 @@ def test_a_job_past_its_namespace_walltime_is_stopped_and_reported(
     create_pod(control_plane, ns, body)
     wait_log(control_plane, ns, "overtime", "overtime started")
     started = time.monotonic()
-    pod = demo.wait_for(
-        lambda: (
-            (p := find_pod(control_plane, ns, "overtime")) is not None and p["status"].get("phase") == "Failed" and p
-        ),
-        what="the pod Failed",
-        timeout=WAIT_SECONDS,
-    )
+    pod = _ended(control_plane, ns, "overtime", phases=("Failed",))
     took = time.monotonic() - started
     states = _states(node_emulator, pod["metadata"]["uid"])
     code = pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
-    row = _record(
-        Row(
-            "a job past its walltime (namespace default 00:00:10)",
-            submitted=len(states),
-            completed=0,
-            billing_late=states.count(LIVE),
-            note=f"exit {code}, {took:.0f}s after it started; walltime annotation: "
-            + annotations_of(pod).get("nimbix-burst.io/walltime", "")[:60],
-        )
-    )
+    walltime_note = annotations_of(pod).get("nimbix-burst.io/walltime", "")[:60]
+    note = f"exit {code}, {took:.0f}s after it started; walltime annotation: {walltime_note}"
+    row = _job_row("a job past its walltime (namespace default 00:00:10)", node_emulator, pod, note=note)
     assert states == ["TERMINATED"], states
     assert code == exitcodes.EXIT_WALLTIME, code
     assert took < 10 + SLACK_SECONDS + 10, took
