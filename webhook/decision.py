@@ -1,14 +1,16 @@
-"""decide(): local iff some single node can host the pod's whole GPU request (pure).
+"""decide(): local iff some single node can host the pod's whole GPU request.
 
-Reads the cache; the caller reserves GPUs on the chosen node in the same tick. The one change a
-decision may make: when no node fits as the claims of pods not bound yet sit, those claims move to
-make room (ClusterCache.make_room), which changes where they sit, never what they hold.
+Reads the cache's ClusterView (webhook.fitting: the fit search and the explanation are pure); the
+caller reserves GPUs on the chosen node in the same tick. The one change a decision may make: when
+no node fits as the claims of pods not bound yet sit, those claims move to make room
+(ClusterCache.make_room), which changes where they sit, never what they hold.
 """
 
 from __future__ import annotations
 
 from webhook import budget
-from webhook.cache import CANDIDATE_CAP, ClusterCache, FitResult
+from webhook.cache import ClusterCache
+from webhook.fitting import CANDIDATE_CAP, ClusterView, FitResult, best_partial_fit, find_fit
 from webhook.types import Decision, GpuCounts, Placement, Requests
 
 
@@ -24,10 +26,11 @@ def decide(requests: Requests, placement: Placement, cache: ClusterCache, *, nam
     """`requests`: the pod's GPU counts, plus everything else it takes from a node (cpu, memory,
     pods, ...: see model.pod_compute), which must fit on the same node. `namespace` is the
     admission's, for the cap on outstanding reservations."""
-    gpus = {r: n for r, n in requests.items() if r in cache.gpu_resources}
+    view = cache.view
+    gpus = {r: n for r, n in requests.items() if r in view.gpu_resources}
     if not gpus:
         return Decision(kind="skipped", reason="pod requests no GPU")
-    fit = cache.find_fit(requests, placement)
+    fit = find_fit(view, requests, placement)
     moved = ""
     if fit.node is None:
         room = cache.make_room(requests, placement)
@@ -46,7 +49,7 @@ def decide(requests: Requests, placement: Placement, cache: ClusterCache, *, nam
             node=fit.node.name,
             candidates=fit.candidates,
         )
-    return Decision(kind="remote", reason=explain_no_fit(gpus, placement, cache, fit))
+    return Decision(kind="remote", reason=explain_no_fit(gpus, placement, view, fit))
 
 
 def remote_gpus(gpus: GpuCounts) -> int:
@@ -62,17 +65,17 @@ def budget_refusal(gpus: GpuCounts, cache: ClusterCache, *, namespace: str) -> s
     )
 
 
-def explain_no_fit(gpus: GpuCounts, placement: Placement, cache: ClusterCache, fit: FitResult) -> str:
+def explain_no_fit(gpus: GpuCounts, placement: Placement, view: ClusterView, fit: FitResult) -> str:
     """A human reason naming why no node fit, e.g.
     'needs 4 nvidia.com/gpu; best node gpu-a has 2 free; 3 GPU nodes cordoned or not ready'."""
     parts = [f"needs {describe_need(gpus)}"]
     primary = max(gpus, key=lambda r: gpus[r])
     if placement.node_name:
         parts.append(f"spec.nodeName pins it to {placement.node_name}")
-    if not cache.advertises(primary):
+    if not view.advertises(primary):
         parts.append(f"no node advertises {primary}")
     else:
-        best = cache.best_partial_fit(primary, placement)
+        best = best_partial_fit(view, primary, placement)
         if best is None:
             parts.append("no schedulable node matches the pod's node name, selectors and tolerations")
         else:
@@ -87,9 +90,9 @@ def explain_no_fit(gpus: GpuCounts, placement: Placement, cache: ClusterCache, f
     if fit.excluded_by_placement:
         what = _plural(fit.excluded_by_placement, "node")
         parts.append(f"{what} with enough free GPUs excluded by taints or selectors")
-    if cache.unschedulable_gpu_nodes:
-        parts.append(f"{_plural(cache.unschedulable_gpu_nodes, 'GPU node')} cordoned or not ready")
-    reserved = cache.claimed_total().get(primary, 0)
+    if view.unschedulable_gpu_nodes:
+        parts.append(f"{_plural(len(view.unschedulable_gpu_nodes), 'GPU node')} cordoned or not ready")
+    reserved = view.claimed_total.get(primary, 0)
     if reserved:
         parts.append(f"{reserved} {primary} claimed by pods not bound yet")
     return "; ".join(parts)

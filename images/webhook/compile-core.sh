@@ -19,6 +19,9 @@ mypyc=${1:?usage: compile-core.sh MYPYC}
   webhook/resources.py \
   webhook/scheduling.py \
   webhook/model.py \
+  webhook/fitting.py \
+  webhook/accounting.py \
+  webhook/reservations.py \
   webhook/cache.py \
   webhook/sync.py \
   webhook/decision.py \

@@ -1,0 +1,294 @@
+"""Where a pod fits, read off a ClusterView: the fit search every decision runs (pure).
+
+The cache keeps, per node and resource, what is used and claimed, and indexes schedulable nodes
+per GPU resource in buckets keyed by free count (see webhook.cache). A ClusterView hands those
+structures to the decision as they are, read-only and without a copy (a review at 5,000 nodes
+must not copy per-node data), so finding the best-fit node costs a few dictionary look-ups
+whatever the cluster size. Nothing here writes: the cache applies what a decision chose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import final
+
+from webhook.scheduling import placement_allows, tolerates_unschedulable
+from webhook.types import STANDARD_RESOURCES, NodeInfo, Placement, Requests
+
+# Stop counting candidate nodes here: the count is advice for humans, and counting every
+# fitting node would make local decisions linear in cluster size.
+CANDIDATE_CAP = 10
+
+_NOTHING: Mapping[str, int] = {}  # read-only stand-in for a node nothing is used or claimed on
+
+
+@dataclass(frozen=True, slots=True)
+class FitResult:
+    node: NodeInfo | None  # the best-fit node (least free GPUs that still fit), if any
+    candidates: int  # nodes that fit, counted up to CANDIDATE_CAP
+    excluded_by_placement: int  # nodes with enough free GPUs that taints/selectors rule out
+    short_of_compute: int = 0  # nodes with enough free GPUs but not enough CPU, memory, pods...
+    best_free: int = 0  # free GPUs (of the resource scanned) on `node`
+
+
+NO_FIT = FitResult(None, 0, 0)
+
+
+@final
+class ClusterView:
+    """What a decision reads, shared with the cache that keeps it: never written through a view.
+
+    The cache builds one view over its own structures and keeps it for its lifetime (it mutates
+    them in place, never rebinds them), so handing it out per review costs nothing."""
+
+    def __init__(
+        self,
+        *,
+        gpu_resources: tuple[str, ...],
+        nodes: dict[str, NodeInfo],
+        used: dict[str, dict[str, int]],
+        claimed: dict[str, dict[str, int]],
+        claimed_total: dict[str, int],
+        buckets: dict[str, dict[int, dict[str, None]]],
+        bucket_of: dict[tuple[str, str], int],
+        max_allocatable: dict[str, int],
+        cordoned: dict[str, None],
+        unschedulable_gpu_nodes: set[str],
+        by_label: dict[tuple[str, str], dict[str, None]],
+    ) -> None:
+        self.gpu_resources = gpu_resources
+        self.nodes = nodes  # name -> node
+        self.used = used  # node -> resource -> effective requests of bound pods
+        self.claimed = claimed  # node -> resource -> held by claims placed there
+        self.claimed_total = claimed_total  # resource -> sum of `claimed`
+        # resource -> free count -> node names (insertion-ordered set) of schedulable nodes
+        self.buckets = buckets
+        self.bucket_of = bucket_of  # (resource, node) -> its bucket
+        self.max_allocatable = max_allocatable  # resource -> the most any node has
+        self.cordoned = cordoned  # Ready but cordoned GPU nodes: outside the buckets
+        self.unschedulable_gpu_nodes = unschedulable_gpu_nodes
+        # (label key, value) -> node names: a pod pinned by nodeSelector or an `In` affinity visits
+        # only matching nodes, instead of every node with free GPUs.
+        self.by_label = by_label
+
+    def advertises(self, resource: str) -> bool:
+        return self.max_allocatable.get(resource, 0) > 0
+
+    def free_amount(self, node_name: str, resource: str, total: int) -> int:
+        """free = allocatable - used - claimed, for one resource of one node."""
+        used = self.used.get(node_name, _NOTHING).get(resource, 0)
+        return total - used - self.claimed.get(node_name, _NOTHING).get(resource, 0)
+
+    def primary(self, requests: Requests) -> str:
+        """The GPU resource the pod needs most of: its buckets are the ones scanned."""
+        gpus = [r for r in requests if r in self.buckets]
+        return max(gpus, key=lambda r: requests[r])
+
+    def holds_gpus(self, requests: Requests) -> bool:
+        return any(resource in self.buckets for resource in requests)
+
+
+# What a pod needs besides its primary GPU resource, each with whether it is a standard resource
+# (one a node may leave unreported): read off the request once per decision.
+Needs = list[tuple[str, int, bool]]
+
+
+def other_needs(requests: Requests, primary: str) -> Needs:
+    return [(r, amount, r in STANDARD_RESOURCES) for r, amount in requests.items() if r != primary]
+
+
+def find_fit(view: ClusterView, requests: Requests, placement: Placement, *, exclude: str = "") -> FitResult:
+    """Best-fit node (fewest free GPUs that still fit) whose free resources cover `requests`
+    and whose filters admit the pod."""
+    primary = view.primary(requests)
+    if placement.node_name:
+        return _fit_among(
+            view, (placement.node_name,), requests, placement, primary=primary, exclude=exclude, capped=False
+        )
+    need = requests[primary]
+    buckets = view.buckets.get(primary, {})
+    fitting = range(need, view.max_allocatable.get(primary, 0) + 1)
+    pinned = pinned_nodes(view, placement)
+    if pinned is not None and len(pinned) < _bucket_sizes(buckets, fitting):
+        names = _in_buckets(pinned, view.bucket_of, primary, fitting)
+        fit = _fit_among(view, names, requests, placement, primary=primary, exclude=exclude, capped=False)
+    else:
+        fit = _fit_among(
+            view, _by_free(buckets, fitting), requests, placement, primary=primary, exclude=exclude, capped=True
+        )
+    if view.cordoned and tolerates_unschedulable(placement):
+        fit = _merge(
+            fit, _fit_among(view, view.cordoned, requests, placement, primary=primary, exclude=exclude, capped=False)
+        )
+    return fit
+
+
+def _fit_among(
+    view: ClusterView,
+    names: Iterable[str],
+    requests: Requests,
+    placement: Placement,
+    *,
+    primary: str,
+    exclude: str,
+    capped: bool,
+) -> FitResult:
+    best: NodeInfo | None = None
+    best_free = 0
+    candidates = excluded = short = 0
+    need = requests[primary]
+    others = other_needs(requests, primary)  # once per decision, not once per candidate
+    nodes, bucket_of = view.nodes, view.bucket_of
+    for name in names:
+        node = nodes.get(name)
+        if name == exclude or node is None or primary not in node.allocatable:
+            continue
+        free = bucket_of.get((primary, name))  # indexed nodes: one look-up
+        if free is None:  # cordoned, or named by spec.nodeName: outside the buckets
+            free = view.free_amount(name, primary, node.allocatable[primary])
+        if free < need:
+            continue
+        if not placement_allows(placement, node):
+            excluded += 1
+            continue
+        if not covers_needs(view, name, node.allocatable, others):
+            short += 1
+            continue
+        candidates += 1
+        if best is None or free < best_free:
+            best, best_free = node, free
+        if capped and candidates >= CANDIDATE_CAP:
+            break  # names come in ascending free order: the first fit is the best fit
+    return FitResult(best, min(candidates, CANDIDATE_CAP), excluded, short, best_free)
+
+
+def pinned_nodes(view: ClusterView, placement: Placement) -> Mapping[str, None] | None:
+    """A superset of the nodes the pod may use, when its selectors narrow it cheaply."""
+    if placement.node_selector:
+        return min((view.by_label.get(item, {}) for item in placement.node_selector.items()), key=len)
+    if placement.required_terms is not None and len(placement.required_terms) == 1:
+        term = placement.required_terms[0]
+        for requirement in term.match_expressions:
+            if requirement.operator == "In":
+                names: dict[str, None] = {}
+                for value in requirement.values:
+                    names.update(view.by_label.get((requirement.key, value), {}))
+                return names
+        for requirement in term.match_fields:
+            if requirement.operator == "In" and requirement.key == "metadata.name":
+                return {value: None for value in requirement.values if value in view.nodes}
+    return None
+
+
+def best_partial_fit(view: ClusterView, resource: str, placement: Placement) -> tuple[NodeInfo, int] | None:
+    """The eligible node with the most free `resource`, for explaining a remote decision."""
+    pinned: Iterable[str] | None = pinned_nodes(view, placement)
+    if placement.node_name:
+        pinned = (placement.node_name,)
+    elif pinned is None:
+        buckets = view.buckets.get(resource, {})
+        found: tuple[NodeInfo, int] | None = None
+        for free in range(view.max_allocatable.get(resource, 0), -1, -1):
+            for name in buckets.get(free, ()):
+                node = view.nodes[name]
+                if placement_allows(placement, node):
+                    found = (node, free)
+                    break
+            if found is not None:
+                break
+        if not (view.cordoned and tolerates_unschedulable(placement)):
+            return found
+        return _most_free(found, _eligible_free(view, view.cordoned, resource, placement))
+    return _eligible_free(view, pinned, resource, placement)
+
+
+def _eligible_free(
+    view: ClusterView, names: Iterable[str], resource: str, placement: Placement
+) -> tuple[NodeInfo, int] | None:
+    """The first node of `names` with the most free `resource` that `placement` allows. The
+    placement check (the costly part) runs only for a node that would beat the best so far: a
+    pod pinned to hundreds of full nodes (the Alibaba trace's T4s) checked every one of them."""
+    best: tuple[NodeInfo, int] | None = None
+    for name in names:
+        node = view.nodes.get(name)
+        if node is None:
+            continue
+        total = node.allocatable.get(resource)
+        if total is None:
+            continue
+        free = view.bucket_of.get((resource, name))  # indexed nodes: max(free, 0), one look-up
+        if free is None:  # cordoned, or named by spec.nodeName: outside the buckets
+            free = max(view.free_amount(name, resource, total), 0)
+        if best is not None and free <= best[1]:
+            continue
+        if placement_allows(placement, node):
+            best = (node, free)
+    return best
+
+
+def covers(view: ClusterView, node_name: str, requests: Requests) -> bool:
+    """Every requested resource fits (see covers_needs)."""
+    return covers_needs(view, node_name, view.nodes[node_name].allocatable, other_needs(requests, ""))
+
+
+def covers_needs(view: ClusterView, node_name: str, allocatable: Mapping[str, int], needs: Needs) -> bool:
+    """Each of `needs` fits. A node that does not report one of the standard resources (cpu,
+    memory, ephemeral-storage, pods) is not limited by it; any other resource the node does not
+    advertise does not fit (NodeResourcesFit: allocatable 0)."""
+    # free_amount inlined, the node's maps read once: every candidate of every decision comes here.
+    used = view.used.get(node_name, _NOTHING)
+    claimed = view.claimed.get(node_name, _NOTHING)
+    for resource, amount, standard in needs:
+        total = allocatable.get(resource)
+        if total is None:
+            if standard:
+                continue
+            return False
+        if total - used.get(resource, 0) - claimed.get(resource, 0) < amount:
+            return False
+    return True
+
+
+def _merge(a: FitResult, b: FitResult) -> FitResult:
+    """Two scans over disjoint node sets, as one: the best fit of both, counts added."""
+    best = b if b.node is not None and (a.node is None or b.best_free < a.best_free) else a
+    return FitResult(
+        best.node,
+        min(a.candidates + b.candidates, CANDIDATE_CAP),
+        a.excluded_by_placement + b.excluded_by_placement,
+        a.short_of_compute + b.short_of_compute,
+        best.best_free,
+    )
+
+
+def _most_free(a: tuple[NodeInfo, int] | None, b: tuple[NodeInfo, int] | None) -> tuple[NodeInfo, int] | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return b if b[1] > a[1] else a
+
+
+def _bucket_sizes(buckets: Mapping[int, Mapping[str, None]], fitting: range) -> int:
+    total = 0
+    for free in fitting:
+        total += len(buckets.get(free, ()))
+    return total
+
+
+# Generator functions, not generator expressions: compiled with mypyc (issue 15), an expression
+# passed as an argument becomes a list, which would walk every bucket for a capped search.
+def _by_free(buckets: Mapping[int, Iterable[str]], fitting: range) -> Iterator[str]:
+    """Node names, fewest free GPUs first (best fit)."""
+    for free in fitting:
+        yield from buckets.get(free, ())
+
+
+def _in_buckets(
+    names: Iterable[str], bucket_of: Mapping[tuple[str, str], int], primary: str, fitting: range
+) -> Iterator[str]:
+    """The names whose free count of `primary` is in `fitting`."""
+    for name in names:
+        if bucket_of.get((primary, name), -1) in fitting:
+            yield name
