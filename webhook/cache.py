@@ -51,6 +51,41 @@ DEFAULT_SCHEDULERS = ("default-scheduler",)
 CLUSTER_NAMESPACE = "kube-system"
 
 
+class NamespaceIndex:
+    """What the watch shows of namespaces: burst budgets, default walltimes, the cluster's identity."""
+
+    def __init__(self) -> None:
+        self.budgets: dict[str, NamespaceBudget] = {}  # namespaces with a max-remote-gpus annotation
+        self.default_walltimes: dict[str, str] = {}  # namespaces with a default-walltime annotation
+        self.kube_system_uid = ""
+
+    def replace(self, namespaces: Iterable[NamespaceInfo]) -> None:
+        self.budgets = {}
+        self.default_walltimes = {}
+        self.kube_system_uid = ""
+        for namespace in namespaces:
+            self.upsert(namespace)
+
+    def upsert(self, namespace: NamespaceInfo) -> None:
+        name = namespace.name
+        if namespace.budget is None:
+            self.budgets.pop(name, None)
+        else:
+            self.budgets[name] = namespace.budget
+        if namespace.default_walltime is None:
+            self.default_walltimes.pop(name, None)
+        else:
+            self.default_walltimes[name] = namespace.default_walltime
+        if name == CLUSTER_NAMESPACE:
+            self.kube_system_uid = namespace.uid
+
+    def delete(self, name: str) -> None:
+        self.budgets.pop(name, None)
+        self.default_walltimes.pop(name, None)
+        if name == CLUSTER_NAMESPACE:
+            self.kube_system_uid = ""
+
+
 class ClusterCache:
     def __init__(
         self,
@@ -89,9 +124,7 @@ class ClusterCache:
         )
         self._pods: dict[str, PodInfo] = {}
         self.reservation_cap_hits = 0  # reviews decided remote because a cap was reached
-        self._budgets: dict[str, NamespaceBudget] = {}  # namespaces with a max-remote-gpus annotation
-        self._default_walltimes: dict[str, str] = {}  # namespaces with a default-walltime annotation
-        self._kube_system_uid = ""
+        self.namespaces = NamespaceIndex()
         self._remote_in_use: dict[str, int] = {}  # namespace -> GPUs of its watched burst pods
 
     # ----- reads -------------------------------------------------------------------------------
@@ -127,18 +160,18 @@ class ClusterCache:
     @property
     def kube_system_uid(self) -> str:
         """The UID of the kube-system namespace, which names this cluster ("" until the watch shows it)."""
-        return self._kube_system_uid
+        return self.namespaces.kube_system_uid
 
     def default_walltime(self, namespace: str) -> str | None:
         """The namespace's `nimbix-burst.io/default-walltime` as written (None: not set)."""
-        return self._default_walltimes.get(namespace)
+        return self.namespaces.default_walltimes.get(namespace)
 
     def budget(self, namespace: str) -> NamespaceBudget | None:
-        return self._budgets.get(namespace)
+        return self.namespaces.budgets.get(namespace)
 
     @property
     def budgeted_namespaces(self) -> int:
-        return len(self._budgets)
+        return len(self.namespaces.budgets)
 
     def remote_in_use(self, namespace: str) -> int:
         """GPUs counted against the namespace's budget: its burst pods whose jobs may run (running, or
@@ -225,30 +258,13 @@ class ClusterCache:
     # ----- namespace writes --------------------------------------------------------------------
 
     def replace_namespaces(self, namespaces: Iterable[NamespaceInfo]) -> None:
-        self._budgets = {}
-        self._default_walltimes = {}
-        self._kube_system_uid = ""
-        for namespace in namespaces:
-            self.upsert_namespace(namespace)
+        self.namespaces.replace(namespaces)
 
     def upsert_namespace(self, namespace: NamespaceInfo) -> None:
-        name = namespace.name
-        if namespace.budget is None:
-            self._budgets.pop(name, None)
-        else:
-            self._budgets[name] = namespace.budget
-        if namespace.default_walltime is None:
-            self._default_walltimes.pop(name, None)
-        else:
-            self._default_walltimes[name] = namespace.default_walltime
-        if name == CLUSTER_NAMESPACE:
-            self._kube_system_uid = namespace.uid
+        self.namespaces.upsert(namespace)
 
     def delete_namespace(self, name: str) -> None:
-        self._budgets.pop(name, None)
-        self._default_walltimes.pop(name, None)
-        if name == CLUSTER_NAMESPACE:
-            self._kube_system_uid = ""
+        self.namespaces.delete(name)
 
     # ----- pod writes --------------------------------------------------------------------------
 
