@@ -11,44 +11,21 @@ Per node and per resource (GPUs, cpu, memory, ephemeral-storage, pods, any exten
 Claims follow the cluster: when a node is deleted, loses allocatable, becomes ineligible for a
 claim, or is filled by a pod the scheduler bound there, its claims move to another node that fits
 (or hold nothing if none does); a node that appears or grows takes claims that had no node.
-Claims are guesses, so they also move to make room: when no node fits a new pod as they sit,
-make_room moves the claims off a node that could host it to other nodes that fit them (never a
-claim on a nominated node), and the pod stays local.
+Claims are guesses, so they also move to make room for a new pod no node fits as they sit: the
+decision plans the moves (webhook.room), the ledger applies them (move_claims).
 
 Every change of what a node holds re-files it in the free-count buckets of the ClusterView.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
-from webhook.fitting import NO_FIT, ClusterView, FitResult, covers, find_fit
+from webhook.fitting import Claim, ClusterView, add_amounts, covers, find_fit
+from webhook.room import ClaimMove
 from webhook.scheduling import placement_allows
-from webhook.types import CPU_MILLI, MEMORY_BYTES, STANDARD_RESOURCES, Placement, PodInfo, Requests
-
-# make_room gives up after trying this many nodes: it runs only when no node fits, and a cluster
-# with a backlog of pending pods has claims on every node with room; a few tries find the room
-# that moving one or two claims makes, without making a remote decision linear in pending pods.
-MAKE_ROOM_NODE_CAP = 16
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    node: str  # "" when no node could take it: such a claim holds nothing
-    requests: Requests
-    placement: Placement  # kept so the claim can move when the scheduler fills its node
-    expires_at: float | None  # reservations expire; claims of watched pods do not
-    pinned: bool = False  # on the pod's nominated node: the scheduler chose it, it stays while the node exists
-
-
-def add_amounts(target: dict[str, int], amounts: Requests, sign: int) -> None:
-    for resource, count in amounts.items():
-        value = target.get(resource, 0) + sign * count
-        if value:
-            target[resource] = value
-        else:
-            target.pop(resource, None)
+from webhook.types import PodInfo
 
 
 class ClaimLedger:
@@ -56,8 +33,8 @@ class ClaimLedger:
 
     def __init__(self, view: ClusterView) -> None:
         self.view = view
-        self._claims: dict[str, Claim] = {}
-        self._claims_on: dict[str, dict[str, None]] = {}  # node -> claim ids placed there
+        self._claims = view.claims
+        self._claims_on = view.claims_on
         self._unplaced: dict[str, None] = {}  # claim ids no node could take, oldest first
 
     @property
@@ -192,72 +169,7 @@ class ClaimLedger:
 
     # ----- making room ---------------------------------------------------------------------------
 
-    def make_room(self, requests: Requests, placement: Placement) -> FitResult:
-        """When no node fits `requests` as the claims sit now (find_fit found none): a node that
-        would, once the claims on it move to other nodes that fit them, with those claims moved.
-
-        A claim is a guess at where the scheduler will put a pod not bound yet (or one just admitted):
-        placed best-fit when it appeared and kept there, it could block the only node able to host a
-        newcomer after a tighter node freed up, and the webhook burst a pod that had a node (the
-        replay's openb-pod-5858 and openb-pod-4640). Claims on a nominated node stay (the scheduler
-        chose it). Moves change where claims sit, never what they hold; nothing moves unless the whole
-        request then fits. Returns no node when none can be made room on."""
-        view = self.view
-        primary = view.primary(requests)
-        tried = 0
-        for node_name, claim_ids in list(self._claims_on.items()):
-            node = view.nodes.get(node_name)
-            if node is None or primary not in node.allocatable or not placement_allows(placement, node):
-                continue
-            movable = [claim_id for claim_id in claim_ids if not self._claims[claim_id].pinned]
-            if not movable or not self._covers_without(node_name, requests, movable):
-                continue
-            if self._move_claims_off(node_name, movable, requests):
-                return FitResult(node, 1, 0, 0, view.free_amount(node_name, primary, node.allocatable[primary]))
-            tried += 1
-            if tried >= MAKE_ROOM_NODE_CAP:
-                break
-        return NO_FIT
-
-    def _covers_without(self, node_name: str, requests: Requests, claim_ids: Iterable[str]) -> bool:
-        """Whether `requests` would fit on the node if the claims `claim_ids` held nothing there."""
-        released: dict[str, int] = {}
-        for claim_id in claim_ids:
-            add_amounts(released, self._claims[claim_id].requests, 1)
-        allocatable = self.view.nodes[node_name].allocatable
-        for resource, amount in requests.items():
-            total = allocatable.get(resource)
-            if total is None:
-                if resource in STANDARD_RESOURCES:
-                    continue
-                return False
-            if self.view.free_amount(node_name, resource, total) + released.get(resource, 0) < amount:
-                return False
-        return True
-
-    def _move_claims_off(self, node_name: str, claim_ids: Sequence[str], requests: Requests) -> bool:
-        """Move claims off the node, biggest first, each to its best fit elsewhere, until `requests`
-        fits there; if it never does, put every moved claim back and return False."""
-        moved: list[tuple[str, Claim]] = []
-        for claim_id in sorted(claim_ids, key=lambda c: _size(self._claims[c].requests), reverse=True):
-            if covers(self.view, node_name, requests):
-                break
-            claim = self._claims[claim_id]
-            fit = find_fit(self.view, claim.requests, claim.placement, exclude=node_name)
-            if fit.node is not None:
-                moved.append((claim_id, claim))
-                self.add_claim(claim_id, replace(claim, node=fit.node.name))
-        if covers(self.view, node_name, requests):
-            return True
-        for claim_id, claim in reversed(moved):
-            self.add_claim(claim_id, claim)
-        return False
-
-
-def _size(requests: Requests) -> tuple[int, int, int]:
-    """GPUs (any resource), CPU, memory: the order make_room moves claims in, biggest first."""
-    gpus = 0
-    for resource, amount in requests.items():
-        if resource not in STANDARD_RESOURCES:
-            gpus += amount
-    return gpus, requests.get(CPU_MILLI, 0), requests.get(MEMORY_BYTES, 0)
+    def move_claims(self, moves: Sequence[ClaimMove]) -> None:
+        """Apply claim moves a decision planned (see webhook.room.plan_room), in their order."""
+        for claim_id, node in moves:
+            self.add_claim(claim_id, replace(self._claims[claim_id], node=node))

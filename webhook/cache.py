@@ -12,7 +12,8 @@ Three parts, one responsibility each:
   Reservations             what this webhook promised before the watch showed the pod, and its expiry
   (webhook.reservations)
 They share one ClusterView (webhook.fitting): the structures a decision reads, handed out without
-a copy.
+a copy. A decision (webhook.decision.choose) is pure over it; the cache applies what it chose: the
+claim moves that make room, then the reservation.
 
 Schedulable nodes (Ready, not cordoned) are indexed per GPU resource in buckets keyed by free
 count, so finding the best-fit node costs a few dictionary look-ups whatever the cluster size.
@@ -30,21 +31,13 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
 from kubeplumbing.leadership import HandedOver
-from webhook.accounting import MAKE_ROOM_NODE_CAP, Claim, ClaimLedger
-from webhook.fitting import CANDIDATE_CAP, ClusterView, FitResult, best_partial_fit, find_fit
-from webhook.reservations import REMOTE_GPUS_KEY, Reservations
+from webhook.accounting import ClaimLedger
+from webhook.fitting import CANDIDATE_CAP, Claim, ClusterView, FitResult, best_partial_fit, find_fit
+from webhook.reservations import Reservations
+from webhook.room import ClaimMove
 from webhook.types import NamespaceBudget, NamespaceInfo, NodeInfo, Placement, PodInfo, Requests
 
-__all__ = [
-    "CANDIDATE_CAP",
-    "CLUSTER_NAMESPACE",
-    "DEFAULT_SCHEDULERS",
-    "MAKE_ROOM_NODE_CAP",
-    "REMOTE_GPUS_KEY",
-    "Claim",
-    "ClusterCache",
-    "FitResult",
-]
+__all__ = ["CANDIDATE_CAP", "CLUSTER_NAMESPACE", "DEFAULT_SCHEDULERS", "Claim", "ClusterCache", "FitResult"]
 
 DEFAULT_SCHEDULERS = ("default-scheduler",)
 # Every cluster has it and it is never deleted: its UID names the cluster (contract.cluster_identity).
@@ -112,6 +105,8 @@ class ClusterCache:
             cordoned={},
             unschedulable_gpu_nodes=set(),
             by_label={},
+            claims={},
+            claims_on={},
         )
         self._nodes = self.view.nodes
         self.ledger = ClaimLedger(self.view)
@@ -196,9 +191,9 @@ class ClusterCache:
     def advertises(self, resource: str) -> bool:
         return self.view.advertises(resource)
 
-    def make_room(self, requests: Requests, placement: Placement) -> FitResult:
-        """Move claims of pods not bound yet to make room for `requests` (see ClaimLedger.make_room)."""
-        return self.ledger.make_room(requests, placement)
+    def move_claims(self, moves: Sequence[ClaimMove]) -> None:
+        """Move claims of pods not bound yet as a decision planned, to make room (see webhook.room)."""
+        self.ledger.move_claims(moves)
 
     # ----- node writes -------------------------------------------------------------------------
 

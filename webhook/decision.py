@@ -1,16 +1,20 @@
-"""decide(): local iff some single node can host the pod's whole GPU request.
+"""The decision: local iff some single node can host the pod's whole GPU request.
 
-Reads the cache's ClusterView (webhook.fitting: the fit search and the explanation are pure); the
-caller reserves GPUs on the chosen node in the same tick. The one change a decision may make: when
-no node fits as the claims of pods not bound yet sit, those claims move to make room
-(ClusterCache.make_room), which changes where they sit, never what they hold.
+choose() is pure: plain data in (the pod's requests and placement, the cache's ClusterView, why no
+reservation may be made), a Choice out: the Decision and, when no node fit as the claims of pods
+not bound yet sat, the claim moves that make room (webhook.room), which change where claims sit,
+never what they hold. decide() is its shell: it reads the cache, chooses, and has the cache apply
+the moves; the caller then reserves GPUs on the chosen node, in the same tick.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from webhook import budget
 from webhook.cache import ClusterCache
 from webhook.fitting import CANDIDATE_CAP, ClusterView, FitResult, best_partial_fit, find_fit
+from webhook.room import ClaimMove, plan_room
 from webhook.types import Decision, GpuCounts, Placement, Requests
 
 
@@ -22,34 +26,55 @@ def describe_need(gpus: GpuCounts) -> str:
     return " + ".join(f"{count} {resource}" for resource, count in sorted(gpus.items()))
 
 
-def decide(requests: Requests, placement: Placement, cache: ClusterCache, *, namespace: str = "") -> Decision:
-    """`requests`: the pod's GPU counts, plus everything else it takes from a node (cpu, memory,
-    pods, ...: see model.pod_compute), which must fit on the same node. `namespace` is the
-    admission's, for the cap on outstanding reservations."""
-    view = cache.view
+@dataclass(frozen=True, slots=True)
+class Choice:
+    decision: Decision
+    # Claims of pods not bound yet to move, in order, to make room (see webhook.room): the cache
+    # applies them whatever the decision (a capped one included), as make_room moved them in place.
+    moves: tuple[ClaimMove, ...] = ()
+
+
+def choose(requests: Requests, placement: Placement, view: ClusterView, *, reservation_refusal: str = "") -> Choice:
+    """The decision, from plain data: `requests`, the pod's GPU counts plus everything else it takes
+    from a node (cpu, memory, pods, ...: see model.pod_compute), which must fit on the same node;
+    `view`, the cluster as the cache holds it; `reservation_refusal`, why no reservation may be made
+    now ("" when one may: see reservations.reservation_refusal)."""
     gpus = {r: n for r, n in requests.items() if r in view.gpu_resources}
     if not gpus:
-        return Decision(kind="skipped", reason="pod requests no GPU")
+        return Choice(Decision(kind="skipped", reason="pod requests no GPU"))
     fit = find_fit(view, requests, placement)
     moved = ""
+    moves: tuple[ClaimMove, ...] = ()
     if fit.node is None:
-        room = cache.make_room(requests, placement)
-        if room.node is not None:
-            fit, moved = room, " (claims of pods not bound yet moved to other nodes)"
-    if fit.node is not None:
-        refusal = cache.reservation_refusal(namespace)
-        if refusal:
-            # Local without a reservation could promise these GPUs twice and leave the pod Pending;
-            # bursting keeps the promise that a pod left local finds its GPUs.
-            return Decision(kind="remote", reason=f"needs {describe_need(gpus)}; {refusal}", capped=True)
-        shown = f"{fit.candidates}+" if fit.candidates >= CANDIDATE_CAP else str(fit.candidates)
-        return Decision(
-            kind="local",
-            reason=f"{shown} candidate node(s) can host {describe_need(gpus)}; best fit {fit.node.name}{moved}",
-            node=fit.node.name,
-            candidates=fit.candidates,
-        )
-    return Decision(kind="remote", reason=explain_no_fit(gpus, placement, view, fit))
+        room = plan_room(view, requests, placement)
+        moves = room.moves
+        if room.fit.node is not None:
+            fit, moved = room.fit, " (claims of pods not bound yet moved to other nodes)"
+    if fit.node is None:
+        return Choice(Decision(kind="remote", reason=explain_no_fit(gpus, placement, view, fit)), moves)
+    if reservation_refusal:
+        # Local without a reservation could promise these GPUs twice and leave the pod Pending;
+        # bursting keeps the promise that a pod left local finds its GPUs.
+        reason = f"needs {describe_need(gpus)}; {reservation_refusal}"
+        return Choice(Decision(kind="remote", reason=reason, capped=True), moves)
+    shown = f"{fit.candidates}+" if fit.candidates >= CANDIDATE_CAP else str(fit.candidates)
+    decision = Decision(
+        kind="local",
+        reason=f"{shown} candidate node(s) can host {describe_need(gpus)}; best fit {fit.node.name}{moved}",
+        node=fit.node.name,
+        candidates=fit.candidates,
+    )
+    return Choice(decision, moves)
+
+
+def decide(requests: Requests, placement: Placement, cache: ClusterCache, *, namespace: str = "") -> Decision:
+    """choose() over the cache's view, the claim moves it planned applied to the cache. `namespace`
+    is the admission's, for the cap on outstanding reservations. The caller reserves."""
+    refusal = cache.reservation_refusal(namespace)
+    choice = choose(requests, placement, cache.view, reservation_refusal=refusal)
+    if choice.moves:
+        cache.move_claims(choice.moves)
+    return choice.decision
 
 
 def remote_gpus(gpus: GpuCounts) -> int:

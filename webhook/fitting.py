@@ -35,6 +35,15 @@ class FitResult:
 NO_FIT = FitResult(None, 0, 0)
 
 
+@dataclass(frozen=True, slots=True)
+class Claim:
+    node: str  # "" when no node could take it: such a claim holds nothing
+    requests: Requests
+    placement: Placement  # kept so the claim can move when the scheduler fills its node
+    expires_at: float | None  # reservations expire; claims of watched pods do not
+    pinned: bool = False  # on the pod's nominated node: the scheduler chose it, it stays while the node exists
+
+
 @final
 class ClusterView:
     """What a decision reads, shared with the cache that keeps it: never written through a view.
@@ -56,6 +65,8 @@ class ClusterView:
         cordoned: dict[str, None],
         unschedulable_gpu_nodes: set[str],
         by_label: dict[tuple[str, str], dict[str, None]],
+        claims: dict[str, Claim],
+        claims_on: dict[str, dict[str, None]],
     ) -> None:
         self.gpu_resources = gpu_resources
         self.nodes = nodes  # name -> node
@@ -71,6 +82,8 @@ class ClusterView:
         # (label key, value) -> node names: a pod pinned by nodeSelector or an `In` affinity visits
         # only matching nodes, instead of every node with free GPUs.
         self.by_label = by_label
+        self.claims = claims  # claim id ("pod:<uid>" or "res:<reservation id>") -> the claim
+        self.claims_on = claims_on  # node -> ids of the claims placed there, oldest first
 
     def advertises(self, resource: str) -> bool:
         return self.max_allocatable.get(resource, 0) > 0
@@ -87,6 +100,16 @@ class ClusterView:
 
     def holds_gpus(self, requests: Requests) -> bool:
         return any(resource in self.buckets for resource in requests)
+
+
+def add_amounts(target: dict[str, int], amounts: Requests, sign: int) -> None:
+    """Add (sign 1) or take away (sign -1) `amounts`, keeping no zero entries."""
+    for resource, count in amounts.items():
+        value = target.get(resource, 0) + sign * count
+        if value:
+            target[resource] = value
+        else:
+            target.pop(resource, None)
 
 
 # What a pod needs besides its primary GPU resource, each with whether it is a standard resource

@@ -12,7 +12,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 
 from kubeplumbing.leadership import HandedOver
-from webhook.accounting import Claim, ClaimLedger
+from webhook.accounting import ClaimLedger
+from webhook.fitting import Claim
 from webhook.types import Placement, Requests
 
 REMOTE_GPUS_KEY = "gpus"  # the one "resource" of a handed-over remote reservation

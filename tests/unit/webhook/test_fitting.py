@@ -41,6 +41,8 @@ def view_of(*nodes: Node) -> ClusterView:
         cordoned={},
         unschedulable_gpu_nodes=set(),
         by_label={},
+        claims={},
+        claims_on={},
     )
     for n in nodes:
         info = NodeInfo(n.name, n.labels, n.taints, n.cordoned, True, {GPU: n.gpus, CPU_MILLI: n.cpu})
