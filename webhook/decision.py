@@ -47,7 +47,7 @@ def choose(requests: Requests, placement: Placement, view: ClusterView, *, reser
     moves: tuple[ClaimMove, ...] = ()
     if fit.node is None:
         room = plan_room(view, requests, placement)
-        moves = room.moves
+        moves, view = room.moves, room.after
         if room.fit.node is not None:
             fit, moved = room.fit, " (claims of pods not bound yet moved to other nodes)"
     if fit.node is None:

@@ -36,6 +36,9 @@ ClaimMove = tuple[str, str]  # (claim id, the node it moves to)
 class Room:
     fit: FitResult  # the node made room on (candidates 1), or none
     moves: tuple[ClaimMove, ...]  # what the cache applies, in order
+    # The cluster as it is once they are applied: a node tried in vain has its claims back, but the
+    # order of equally free nodes (which an explanation's "best node" reads) is the moves'.
+    after: ClusterView
 
 
 def plan_room(view: ClusterView, requests: Requests, placement: Placement) -> Room:
@@ -56,11 +59,11 @@ def plan_room(view: ClusterView, requests: Requests, placement: Placement) -> Ro
             trial = Trial(view)
         if trial.move_claims_off(node_name, movable, requests, moves):
             free = trial.view.free_amount(node_name, primary, node.allocatable[primary])
-            return Room(FitResult(node, 1, 0, 0, free), tuple(moves))
+            return Room(FitResult(node, 1, 0, 0, free), tuple(moves), trial.view)
         tried += 1
         if tried >= MAKE_ROOM_NODE_CAP:
             break
-    return Room(NO_FIT, tuple(moves))
+    return Room(NO_FIT, tuple(moves), view if trial is None else trial.view)
 
 
 def _covers_without(view: ClusterView, node_name: str, requests: Requests, claim_ids: Sequence[str]) -> bool:
