@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from webhook.fitting import Claim, ClusterView, add_amounts, covers, find_fit
+from webhook.fitting import Claim, ClusterView, add_amounts, covers, find_fit, refile
 from webhook.room import ClaimMove
 from webhook.scheduling import placement_allows
 from webhook.types import PodInfo
@@ -148,24 +148,7 @@ class ClaimLedger:
     # ----- the free-count index ------------------------------------------------------------------
 
     def reindex(self, name: str) -> None:
-        view = self.view
-        node = view.nodes.get(name)
-        allocatable = node.allocatable if node is not None and node.schedulable else {}
-        for resource in view.gpu_resources:
-            buckets = view.buckets[resource]
-            old = view.bucket_of.pop((resource, name), None)
-            if old is not None:
-                bucket = buckets[old]
-                del bucket[name]
-                if not bucket:
-                    # Drop it: a dict keeps the slots of deleted keys until it next grows, and
-                    # iterating one that every node passed through (the all-free bucket during the
-                    # initial sync) walks all of them, making each decision linear in cluster size.
-                    del buckets[old]
-            if resource in allocatable:
-                key = max(view.free_amount(name, resource, allocatable[resource]), 0)
-                buckets.setdefault(key, {})[name] = None
-                view.bucket_of[(resource, name)] = key
+        refile(self.view, name)
 
     # ----- making room ---------------------------------------------------------------------------
 

@@ -102,6 +102,45 @@ class ClusterView:
         return any(resource in self.buckets for resource in requests)
 
 
+def refile(view: ClusterView, name: str, owned: set[tuple[str, int]] | None = None) -> None:
+    """Put the node in the free-count bucket its free GPUs now say, per GPU resource (out of them
+    all when it is gone or not schedulable). `owned`: for a trial view whose buckets are the shared
+    view's until written (webhook.room), the (resource, free count) buckets it has copied already."""
+    node = view.nodes.get(name)
+    allocatable = node.allocatable if node is not None and node.schedulable else {}
+    for resource in view.gpu_resources:
+        buckets = view.buckets[resource]
+        old = view.bucket_of.pop((resource, name), None)
+        if old is not None:
+            bucket = buckets[old] if owned is None else _own_bucket(buckets, resource, old, owned)
+            del bucket[name]
+            if not bucket:
+                # Drop it: a dict keeps the slots of deleted keys until it next grows, and
+                # iterating one that every node passed through (the all-free bucket during the
+                # initial sync) walks all of them, making each decision linear in cluster size.
+                del buckets[old]
+        if resource in allocatable:
+            key = max(view.free_amount(name, resource, allocatable[resource]), 0)
+            if owned is None:
+                buckets.setdefault(key, {})[name] = None
+            else:
+                _own_bucket(buckets, resource, key, owned)[name] = None
+            view.bucket_of[(resource, name)] = key
+
+
+def _own_bucket(
+    buckets: dict[int, dict[str, None]], resource: str, key: int, owned: set[tuple[str, int]]
+) -> dict[str, None]:
+    bucket = buckets.get(key)
+    if bucket is None:
+        bucket = buckets[key] = {}
+        owned.add((resource, key))
+    elif (resource, key) not in owned:
+        bucket = buckets[key] = dict(bucket)
+        owned.add((resource, key))
+    return bucket
+
+
 def add_amounts(target: dict[str, int], amounts: Requests, sign: int) -> None:
     """Add (sign 1) or take away (sign -1) `amounts`, keeping no zero entries."""
     for resource, count in amounts.items():

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from webhook.fitting import NO_FIT, ClusterView, FitResult, add_amounts, covers, find_fit
+from webhook.fitting import NO_FIT, ClusterView, FitResult, add_amounts, covers, find_fit, refile
 from webhook.scheduling import placement_allows
 from webhook.types import CPU_MILLI, MEMORY_BYTES, STANDARD_RESOURCES, Placement, Requests
 
@@ -140,36 +140,7 @@ class Trial:
             claimed[node_name] = dict(claimed.get(node_name, {}))
             self._own_claimed.add(node_name)
         add_amounts(claimed[node_name], requests, sign)
-        self._reindex(node_name)
-
-    def _reindex(self, name: str) -> None:
-        """ClaimLedger.reindex, writing only buckets this trial owns."""
-        view = self.view
-        node = view.nodes.get(name)
-        allocatable = node.allocatable if node is not None and node.schedulable else {}
-        for resource in view.gpu_resources:
-            buckets = view.buckets[resource]
-            old = view.bucket_of.pop((resource, name), None)
-            if old is not None:
-                bucket = self._own_bucket(resource, old)
-                del bucket[name]
-                if not bucket:
-                    del buckets[old]
-            if resource in allocatable:
-                key = max(view.free_amount(name, resource, allocatable[resource]), 0)
-                self._own_bucket(resource, key)[name] = None
-                view.bucket_of[(resource, name)] = key
-
-    def _own_bucket(self, resource: str, key: int) -> dict[str, None]:
-        buckets = self.view.buckets[resource]
-        bucket = buckets.get(key)
-        if bucket is None:
-            bucket = buckets[key] = {}
-            self._own_buckets.add((resource, key))
-        elif (resource, key) not in self._own_buckets:
-            bucket = buckets[key] = dict(bucket)
-            self._own_buckets.add((resource, key))
-        return bucket
+        refile(self.view, node_name, self._own_buckets)
 
 
 def _size(requests: Requests) -> tuple[int, int, int]:
