@@ -12,7 +12,7 @@ Claims follow the cluster: when a node is deleted, loses allocatable, becomes in
 claim, or is filled by a pod the scheduler bound there, its claims move to another node that fits
 (or hold nothing if none does); a node that appears or grows takes claims that had no node.
 Claims are guesses, so they also move to make room for a new pod no node fits as they sit: the
-decision plans the moves (webhook.room), the ledger applies them (move_claims).
+decision plans the moves (fitting.plan_room), the ledger applies them (move_claims).
 
 Every change of what a node holds re-files it in the free-count buckets of the ClusterView.
 """
@@ -22,10 +22,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from webhook.fitting import Claim, ClusterView, add_amounts, covers, find_fit, refile
-from webhook.room import ClaimMove
+from webhook.fitting import add_amounts, covers, find_fit, free_amount, holds_gpus, refile
 from webhook.scheduling import placement_allows
-from webhook.types import PodInfo
+from webhook.types import Claim, ClaimMove, ClusterView, PodInfo
 
 
 class ClaimLedger:
@@ -46,7 +45,7 @@ class ClaimLedger:
         node = self.view.nodes.get(node_name)
         if node is None:
             return {}
-        return {r: self.view.free_amount(node_name, r, total) for r, total in node.allocatable.items()}
+        return {r: free_amount(self.view, node_name, r, total) for r, total in node.allocatable.items()}
 
     # ----- what pods hold ------------------------------------------------------------------------
 
@@ -56,11 +55,11 @@ class ClaimLedger:
         view = self.view
         if pod.node_name:
             add_amounts(view.used.setdefault(pod.node_name, {}), pod.requests, 1)
-            if view.holds_gpus(pod.requests):  # other resources leave the GPU buckets as they are
+            if holds_gpus(view, pod.requests):  # other resources leave the GPU buckets as they are
                 self.reindex(pod.node_name)
             self.rehome_claims(pod.node_name)
             return
-        if not claims_gpus or not view.holds_gpus(pod.requests):
+        if not claims_gpus or not holds_gpus(view, pod.requests):
             return  # an unbound pod without GPUs (a burst pod) claims nothing
         claim_id = "pod:" + pod.uid
         if pod.nominated_node in view.nodes:
@@ -75,7 +74,7 @@ class ClaimLedger:
             return
         if pod.node_name:
             add_amounts(self.view.used.setdefault(pod.node_name, {}), pod.requests, -1)
-            if self.view.holds_gpus(pod.requests):
+            if holds_gpus(self.view, pod.requests):
                 self.reindex(pod.node_name)
         else:
             self.remove_claim("pod:" + pod.uid)
@@ -141,7 +140,7 @@ class ClaimLedger:
     def _overcommitted(self, node_name: str) -> bool:
         node = self.view.nodes[node_name]
         for resource, total in node.allocatable.items():
-            if self.view.free_amount(node_name, resource, total) < 0:
+            if free_amount(self.view, node_name, resource, total) < 0:
                 return True
         return False
 
@@ -153,6 +152,6 @@ class ClaimLedger:
     # ----- making room ---------------------------------------------------------------------------
 
     def move_claims(self, moves: Sequence[ClaimMove]) -> None:
-        """Apply claim moves a decision planned (see webhook.room.plan_room), in their order."""
+        """Apply claim moves a decision planned (see fitting.plan_room), in their order."""
         for claim_id, node in moves:
             self.add_claim(claim_id, replace(self._claims[claim_id], node=node))

@@ -11,9 +11,9 @@ Three parts, one responsibility each:
   (webhook.accounting)     their moves, and the free-count index the fit search reads
   Reservations             what this webhook promised before the watch showed the pod, and its expiry
   (webhook.reservations)
-They share one ClusterView (webhook.fitting): the structures a decision reads, handed out without
-a copy. A decision (webhook.decision.choose) is pure over it; the cache applies what it chose: the
-claim moves that make room, then the reservation.
+They share one ClusterView (webhook.types; webhook.fitting searches it): the structures a decision
+reads, handed out without a copy. A decision (webhook.decision.choose) is pure over it; the cache
+applies what it chose: the claim moves that make room, then the reservation.
 
 Schedulable nodes (Ready, not cordoned) are indexed per GPU resource in buckets keyed by free
 count, so finding the best-fit node costs a few dictionary look-ups whatever the cluster size.
@@ -32,10 +32,20 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 
 from kubeplumbing.leadership import HandedOver
 from webhook.accounting import ClaimLedger
-from webhook.fitting import CANDIDATE_CAP, Claim, ClusterView, FitResult, best_partial_fit, find_fit
+from webhook.fitting import CANDIDATE_CAP, advertises, best_partial_fit, find_fit
 from webhook.reservations import Reservations
-from webhook.room import ClaimMove
-from webhook.types import NamespaceBudget, NamespaceInfo, NodeInfo, Placement, PodInfo, Requests
+from webhook.types import (
+    Claim,
+    ClaimMove,
+    ClusterView,
+    FitResult,
+    NamespaceBudget,
+    NamespaceInfo,
+    NodeInfo,
+    Placement,
+    PodInfo,
+    Requests,
+)
 
 __all__ = ["CANDIDATE_CAP", "CLUSTER_NAMESPACE", "DEFAULT_SCHEDULERS", "Claim", "ClusterCache", "FitResult"]
 
@@ -189,10 +199,10 @@ class ClusterCache:
         return best_partial_fit(self.view, resource, placement)
 
     def advertises(self, resource: str) -> bool:
-        return self.view.advertises(resource)
+        return advertises(self.view, resource)
 
     def move_claims(self, moves: Sequence[ClaimMove]) -> None:
-        """Move claims of pods not bound yet as a decision planned, to make room (see webhook.room)."""
+        """Move claims of pods not bound yet as a decision planned, to make room (see fitting.plan_room)."""
         self.ledger.move_claims(moves)
 
     # ----- node writes -------------------------------------------------------------------------

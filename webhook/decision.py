@@ -2,7 +2,7 @@
 
 choose() is pure: plain data in (the pod's requests and placement, the cache's ClusterView, why no
 reservation may be made), a Choice out: the Decision and, when no node fit as the claims of pods
-not bound yet sat, the claim moves that make room (webhook.room), which change where claims sit,
+not bound yet sat, the claim moves that make room (fitting.plan_room), which change where claims sit,
 never what they hold. decide() is its shell: it reads the cache, chooses, and has the cache apply
 the moves; the caller then reserves GPUs on the chosen node, in the same tick.
 """
@@ -13,9 +13,8 @@ from dataclasses import dataclass
 
 from webhook import budget
 from webhook.cache import ClusterCache
-from webhook.fitting import CANDIDATE_CAP, ClusterView, FitResult, best_partial_fit, find_fit
-from webhook.room import ClaimMove, plan_room
-from webhook.types import Decision, GpuCounts, Placement, Requests
+from webhook.fitting import CANDIDATE_CAP, advertises, best_partial_fit, find_fit, plan_room
+from webhook.types import ClaimMove, ClusterView, Decision, FitResult, GpuCounts, Placement, Requests
 
 
 def _plural(count: int, word: str) -> str:
@@ -29,7 +28,7 @@ def describe_need(gpus: GpuCounts) -> str:
 @dataclass(frozen=True, slots=True)
 class Choice:
     decision: Decision
-    # Claims of pods not bound yet to move, in order, to make room (see webhook.room): the cache
+    # Claims of pods not bound yet to move, in order, to make room (see fitting.plan_room): the cache
     # applies them whatever the decision (a capped one included), as make_room moved them in place.
     moves: tuple[ClaimMove, ...] = ()
 
@@ -97,7 +96,7 @@ def explain_no_fit(gpus: GpuCounts, placement: Placement, view: ClusterView, fit
     primary = max(gpus, key=lambda r: gpus[r])
     if placement.node_name:
         parts.append(f"spec.nodeName pins it to {placement.node_name}")
-    if not view.advertises(primary):
+    if not advertises(view, primary):
         parts.append(f"no node advertises {primary}")
     else:
         best = best_partial_fit(view, primary, placement)

@@ -4,17 +4,39 @@ The cache keeps, per node and resource, what is used and claimed, and indexes sc
 per GPU resource in buckets keyed by free count (see webhook.cache). A ClusterView hands those
 structures to the decision as they are, read-only and without a copy (a review at 5,000 nodes
 must not copy per-node data), so finding the best-fit node costs a few dictionary look-ups
-whatever the cluster size. Nothing here writes: the cache applies what a decision chose.
+whatever the cluster size. Nothing here writes the view: the cache applies what a decision chose.
+
+Making room (plan_room): a claim is a guess at where the scheduler will put a pod not bound yet
+(or one just admitted). Placed best-fit when it appeared and kept there, it could block the only
+node able to host a newcomer after a tighter node freed up, and the webhook burst a pod that had a
+node (the replay's openb-pod-5858 and openb-pod-4640). So when no node fits a pod as the claims
+sit, plan_room looks for a node that would, once the claims on it move to other nodes that fit
+them. Claims on a nominated node stay (the scheduler chose it). Moves change where claims sit,
+never what they hold; nothing moves unless the whole request then fits. The plan is worked out
+on a Trial: copies, made on first write, of what a move changes (the claimed amounts of the nodes
+involved, their buckets), over the shared view. The cache applies the plan's moves in order
+(ClaimLedger.move_claims). A node tried in vain has its claims moved back: those moves are in the
+plan too, so the cache's orderings (which break ties between equally free nodes) come out as the
+trial's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import final
 
 from webhook.scheduling import placement_allows, tolerates_unschedulable
-from webhook.types import STANDARD_RESOURCES, NodeInfo, Placement, Requests
+from webhook.types import (
+    CPU_MILLI,
+    MEMORY_BYTES,
+    STANDARD_RESOURCES,
+    ClaimMove,
+    ClusterView,
+    FitResult,
+    NodeInfo,
+    Placement,
+    Requests,
+)
 
 # Stop counting candidate nodes here: the count is advice for humans, and counting every
 # fitting node would make local decisions linear in cluster size.
@@ -23,83 +45,27 @@ CANDIDATE_CAP = 10
 _NOTHING: Mapping[str, int] = {}  # read-only stand-in for a node nothing is used or claimed on
 
 
-@dataclass(frozen=True, slots=True)
-class FitResult:
-    node: NodeInfo | None  # the best-fit node (least free GPUs that still fit), if any
-    candidates: int  # nodes that fit, counted up to CANDIDATE_CAP
-    excluded_by_placement: int  # nodes with enough free GPUs that taints/selectors rule out
-    short_of_compute: int = 0  # nodes with enough free GPUs but not enough CPU, memory, pods...
-    best_free: int = 0  # free GPUs (of the resource scanned) on `node`
-
-
 NO_FIT = FitResult(None, 0, 0)
 
 
-@dataclass(frozen=True, slots=True)
-class Claim:
-    node: str  # "" when no node could take it: such a claim holds nothing
-    requests: Requests
-    placement: Placement  # kept so the claim can move when the scheduler fills its node
-    expires_at: float | None  # reservations expire; claims of watched pods do not
-    pinned: bool = False  # on the pod's nominated node: the scheduler chose it, it stays while the node exists
+def advertises(view: ClusterView, resource: str) -> bool:
+    return view.max_allocatable.get(resource, 0) > 0
 
 
-@final
-class ClusterView:
-    """What a decision reads, shared with the cache that keeps it: never written through a view.
+def free_amount(view: ClusterView, node_name: str, resource: str, total: int) -> int:
+    """free = allocatable - used - claimed, for one resource of one node."""
+    used = view.used.get(node_name, _NOTHING).get(resource, 0)
+    return total - used - view.claimed.get(node_name, _NOTHING).get(resource, 0)
 
-    The cache builds one view over its own structures and keeps it for its lifetime (it mutates
-    them in place, never rebinds them), so handing it out per review costs nothing."""
 
-    def __init__(
-        self,
-        *,
-        gpu_resources: tuple[str, ...],
-        nodes: dict[str, NodeInfo],
-        used: dict[str, dict[str, int]],
-        claimed: dict[str, dict[str, int]],
-        claimed_total: dict[str, int],
-        buckets: dict[str, dict[int, dict[str, None]]],
-        bucket_of: dict[tuple[str, str], int],
-        max_allocatable: dict[str, int],
-        cordoned: dict[str, None],
-        unschedulable_gpu_nodes: set[str],
-        by_label: dict[tuple[str, str], dict[str, None]],
-        claims: dict[str, Claim],
-        claims_on: dict[str, dict[str, None]],
-    ) -> None:
-        self.gpu_resources = gpu_resources
-        self.nodes = nodes  # name -> node
-        self.used = used  # node -> resource -> effective requests of bound pods
-        self.claimed = claimed  # node -> resource -> held by claims placed there
-        self.claimed_total = claimed_total  # resource -> sum of `claimed`
-        # resource -> free count -> node names (insertion-ordered set) of schedulable nodes
-        self.buckets = buckets
-        self.bucket_of = bucket_of  # (resource, node) -> its bucket
-        self.max_allocatable = max_allocatable  # resource -> the most any node has
-        self.cordoned = cordoned  # Ready but cordoned GPU nodes: outside the buckets
-        self.unschedulable_gpu_nodes = unschedulable_gpu_nodes
-        # (label key, value) -> node names: a pod pinned by nodeSelector or an `In` affinity visits
-        # only matching nodes, instead of every node with free GPUs.
-        self.by_label = by_label
-        self.claims = claims  # claim id ("pod:<uid>" or "res:<reservation id>") -> the claim
-        self.claims_on = claims_on  # node -> ids of the claims placed there, oldest first
+def primary_resource(view: ClusterView, requests: Requests) -> str:
+    """The GPU resource the pod needs most of: its buckets are the ones scanned."""
+    gpus = [r for r in requests if r in view.buckets]
+    return max(gpus, key=lambda r: requests[r])
 
-    def advertises(self, resource: str) -> bool:
-        return self.max_allocatable.get(resource, 0) > 0
 
-    def free_amount(self, node_name: str, resource: str, total: int) -> int:
-        """free = allocatable - used - claimed, for one resource of one node."""
-        used = self.used.get(node_name, _NOTHING).get(resource, 0)
-        return total - used - self.claimed.get(node_name, _NOTHING).get(resource, 0)
-
-    def primary(self, requests: Requests) -> str:
-        """The GPU resource the pod needs most of: its buckets are the ones scanned."""
-        gpus = [r for r in requests if r in self.buckets]
-        return max(gpus, key=lambda r: requests[r])
-
-    def holds_gpus(self, requests: Requests) -> bool:
-        return any(resource in self.buckets for resource in requests)
+def holds_gpus(view: ClusterView, requests: Requests) -> bool:
+    return any(resource in view.buckets for resource in requests)
 
 
 def refile(view: ClusterView, name: str, owned: set[tuple[str, int]] | None = None) -> None:
@@ -120,7 +86,7 @@ def refile(view: ClusterView, name: str, owned: set[tuple[str, int]] | None = No
                 # initial sync) walks all of them, making each decision linear in cluster size.
                 del buckets[old]
         if resource in allocatable:
-            key = max(view.free_amount(name, resource, allocatable[resource]), 0)
+            key = max(free_amount(view, name, resource, allocatable[resource]), 0)
             if owned is None:
                 buckets.setdefault(key, {})[name] = None
             else:
@@ -163,7 +129,7 @@ def other_needs(requests: Requests, primary: str) -> Needs:
 def find_fit(view: ClusterView, requests: Requests, placement: Placement, *, exclude: str = "") -> FitResult:
     """Best-fit node (fewest free GPUs that still fit) whose free resources cover `requests`
     and whose filters admit the pod."""
-    primary = view.primary(requests)
+    primary = primary_resource(view, requests)
     if placement.node_name:
         return _fit_among(
             view, (placement.node_name,), requests, placement, primary=primary, exclude=exclude, capped=False
@@ -208,7 +174,7 @@ def _fit_among(
             continue
         free = bucket_of.get((primary, name))  # indexed nodes: one look-up
         if free is None:  # cordoned, or named by spec.nodeName: outside the buckets
-            free = view.free_amount(name, primary, node.allocatable[primary])
+            free = free_amount(view, name, primary, node.allocatable[primary])
         if free < need:
             continue
         if not placement_allows(placement, node):
@@ -281,7 +247,7 @@ def _eligible_free(
             continue
         free = view.bucket_of.get((resource, name))  # indexed nodes: max(free, 0), one look-up
         if free is None:  # cordoned, or named by spec.nodeName: outside the buckets
-            free = max(view.free_amount(name, resource, total), 0)
+            free = max(free_amount(view, name, resource, total), 0)
         if best is not None and free <= best[1]:
             continue
         if placement_allows(placement, node):
@@ -354,3 +320,131 @@ def _in_buckets(
     for name in names:
         if bucket_of.get((primary, name), -1) in fitting:
             yield name
+
+
+# ----- making room -------------------------------------------------------------------------------
+
+# plan_room gives up after trying this many nodes: it runs only when no node fits, and a cluster
+# with a backlog of pending pods has claims on every node with room; a few tries find the room
+# that moving one or two claims makes, without making a remote decision linear in pending pods.
+MAKE_ROOM_NODE_CAP = 16
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    fit: FitResult  # the node made room on (candidates 1), or none
+    moves: tuple[ClaimMove, ...]  # what the cache applies, in order
+    # The cluster as it is once they are applied: a node tried in vain has its claims back, but the
+    # order of equally free nodes (which an explanation's "best node" reads) is the moves'.
+    after: ClusterView
+
+
+def plan_room(view: ClusterView, requests: Requests, placement: Placement) -> Room:
+    """When no node fits `requests` as the claims sit (find_fit found none): a node that would,
+    once the claims on it move to other nodes that fit them, and those moves."""
+    primary = primary_resource(view, requests)
+    trial: Trial | None = None
+    moves: list[ClaimMove] = []
+    tried = 0
+    for node_name, claim_ids in view.claims_on.items():
+        node = view.nodes.get(node_name)
+        if node is None or primary not in node.allocatable or not placement_allows(placement, node):
+            continue
+        movable = [claim_id for claim_id in claim_ids if not view.claims[claim_id].pinned]
+        if not movable or not _covers_without(view, node_name, requests, movable):
+            continue
+        if trial is None:
+            trial = Trial(view)
+        if trial.move_claims_off(node_name, movable, requests, moves):
+            free = free_amount(trial.view, node_name, primary, node.allocatable[primary])
+            return Room(FitResult(node, 1, 0, 0, free), tuple(moves), trial.view)
+        tried += 1
+        if tried >= MAKE_ROOM_NODE_CAP:
+            break
+    return Room(NO_FIT, tuple(moves), view if trial is None else trial.view)
+
+
+def _covers_without(view: ClusterView, node_name: str, requests: Requests, claim_ids: Sequence[str]) -> bool:
+    """Whether `requests` would fit on the node if the claims `claim_ids` held nothing there.
+    (Read from the shared view: a node tried in vain has every claim back, so its amounts are the trial's.)"""
+    released: dict[str, int] = {}
+    for claim_id in claim_ids:
+        add_amounts(released, view.claims[claim_id].requests, 1)
+    allocatable = view.nodes[node_name].allocatable
+    for resource, amount in requests.items():
+        total = allocatable.get(resource)
+        if total is None:
+            if resource in STANDARD_RESOURCES:
+                continue
+            return False
+        if free_amount(view, node_name, resource, total) + released.get(resource, 0) < amount:
+            return False
+    return True
+
+
+class Trial:
+    """A ClusterView whose claimed amounts and free-count index may differ from the shared one's:
+    the structures a claim move writes are copied on first write, the rest is shared."""
+
+    def __init__(self, shared: ClusterView) -> None:
+        self.view = ClusterView(
+            gpu_resources=shared.gpu_resources,
+            nodes=shared.nodes,
+            used=shared.used,
+            claimed=dict(shared.claimed),
+            claimed_total=shared.claimed_total,
+            buckets={resource: dict(buckets) for resource, buckets in shared.buckets.items()},
+            bucket_of=dict(shared.bucket_of),
+            max_allocatable=shared.max_allocatable,
+            cordoned=shared.cordoned,
+            unschedulable_gpu_nodes=shared.unschedulable_gpu_nodes,
+            by_label=shared.by_label,
+            claims=shared.claims,
+            claims_on=shared.claims_on,
+        )
+        self._own_claimed: set[str] = set()
+        self._own_buckets: set[tuple[str, int]] = set()
+
+    def move_claims_off(self, node_name: str, claim_ids: list[str], requests: Requests, moves: list[ClaimMove]) -> bool:
+        """Move claims off the node, biggest first, each to its best fit elsewhere, until `requests`
+        fits there; if it never does, move every one back and return False. Every move is added to
+        `moves`."""
+        view = self.view
+        moved: list[tuple[str, str]] = []  # (claim id, the node it moved to)
+        for claim_id in sorted(claim_ids, key=lambda c: _size(view.claims[c].requests), reverse=True):
+            if covers(view, node_name, requests):
+                break
+            claim = view.claims[claim_id]
+            fit = find_fit(view, claim.requests, claim.placement, exclude=node_name)
+            if fit.node is not None:
+                moved.append((claim_id, fit.node.name))
+                self._move(claim.requests, node_name, fit.node.name)
+                moves.append((claim_id, fit.node.name))
+        if covers(view, node_name, requests):
+            return True
+        for claim_id, destination in reversed(moved):
+            self._move(view.claims[claim_id].requests, destination, node_name)
+            moves.append((claim_id, node_name))
+        return False
+
+    def _move(self, requests: Requests, origin: str, destination: str) -> None:
+        """As ClaimLedger.add_claim moves a claim: off its node (re-filed), then onto the other (re-filed)."""
+        self._shift(origin, requests, -1)
+        self._shift(destination, requests, 1)
+
+    def _shift(self, node_name: str, requests: Requests, sign: int) -> None:
+        claimed = self.view.claimed
+        if node_name not in self._own_claimed:
+            claimed[node_name] = dict(claimed.get(node_name, {}))
+            self._own_claimed.add(node_name)
+        add_amounts(claimed[node_name], requests, sign)
+        refile(self.view, node_name, self._own_buckets)
+
+
+def _size(requests: Requests) -> tuple[int, int, int]:
+    """GPUs (any resource), CPU, memory: the order claims move in, biggest first."""
+    gpus = 0
+    for resource, amount in requests.items():
+        if resource not in STANDARD_RESOURCES:
+            gpus += amount
+    return gpus, requests.get(CPU_MILLI, 0), requests.get(MEMORY_BYTES, 0)

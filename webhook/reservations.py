@@ -13,8 +13,7 @@ from collections.abc import Callable, Collection, Sequence
 
 from kubeplumbing.leadership import HandedOver
 from webhook.accounting import ClaimLedger
-from webhook.fitting import Claim
-from webhook.types import Placement, Requests
+from webhook.types import Claim, Placement, Requests
 
 REMOTE_GPUS_KEY = "gpus"  # the one "resource" of a handed-over remote reservation
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, final
 
 GpuCounts = Mapping[str, int]
 """Resource name -> whole-device count, e.g. {"nvidia.com/gpu": 4}."""
@@ -142,3 +142,70 @@ class Decision:
     node: str = ""  # local: the node we reserved on
     candidates: int = 0  # local: how many nodes could host the pod (capped, see decision.py)
     capped: bool = False  # remote only because the reservation cap was reached (counted in metrics)
+
+
+# ----- the cluster as a decision reads it (see webhook.fitting and webhook.cache) -----------------
+
+
+@dataclass(frozen=True, slots=True)
+class FitResult:
+    node: NodeInfo | None  # the best-fit node (least free GPUs that still fit), if any
+    candidates: int  # nodes that fit, counted up to fitting.CANDIDATE_CAP
+    excluded_by_placement: int  # nodes with enough free GPUs that taints/selectors rule out
+    short_of_compute: int = 0  # nodes with enough free GPUs but not enough CPU, memory, pods...
+    best_free: int = 0  # free GPUs (of the resource scanned) on `node`
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    node: str  # "" when no node could take it: such a claim holds nothing
+    requests: Requests
+    placement: Placement  # kept so the claim can move when the scheduler fills its node
+    expires_at: float | None  # reservations expire; claims of watched pods do not
+    pinned: bool = False  # on the pod's nominated node: the scheduler chose it, it stays while the node exists
+
+
+@final
+class ClusterView:
+    """What a decision reads (webhook.fitting searches it), shared with the cache that keeps it:
+    never written through a view.
+
+    The cache builds one view over its own structures and keeps it for its lifetime (it mutates
+    them in place, never rebinds them), so handing it out per review costs nothing."""
+
+    def __init__(
+        self,
+        *,
+        gpu_resources: tuple[str, ...],
+        nodes: dict[str, NodeInfo],
+        used: dict[str, dict[str, int]],
+        claimed: dict[str, dict[str, int]],
+        claimed_total: dict[str, int],
+        buckets: dict[str, dict[int, dict[str, None]]],
+        bucket_of: dict[tuple[str, str], int],
+        max_allocatable: dict[str, int],
+        cordoned: dict[str, None],
+        unschedulable_gpu_nodes: set[str],
+        by_label: dict[tuple[str, str], dict[str, None]],
+        claims: dict[str, Claim],
+        claims_on: dict[str, dict[str, None]],
+    ) -> None:
+        self.gpu_resources = gpu_resources
+        self.nodes = nodes  # name -> node
+        self.used = used  # node -> resource -> effective requests of bound pods
+        self.claimed = claimed  # node -> resource -> held by claims placed there
+        self.claimed_total = claimed_total  # resource -> sum of `claimed`
+        # resource -> free count -> node names (insertion-ordered set) of schedulable nodes
+        self.buckets = buckets
+        self.bucket_of = bucket_of  # (resource, node) -> its bucket
+        self.max_allocatable = max_allocatable  # resource -> the most any node has
+        self.cordoned = cordoned  # Ready but cordoned GPU nodes: outside the buckets
+        self.unschedulable_gpu_nodes = unschedulable_gpu_nodes
+        # (label key, value) -> node names: a pod pinned by nodeSelector or an `In` affinity visits
+        # only matching nodes, instead of every node with free GPUs.
+        self.by_label = by_label
+        self.claims = claims  # claim id ("pod:<uid>" or "res:<reservation id>") -> the claim
+        self.claims_on = claims_on  # node -> ids of the claims placed there, oldest first
+
+
+ClaimMove = tuple[str, str]  # (claim id, the node it moves to)

@@ -20,7 +20,6 @@ mypyc=${1:?usage: compile-core.sh MYPYC}
   webhook/scheduling.py \
   webhook/model.py \
   webhook/fitting.py \
-  webhook/room.py \
   webhook/accounting.py \
   webhook/reservations.py \
   webhook/cache.py \

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from webhook.fitting import CANDIDATE_CAP, ClusterView, best_partial_fit, find_fit
-from webhook.types import CPU_MILLI, NodeInfo, Placement, Requests, Taint, Toleration
+from webhook.fitting import CANDIDATE_CAP, best_partial_fit, find_fit
+from webhook.types import CPU_MILLI, ClusterView, NodeInfo, Placement, Requests, Taint, Toleration
 
 GPU = "nvidia.com/gpu"
 CORDON = Toleration(key="node.kubernetes.io/unschedulable", operator="Exists", value="", effect="")
