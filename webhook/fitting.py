@@ -343,12 +343,22 @@ def plan_room(view: ClusterView, requests: Requests, placement: Placement) -> Ro
     """When no node fits `requests` as the claims sit (find_fit found none): a node that would,
     once the claims on it move to other nodes that fit them, and those moves."""
     primary = primary_resource(view, requests)
+    need = requests[primary]
+    if need > view.max_allocatable.get(primary, 0):
+        return Room(NO_FIT, (), view)  # no node has that many at all: no move can make room
     trial: Trial | None = None
     moves: list[ClaimMove] = []
     tried = 0
+    pinned = pinned_nodes(view, placement)  # a superset of the allowed nodes, when selectors narrow it cheaply
     for node_name, claim_ids in view.claims_on.items():
+        if pinned is not None and node_name not in pinned:
+            continue
         node = view.nodes.get(node_name)
-        if node is None or primary not in node.allocatable or not placement_allows(placement, node):
+        total = None if node is None else node.allocatable.get(primary)
+        # Cheapest first: even with every claim gone, the node's unused GPUs must cover the pod.
+        if node is None or total is None or total - view.used.get(node_name, _NOTHING).get(primary, 0) < need:
+            continue
+        if not placement_allows(placement, node):
             continue
         movable = [claim_id for claim_id in claim_ids if not view.claims[claim_id].pinned]
         if not movable or not _covers_without(view, node_name, requests, movable):
