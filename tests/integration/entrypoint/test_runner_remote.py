@@ -222,7 +222,8 @@ def test_of_two_live_jobs_with_its_label_the_runner_keeps_the_lowest(
         "app": env["APP_NAME"],
         "staging": False,
         "checkedout": False,
-        "application": {"command": "run", "parameters": {"command": "echo kept; sleep 1"}},
+        # The kept job outlives the runner's start on a loaded machine (a finished one is not "live").
+        "application": {"command": "run", "parameters": {"command": "echo kept; sleep 5"}},
         "machine": {"type": "n0", "nodes": 1},
         "job_label": label_of(env),
         "user": {"username": env["JARVICE_USERNAME"], "apikey": env["JARVICE_APIKEY"]},
