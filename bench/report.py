@@ -670,7 +670,7 @@ def _minimal_section(create: Mapping[str, Any]) -> list[str]:
         )
     ours = variants.get("ours", {})
     return [
-        "#### 5b. Against minimal webhooks (issue 15)",
+        "#### 5b. Against minimal webhooks",
         "",
         "The same rounds also register a minimal Go webhook and a minimal aiohttp one under the shipped "
         "configuration (each decodes the review, echoes the uid, adds one label); the order of the four "
@@ -714,7 +714,7 @@ def build_markdown(results: Mapping[str, Any], targets: Sequence[Target]) -> str
         "machine, so expect noise of tens of percent between runs. Reproduce with `make bench` "
         "(results in bench/results.json, bench/results.png).",
         "",
-        "### Targets (issue 6)",
+        "### Targets",
         "",
         *_table(
             ["Target", "Goal", "Measured", "Verdict"],
