@@ -120,6 +120,10 @@ async def namespaces(request: web.Request) -> web.StreamResponse:
     return await _serve(request, "namespaces", "Namespace")  # kube-system only: no burst budgets
 
 
+async def jobs(request: web.Request) -> web.StreamResponse:
+    return await _serve(request, "jobs", "Job")  # none: every pod is decided on its own
+
+
 async def healthz(request: web.Request) -> web.Response:
     store = request.app[STORE]
     body = {"nodes": len(store["nodes"]), "pods": len(store["pods"])}
@@ -131,12 +135,18 @@ async def healthz(request: web.Request) -> web.Response:
 def create_app(node_items: list[bytes], pod_items: list[bytes], *, pod_event_rate: float = 0.0) -> web.Application:
     app = web.Application()
     app[POD_EVENT_RATE] = pod_event_rate
-    app[STORE] = {"nodes": node_items, "pods": pod_items, "namespaces": [json.dumps(clusters.KUBE_SYSTEM).encode()]}
+    app[STORE] = {
+        "nodes": node_items,
+        "pods": pod_items,
+        "namespaces": [json.dumps(clusters.KUBE_SYSTEM).encode()],
+        "jobs": [],
+    }
     served: dict[str, int] = {}
     app[SERVED] = served
     app.router.add_get("/api/v1/nodes", nodes)
     app.router.add_get("/api/v1/pods", pods)
     app.router.add_get("/api/v1/namespaces", namespaces)
+    app.router.add_get("/apis/batch/v1/jobs", jobs)
     app.router.add_get("/healthz", healthz)
     return app
 

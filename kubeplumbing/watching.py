@@ -35,12 +35,13 @@ READ_TIMEOUT = WATCH_SECONDS + 15.0
 BACKOFF_START, BACKOFF_CAP = 0.2, 30.0
 HTTP_GONE = 410
 
-CoreKind = Literal["nodes", "pods", "namespaces"]
-# The core/v1 list call of each kind (pods of every namespace), which also watches with watch=True.
-_LIST_CALLS: dict[CoreKind, str] = {
-    "nodes": "list_node",
-    "pods": "list_pod_for_all_namespaces",
-    "namespaces": "list_namespace",
+CoreKind = Literal["nodes", "pods", "namespaces", "jobs"]
+# The list call of each kind (of every namespace), which also watches with watch=True: its API class, its method.
+_LIST_CALLS: dict[CoreKind, tuple[str, str]] = {
+    "nodes": ("CoreV1Api", "list_node"),
+    "pods": ("CoreV1Api", "list_pod_for_all_namespaces"),
+    "namespaces": ("CoreV1Api", "list_namespace"),
+    "jobs": ("BatchV1Api", "list_job_for_all_namespaces"),
 }
 
 # Reads one page of a list: its body -> (the list's resourceVersion, the continue token; "" on the last page).
@@ -94,7 +95,8 @@ class ListWatch:
         *,
         decode: Callable[[bytes | str], Any] = json.loads,
     ) -> None:
-        self._call: Callable[..., Any] = getattr(kubernetes.client.CoreV1Api(api_client), _LIST_CALLS[kind])
+        api, method = _LIST_CALLS[kind]
+        self._call: Callable[..., Any] = getattr(getattr(kubernetes.client, api)(api_client), method)
         self._kind = kind
         self._feed = feed
         self._decode = decode

@@ -25,7 +25,7 @@ from webhook.cache import ClusterCache
 from webhook.forwarding import Forwarder, build_client_context
 from webhook.replicas import ReplicaRouter
 from webhook.settings import LeaderElection, Settings, SettingsError, parse_settings
-from webhook.sync import CacheSync
+from webhook.sync import KINDS_WITH_JOBS, CacheSync
 from webhook.tls import ReloadingTLS
 from webhook.watching import Watcher
 
@@ -42,7 +42,7 @@ async def _build(settings: Settings, tls: ReloadingTLS) -> web.Application:
         max_reservations=settings.max_reservations,
         max_reservations_per_namespace=settings.max_reservations_per_namespace,
     )
-    sync = CacheSync(cache, clock=clock)
+    sync = CacheSync(cache, clock=clock, kinds=KINDS_WITH_JOBS)
     watcher = Watcher(load_api_client(settings.kubeconfig), sync)
     app: web.Application
 

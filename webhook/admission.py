@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from entrypoint import contract
-from webhook import budget, mutation, walltime
+from webhook import budget, gang_admission, gangs, mutation, walltime
 from webhook import decision as decisions
 from webhook.cache import ClusterCache
 from webhook.model import ObjectError, check_pod_shape, parse_placement, pod_compute, pod_gpus
 from webhook.review import AdmissionRequest, MalformedReview, build_denial, build_response
-from webhook.types import Decision
+from webhook.types import Decision, GpuCounts, Placement, Requests
 
 Outcome = Literal["local", "remote", "skipped", "error", "denied"]
 
@@ -67,7 +67,9 @@ def admit(
         # Reinvocation (a later webhook changed the pod), or a pod copied from one we rewrote:
         # never decide twice, but a burst pod must not keep GPUs someone added since.
         terms = mutation.BurstTerms(
-            cluster=_cluster_identity(cache, policy)[0], limit=_walltime(request, spec, cache, policy)[0]
+            cluster=_cluster_identity(cache, policy)[0],
+            limit=_walltime(request, spec, cache, policy)[0],
+            gang=gangs.parse_terms(annotations),
         )
         return _readmit(request, spec, decided=annotations[contract.ANNOTATION_DECISION], policy=policy, terms=terms)
     try:
@@ -83,6 +85,17 @@ def admit(
     except ObjectError as exc:
         raise MalformedReview(f"request.object: {exc}") from exc
     cache.expire_reservations()
+    try:
+        member = gangs.find_member(
+            meta, namespace=request.namespace, cluster=_cluster_identity(cache, policy)[0], jobs=cache.jobs
+        )
+    except gangs.GangError as exc:
+        return Admission(build_denial(request.uid, f"nimbix-burst: {exc}"), "denied", str(exc))
+    if member is not None:
+        return _admit_gang(
+            request, member, spec=spec, gpus=gpus, requests=requests, placement=placement, cache=cache,
+            policy=policy, local_refusal=local_refusal, over_budget=over_budget,
+        )  # fmt: skip
     decision: Decision = decisions.decide(requests, placement, cache, namespace=request.namespace)
     if decision.capped:
         cache.reservation_cap_hits += 1
@@ -121,6 +134,43 @@ def admit(
     if limit_warning:
         warnings.append(limit_warning)
     return Admission(build_response(request.uid, patch=patch, warnings=warnings), "remote", decision.reason)
+
+
+def _admit_gang(
+    request: AdmissionRequest,
+    member: gangs.GangMember,
+    *,
+    spec: Mapping[str, Any],
+    gpus: GpuCounts,
+    requests: Requests,
+    placement: Placement,
+    cache: ClusterCache,
+    policy: mutation.RewritePolicy,
+    local_refusal: str,
+    over_budget: budget.OverBudget,
+) -> Admission:
+    """A pod of a gang (webhook.gangs): decided with its gang, never alone (webhook.gang_admission)."""
+    cluster, unknown = _cluster_identity(cache, policy)
+    runners = sum(1 for c in spec.get("containers") or () if mutation.container_gpus(c, policy.gpu_resources))
+    if runners > 1:
+        unknown = f"a gang's pod bursts as one rank of one job, and this one has {runners} containers with GPUs"
+    context = gang_admission.Context(
+        namespace=request.namespace,
+        requests=requests,
+        gpus=gpus,
+        placement=placement,
+        local_refusal=local_refusal,
+        burst_problem=unknown,
+        over_budget=over_budget,
+        dry_run=request.dry_run,
+    )
+    settled = gang_admission.settle(member, context, cache)
+    limit, limit_warning = _walltime(request, spec, cache, policy)
+    warnings = mutation.build_overreach_warnings(spec, policy=policy) + ([limit_warning] if limit_warning else [])
+    got = gang_admission.answer(
+        request, settled, gpus=gpus, policy=policy, burst_terms=mutation.BurstTerms(cluster, limit), warnings=warnings
+    )
+    return Admission(got.response, got.outcome, got.reason, got.node, got.over_budget)
 
 
 def _cluster_identity(cache: ClusterCache, policy: mutation.RewritePolicy) -> tuple[str, str]:

@@ -437,6 +437,10 @@ class Trial:
             moves.append((claim_id, node_name))
         return False
 
+    def hold(self, node_name: str, requests: Requests) -> None:
+        """Count `requests` as taken on the node (a gang's pods placed one after the other: webhook.gangs)."""
+        self._shift(node_name, requests, 1)
+
     def _move(self, requests: Requests, origin: str, destination: str) -> None:
         """As ClaimLedger.add_claim moves a claim: off its node (re-filed), then onto the other (re-filed)."""
         self._shift(origin, requests, -1)

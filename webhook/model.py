@@ -287,7 +287,7 @@ def parse_pod(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> PodInfo |
         uid = _string(meta.get("uid"), "metadata.uid")
         return PodInfo(uid, "", "", sys.intern(node_name), "", compute, False, _NO_PLACEMENT, "")
     annotations = _string_map(meta.get("annotations"), "metadata.annotations")
-    return PodInfo(
+    pod = PodInfo(
         uid=_string(meta.get("uid"), "metadata.uid"),
         namespace=_string(meta.get("namespace"), "metadata.namespace"),
         name=_string(meta.get("name"), "metadata.name"),
@@ -300,6 +300,36 @@ def parse_pod(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> PodInfo |
         scheduler_name=_string(spec.get("schedulerName"), "spec.schedulerName") or DEFAULT_SCHEDULER,
         gated=bool(_sequence(spec.get("schedulingGates"), "spec.schedulingGates")),
         blocked_elsewhere=_blocked_elsewhere(status, gpu_resources),
+    )
+    return _with_gang(pod, meta, annotations)
+
+
+def _with_gang(pod: PodInfo, meta: Mapping[str, Any], annotations: Mapping[str, str]) -> PodInfo:
+    """A gang pod's record gets its gang, rank, decision and deletion (see webhook.gangs); any other
+    pod's stays as small as before. A rank we cannot read is -1: the pod still tells the gang's decision."""
+    gang = annotations.get(contract.ANNOTATION_GANG, "")
+    if not gang:
+        return pod
+    rank_text = annotations.get(contract.ANNOTATION_GANG_RANK, "")
+    rank = int(rank_text) if rank_text.isascii() and rank_text.isdigit() and len(rank_text) < 10 else -1
+    return PodInfo(
+        uid=pod.uid,
+        namespace=pod.namespace,
+        name=pod.name,
+        node_name=pod.node_name,
+        nominated_node=pod.nominated_node,
+        requests=pod.requests,
+        terminal=pod.terminal,
+        placement=pod.placement,
+        reservation_id=pod.reservation_id,
+        scheduler_name=pod.scheduler_name,
+        gated=pod.gated,
+        blocked_elsewhere=pod.blocked_elsewhere,
+        remote_gpus=pod.remote_gpus,
+        gang=gang,
+        gang_rank=rank,
+        decision=annotations.get(contract.ANNOTATION_DECISION, ""),
+        deleting=bool(meta.get("deletionTimestamp")),
     )
 
 
@@ -331,7 +361,7 @@ def _burst_pod(
     runner's CPU and memory."""
     node_name = "" if terminal else _string(spec.get("nodeName"), "spec.nodeName")
     annotations = _string_map(meta.get("annotations"), "metadata.annotations")
-    return PodInfo(
+    pod = PodInfo(
         uid=_string(meta.get("uid"), "metadata.uid"),
         namespace=_string(meta.get("namespace"), "metadata.namespace"),
         name=_string(meta.get("name"), "metadata.name"),
@@ -343,6 +373,7 @@ def _burst_pod(
         reservation_id=annotations.get(contract.ANNOTATION_RESERVATION, ""),
         remote_gpus=remote_gpus,
     )
+    return _with_gang(pod, meta, annotations)
 
 
 def parse_job_may_run(message: object) -> bool:

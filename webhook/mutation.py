@@ -18,6 +18,7 @@ import orjson
 
 from entrypoint import contract
 from webhook import budget, walltime
+from webhook.gangs import GangTerms
 from webhook.resources import QuantityError, all_containers, format_quantity_cores, parse_quantity
 from webhook.types import Decision, GpuCounts
 
@@ -48,6 +49,8 @@ class BurstTerms:
     # A reinvocation: the budget was counted at the first rewrite, so a container's counted GPUs are
     # never raised (kept as set; 0 for a container that only now asks for GPUs).
     reinvoked: bool = False
+    # A gang's pod (webhook.gangs): its runner is one rank of one multi-node job.
+    gang: GangTerms | None = None
 
 
 def escape(token: str) -> str:
@@ -65,8 +68,10 @@ def _annotation_ops(meta: Mapping[str, Any], values: Mapping[str, str]) -> list[
     ]
 
 
-def build_local_patch(pod: Mapping[str, Any], *, decision: Decision, reservation_id: str) -> list[JsonPatchOp]:
-    """Local: only annotations (decision, reason, candidate count, reservation id)."""
+def build_local_patch(
+    pod: Mapping[str, Any], *, decision: Decision, reservation_id: str, notes: Mapping[str, str] | None = None
+) -> list[JsonPatchOp]:
+    """Local: only annotations (decision, reason, candidate count, reservation id, and `notes`)."""
     values = {
         contract.ANNOTATION_DECISION: contract.DECISION_LOCAL,
         contract.ANNOTATION_REASON: decision.reason,
@@ -74,6 +79,7 @@ def build_local_patch(pod: Mapping[str, Any], *, decision: Decision, reservation
     }
     if reservation_id:
         values[contract.ANNOTATION_RESERVATION] = reservation_id
+    values.update(notes or {})
     return _annotation_ops(pod.get("metadata") or {}, values)
 
 
@@ -90,7 +96,7 @@ def _container_quantity(container: Mapping[str, Any], resource: str) -> Decimal:
     return Decimal(0)
 
 
-def _container_gpus(container: Mapping[str, Any], gpu_resources: Sequence[str]) -> int:
+def container_gpus(container: Mapping[str, Any], gpu_resources: Sequence[str]) -> int:
     """The machine one runner asks for: the largest of its own GPU counts (devices are whole)."""
     return max((math.ceil(_container_quantity(container, r)) for r in gpu_resources), default=0)
 
@@ -208,8 +214,14 @@ def _burst_container_ops(base: str, container: Mapping[str, Any], *, gpus: int, 
         wanted.append((contract.ENV_CLUSTER, _value(contract.ENV_CLUSTER, terms.cluster), True))
     own = _own_walltime(container, terms.limit)
     wanted.append((contract.ENV_WALLTIME, _value(contract.ENV_WALLTIME, terms.limit.text), not own))
-    counted = "0" if terms.reinvoked else str(gpus)
+    gang = terms.gang
+    # A gang's budget counted every rank: rank 0's runner checks the whole job's machines against it.
+    counted = "0" if terms.reinvoked else str(gpus if gang is None else gpus * gang.size)
     wanted.append((contract.ENV_COUNTED_GPUS, _value(contract.ENV_COUNTED_GPUS, counted), not terms.reinvoked))
+    if gang is not None:
+        wanted.append((contract.ENV_GANG_UID, _value(contract.ENV_GANG_UID, gang.uid), True))
+        wanted.append((contract.ENV_GANG_SIZE, _value(contract.ENV_GANG_SIZE, str(gang.size)), True))
+        wanted.append((contract.ENV_GANG_RANK, _value(contract.ENV_GANG_RANK, str(gang.rank)), True))
     return _env_ops(base, container, wanted)
 
 
@@ -228,7 +240,7 @@ def _walltime_note(spec: Mapping[str, Any], policy: RewritePolicy, limit: wallti
     """The pod's walltime annotation: the limit, where it came from, and the containers keeping a shorter one."""
     note = f"{limit.text} from {limit.source}"
     for container in spec.get("containers") or ():
-        own = _own_walltime(container, limit) if _container_gpus(container, policy.gpu_resources) else ""
+        own = _own_walltime(container, limit) if container_gpus(container, policy.gpu_resources) else ""
         if own:
             note += f"; container {container.get('name', '')} keeps its own {own}"
     return note
@@ -264,7 +276,7 @@ def build_overreach_warnings(spec: Mapping[str, Any], *, policy: RewritePolicy) 
     runner will refuse the machine (nothing submitted), so say so now, with what to change."""
     warnings = []
     for container in spec.get("containers") or ():
-        counted = _container_gpus(container, policy.gpu_resources)
+        counted = container_gpus(container, policy.gpu_resources)
         asked = env_gpus(container.get("env") or (), default_gpus=counted) if counted else None
         if asked is not None and asked > counted:
             warnings.append(
@@ -283,7 +295,7 @@ def _container_ops(
     ops: list[JsonPatchOp] = []
     mounted = False
     for list_name, index, container in all_containers(spec):
-        gpus = _container_gpus(container, policy.gpu_resources)
+        gpus = container_gpus(container, policy.gpu_resources)
         if not gpus:
             continue
         base = f"/spec/{list_name}/{index}"
@@ -408,6 +420,7 @@ def build_remote_patch(
             # Set when the GPUs are reserved against a budget: the pod's appearance releases them.
             **({contract.ANNOTATION_RESERVATION: reservation_id} if reservation_id else {}),
             **({contract.ANNOTATION_GRACE: grace_note} if grace_note else {}),
+            **(terms.gang.annotations() if terms.gang is not None else {}),
         },
     )
     return ops
@@ -423,7 +436,8 @@ def build_reinvocation_patch(pod: Mapping[str, Any], *, policy: RewritePolicy, t
     spec: Mapping[str, Any] = pod.get("spec") or {}
     stripped: dict[str, dict[str, Any]] = {}
     # Built, not dataclasses.replace(): the module is compiled with mypyc.
-    ops = _container_ops(spec, policy, stripped, BurstTerms(cluster=terms.cluster, limit=terms.limit, reinvoked=True))
+    reinvoked_terms = BurstTerms(cluster=terms.cluster, limit=terms.limit, reinvoked=True, gang=terms.gang)
+    ops = _container_ops(spec, policy, stripped, reinvoked_terms)
     if not ops:
         return []
     meta: Mapping[str, Any] = pod.get("metadata") or {}

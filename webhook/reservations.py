@@ -69,6 +69,20 @@ class Reservations:
     def remote_gpus_in(self, namespace: str) -> int:
         return self._remote_gpus_in.get(namespace, 0)
 
+    def now(self) -> float:
+        return self._clock()
+
+    def holds(self, reservation_id: str) -> bool:
+        """Whether the reservation is outstanding (local or remote)."""
+        return reservation_id in self._local or reservation_id in self._remote
+
+    def local_node(self, reservation_id: str) -> str | None:
+        """The node an outstanding local reservation holds resources on (None: no such reservation)."""
+        if reservation_id not in self._local:
+            return None
+        claim = self._ledger.claims.get("res:" + reservation_id)
+        return None if claim is None else claim.node
+
     def refusal(self, namespace: str) -> str:
         return reservation_refusal(
             outstanding=len(self._local),

@@ -13,11 +13,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from webhook.cache import ClusterCache
+from webhook.gangs import JobInfo, parse_job
 from webhook.model import ObjectError, parse_namespace, parse_node, parse_pod
 from webhook.types import NamespaceInfo, NodeInfo, PodInfo
 
-Kind = Literal["nodes", "pods", "namespaces"]
+Kind = Literal["nodes", "pods", "namespaces", "jobs"]
+# What a cache must have listed before it decides. The webhook watches Jobs too (an Indexed Job's
+# size makes its pods a gang: webhook.gangs); a cache fed without them decides every pod alone.
 KINDS: tuple[Kind, ...] = ("nodes", "pods", "namespaces")
+KINDS_WITH_JOBS: tuple[Kind, ...] = (*KINDS, "jobs")
 EventType = Literal["ADDED", "MODIFIED", "DELETED"]
 
 
@@ -37,6 +41,7 @@ class ParsedList:
     nodes: list[NodeInfo] = field(default_factory=list)
     pods: list[PodInfo] = field(default_factory=list)
     namespaces: list[NamespaceInfo] = field(default_factory=list)
+    jobs: list[JobInfo] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
 
@@ -91,9 +96,10 @@ class RecentPods:
 
 
 class CacheSync:
-    def __init__(self, cache: ClusterCache, *, clock: Callable[[], float]) -> None:
+    def __init__(self, cache: ClusterCache, *, clock: Callable[[], float], kinds: Sequence[Kind] = KINDS) -> None:
         self.cache = cache
-        self.state = SyncState()
+        self.kinds = tuple(kinds)
+        self.state = SyncState(synced=dict.fromkeys(self.kinds, False))
         self._clock = clock
         # Held by whoever touches the cache or the sync state: the watch threads while they apply
         # what they read, the event loop around each admission (decide + reserve: two admissions
@@ -122,6 +128,10 @@ class CacheSync:
                     into.nodes.append(parse_node(raw, resources))
                 elif kind == "namespaces":
                     into.namespaces.append(parse_namespace(raw))
+                elif kind == "jobs":
+                    job = parse_job(raw)
+                    if job is not None:  # None: not an Indexed Job, its pods are no gang
+                        into.jobs.append(job)
                 else:
                     _uid(raw)
                     pod = parse_pod(raw, resources)
@@ -135,6 +145,8 @@ class CacheSync:
             self.cache.replace_nodes(parsed.nodes)
         elif kind == "namespaces":
             self.cache.replace_namespaces(parsed.namespaces)
+        elif kind == "jobs":
+            self.cache.replace_jobs(parsed.jobs)
         else:
             self.cache.replace_pods(parsed.pods)
         self.state.synced[kind] = True
@@ -156,6 +168,9 @@ class CacheSync:
                 else:
                     self.cache.upsert_node(parse_node(raw, resources))
                 return None
+            if kind == "jobs":
+                self._apply_job(event_type, raw)
+                return None
             if event_type == "DELETED":
                 self.cache.delete_namespace(_name(raw))
             else:
@@ -164,6 +179,14 @@ class CacheSync:
         except ObjectError as exc:
             self.state.skipped_objects += 1
             return f"{kind[:-1]} {_name(raw)}: {exc}"
+
+    def _apply_job(self, event_type: str, raw: Mapping[str, Any]) -> None:
+        uid = _uid(raw)
+        job = None if event_type == "DELETED" else parse_job(raw)
+        if job is None:
+            self.cache.delete_job(uid)
+        else:
+            self.cache.upsert_job(job)
 
     def parse_pod_event(self, event_type: str, raw: Mapping[str, Any]) -> PodChange | str:
         """A pod watch event -> what it does to the cache, or the problem with a skipped object.

@@ -111,6 +111,12 @@ class PodInfo:
     # namespace's burst budget (see webhook.budget) until its jobs are known to be gone: a finished
     # pod keeps them while a job may still run (see model.parse_pod).
     remote_gpus: int = 0
+    # A gang's pod (see webhook.gangs): the gang's UID and this pod's rank (our annotations), the
+    # decision it carries, and whether it is being deleted (a gang whose pods are going is decided afresh).
+    gang: str = ""
+    gang_rank: int = -1
+    decision: str = ""
+    deleting: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import orjson
 
 from kubeplumbing.watching import ListPages, ListWatch
-from webhook.sync import KINDS, CacheSync, Kind, ParsedList, PodChange, RecentPods, parse_items
+from webhook.sync import CacheSync, Kind, ParsedList, PodChange, RecentPods, parse_items
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -42,7 +42,7 @@ class Watcher:
     """The cache's list-then-watch loops, one per kind, each in a worker thread."""
 
     def __init__(self, api_client: Any, sync: CacheSync) -> None:
-        self._loops = [ListWatch(api_client, kind, _feed(kind, sync), decode=_decode) for kind in KINDS]
+        self._loops = [ListWatch(api_client, kind, _feed(kind, sync), decode=_decode) for kind in sync.kinds]
 
     async def run(self) -> None:
         """Run the watches until cancelled; a crashed loop thread is re-raised here."""

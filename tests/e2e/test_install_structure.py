@@ -228,14 +228,15 @@ def test_examples_are_not_part_of_the_install(objs: list[Manifest]) -> None:
 # --- RBAC ---------------------------------------------------------------------------------------
 
 
-def test_cluster_role_reads_pods_nodes_and_namespaces_and_nothing_else(objs: list[Manifest]) -> None:
+def test_cluster_role_reads_pods_nodes_namespaces_and_jobs_and_nothing_else(objs: list[Manifest]) -> None:
     # namespaces: their nimbix-burst.io/max-remote-gpus annotation is the burst budget.
     role = manifests.find_object(objs, kind="ClusterRole", name=APP)
     granted = set()
     for rule in role["rules"]:
         assert set(rule) <= {"apiGroups", "resources", "verbs"}, rule  # no resourceNames, URLs
         granted |= {(g, r, v) for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
-    assert granted == {("", r, v) for r in ("pods", "nodes", "namespaces") for v in ("get", "list", "watch")}
+    reads = {("", r) for r in ("pods", "nodes", "namespaces")} | {("batch", "jobs")}  # jobs: gang sizes
+    assert granted == {(g, r, v) for g, r in reads for v in ("get", "list", "watch")}
     assert "aggregationRule" not in role
 
 

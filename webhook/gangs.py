@@ -1,0 +1,302 @@
+"""Gangs: the pods of one distributed job, decided as one (pure).
+
+A gang is the pods of an Indexed Job whose `completions` equals its `parallelism` (at least 2), or
+the pods of a Kueue plain-pod group (label `kueue.x-k8s.io/pod-group-name`, annotation
+`kueue.x-k8s.io/pod-group-total-count`). A non-indexed Job's pods are independent work items: they
+are decided one by one, as any pod.
+
+A gang is decided once, at its first pod: local only if all of its pods fit at once (`pack`: each
+pod on a node, the GPUs one pod takes never counted for another), and then every pod's place is
+reserved; otherwise every pod is remote. Later pods follow, whoever receives them, because the
+decision is kept where a new leader finds it:
+  - as reservations, one per rank, handed over with the others (kubeplumbing.leadership):
+    `gang.<uid>.<rank>` while the rank's pod has not been admitted, `gang.<uid>.<rank>.pod` once it
+    has (and until the watch shows it); local ones on the rank's node, remote ones counting the
+    rank's GPUs against the namespace's burst budget; `gang.<uid>.kept` / `.denied` mark a gang
+    kept local or refused without reserving anything;
+  - on the gang's pods themselves (their decision and gang annotations), once the watch shows them.
+This module holds the rules; webhook.gang_admission applies them to the cache.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from entrypoint import contract
+from webhook.fitting import Trial, find_fit
+from webhook.types import ClusterView, Placement, PodInfo, Requests
+
+LABEL_KUEUE_GROUP: Final = "kueue.x-k8s.io/pod-group-name"
+ANNOTATION_KUEUE_TOTAL: Final = "kueue.x-k8s.io/pod-group-total-count"
+ANNOTATION_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
+JOB_API_VERSION: Final = "batch/v1"
+# A gang larger than this is not packed node by node (it bursts): the packing check runs inside an
+# admission, under the cache's lock, and a JARVICE job spans far fewer machines anyway.
+MAX_GANG_SIZE: Final = 256
+
+RESERVATION_PREFIX: Final = "gang."
+_TAKEN: Final = ".pod"
+
+GangSource = Literal["job", "pod-group"]
+GangKind = Literal["local", "remote", "kept", "denied"]
+
+
+class GangError(ValueError):
+    """A pod's gang annotations cannot be used; the message says what to fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    """An Indexed Job, as the webhook's cache keeps it: what makes its pods a gang."""
+
+    uid: str
+    namespace: str
+    name: str
+    parallelism: int
+    completions: int | None
+
+    @property
+    def gang_size(self) -> int | None:
+        """The gang's size, or None when its pods are independent work items (decided one by one)."""
+        if self.parallelism >= 2 and self.completions == self.parallelism:
+            return self.parallelism
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class GangMember:
+    """A pod of a gang, as its admission review shows it."""
+
+    uid: str  # the gang's identity: the Job's UID, or the pod group's uuid5
+    source: GangSource
+    name: str  # the Job's or the group's name, for people
+    size: int | None  # None: the pod's Job is not in the webhook's cache
+    rank: int | None  # an Indexed Job's completion index; None for a pod group (assigned at admission)
+
+
+@dataclass(frozen=True, slots=True)
+class GangTerms:
+    """What every pod of a gang carries: the contract's env (burst pods) and annotations."""
+
+    uid: str
+    size: int
+    rank: int
+
+    def annotations(self) -> dict[str, str]:
+        return {
+            contract.ANNOTATION_GANG: self.uid,
+            contract.ANNOTATION_GANG_SIZE: str(self.size),
+            contract.ANNOTATION_GANG_RANK: str(self.rank),
+        }
+
+
+def parse_job(raw: Mapping[str, Any]) -> JobInfo | None:
+    """A watched Job: its gang facts when it is Indexed (None for any other Job: its pods are not a gang)."""
+    meta = raw.get("metadata")
+    spec = raw.get("spec")
+    if not isinstance(meta, dict) or not isinstance(spec, dict):
+        return None
+    if spec.get("completionMode") != "Indexed":
+        return None
+    parallelism = spec.get("parallelism", 1)
+    completions = spec.get("completions")
+    uid, namespace, name = meta.get("uid"), meta.get("namespace"), meta.get("name")
+    if not (isinstance(uid, str) and uid and isinstance(namespace, str) and isinstance(name, str)):
+        return None
+    return JobInfo(
+        uid=uid,
+        namespace=namespace,
+        name=name,
+        parallelism=parallelism if type(parallelism) is int else 1,
+        completions=completions if type(completions) is int else None,
+    )
+
+
+def pod_group_uid(cluster: str, namespace: str, group: str) -> str:
+    """A Kueue pod group's identity (the contract's rule): the same for every pod of the group."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{cluster}/{namespace}/{group}"))
+
+
+def _controller_job(meta: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(uid, name) of the Job that controls the pod, if one does."""
+    for ref in meta.get("ownerReferences") or ():
+        if not isinstance(ref, dict) or ref.get("controller") is not True:
+            continue
+        if ref.get("apiVersion") == JOB_API_VERSION and ref.get("kind") == "Job":
+            uid, name = ref.get("uid"), ref.get("name")
+            if isinstance(uid, str) and uid:
+                return uid, str(name or "")
+    return None
+
+
+def _whole(text: object, where: str, *, minimum: int) -> int:
+    value = text.strip() if isinstance(text, str) else ""
+    if not (value.isascii() and value.isdigit()) or len(value) > 9 or int(value) < minimum:
+        raise GangError(f"{where} must be a whole number >= {minimum}, got {text!r}")
+    return int(value)
+
+
+def find_member(
+    meta: Mapping[str, Any], *, namespace: str, cluster: str, jobs: Mapping[str, JobInfo]
+) -> GangMember | None:
+    """The gang the pod belongs to, or None when it is decided on its own. `cluster`: the cluster's
+    identity (names a pod group; "" when unknown: a pod group is then not recognised). Raises
+    GangError for annotations that say "gang" but cannot be read."""
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    group = labels.get(LABEL_KUEUE_GROUP)
+    if isinstance(group, str) and group:
+        if ANNOTATION_KUEUE_TOTAL not in annotations:
+            raise GangError(
+                f"pod group {group!r}: the pod lacks the {ANNOTATION_KUEUE_TOTAL} annotation (how many pods the"
+                " group has); set it on every pod of the group"
+            )
+        total = _whole(annotations.get(ANNOTATION_KUEUE_TOTAL), ANNOTATION_KUEUE_TOTAL, minimum=1)
+        if total < 2 or not cluster:
+            return None
+        return GangMember(pod_group_uid(cluster, namespace, group), "pod-group", group, total, None)
+    owner = _controller_job(meta)
+    if owner is None or ANNOTATION_COMPLETION_INDEX not in annotations:
+        return None
+    job_uid, job_name = owner
+    index = _whole(annotations.get(ANNOTATION_COMPLETION_INDEX), ANNOTATION_COMPLETION_INDEX, minimum=0)
+    job = jobs.get(job_uid)
+    if job is None:
+        return GangMember(job_uid, "job", job_name, None, index)
+    size = job.gang_size
+    if size is None or index >= size:
+        return None  # completions != parallelism: a work queue of indexes, decided pod by pod
+    return GangMember(job_uid, "job", job_name, size, index)
+
+
+# ----- the packing check -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Packing:
+    nodes: tuple[str, ...]  # the node of each rank placed, in rank order
+    size: int
+
+    @property
+    def fits(self) -> bool:
+        return len(self.nodes) == self.size
+
+
+def pack(view: ClusterView, requests: Requests, placement: Placement, *, size: int) -> Packing:
+    """Each of `size` pods asking `requests` on a node, one after the other, best fit first, on a
+    trial copy of what a placement writes, so the resources one pod takes are never counted for
+    another. Pods of a gang are alike, so filling nodes in this order places as many as any order
+    would. Stops at the first pod that has no node."""
+    if size > MAX_GANG_SIZE:
+        return Packing((), size)
+    trial = Trial(view)
+    nodes: list[str] = []
+    for _ in range(size):
+        fit = find_fit(trial.view, requests, placement)
+        if fit.node is None:
+            break
+        nodes.append(fit.node.name)
+        trial.hold(fit.node.name, requests)
+    return Packing(tuple(nodes), size)
+
+
+# ----- what the cache tells of a gang ------------------------------------------------------------
+
+
+def open_id(gang_uid: str, rank: int) -> str:
+    """The reservation of a rank whose pod has not been admitted yet."""
+    return f"{RESERVATION_PREFIX}{gang_uid}.{rank}"
+
+
+def taken_id(gang_uid: str, rank: int) -> str:
+    """The reservation of a rank whose pod was admitted and not seen yet (its reservation annotation)."""
+    return f"{RESERVATION_PREFIX}{gang_uid}.{rank}{_TAKEN}"
+
+
+def marker_id(gang_uid: str, kind: GangKind) -> str:
+    """A reservation of nothing, marking a gang kept local or refused (so a new leader knows)."""
+    return f"{RESERVATION_PREFIX}{gang_uid}.{kind}"
+
+
+@dataclass(frozen=True, slots=True)
+class SeenGang:
+    """The gang's decision as its pods in the watch cache show it."""
+
+    kind: Literal["local", "remote"] | None  # None: no live pod of it carries a decision
+    held: frozenset[int]  # ranks of its live pods
+
+
+def read_pods(pods: Iterable[PodInfo]) -> SeenGang:
+    """The decision of the gang's live pods (not finished, not being deleted: a gang whose pods are all
+    gone or going is decided afresh), the lowest rank's first; and the ranks they hold."""
+    live = sorted((p for p in pods if not p.terminal and not p.deleting), key=lambda p: p.gang_rank)
+    kind: Literal["local", "remote"] | None = None
+    for pod in live:
+        if pod.decision == contract.DECISION_REMOTE:
+            kind = "remote"
+            break
+        if pod.decision == contract.DECISION_LOCAL:
+            kind = "local"
+            break
+    return SeenGang(kind, frozenset(p.gang_rank for p in live if p.gang_rank >= 0))
+
+
+def free_rank(size: int, *, held: Iterable[int], taken: Iterable[int]) -> int | None:
+    """A pod group's next rank: the lowest not held by a live pod nor given to an admission whose pod
+    the watch has not shown yet; None when every rank is."""
+    used = set(held) | set(taken)
+    for rank in range(size):
+        if rank not in used:
+            return rank
+    return None
+
+
+def parse_terms(annotations: Mapping[str, Any]) -> GangTerms | None:
+    """The gang annotations of a pod already decided (None when it has none, or they are not ours)."""
+    uid = annotations.get(contract.ANNOTATION_GANG)
+    if not isinstance(uid, str) or not uid:
+        return None
+    try:
+        size = _whole(annotations.get(contract.ANNOTATION_GANG_SIZE), "size", minimum=1)
+        rank = _whole(annotations.get(contract.ANNOTATION_GANG_RANK), "rank", minimum=0)
+    except GangError:
+        return None
+    return GangTerms(uid, size, rank) if rank < size else None
+
+
+@dataclass(frozen=True, slots=True)
+class GangRecord:
+    """What the leader remembers of a gang it decided (the reservations carry the decision itself;
+    this keeps what they cannot: the reason, for the followers' annotations)."""
+
+    kind: GangKind
+    reason: str
+    size: int
+    expires_at: float
+
+
+class GangBook:
+    """The gangs this replica decided, until their reservations would have expired (state)."""
+
+    def __init__(self) -> None:
+        self._records: dict[str, GangRecord] = {}
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def get(self, gang_uid: str, *, now: float) -> GangRecord | None:
+        record = self._records.get(gang_uid)
+        if record is not None and record.expires_at <= now:
+            del self._records[gang_uid]
+            return None
+        return record
+
+    def put(self, gang_uid: str, record: GangRecord) -> None:
+        self._records[gang_uid] = record
+
+    def expire(self, *, now: float) -> None:
+        for gang_uid in [uid for uid, record in self._records.items() if record.expires_at <= now]:
+            del self._records[gang_uid]
