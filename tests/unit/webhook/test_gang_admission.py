@@ -1,0 +1,250 @@
+"""A gang's pods through the real admission: decided once, at the first pod, and followed by the rest,
+on this replica, on the next leader (handed-over reservations) and after a restart (the pods)."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+from typing import Any
+
+import jsonpatch
+
+from tests.support.clocks import Clock
+from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, namespace, node, pod
+from webhook import admission, gangs
+from webhook.cache import ClusterCache
+from webhook.mutation import RewritePolicy
+from webhook.review import AdmissionRequest
+from webhook.sync import KINDS_WITH_JOBS, CacheSync
+
+POLICY = RewritePolicy(gpu_resources=(GPU,), remote_cpu="100m", remote_memory="128Mi")
+JOB_UID = "11111111-2222-3333-4444-555555555555"
+GANG = "nimbix-burst.io/gang"
+RANK = "nimbix-burst.io/gang-rank"
+SIZE = "nimbix-burst.io/gang-size"
+DECISION = "nimbix-burst.io/decision"
+
+
+def indexed_job(size: int, *, name: str = "train") -> dict[str, Any]:
+    return {
+        "metadata": {"uid": JOB_UID, "namespace": "ns", "name": name},
+        "spec": {"completionMode": "Indexed", "parallelism": size, "completions": size},
+    }
+
+
+def make_sync(
+    *gpus_per_node: int, jobs: tuple[dict[str, Any], ...] = (), budget: str | None = None, clock: Clock | None = None
+) -> CacheSync:
+    clock = clock or Clock()
+    cache = ClusterCache(gpu_resources=(GPU,), clock=clock, reservation_ttl=60)
+    sync = CacheSync(cache, clock=clock, kinds=KINDS_WITH_JOBS)
+    sync.apply_list("nodes", [node(f"n{i}", gpus) for i, gpus in enumerate(gpus_per_node)])
+    sync.apply_list("pods", [])
+    annotations = {} if budget is None else {"nimbix-burst.io/max-remote-gpus": budget}
+    sync.apply_list("namespaces", [KUBE_SYSTEM, namespace("ns", annotations=annotations)])
+    sync.apply_list("jobs", list(jobs))
+    assert sync.ready(stale_after=60) == (True, "ok")
+    return sync
+
+
+def job_pod(index: int, gpus: int = 2, *, name: str = "") -> dict[str, Any]:
+    raw = pod(container(gpus=gpus), name=name or f"train-{index}")
+    raw["metadata"]["annotations"] = {gangs.ANNOTATION_COMPLETION_INDEX: str(index)}
+    raw["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": JOB_UID, "controller": True}
+    ]
+    return raw
+
+
+def group_pod(name: str, total: int = 3, gpus: int = 1) -> dict[str, Any]:
+    raw = pod(container(gpus=gpus), name=name, labels={"task-type": "Nimbix", gangs.LABEL_KUEUE_GROUP: "ddp"})
+    raw["metadata"]["annotations"] = {gangs.ANNOTATION_KUEUE_TOTAL: str(total)}
+    return raw
+
+
+def admit(
+    sync: CacheSync, raw: dict[str, Any], uid: str, **kwargs: Any
+) -> tuple[dict[str, Any], admission.Admission]:
+    request = AdmissionRequest(
+        uid=uid, operation="CREATE", kind="Pod", group="", namespace="ns", dry_run=False, object=raw
+    )
+    result = admission.admit(request, cache=sync.cache, policy=POLICY, **kwargs)
+    encoded = result.response["response"].get("patch")
+    ops = json.loads(base64.b64decode(encoded)) if encoded else []
+    patched: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(raw), ops)
+    return patched, result
+
+
+def appear(sync: CacheSync, patched: dict[str, Any], uid: str) -> None:
+    """The watch shows the created pod."""
+    shown = copy.deepcopy(patched)
+    shown["metadata"]["uid"] = uid
+    assert sync.apply_event("pods", "ADDED", shown) is None
+
+
+def env_of(raw: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in raw["spec"]["containers"][0].get("env", [])}
+
+
+def test_three_two_gpu_pods_on_two_nodes_with_two_free_each_all_burst_as_one_gang() -> None:
+    sync = make_sync(2, 2, jobs=(indexed_job(3),))
+    results = [admit(sync, job_pod(i), f"u{i}") for i in range(3)]
+    assert [r.outcome for _, r in results] == ["remote"] * 3
+    assert "only 2 of its 3 pods fit" in results[0][1].reason
+    assert all("as decided at its first pod" in r.reason for _, r in results[1:])
+    for index, (patched, _) in enumerate(results):
+        env = env_of(patched)
+        assert (env["NIMBIX_BURST_GANG_UID"], env["NIMBIX_BURST_GANG_SIZE"]) == (JOB_UID, "3")
+        assert env["NIMBIX_BURST_GANG_RANK"] == str(index)
+        assert env["NIMBIX_BURST_COUNTED_GPUS"] == "6"  # the whole gang: 3 nodes x 2 GPUs
+        assert env["NUM_GPUS"] == "2"  # per node
+        notes = patched["metadata"]["annotations"]
+        assert (notes[DECISION], notes[GANG], notes[SIZE], notes[RANK]) == ("remote", JOB_UID, "3", str(index))
+        assert notes["nimbix-burst.io/remote-gpus"] == "2"
+    # Nothing was reserved locally: the two nodes stay free for others.
+    assert sync.cache.free("n0")[GPU] == 2 and sync.cache.free("n1")[GPU] == 2
+
+
+def test_two_two_gpu_pods_on_the_same_nodes_stay_local_each_on_its_reserved_node() -> None:
+    sync = make_sync(2, 2, jobs=(indexed_job(2),))
+    first, first_result = admit(sync, job_pod(0), "u0")
+    # Both ranks' places are taken now: a pod of someone else no longer fits.
+    assert sync.cache.free("n0")[GPU] + sync.cache.free("n1")[GPU] == 0
+    other, other_result = admit(sync, pod(container(gpus=1), name="other"), "x")
+    assert other_result.outcome == "remote"
+    second, second_result = admit(sync, job_pod(1), "u1")
+    assert (first_result.outcome, second_result.outcome) == ("local", "local")
+    assert {first_result.node, second_result.node} == {"n0", "n1"}
+    assert second["metadata"]["annotations"]["nimbix-burst.io/reservation"] == "gang." + JOB_UID + ".1.pod"
+    assert second["metadata"]["annotations"][RANK] == "1"
+    assert "NIMBIX_BURST_GANG_UID" not in env_of(second)  # runs here, as the Job made it
+    appear(sync, first, "pod-0")
+    appear(sync, second, "pod-1")
+    assert sync.cache.reservation_count == 0  # each pod's own claim took over its rank's
+
+
+def test_a_kueue_pod_group_is_never_split_and_its_ranks_are_given_in_order() -> None:
+    sync = make_sync(2, jobs=())
+    results = [admit(sync, group_pod(f"w{i}"), f"u{i}") for i in range(4)]
+    assert [r.outcome for _, r in results[:3]] == ["remote"] * 3
+    assert [p["metadata"]["annotations"][RANK] for p, _ in results[:3]] == ["0", "1", "2"]
+    uid = results[0][0]["metadata"]["annotations"][GANG]
+    assert {p["metadata"]["annotations"][GANG] for p, _ in results[:3]} == {uid}
+    # A fourth pod of a group of three has no rank left: it does not join the job.
+    assert results[3][1].outcome == "local" and "this extra pod is kept local" in results[3][1].reason
+
+
+def test_a_rank_freed_by_a_pod_gone_goes_to_its_replacement() -> None:
+    sync = make_sync(1, jobs=())
+    results = [admit(sync, group_pod(f"w{i}", total=2), f"u{i}") for i in range(2)]
+    for i, (patched, _) in enumerate(results):
+        appear(sync, patched, f"pod-{i}")
+    sync.apply_event("pods", "DELETED", {"metadata": {"uid": "pod-0"}})
+    replacement, result = admit(sync, group_pod("w9", total=2), "u9")
+    assert result.outcome == "remote"
+    assert replacement["metadata"]["annotations"][RANK] == "0"
+
+
+def test_the_next_leader_follows_the_gang_from_the_handed_over_reservations() -> None:
+    leader = make_sync(2, 2, jobs=(indexed_job(2),))
+    _, first = admit(leader, job_pod(0), "u0")
+    assert first.outcome == "local"
+    successor = make_sync(2, 2, jobs=(indexed_job(2),))
+    successor.cache.adopt_reservations(leader.cache.export_reservations())
+    # Room for the second pod anywhere? No: the handed-over reservation holds rank 1's place.
+    second, result = admit(successor, job_pod(1), "u1")
+    assert result.outcome == "local" and "recorded by the previous leader" in result.reason
+    assert result.node != first.node
+
+
+def test_a_restarted_webhook_follows_the_gang_from_its_pods() -> None:
+    before = make_sync(2, 2, jobs=(indexed_job(3),))
+    first, _ = admit(before, job_pod(0), "u0")
+    # A new process: nothing in memory, no reservation; the first pod is in the list it reads.
+    after = make_sync(8, 8, jobs=(indexed_job(3),))
+    appear(after, first, "pod-0")
+    second, result = admit(after, job_pod(1), "u1")
+    assert result.outcome == "remote"  # though the gang would fit now: it is never split
+    assert "as its pods already running or waiting were decided" in result.reason
+    assert env_of(second)["NIMBIX_BURST_GANG_RANK"] == "1"
+
+
+def test_a_gang_whose_pods_are_all_gone_is_decided_afresh() -> None:
+    clock = Clock()
+    sync = make_sync(2, 2, jobs=(indexed_job(3),), clock=clock)
+    first, _ = admit(sync, job_pod(0), "u0")
+    appear(sync, first, "pod-0")
+    sync.apply_event("pods", "DELETED", {"metadata": {"uid": "pod-0"}})
+    clock.now += 61  # the gang's record and reservations lapse
+    sync.apply_list("nodes", [node("n0", 8)])
+    _, again = admit(sync, job_pod(0), "u9")
+    assert again.outcome == "local"
+
+
+def test_the_budget_counts_the_whole_gang() -> None:
+    sync = make_sync(1, jobs=(indexed_job(3),), budget="5")
+    results = [admit(sync, job_pod(i), f"u{i}") for i in range(3)]
+    assert [r.outcome for _, r in results] == ["local"] * 3
+    assert all(r.over_budget for _, r in results[:1])
+    assert "this pod needs 6 (the whole gang of 3 pods)" in results[0][1].reason
+    assert "is kept local, as decided at its first pod" in results[1][1].reason
+
+
+def test_over_budget_deny_refuses_every_pod_of_the_gang() -> None:
+    sync = make_sync(1, jobs=(indexed_job(2),), budget="1")
+    results = [admit(sync, job_pod(i), f"u{i}", over_budget="deny") for i in range(2)]
+    assert [r.outcome for _, r in results] == ["denied", "denied"]
+
+
+def test_within_budget_the_gang_reserves_every_ranks_gpus() -> None:
+    sync = make_sync(1, jobs=(indexed_job(3),), budget="6")
+    _, first = admit(sync, job_pod(0), "u0")
+    assert first.outcome == "remote"
+    assert sync.cache.remote_in_use("ns") == 6
+    _, other = admit(sync, pod(container(gpus=4), name="other"), "x")
+    assert other.outcome == "local" and other.over_budget
+
+
+def test_a_pod_whose_job_is_not_in_the_cache_yet_is_kept_local_and_its_gang_follows() -> None:
+    sync = make_sync(2, 2, jobs=())
+    first, result = admit(sync, job_pod(0), "u0")
+    assert result.outcome == "local" and "not in the webhook's cache yet" in result.reason
+    assert first["metadata"]["annotations"][GANG] == JOB_UID
+    appear(sync, first, "pod-0")
+    sync.apply_event("jobs", "ADDED", indexed_job(3))
+    _, second = admit(sync, job_pod(1), "u1")
+    assert second.outcome == "local"  # 3 x 2 GPUs do not fit, but rank 0 is here: the gang stays here
+
+
+def test_without_a_leader_a_gang_makes_no_local_promise() -> None:
+    sync = make_sync(2, 2, jobs=(indexed_job(2),))
+    _, result = admit(sync, job_pod(0), "u0", local_refusal="no leader answered within 3s")
+    assert result.outcome == "remote" and result.reason.endswith("but no leader answered within 3s")
+    assert sync.cache.reservation_count == 0
+
+
+def test_a_dry_run_reserves_and_remembers_nothing() -> None:
+    sync = make_sync(2, 2, jobs=(indexed_job(2),))
+    request = AdmissionRequest(
+        uid="d", operation="CREATE", kind="Pod", group="", namespace="ns", dry_run=True, object=job_pod(0)
+    )
+    assert admission.admit(request, cache=sync.cache, policy=POLICY).outcome == "local"
+    assert sync.cache.export_reservations() == [] and len(sync.cache.gangs) == 0
+
+
+def test_a_non_indexed_jobs_pods_are_decided_one_by_one() -> None:
+    sync = make_sync(2, 2, jobs=())
+    raw = job_pod(0)
+    del raw["metadata"]["annotations"][gangs.ANNOTATION_COMPLETION_INDEX]
+    results = [admit(sync, copy.deepcopy(raw), f"u{i}")[1].outcome for i in range(3)]
+    assert results == ["local", "local", "remote"]
+
+
+def test_a_pod_group_without_its_total_count_is_refused_with_what_to_fix() -> None:
+    sync = make_sync(2)
+    raw = group_pod("w0")
+    raw["metadata"]["annotations"] = {}
+    _, result = admit(sync, raw, "u0")
+    assert result.outcome == "denied"
+    assert "lacks the kueue.x-k8s.io/pod-group-total-count annotation" in result.response["response"]["status"]["message"]
