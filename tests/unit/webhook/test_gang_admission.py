@@ -63,9 +63,7 @@ def group_pod(name: str, total: int = 3, gpus: int = 1) -> dict[str, Any]:
     return raw
 
 
-def admit(
-    sync: CacheSync, raw: dict[str, Any], uid: str, **kwargs: Any
-) -> tuple[dict[str, Any], admission.Admission]:
+def admit(sync: CacheSync, raw: dict[str, Any], uid: str, **kwargs: Any) -> tuple[dict[str, Any], admission.Admission]:
     request = AdmissionRequest(
         uid=uid, operation="CREATE", kind="Pod", group="", namespace="ns", dry_run=False, object=raw
     )
@@ -111,7 +109,7 @@ def test_two_two_gpu_pods_on_the_same_nodes_stay_local_each_on_its_reserved_node
     first, first_result = admit(sync, job_pod(0), "u0")
     # Both ranks' places are taken now: a pod of someone else no longer fits.
     assert sync.cache.free("n0")[GPU] + sync.cache.free("n1")[GPU] == 0
-    other, other_result = admit(sync, pod(container(gpus=1), name="other"), "x")
+    _, other_result = admit(sync, pod(container(gpus=1), name="other"), "x")
     assert other_result.outcome == "remote"
     second, second_result = admit(sync, job_pod(1), "u1")
     assert (first_result.outcome, second_result.outcome) == ("local", "local")
@@ -153,7 +151,7 @@ def test_the_next_leader_follows_the_gang_from_the_handed_over_reservations() ->
     successor = make_sync(2, 2, jobs=(indexed_job(2),))
     successor.cache.adopt_reservations(leader.cache.export_reservations())
     # Room for the second pod anywhere? No: the handed-over reservation holds rank 1's place.
-    second, result = admit(successor, job_pod(1), "u1")
+    _, result = admit(successor, job_pod(1), "u1")
     assert result.outcome == "local" and "recorded by the previous leader" in result.reason
     assert result.node != first.node
 
@@ -247,4 +245,5 @@ def test_a_pod_group_without_its_total_count_is_refused_with_what_to_fix() -> No
     raw["metadata"]["annotations"] = {}
     _, result = admit(sync, raw, "u0")
     assert result.outcome == "denied"
-    assert "lacks the kueue.x-k8s.io/pod-group-total-count annotation" in result.response["response"]["status"]["message"]
+    message = result.response["response"]["status"]["message"]
+    assert "lacks the kueue.x-k8s.io/pod-group-total-count annotation" in message
