@@ -50,6 +50,7 @@ class PodView:
     scheduled_status: str
     scheduled_reason: str
     scheduled_since: float | None
+    gang: str = ""  # the webhook's nimbix-burst.io/gang: the pods of one distributed job share it
 
 
 def parse_time(text: object) -> float | None:
@@ -107,6 +108,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
         scheduled_status=str(scheduled.get("status") or ""),
         scheduled_reason=str(scheduled.get("reason") or ""),
         scheduled_since=parse_time(scheduled.get("lastTransitionTime")),
+        gang=str(annotations.get(contract.ANNOTATION_GANG) or ""),
     )
 
 
@@ -133,6 +135,8 @@ class ReapView:
     following: tuple[str, ...]
     burst: bool  # the webhook decided remote
     job_ended: bool  # carries nimbix-burst.io/job-state: ended (recorded by the controller)
+    # A gang's pod (nimbix-burst.io/gang): its gang's one JARVICE job carries the gang's UID, not the pod's.
+    gang: str = ""
 
 
 def _exited_for_good(status: Mapping[str, Any], *, restart_policy: str) -> bool:
@@ -174,6 +178,7 @@ def parse_reap_view(obj: Mapping[str, Any]) -> ReapView:
         following=_following(spec, status),
         burst=annotations.get(contract.ANNOTATION_DECISION) == contract.DECISION_REMOTE,
         job_ended=annotations.get(contract.ANNOTATION_JOB_STATE) == contract.JOB_STATE_ENDED,
+        gang=sys.intern(str(annotations.get(contract.ANNOTATION_GANG) or "")),
     )
 
 

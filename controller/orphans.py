@@ -5,7 +5,12 @@ A job is this cluster's when its label parses as a runner label carrying this cl
 (`k8s-<cluster>.<pod uid>[-<container>]-<attempt>`, see `entrypoint.plan.build_job_label`). A
 legacy label (no cluster) or another cluster's is never acted on, only reported.
 
-One of this cluster's live jobs is *wanted* while a pod with its UID exists whose container can
+A gang's job (the pods of one distributed job burst as one multi-node job) carries the gang's UID
+instead, and no container: it is wanted while at least one pod annotated `nimbix-burst.io/gang:
+<uid>` exists and every such pod can still follow it (none finished, exited for good or past its
+deletion deadline), since a distributed job cannot go on without one of its ranks.
+
+One of this cluster's other live jobs is *wanted* while a pod with its UID exists whose container can
 still follow it: the pod is not terminal (Succeeded/Failed), not past its deletion deadline, and
 the container the label names (any app container, for a label without one) has not exited for good
 under its restart policy. Of two live jobs of one label only the lowest-numbered is wanted (the
@@ -93,6 +98,25 @@ def label_reason(parsed: ParsedLabel, pod: ReapView | None, *, wall_now: float) 
     return None
 
 
+def gang_reason(members: Collection[ReapView], *, wall_now: float) -> Reason | None:
+    """Why a gang's job is not wanted (its pods: those carrying the gang's UID), or None while it is."""
+    if not members:
+        return "pod-gone"
+    for pod in members:
+        reason = pod_reason(pod, wall_now=wall_now)
+        if reason is not None:
+            return reason
+    return None
+
+
+def _gangs(pods: Mapping[str, ReapView]) -> dict[str, list[ReapView]]:
+    members: dict[str, list[ReapView]] = {}
+    for pod in pods.values():
+        if pod.gang:
+            members.setdefault(pod.gang, []).append(pod)
+    return members
+
+
 def plan_round(
     jobs: Collection[Job],
     *,
@@ -116,13 +140,17 @@ def plan_round(
     orphans: list[Orphan] = []
     due: list[Orphan] = []
     newly: list[Orphan] = []
+    gangs = _gangs(pods)
     for job, parsed in live:
         if parsed.cluster != cluster:
             kind: NotOursKind = "legacy-label" if parsed.cluster is None else "other-cluster"
             not_ours.append(NotOurs(number=job.number, label=job.label, kind=kind, cluster=parsed.cluster))
             continue
         kept = kept_of_label.setdefault(job.label, job.number)  # jobs come lowest number first
-        reason = label_reason(parsed, pods.get(parsed.pod_uid), wall_now=wall_now)
+        if parsed.container is None and parsed.pod_uid in gangs and parsed.pod_uid not in pods:
+            reason = gang_reason(gangs[parsed.pod_uid], wall_now=wall_now)
+        else:
+            reason = label_reason(parsed, pods.get(parsed.pod_uid), wall_now=wall_now)
         if reason is None and kept != job.number:
             reason = "duplicate"
         if reason is None:
@@ -179,6 +207,7 @@ def plan_records(
         for pod in pods_before.values()
         if pod.burst
         and pod.uid not in carried_uids
+        and pod.gang not in carried_uids  # a gang's pods follow the gang's job ("" is never carried)
         and pod_reason(pod, wall_now=wall_now) is not None
         and pod.uid in pods_now
         and not pods_now[pod.uid].job_ended

@@ -61,6 +61,7 @@ class Reburster:
         pods = self._store.labeled()
         present = {pod.uid for pod in pods}
         self._handled &= present
+        stranded_gangs: dict[str, list[tuple[PodView, stranding.Assessment]]] = {}
         for pod in pods:
             if pod.uid in self._handled:
                 continue
@@ -68,17 +69,80 @@ class Reburster:
             assessment = stranding.assess(
                 pod, now=self._now(), policy=self._policy, rebursts=self.rebursts_by_owner.get(owner_uid, 0)
             )
+            if assessment.verdict == "gang":
+                stranded_gangs.setdefault(pod.gang, []).append((pod, assessment))
+                continue
+            self._act(pod, assessment)
+        for gang, stranded in stranded_gangs.items():
+            self._act_on_gang([pod for pod in pods if pod.gang == gang], stranded)
+
+    def _act(self, pod: PodView, assessment: stranding.Assessment) -> None:
+        try:
+            if assessment.verdict == "reburst":
+                self._reburst(pod)
+            elif assessment.verdict in ("note", "cap-hit"):
+                self._note(pod, assessment)
+        except PodChangedOrGone as exc:  # the re-burst's read or delete: the report's own are caught in _note
+            self._metrics.reburst_aborted.labels(reason="changed").inc()
+            log.info("stranded pod changed before we acted", extra=_context(pod, reason=str(exc)))
+        except Exception:  # a failed API call costs this pod one scan, not the loop
+            self._metrics.errors.labels(kind="kubernetes").inc()
+            log.warning("stranded pod action failed", extra=_context(pod), exc_info=True)
+
+    def _act_on_gang(self, members: list[PodView], stranded: list[tuple[PodView, stranding.Assessment]]) -> None:
+        """A gang with stranded pods: re-burst whole (every pod deleted, its Job recreates them and the
+        webhook decides the gang afresh), or its stranded pods reported; never one pod alone."""
+        first = stranded[0][0]
+        owner_uid = first.owner.uid if first.owner else ""
+        since = min(a.stranded_since or self._now() for _, a in stranded)
+        verdict = stranding.assess_gang(
+            members, stranded_since=since, policy=self._policy, rebursts=self.rebursts_by_owner.get(owner_uid, 0)
+        )
+        if verdict.verdict == "reburst":
             try:
-                if assessment.verdict == "reburst":
-                    self._reburst(pod)
-                elif assessment.verdict in ("note", "cap-hit"):
-                    self._note(pod, assessment)
-            except PodChangedOrGone as exc:  # the re-burst's read or delete: the report's own are caught in _note
-                self._metrics.reburst_aborted.labels(reason="changed").inc()
-                log.info("stranded pod changed before we acted", extra=_context(pod, reason=str(exc)))
-            except Exception:  # a failed API call costs this pod one scan, not the loop
+                self._reburst_gang(members, stranded=[pod for pod, _ in stranded])
+            except Exception:  # a failed API call costs this gang one scan, not the loop
                 self._metrics.errors.labels(kind="kubernetes").inc()
-                log.warning("stranded pod action failed", extra=_context(pod), exc_info=True)
+                log.warning("stranded gang action failed", extra=_context(first, gang=first.gang), exc_info=True)
+            return
+        for pod, _ in stranded:
+            self._act(pod, stranding.Assessment(verdict.verdict, verdict.reason, stranded_since=since))
+
+    def _reburst_gang(self, members: list[PodView], *, stranded: list[PodView]) -> None:
+        first = stranded[0]
+        assert first.owner is not None  # assess_gang() said reburst: one Job owns every pod
+        why_not = stranding.check_owner(first, parse_job(self._kube.read_job(first.namespace, first.owner.name)))
+        if why_not:
+            for pod in stranded:
+                self._act(pod, stranding.Assessment("note", why_not, stranded_since=pod.scheduled_since))
+            return
+        # Re-read the stranded pods right before deleting: one bound meanwhile means the gang is not stranded.
+        for pod in stranded:
+            fresh = parse_pod(self._kube.read_pod(pod.namespace, pod.name))
+            again = stranding.assess(fresh, now=self._now(), policy=self._policy, rebursts=0)
+            if fresh.uid != pod.uid or again.verdict != "gang":
+                self._metrics.reburst_aborted.labels(reason="no-longer-stranded").inc()
+                log.info("stranded gang recovered before re-burst", extra=_context(pod, reason=again.reason))
+                return
+        deleted = 0
+        for pod in stranding.gang_to_delete(members):
+            try:
+                fresh = parse_pod(self._kube.read_pod(pod.namespace, pod.name))
+                if fresh.uid == pod.uid:
+                    self._kube.delete_pod(fresh)
+                    deleted += 1
+            except PodChangedOrGone as exc:  # gone or changed meanwhile: the others still go
+                log.info("gang pod changed before we deleted it", extra=_context(pod, reason=str(exc)))
+            self._handled.add(pod.uid)
+        count = self.rebursts_by_owner.get(first.owner.uid, 0) + 1
+        self.rebursts_by_owner[first.owner.uid] = count
+        self._metrics.rebursts.inc()
+        message = stranding.build_gang_reburst_message(first, size=len(members), count=count, cap=self._policy.cap)
+        log.info(
+            "stranded gang re-burst",
+            extra=_context(first, gang=first.gang, owner=first.owner.name, deleted=deleted, count=count),
+        )
+        self._event_on_owner(first, reason=REASON_REBURST, message=message)
 
     def _reburst(self, pod: PodView) -> None:
         assert pod.owner is not None  # assess() said reburst: a Job owns it

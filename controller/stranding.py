@@ -13,10 +13,16 @@ not model (inter-pod affinity, topology spread, ...).
   GPUs is what the budget decided, and its replacement would be kept local again; report it, as below.
 - Anything else (a bare pod, a ReplicaSet's, a StatefulSet's, or a Job whose cap is spent): report
   it once, with an Event and the `stranded-since` annotation; never delete it.
+- One pod of a gang (the pods of one distributed job, decided together: `nimbix-burst.io/gang`) is
+  never re-burst alone: its replacement would follow the gang's decision, and a rank burst apart from
+  its peers could never reach them. The whole gang is re-burst instead (`assess_gang`: every pod of
+  it deleted, so that the webhook decides the gang afresh) when one Job owns all of its pods; otherwise
+  the stranded pods are reported.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -26,7 +32,7 @@ from controller.model import OwnerState, PodView
 # README ("Which owners") for why ReplicaSets and StatefulSets are not on the list.
 REBURST_OWNERS = frozenset({("batch/v1", "Job")})
 
-Verdict = Literal["ignore", "wait", "reburst", "note", "cap-hit"]
+Verdict = Literal["ignore", "wait", "reburst", "note", "cap-hit", "gang"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +80,8 @@ def assess(pod: PodView, *, now: float, policy: Policy, rebursts: int) -> Assess
     since = pod.scheduled_since
     if pod.held_by_budget:
         return Assessment("note", "kept local by its namespace's burst budget", stranded_since=since)
+    if pod.gang:
+        return Assessment("gang", "one pod of a gang: re-burst only with all of its pods", stranded_since=since)
     if not may_reburst_owner(pod):
         owner = "no owner" if pod.owner is None else f"owner {pod.owner.kind} does not recreate it for us"
         return Assessment("note", owner, stranded_since=since)
@@ -84,6 +92,26 @@ def assess(pod: PodView, *, now: float, policy: Policy, rebursts: int) -> Assess
             stranded_since=since,
         )
     return Assessment("reburst", "owned by a Job, which recreates it", stranded_since=since)
+
+
+def assess_gang(pods: Sequence[PodView], *, stranded_since: float, policy: Policy, rebursts: int) -> Assessment:
+    """What to do with a gang one of whose pods is stranded (`pods`: every pod of the gang the watch
+    shows): re-burst it whole when one Job owns every pod (it recreates them all), else report."""
+    owners = {pod.owner for pod in pods}
+    owner = next(iter(owners)) if len(owners) == 1 else None
+    if owner is None or not may_reburst_owner(pods[0]):
+        return Assessment("note", "a gang whose pods one Job does not own all", stranded_since=stranded_since)
+    if any(pod.held_by_budget for pod in pods):
+        return Assessment("note", "a gang kept local by its namespace's burst budget", stranded_since=stranded_since)
+    if rebursts >= policy.cap:
+        reason = f"its {owner.kind} was re-burst {rebursts} times (cap {policy.cap})"
+        return Assessment("cap-hit", reason, stranded_since=stranded_since)
+    return Assessment("reburst", f"a gang of {len(pods)} pods owned by a Job", stranded_since=stranded_since)
+
+
+def gang_to_delete(pods: Sequence[PodView]) -> list[PodView]:
+    """The pods a whole-gang re-burst deletes: every one not finished and not already going."""
+    return [pod for pod in pods if pod.phase not in ("Succeeded", "Failed") and not pod.deleting]
 
 
 def check_owner(pod: PodView, owner: OwnerState) -> str:
@@ -103,6 +131,13 @@ def build_reburst_message(pod: PodView, *, waited: float, count: int, cap: int) 
     return (
         f"pod {pod.name} was decided local but stayed unschedulable for {waited:.0f}s; deleted so that its "
         f"replacement is decided again (re-burst {count} of {cap})"
+    )
+
+
+def build_gang_reburst_message(pod: PodView, *, size: int, count: int, cap: int) -> str:
+    return (
+        f"pod {pod.name} of a gang of {size} pods was decided local but stayed unschedulable; every pod of the gang"
+        f" was deleted so that the gang is decided again as one (re-burst {count} of {cap})"
     )
 
 

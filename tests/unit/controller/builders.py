@@ -29,8 +29,11 @@ def pod(
     stranded_since: str = "",
     resource_version: str = "42",
     budget: str = "",
+    gang: str = "",
 ) -> dict[str, Any]:
     annotations = {}
+    if gang:  # the webhook's: the pods of one distributed job share it
+        annotations["nimbix-burst.io/gang"] = gang
     if decision is not None:
         annotations["nimbix-burst.io/decision"] = decision
     if budget:  # the webhook's note on a pod it kept local because of the namespace's burst budget

@@ -14,7 +14,7 @@ from controller.metrics import Metrics
 from controller.model import PodView
 from controller.rebursting import Reburster
 from controller.store import PodStore
-from tests.unit.controller.builders import JOB_UID, T0, job, pod
+from tests.unit.controller.builders import JOB_UID, T0, job, job_owner, pod
 
 NOW = T0 + 300
 
@@ -178,3 +178,37 @@ def test_a_failing_api_call_costs_one_pod_not_the_scan() -> None:
     reburster.scan()
     assert broken.annotated == [("bare", "2023-11-14T22:13:20Z")]
     assert sample(metrics, "nimbix_burst_controller_errors_total", kind="kubernetes") == 1
+
+
+# --- gangs: the pods of one distributed job are re-burst together, never one alone ----------------
+
+GANG = "99999999-8888-7777-6666-555555555555"
+
+
+def test_a_stranded_gang_is_re_burst_whole_every_pod_deleted_once() -> None:
+    stranded = pod(uid="a", name="train-0", gang=GANG)
+    running = pod(uid="b", name="train-1", gang=GANG, node_name="n1", phase="Running", scheduled=("True", ""))
+    bystander = pod(uid="c", name="other-0", node_name="n1", phase="Running", scheduled=("True", ""))
+    reburster, kube, _ = make(stranded, running, bystander)
+    reburster.scan()
+    assert sorted(name for name, _, _ in kube.deleted) == ["train-0", "train-1"]
+    assert [reason for _, _, reason in kube.events] == ["NimbixReBurst"]
+    reburster.scan()  # the watch has not shown the deletions yet: nothing twice
+    assert len(kube.deleted) == 2
+
+
+def test_a_gang_whose_pods_two_owners_hold_is_reported_not_deleted() -> None:
+    stranded = pod(uid="a", name="train-0", gang=GANG)
+    other = pod(uid="b", name="x-1", gang=GANG, owners=[job_owner(uid="other", name="x")], node_name="n1")
+    reburster, kube, _ = make(stranded, other)
+    reburster.scan()
+    assert kube.deleted == []
+    assert [name for name, _ in kube.annotated] == ["train-0"]
+
+
+def test_a_stranded_gang_pod_bound_meanwhile_stops_the_re_burst() -> None:
+    stranded = pod(uid="a", name="train-0", gang=GANG)
+    reburster, kube, _ = make(stranded, pod(uid="b", name="train-1", gang=GANG, node_name="n1"))
+    kube.pods["train-0"] = pod(uid="a", name="train-0", gang=GANG, node_name="n2")
+    reburster.scan()
+    assert kube.deleted == []

@@ -1,0 +1,89 @@
+"""A gang (the pods of one distributed job, one JARVICE job): the reaper wants its job only while every
+pod of it can follow; the re-burst treats a stranded gang as one, never one pod of it alone."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from controller import stranding
+from controller.model import ReapView, parse_pod
+from controller.orphans import Job, plan_records, plan_round
+from tests.unit.controller.builders import T0, job_owner, pod
+
+GANG = "99999999-8888-7777-6666-555555555555"  # the Job's UID
+HERE = "0123456789ab"
+WALL = 1_700_000_000.0
+GANG_LABEL = f"k8s-{HERE}.{GANG}-1"  # the contract: the gang's UID in place of the pod's, no container part
+
+
+def rank(index: int, **changes: Any) -> ReapView:
+    base = ReapView(f"pod-{index}", "team", f"train-{index}", False, None, ("app",), True, False, gang=GANG)
+    return replace(base, **changes)
+
+
+@pytest.mark.parametrize(
+    ("views", "reason"),
+    [
+        pytest.param([rank(0), rank(1)], None, id="every-rank-follows"),
+        pytest.param([rank(0)], None, id="one-rank-left-following"),
+        pytest.param([], "pod-gone", id="no-rank-left"),
+        pytest.param([rank(0), rank(1, terminal=True)], "pod-finished", id="a-rank-finished"),
+        pytest.param([rank(0), rank(1, following=())], "container-exited", id="a-rank-exited-for-good"),
+        pytest.param([rank(0, deletion_deadline=WALL - 60), rank(1)], "deletion-overdue", id="a-rank-past-deletion"),
+        pytest.param([rank(0, deletion_deadline=WALL + 30), rank(1)], None, id="a-rank-stopping-it"),
+    ],
+)
+def test_a_gangs_job_is_wanted_while_every_rank_can_follow_it(views: list[ReapView], reason: str | None) -> None:
+    planned = plan_round(
+        [Job(7, GANG_LABEL, "PROCESSING STARTING")],
+        pods={v.uid: v for v in views},
+        cluster=HERE,
+        first_seen={},
+        now=0,
+        wall_now=WALL,
+        grace=0,
+    )
+    assert [o.reason for o in planned.orphans] == ([] if reason is None else [reason])
+    assert GANG in planned.carried_uids
+
+
+def test_a_finished_gang_pod_is_recorded_only_once_no_live_job_carries_its_gang() -> None:
+    done = {"pod-1": rank(1, terminal=True)}
+    assert plan_records(done, pods_now=done, carried_uids=frozenset({GANG}), wall_now=WALL, limit=5) == []
+    assert plan_records(done, pods_now=done, carried_uids=frozenset(), wall_now=WALL, limit=5) == [done["pod-1"]]
+
+
+LATER = T0 + 300
+
+
+def test_a_stranded_pod_of_a_gang_is_never_re_burst_alone() -> None:
+    assessment = stranding.assess(parse_pod(pod(gang=GANG)), now=LATER, policy=stranding.Policy(120, 3), rebursts=0)
+    assert assessment.verdict == "gang"
+
+
+def members(*bodies: dict[str, Any]) -> list[Any]:
+    return [parse_pod(b) for b in bodies]
+
+
+@pytest.mark.parametrize(
+    ("bodies", "rebursts", "verdict"),
+    [
+        pytest.param([pod(uid="a", gang=GANG), pod(uid="b", gang=GANG, node_name="n1")], 0, "reburst", id="one-job"),
+        pytest.param([pod(uid="a", gang=GANG)], 3, "cap-hit", id="cap"),
+        pytest.param(
+            [pod(uid="a", gang=GANG), pod(uid="b", gang=GANG, owners=[job_owner(uid="other")])],
+            0,
+            "note",
+            id="two-owners",
+        ),
+        pytest.param([pod(uid="a", gang=GANG, owners=[])], 0, "note", id="no-owner"),
+        pytest.param([pod(uid="a", gang=GANG, budget="4 of 4 in use")], 0, "note", id="kept-by-budget"),
+    ],
+)
+def test_assess_gang(bodies: list[dict[str, Any]], rebursts: int, verdict: str) -> None:
+    policy = stranding.Policy(threshold=120, cap=3)
+    assessment = stranding.assess_gang(members(*bodies), stranded_since=T0, policy=policy, rebursts=rebursts)
+    assert assessment.verdict == verdict
