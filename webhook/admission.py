@@ -85,10 +85,10 @@ def admit(
     except ObjectError as exc:
         raise MalformedReview(f"request.object: {exc}") from exc
     cache.expire_reservations()
+    # Only a pod group's identity needs the cluster's: not worked out for every review.
+    cluster = _cluster_identity(cache, policy)[0] if gangs.LABEL_KUEUE_GROUP in labels else ""
     try:
-        member = gangs.find_member(
-            meta, namespace=request.namespace, cluster=_cluster_identity(cache, policy)[0], jobs=cache.jobs
-        )
+        member = gangs.find_member(meta, namespace=request.namespace, cluster=cluster, jobs=cache.jobs)
     except gangs.GangError as exc:
         return Admission(build_denial(request.uid, f"nimbix-burst: {exc}"), "denied", str(exc))
     if member is not None:

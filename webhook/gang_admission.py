@@ -266,7 +266,7 @@ def _follow_local(
     a place if a node has room now; else the pod waits for local GPUs: its gang runs here."""
     opened, taken = open_id(member.uid, terms.rank), taken_id(member.uid, terms.rank)
     node = cache.reservations.local_node(opened)
-    if node is None:
+    if not node:  # none, or one whose node has gone (it holds nothing)
         decided: Decision = decisions.decide(context.requests, context.placement, cache, namespace=context.namespace)
         if decided.kind != "local":
             return Settled("kept", f"{reason}; this pod waits for local GPUs ({decided.reason})", terms.annotations())

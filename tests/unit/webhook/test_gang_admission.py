@@ -247,3 +247,27 @@ def test_a_pod_group_without_its_total_count_is_refused_with_what_to_fix() -> No
     assert result.outcome == "denied"
     message = result.response["response"]["status"]["message"]
     assert "lacks the kueue.x-k8s.io/pod-group-total-count annotation" in message
+
+
+def test_the_job_watch_keeps_only_indexed_jobs_and_gates_readiness() -> None:
+    clock = Clock()
+    sync = CacheSync(
+        ClusterCache(gpu_resources=(GPU,), clock=clock, reservation_ttl=60), clock=clock, kinds=KINDS_WITH_JOBS
+    )
+    for kind in ("nodes", "pods", "namespaces"):
+        sync.apply_list(kind, [])
+    assert sync.ready(stale_after=60) == (False, "waiting for the first full list of jobs")
+    sync.apply_list(
+        "jobs", [indexed_job(2), {"metadata": {"uid": "plain", "namespace": "ns", "name": "p"}, "spec": {}}]
+    )
+    assert sync.ready(stale_after=60) == (True, "ok")
+    assert set(sync.cache.jobs) == {JOB_UID}
+    changed = indexed_job(2)
+    changed["spec"]["completionMode"] = "NonIndexed"  # not allowed by the API, but never trusted either
+    assert sync.apply_event("jobs", "MODIFIED", changed) is None
+    assert sync.cache.jobs == {}
+    assert sync.apply_event("jobs", "ADDED", indexed_job(4)) is None
+    assert sync.cache.jobs[JOB_UID].gang_size == 4
+    assert sync.apply_event("jobs", "DELETED", indexed_job(4)) is None
+    assert sync.cache.jobs == {}
+    assert sync.apply_event("jobs", "ADDED", {"metadata": {}}) == "job ?: metadata.uid is missing"
