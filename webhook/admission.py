@@ -89,8 +89,8 @@ def admit(
     cluster = _cluster_identity(cache, policy)[0] if gangs.LABEL_KUEUE_GROUP in labels else ""
     try:
         member = gangs.find_member(meta, namespace=request.namespace, cluster=cluster, jobs=cache.jobs)
-    except gangs.GangError as exc:
-        return Admission(build_denial(request.uid, f"nimbix-burst: {exc}"), "denied", str(exc))
+    except gangs.GangError as unreadable:  # not `exc`: compiled, a name keeps the first type it was given
+        return Admission(build_denial(request.uid, f"nimbix-burst: {unreadable}"), "denied", str(unreadable))
     if member is not None:
         return _admit_gang(
             request, member, spec=spec, gpus=gpus, requests=requests, placement=placement, cache=cache,
