@@ -22,12 +22,16 @@ def check_gpu_budget(machine: Machine, *, nodes: int, counted_gpus: int | None) 
     """None when the job fits what was counted (or nothing was counted: no check); else why not."""
     if counted_gpus is None:
         return None
-    held = machine.gpus * nodes
+    held = machine.gpus_on(nodes)
     if held <= counted_gpus:
         return None
+    if machine.slave_gpus is None or machine.slave_gpus == machine.gpus or nodes == 1:
+        holding = f"{machine.gpus} GPU(s) x {nodes} node(s) = {held} GPU(s)"
+    else:
+        holding = f"{machine.gpus} GPU(s) + {machine.slave_gpus} x {nodes - 1} further node(s) = {held} GPU(s)"
     return OverBudget(
         reason=(
-            f"machine {machine.name} has {machine.gpus} GPU(s) x {nodes} node(s) = {held} GPU(s), but the"
+            f"machine {machine.name} has {holding}, but the"
             f" namespace's budget counted {counted_gpus} for this container ({contract.ENV_COUNTED_GPUS}):"
             f" ask for {held} GPU(s) in the container's resources (nvidia.com/gpu), or lower"
             f" {contract.ENV_NUM_GPUS}, JARVICE_NODES or JARVICE_MACHINE"

@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from devplatform.emulator import appdef, jobs
+from devplatform.emulator import appdef, jobs, nodes
 from devplatform.emulator.catalogue import default_machines
 
 JSON_TYPE: Final = "application/json"
@@ -344,6 +344,9 @@ async def handle_submit(request: web.Request) -> web.Response:
     name = f"{time.strftime('%Y%m%d%H%M%S')}-{suffix}-{body['app']}-{owner}_s1"
     workdir = state.workdir / str(number)
     workdir.mkdir(parents=True, exist_ok=True)
+    node_names = nodes.build_node_names(int(machine.get("nodes", 1)))
+    cores = int(state.config.machines[machine["type"]]["mc_cores"])
+    jarvice_dir = nodes.write_jarvice_dir(workdir, nodes=node_names, cores_per_node=cores)
     job = jobs.Job(
         number=number,
         name=name,
@@ -353,7 +356,9 @@ async def handle_submit(request: web.Request) -> web.Response:
         command=_job_command(state, body, workdir),
         label=body.get("job_label"),
         machine=machine["type"],
-        nodes=int(machine.get("nodes", 1)),
+        nodes=len(node_names),
+        node_names=node_names,
+        environment=nodes.build_job_environment(jarvice_dir),
         submission=body,
         workdir=workdir,
         walltime_limit=_walltime_seconds(application.get("walltime")),
@@ -411,11 +416,8 @@ def _validate_submit(state: EmulatorState, body: Any) -> web.Response | None:
     machine = body.get("machine")
     if not isinstance(machine, dict) or machine.get("type") not in state.config.machines:
         return malformed
-    nodes = machine.get("nodes", 1)
-    spec = state.config.machines[machine["type"]]
-    if not isinstance(nodes, int) or isinstance(nodes, bool):
-        return malformed
-    if not spec["mc_scale_min"] <= nodes <= spec["mc_scale_max"]:
+    # JARVICE's documented answer, nothing more (the emulator's reason is in the rejected submissions).
+    if nodes.check_scale(machine["type"], state.config.machines[machine["type"]], machine.get("nodes", 1)) is not None:
         return malformed
     label = body.get("job_label")
     if label is not None and (not isinstance(label, str) or len(label) > MAX_LABEL):
@@ -647,6 +649,7 @@ async def handle_emulator_jobs(request: web.Request) -> web.Response:
             "exitcode": job.exitcode,
             "stop_reason": job.stop_reason,
             "machine": job.machine,
+            "nodes": list(job.node_names),
             "pid": job.process.pid if job.process is not None else None,
         }
         for job in state.jobs.values()
