@@ -11,6 +11,7 @@ a job cannot get a private /etc/JARVICE without a mount namespace, which needs r
 Everything above `write_jarvice_dir` is pure.
 """
 
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -49,6 +50,12 @@ def render_nodes(nodes: Sequence[str]) -> str:
 
 def render_cores(nodes: Sequence[str], *, cores_per_node: int) -> str:
     return "".join(f"{node}\n" for node in nodes for _ in range(max(1, cores_per_node)))
+
+
+def build_fanout_command(command: str, *, python: str) -> str:
+    """A catalogue application's multi-node job: the command through the fan-out the base image's
+    run command uses (catalogue applications stand for images built FROM the base image)."""
+    return "exec " + shlex.join([python, "-m", "entrypoint.fanning", command])
 
 
 def build_job_environment(jarvice_dir: Path) -> dict[str, str]:

@@ -15,6 +15,7 @@ import secrets
 import shlex
 import shutil
 import string
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -449,15 +450,18 @@ def _walltime_seconds(raw: object) -> int | None:
 def _job_command(state: EmulatorState, body: Mapping[str, Any], workdir: Path) -> str:
     """The shell string jobs.run_job runs with `bash -c`.
 
-    Catalogue apps: `parameters.command` itself. AppDef apps: the command line JARVICE would run
-    (the AppDef `path` and its parameters), with `path` mapped to its host executable, variable
-    parameters in the environment, and NIMBIX_BURST_WORKDIR set to the job's directory (the stand-in
-    for the image's WORKDIR, which images/base's run-command script enters).
+    Catalogue apps: `parameters.command` itself; with more than one node, through the fan-out.
+    AppDef apps: the command line JARVICE would run (the AppDef `path` and its parameters), with
+    `path` mapped to its host executable, variable parameters in the environment, and
+    NIMBIX_BURST_WORKDIR set to the job's directory (the stand-in for the image's WORKDIR, which
+    images/base's run-command script enters; it fans a multi-node job out itself).
     """
     application = body["application"]
     loaded = state.config.appdefs.get(body["app"])
     if loaded is None:
         command: str = application["parameters"]["command"]
+        if int(body["machine"].get("nodes", 1)) > 1:
+            return nodes.build_fanout_command(command, python=sys.executable)
         return command
     key = application["command"]
     invocation = appdef.build_invocation(loaded.appdef.commands[key], application.get("parameters") or {})

@@ -1,5 +1,7 @@
 """The emulator's multi-node jobs: the scale check of machine.nodes and the nodes/cores files."""
 
+import shlex
+
 import pytest
 
 from devplatform.emulator import nodes
@@ -36,3 +38,9 @@ def test_the_nodes_and_cores_files() -> None:
     assert names == ("127.0.0.1", "127.0.0.2")
     assert nodes.render_nodes(names) == "127.0.0.1\n127.0.0.2\n"
     assert nodes.render_cores(names, cores_per_node=3) == "127.0.0.1\n" * 3 + "127.0.0.2\n" * 3
+
+
+def test_a_catalogue_applications_multi_node_command_goes_through_the_fan_out() -> None:
+    command = 'echo "it\'s $NODE_RANK"'
+    built = nodes.build_fanout_command(command, python="/venv/bin/python")
+    assert shlex.split(built) == ["exec", "/venv/bin/python", "-m", "entrypoint.fanning", command]
