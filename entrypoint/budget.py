@@ -5,6 +5,9 @@ The webhook counts a burst container's GPU request against its namespace's budge
 runner the count (NIMBIX_BURST_COUNTED_GPUS). The machine comes from NUM_GPUS, JARVICE_NODES and
 JARVICE_MACHINE, which a user can set to anything: a 1-GPU pod with NUM_GPUS=8 and JARVICE_NODES=2
 would hold 16 GPUs. Such a job is refused before anything is submitted.
+
+A gang's job (`entrypoint.gang`) is held to the GPUs counted for the whole gang, over all its nodes:
+the master's `mc_gpus` plus `mc_slave_gpus` for each further node.
 """
 
 from dataclasses import dataclass

@@ -134,6 +134,16 @@ def test_a_following_rank_waits_a_bounded_time_for_rank_0(emulator: EmulatorThre
     assert "no job of the gang's label appeared; rank 0's pod submits it (see its logs)" in follower.messages()
 
 
+def test_sigterm_while_waiting_for_rank_0_exits_at_once(emulator: EmulatorThread, control: EmulatorControl) -> None:
+    _, rank1 = gang_envs(emulator.url, "true")
+    follower = Runner.start(rank1)
+    follower.wait_for_stdout(b"waits for the gang's JARVICE job")
+    follower.send(signal.SIGTERM)
+    assert follower.wait() == 143, follower.err
+    assert "no remote job to stop" in follower.messages()
+    assert submissions(control, rank1) == []
+
+
 def test_a_restarted_rank_0_picks_its_job_up_and_never_submits_twice(
     emulator: EmulatorThread, control: EmulatorControl, tmp_path: Path
 ) -> None:
