@@ -111,7 +111,6 @@ def is_cluster_identity(text: str) -> bool:
 MIN_TERMINATION_GRACE_SECONDS: Final = 75
 ANNOTATION_GRACE: Final = ANNOTATION_PREFIX + "termination-grace"
 
-
 # --- gangs: the pods of one distributed job burst as one multi-node JARVICE job ---
 # Set by the webhook on every burst container of a gang's pods (an Indexed Job's pods, or a Kueue
 # plain-pod group). The gang's identity is a UUID: the owning Job's UID, or for a pod group

@@ -16,6 +16,7 @@ EXIT_REMOTE_UNAVAILABLE: Final = 69  # JARVICE unreachable for longer than the o
 EXIT_INTERNAL: Final = 70  # a bug in the runner (EX_SOFTWARE)
 EXIT_OVER_BUDGET: Final = 73  # the machine holds more GPUs than the namespace's budget counted (nothing submitted)
 EXIT_WALLTIME: Final = 74  # JARVICE stopped the job at its walltime (JARVICE_WALLTIME, else 24:00:00)
+EXIT_NO_GANG_JOB: Final = 75  # a gang's following rank waited and no job of the gang's label appeared (EX_TEMPFAIL)
 EXIT_PROTOCOL: Final = 76  # JARVICE answered something unexpected, or rejected a request (EX_PROTOCOL)
 EXIT_CREDENTIALS: Final = 77  # JARVICE rejected the username/API key (EX_NOPERM)
 EXIT_CONFIG: Final = 78  # invalid settings, incl. an APP_NAME JARVICE does not know (EX_CONFIG)

@@ -5,6 +5,7 @@ fake clock; `entrypoint.__main__` builds the real ones.
 """
 
 import random
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -75,3 +76,5 @@ class RemoteDeps:
     cancel: CancelToken
     journal: Journal = field(default_factory=NoJournal)
     termination: TerminationLog = field(default_factory=NoTerminationLog)
+    # Unix time: when a gang's following rank started, to compare with JARVICE's job_end_time.
+    wall_clock: Callable[[], float] = time.time
