@@ -195,3 +195,106 @@ def test_two_replicas_give_each_gangs_pods_one_decision(two_replicas: str, group
     assert all(len(set(decisions)) == 1 for decisions in by_group.values()), by_group
     local = sorted(name for name, decisions in by_group.items() if decisions[0] == "local")
     assert len(local) == 2, by_group
+
+
+# --- the whole run: webhook, runners on the real node, the JARVICE emulator ----------------------
+
+RANK_LINE = 'echo "rank=$NODE_RANK of $NNODES index=$JOB_COMPLETION_INDEX"'
+# GPUs per pod: one pod fits the real node's 4, two do not; the emulator's ng4 (4 GPUs per node,
+# up to 8 nodes) runs them as one job of 8 GPUs, what the budget counted for the gang.
+RANK_GPUS = 4
+RUN_SECONDS = 180.0
+
+
+def real_node_job(name: str, command: str, *, app_name: str) -> dict[str, Any]:
+    """A 2-pod Indexed Job on the real node, opted in as any user would: the label, nothing else."""
+    container = demo.build_app_container(command=command, gpus=RANK_GPUS, app_name=app_name, env={"LOG_LEVEL": "INFO"})
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": 2,
+            "parallelism": 2,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {"task-type": "Nimbix"}},
+                "spec": demo.build_real_node_placement({"restartPolicy": "Never", "containers": [container]}),
+            },
+        },
+    }
+
+
+def run_job(plane: ControlPlane, namespace: str, body: dict[str, Any]) -> str:
+    created = plane.kubectl("create", "-n", namespace, "-o", "json", "-f", "-", input=json.dumps(body)).stdout
+    return str(json.loads(created)["metadata"]["uid"])
+
+
+def pods_by_index(plane: ControlPlane, namespace: str, job: str, phases: set[str]) -> dict[int, dict[str, Any]]:
+    def listed() -> dict[int, dict[str, Any]] | None:
+        result = plane.kubectl(
+            "get", "-n", namespace, "pods", "-l", f"batch.kubernetes.io/job-name={job}", "-o", "json"
+        )
+        pods = {
+            int(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]): p
+            for p in json.loads(result.stdout)["items"]
+        }
+        return pods if len(pods) == 2 and all(p["status"].get("phase") in phases for p in pods.values()) else None
+
+    found: dict[int, dict[str, Any]] = demo.wait_for(listed, what=f"the pods of {job} {phases}", timeout=RUN_SECONDS)
+    return found
+
+
+def gang_label(pod: dict[str, Any], gang: str) -> str:
+    return f"k8s-{env(pod)['NIMBIX_BURST_CLUSTER']}.{gang}-1"
+
+
+def submissions(emulator: addons.EmulatorProcess, label: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = demo.fetch_emulator(emulator.url, f"/_emulator/submissions?job_label={label}")[
+        "submissions"
+    ]
+    return found
+
+
+def test_a_two_pod_indexed_job_that_cannot_run_here_bursts_as_one_jarvice_job(
+    webhook: addons.WebhookProcess, control_plane: ControlPlane, ns: str, node_emulator: addons.EmulatorProcess
+) -> None:
+    app = node_emulator.runner_env()["APP_NAME"]
+    gang = run_job(control_plane, ns, real_node_job("ddp", f"{RANK_LINE}; sleep 1", app_name=app))
+    pods = pods_by_index(control_plane, ns, "ddp", {"Succeeded", "Failed"})
+    logs = {i: control_plane.kubectl("logs", "-n", ns, p["metadata"]["name"]).stdout for i, p in pods.items()}
+    assert [p["status"]["phase"] for p in pods.values()] == ["Succeeded", "Succeeded"], logs
+    assert [annotations_of(pods[i])[DECISION] for i in (0, 1)] == ["remote", "remote"]
+    assert [annotations_of(pods[i])[GANG] for i in (0, 1)] == [gang, gang]
+    (submission,) = submissions(node_emulator, gang_label(pods[0], gang))
+    assert submission["body"]["machine"]["nodes"] == 2
+    (job,) = demo.fetch_emulator_jobs(node_emulator.url, pod_uid=gang)
+    assert job["status"] == "COMPLETED"
+    assert "rank=0 of 2 index=0" in logs[0] and "rank=1 of 2 index=1" in logs[0]
+    assert "rank=" not in logs[1]
+    assert f"follows JARVICE job {job['number']}" in logs[1]
+
+
+def test_deleting_a_running_gangs_job_ends_its_jarvice_job_terminated(
+    webhook: addons.WebhookProcess, control_plane: ControlPlane, ns: str, node_emulator: addons.EmulatorProcess
+) -> None:
+    app = node_emulator.runner_env()["APP_NAME"]
+    gang = run_job(
+        control_plane, ns, real_node_job("ddp-stop", 'echo "started $NODE_RANK"; exec sleep 300', app_name=app)
+    )
+    demo.wait_for(
+        lambda: (
+            [j["status"] for j in demo.fetch_emulator_jobs(node_emulator.url, pod_uid=gang)] == ["PROCESSING STARTING"]
+        ),
+        what="the gang's job running",
+        timeout=RUN_SECONDS,
+    )
+    pods = pods_by_index(control_plane, ns, "ddp-stop", {"Running"})
+    control_plane.kubectl("delete", "-n", ns, "job", "ddp-stop", "--wait=false")
+    demo.wait_for(
+        lambda: [j["status"] for j in demo.fetch_emulator_jobs(node_emulator.url, pod_uid=gang)] == ["TERMINATED"],
+        what="the gang's job TERMINATED",
+        timeout=RUN_SECONDS,
+    )
+    assert len(submissions(node_emulator, gang_label(pods[0], gang))) == 1
