@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from webhook.fitting import CANDIDATE_CAP, best_partial_fit, find_fit
+from webhook.scheduling import eligibility
 from webhook.types import CPU_MILLI, ClusterView, NodeInfo, Placement, Requests, Taint, Toleration
 
 GPU = "nvidia.com/gpu"
@@ -121,7 +122,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_find_fit(case: Case) -> None:
-    fit = find_fit(view_of(*case.nodes), case.requests, case.placement)
+    fit = find_fit(view_of(*case.nodes), case.requests, eligibility(case.placement))
     assert (fit.node.name if fit.node else None) == case.node
     assert (fit.candidates, fit.excluded_by_placement, fit.short_of_compute) == (
         case.candidates,
@@ -131,7 +132,7 @@ def test_find_fit(case: Case) -> None:
 
 
 def test_find_fit_excludes_a_node() -> None:
-    fit = find_fit(view_of(Node("a", 2), Node("b", 4)), {GPU: 2}, Placement(), exclude="a")
+    fit = find_fit(view_of(Node("a", 2), Node("b", 4)), {GPU: 2}, eligibility(Placement()), exclude="a")
     assert fit.node is not None and fit.node.name == "b"
 
 
@@ -145,5 +146,5 @@ def test_find_fit_excludes_a_node() -> None:
     ],
 )
 def test_best_partial_fit(nodes: tuple[Node, ...], placement: Placement, expected: tuple[str, int] | None) -> None:
-    best = best_partial_fit(view_of(*nodes), GPU, placement)
+    best = best_partial_fit(view_of(*nodes), GPU, eligibility(placement))
     assert (None if best is None else (best[0].name, best[1])) == expected
