@@ -15,6 +15,7 @@ from typing import Literal
 
 from entrypoint import contract
 from entrypoint.settings import Secret
+from kubeplumbing import options
 from kubeplumbing.leadership import LeaseTiming
 from kubeplumbing.options import BOOLEANS, Option, OptionValues
 from kubeplumbing.options import build_parser as build_option_parser
@@ -25,10 +26,9 @@ ReapMode = Literal["auto", "true", "false"]
 _EXAMPLE_UID = "00000000-0000-0000-0000-000000000000"
 
 
-class SettingsError(ValueError):
+class SettingsError(options.SettingsError):
     def __init__(self, problems: Sequence[str]) -> None:
-        super().__init__("invalid controller settings:\n  - " + "\n  - ".join(problems))
-        self.problems = tuple(problems)
+        super().__init__(problems, program="controller")
 
 
 @dataclass(frozen=True, slots=True)

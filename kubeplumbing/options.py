@@ -15,6 +15,14 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 
+class SettingsError(ValueError):
+    """Every problem with a program's settings, reported together."""
+
+    def __init__(self, problems: Sequence[str], *, program: str) -> None:
+        super().__init__(f"invalid {program} settings:\n  - " + "\n  - ".join(problems))
+        self.problems = tuple(problems)
+
+
 def build_parser(
     options: Sequence[Option], env: Mapping[str, str], *, prog: str, description: str
 ) -> argparse.ArgumentParser:

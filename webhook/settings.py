@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from entrypoint import contract
+from kubeplumbing import options
 from kubeplumbing.leadership import LeaseTiming
 from kubeplumbing.options import Option, OptionValues
 from kubeplumbing.options import build_parser as build_option_parser
@@ -27,10 +28,9 @@ _RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A
 _ANY_UUID = "00000000-0000-0000-0000-000000000000"  # checks a cluster name alone with contract.cluster_identity
 
 
-class SettingsError(ValueError):
+class SettingsError(options.SettingsError):
     def __init__(self, problems: Sequence[str]) -> None:
-        super().__init__("invalid webhook settings:\n  - " + "\n  - ".join(problems))
-        self.problems = tuple(problems)
+        super().__init__(problems, program="webhook")
 
 
 @dataclass(frozen=True, slots=True)
