@@ -12,8 +12,10 @@ Three parts, one responsibility each:
   Reservations             what this webhook promised before the watch showed the pod, and its expiry
   (webhook.reservations)
 They share one ClusterView (webhook.types; webhook.fitting searches it): the structures a decision
-reads, handed out without a copy. A decision (webhook.decision.choose) is pure over it; the cache
-applies what it chose: the claim moves that make room, then the reservation.
+reads, handed out without a copy. An admission takes one Snapshot (snapshot_for: the view and what
+its namespace and the reservations say), the decision (webhook.decision.decide) is pure over it,
+and the cache applies what it chose in one call (apply): the claim moves that make room, then the
+reservation.
 
 Schedulable nodes (Ready, not cordoned) are indexed per GPU resource in buckets keyed by free
 count, so finding the best-fit node costs a few dictionary look-ups whatever the cluster size.
@@ -30,11 +32,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
+from entrypoint import contract
 from kubeplumbing.leadership import HandedOver
 from webhook.accounting import ClaimLedger
-from webhook.fitting import CANDIDATE_CAP, advertises, best_partial_fit, find_fit
+from webhook.decision import Verdict
+from webhook.fitting import CANDIDATE_CAP, best_partial_fit, find_fit
 from webhook.gangs import GangBook, JobInfo
 from webhook.reservations import Reservations
+from webhook.scheduling import eligibility
 from webhook.types import (
     Claim,
     ClaimMove,
@@ -45,7 +50,9 @@ from webhook.types import (
     NodeInfo,
     Placement,
     PodInfo,
+    PodNeeds,
     Requests,
+    Snapshot,
 )
 
 __all__ = ["CANDIDATE_CAP", "CLUSTER_NAMESPACE", "DEFAULT_SCHEDULERS", "Claim", "ClusterCache", "FitResult"]
@@ -53,6 +60,7 @@ __all__ = ["CANDIDATE_CAP", "CLUSTER_NAMESPACE", "DEFAULT_SCHEDULERS", "Claim", 
 DEFAULT_SCHEDULERS = ("default-scheduler",)
 # Every cluster has it and it is never deleted: its UID names the cluster (contract.cluster_identity).
 CLUSTER_NAMESPACE = "kube-system"
+_NO_KUBE_SYSTEM = "the kube-system namespace is not in the webhook's cache, so the cluster's identity is unknown"
 
 
 class NamespaceIndex:
@@ -132,6 +140,8 @@ class ClusterCache:
         self.reservation_cap_hits = 0  # reviews decided remote because a cap was reached
         self.namespaces = NamespaceIndex()
         self._remote_in_use: dict[str, int] = {}  # namespace -> GPUs of its watched burst pods
+        # (kube-system UID, cluster name) -> (identity, why unknown): worked out once, not per review.
+        self._identity: tuple[str, str, tuple[str, str]] = ("", "", ("", _NO_KUBE_SYSTEM))
         # Gangs (webhook.gangs): Indexed Jobs by UID (their size), the pods of each gang, and the
         # gangs this replica decided.
         self.jobs: dict[str, JobInfo] = {}
@@ -199,17 +209,73 @@ class ClusterCache:
 
     def find_fit(self, requests: Requests, placement: Placement, *, exclude: str = "") -> FitResult:
         """Best-fit node for `requests` (see webhook.fitting.find_fit)."""
-        return find_fit(self.view, requests, placement, exclude=exclude)
+        return find_fit(self.view, requests, eligibility(placement), exclude=exclude)
 
     def best_partial_fit(self, resource: str, placement: Placement) -> tuple[NodeInfo, int] | None:
-        return best_partial_fit(self.view, resource, placement)
+        return best_partial_fit(self.view, resource, eligibility(placement))
 
-    def advertises(self, resource: str) -> bool:
-        return advertises(self.view, resource)
+    # ----- one admission: a snapshot to decide from, then what it chose ------------------------
+
+    def snapshot_for(self, namespace: str, *, cluster_name: str) -> Snapshot:
+        """What an admission in `namespace` decides from, as of now: reservations past their TTL are
+        dropped first. `cluster_name`: the readable part of the cluster identity (--cluster-name)."""
+        self.reservations.expire()
+        cluster, unknown = self._cluster_identity(cluster_name)
+        return Snapshot(
+            view=self.view,
+            reservation_refusal=self.reservations.refusal(namespace),
+            budget=self.namespaces.budgets.get(namespace),
+            remote_in_use=self.remote_in_use(namespace),
+            cluster=cluster,
+            cluster_unknown=unknown,
+            default_walltime=self.namespaces.default_walltimes.get(namespace),
+        )
+
+    def apply(self, verdict: Verdict, *, needs: PodNeeds, reservation_id: str) -> None:
+        """What an admission decided, applied at once: the claim moves it planned (whatever the
+        decision), a reservation cap it met, then its reservation: the GPUs of a local pod on its
+        node, or those of a burst counted against its namespace's budget. `reservation_id` "" (a dry
+        run): nothing is reserved."""
+        self.move_claims(verdict.moves)
+        if verdict.decision.capped:
+            self.reservation_cap_hits += 1
+        if not reservation_id:
+            return
+        if verdict.route == "local":
+            self.reservations.reserve(
+                reservation_id,
+                node=verdict.decision.node,
+                requests=needs.requests,
+                placement=needs.placement,
+                namespace=needs.namespace,
+                ttl=None,
+            )
+        elif verdict.route == "remote" and verdict.counted:
+            self.reservations.reserve_remote(
+                reservation_id, namespace=needs.namespace, gpus=verdict.remote_gpus, ttl=None
+            )
 
     def move_claims(self, moves: Sequence[ClaimMove]) -> None:
         """Move claims of pods not bound yet as a decision planned, to make room (see fitting.plan_room)."""
-        self.ledger.move_claims(moves)
+        if moves:
+            self.ledger.move_claims(moves)
+
+    def _cluster_identity(self, cluster_name: str) -> tuple[str, str]:
+        """(the cluster's identity, "") or ("", why it is unknown). Every job a burst pod submits
+        carries it, so the reaper of this cluster, and only that one, may stop the job."""
+        uid = self.namespaces.kube_system_uid
+        known_uid, known_name, identity = self._identity
+        if uid == known_uid and cluster_name == known_name:
+            return identity
+        if not uid:
+            identity = "", _NO_KUBE_SYSTEM
+        else:
+            try:
+                identity = contract.cluster_identity(uid, cluster_name), ""
+            except ValueError as exc:
+                identity = "", f"the cluster's identity is unknown: {exc}"
+        self._identity = (uid, cluster_name, identity)
+        return identity
 
     # ----- node writes -------------------------------------------------------------------------
 
@@ -358,10 +424,6 @@ class ClusterCache:
         return ("", pod.requests, pod.nominated_node, pod.placement, self.claims_gpus(pod))
 
     # ----- reservations ------------------------------------------------------------------------
-
-    def reservation_refusal(self, namespace: str) -> str:
-        """Why a new reservation may not be made ("" when it may): see reservations.reservation_refusal."""
-        return self.reservations.refusal(namespace)
 
     def reserve(
         self,
