@@ -32,6 +32,7 @@ from webhook.gangs import (
     read_pods,
     taken_id,
 )
+from webhook.reasons import describe_need
 from webhook.review import AdmissionRequest, build_denial, build_response
 from webhook.types import Decision, GpuCounts, Placement, Requests
 
@@ -158,7 +159,7 @@ def _decide_first(member: GangMember, context: Context, cache: ClusterCache, *, 
     terms = GangTerms(member.uid, size, rank)
     need = describe_gang_need(context.gpus, size)
     packing = pack(cache.view, context.requests, context.placement, size=size)
-    refusal = cache.reservation_refusal(context.namespace)
+    refusal = cache.reservations.refusal(context.namespace)
     if packing.fits and not context.local_refusal and not refusal:
         places = ", ".join(sorted(set(packing.nodes)))
         reason = f"all {size} pods of {_describe(member)} fit at once ({need}) on {places}"
@@ -192,7 +193,7 @@ def _decide_first(member: GangMember, context: Context, cache: ClusterCache, *, 
 
 
 def describe_gang_need(gpus: GpuCounts, size: int) -> str:
-    return f"{size} x {decisions.describe_need(gpus)}"
+    return f"{size} x {describe_need(gpus)}"
 
 
 def _decide_remote(
@@ -267,7 +268,14 @@ def _follow_local(
     opened, taken = open_id(member.uid, terms.rank), taken_id(member.uid, terms.rank)
     node = cache.reservations.local_node(opened)
     if not node:  # none, or one whose node has gone (it holds nothing)
-        decided: Decision = decisions.decide(context.requests, context.placement, cache, namespace=context.namespace)
+        choice = decisions.choose(
+            context.requests,
+            context.placement,
+            cache.view,
+            reservation_refusal=cache.reservations.refusal(context.namespace),
+        )
+        cache.move_claims(choice.moves)
+        decided: Decision = choice.decision
         if decided.kind != "local":
             return Settled("kept", f"{reason}; this pod waits for local GPUs ({decided.reason})", terms.annotations())
         node = decided.node

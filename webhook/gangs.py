@@ -27,6 +27,7 @@ from typing import Any, Final, Literal
 
 from entrypoint import contract
 from webhook.fitting import Trial, find_fit
+from webhook.scheduling import eligibility
 from webhook.types import ClusterView, Placement, PodInfo, Requests
 
 LABEL_KUEUE_GROUP: Final = "kueue.x-k8s.io/pod-group-name"
@@ -193,9 +194,10 @@ def pack(view: ClusterView, requests: Requests, placement: Placement, *, size: i
     if size > MAX_GANG_SIZE:
         return Packing((), size)
     trial = Trial(view)
+    eligible = eligibility(placement)  # the pod's placement rules, read once for every rank
     nodes: list[str] = []
     for _ in range(size):
-        fit = find_fit(trial.view, requests, placement)
+        fit = find_fit(trial.view, requests, eligible)
         if fit.node is None:
             break
         nodes.append(fit.node.name)
