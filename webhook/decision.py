@@ -8,8 +8,8 @@ the reservation.
 
 Its first step, choose(), is the placement: local iff some single node can host the pod's whole
 request. The pod's placement rules are applied once (scheduling.eligibility) and the fit search
-(fitting.search_fit) works over them, making room by moving claims of pods not bound yet when no
-node fits as they sit: moves change where claims sit, never what they hold.
+(fitting) works over them, making room by moving claims of pods not bound yet when no node fits as
+they sit (fitting.search_room): moves change where claims sit, never what they hold.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from webhook import budget, walltime
-from webhook.fitting import CANDIDATE_CAP, search_fit
+from webhook.fitting import CANDIDATE_CAP, find_fit, search_room
 from webhook.reasons import describe_need, explain_no_fit
 from webhook.scheduling import eligibility
 from webhook.types import ClaimMove, ClusterView, Decision, GpuCounts, Placement, PodNeeds, Requests, Snapshot
@@ -40,34 +40,39 @@ def choose(requests: Requests, placement: Placement, view: ClusterView, *, reser
     gpus = {r: n for r, n in requests.items() if r in view.gpu_resources}
     if not gpus:
         return Choice(Decision(kind="skipped", reason="pod requests no GPU"))
-    found = search_fit(view, requests, eligibility(placement))
-    fit = found.fit
+    eligible = eligibility(placement)
+    fit = find_fit(view, requests, eligible)
+    moves: tuple[ClaimMove, ...] = ()
+    moved = ""
     if fit.node is None:
-        reason = explain_no_fit(
-            gpus,
-            node_name=placement.node_name,
-            primary=found.primary,
-            advertised=found.advertised,
-            partial=found.partial,
-            fit=fit,
-            unschedulable_gpu_nodes=view.unschedulable_gpu_nodes,
-            claimed=found.claimed,
-        )
-        return Choice(Decision(kind="remote", reason=reason), found.moves)
+        found = search_room(view, requests, eligible, missed=fit)
+        fit, moves = found.fit, found.moves
+        if fit.node is None:
+            reason = explain_no_fit(
+                gpus,
+                node_name=placement.node_name,
+                primary=found.primary,
+                advertised=found.advertised,
+                partial=found.partial,
+                fit=fit,
+                unschedulable_gpu_nodes=view.unschedulable_gpu_nodes,
+                claimed=found.claimed,
+            )
+            return Choice(Decision(kind="remote", reason=reason), moves)
+        moved = " (claims of pods not bound yet moved to other nodes)"
     if reservation_refusal:
         # Local without a reservation could promise these GPUs twice and leave the pod Pending;
         # bursting keeps the promise that a pod left local finds its GPUs.
         reason = f"needs {describe_need(gpus)}; {reservation_refusal}"
-        return Choice(Decision(kind="remote", reason=reason, capped=True), found.moves)
+        return Choice(Decision(kind="remote", reason=reason, capped=True), moves)
     shown = f"{fit.candidates}+" if fit.candidates >= CANDIDATE_CAP else str(fit.candidates)
-    moved = " (claims of pods not bound yet moved to other nodes)" if found.moved else ""
     decision = Decision(
         kind="local",
         reason=f"{shown} candidate node(s) can host {describe_need(gpus)}; best fit {fit.node.name}{moved}",
         node=fit.node.name,
         candidates=fit.candidates,
     )
-    return Choice(decision, found.moves)
+    return Choice(decision, moves)
 
 
 Route = Literal["local", "remote", "kept-local", "over-budget", "reinvoked"]
