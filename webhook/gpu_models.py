@@ -66,9 +66,13 @@ def parse_model_map(document: object, *, source: str) -> ModelMap:
         names: list[str] = []
         for name in listed:
             if not isinstance(name, str) or not contract.is_machine_name(name):
-                problems.append(f"{source}: {model}: {name!r} is not a JARVICE machine type (as /jarvice/machines names it)")
+                problems.append(
+                    f"{source}: {model}: {name!r} is not a JARVICE machine type (as /jarvice/machines names it)"
+                )
             elif owner.setdefault(name, model) != model:
-                problems.append(f"{source}: machine {name} is listed under {owner[name]} and {model}: a machine has one model")
+                problems.append(
+                    f"{source}: machine {name} is listed under {owner[name]} and {model}: a machine has one model"
+                )
             elif name not in names:
                 names.append(name)
         machines[model] = tuple(sorted(names))
@@ -157,6 +161,8 @@ def resolve(constraint: ModelConstraint, models: ModelMap | None) -> AllowedMach
     machines = sorted({name for model in allowed for name in models.machines[model]})
     if not machines:
         known = sorted(models.machines)
-        shown = ", ".join(known[:_SHOWN_MODELS]) + (f" and {len(known) - _SHOWN_MODELS} more" if len(known) > _SHOWN_MODELS else "")
+        shown = ", ".join(known[:_SHOWN_MODELS]) + (
+            f" and {len(known) - _SHOWN_MODELS} more" if len(known) > _SHOWN_MODELS else ""
+        )
         return NoMachineOffers(f"no JARVICE machine offers GPU model {wanted} (mapped: {shown or 'none'})")
     return AllowedMachines(machines=tuple(machines), models=tuple(allowed))

@@ -39,7 +39,9 @@ CATALOGUE = {
 A100 = ("ng1a", "ng4a", "ng8")
 
 
-def remote_plan(*, gpus: int, cpus: int = 1, allowed: tuple[str, ...] | None, machine: str | None = None) -> plan.RemotePlan:
+def remote_plan(
+    *, gpus: int, cpus: int = 1, allowed: tuple[str, ...] | None, machine: str | None = None
+) -> plan.RemotePlan:
     env = {**REMOTE_OK, "NUM_GPUS": str(gpus), "NUM_CPUS": str(cpus)}
     if allowed is not None:
         env[contract.ENV_ALLOWED_MACHINES] = ",".join(allowed)
@@ -106,7 +108,12 @@ def test_the_env_is_read(value: str, expected: tuple[str, ...] | None) -> None:
 
 @pytest.mark.parametrize(
     ("value", "fragment"),
-    [("ng4a,,ng8", "'' is not a JARVICE machine type"), ("ng4a ng8", "'ng4a ng8'"), ("-x", "'-x'"), ("a" * 65, "at most 64")],
+    [
+        ("ng4a,,ng8", "'' is not a JARVICE machine type"),
+        ("ng4a ng8", "'ng4a ng8'"),
+        ("-x", "'-x'"),
+        ("a" * 65, "at most 64"),
+    ],
     ids=["empty-entry", "space", "leading-dash", "too-long"],
 )
 def test_a_bad_env_says_what_to_fix(value: str, fragment: str) -> None:

@@ -66,9 +66,10 @@ def test_a_pod_selecting_a100_by_required_affinity_loses_it_and_records_it() -> 
     assert "affinity" not in after["spec"]
     assert env_of(after)["NIMBIX_BURST_ALLOWED_MACHINES"] == "ng1,ng1a,ng4a"
     audit = json.loads(after["metadata"]["annotations"]["nimbix-burst.io/original-resources"])
-    assert audit["nodeAffinityRequired"] == raw["spec"]["affinity"]["nodeAffinity"][
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ]
+    assert (
+        audit["nodeAffinityRequired"]
+        == raw["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -109,7 +110,9 @@ def test_a_pod_that_selects_no_model_bursts_to_any_machine() -> None:
 def test_a_pod_whose_model_is_here_stays_local_untouched() -> None:
     cache = make_cache(free_gpus=0)
     cache.replace_nodes([parse_node(node("a100", 4, labels={LABEL: A100}), (GPU,))])
-    result = admission.admit(review(pod(container(gpus=1), nodeSelector={LABEL: A100}), "u1"), cache=cache, policy=POLICY)
+    result = admission.admit(
+        review(pod(container(gpus=1), nodeSelector={LABEL: A100}), "u1"), cache=cache, policy=POLICY
+    )
     assert result.outcome == "local" and result.node == "a100"
 
 

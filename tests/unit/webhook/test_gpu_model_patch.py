@@ -23,7 +23,9 @@ POD_AFFINITY = {"requiredDuringSchedulingIgnoredDuringExecution": []}
 
 
 def affinity(*terms: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    node_affinity: dict[str, Any] = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}}
+    node_affinity: dict[str, Any] = {
+        "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}
+    }
     node_affinity.update(extra.pop("node", {}))
     return {"affinity": {"nodeAffinity": node_affinity, **extra}}
 
@@ -48,7 +50,8 @@ def affinity(*terms: dict[str, Any], **extra: Any) -> dict[str, Any]:
         (affinity({"matchExpressions": [MODEL]}, node={"preferredDuringSchedulingIgnoredDuringExecution": PREFERRED}),
          {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": PREFERRED}}}),
         # pod affinity stays
-        (affinity({"matchExpressions": [MODEL]}, podAffinity=POD_AFFINITY), {"affinity": {"podAffinity": POD_AFFINITY}}),
+        (affinity({"matchExpressions": [MODEL]}, podAffinity=POD_AFFINITY),
+         {"affinity": {"podAffinity": POD_AFFINITY}}),
     ],
     ids=["only-model", "model-and-zone", "or-zone", "match-fields", "two-terms", "preferred-kept", "pod-affinity-kept"],
 )  # fmt: skip

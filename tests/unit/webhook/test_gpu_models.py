@@ -61,14 +61,23 @@ ZONE = expr("zone", "In", "a")
         # terms are ORed
         ({"affinity": required([expr(LABEL, "In", T4)], [expr(LABEL, "In", P100)])}, ("ng1", "np8g4")),
         # expressions in a term are ANDed
-        ({"affinity": required([expr(LABEL, "Exists"), expr(LABEL, "NotIn", T4, V100)])}, ("ng1a", "ng4a", "ng8", "np8g4")),
+        (
+            {"affinity": required([expr(LABEL, "Exists"), expr(LABEL, "NotIn", T4, V100)])},
+            ("ng1a", "ng4a", "ng8", "np8g4"),
+        ),
         ({"affinity": required([expr(LABEL, "In", T4), expr(LABEL, "In", A100)])}, None),
         # a term that leaves the model free allows every mapped model
-        ({"affinity": required([expr(LABEL, "In", T4)], [ZONE])}, ("ng1", "ng1a", "ng2", "ng4", "ng4a", "ng8", "np8g4")),
+        (
+            {"affinity": required([expr(LABEL, "In", T4)], [ZONE])},
+            ("ng1", "ng1a", "ng2", "ng4", "ng4a", "ng8", "np8g4"),
+        ),
         # other expressions in the model's term constrain where the pod runs, not the model
         ({"affinity": required([expr(LABEL, "In", V100), ZONE])}, ("ng2", "ng4")),
         # matchFields terms without the label leave the model free too
-        ({"affinity": required([expr(LABEL, "In", P100)], fields=True)}, ("ng1", "ng1a", "ng2", "ng4", "ng4a", "ng8", "np8g4")),
+        (
+            {"affinity": required([expr(LABEL, "In", P100)], fields=True)},
+            ("ng1", "ng1a", "ng2", "ng4", "ng4a", "ng8", "np8g4"),
+        ),
         # nodeSelector and affinity both hold
         ({"nodeSelector": {LABEL: A100}, "affinity": required([expr(LABEL, "In", T4, A100)])}, ("ng1a", "ng4a", "ng8")),
         ({"nodeSelector": {LABEL: A100}, "affinity": required([expr(LABEL, "In", T4)])}, None),
