@@ -164,5 +164,5 @@ def resolve(constraint: ModelConstraint, models: ModelMap | None) -> AllowedMach
         shown = ", ".join(known[:_SHOWN_MODELS]) + (
             f" and {len(known) - _SHOWN_MODELS} more" if len(known) > _SHOWN_MODELS else ""
         )
-        return NoMachineOffers(f"no JARVICE machine offers GPU model {wanted} (mapped: {shown or 'none'})")
+        return NoMachineOffers(f"no JARVICE machine offers {wanted} (GPU models mapped: {shown or 'none'})")
     return AllowedMachines(machines=tuple(machines), models=tuple(allowed))

@@ -75,8 +75,8 @@ def test_a_pod_selecting_a100_by_required_affinity_loses_it_and_records_it() -> 
 @pytest.mark.parametrize(
     ("spec", "policy", "why"),
     [
-        ({"nodeSelector": {LABEL: "NVIDIA-H100-80GB-HBM3"}}, POLICY, "no JARVICE machine offers GPU model"),
-        ({"affinity": model_term("NVIDIA-H100-80GB-HBM3")}, POLICY, "no JARVICE machine offers GPU model"),
+        ({"nodeSelector": {LABEL: "NVIDIA-H100-80GB-HBM3"}}, POLICY, f"no JARVICE machine offers {LABEL}="),
+        ({"affinity": model_term("NVIDIA-H100-80GB-HBM3")}, POLICY, f"no JARVICE machine offers {LABEL} In ("),
         (
             {"nodeSelector": {LABEL: A100}},
             RewritePolicy(gpu_resources=(GPU,), remote_cpu="100m", remote_memory="128Mi"),

@@ -126,7 +126,7 @@ def test_the_refusal_names_what_was_asked_for_and_what_the_mapping_knows() -> No
     result = gpu_models.resolve(constraint, MAPPING)
     assert isinstance(result, gpu_models.NoMachineOffers)
     assert result.reason == (
-        f"no JARVICE machine offers GPU model {LABEL} In (H100, H200) (mapped: {A100}, {P100}, {T4}, {V100})"
+        f"no JARVICE machine offers {LABEL} In (H100, H200) (GPU models mapped: {A100}, {P100}, {T4}, {V100})"
     )
 
 
