@@ -99,12 +99,14 @@ def test_a_pod_selecting_a_model_no_machine_offers_is_not_burst_and_says_why(
 
     # It waits here for a node with its model: the scheduler finds none.
     waiting = demo.wait_for(
-        lambda: (p := get_pod(control_plane, ns, "h100"))
-        and any(
-            c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
-            for c in p["status"].get("conditions", [])
-        )
-        and p,
+        lambda: (
+            (p := get_pod(control_plane, ns, "h100"))
+            and any(
+                c.get("type") == "PodScheduled" and c.get("reason") == "Unschedulable"
+                for c in p["status"].get("conditions", [])
+            )
+            and p
+        ),
         what="h100 marked Unschedulable",
         timeout=WAIT_SECONDS,
     )
