@@ -96,7 +96,7 @@ def admit(
         patch = mutation.build_local_patch(pod, decision=decision, reservation_id=request.uid)
         return Admission(build_response(request.uid, patch=patch), "local", decision.reason, decision.node)
     model = gpu_models.parse_constraint(placement, label=policy.gpu_model_label)
-    machines = gpu_models.resolve(model, policy.gpu_models) if model is not None else None
+    machines = gpu_models.resolve(model, policy.gpu_model_map) if model is not None else None
     if isinstance(machines, gpu_models.NoMachineOffers):
         # Bursting would run it on a GPU it did not ask for: it waits here for a node with its model.
         return _kept_local(request, decision, machines.reason, notes={contract.ANNOTATION_GPU_MODEL: machines.reason})

@@ -36,7 +36,7 @@ class RewritePolicy:
     cluster_name: str = ""  # --cluster-name: the readable part of the cluster identity (contract.cluster_identity)
     default_walltime_seconds: int = 24 * 3600  # --default-walltime: a burst job's limit without a deadline
     gpu_model_label: str = gpu_models.DEFAULT_MODEL_LABEL  # --gpu-model-label: the node label naming the GPU model
-    gpu_models: gpu_models.ModelMap | None = None  # --gpu-models-file: model -> JARVICE machines (None: not configured)
+    gpu_model_map: gpu_models.ModelMap | None = None  # --gpu-models-file (None: no mapping)
 
 
 @dataclass(frozen=True, slots=True)

@@ -257,7 +257,7 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
             cluster_name=cluster_name,
             default_walltime_seconds=default_walltime or 0,
             gpu_model_label=model_label,
-            gpu_models=models,
+            gpu_model_map=models,
         ),
         leader_election=leader_election,
         client_ca_file=client_ca_file,

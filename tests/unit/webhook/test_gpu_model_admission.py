@@ -22,7 +22,7 @@ pytestmark = pytest.mark.timeout(2)
 LABEL = "nvidia.com/gpu.product"
 A100 = "NVIDIA-A100-SXM4-80GB"
 MAPPING = gpu_models.ModelMap(machines={A100: ("ng1a", "ng4a"), "Tesla-T4": ("ng1",)})
-POLICY = RewritePolicy(gpu_resources=(GPU,), remote_cpu="100m", remote_memory="128Mi", gpu_models=MAPPING)
+POLICY = RewritePolicy(gpu_resources=(GPU,), remote_cpu="100m", remote_memory="128Mi", gpu_model_map=MAPPING)
 REAL_NODE = {"nimbix-burst.io/real-node": "true"}
 
 
@@ -121,7 +121,7 @@ def test_an_operator_strip_key_and_the_model_label_are_removed_once() -> None:
         gpu_resources=(GPU,),
         remote_cpu="100m",
         remote_memory="128Mi",
-        gpu_models=MAPPING,
+        gpu_model_map=MAPPING,
         strip_node_selector_keys=frozenset({LABEL}),
     )
     after, result = run(pod(container(gpus=1), nodeSelector={LABEL: A100}), policy)

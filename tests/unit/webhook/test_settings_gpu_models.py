@@ -26,14 +26,14 @@ def settings_with(tmp_path: Path, text: str | None, *extra: str):  # type: ignor
 
 def test_no_file_means_no_mapping_and_the_default_label(tmp_path: Path) -> None:
     policy = settings_with(tmp_path, None).policy
-    assert policy.gpu_models is None
+    assert policy.gpu_model_map is None
     assert policy.gpu_model_label == "nvidia.com/gpu.product"
 
 
 def test_the_mapping_and_label_are_read(tmp_path: Path) -> None:
     text = "# models\nNVIDIA-A100-SXM4-80GB: [ng4a, ng1a]\nTesla-T4:\n  - ng1\n"
     policy = settings_with(tmp_path, text, "--gpu-model-label", "example.com/gpu").policy
-    assert policy.gpu_models == gpu_models.ModelMap(
+    assert policy.gpu_model_map == gpu_models.ModelMap(
         machines={"NVIDIA-A100-SXM4-80GB": ("ng1a", "ng4a"), "Tesla-T4": ("ng1",)}
     )
     assert policy.gpu_model_label == "example.com/gpu"
@@ -43,7 +43,7 @@ def test_the_env_names_the_file(tmp_path: Path) -> None:
     path = tmp_path / "m.yaml"
     path.write_text('{"Tesla-T4": ["ng1"]}')  # JSON is YAML too
     settings = parse_settings([], {"WEBHOOK_GPU_MODELS_FILE": str(path)}, check_files=False)
-    assert settings.policy.gpu_models == gpu_models.ModelMap(machines={"Tesla-T4": ("ng1",)})
+    assert settings.policy.gpu_model_map == gpu_models.ModelMap(machines={"Tesla-T4": ("ng1",)})
 
 
 @pytest.mark.parametrize(
@@ -79,4 +79,4 @@ def test_a_bad_label_is_refused(tmp_path: Path, label: str) -> None:
 @pytest.mark.parametrize("path", ["deploy/gpu-models.yaml", "devplatform/overlay/gpu-models.yaml"])
 def test_the_shipped_mappings_are_valid(path: str) -> None:
     settings = parse_settings(["--gpu-models-file", str(REPO / path)], {}, check_files=False)
-    assert settings.policy.gpu_models is not None
+    assert settings.policy.gpu_model_map is not None
