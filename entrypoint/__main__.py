@@ -30,8 +30,10 @@ from entrypoint import (
     remote,
     restart,
     signals,
+    staging,
     statefile,
     termination,
+    vault_staging,
 )
 from entrypoint.redaction import redact
 from entrypoint.settings import Settings, SettingsError, Tuning, parse_settings
@@ -207,7 +209,12 @@ def run(env: Mapping[str, str], argv: Sequence[str]) -> int:
     grace_warning = termination.build_grace_warning(remote_plan.tuning)
     if grace_warning is not None:
         log.warning("the runner's timeouts exceed the burst pod's grace period", extra={"reason": grace_warning})
-    with open_remote_deps(settings, tuning=remote_plan.tuning, journal=journal) as deps:
+    with open_remote_deps(settings, tuning=remote_plan.tuning, journal=journal) as base_deps:
+        try:
+            remote_plan, deps = vault_staging.attach(env, settings, remote_plan, base_deps)
+        except staging.StagingError as exc:
+            log.error("invalid settings", extra={"problems": [str(exc)]})
+            return exitcodes.EXIT_CONFIG
         return remote.run_remote(remote_plan, deps, start=start)
 
 

@@ -195,18 +195,17 @@ def is_uploaded(record: StagingRecord, path: str, *, size: int, mtime_ns: int) -
 StartAction = Literal["stage_in", "skip_stage_in", "copy_back_only"]
 
 
-def decide_start(record: StagingRecord | None, *, job_label: str, picking_up: bool) -> StartAction:
+def decide_start(record: StagingRecord | None, *, job_label: str) -> StartAction:
     """What a starting runner does about its data.
 
-    - the record of an earlier runner whose copy-back is pending (the job ended): only copy back,
+    - the record of an earlier runner whose copy-back is pending (its job ended): only copy back,
       then exit with the job's status, whatever this runner's label (a retry would run the job again);
-    - this label's stage-in completed, or a job is picked up (it was submitted after its stage-in):
-      nothing to upload;
+    - this label's stage-in completed (a job is submitted only after it): nothing to upload;
     - otherwise upload, skipping files the record shows uploaded unchanged.
     """
     if record is not None and record.copy_back == "pending":
         return "copy_back_only"
-    if picking_up or (record is not None and record.job_label == job_label and record.stage_in_done):
+    if record is not None and record.job_label == job_label and record.stage_in_done:
         return "skip_stage_in"
     return "stage_in"
 
@@ -242,3 +241,49 @@ def format_progress(direction: str, *, done: int, total: int, seconds: float) ->
         f"nimbix-burst: {direction} {format_bytes(done)} of {format_bytes(total)} ({share}%),"
         f" {format_bytes(rate)}/s, ETA {eta}"
     )
+
+
+# --- where the vault is -----------------------------------------------------------------------------
+
+ENV_VAULT_SFTP: Final = "NIMBIX_BURST_VAULT_SFTP"  # host[:port]; default: JARVICE_API_URL's host, port 22
+ENV_VAULT_KNOWN_HOSTS: Final = "NIMBIX_BURST_VAULT_KNOWN_HOSTS"  # a known_hosts file for the vault's host key
+ENV_KEEP_VAULT_DIR: Final = "NIMBIX_BURST_KEEP_VAULT_DIR"  # 1: keep the per-job directory after the copy-back
+DEFAULT_SFTP_PORT: Final = 22
+
+
+@dataclass(frozen=True, slots=True)
+class VaultSettings:
+    host: str
+    port: int
+    known_hosts: str | None
+    keep_job_dir: bool
+
+
+def parse_vault_settings(env: Mapping[str, str], *, api_host: str) -> VaultSettings:
+    """The vault's SFTP address and options; raises StagingError naming the variable to fix."""
+    raw = env.get(ENV_VAULT_SFTP, "").strip()
+    host, port = api_host, DEFAULT_SFTP_PORT
+    if raw:
+        head, colon, tail = raw.rpartition(":")
+        if colon and tail.isdigit() and not head.endswith(":"):
+            host, port = head.strip("[]"), int(tail)
+        else:
+            host = raw.strip("[]")
+        if not host or not 0 < port < 65536:
+            raise StagingError(f"{ENV_VAULT_SFTP} must be host or host:port, got {raw!r}")
+    if not host:
+        raise StagingError(f"the vault's host is unknown: set {ENV_VAULT_SFTP}")
+    known_hosts = env.get(ENV_VAULT_KNOWN_HOSTS, "").strip() or None
+    if known_hosts is not None and not known_hosts.startswith("/"):
+        raise StagingError(f"{ENV_VAULT_KNOWN_HOSTS} must be an absolute path, got {known_hosts!r}")
+    keep = env.get(ENV_KEEP_VAULT_DIR, "").strip()
+    if keep not in ("", "0", "1"):
+        raise StagingError(f"{ENV_KEEP_VAULT_DIR} must be 0 or 1, got {keep!r}")
+    return VaultSettings(host=host, port=port, known_hosts=known_hosts, keep_job_dir=keep == "1")
+
+
+def local_target(path: str, *, root_vault: str, vault_file: str) -> str:
+    """The local path of a vault file found under the vault copy `root_vault` of the staged `path`."""
+    if vault_file == root_vault:
+        return path
+    return path.rstrip("/") + "/" + vault_file[len(root_vault) :].lstrip("/")

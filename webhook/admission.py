@@ -98,7 +98,9 @@ def admit(
     cluster, unknown = _cluster_identity(cache, policy)
     if unknown:
         return _kept_local(request, decision, unknown)
-    data = data_volumes.plan_data(spec, annotations, burst_containers=mutation.burst_container_names(spec, policy=policy))
+    data = data_volumes.plan_data(
+        spec, annotations, burst_containers=mutation.burst_container_names(spec, policy=policy)
+    )
     if isinstance(data, data_volumes.DataRefusal):
         notes = {contract.ANNOTATION_DATA_NOT_STAGED: data.volumes} if data.volumes else {}
         return _kept_local(request, decision, data.reason, notes=notes, warnings=data.warnings)

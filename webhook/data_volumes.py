@@ -94,9 +94,7 @@ def _describe_volume(mount: _Mount) -> str:
 
 
 def _mounts(spec: Mapping[str, Any], containers: Collection[str]) -> list[_Mount]:
-    kinds = {
-        str(v.get("name", "")): volume_kind(v) for v in spec.get("volumes") or () if isinstance(v, Mapping)
-    }
+    kinds = {str(v.get("name", "")): volume_kind(v) for v in spec.get("volumes") or () if isinstance(v, Mapping)}
     found = []
     for container in spec.get("containers") or ():
         name = str(container.get("name", ""))
@@ -186,7 +184,10 @@ def plan_data(
     except ValueError as exc:
         return DataRefusal(
             reason=f"the pod's staging annotations are invalid: {exc}",
-            warnings=("nimbix-burst: kept local, not burst: invalid staging annotation (see the pod's reason)", str(exc)),
+            warnings=(
+                "nimbix-burst: kept local, not burst: invalid staging annotation (see the pod's reason)",
+                str(exc),
+            ),
         )
     if not (stage_in or stage_out or remote_data):
         unstaged = [m for m in mounts if m.role == "data"]

@@ -27,7 +27,9 @@ VOLUMES: list[dict[str, Any]] = [
 ]
 
 
-def mounted(name: str = "app", *mounts: tuple[str, str] | tuple[str, str, bool], gpus: int | None = 1) -> dict[str, Any]:
+def mounted(
+    name: str = "app", *mounts: tuple[str, str] | tuple[str, str, bool], gpus: int | None = 1
+) -> dict[str, Any]:
     c = container(name, gpus=gpus)
     c["volumeMounts"] = [
         {"name": m[0], "mountPath": m[1], **({"readOnly": True} if len(m) > 2 and m[2] else {})} for m in mounts
@@ -49,9 +51,7 @@ CONFIG = ("config", "/etc/train")
     ("containers", "annotations", "expected"),
     [
         pytest.param([mounted("app")], {}, DataPlan(()), id="no-volumes"),
-        pytest.param(
-            [mounted("app", ("scratch", "/tmp/work"))], {}, DataPlan(()), id="emptydir-is-scratch-not-staged"
-        ),
+        pytest.param([mounted("app", ("scratch", "/tmp/work"))], {}, DataPlan(()), id="emptydir-is-scratch-not-staged"),
         pytest.param(
             [mounted("app", CONFIG)],
             {},
@@ -98,7 +98,9 @@ CONFIG = ("config", "/etc/train")
         pytest.param(
             [mounted("a", PVC), mounted("b", ("host", "/workspace/data"))],
             {STAGE_IN: "/workspace/data/x"},
-            DataPlan((ContainerStaging("a", ("/workspace/data/x",), ()), ContainerStaging("b", ("/workspace/data/x",), ()))),
+            DataPlan(
+                (ContainerStaging("a", ("/workspace/data/x",), ()), ContainerStaging("b", ("/workspace/data/x",), ()))
+            ),
             id="each-container-that-mounts-a-path-stages-it",
         ),
     ],
@@ -125,7 +127,9 @@ def test_plan(containers: list[dict[str, Any]], annotations: dict[str, str], exp
         pytest.param([mounted("app", PVC)], {STAGE_IN: "data/x"}, ["not absolute"], id="relative-path"),
         pytest.param([mounted("app", PVC)], {STAGE_IN: "/workspace/../etc"}, ["contains '..'"], id="dot-dot"),
         pytest.param([mounted("app", PVC)], {STAGE_IN: "/"}, ["'/' cannot be staged"], id="root"),
-        pytest.param([mounted("app", PVC)], {STAGE_IN: "/data/x"}, ["/data/x is under no volume mount"], id="unmounted"),
+        pytest.param(
+            [mounted("app", PVC)], {STAGE_IN: "/data/x"}, ["/data/x is under no volume mount"], id="unmounted"
+        ),
         pytest.param(
             [mounted("app", PVC, CONFIG)], {STAGE_IN: "/etc"}, ["/etc is under no volume mount"], id="above-every-mount"
         ),
