@@ -31,7 +31,10 @@ from entrypoint.settings import Secret
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-CHUNK_BYTES: Final = 256 * 1024  # 8 blocks in flight at most would still be 2 MiB: far under 128Mi
+# asyncssh splits one read or write of this size into parallel SFTP requests, so a block is one
+# pipelined round trip. Measured on the emulator: 1 MiB moves as fast as 4 MiB (~11 MiB/s, CPU-bound
+# on SSH's encryption) with a peak RSS of 61 MB against 85 MB for the whole runner.
+CHUNK_BYTES: Final = 1024 * 1024
 PART_SUFFIX: Final = ".nbpart"
 # A dropped connection is made again this many times in a row without a byte of progress.
 MAX_RECONNECTS: Final = 5
@@ -73,14 +76,25 @@ class Report:
 
 
 class _Meter:
+    """Bytes in place: whole files done, plus the current file's offset (a resume restarts it there)."""
+
     def __init__(self, direction: str, total: int, *, clock: Callable[[], float], out: TextIO) -> None:
         self.direction, self.total, self.clock, self.out = direction, total, clock, out
-        self.done = 0
+        self.files_done = 0
+        self.current = 0
         self.started = clock()
         self.shown = self.started
 
-    def add(self, count: int) -> None:
-        self.done += count
+    @property
+    def done(self) -> int:
+        return self.files_done + self.current
+
+    def file_done(self, size: int) -> None:
+        self.files_done += size
+        self.current = 0
+
+    def at(self, offset: int) -> None:
+        self.current = offset
         now = self.clock()
         if now - self.shown >= PROGRESS_SECONDS:
             self.shown = now
@@ -164,7 +178,7 @@ class VaultTransfer:
 
     async def _retrying(self, paths: Sequence[Path], work: "_Work") -> Report:
         report = Report()
-        failures = 0
+        failures = reconnects = 0
         while True:
             before = len(report.done), work.meter_done()
             try:
@@ -186,9 +200,11 @@ class VaultTransfer:
                 if failures > MAX_RECONNECTS:
                     report.error = f"the vault connection failed {failures} times in a row: {exc}"
                     break
+                reconnects += 1
                 delay = min(RECONNECT_CAP_SECONDS, RECONNECT_BASE_SECONDS * 2 ** max(0, failures - 1))
                 log.warning(
-                    "vault connection lost; resuming", extra={"error": str(exc), "attempt": failures, "delay": delay}
+                    "vault connection lost; resuming",
+                    extra={"error": str(exc), "reconnects": reconnects, "in_a_row": failures, "delay": delay},
                 )
                 await asyncio.sleep(delay)
             except asyncssh.SFTPError as exc:
@@ -228,7 +244,7 @@ class VaultTransfer:
         digest = hashlib.sha256()
         with item.local.open("rb") as src:
             _hash_prefix(src, digest, have)
-            meter.add(have)
+            meter.at(have)
             async with sftp.open(part, "r+b" if have else "wb", encoding=None) as dst:
                 offset = have
                 while chunk := src.read(CHUNK_BYTES):
@@ -236,7 +252,7 @@ class VaultTransfer:
                     await dst.write(chunk, offset)
                     offset += len(chunk)
                     digest.update(chunk)
-                    meter.add(len(chunk))
+                    meter.at(offset)
         expected = digest.hexdigest()
         size, arrived = await _hash_remote(sftp, part)
         if size != item.size or arrived != expected:
@@ -246,6 +262,7 @@ class VaultTransfer:
                 f" (sha256 {expected[:12]}); it will be sent again from the start"
             )
         await sftp.posix_rename(part, item.vault)
+        meter.file_done(item.size)
         return expected
 
     # --- downloads -----------------------------------------------------------------------------
@@ -272,7 +289,7 @@ class VaultTransfer:
         digest = hashlib.sha256()
         with part.open("r+b" if have else "wb") as dst:
             _hash_prefix(dst, digest, have)
-            meter.add(have)
+            meter.at(have)
             dst.seek(have)
             dst.truncate()
             async with sftp.open(vault, "rb", encoding=None) as src:
@@ -285,7 +302,7 @@ class VaultTransfer:
                     dst.write(chunk)
                     offset += len(chunk)
                     digest.update(chunk)
-                    meter.add(len(chunk))
+                    meter.at(offset)
             dst.flush()
         expected = digest.hexdigest()
         with part.open("rb") as written:
@@ -299,6 +316,7 @@ class VaultTransfer:
                 " it will be fetched again from the start"
             )
         part.replace(local)
+        meter.file_done(size)
         return expected
 
 

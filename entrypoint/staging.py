@@ -94,15 +94,20 @@ def remote_path(job_dir: str, path: str) -> str:
     return f"{VAULT_MOUNT}/{vault_path(job_dir, path)}"
 
 
-# A shell function, so each path is one quoted call. An empty directory in the image at the path is
-# replaced (the pod's volume mount hides it too); anything else there stops the job: never delete it.
+# Shell functions, so each path is one quoted call. An empty directory in the image at the path is
+# replaced (the pod's volume mount hides it too); anything else there stops the job: never deleted.
 # `sudo -n` where the job's user may not write (JARVICE runs images as `nimbix`, with sudo).
-_LINK_FUNCTION: Final = r"""nimbix_burst_link() {
-  local parent; parent=$(dirname -- "$2")
-  mkdir -p -- "$parent" 2>/dev/null || sudo -n mkdir -p -- "$parent" || return 1
-  if [ -d "$2" ] && [ ! -L "$2" ]; then rmdir -- "$2" 2>/dev/null || sudo -n rmdir -- "$2" || return 1; fi
-  if [ -e "$2" ] && [ ! -L "$2" ]; then echo "nimbix-burst: $2 exists in the image" >&2; return 1; fi
-  ln -sfn -- "$1" "$2" 2>/dev/null || sudo -n ln -sfn -- "$1" "$2"
+_LINK_FUNCTIONS: Final = r"""nimbix_burst_as_root() {
+  "$@" 2>/dev/null || { command -v sudo >/dev/null && sudo -n "$@"; }
+}
+nimbix_burst_link() {
+  nimbix_burst_as_root mkdir -p -- "$(dirname -- "$2")" || return 1
+  if [ -e "$2" ] && [ ! -L "$2" ]; then
+    if [ -d "$2" ] && [ -z "$(ls -A -- "$2")" ]; then nimbix_burst_as_root rmdir -- "$2" || return 1
+    else echo "nimbix-burst: $2 exists in the image and is not an empty directory" >&2; return 1
+    fi
+  fi
+  nimbix_burst_as_root ln -sfn -- "$1" "$2"
 }"""
 
 
@@ -112,20 +117,20 @@ def build_prelude(paths: StagePaths, *, job_dir: str, out_files: Sequence[str] =
     A stage-out path that is not staged in is made in the vault first: a directory, unless the
     runner found a file at that path in the pod (`out_files`), whose parent directory is made.
     """
-    lines = [_LINK_FUNCTION]
+    lines = [_LINK_FUNCTIONS]
     for path in paths.stage_out:
         if path in paths.stage_in:
             continue
         target = remote_path(job_dir, path)
         made = posixpath.dirname(target) if path in out_files else target
-        lines.append(f"mkdir -p -- {shlex.quote(made)}")
+        lines.append(f"nimbix_burst_as_root mkdir -p -- {shlex.quote(made)}")
     for path in paths.all_paths:
         target, link = shlex.quote(remote_path(job_dir, path)), shlex.quote(path)
         lines.append(
             f"nimbix_burst_link {target} {link} || {{ echo {shlex.quote('nimbix-burst: cannot make ' + path)} >&2;"
             f" exit {EXIT_LINK_FAILED}; }}"
         )
-    lines.append("unset -f nimbix_burst_link")
+    lines.append("unset -f nimbix_burst_link nimbix_burst_as_root")
     return "\n".join(lines) + "\n"
 
 

@@ -276,6 +276,7 @@ def attach(
     paths = staging.parse_stage_paths(env)
     if paths.empty:
         return plan, deps
+    logging.getLogger("asyncssh").setLevel(logging.WARNING)  # its INFO is a line per SSH step
     assert settings.remote is not None
     api_host = urllib.parse.urlsplit(settings.remote.api_url).hostname or ""
     vault = staging.parse_vault_settings(env, api_host=api_host)
