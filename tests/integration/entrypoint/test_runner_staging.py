@@ -49,7 +49,10 @@ def run_in_pod(env: dict[str, str], *, setup: str, collect: Path) -> tuple[int, 
     """The runner in its own mount namespace: a tmpfs at /srv, `setup` run first, /srv copied to
     `collect` afterwards (what the pod's volume holds)."""
     runner, copy = shlex.quote(sys.executable), shlex.quote(str(collect))
-    script = f"set -e; mount -t tmpfs pod-volume /srv; {setup}; set +e; {runner} -m entrypoint; rc=$?; cp -a /srv/. {copy}/; exit $rc"
+    script = (
+        f"set -e; mount -t tmpfs pod-volume /srv; {setup}; set +e;"
+        f" {runner} -m entrypoint; rc=$?; cp -a /srv/. {copy}/; exit $rc"
+    )
     collect.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "--", "bash", "-c", script],
