@@ -142,3 +142,43 @@ def test_a_missing_stage_in_path_submits_nothing(vault_emulator: tuple[EmulatorT
     assert code == 78, err
     with EmulatorControl(emu.url) as ctl:
         assert ctl.session.get(f"{emu.url}/_emulator/jobs", params={"job_label": label_of(env)}, timeout=5).json() == []
+
+
+def test_a_deleted_pod_shuts_the_job_down_and_copies_back_what_it_wrote(
+    vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path
+) -> None:
+    emu, _root = vault_emulator
+    env = staged_env(
+        emu.url,
+        tmp_path,
+        NIMBIX_BURST_STAGE_OUT="/srv/ws/out",
+        APP_COMMAND_ARGS="echo epoch-1 > /srv/ws/out/checkpoint-1; echo checkpointed; sleep 60",
+    )
+    collect = tmp_path / "pod"
+    collect.mkdir()
+    runner, copy = shlex.quote(sys.executable), shlex.quote(str(collect))
+    # The kubelet's SIGTERM goes to the runner; the shell waits for it, then reads the "volume".
+    script = (
+        f"mount -t tmpfs pod-volume /srv; mkdir -p /srv/ws; {runner} -m entrypoint & pid=$!;"
+        f" trap 'kill -TERM $pid' TERM; wait $pid; wait $pid; rc=$?; cp -a /srv/. {copy}/; exit $rc"
+    )
+    process = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "--", "bash", "-c", script],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        if b"checkpointed" in line:
+            break
+    process.send_signal(15)
+    _out, err_bytes = process.communicate(timeout=RUNNER_TIMEOUT)
+    err = err_bytes.decode(errors="replace")
+    assert process.returncode == 143, err
+    assert (collect / "ws" / "out" / "checkpoint-1").read_text() == "epoch-1\n"
+    assert "shutdown requested" in err and "copy-back complete" in err
+    with EmulatorControl(emu.url) as ctl:
+        jobs = ctl.session.get(f"{emu.url}/_emulator/jobs", params={"job_label": label_of(env)}, timeout=5).json()
+    assert [job["stop_reason"] for job in jobs] == ["shutdown"]
