@@ -7,11 +7,11 @@ and each job's `/data`.
 - **Listing.** `/jarvice/vault?vault=&path=&details=&sort=`: JARVICE's answer shape (a list of
   `[name, size, mtime]`, directories with a trailing `/`, not recursive).
 - **Jobs.** With `private_root` (the emulator runs as root), each job runs in a private mount
-  namespace (`unshare --mount`) chrooted into a tmpfs whose top-level directories are bind mounts of
-  the host's, with the vault bound at `/data`. So the staging prelude's links (e.g. `/workspace/data`)
-  are made in the job's own tmpfs root, never on the dev machine, and vanish with the job. JARVICE
-  runs each job in a container instead; a path whose first directory exists on the dev machine
-  (`/home/...`, `/tmp/...`) is linked in that host directory (through its bind mount).
+  namespace (`unshare --mount`) chrooted into a tmpfs root that shows the host's directories through
+  overlays (see _PRIVATE_ROOT_SCRIPT), with the vault bound at `/data`. So the staging prelude's links
+  (`/workspace/data`, `/etc/train`) are made in the job's own root, never on the dev machine, and
+  vanish with the job; only directories with mounts below them (here /root, /mnt) and /proc, /sys,
+  /dev are the host's own. JARVICE runs each job in a container of its image instead.
 - **Object vaults.** A vault of kind "object" is mounted as an overlay (the vault below, a scratch
   directory above): the job's writes reach the vault only when it ends normally (COMPLETED, COMPLETED
   WITH ERROR, or a shutdown), never after a terminate or the walltime, as JARVICE documents for
@@ -92,18 +92,32 @@ def list_vault(directory: Path, path: str, *, details: bool, sort: str) -> list[
 # --- jobs: a private root with the vault at /data -----------------------------------------------
 
 # Run as `unshare --mount --propagation private -- bash -c SCRIPT bash ROOT DATA [UPPER WORK] -- ARGV`.
-# Links at the top (merged /usr: /bin -> usr/bin) are copied, directories bind-mounted (recursively,
-# so /proc, /dev and the rest keep their submounts), except empty ones (e.g. /mnt), which are the
-# job's own. The job then runs chrooted, in the same cwd.
+# The job's root is a tmpfs. Each top-level directory of the host is, in it:
+# - a link, copied (merged /usr: /bin -> usr/bin);
+# - empty on the host (e.g. /srv): the job's own, empty directory;
+# - /proc, /sys, /dev, or one with mounts below it (e.g. /root here): bound recursively, writes reach
+#   the host (the only place they do);
+# - otherwise an overlay with the host's directory below and a tmpfs above: the job reads the host's
+#   files (its cwd, the AppDef's executables) and whatever it writes (a staged path's link under /etc)
+#   stays its own and vanishes with it.
+# The job then runs chrooted, in the same cwd.
 _PRIVATE_ROOT_SCRIPT: Final = r"""set -eu
 root=$1 data=$2 upper=$3 work=$4; shift 5
 mount -t tmpfs -o mode=0755 nimbix-job-root "$root"
+layers=$root/.nimbix-layers
+mkdir -p "$layers" && mount -t tmpfs nimbix-job-layers "$layers"
+has_mounts_below() { awk -v d="$1/" 'index($5, d) == 1 { found = 1 } END { exit !found }' /proc/self/mountinfo; }
 for top in /*; do
   name=${top#/}
   if [ -L "$top" ]; then cp -P -- "$top" "$root/$name"
   elif [ "$top" = /data ] || [ ! -d "$top" ]; then :
-  elif [ -z "$(ls -A -- "$top" 2>/dev/null)" ]; then mkdir -p -- "$root/$name"  # empty on the host: the job's own
-  else mkdir -p -- "$root/$name"; mount --rbind -- "$top" "$root/$name"
+  elif [ -z "$(ls -A -- "$top" 2>/dev/null)" ]; then mkdir -p -- "$root/$name"
+  elif [ "$top" = /proc ] || [ "$top" = /sys ] || [ "$top" = /dev ] || has_mounts_below "$top"; then
+    mkdir -p -- "$root/$name"; mount --rbind -- "$top" "$root/$name"
+  else
+    mkdir -p -- "$root/$name" "$layers/$name/up" "$layers/$name/work"
+    mount -t overlay "nimbix-job-$name" -o "lowerdir=$top,upperdir=$layers/$name/up,workdir=$layers/$name/work" \
+      "$root/$name"
   fi
 done
 mkdir -p -- "$root/data"
