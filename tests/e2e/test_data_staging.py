@@ -128,9 +128,7 @@ def train_pod(
         "NIMBIX_BURST_VAULT_KNOWN_HOSTS": f"{KNOWN_HOSTS_DIR}/known_hosts",
         "LOG_LEVEL": "INFO",
     }
-    container = demo.build_app_container(
-        command=command, gpus=8, app_name=emulator.runner_env()["APP_NAME"], env=env
-    )
+    container = demo.build_app_container(command=command, gpus=8, app_name=emulator.runner_env()["APP_NAME"], env=env)
     mounts = [
         {"name": "data", "mountPath": "/workspace"},
         {"name": "known-hosts", "mountPath": KNOWN_HOSTS_DIR, "readOnly": True},
@@ -165,11 +163,15 @@ def job_pod(plane: controlplane.ControlPlane, namespace: str, name: str) -> dict
     return dict(items[0]) if items else None
 
 
-def wait_job_pod(plane: controlplane.ControlPlane, namespace: str, name: str, *, timeout: float = 180.0) -> dict[str, Any]:
+def wait_job_pod(
+    plane: controlplane.ControlPlane, namespace: str, name: str, *, timeout: float = 180.0
+) -> dict[str, Any]:
     result: dict[str, Any] = demo.wait_for(
-        lambda: (pod := job_pod(plane, namespace, name)) is not None
-        and pod["status"].get("phase") in ("Succeeded", "Failed")
-        and pod,
+        lambda: (
+            (pod := job_pod(plane, namespace, name)) is not None
+            and pod["status"].get("phase") in ("Succeeded", "Failed")
+            and pod
+        ),
         what=f"job {name}'s pod finished",
         timeout=timeout,
     )
@@ -205,6 +207,7 @@ def test_a_staged_job_reads_its_input_and_config_remotely_and_its_output_lands_o
     assert (host_dir / "out" / "model" / "weights.txt").read_text() == "trained\n"
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert env["NIMBIX_BURST_STAGE_IN"] == f"/workspace/data,{KNOWN_HOSTS_DIR},/etc/train"
+    assert not Path("/etc/train").exists()  # the job's links stayed in its own root
 
 
 def test_a_pod_mounting_a_pvc_without_staging_is_not_burst_and_says_why(
@@ -252,12 +255,14 @@ def test_a_deleted_running_job_copies_back_what_it_had(
     command = "mkdir -p /workspace/ckpt && echo epoch-1 > /workspace/ckpt/epoch-1.txt; echo checkpointed; sleep 300"
     create_job(control_plane, ns, job("long", train_pod(emulator, command, annotations={STAGE_OUT: "/workspace/ckpt"})))
     demo.wait_for(
-        lambda: (pod := job_pod(control_plane, ns, "long")) is not None and "checkpointed" in logs(control_plane, ns, pod),
+        lambda: (
+            (pod := job_pod(control_plane, ns, "long")) is not None and "checkpointed" in logs(control_plane, ns, pod)
+        ),
         what="the job's checkpoint",
         timeout=180,
     )
     control_plane.kubectl("delete", "-n", ns, "job", "long", "--wait=false")
-    demo.wait_for(lambda: (host_dir / "ckpt" / "epoch-1.txt").exists(), what="the checkpoint on the PVC", timeout=120)
+    demo.wait_for((host_dir / "ckpt" / "epoch-1.txt").exists, what="the checkpoint on the PVC", timeout=120)
     assert (host_dir / "ckpt" / "epoch-1.txt").read_text() == "epoch-1\n"
     jobs = [j for j in demo.fetch_emulator(emulator.url, "/_emulator/jobs") if j.get("stop_reason")]
     assert "shutdown" in [j["stop_reason"] for j in jobs]
