@@ -269,13 +269,10 @@ def _list_local(paths: Sequence[str]) -> tuple[list[tuple[str, int, int]], list[
 
 
 def attach(
-    env: Mapping[str, str], settings: Settings, plan: RemotePlan, deps: RemoteDeps
+    env: Mapping[str, str], settings: Settings, plan: RemotePlan, deps: RemoteDeps, *, paths: staging.StagePaths
 ) -> tuple[RemotePlan, RemoteDeps]:
-    """The plan with the staging prelude and the deps with a VaultStaging, when the webhook set staged
-    paths; both unchanged otherwise. Raises StagingError for a variable to fix."""
-    paths = staging.parse_stage_paths(env)
-    if paths.empty:
-        return plan, deps
+    """The plan with the staging prelude and the deps with a VaultStaging for the staged `paths`.
+    Raises StagingError for a variable to fix."""
     logging.getLogger("asyncssh").setLevel(logging.WARNING)  # its INFO is a line per SSH step
     assert settings.remote is not None
     api_host = urllib.parse.urlsplit(settings.remote.api_url).hostname or ""
