@@ -292,3 +292,12 @@ def local_target(path: str, *, root_vault: str, vault_file: str) -> str:
     if vault_file == root_vault:
         return path
     return path.rstrip("/") + "/" + vault_file[len(root_vault) :].lstrip("/")
+
+
+# The runner's credential files (settings.ENV_USERNAME_FILE, ENV_APIKEY_FILE): never staged, even
+# under a staged directory (the API key is also the vault's SFTP password).
+CREDENTIAL_FILE_VARIABLES: Final = ("JARVICE_USERNAME_FILE", "JARVICE_APIKEY_FILE")
+
+
+def credential_files(env: Mapping[str, str]) -> frozenset[str]:
+    return frozenset(value.strip() for name in CREDENTIAL_FILE_VARIABLES if (value := env.get(name, "")).strip())

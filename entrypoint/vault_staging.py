@@ -46,8 +46,11 @@ class VaultStaging:
         keep_job_dir: bool,
         cancel: CancelToken,
         clock: Callable[[], float],
+        never_staged: frozenset[str] = frozenset(),
     ) -> None:
         self.paths = paths
+        # The credential files, as the kernel names them (a Secret volume's files are links).
+        self.never_staged = frozenset(os.path.realpath(path) for path in never_staged)
         self.job_label = job_label
         self.transfer = transfer
         self.record_path = state_dir / f"{RECORD_NAME}-{container or 'runner'}.json" if state_dir else None
@@ -84,6 +87,10 @@ class VaultStaging:
                 extra={"path": str(exc), "job_label": self.job_label},
             )
             return EarlyExit(exitcodes.EXIT_CONFIG, reported=True)
+        secret = [f for f in files if os.path.realpath(f[0]) in self.never_staged]
+        if secret:
+            log.warning("not staging the JARVICE credentials", extra={"paths": [f[0] for f in secret]})
+            files = [f for f in files if f not in secret]
         todo = [
             Upload(local=Path(path), vault=staging.vault_path(job_dir, path), size=size)
             for path, size, mtime_ns in files
@@ -294,6 +301,7 @@ def attach(
         keep_job_dir=vault.keep_job_dir,
         cancel=deps.cancel,
         clock=deps.clock,
+        never_staged=staging.credential_files(env),
     )
     log.info(
         "data staging",

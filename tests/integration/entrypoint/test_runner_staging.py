@@ -182,3 +182,20 @@ def test_a_deleted_pod_shuts_the_job_down_and_copies_back_what_it_wrote(
     with EmulatorControl(emu.url) as ctl:
         jobs = ctl.session.get(f"{emu.url}/_emulator/jobs", params={"job_label": label_of(env)}, timeout=5).json()
     assert [job["stop_reason"] for job in jobs] == ["shutdown"]
+
+
+def test_the_jarvice_credentials_are_never_staged(vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path) -> None:
+    emu, _root = vault_emulator
+    env = staged_env(
+        emu.url,
+        tmp_path,
+        NIMBIX_BURST_STAGE_IN="/srv/ws",
+        JARVICE_APIKEY=None,  # type: ignore[arg-type]  # base_env drops None: the key comes from the file
+        JARVICE_APIKEY_FILE="/srv/ws/creds/apikey",
+        APP_COMMAND_ARGS="ls /srv/ws /srv/ws/creds",
+    )
+    setup = f"mkdir -p /srv/ws/creds && printf %s {API_KEY} > /srv/ws/creds/apikey && echo x > /srv/ws/input"
+    code, out, err = run_in_pod(env, setup=setup, collect=tmp_path / "pod")
+    assert code == 0, err
+    assert "input" in out and "apikey" not in out
+    assert "not staging the JARVICE credentials" in err

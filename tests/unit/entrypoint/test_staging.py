@@ -222,3 +222,8 @@ def test_local_target_maps_a_vault_file_back_under_its_path() -> None:
 )
 def test_format_progress(done: int, total: int, seconds: float, line: str) -> None:
     assert staging.format_progress("stage-in", done=done, total=total, seconds=seconds) == line
+
+
+def test_credential_files_are_the_runner_s_file_variables() -> None:
+    env = {"JARVICE_APIKEY_FILE": " /etc/jarvice/apikey ", "JARVICE_USERNAME_FILE": "", "OTHER_FILE": "/x"}
+    assert staging.credential_files(env) == frozenset({"/etc/jarvice/apikey"})
