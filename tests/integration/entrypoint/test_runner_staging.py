@@ -6,8 +6,6 @@ The runner runs as a real subprocess in a mount namespace of its own with a tmpf
 root (an empty host directory is the job's own), for the job, and nothing is written on the host.
 Needs root (the emulator's private roots): the dev machine runs as root."""
 
-import hashlib
-import json
 import os
 import shlex
 import subprocess
@@ -130,9 +128,7 @@ def test_a_dropped_sftp_connection_resumes_and_the_file_arrives_whole(
     expected = (tmp_path / "pod" / "sum").read_text().split()[0]
     assert expected in out
     assert vault_info(emu.url)["faults"]["cut"] >= cut_before + 1
-    logs = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    assert any(entry.get("message") == "vault connection lost; resuming" for entry in logs) or "resuming" in err
-    assert hashlib.sha256(b"").hexdigest() != expected
+    assert "vault connection lost; resuming" in err
 
 
 def test_a_missing_stage_in_path_submits_nothing(vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path) -> None:
