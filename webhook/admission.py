@@ -8,7 +8,7 @@ reservation for dry-run requests).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -87,6 +87,7 @@ def admit(
         local_refusal=local_refusal,
         over_budget=over_budget,
         reinvoked=reinvoked,
+        pod=decisions.BurstAsk(spec=spec, annotations=annotations, policy=policy),
     )
     cache.apply(verdict, needs=needs, reservation_id="" if request.dry_run else request.uid)
     return _respond(request, verdict, needs=needs, policy=policy)
@@ -110,14 +111,20 @@ def _respond(
         patch = mutation.build_local_patch(request.object, decision=decision, reservation_id=request.uid)
         return Admission(build_response(request.uid, patch=patch), "local", decision.reason, decision.node)
     if verdict.route == "kept-local":
-        return _kept_local(request, decision, verdict.refusal)
+        return _kept_local(request, decision, verdict.refusal, notes=verdict.notes, warnings=verdict.warnings)
     if verdict.route == "over-budget":
         return _over_budget(request, decision, verdict.refusal, "deny" if verdict.deny else "local")
     if verdict.limit is None:
         raise AssertionError("a burst verdict carries its time limit")
-    terms = mutation.BurstTerms(cluster=verdict.cluster, limit=verdict.limit)
     if verdict.route == "reinvoked":
-        return _readmit(request, policy=policy, terms=terms)
+        return _readmit(request, policy=policy, terms=mutation.BurstTerms(cluster=verdict.cluster, limit=verdict.limit))
+    terms = mutation.BurstTerms(
+        cluster=verdict.cluster,
+        limit=verdict.limit,
+        staging=verdict.staging,
+        gpu_model=verdict.gpu_model,
+        allowed_machines=verdict.allowed_machines,
+    )
     patch = mutation.build_remote_patch(
         request.object,
         gpus=needs.gpus,
@@ -134,13 +141,22 @@ def _respond(
     return Admission(build_response(request.uid, patch=patch, warnings=warnings), "remote", decision.reason)
 
 
-def _kept_local(request: AdmissionRequest, decision: Decision, refusal: str) -> Admission:
-    """Would burst, but may not for a reason that is not the pod's doing: it stays as submitted and
-    waits for local GPUs (never refused: the pod is fine, the webhook cannot burst it now)."""
+def _kept_local(
+    request: AdmissionRequest,
+    decision: Decision,
+    refusal: str,
+    *,
+    notes: Mapping[str, str] | None = None,
+    warnings: Sequence[str] = (),
+) -> Admission:
+    """Would burst, but may not (no cluster identity, no JARVICE machine with its GPU model, data that
+    could not follow it): it stays as submitted and waits for local GPUs (never refused: the webhook
+    cannot burst it, that is all). `notes`: annotations beside the decision and reason; `warnings`:
+    what kubectl shows (default: one naming the refusal)."""
     reason = f"{decision.reason}; not burst: {refusal}"
-    patch = mutation.build_kept_local_patch(request.object, reason=reason)
-    warning = f"nimbix-burst: kept local, not burst: {refusal}"
-    return Admission(build_response(request.uid, patch=patch, warnings=[warning]), "local", reason)
+    patch = mutation.build_kept_local_patch(request.object, reason=reason, notes=notes)
+    shown = list(warnings) or [f"nimbix-burst: kept local, not burst: {refusal}"]
+    return Admission(build_response(request.uid, patch=patch, warnings=shown), "local", reason)
 
 
 def _over_budget(request: AdmissionRequest, decision: Decision, refusal: str, action: budget.OverBudget) -> Admission:
