@@ -20,6 +20,9 @@ ANNOTATION_DECISION = "nimbix-burst.io/decision"
 ANNOTATION_STRANDED_SINCE = "nimbix-burst.io/stranded-since"
 # The webhook's note on a pod it kept local because its namespace's burst budget was spent.
 ANNOTATION_BUDGET = "nimbix-burst.io/budget"
+# The webhook's note on a pod it kept local because no JARVICE machine offers the GPU model it
+# selects (on a burst pod: the model it selected).
+ANNOTATION_GPU_MODEL = "nimbix-burst.io/gpu-model"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +54,8 @@ class PodView:
     scheduled_reason: str
     scheduled_since: float | None
     gang: str = ""  # the webhook's nimbix-burst.io/gang: the pods of one distributed job share it
+    # Kept local because no JARVICE machine offers its GPU model: its replacement would be too.
+    held_by_model: bool = False
 
 
 def parse_time(text: object) -> float | None:
@@ -109,6 +114,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
         scheduled_reason=str(scheduled.get("reason") or ""),
         scheduled_since=parse_time(scheduled.get("lastTransitionTime")),
         gang=str(annotations.get(contract.ANNOTATION_GANG) or ""),
+        held_by_model=annotations.get(ANNOTATION_DECISION) == "local" and bool(annotations.get(ANNOTATION_GPU_MODEL)),
     )
 
 

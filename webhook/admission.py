@@ -8,12 +8,12 @@ reservation for dry-run requests).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from entrypoint import contract
-from webhook import budget, gang_admission, gangs, mutation, walltime
+from webhook import budget, data_volumes, gang_admission, gangs, gpu_models, mutation, walltime
 from webhook import decision as decisions
 from webhook.cache import ClusterCache
 from webhook.model import ObjectError, check_pod_shape, parse_placement, pod_compute, pod_gpus
@@ -98,6 +98,7 @@ def admit(
         local_refusal=local_refusal,
         over_budget=over_budget,
         reinvoked=reinvoked,
+        pod=decisions.BurstAsk(spec=spec, annotations=annotations, policy=policy),
     )
     cache.apply(verdict, needs=needs, reservation_id="" if request.dry_run else request.uid)
     return _respond(request, verdict, needs=needs, policy=policy)
@@ -121,16 +122,23 @@ def _respond(
         patch = mutation.build_local_patch(request.object, decision=decision, reservation_id=request.uid)
         return Admission(build_response(request.uid, patch=patch), "local", decision.reason, decision.node)
     if verdict.route == "kept-local":
-        return _kept_local(request, decision, verdict.refusal)
+        return _kept_local(request, decision, verdict.refusal, notes=verdict.notes, warnings=verdict.warnings)
     if verdict.route == "over-budget":
         return _over_budget(request, decision, verdict.refusal, "deny" if verdict.deny else "local")
     if verdict.limit is None:
         raise AssertionError("a burst verdict carries its time limit")
-    terms = mutation.BurstTerms(cluster=verdict.cluster, limit=verdict.limit)
     if verdict.route == "reinvoked":
         gang = gangs.parse_terms(_mapping(_mapping(request.object.get("metadata")).get("annotations")))
-        terms = mutation.BurstTerms(cluster=verdict.cluster, limit=verdict.limit, gang=gang)
-        return _readmit(request, policy=policy, terms=terms)
+        return _readmit(
+            request, policy=policy, terms=mutation.BurstTerms(cluster=verdict.cluster, limit=verdict.limit, gang=gang)
+        )
+    terms = mutation.BurstTerms(
+        cluster=verdict.cluster,
+        limit=verdict.limit,
+        staging=verdict.staging,
+        gpu_model=verdict.gpu_model,
+        allowed_machines=verdict.allowed_machines,
+    )
     patch = mutation.build_remote_patch(
         request.object,
         gpus=needs.gpus,
@@ -160,7 +168,10 @@ def _admit_gang(
 ) -> Admission:
     """A pod of a gang (webhook.gangs): decided with its gang, never alone (webhook.gang_admission)."""
     spec = _mapping(request.object.get("spec"))
-    problem = snapshot.cluster_unknown
+    annotations = _mapping(_mapping(request.object.get("metadata")).get("annotations"))
+    extras = _gang_burst_terms(spec, annotations, placement=needs.placement, policy=policy)
+    # Why the gang may not burst whatever is decided: then every pod of it is kept local.
+    problem = snapshot.cluster_unknown or (extras if isinstance(extras, str) else "")
     runners = sum(1 for c in spec.get("containers") or () if mutation.container_gpus(c, policy.gpu_resources))
     if runners > 1:
         problem = f"a gang's pod bursts as one rank of one job, and this one has {runners} containers with GPUs"
@@ -182,20 +193,51 @@ def _admit_gang(
         webhook_default=policy.default_walltime_seconds,
     )
     warnings = mutation.build_overreach_warnings(spec, policy=policy) + ([limit_warning] if limit_warning else [])
-    burst_terms = mutation.BurstTerms(cluster=snapshot.cluster, limit=limit)
+    staging, model, machines = extras if isinstance(extras, tuple) else ((), "", ())
+    burst_terms = mutation.BurstTerms(
+        cluster=snapshot.cluster, limit=limit, staging=staging, gpu_model=model, allowed_machines=machines
+    )
     got = gang_admission.answer(
         request, settled, gpus=needs.gpus, policy=policy, burst_terms=burst_terms, warnings=warnings
     )
     return Admission(got.response, got.outcome, got.reason, got.node, got.over_budget)
 
 
-def _kept_local(request: AdmissionRequest, decision: Decision, refusal: str) -> Admission:
-    """Would burst, but may not for a reason that is not the pod's doing: it stays as submitted and
-    waits for local GPUs (never refused: the pod is fine, the webhook cannot burst it now)."""
+def _gang_burst_terms(
+    spec: Mapping[str, Any], annotations: Mapping[str, Any], *, placement: Placement, policy: mutation.RewritePolicy
+) -> tuple[tuple[tuple[str, str, str], ...], str, tuple[str, ...]] | str:
+    """A gang's burst terms beside its cluster and walltime, as decide() works them out for one pod:
+    (staging, GPU model, allowed machines); or why it may not burst (no machine offers its GPU model,
+    its data cannot follow), which keeps the whole gang local."""
+    model = gpu_models.parse_constraint(placement, label=policy.gpu_model_label)
+    machines = gpu_models.resolve(model, policy.gpu_model_map) if model is not None else None
+    if isinstance(machines, gpu_models.NoMachineOffers):
+        return machines.reason
+    bursting = mutation.burst_container_names(spec, policy=policy)
+    data = data_volumes.plan_data(spec, annotations, burst_containers=bursting)
+    if isinstance(data, data_volumes.DataRefusal):
+        return data.reason
+    staging = tuple((c.container, c.env_value("in"), c.env_value("out")) for c in data.staging)
+    allowed = machines.machines if isinstance(machines, gpu_models.AllowedMachines) else ()
+    return staging, gpu_models.describe_constraint(model) if model is not None else "", allowed
+
+
+def _kept_local(
+    request: AdmissionRequest,
+    decision: Decision,
+    refusal: str,
+    *,
+    notes: Mapping[str, str] | None = None,
+    warnings: Sequence[str] = (),
+) -> Admission:
+    """Would burst, but may not (no cluster identity, no JARVICE machine with its GPU model, data that
+    could not follow it): it stays as submitted and waits for local GPUs (never refused: the webhook
+    cannot burst it, that is all). `notes`: annotations beside the decision and reason; `warnings`:
+    what kubectl shows (default: one naming the refusal)."""
     reason = f"{decision.reason}; not burst: {refusal}"
-    patch = mutation.build_kept_local_patch(request.object, reason=reason)
-    warning = f"nimbix-burst: kept local, not burst: {refusal}"
-    return Admission(build_response(request.uid, patch=patch, warnings=[warning]), "local", reason)
+    patch = mutation.build_kept_local_patch(request.object, reason=reason, notes=notes)
+    shown = list(warnings) or [f"nimbix-burst: kept local, not burst: {refusal}"]
+    return Admission(build_response(request.uid, patch=patch, warnings=shown), "local", reason)
 
 
 def _over_budget(request: AdmissionRequest, decision: Decision, refusal: str, action: budget.OverBudget) -> Admission:

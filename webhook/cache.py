@@ -64,12 +64,16 @@ _NO_KUBE_SYSTEM = "the kube-system namespace is not in the webhook's cache, so t
 
 
 class NamespaceIndex:
-    """What the watch shows of namespaces: burst budgets, default walltimes, the cluster's identity."""
+    """What the watch shows of namespaces: burst budgets and the GPUs their burst pods count against
+    them (kept by the pod writes), default walltimes, the cluster's identity."""
 
     def __init__(self) -> None:
         self.budgets: dict[str, NamespaceBudget] = {}  # namespaces with a max-remote-gpus annotation
         self.default_walltimes: dict[str, str] = {}  # namespaces with a default-walltime annotation
         self.kube_system_uid = ""
+        self.remote_in_use: dict[str, int] = {}  # namespace -> GPUs of its watched burst pods
+        # (kube-system UID, cluster name) -> (identity, why unknown): worked out once, not per review.
+        self._identity: tuple[str, str, tuple[str, str]] = ("", "", ("", _NO_KUBE_SYSTEM))
 
     def replace(self, namespaces: Iterable[NamespaceInfo]) -> None:
         self.budgets = {}
@@ -90,6 +94,32 @@ class NamespaceIndex:
             self.default_walltimes[name] = namespace.default_walltime
         if name == CLUSTER_NAMESPACE:
             self.kube_system_uid = namespace.uid
+
+    def count_remote(self, pod: PodInfo, sign: int) -> None:
+        # A finished burst pod still carries remote_gpus while its job may run (see model.parse_pod).
+        if pod.remote_gpus:
+            left = self.remote_in_use.get(pod.namespace, 0) + sign * pod.remote_gpus
+            if left:
+                self.remote_in_use[pod.namespace] = left
+            else:
+                del self.remote_in_use[pod.namespace]
+
+    def cluster_identity(self, cluster_name: str) -> tuple[str, str]:
+        """(the cluster's identity, "") or ("", why it is unknown). Every job a burst pod submits
+        carries it, so the reaper of this cluster, and only that one, may stop the job."""
+        uid = self.kube_system_uid
+        known_uid, known_name, identity = self._identity
+        if uid == known_uid and cluster_name == known_name:
+            return identity
+        if not uid:
+            identity = "", _NO_KUBE_SYSTEM
+        else:
+            try:
+                identity = contract.cluster_identity(uid, cluster_name), ""
+            except ValueError as exc:
+                identity = "", f"the cluster's identity is unknown: {exc}"
+        self._identity = (uid, cluster_name, identity)
+        return identity
 
     def delete(self, name: str) -> None:
         self.budgets.pop(name, None)
@@ -139,9 +169,6 @@ class ClusterCache:
         self._pods: dict[str, PodInfo] = {}
         self.reservation_cap_hits = 0  # reviews decided remote because a cap was reached
         self.namespaces = NamespaceIndex()
-        self._remote_in_use: dict[str, int] = {}  # namespace -> GPUs of its watched burst pods
-        # (kube-system UID, cluster name) -> (identity, why unknown): worked out once, not per review.
-        self._identity: tuple[str, str, tuple[str, str]] = ("", "", ("", _NO_KUBE_SYSTEM))
         # Gangs (webhook.gangs): Indexed Jobs by UID (their size), the pods of each gang, and the
         # gangs this replica decided.
         self.jobs: dict[str, JobInfo] = {}
@@ -183,10 +210,6 @@ class ClusterCache:
         """The UID of the kube-system namespace, which names this cluster ("" until the watch shows it)."""
         return self.namespaces.kube_system_uid
 
-    def default_walltime(self, namespace: str) -> str | None:
-        """The namespace's `nimbix-burst.io/default-walltime` as written (None: not set)."""
-        return self.namespaces.default_walltimes.get(namespace)
-
     def budget(self, namespace: str) -> NamespaceBudget | None:
         return self.namespaces.budgets.get(namespace)
 
@@ -197,7 +220,7 @@ class ClusterCache:
     def remote_in_use(self, namespace: str) -> int:
         """GPUs counted against the namespace's budget: its burst pods whose jobs may run (running, or
         finished without word that their jobs ended), plus remote decisions whose pod has not appeared yet."""
-        return self._remote_in_use.get(namespace, 0) + self.reservations.remote_gpus_in(namespace)
+        return self.namespaces.remote_in_use.get(namespace, 0) + self.reservations.remote_gpus_in(namespace)
 
     def claims_gpus(self, pod: PodInfo) -> bool:
         """Whether an unbound pod competes for GPUs now, i.e. kube-scheduler is trying to place it:
@@ -214,13 +237,10 @@ class ClusterCache:
     def best_partial_fit(self, resource: str, placement: Placement) -> tuple[NodeInfo, int] | None:
         return best_partial_fit(self.view, resource, eligibility(placement))
 
-    # ----- one admission: a snapshot to decide from, then what it chose ------------------------
-
     def snapshot_for(self, namespace: str, *, cluster_name: str) -> Snapshot:
-        """What an admission in `namespace` decides from, as of now: reservations past their TTL are
-        dropped first. `cluster_name`: the readable part of the cluster identity (--cluster-name)."""
+        """What an admission in `namespace` decides from, now (expired reservations dropped first)."""
         self.reservations.expire()
-        cluster, unknown = self._cluster_identity(cluster_name)
+        cluster, unknown = self.namespaces.cluster_identity(cluster_name)
         return Snapshot(
             view=self.view,
             reservation_refusal=self.reservations.refusal(namespace),
@@ -232,50 +252,21 @@ class ClusterCache:
         )
 
     def apply(self, verdict: Verdict, *, needs: PodNeeds, reservation_id: str) -> None:
-        """What an admission decided, applied at once: the claim moves it planned (whatever the
-        decision), a reservation cap it met, then its reservation: the GPUs of a local pod on its
-        node, or those of a burst counted against its namespace's budget. `reservation_id` "" (a dry
-        run): nothing is reserved."""
+        """An admission's verdict, applied at once: its claim moves, a cap it met, its reservation
+        (local GPUs on the node, or a burst's against the budget; none for reservation_id "")."""
         self.move_claims(verdict.moves)
         if verdict.decision.capped:
             self.reservation_cap_hits += 1
-        if not reservation_id:
-            return
-        if verdict.route == "local":
-            self.reservations.reserve(
-                reservation_id,
-                node=verdict.decision.node,
-                requests=needs.requests,
-                placement=needs.placement,
-                namespace=needs.namespace,
-                ttl=None,
-            )
-        elif verdict.route == "remote" and verdict.counted:
-            self.reservations.reserve_remote(
-                reservation_id, namespace=needs.namespace, gpus=verdict.remote_gpus, ttl=None
-            )
+        if reservation_id and verdict.route == "local":
+            self.reserve(reservation_id, node=verdict.decision.node, requests=needs.requests, placement=needs.placement,
+                         namespace=needs.namespace)  # fmt: skip
+        elif reservation_id and verdict.route == "remote" and verdict.counted:
+            self.reserve_remote(reservation_id, namespace=needs.namespace, gpus=verdict.remote_gpus)
 
     def move_claims(self, moves: Sequence[ClaimMove]) -> None:
         """Move claims of pods not bound yet as a decision planned, to make room (see fitting.plan_room)."""
         if moves:
             self.ledger.move_claims(moves)
-
-    def _cluster_identity(self, cluster_name: str) -> tuple[str, str]:
-        """(the cluster's identity, "") or ("", why it is unknown). Every job a burst pod submits
-        carries it, so the reaper of this cluster, and only that one, may stop the job."""
-        uid = self.namespaces.kube_system_uid
-        known_uid, known_name, identity = self._identity
-        if uid == known_uid and cluster_name == known_name:
-            return identity
-        if not uid:
-            identity = "", _NO_KUBE_SYSTEM
-        else:
-            try:
-                identity = contract.cluster_identity(uid, cluster_name), ""
-            except ValueError as exc:
-                identity = "", f"the cluster's identity is unknown: {exc}"
-        self._identity = (uid, cluster_name, identity)
-        return identity
 
     # ----- node writes -------------------------------------------------------------------------
 
@@ -385,8 +376,8 @@ class ClusterCache:
         if pod.gang or (old is not None and old.gang):
             self._index_gang(old, pod)
         if old is not None:
-            self._count_remote(old, -1)
-        self._count_remote(pod, 1)
+            self.namespaces.count_remote(old, -1)
+        self.namespaces.count_remote(pod, 1)
         if old is not None and self._holding(old) == self._holding(pod):
             self._pods[pod.uid] = pod
             return
@@ -402,17 +393,8 @@ class ClusterCache:
                 self._index_gang(old, None)
             if old.reservation_id:
                 self.reservations.release(old.reservation_id)
-            self._count_remote(old, -1)
+            self.namespaces.count_remote(old, -1)
             self.ledger.drop_holding(old)
-
-    def _count_remote(self, pod: PodInfo, sign: int) -> None:
-        # A finished burst pod still carries remote_gpus while its job may run (see model.parse_pod).
-        if pod.remote_gpus:
-            left = self._remote_in_use.get(pod.namespace, 0) + sign * pod.remote_gpus
-            if left:
-                self._remote_in_use[pod.namespace] = left
-            else:
-                del self._remote_in_use[pod.namespace]
 
     def _holding(self, pod: PodInfo) -> tuple[object, ...]:
         """Everything that decides what a pod holds and where: when it changes (an in-place resize

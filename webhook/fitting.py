@@ -125,13 +125,12 @@ def other_needs(requests: Requests, primary: str) -> Needs:
 
 
 @dataclass(frozen=True, slots=True)
-class FitSearch:
-    """The fit search's whole answer for one pod (decision.choose reads it): the best fit as the
-    claims sit, or once claims of pods not bound yet move (plan_room), and when none, why not."""
+class RoomSearch:
+    """What making room found for a pod no node fits as the claims sit (decision.choose reads it):
+    a node once claims of pods not bound yet move (plan_room), or what explains that none fits."""
 
-    fit: FitResult
+    fit: FitResult  # the node made room on, or find_fit's miss with its counts
     moves: tuple[ClaimMove, ...] = ()  # what the cache applies, in order, whatever the decision
-    moved: bool = False  # the fit is on a node made room on
     # No fit: what explains it (reasons.explain_no_fit), read off the cluster once the moves are applied:
     # the GPU resource needed most, whether a node advertises it, the eligible node with the most
     # of it free, and how many are claimed by pods not bound yet.
@@ -141,21 +140,18 @@ class FitSearch:
     claimed: int = 0
 
 
-def search_fit(view: ClusterView, requests: Requests, eligible: Eligibility) -> FitSearch:
-    """Where `requests` fits (at least one GPU resource among them): find_fit, then plan_room; with
-    no fit, what explains it."""
-    fit = find_fit(view, requests, eligible)
-    if fit.node is not None:
-        return FitSearch(fit)
+def search_room(view: ClusterView, requests: Requests, eligible: Eligibility, *, missed: FitResult) -> RoomSearch:
+    """After find_fit `missed` (no node fits `requests` as the claims sit): plan_room, and with no
+    room made either, what explains it."""
     room = plan_room(view, requests, eligible)
     if room.fit.node is not None:
-        return FitSearch(room.fit, room.moves, moved=True)
+        return RoomSearch(room.fit, room.moves)
     after = room.after
     primary = primary_resource(view, requests)
     advertised = advertises(after, primary)
     partial = best_partial_fit(after, primary, eligible) if advertised else None
     claimed = after.claimed_total.get(primary, 0)
-    return FitSearch(fit, room.moves, primary=primary, advertised=advertised, partial=partial, claimed=claimed)
+    return RoomSearch(missed, room.moves, primary=primary, advertised=advertised, partial=partial, claimed=claimed)
 
 
 def find_fit(view: ClusterView, requests: Requests, eligible: Eligibility, *, exclude: str = "") -> FitResult:

@@ -320,7 +320,14 @@ def answer(
             pod, decision=decision, reservation_id=settled.reservation_id, notes=settled.notes
         )
         return GangAnswer(build_response(request.uid, patch=patch), "local", settled.reason, settled.node)
-    terms = mutation.BurstTerms(cluster=burst_terms.cluster, limit=burst_terms.limit, gang=settled.terms)
+    terms = mutation.BurstTerms(  # built, not dataclasses.replace(): BurstTerms is compiled with mypyc
+        cluster=burst_terms.cluster,
+        limit=burst_terms.limit,
+        staging=burst_terms.staging,
+        gpu_model=burst_terms.gpu_model,
+        allowed_machines=burst_terms.allowed_machines,
+        gang=settled.terms,
+    )
     decision = Decision(kind="remote", reason=settled.reason)
     patch = mutation.build_remote_patch(
         pod,
