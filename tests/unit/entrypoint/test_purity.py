@@ -25,6 +25,7 @@ PURE = [
     "runstate",
     "runsteps",
     "settings",
+    "staging",
     "termination",
     "walltime",
 ]
