@@ -57,7 +57,7 @@ A gang's following rank (ranks 1.., `entrypoint.gang`) never submits: rank 0 doe
 | awaiting    | label listed           | following   | terminate extras, adopt the lowest live job (or the newest|
 |             |                        |             | that ended after this rank started), follow               |
 | awaiting    | label listed, none     | awaiting    | wait (the gang wait), list again                          |
-| awaiting    | gang wait closed       | done        | exit 75; the job may still come (its GPUs stay counted)   |
+| awaiting    | gang wait closed       | done        | exit 71; the job may still come (its GPUs stay counted)   |
 | awaiting    | a call failed          | awaiting    | one the recovery table retries: wait, list again          |
 | awaiting    | a call failed for good | done        | exit; terminate nothing (rank 0 owns the submission)      |
 """

@@ -11,12 +11,8 @@ import json
 import uuid
 from typing import Any
 
-import pytest
-
 from devplatform import demo
 from devplatform.cluster import addons, controlplane
-
-pytestmark = pytest.mark.timeout(400)
 
 WAIT_SECONDS = 180.0
 INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"

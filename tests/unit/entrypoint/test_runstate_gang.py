@@ -108,7 +108,7 @@ ROWS = [
     ),
     ("nothing yet: wait, look again", AWAITING, LabelListed(()), Step(AWAITING, (AwaitGangJob(()), LOOK))),
     (
-        "the wait is over: exit 75, the job may still come",
+        "the wait is over: exit 71, the job may still come",
         AWAITING,
         GangWaitClosed(600.0, ()),
         Step(done(AWAITING, exitcodes.EXIT_NO_GANG_JOB), (Exit(exitcodes.EXIT_NO_GANG_JOB),)),
