@@ -249,14 +249,16 @@ def plan_pod(pod: BurstPod, jobs: Sequence[JobFacts], *, rates: Mapping[str, Rat
         if annotations.get(contract.ANNOTATION_JOB_STATE) != contract.JOB_STATE_ENDED:
             wanted[contract.ANNOTATION_JOB_STATE] = new_ledger[latest.number]
         money = total_money(jobs, rates, now=now)
+        complete = set(ledger) <= {job.number for job in jobs}
         if not money.unknown:
             for key, value in (
                 (contract.ANNOTATION_GPU_HOURS, money.gpu_hours),
                 (contract.ANNOTATION_COST, money.cost),
             ):
                 shown = _parse_money(annotations.get(key, ""))
-                # Never lower: a job JARVICE no longer lists still cost what it cost.
-                if shown is None or round(value, DECIMALS) > shown:
+                # Never lowered while a recorded job is not listed (it still cost what it cost); with
+                # every job listed the total is exact (a running job's estimate ran to our clock).
+                if shown is None or complete or round(value, DECIMALS) > shown:
                     wanted[key] = _money_text(value)
     changed = {key: value for key, value in wanted.items() if annotations.get(key) != value}
     money_keys = {contract.ANNOTATION_GPU_HOURS, contract.ANNOTATION_COST}

@@ -35,8 +35,11 @@ def _over_budget(raw: dict[str, Any]) -> list[dict[str, Any]]:
     return mutation.build_over_budget_patch(raw, reason="budget", budget_note="4 of 4 in use")
 
 
-def _without_labels(raw: dict[str, Any]) -> dict[str, Any]:
-    del raw["metadata"]["labels"]
+def _with_labels(raw: dict[str, Any], labels: dict[str, str] | None) -> dict[str, Any]:
+    if labels is None:
+        del raw["metadata"]["labels"]
+    else:
+        raw["metadata"]["labels"] = labels
     return raw
 
 
@@ -53,8 +56,8 @@ def _without_labels(raw: dict[str, Any]) -> dict[str, Any]:
     ("raw", "kept"),
     [
         pytest.param(pod(container(gpus=4)), {"task-type": "Nimbix"}, id="usual-labels"),
-        pytest.param(_without_labels(pod(container(gpus=4))), {}, id="no-labels-map"),
-        pytest.param(pod(container(gpus=4), labels={}), {}, id="empty-labels-map"),
+        pytest.param(_with_labels(pod(container(gpus=4)), None), {}, id="no-labels-map"),
+        pytest.param(_with_labels(pod(container(gpus=4)), {}), {}, id="empty-labels-map"),
         pytest.param(
             pod(container(gpus=4), labels={"task-type": "Nimbix", "nimbix-burst.io/decision": "guess"}),
             {"task-type": "Nimbix"},
