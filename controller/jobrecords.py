@@ -201,8 +201,10 @@ def build_events(
         text = f"JARVICE job {job.number} {job.state}, exit code {exit_code(job)}; {_job_money(job, rates, now=now)}"
         if stage == "failed" and job.substatus_text:
             text += f"; {job.substatus_text}"
-        reason, kind = (REASON_SUCCEEDED, "Normal") if stage == "succeeded" else (REASON_FAILED, "Warning")
-        events.append(Event(job.number, reason, text, kind))
+        if stage == "succeeded":
+            events.append(Event(job.number, REASON_SUCCEEDED, text, "Normal"))
+        else:
+            events.append(Event(job.number, REASON_FAILED, text, "Warning"))
     return events, stage
 
 
