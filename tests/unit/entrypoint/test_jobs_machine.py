@@ -17,7 +17,9 @@ def entry(**extra: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("submission", "machine", "nodes"),
     [
-        pytest.param({"machine": {"type": "ng4", "nodes": 2}, "user": {"apikey": "secret-key-xyz"}}, "ng4", 2, id="given"),
+        pytest.param(
+            {"machine": {"type": "ng4", "nodes": 2}, "user": {"apikey": "secret-key-xyz"}}, "ng4", 2, id="given"
+        ),
         pytest.param(None, "", 1, id="absent"),
         pytest.param({"machine": "ng4"}, "", 1, id="not-an-object"),
         pytest.param({"machine": {"type": 7, "nodes": "x"}}, "", 1, id="wrong-types"),
