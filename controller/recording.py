@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 # API calls per round at most (one patch and a few Events per pod): a backlog, such as the first
 # round after an upgrade, is worked off over a few rounds instead of in one burst.
 PODS_PER_ROUND = 50
+# A pod looked up in the job history without a change is looked up again after this, doubling to the cap.
+HISTORY_WAIT_SECONDS, HISTORY_WAIT_CAP_SECONDS = 60.0, 3600.0
 # A machine a job names that is not in the cache is looked for again at most this often.
 UNKNOWN_MACHINE_RETRY_SECONDS = 60.0
 
@@ -91,7 +93,8 @@ class JobRecorder:
         self._rates: dict[str, jobrecords.Rate] = {}
         self._rates_at: float | None = None
         self._ended: dict[int, tuple[str, jobrecords.JobFacts]] = {}  # ended jobs never change: pod UID, facts
-        self._searched: dict[str, str] = {}  # pod UID -> the ledger it was looked up in the history with
+        # pod UID -> (the ledger it was looked up in the history with, not again before, the next wait)
+        self._searched: dict[str, tuple[str, float, float]] = {}
         self._money_at: dict[str, float] = {}  # pod UID -> when its GPU-hours/cost were last patched
         self._warned: set[str] = set()  # pods whose unreadable ledger was logged
 
@@ -117,7 +120,7 @@ class JobRecorder:
             pods,
             known=set(live) | set(self._ended),
             live_pods=set(jobs_of),
-            searched=self._searched,
+            searched={uid: text for uid, (text, until, _) in self._searched.items() if self._clock() < until},
         )
         if lookups:
             ended = self._list(completed=True, kind="jarvice-history")
@@ -126,10 +129,7 @@ class JobRecorder:
             for uid, facts in self._match(ended.values(), uids).items():
                 for job in facts:
                     self._ended[job.number] = (uid, job)
-            by_uid = {pod.uid: pod for pod in pods}
-            self._searched.update(
-                {uid: by_uid[uid].annotations.get(contract.ANNOTATION_JOB_LEDGER, "") for uid in lookups}
-            )
+            self._note_lookups(pods, lookups)
         for number, (uid, job) in self._ended.items():
             if number not in live:
                 jobs_of.setdefault(uid, []).append(job)
@@ -146,9 +146,23 @@ class JobRecorder:
             self._apply(plan)
         return self._interval
 
+    def _note_lookups(self, pods: Sequence[jobrecords.BurstPod], lookups: Sequence[str]) -> None:
+        """A pod looked up in the history is not looked up again with the same ledger for a while:
+        1 minute, doubling up to an hour (a job JARVICE has forgotten, a pod that never submitted),
+        so a job that reached the history late is still found, and none costs a listing every round."""
+        now = self._clock()
+        by_uid = {pod.uid: pod for pod in pods}
+        for uid in lookups:
+            text = by_uid[uid].annotations.get(contract.ANNOTATION_JOB_LEDGER, "")
+            before = self._searched.get(uid)
+            wait = (
+                min(before[2] * 2, HISTORY_WAIT_CAP_SECONDS) if before and before[0] == text else HISTORY_WAIT_SECONDS
+            )
+            self._searched[uid] = (text, now + wait, wait)
+
     def _prune(self, uids: set[str]) -> None:
         self._ended = {number: held for number, held in self._ended.items() if held[0] in uids}
-        self._searched = {uid: text for uid, text in self._searched.items() if uid in uids}
+        self._searched = {uid: looked for uid, looked in self._searched.items() if uid in uids}
         self._money_at = {uid: at for uid, at in self._money_at.items() if uid in uids}
         self._warned &= uids
 

@@ -209,3 +209,25 @@ def test_a_running_jobs_cost_is_refreshed_every_cost_refresh_seconds() -> None:
     clock.now += 300
     rec.round()
     assert api.pods[UID]["metadata"]["annotations"]["nimbix-burst.io/cost"] == "8.40"
+
+
+def test_a_fruitless_lookup_is_retried_with_a_doubling_wait() -> None:
+    rec, jarvice, _, clock = make(pod(phase="Failed"))
+    looked = []
+    for _ in range(8):  # rounds 30 s apart: 0, 30, ..., 210 s
+        rec.round()
+        looked.append(jarvice.calls.count("history"))
+        clock.now += 30
+    assert looked == [1, 1, 2, 2, 2, 2, 3, 3]  # at 0 s, at 60 s, then 120 s later (180 s)
+
+
+def test_a_job_that_reaches_the_history_late_is_still_found() -> None:
+    rec, jarvice, api, clock = make(pod())
+    jarvice.set(4711, "PROCESSING STARTING", start=WALL)
+    rec.round()
+    jarvice.live.clear()  # gone from the live list, not yet in the history
+    rec.round()
+    jarvice.set(4711, "COMPLETED", start=WALL, end=WALL + 60)
+    clock.now += 60
+    rec.round()
+    assert [reason for _, reason in api.events] == ["NimbixSubmitted", "NimbixRunning", "NimbixSucceeded"]
