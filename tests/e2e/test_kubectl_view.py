@@ -11,12 +11,22 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 from devplatform import demo
 from devplatform.cluster import addons, controlplane
-from tests.support.installed_controller import BUDGET, annotations_of, app_container, create_pod, find_pod, pod_body
+from tests.support.installed_controller import (
+    BUDGET,
+    annotations_of,
+    app_container,
+    controller_leader,
+    controller_pods,
+    create_pod,
+    find_pod,
+    pod_body,
+)
 from tests.support.real_node_pods import wait_log
 
 WAIT_SECONDS = 120.0
@@ -30,6 +40,16 @@ def _events(plane: controlplane.ControlPlane, namespace: str, name: str) -> list
         ).stdout
     )
     return [e for e in document["items"] if str(e.get("reason", "")).startswith("Nimbix")]
+
+
+def _job_events_counted(pod: dict[str, Any]) -> float:
+    """nimbix_burst_controller_job_events_total of one replica (all reasons), from its /metrics."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"http://{pod['status']['podIP']}:8080/metrics", timeout=5) as response:
+        lines = response.read().decode().splitlines()
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("nimbix_burst_controller_job_events_total")
+    )
 
 
 def _plugin(plane: controlplane.ControlPlane, *args: str) -> str:
@@ -95,3 +115,8 @@ def test_a_burst_pods_events_name_its_jarvice_job_and_kubectl_nimbix_shows_it(
     explained = _plugin(control_plane, "explain", "viewed", "-n", ns)
     assert "Decision:" in explained and "remote" in explained and str(number) in explained
     wait_log(control_plane, ns, "viewed", "viewed done")
+
+    # Only the Lease holder recorded (the follower's counter has not moved).
+    leader = controller_leader(control_plane)
+    counted = {pod["metadata"]["name"]: _job_events_counted(pod) for pod in controller_pods(control_plane)}
+    assert counted[leader] >= 3 and sum(counted.values()) == counted[leader], counted
