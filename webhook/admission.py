@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from entrypoint import contract
-from webhook import budget, data_volumes, gang_admission, gangs, gpu_models, mutation, walltime
+from webhook import budget, data_volumes, gang_admission, gangs, gpu_models, mutation, overreach, walltime
 from webhook import decision as decisions
 from webhook.cache import ClusterCache
 from webhook.model import ObjectError, check_pod_shape, parse_placement, pod_compute, pod_gpus
@@ -82,7 +82,8 @@ def admit(
     snapshot = cache.snapshot_for(request.namespace, cluster_name=policy.cluster_name)
     if not reinvoked:
         try:
-            member = gangs.find_member(meta, namespace=request.namespace, cluster=snapshot.cluster, jobs=cache.jobs)
+            jobs = cache.gang_index.jobs
+            member = gangs.find_member(meta, namespace=request.namespace, cluster=snapshot.cluster, jobs=jobs)
         except gangs.GangError as unreadable:  # not `exc`: compiled, a name keeps the first type it was given
             return Admission(build_denial(request.uid, f"nimbix-burst: {unreadable}"), "denied", str(unreadable))
         if member is not None:
@@ -149,7 +150,7 @@ def _respond(
         reservation_id=request.uid if verdict.counted and not request.dry_run else "",
     )
     warnings = [f"nimbix-burst: this pod will run on Nimbix JARVICE: {decision.reason}"]
-    warnings += mutation.build_overreach_warnings(_mapping(request.object.get("spec")), policy=policy)
+    warnings += overreach.build_overreach_warnings(_mapping(request.object.get("spec")), policy=policy)
     if verdict.limit_warning:
         warnings.append(verdict.limit_warning)
     return Admission(build_response(request.uid, patch=patch, warnings=warnings), "remote", decision.reason)
@@ -192,7 +193,7 @@ def _admit_gang(
         namespace_default=snapshot.default_walltime,
         webhook_default=policy.default_walltime_seconds,
     )
-    warnings = mutation.build_overreach_warnings(spec, policy=policy) + ([limit_warning] if limit_warning else [])
+    warnings = overreach.build_overreach_warnings(spec, policy=policy) + ([limit_warning] if limit_warning else [])
     staging, model, machines = extras if isinstance(extras, tuple) else ((), "", ())
     burst_terms = mutation.BurstTerms(
         cluster=snapshot.cluster, limit=limit, staging=staging, gpu_model=model, allowed_machines=machines

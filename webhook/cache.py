@@ -37,7 +37,7 @@ from kubeplumbing.leadership import HandedOver
 from webhook.accounting import ClaimLedger
 from webhook.decision import Verdict
 from webhook.fitting import CANDIDATE_CAP, best_partial_fit, find_fit
-from webhook.gangs import GangBook, JobInfo
+from webhook.gangs import GangIndex
 from webhook.reservations import Reservations
 from webhook.scheduling import eligibility
 from webhook.types import (
@@ -168,12 +168,7 @@ class ClusterCache:
         )
         self._pods: dict[str, PodInfo] = {}
         self.reservation_cap_hits = 0  # reviews decided remote because a cap was reached
-        self.namespaces = NamespaceIndex()
-        # Gangs (webhook.gangs): Indexed Jobs by UID (their size), the pods of each gang, and the
-        # gangs this replica decided.
-        self.jobs: dict[str, JobInfo] = {}
-        self._gang_pods: dict[str, dict[str, None]] = {}
-        self.gangs = GangBook()
+        self.namespaces, self.gang_index = NamespaceIndex(), GangIndex()  # gangs: kept by webhook.sync
 
     # ----- reads -------------------------------------------------------------------------------
 
@@ -334,30 +329,6 @@ class ClusterCache:
     def delete_namespace(self, name: str) -> None:
         self.namespaces.delete(name)
 
-    # ----- job writes --------------------------------------------------------------------------
-
-    def replace_jobs(self, jobs: Iterable[JobInfo]) -> None:
-        self.jobs = {job.uid: job for job in jobs}
-
-    def upsert_job(self, job: JobInfo) -> None:
-        self.jobs[job.uid] = job
-
-    def delete_job(self, uid: str) -> None:
-        self.jobs.pop(uid, None)
-
-    def gang_pods(self, gang_uid: str) -> list[PodInfo]:
-        """The pods the watch shows carrying the gang's annotation."""
-        return [self._pods[uid] for uid in self._gang_pods.get(gang_uid, ())]
-
-    def _index_gang(self, old: PodInfo | None, pod: PodInfo | None) -> None:
-        if old is not None and old.gang and (pod is None or pod.gang != old.gang):
-            members = self._gang_pods[old.gang]
-            del members[old.uid]
-            if not members:
-                del self._gang_pods[old.gang]
-        if pod is not None and pod.gang:
-            self._gang_pods.setdefault(pod.gang, {})[pod.uid] = None
-
     # ----- pod writes --------------------------------------------------------------------------
 
     def replace_pods(self, pods: Iterable[PodInfo]) -> None:
@@ -373,8 +344,6 @@ class ClusterCache:
         old = self._pods.get(pod.uid)
         if pod.reservation_id:
             self.reservations.release(pod.reservation_id)
-        if pod.gang or (old is not None and old.gang):
-            self._index_gang(old, pod)
         if old is not None:
             self.namespaces.count_remote(old, -1)
         self.namespaces.count_remote(pod, 1)
@@ -389,8 +358,6 @@ class ClusterCache:
     def delete_pod(self, uid: str) -> None:
         old = self._pods.pop(uid, None)
         if old is not None:
-            if old.gang:
-                self._index_gang(old, None)
             if old.reservation_id:
                 self.reservations.release(old.reservation_id)
             self.namespaces.count_remote(old, -1)

@@ -93,9 +93,9 @@ def settle(member: GangMember, context: Context, cache: ClusterCache) -> Settled
         )
         return Settled("kept", reason, notes)
     now = cache.reservations.now()
-    cache.gangs.expire(now=now)
+    cache.gang_index.book.expire(now=now)
     size = member.size
-    record = cache.gangs.get(member.uid, now=now)
+    record = cache.gang_index.book.get(member.uid, now=now)
     kind, why = (record.kind, record.reason) if record is not None else _recall(member, cache)
     if kind is None:
         return _decide_first(member, context, cache, now=now)
@@ -135,7 +135,7 @@ def _recall(member: GangMember, cache: ClusterCache) -> tuple[GangKind | None, s
                 return "local", "recorded by the previous leader"
             if reservations.holds(reservation):
                 return "remote", "recorded by the previous leader"
-    seen = read_pods(cache.gang_pods(member.uid))
+    seen = read_pods(cache.gang_index.pods(member.uid))
     if seen.kind is not None:
         return seen.kind, "as its pods already running or waiting were decided"
     return None, ""
@@ -148,7 +148,7 @@ def _taken(cache: ClusterCache, gang_uid: str, size: int) -> list[int]:
 def _rank(member: GangMember, cache: ClusterCache, *, size: int) -> int | None:
     if member.rank is not None:
         return member.rank
-    held = read_pods(cache.gang_pods(member.uid)).held
+    held = read_pods(cache.gang_index.pods(member.uid)).held
     return free_rank(size, held=held, taken=_taken(cache, member.uid, size))
 
 
@@ -248,7 +248,7 @@ def _mark(
 def _remember(cache: ClusterCache, member: GangMember, kind: GangKind, reason: str, *, now: float) -> None:
     assert member.size is not None
     expires_at = now + cache.reservations.ttl
-    cache.gangs.put(member.uid, GangRecord(kind=kind, reason=reason, size=member.size, expires_at=expires_at))
+    cache.gang_index.book.put(member.uid, GangRecord(kind=kind, reason=reason, size=member.size, expires_at=expires_at))
 
 
 def _take_remote(cache: ClusterCache, gang_uid: str, rank: int, context: Context) -> str:

@@ -302,3 +302,41 @@ class GangBook:
     def expire(self, *, now: float) -> None:
         for gang_uid in [uid for uid, record in self._records.items() if record.expires_at <= now]:
             del self._records[gang_uid]
+
+
+class GangIndex:
+    """What the watch shows of gangs (state): Indexed Jobs by UID (their size), and the pods
+    carrying each gang's annotation (kept beside the cache's pods by webhook.sync); and the gangs
+    this replica decided (`book`)."""
+
+    def __init__(self) -> None:
+        self.jobs: dict[str, JobInfo] = {}
+        self._pods: dict[str, dict[str, PodInfo]] = {}  # gang UID -> pod UID -> the pod
+        self.book = GangBook()
+
+    def replace_pods(self, pods: Iterable[PodInfo]) -> None:
+        self._pods = {}
+        for pod in pods:
+            self.update(None, pod)
+
+    def replace_jobs(self, jobs: Iterable[JobInfo]) -> None:
+        self.jobs = {job.uid: job for job in jobs}
+
+    def upsert_job(self, job: JobInfo) -> None:
+        self.jobs[job.uid] = job
+
+    def delete_job(self, uid: str) -> None:
+        self.jobs.pop(uid, None)
+
+    def pods(self, gang_uid: str) -> list[PodInfo]:
+        return list(self._pods.get(gang_uid, {}).values())
+
+    def update(self, old: PodInfo | None, pod: PodInfo | None) -> None:
+        """A pod's change: `old` as it was (None: new), `pod` as it is (None: gone)."""
+        if old is not None and old.gang and (pod is None or pod.gang != old.gang):
+            members = self._pods[old.gang]
+            del members[old.uid]
+            if not members:
+                del self._pods[old.gang]
+        if pod is not None and pod.gang:
+            self._pods.setdefault(pod.gang, {})[pod.uid] = pod

@@ -159,9 +159,10 @@ class CacheSync:
         elif kind == "namespaces":
             self.cache.replace_namespaces(parsed.namespaces)
         elif kind == "jobs":
-            self.cache.replace_jobs(parsed.jobs)
+            self.cache.gang_index.replace_jobs(parsed.jobs)
         else:
             self.cache.replace_pods(parsed.pods)
+            self.cache.gang_index.replace_pods(parsed.pods)
         self.state.synced[kind] = True
         self.state.skipped_objects += len(parsed.problems)
         self.mark_contact(kind)
@@ -197,9 +198,9 @@ class CacheSync:
         uid = _uid(raw)
         job = None if event_type == "DELETED" else parse_job(raw)
         if job is None:
-            self.cache.delete_job(uid)
+            self.cache.gang_index.delete_job(uid)
         else:
-            self.cache.upsert_job(job)
+            self.cache.gang_index.upsert_job(job)
 
     def parse_pod_event(self, event_type: str, raw: Mapping[str, Any]) -> PodChange | str:
         """A pod watch event -> what it does to the cache, or the problem with a skipped object.
@@ -216,10 +217,14 @@ class CacheSync:
         self.mark_contact("pods")
         if isinstance(change, str):
             self.state.skipped_objects += 1
-        elif change.pod is None:
-            self.cache.delete_pod(change.uid)
         else:
-            self.cache.upsert_pod(change.pod)
+            old = self.cache.pods().get(change.uid)
+            if change.pod is None:
+                self.cache.delete_pod(change.uid)
+            else:
+                self.cache.upsert_pod(change.pod)
+            if (change.pod is not None and change.pod.gang) or (old is not None and old.gang):
+                self.cache.gang_index.update(old, change.pod)
 
     def mark_contact(self, kind: Kind) -> None:
         self.state.last_contact = self._clock()

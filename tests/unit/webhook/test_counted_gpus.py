@@ -17,7 +17,7 @@ import pytest
 from entrypoint import contract
 from tests.support.reinvocation import add_gpu, admit, env_of, first_pass, make_cache
 from tests.unit.webhook.builders import container, pod
-from webhook import mutation
+from webhook import overreach
 from webhook.budget import ANNOTATION_REMOTE_GPUS
 
 
@@ -42,7 +42,7 @@ def _env(**values: str) -> list[dict[str, Any]]:
     ],
 )
 def test_what_a_containers_env_asks_for(env: list[dict[str, Any]], counted: int, asked: int | None) -> None:
-    assert mutation.env_gpus(env, default_gpus=counted) == asked
+    assert overreach.env_gpus(env, default_gpus=counted) == asked
 
 
 @pytest.mark.parametrize(

@@ -228,7 +228,7 @@ def test_a_dry_run_reserves_and_remembers_nothing() -> None:
         uid="d", operation="CREATE", kind="Pod", group="", namespace="ns", dry_run=True, object=job_pod(0)
     )
     assert admission.admit(request, cache=sync.cache, policy=POLICY).outcome == "local"
-    assert sync.cache.export_reservations() == [] and len(sync.cache.gangs) == 0
+    assert sync.cache.export_reservations() == [] and len(sync.cache.gang_index.book) == 0
 
 
 def test_a_non_indexed_jobs_pods_are_decided_one_by_one() -> None:
@@ -261,13 +261,13 @@ def test_the_job_watch_keeps_only_indexed_jobs_and_gates_readiness() -> None:
         "jobs", [indexed_job(2), {"metadata": {"uid": "plain", "namespace": "ns", "name": "p"}, "spec": {}}]
     )
     assert sync.ready(stale_after=60) == (True, "ok")
-    assert set(sync.cache.jobs) == {JOB_UID}
+    assert set(sync.cache.gang_index.jobs) == {JOB_UID}
     changed = indexed_job(2)
     changed["spec"]["completionMode"] = "NonIndexed"  # not allowed by the API, but never trusted either
     assert sync.apply_event("jobs", "MODIFIED", changed) is None
-    assert sync.cache.jobs == {}
+    assert sync.cache.gang_index.jobs == {}
     assert sync.apply_event("jobs", "ADDED", indexed_job(4)) is None
-    assert sync.cache.jobs[JOB_UID].gang_size == 4
+    assert sync.cache.gang_index.jobs[JOB_UID].gang_size == 4
     assert sync.apply_event("jobs", "DELETED", indexed_job(4)) is None
-    assert sync.cache.jobs == {}
+    assert sync.cache.gang_index.jobs == {}
     assert sync.apply_event("jobs", "ADDED", {"metadata": {}}) == "job ?: metadata.uid is missing"
