@@ -29,6 +29,7 @@ mypyc=${1:?usage: compile-core.sh MYPYC}
   webhook/gpu_models.py \
   webhook/gpu_model_patch.py \
   webhook/mutation.py \
+  webhook/overreach.py \
   webhook/review.py \
   webhook/admission.py
 rm -rf build
