@@ -12,7 +12,7 @@ import jsonpatch
 
 from tests.support.clocks import Clock
 from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, namespace, node, pod
-from webhook import admission, gangs
+from webhook import admission, gangs, gpu_models
 from webhook.cache import ClusterCache
 from webhook.mutation import RewritePolicy
 from webhook.review import AdmissionRequest
@@ -63,11 +63,13 @@ def group_pod(name: str, total: int = 3, gpus: int = 1) -> dict[str, Any]:
     return raw
 
 
-def admit(sync: CacheSync, raw: dict[str, Any], uid: str, **kwargs: Any) -> tuple[dict[str, Any], admission.Admission]:
+def admit(
+    sync: CacheSync, raw: dict[str, Any], uid: str, *, policy: RewritePolicy = POLICY, **kwargs: Any
+) -> tuple[dict[str, Any], admission.Admission]:
     request = AdmissionRequest(
         uid=uid, operation="CREATE", kind="Pod", group="", namespace="ns", dry_run=False, object=raw
     )
-    result = admission.admit(request, cache=sync.cache, policy=POLICY, **kwargs)
+    result = admission.admit(request, cache=sync.cache, policy=policy, **kwargs)
     encoded = result.response["response"].get("patch")
     ops = json.loads(base64.b64decode(encoded)) if encoded else []
     patched: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(raw), ops)
@@ -271,3 +273,30 @@ def test_the_job_watch_keeps_only_indexed_jobs_and_gates_readiness() -> None:
     assert sync.apply_event("jobs", "DELETED", indexed_job(4)) is None
     assert sync.cache.gang_index.jobs == {}
     assert sync.apply_event("jobs", "ADDED", {"metadata": {}}) == "job ?: metadata.uid is missing"
+
+
+A100 = "NVIDIA-A100-SXM4-80GB"
+MODELS = gpu_models.ModelMap(machines={A100: ("ng4a",)})
+
+
+def with_model(raw: dict[str, Any], model: str) -> dict[str, Any]:
+    raw["spec"]["nodeSelector"] = {gpu_models.DEFAULT_MODEL_LABEL: model}
+    return raw
+
+
+def test_a_burst_gang_carries_its_gpu_models_machines_on_every_rank() -> None:
+    sync = make_sync(2, jobs=(indexed_job(2),))
+    policy = RewritePolicy(gpu_resources=(GPU,), remote_cpu="100m", remote_memory="128Mi", gpu_model_map=MODELS)
+    results = [admit(sync, with_model(job_pod(i), A100), f"u{i}", policy=policy) for i in range(2)]
+    assert [r.outcome for _, r in results] == ["remote", "remote"]
+    assert [env_of(p)["NIMBIX_BURST_ALLOWED_MACHINES"] for p, _ in results] == ["ng4a", "ng4a"]
+    assert [env_of(p)["NIMBIX_BURST_GANG_RANK"] for p, _ in results] == ["0", "1"]
+
+
+def test_a_gang_whose_gpu_model_no_machine_offers_is_kept_local_whole() -> None:
+    sync = make_sync(2, jobs=(indexed_job(2),))
+    policy = RewritePolicy(gpu_resources=(GPU,), remote_cpu="100m", remote_memory="128Mi", gpu_model_map=MODELS)
+    results = [admit(sync, with_model(job_pod(i), "Tesla-T4"), f"u{i}", policy=policy) for i in range(2)]
+    assert [r.outcome for _, r in results] == ["local", "local"]
+    assert all("not burst" in r.reason for _, r in results)
+    assert sync.cache.remote_in_use("ns") == 0
