@@ -126,11 +126,15 @@ def render(
 
 def install(helm: Path, kubeconfig: Path, *, values: Mapping[str, Any], namespace: str = NAMESPACE) -> str:
     """``helm install --wait``: returns once every Deployment is rolled out (or raises)."""
-    return run_helm(helm, "install", RELEASE, str(CHART_DIR), *_cluster_args(kubeconfig, namespace), values=values).stdout
+    return run_helm(
+        helm, "install", RELEASE, str(CHART_DIR), *_cluster_args(kubeconfig, namespace), values=values
+    ).stdout
 
 
 def upgrade(helm: Path, kubeconfig: Path, *, values: Mapping[str, Any], namespace: str = NAMESPACE) -> str:
-    return run_helm(helm, "upgrade", RELEASE, str(CHART_DIR), *_cluster_args(kubeconfig, namespace), values=values).stdout
+    return run_helm(
+        helm, "upgrade", RELEASE, str(CHART_DIR), *_cluster_args(kubeconfig, namespace), values=values
+    ).stdout
 
 
 def rollback(helm: Path, kubeconfig: Path, *, revision: int, namespace: str = NAMESPACE) -> str:

@@ -1,7 +1,7 @@
 """Go command-line tools the project uses, built from their upstream Go modules (see build.sh).
 
-    helm = gotools.ensure_tool("helm")          # cached; a cold cache builds it (progress on stderr)
-    promtool = gotools.ensure_tool("promtool")
+helm = gotools.ensure_tool("helm")          # cached; a cold cache builds it (progress on stderr)
+promtool = gotools.ensure_tool("promtool")
 """
 
 from __future__ import annotations

@@ -48,9 +48,16 @@ def test_the_comparison_sees_a_changed_setting(helm: Path, kubectl: Path) -> Non
     chart = helmchart.render(helm, values={"webhook": {"env": {"WEBHOOK_OVER_BUDGET": "deny"}}})
     differences = helmchart.find_render_differences(kustomize, chart)
     # The setting moves the ConfigMap to another content-hash name, and every reference with it.
-    assert any(line.startswith("only in kustomize: ConfigMap/nimbix-burst/nimbix-burst-webhook-") for line in differences)
-    assert any(line.startswith("only in the chart: ConfigMap/nimbix-burst/nimbix-burst-webhook-") for line in differences)
-    assert any(line.startswith("Deployment/nimbix-burst/nimbix-burst-webhook: .spec.template.spec.containers[0].envFrom") for line in differences)
+    assert any(
+        line.startswith("only in kustomize: ConfigMap/nimbix-burst/nimbix-burst-webhook-") for line in differences
+    )
+    assert any(
+        line.startswith("only in the chart: ConfigMap/nimbix-burst/nimbix-burst-webhook-") for line in differences
+    )
+    assert any(
+        line.startswith("Deployment/nimbix-burst/nimbix-burst-webhook: .spec.template.spec.containers[0].envFrom")
+        for line in differences
+    )
 
 
 def test_helm_lint_is_clean(helm: Path) -> None:
@@ -71,8 +78,16 @@ def test_helm_lint_is_clean(helm: Path) -> None:
         ({"image": {"pullPolicy": "Sometimes"}}, "pullPolicy"),
         ({"networkPolicy": {"apiServerCIDRs": []}}, "apiServerCIDRs"),
     ],
-    ids=["unknown-key", "unknown-setting", "bad-budget-policy", "port-not-a-string", "lowercase-policy",
-         "bad-reaper-mode", "bad-pull-policy", "no-cidr"],  # fmt: skip
+    ids=[
+        "unknown-key",
+        "unknown-setting",
+        "bad-budget-policy",
+        "port-not-a-string",
+        "lowercase-policy",
+        "bad-reaper-mode",
+        "bad-pull-policy",
+        "no-cidr",
+    ],
 )
 def test_the_schema_rejects_typos(helm: Path, values: dict[str, Any], complaint: str) -> None:
     with pytest.raises(helmchart.HelmError, match="values don't meet the specifications of the schema") as error:
@@ -109,7 +124,9 @@ def test_client_ca_secret_mounts_the_ca_and_turns_the_check_on(helm: Path) -> No
 
 
 def test_another_release_namespace_is_excluded_and_named_in_the_certificate(helm: Path) -> None:
-    objects = helmchart.render(helm, namespace="burst-system", values={"webhook": {"excludedNamespaces": ["kube-system", "gpu-operator"]}})
+    objects = helmchart.render(
+        helm, namespace="burst-system", values={"webhook": {"excludedNamespaces": ["kube-system", "gpu-operator"]}}
+    )
     webhook = _find(objects, "MutatingWebhookConfiguration")
     (expression,) = webhook["webhooks"][0]["namespaceSelector"]["matchExpressions"]
     assert expression["values"] == ["kube-system", "gpu-operator", "burst-system"]
@@ -130,22 +147,26 @@ def test_an_issuer_of_your_own_replaces_the_self_signed_ca(helm: Path) -> None:
 
 def test_a_certificate_you_bring_goes_without_cert_manager(helm: Path) -> None:
     pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
-    objects = helmchart.render(helm, values={"certManager": {"enabled": False}, "tls": {"secretName": "mine", "caBundle": pem}})
+    objects = helmchart.render(
+        helm, values={"certManager": {"enabled": False}, "tls": {"secretName": "mine", "caBundle": pem}}
+    )
     assert not [o for o in objects if o["kind"] in {"Issuer", "Certificate"}]
     webhook = _find(objects, "MutatingWebhookConfiguration")
     assert "annotations" not in webhook["metadata"]
     assert base64.b64decode(webhook["webhooks"][0]["clientConfig"]["caBundle"]).decode() == pem
     volumes = _find(objects, "Deployment", "nimbix-burst-webhook")["spec"]["template"]["spec"]["volumes"]
     assert volumes[0]["secret"]["secretName"] == "mine"
-    with pytest.raises(helmchart.HelmError, match="tls.caBundle"):
+    with pytest.raises(helmchart.HelmError, match=r"tls\.caBundle"):
         helmchart.render(helm, values={"certManager": {"enabled": False}})
 
 
 def test_the_chart_can_create_the_jarvice_secret(helm: Path) -> None:
-    values = {"controller": {"jarvice": {"create": True, "username": "ada", "apikey": "k3y", "url": "https://j.example/api"}}}
+    values = {
+        "controller": {"jarvice": {"create": True, "username": "ada", "apikey": "k3y", "url": "https://j.example/api"}}
+    }
     secret = _find(helmchart.render(helm, values=values), "Secret", "nimbix-burst-controller-jarvice")
     assert secret["stringData"] == {"username": "ada", "apikey": "k3y", "url": "https://j.example/api"}
-    with pytest.raises(helmchart.HelmError, match="controller.jarvice.apikey is required"):
+    with pytest.raises(helmchart.HelmError, match=r"controller\.jarvice\.apikey is required"):
         helmchart.render(helm, values={"controller": {"jarvice": {"create": True, "username": "ada"}}})
 
 
@@ -164,11 +185,16 @@ def test_optional_parts_can_be_left_out(helm: Path) -> None:
 
 
 def test_monitoring_renders_the_rule_file_and_the_dashboard(helm: Path) -> None:
-    values = {"monitoring": {"prometheusRule": {"enabled": True, "labels": {"release": "kps"}}, "dashboard": {"enabled": True}}}
+    values = {
+        "monitoring": {
+            "prometheusRule": {"enabled": True, "labels": {"release": "kps"}},
+            "dashboard": {"enabled": True},
+        }
+    }
     objects = helmchart.render(helm, values=values)
     rule = _find(objects, "PrometheusRule")
     assert rule["metadata"]["labels"]["release"] == "kps"
-    assert [r["alert"] for r in rule["spec"]["groups"][0]["rules"]][0] == "NimbixBurstWebhookUnavailable"
+    assert next(r["alert"] for r in rule["spec"]["groups"][0]["rules"]) == "NimbixBurstWebhookUnavailable"
     dashboard = _find(objects, "ConfigMap", "nimbix-burst-dashboard")
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert dashboard["data"]["nimbix-burst.json"] == (helmchart.CHART_DIR / "monitoring" / "dashboard.json").read_text()

@@ -76,7 +76,11 @@ def test_promtool_unit_tests_can_fail(promtool: Path, tmp_path: Path) -> None:
 def test_every_promised_alert_exists_and_has_a_unit_test() -> None:
     rules = [rule for group in yaml.safe_load(ALERTS.read_text())["groups"] for rule in group["rules"]]
     assert {rule["alert"] for rule in rules} == EXPECTED_ALERTS
-    tested = {case["alertname"] for test in yaml.safe_load(ALERT_TESTS.read_text())["tests"] for case in test["alert_rule_test"]}
+    tested = {
+        case["alertname"]
+        for test in yaml.safe_load(ALERT_TESTS.read_text())["tests"]
+        for case in test["alert_rule_test"]
+    }
     assert tested == EXPECTED_ALERTS
     for rule in rules:
         assert rule["annotations"]["runbook"] == f"docs/monitoring.md#{rule['alert'].lower()}"
