@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml  # type: ignore[import-untyped]  # PyYAML ships no stubs
 
 from devplatform import certmanager, gotools, helmchart
 from devplatform.cluster import install
@@ -90,7 +91,7 @@ def test_helm_template_is_accepted_by_the_api_server_strictly(
     values: dict[str, Any],
 ) -> None:
     objects = helmchart.render(helm, namespace=dry_run_namespace, values=values)
-    rendered = "\n---\n".join(json.dumps(o) for o in objects)
+    rendered = yaml.safe_dump_all(objects)
     out = _kubectl(
         control_plane, "apply", "--dry-run=server", "--validate=strict", "-o", "name", "-f", "-", input=rendered
     )
