@@ -66,6 +66,60 @@ TERMINATION_KEY: Final = "nimbix_burst"  # {"nimbix_burst": {"job": N|null, "job
 ANNOTATION_JOB_STATE: Final = ANNOTATION_PREFIX + "job-state"
 JOB_STATE_ENDED: Final = "ended"
 
+# --- GPU models: what a pod selected becomes the remote machine choice (docs/gpu-models.md) ---
+
+# The JARVICE machine types the pod's GPU model constraint allows (comma-separated, sorted), set by
+# the webhook on every burst container of a pod that selected a model; the runner chooses only
+# among them. Unset: any machine of /jarvice/machines may be chosen.
+ENV_ALLOWED_MACHINES: Final = "NIMBIX_BURST_ALLOWED_MACHINES"
+ANNOTATION_ALLOWED_MACHINES: Final = ANNOTATION_PREFIX + "allowed-machines"
+# The pod's GPU model constraint as the webhook read it; on a pod kept local because no JARVICE
+# machine offers that model, also why (the burst controller leaves such a pod alone).
+ANNOTATION_GPU_MODEL: Final = ANNOTATION_PREFIX + "gpu-model"
+# A machine type: letters, digits, '_', '-' and '.', as /jarvice/machines names them (n0, ng4a);
+# never a comma or a space, so a list of them is a plain comma-separated string.
+MAX_MACHINE_NAME: Final = 64
+_MACHINE_NAME_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+
+
+def is_machine_name(text: str) -> bool:
+    """Whether `text` can name a JARVICE machine type (see MAX_MACHINE_NAME)."""
+    return 0 < len(text) <= MAX_MACHINE_NAME and set(text) <= _MACHINE_NAME_CHARS and text[0].isalnum()
+
+
+def format_machine_list(machines: tuple[str, ...]) -> str:
+    """The value of NIMBIX_BURST_ALLOWED_MACHINES (and its annotation): sorted, without duplicates."""
+    return ",".join(sorted(set(machines)))
+
+
+def parse_machine_list(text: str) -> tuple[str, ...]:
+    """NIMBIX_BURST_ALLOWED_MACHINES -> machine types, sorted. Raises ValueError naming the first entry
+    that is no machine type, or when the list is empty."""
+    names = [part.strip() for part in text.split(",")]
+    for name in names:
+        if not is_machine_name(name):
+            raise ValueError(
+                f"{name!r} is not a JARVICE machine type (letters, digits, '_', '-', '.', at most"
+                f" {MAX_MACHINE_NAME} characters); give a comma-separated list such as ng4a,ng8"
+            )
+    return tuple(sorted(set(names)))
+
+# --- what the controller shows of a burst pod's JARVICE jobs (`kubectl describe`, `kubectl nimbix`) ---
+
+# Its latest job (the highest number), that job's machine and node count, and the state of that job:
+# submitted, queued, running, succeeded or failed (the controller's `ended` above is never replaced).
+ANNOTATION_JOB_NUMBER: Final = ANNOTATION_PREFIX + "job-number"
+ANNOTATION_JOB_MACHINE: Final = ANNOTATION_PREFIX + "job-machine"
+ANNOTATION_JOB_NODES: Final = ANNOTATION_PREFIX + "job-nodes"
+# All its jobs together, so far: GPU-hours, and cost from each machine's mc_price (per node-hour).
+ANNOTATION_GPU_HOURS: Final = ANNOTATION_PREFIX + "gpu-hours"
+ANNOTATION_COST: Final = ANNOTATION_PREFIX + "cost"
+# The controller's ledger, `4711=running,4712=submitted`: the last stage each job's Events reached.
+# A restarted controller reads it, so no Event is recorded twice.
+ANNOTATION_JOB_LEDGER: Final = ANNOTATION_PREFIX + "jobs"
+# The decision as a label too, so `kubectl get pods -l nimbix-burst.io/decision=remote` works.
+LABEL_DECISION: Final = ANNOTATION_PREFIX + "decision"
+
 # A cluster identity is a DNS-label-like token: [a-z0-9-], at most this long.
 MAX_CLUSTER_NAME: Final = 30
 CLUSTER_UID_CHARS: Final = 12
@@ -110,3 +164,21 @@ def is_cluster_identity(text: str) -> bool:
 # kubelet's SIGKILL. A unit test holds the runner's defaults to it.
 MIN_TERMINATION_GRACE_SECONDS: Final = 75
 ANNOTATION_GRACE: Final = ANNOTATION_PREFIX + "termination-grace"
+
+# --- data staging: the pod's volumes follow the job through the JARVICE vault (docs/data.md) ---
+
+# Set by the user on the pod: absolute paths inside the bursting container, comma-separated, each
+# under one of its volume mounts. stage-in is uploaded before the submit and found remotely at the
+# same path; stage-out is copied back into the pod's volume after the job ends normally.
+ANNOTATION_STAGE_IN: Final = ANNOTATION_PREFIX + "stage-in"
+ANNOTATION_STAGE_OUT: Final = ANNOTATION_PREFIX + "stage-out"
+# "none": burst a pod that mounts data volumes without staging them (the command fetches its data).
+ANNOTATION_REMOTE_DATA: Final = ANNOTATION_PREFIX + "remote-data"
+REMOTE_DATA_NONE: Final = "none"
+# Set by the webhook on a pod kept local because its data could not follow it: the volumes named.
+ANNOTATION_DATA_NOT_STAGED: Final = ANNOTATION_PREFIX + "data-not-staged"
+# What the webhook tells one burst container's runner: the validated paths (its own mounts only,
+# configMap and downwardAPI mounts added to stage-in), comma-separated; unset when empty.
+ENV_STAGE_IN: Final = "NIMBIX_BURST_STAGE_IN"
+ENV_STAGE_OUT: Final = "NIMBIX_BURST_STAGE_OUT"
+STAGE_PATH_SEPARATOR: Final = ","

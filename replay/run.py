@@ -24,6 +24,7 @@ from devplatform.cluster.controlplane import ControlPlane
 from replay import accounting, cluster, objects, report
 from replay.accounting import Policy, PolicySummary, RunRecord
 from replay.driver import WORKERS, Driver
+from replay.history import AdmissionView
 from replay.plan import Plan, build_plan
 from replay.recorder import Recorder
 from replay.settings import Settings
@@ -102,6 +103,26 @@ def parse_admission_latencies(lines: Sequence[str]) -> list[float]:
     return latencies
 
 
+def parse_admission_views(lines: Sequence[str]) -> dict[str, AdmissionView]:
+    """namespace/pod -> the resourceVersions the webhook's view held when it decided, and the
+    decision's place in the log's order (the order it decided in), from its `"message": "admission"`
+    log lines (dry runs excluded; lines without a view skipped)."""
+    views: dict[str, AdmissionView] = {}
+    for line in lines:
+        if '"view_pods_version"' not in line:
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("message") != "admission" or entry.get("dry_run"):
+            continue
+        pods, nodes = entry.get("view_pods_version"), entry.get("view_nodes_version")
+        if isinstance(pods, int) and isinstance(nodes, int):
+            views[f"{entry.get('namespace')}/{entry.get('pod')}"] = AdmissionView(pods, nodes, len(views))
+    return views
+
+
 class Replay:
     def __init__(self, settings: Settings, *, plan: Plan, plane: ControlPlane, core: Any, deadline: float) -> None:
         self.settings = settings
@@ -173,8 +194,11 @@ class Replay:
             if hook is not None:
                 addons.stop_webhook(hook)
         latencies: list[float] = []
+        views: dict[str, AdmissionView] = {}
         if hook is not None:
-            latencies = parse_admission_latencies(hook.process.log_path.read_text().splitlines())
+            log_lines = hook.process.log_path.read_text().splitlines()
+            latencies = parse_admission_latencies(log_lines)
+            views = parse_admission_views(log_lines)
         if recorder.errors:
             notes.append(f"replay watch errors: {recorder.errors[:3]}")
         cluster.wipe_namespace(self.core, namespace)
@@ -191,6 +215,7 @@ class Replay:
             history=recorder.observations(),
             create_latencies_ms=result.create_latencies_ms,
             admission_latencies_ms=latencies,
+            views=views,
             max_lag_seconds=result.max_lag_seconds,
             truncated=result.truncated,
             preload_pods=len(plan.preload),

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from entrypoint import contract
-from webhook import budget, walltime
+from webhook import budget, gpu_model_patch, gpu_models, walltime
 from webhook.resources import QuantityError, all_containers, format_quantity_cores, parse_quantity
 from webhook.types import Decision, GpuCounts
 
@@ -35,6 +35,8 @@ class RewritePolicy:
     strip_runtime_classes: frozenset[str] = frozenset()
     cluster_name: str = ""  # --cluster-name: the readable part of the cluster identity (contract.cluster_identity)
     default_walltime_seconds: int = 24 * 3600  # --default-walltime: a burst job's limit without a deadline
+    gpu_model_label: str = gpu_models.DEFAULT_MODEL_LABEL  # --gpu-model-label: the node label naming the GPU model
+    gpu_model_map: gpu_models.ModelMap | None = None  # --gpu-models-file (None: no mapping)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,12 @@ class BurstTerms:
     # A reinvocation: the budget was counted at the first rewrite, so a container's counted GPUs are
     # never raised (kept as set; 0 for a container that only now asks for GPUs).
     reinvoked: bool = False
+    # Per burst container: (name, stage-in, stage-out) as NIMBIX_BURST_STAGE_IN/OUT values (webhook.data_volumes).
+    staging: tuple[tuple[str, str, str], ...] = ()
+    # The pod's GPU model constraint (gpu_models.describe_constraint), "" when it has none, and the
+    # machine types it allows: the constraint leaves the pod and becomes the runner's machine choice.
+    gpu_model: str = ""
+    allowed_machines: tuple[str, ...] = ()
 
 
 def escape(token: str) -> str:
@@ -65,6 +73,18 @@ def _annotation_ops(meta: Mapping[str, Any], values: Mapping[str, str]) -> list[
     ]
 
 
+def _decision_label_ops(meta: Mapping[str, Any], decision: str) -> list[JsonPatchOp]:
+    """The decision as a label too (`kubectl get pods -l nimbix-burst.io/decision=remote`): the
+    labels map is created when the pod has none."""
+    labels = meta.get("labels")
+    if not labels:
+        return [{"op": "add", "path": "/metadata/labels", "value": {contract.LABEL_DECISION: decision}}]
+    if labels.get(contract.LABEL_DECISION) == decision:
+        return []
+    op = "replace" if contract.LABEL_DECISION in labels else "add"
+    return [{"op": op, "path": f"/metadata/labels/{escape(contract.LABEL_DECISION)}", "value": decision}]
+
+
 def build_local_patch(pod: Mapping[str, Any], *, decision: Decision, reservation_id: str) -> list[JsonPatchOp]:
     """Local: only annotations (decision, reason, candidate count, reservation id)."""
     values = {
@@ -74,7 +94,8 @@ def build_local_patch(pod: Mapping[str, Any], *, decision: Decision, reservation
     }
     if reservation_id:
         values[contract.ANNOTATION_RESERVATION] = reservation_id
-    return _annotation_ops(pod.get("metadata") or {}, values)
+    meta = pod.get("metadata") or {}
+    return _annotation_ops(meta, values) + _decision_label_ops(meta, contract.DECISION_LOCAL)
 
 
 def _container_quantity(container: Mapping[str, Any], resource: str) -> Decimal:
@@ -210,7 +231,20 @@ def _burst_container_ops(base: str, container: Mapping[str, Any], *, gpus: int, 
     wanted.append((contract.ENV_WALLTIME, _value(contract.ENV_WALLTIME, terms.limit.text), not own))
     counted = "0" if terms.reinvoked else str(gpus)
     wanted.append((contract.ENV_COUNTED_GPUS, _value(contract.ENV_COUNTED_GPUS, counted), not terms.reinvoked))
+    for name, stage_in, stage_out in terms.staging:
+        if name == container.get("name"):
+            for env_name, paths in ((contract.ENV_STAGE_IN, stage_in), (contract.ENV_STAGE_OUT, stage_out)):
+                if paths:
+                    wanted.append((env_name, _value(env_name, paths), True))
+    if terms.allowed_machines:
+        allowed = contract.format_machine_list(terms.allowed_machines)
+        wanted.append((contract.ENV_ALLOWED_MACHINES, _value(contract.ENV_ALLOWED_MACHINES, allowed), True))
     return _env_ops(base, container, wanted)
+
+
+def burst_container_names(spec: Mapping[str, Any], *, policy: RewritePolicy) -> list[str]:
+    """The app containers a remote decision bursts: those asking for GPUs (init containers stay here)."""
+    return [str(c.get("name", "")) for c in spec.get("containers") or () if _container_gpus(c, policy.gpu_resources)]
 
 
 def _own_walltime(container: Mapping[str, Any], limit: walltime.Walltime) -> str:
@@ -341,7 +375,8 @@ def build_kept_local_patch(
     reservation: nothing local was promised, the pod claims GPUs like any pending pod."""
     values = {contract.ANNOTATION_DECISION: contract.DECISION_LOCAL, contract.ANNOTATION_REASON: reason}
     values.update(notes or {})
-    return _annotation_ops(pod.get("metadata") or {}, values)
+    meta = pod.get("metadata") or {}
+    return _annotation_ops(meta, values) + _decision_label_ops(meta, contract.DECISION_LOCAL)
 
 
 def build_over_budget_patch(pod: Mapping[str, Any], *, reason: str, budget_note: str) -> list[JsonPatchOp]:
@@ -372,13 +407,19 @@ def build_remote_patch(
         ops.append({"op": "remove", "path": "/spec/resources"})
         audit["resources"] = spec["resources"]
     node_selector = spec.get("nodeSelector") or {}
-    stripped_selector = {k: v for k, v in node_selector.items() if k in policy.strip_node_selector_keys}
+    strip_keys = policy.strip_node_selector_keys | ({policy.gpu_model_label} if terms.gpu_model else set())
+    stripped_selector = {k: v for k, v in node_selector.items() if k in strip_keys}
     if stripped_selector and len(stripped_selector) == len(node_selector):
         ops.append({"op": "remove", "path": "/spec/nodeSelector"})
     else:
         ops += [{"op": "remove", "path": f"/spec/nodeSelector/{escape(k)}"} for k in stripped_selector]
     if stripped_selector:
         audit["nodeSelector"] = stripped_selector
+    if terms.gpu_model:
+        affinity_ops, required = gpu_model_patch.build_affinity_ops(spec, label=policy.gpu_model_label)
+        ops += affinity_ops
+        if required is not None:
+            audit["nodeAffinityRequired"] = required
     tolerations = spec.get("tolerations") or []
     stripped = [i for i, t in enumerate(tolerations) if t.get("key") in policy.strip_toleration_keys]
     # Highest index first so earlier removals do not shift later paths.
@@ -408,9 +449,20 @@ def build_remote_patch(
             # Set when the GPUs are reserved against a budget: the pod's appearance releases them.
             **({contract.ANNOTATION_RESERVATION: reservation_id} if reservation_id else {}),
             **({contract.ANNOTATION_GRACE: grace_note} if grace_note else {}),
+            **_model_annotations(terms),
         },
     )
+    ops += _decision_label_ops(pod.get("metadata") or {}, contract.DECISION_REMOTE)
     return ops
+
+
+def _model_annotations(terms: BurstTerms) -> dict[str, str]:
+    if not terms.gpu_model:
+        return {}
+    return {
+        contract.ANNOTATION_GPU_MODEL: terms.gpu_model,
+        contract.ANNOTATION_ALLOWED_MACHINES: contract.format_machine_list(terms.allowed_machines),
+    }
 
 
 # Audit key for what reinvocations stripped, beside (never over) what the first rewrite recorded.
