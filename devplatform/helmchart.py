@@ -94,14 +94,19 @@ def _diff_paths(a: Any, b: Any, *, path: str) -> Iterable[str]:
         yield f"{path}: kustomize {json.dumps(a)} != chart {json.dumps(b)}"
 
 
-def build_local_values(*, gateway: str, node_label: str, taint: Mapping[str, str]) -> dict[str, Any]:
+def build_local_values(
+    *, gateway: str, node_label: str, taint: Mapping[str, str], gpu_models: Mapping[str, Sequence[str]]
+) -> dict[str, Any]:
     """Values for the local platform: the same local-only changes devplatform/overlay makes to the
     kustomize install (the image from the node's containerd, never pulled; pods on the real node;
-    the API server's address in the NetworkPolicy)."""
+    the API server's address in the NetworkPolicy; the emulator's GPU model mapping)."""
     placement = {"nodeSelector": {node_label: "true"}, "tolerations": [dict(taint)]}
     return {
         "image": {"repository": "localhost/nimbix-burst-webhook", "tag": "0.1.0", "pullPolicy": "Never"},
-        "webhook": copy.deepcopy(placement),
+        "webhook": {
+            **copy.deepcopy(placement),
+            "gpuModels": {model: list(machines) for model, machines in gpu_models.items()},
+        },
         "controller": copy.deepcopy(placement),
         "networkPolicy": {"apiServerCIDRs": [f"{gateway}/32"]},
     }

@@ -41,6 +41,7 @@ from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.node import RealNode
 
 OVERLAY_DIR = Path(__file__).resolve().parents[1] / "overlay"
+OVERLAY_GPU_MODELS = "gpu-models.yaml"  # the emulator's machines by GPU model (the overlay's mapping)
 NAMESPACE = "nimbix-burst"
 # The burst controller's JARVICE account (deploy/controller.yaml mounts it; optional there).
 CONTROLLER_SECRET = "nimbix-burst-controller-jarvice"
@@ -129,7 +130,7 @@ def parse_server_port(server_url: str) -> int:
     return port
 
 
-def build_chart_values(settings: nodeconfig.NodeSettings) -> dict[str, Any]:
+def build_chart_values(settings: nodeconfig.NodeSettings, *, gpu_models: Mapping[str, Sequence[str]]) -> dict[str, Any]:
     """The chart's values for the real node: what devplatform/overlay changes, as values."""
     key, _, rest = nodeconfig.REAL_NODE_TAINT.partition("=")
     value, _, effect = rest.partition(":")
@@ -137,6 +138,7 @@ def build_chart_values(settings: nodeconfig.NodeSettings) -> dict[str, Any]:
         gateway=settings.gateway,
         node_label=nodeconfig.REAL_NODE_LABEL,
         taint={"key": key, "operator": "Equal", "value": value, "effect": effect},
+        gpu_models=gpu_models,
     )
 
 
@@ -243,6 +245,14 @@ def publish_apiserver_endpoint(plane: ControlPlane, node: RealNode) -> None:
     _kubectl(plane, "apply", "-f", "-", input=json.dumps(body))
 
 
+def read_chart_values(node: RealNode) -> dict[str, Any]:
+    """``build_chart_values`` with the overlay's GPU model mapping (devplatform/overlay/gpu-models.yaml)."""
+    mapping = yaml.safe_load((OVERLAY_DIR / OVERLAY_GPU_MODELS).read_text()) or {}
+    if not isinstance(mapping, dict):
+        raise InstallError(f"{OVERLAY_DIR / OVERLAY_GPU_MODELS}: not a mapping of GPU model to machine types")
+    return build_chart_values(node.settings, gpu_models=mapping)
+
+
 def render_overlay(plane: ControlPlane) -> list[dict[str, Any]]:
     """``kubectl kustomize devplatform/overlay`` as objects."""
     rendered = _kubectl(plane, "kustomize", str(OVERLAY_DIR))
@@ -262,7 +272,7 @@ def install_addon(
     deadline = began + timeout
     if _kubectl(plane, "get", "crd", CERT_MANAGER_CRD, check=False).returncode != 0:
         raise InstallError(f"cert-manager is not installed ({CERT_MANAGER_CRD} not found): certmanager.install first")
-    values = build_chart_values(node.settings)
+    values = read_chart_values(node)
     source = f"{helmchart.CHART_DIR} with the local values" if helm else str(OVERLAY_DIR)
     rendered = helmchart.render(helm, values=values) if helm else render_overlay(plane)
     problems = find_overlay_problems(rendered, settings=node.settings)

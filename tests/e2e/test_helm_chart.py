@@ -49,10 +49,11 @@ EVERY_OPTION = {
         "namespaceSelectorExpressions": [{"key": "nimbix-burst.io/enabled", "operator": "In", "values": ["true"]}],
         "env": {"WEBHOOK_OVER_BUDGET": "deny", "NIMBIX_BURST_CLUSTER_NAME": "prod-eu"},
         "podDisruptionBudget": {"minAvailable": 2},
+        "gpuModels": {"Tesla-T4": ["ng1"], "NVIDIA-A100-SXM4-80GB": ["ng1a", "ng8"]},
     },
     "controller": {
         "jarvice": {"create": True, "username": "ada", "apikey": "k3y"},
-        "env": {"CONTROLLER_ORPHAN_DRY_RUN": "true"},
+        "env": {"CONTROLLER_ORPHAN_DRY_RUN": "true", "CONTROLLER_COST_REFRESH_SECONDS": "600"},
     },
     "certManager": {"issuerRef": {"group": "cert-manager.io", "kind": "ClusterIssuer", "name": "corp-ca"}},
     "networkPolicy": {"apiServerCIDRs": ["10.0.0.0/24", "10.0.1.0/24"]},
@@ -139,7 +140,7 @@ def test_install_upgrade_rollback_uninstall_on_the_real_node(
     control_plane: ControlPlane, real_node: RealNode, cert_manager: certmanager.CertManager, helm: Path
 ) -> None:
     plane = control_plane
-    values = install.build_chart_values(real_node.settings)
+    values = install.read_chart_values(real_node)
     try:
         # Install: cert-manager issues, cainjector fills the caBundle, both Deployments roll out on
         # the real node and a replica takes the Lease (install_addon's checks), and the webhook decides.

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml  # type: ignore[import-untyped]  # PyYAML ships no stubs
 
 from devplatform import gotools, helmchart, manifests
 from devplatform.cluster import controlplane
@@ -112,6 +113,20 @@ def test_gpu_resources_set_both_the_setting_and_the_match_condition(helm: Path) 
     expression = _find(objects, "MutatingWebhookConfiguration")["webhooks"][0]["matchConditions"][0]["expression"]
     assert expression.count("'amd.com/gpu' in c.resources.limits") == 2
     assert "nvidia.com/gpu" not in expression
+
+
+def test_a_gpu_model_mapping_is_mounted_under_its_own_content_hash(helm: Path) -> None:
+    mapping = {"Tesla-T4": ["ng1"], "NVIDIA-A100-SXM4-80GB": ["ng1a", "ng8"]}
+    objects = helmchart.render(helm, values={"webhook": {"gpuModels": mapping}})
+    (configmap,) = [o for o in objects if o["metadata"]["name"].startswith("nimbix-burst-gpu-models-")]
+    assert yaml.safe_load(configmap["data"]["gpu-models.yaml"]) == mapping
+    default = _find(helmchart.render(helm), "Deployment", "nimbix-burst-webhook")["spec"]["template"]["spec"]
+    spec = _find(objects, "Deployment", "nimbix-burst-webhook")["spec"]["template"]["spec"]
+    volume = next(v for v in spec["volumes"] if v["name"] == "gpu-models")
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+    assert volume != next(v for v in default["volumes"] if v["name"] == "gpu-models")
+    with pytest.raises(helmchart.HelmError, match="gpuModels"):
+        helmchart.render(helm, values={"webhook": {"gpuModels": {"Tesla-T4": "ng1"}}})
 
 
 def test_client_ca_secret_mounts_the_ca_and_turns_the_check_on(helm: Path) -> None:

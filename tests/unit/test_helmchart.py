@@ -96,9 +96,19 @@ def test_find_render_differences(
 
 def test_build_local_values_places_both_deployments_on_the_node_and_never_pulls() -> None:
     taint = {"key": "nimbix-burst.io/real-node", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-    values = helmchart.build_local_values(gateway="10.213.0.1", node_label="nimbix-burst.io/real-node", taint=taint)
+    values = helmchart.build_local_values(
+        gateway="10.213.0.1", node_label="nimbix-burst.io/real-node", taint=taint, gpu_models={"Tesla-T4": ("ng1",)}
+    )
     assert values["image"] == {"repository": "localhost/nimbix-burst-webhook", "tag": "0.1.0", "pullPolicy": "Never"}
-    for component in ("webhook", "controller"):
-        assert values[component] == {"nodeSelector": {"nimbix-burst.io/real-node": "true"}, "tolerations": [taint]}
+    placement = {"nodeSelector": {"nimbix-burst.io/real-node": "true"}, "tolerations": [taint]}
+    assert values["controller"] == placement
+    assert values["webhook"] == {**placement, "gpuModels": {"Tesla-T4": ["ng1"]}}
     assert values["webhook"]["tolerations"] is not values["controller"]["tolerations"]
     assert values["networkPolicy"] == {"apiServerCIDRs": ["10.213.0.1/32"]}
+
+
+def test_the_chart_ships_the_same_gpu_model_file_as_deploy() -> None:
+    """With no mapping in the values the chart mounts its copy of deploy/gpu-models.yaml, byte for
+    byte (so both installs name the ConfigMap alike): the two files must not drift apart."""
+    shipped = (helmchart.CHART_DIR / "files" / "gpu-models.yaml").read_bytes()
+    assert shipped == (helmchart.manifests.DEPLOY_DIR / "gpu-models.yaml").read_bytes()

@@ -46,3 +46,21 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- /* The blank line after "exists(c," is what kustomize makes of the folded scalar in deploy/. */ -}}
 {{- printf "(has(object.spec.containers) && object.spec.containers.exists(c,\n\n%s\n|| (has(object.spec.initContainers) && object.spec.initContainers.exists(c,\n\n%s" $one $one -}}
 {{- end -}}
+
+
+{{/* The GPU model mapping file: the values' mapping, or (empty) the shipped file as it is. */}}
+{{- define "nimbix-burst.gpuModelsFile" -}}
+{{- if .Values.webhook.gpuModels -}}
+{{- toYaml .Values.webhook.gpuModels -}}
+{{- else -}}
+{{- .Files.Get "files/gpu-models.yaml" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Its ConfigMap's name, with kustomize's content hash (as for the settings above). */}}
+{{- define "nimbix-burst.gpuModelsConfigMapName" -}}
+{{- $data := dict "gpu-models.yaml" (include "nimbix-burst.gpuModelsFile" .) -}}
+{{- $hash := dict "data" $data "kind" "ConfigMap" "name" "" | toJson | sha256sum | trunc 10 -}}
+{{- $hash = $hash | replace "0" "g" | replace "1" "h" | replace "3" "k" | replace "a" "m" | replace "e" "t" -}}
+{{- printf "nimbix-burst-gpu-models-%s" $hash -}}
+{{- end -}}
