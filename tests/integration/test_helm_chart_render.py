@@ -30,6 +30,12 @@ def _find(objects: Sequence[Mapping[str, Any]], kind: str, name: str | None = No
     return manifests.find_object(objects, kind=kind, name=name)
 
 
+def _settings(objects: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The webhook's settings ConfigMap (the other one holds the GPU model mapping)."""
+    (configmap,) = [o for o in objects if o["kind"] == "ConfigMap" and "WEBHOOK_PORT" in o.get("data", {})]
+    return dict(configmap)
+
+
 def _webhook_container(objects: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     container: dict[str, Any] = _find(objects, "Deployment", "nimbix-burst-webhook")["spec"]["template"]["spec"][
         "containers"
@@ -98,9 +104,8 @@ def test_the_schema_rejects_typos(helm: Path, values: dict[str, Any], complaint:
 
 def test_a_changed_setting_renames_the_configmap_and_every_reference(helm: Path) -> None:
     objects = helmchart.render(helm, values={"webhook": {"env": {"WEBHOOK_LOG_LEVEL": "DEBUG"}}})
-    configmaps = [o for o in objects if o["kind"] == "ConfigMap"]
-    (name,) = {o["metadata"]["name"] for o in configmaps}
-    assert name != _find(helmchart.render(helm), "ConfigMap")["metadata"]["name"]
+    name = _settings(objects)["metadata"]["name"]
+    assert name != _settings(helmchart.render(helm))["metadata"]["name"]
     assert _webhook_container(objects)["envFrom"][0]["configMapRef"]["name"] == name
     controller = _find(objects, "Deployment", "nimbix-burst-controller")["spec"]["template"]["spec"]["containers"][0]
     cluster_name = next(e for e in controller["env"] if e["name"] == "NIMBIX_BURST_CLUSTER_NAME")
@@ -109,7 +114,7 @@ def test_a_changed_setting_renames_the_configmap_and_every_reference(helm: Path)
 
 def test_gpu_resources_set_both_the_setting_and_the_match_condition(helm: Path) -> None:
     objects = helmchart.render(helm, values={"webhook": {"gpuResources": ["amd.com/gpu"]}})
-    assert _find(objects, "ConfigMap")["data"]["WEBHOOK_GPU_RESOURCES"] == "amd.com/gpu"
+    assert _settings(objects)["data"]["WEBHOOK_GPU_RESOURCES"] == "amd.com/gpu"
     expression = _find(objects, "MutatingWebhookConfiguration")["webhooks"][0]["matchConditions"][0]["expression"]
     assert expression.count("'amd.com/gpu' in c.resources.limits") == 2
     assert "nvidia.com/gpu" not in expression
@@ -131,7 +136,7 @@ def test_a_gpu_model_mapping_is_mounted_under_its_own_content_hash(helm: Path) -
 
 def test_client_ca_secret_mounts_the_ca_and_turns_the_check_on(helm: Path) -> None:
     objects = helmchart.render(helm, values={"webhook": {"clientCASecret": "api-client-ca"}})
-    assert _find(objects, "ConfigMap")["data"]["WEBHOOK_CLIENT_CA_FILE"] == "/etc/nimbix-burst/client-ca/ca.crt"
+    assert _settings(objects)["data"]["WEBHOOK_CLIENT_CA_FILE"] == "/etc/nimbix-burst/client-ca/ca.crt"
     spec = _find(objects, "Deployment", "nimbix-burst-webhook")["spec"]["template"]["spec"]
     assert {"name": "client-ca", "secret": {"secretName": "api-client-ca", "defaultMode": 0o440}} in spec["volumes"]
     mounts = _webhook_container(objects)["volumeMounts"]
@@ -148,7 +153,7 @@ def test_another_release_namespace_is_excluded_and_named_in_the_certificate(helm
     assert webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "burst-system/nimbix-burst-webhook"
     certificate = _find(objects, "Certificate", "nimbix-burst-webhook")
     assert certificate["spec"]["dnsNames"][0] == "nimbix-burst-webhook.burst-system.svc"
-    assert _find(objects, "ConfigMap")["data"]["WEBHOOK_PEER_SERVER_NAME"] == "nimbix-burst-webhook.burst-system.svc"
+    assert _settings(objects)["data"]["WEBHOOK_PEER_SERVER_NAME"] == "nimbix-burst-webhook.burst-system.svc"
     assert {o["metadata"].get("namespace", "burst-system") for o in objects} == {"burst-system"}
 
 
