@@ -1,12 +1,12 @@
-"""Installs nimbix-burst into the local cluster the way a user installs it (README, "Install in a
+"""Installs nimbix-burst into the local cluster the way a user installs it (docs/install.md, "Install in a
 cluster"): ``kubectl apply -k devplatform/overlay`` (deploy/ plus local-only patches), after
-cert-manager, then the README's checks: Certificates Ready, the caBundle injected, the webhook
+cert-manager, then the install page's checks: Certificates Ready, the caBundle injected, the webhook
 Deployment's two pods Running and Ready on the real node, one of them holding the leader Lease, and
 every other Deployment of the base (the burst controller) rolled out.
 
     cm = certmanager.install(plane)              # the prerequisite (the caller owns its processes)
     installed = install.install_addon(plane, real_node)
-    install.uninstall(plane)                     # the README's order: the registration first
+    install.uninstall(plane)                     # docs/install.md's order: the registration first
 
 The webhook pods reach the API server as any in-cluster client does: the ``kubernetes`` Service's
 ClusterIP (10.0.0.1:443, a SAN of the apiserver's certificate), which kube-proxy on the real node
@@ -233,7 +233,7 @@ def render_overlay(plane: ControlPlane) -> list[dict[str, Any]]:
 
 
 def install_addon(plane: ControlPlane, node: RealNode, *, timeout: float = INSTALL_TIMEOUT_SECONDS) -> Installed:
-    """Applies the overlay and waits for the README's checks (see the module docstring).
+    """Applies the overlay and waits for docs/install.md's checks (see the module docstring).
 
     cert-manager must be installed already (``certmanager.install(plane)``). Raises InstallError with
     the check that was still failing at ``timeout``.
@@ -311,7 +311,7 @@ def install_addon(plane: ControlPlane, node: RealNode, *, timeout: float = INSTA
 
 
 def uninstall(plane: ControlPlane, *, timeout: float = UNINSTALL_TIMEOUT_SECONDS) -> None:
-    """The README's uninstall: the registration first (no create waits on a webhook going away),
+    """docs/install.md's uninstall: the registration first (no create waits on a webhook going away),
     then everything else, waiting for the namespace to be gone."""
     _kubectl(plane, "delete", "mutatingwebhookconfiguration", WEBHOOK_CONFIGURATION, "--ignore-not-found")
     _kubectl(plane, "delete", "-k", str(OVERLAY_DIR), "--ignore-not-found", "--wait=true", f"--timeout={int(timeout)}s")
