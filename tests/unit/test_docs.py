@@ -164,7 +164,7 @@ def test_pages_speak_of_the_product_not_of_issue_numbers(path: Path) -> None:
 
 def test_expected_soon_pages_are_still_missing() -> None:
     landed = sorted(page for page in EXPECTED_SOON_PAGES if (REPO_ROOT / page).exists())
-    assert not landed, f"these pages exist now: remove them from EXPECTED_SOON_PAGES so their links are checked: {landed}"
+    assert not landed, f"remove from EXPECTED_SOON_PAGES, so their links are checked (they exist now): {landed}"
 
 
 def test_docs_pages_exist() -> None:
