@@ -524,7 +524,7 @@ def test_network_policy_egress_is_the_api_server_dns_and_the_replicas_only(netwo
     assert replicas["ports"] == [{"port": "https", "protocol": "TCP"}]
 
 
-def test_readme_overlay_sets_the_control_plane_cidr_in_both_places(kubectl: Path, tmp_path: Path) -> None:
+def test_documented_overlay_sets_the_control_plane_cidr_in_both_places(kubectl: Path, tmp_path: Path) -> None:
     """The kustomize patch docs/install.md gives for the control-plane CIDR, applied as a user would."""
     text = INSTALL_DOC.read_text()
     (patch,) = re.findall(r"# network-policy-patch\n(.*?)```", text, flags=re.DOTALL)

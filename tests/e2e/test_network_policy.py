@@ -18,7 +18,7 @@ from devplatform.cluster import controlplane
 INSTALL_DOC = manifests.REPO_ROOT / "docs" / "install.md"
 
 
-def _overlay_with_readme_patch(tmp_path: Path) -> Path:
+def _overlay_with_documented_patch(tmp_path: Path) -> Path:
     (patch,) = re.findall(r"# network-policy-patch\n(.*?)```", INSTALL_DOC.read_text(), flags=re.DOTALL)
     overlay = tmp_path / "overlay"
     overlay.mkdir()
@@ -33,7 +33,7 @@ def test_patched_network_policy_is_accepted_by_the_api_server(
     control_plane: controlplane.ControlPlane, tmp_path: Path
 ) -> None:
     objs = manifests.render_kustomize(
-        control_plane.bin_dir / controlplane.KUBECTL, directory=_overlay_with_readme_patch(tmp_path)
+        control_plane.bin_dir / controlplane.KUBECTL, directory=_overlay_with_documented_patch(tmp_path)
     )
     policy = manifests.find_object(objs, kind="NetworkPolicy")
     namespace = manifests.find_object(objs, kind="Namespace")
