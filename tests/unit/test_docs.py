@@ -8,6 +8,7 @@ file (GitHub's anchor rules).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,6 +75,11 @@ def anchors(text: str) -> frozenset[str]:
         seen[slug] = count + 1
         result.add(slug if count == 0 else f"{slug}-{count}")
     return frozenset(result)
+
+
+@functools.cache
+def _anchors_of(path: Path) -> frozenset[str]:
+    return anchors(path.read_text(encoding="utf-8"))
 
 
 def relative_links(text: str) -> list[tuple[int, str]]:
@@ -147,7 +153,7 @@ def test_every_relative_link_resolves(path: Path) -> None:
             if name not in EXPECTED_SOON_PAGES:
                 broken.append(f"{_rel(path)}:{line}: {target}: no such file")
             continue
-        if fragment and linked.suffix == ".md" and fragment not in anchors(linked.read_text(encoding="utf-8")):
+        if fragment and linked.suffix == ".md" and fragment not in _anchors_of(linked):
             broken.append(f"{_rel(path)}:{line}: {target}: no heading with anchor #{fragment} in {name}")
     assert not broken, "broken links:\n" + "\n".join(broken)
 
