@@ -77,6 +77,8 @@ class RunRecord:
     truncated: bool  # stopped early by --max-wall-seconds
     preload_pods: int = 0
     notes: tuple[str, ...] = ()
+    # namespace/pod -> the (pods, nodes) resourceVersions the webhook's view held when it decided it
+    view_versions: Mapping[str, tuple[int, int]] = field(default_factory=dict)
 
     def trace_time(self, wall: float) -> float:
         return self.trace_start + (wall - self.wall_start) * self.compression
@@ -144,7 +146,8 @@ def build_decisions(run: RunRecord, *, model_label: str) -> list[Decision]:
         requests = pod_requests(pod.row)
         placement = pod_placement(pod.row, model_label=model_label)
         kind: Literal["local", "remote"] = "remote" if pod.decision == "remote" else "local"
-        decisions.append(Decision(pod.key, kind, pod.create_sent, pod.create_done, requests, placement))
+        view = run.view_versions.get(pod.key)
+        decisions.append(Decision(pod.key, kind, pod.create_sent, pod.create_done, requests, placement, view))
         if pod.burst_seen is not None and pod.burst_done is not None:
             decisions.append(Decision(pod.key, "remote", pod.burst_seen, pod.burst_done, requests, placement))
     return decisions
@@ -282,6 +285,9 @@ class Judgement:
     wrong_upper_bound: int  # GPUs free when the decision finished, claims and races ignored
     unprovidable_local: list[str]  # keys kept local although no node had the GPUs, throughout
     unprovidable_local_all: list[str]  # ... no node had the GPUs, CPU and memory together
+    wrong_keys: list[str] = field(default_factory=list)  # the wrong bursts (GPU+CPU+memory)
+    # Per decision made with a known view: how far it lagged the replay's watch beyond the race window.
+    view_lags: list[float] = field(default_factory=list)
 
     @property
     def wrong_rate(self) -> float:
@@ -302,6 +308,8 @@ def judge_run(run: RunRecord, *, model_label: str, race_window: float) -> tuple[
         wrong_upper_bound=sum(v.wrong_burst_upper_bound for v in gpu_verdicts),
         unprovidable_local=[v.decision.key for v in gpu_verdicts if v.unprovidable_local],
         unprovidable_local_all=[v.decision.key for v in full if v.unprovidable_local],
+        wrong_keys=[v.decision.key for v in full if v.wrong_burst],
+        view_lags=[v.view_lag for v in full if v.decision.view_versions is not None],
     )
     return judgement, gpu_verdicts
 
@@ -340,6 +348,9 @@ class PolicySummary:
     max_lag_seconds: float
     truncated: bool
     waiting_peak: float = 0.0
+    views_known: int = 0  # decisions logged with the webhook's view (resourceVersions)
+    views_lagging: int = 0  # ... whose view lagged the replay's watch by more than the race window
+    view_lag_max_seconds: float = 0.0
     local_timeline: Series = field(default_factory=list)
     remote_timeline: Series = field(default_factory=list)
     waiting_timeline: Series = field(default_factory=list)
@@ -430,11 +441,15 @@ def summarize(
         max_lag_seconds=run.max_lag_seconds,
         truncated=run.truncated,
         waiting_peak=max((v for _, v in waiting), default=0.0),
+        views_known=len(judgement.view_lags),
+        views_lagging=sum(1 for lag in judgement.view_lags if lag > 0),
+        view_lag_max_seconds=max(judgement.view_lags, default=0.0),
         local_timeline=sample(local, start=span[0], end=span[1]),
         remote_timeline=sample(remote, start=span[0], end=span[1]),
         waiting_timeline=sample(waiting, start=span[0], end=span[1]),
         examples={
             "stranded": stranded[:10],
+            "wrong_bursts": sorted(judgement.wrong_keys)[:10],
             "unprovidable_local": sorted(unprovidable)[:10],
             "unprovidable_local_all_resources": sorted(unprovidable_all)[:10],
         },

@@ -18,10 +18,17 @@ decision. So a decision is judged over its whole window, from `race_window` seco
 started until it finished: a burst is *wrong* only if the pod fits at every moment of the
 window (claims counted); a keep-local decision is *unprovidable* only if it fits at no moment.
 The unguarded count (fits when the decision finished, claims ignored) is kept as an upper bound.
+
+A webhook that logs the resourceVersions its view held when it decided (pods, nodes) is judged from
+the state it saw: when the replay's watch had already shown a newer object of a kind before the
+window would open, the window opens just before that object instead. A burst made on a view that
+lagged the cluster (a GPU freed a second ago, not yet seen) is then a race, as above; one the view
+itself got wrong is still wrong. `Verdict.view_lag` says by how much the window was widened.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -317,12 +324,50 @@ def evaluate(
     return answers
 
 
+class ViewClock:
+    """When the replay's watch first showed an object newer than a view held, per kind: the
+    observations' times in resourceVersion order (the API server's order), with suffix minima."""
+
+    def __init__(self, history: Sequence[Observation]) -> None:
+        self._kinds: dict[str, tuple[list[int], list[float]]] = {}
+        for kind in ("pod", "node"):
+            seen = sorted((o.version, o.at) for o in history if o.version > 0 and o.kind.startswith(kind))
+            earliest = [at for _, at in seen]
+            for i in range(len(earliest) - 2, -1, -1):
+                earliest[i] = min(earliest[i], earliest[i + 1])
+            self._kinds[kind] = ([v for v, _ in seen], earliest)
+
+    def first_newer(self, kind: str, version: int) -> float | None:
+        """The first moment the replay saw an object of `kind` newer than `version` (None: never)."""
+        versions, earliest = self._kinds[kind]
+        i = bisect.bisect_right(versions, version)
+        return earliest[i] if i < len(versions) else None
+
+
+# A window widened to a lagging view opens this long before the first object the view had not seen.
+VIEW_EPSILON = 1e-6
+
+
+def window_start(decision: Decision, clock: ViewClock, *, race_window: float) -> float:
+    """`race_window` before the decision started, or earlier: just before the replay's watch showed
+    the first object newer than what the webhook's view held (see the module docstring)."""
+    start = decision.started - race_window
+    if decision.view_versions is None:
+        return start
+    for kind, version in zip(("pod", "node"), decision.view_versions, strict=True):
+        newer = clock.first_newer(kind, version) if version > 0 else None
+        if newer is not None and newer - VIEW_EPSILON < start:
+            start = newer - VIEW_EPSILON
+    return start
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     decision: Decision
     contradicted_throughout: bool  # the reference disagreed with the decision at every moment
-    fits_at_start: bool  # race_window before the decision started, claims counted
+    fits_at_start: bool  # when the window opened, claims counted
     fits_at_end_ignoring_claims: bool
+    view_lag: float = 0.0  # how much earlier than race_window the window opened: the view's lag
 
     @property
     def wrong_burst(self) -> bool:
@@ -346,9 +391,11 @@ def judge(
     race_window: float,
     resources: Sequence[str] = GPU_ONLY,
 ) -> list[Verdict]:
-    """One verdict per decision, judged over [started - race_window, finished]."""
+    """One verdict per decision, judged over [window_start, finished]."""
+    clock = ViewClock(history)
+    starts = [window_start(d, clock, race_window=race_window) for d in decisions]
     windows = [
-        Window(i, d.started - race_window, d.finished, d.requests, d.placement, d.key, expect_fit=d.kind == "remote")
+        Window(i, starts[i], d.finished, d.requests, d.placement, d.key, expect_fit=d.kind == "remote")
         for i, d in enumerate(decisions)
     ]
     local = [d for d in decisions if d.kind == "local"]
@@ -359,6 +406,7 @@ def judge(
             contradicted_throughout=answers[i].throughout,
             fits_at_start=answers[i].fits_at_start,
             fits_at_end_ignoring_claims=answers[i].fits_at_end_ignoring_claims,
+            view_lag=d.started - race_window - starts[i],
         )
         for i, d in enumerate(decisions)
     ]

@@ -92,6 +92,7 @@ class Observation:
     name: str  # node name or pod key
     node: NodeSeen | None = None
     pod: PodSeen | None = None
+    version: int = 0  # the object's resourceVersion (a deletion's for a deletion); 0 when unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +109,9 @@ class Decision:
     finished: float
     requests: Mapping[str, int]  # what the pod asked for before any rewrite
     placement: Placement
+    # The webhook's view when it decided: the (pods, nodes) resourceVersions its cache held, from
+    # its log; None when not known (the burst-on-failure controller, an older webhook).
+    view_versions: tuple[int, int] | None = None
 
 
 class ObjectError(ValueError):
@@ -134,6 +138,12 @@ def to_units(resource: str, raw: object) -> int:
     if resource == MEMORY:
         return math.ceil(value / (1024**2))
     return math.ceil(value)
+
+
+def resource_version(raw: Mapping[str, Any]) -> int:
+    """metadata.resourceVersion as a number (etcd's), 0 when absent or not a number."""
+    text = str(_map(raw.get("metadata")).get("resourceVersion") or "")
+    return int(text) if text.isdigit() else 0
 
 
 def _map(value: object) -> Mapping[str, Any]:

@@ -125,22 +125,23 @@ class Recorder:
             self._on_pod(observation)
 
     def _observe(self, kind: Kind, event_type: str, raw: Mapping[str, Any], at: float) -> None:
+        version = history.resource_version(raw)
         if kind == "nodes":
             name = str((raw.get("metadata") or {}).get("name", ""))
             if event_type == "DELETED":
                 self._known[kind].discard(name)
-                self._record(Observation(at, "node-deleted", name))
+                self._record(Observation(at, "node-deleted", name, version=version))
             else:
                 self._known[kind].add(name)
-                self._record(Observation(at, "node", name, node=history.parse_node(raw)))
+                self._record(Observation(at, "node", name, node=history.parse_node(raw), version=version))
             return
         key = history.pod_key(raw)
         if event_type == "DELETED":
             self._known[kind].discard(key)
-            self._record(Observation(at, "pod-deleted", key))
+            self._record(Observation(at, "pod-deleted", key, version=version))
         else:
             self._known[kind].add(key)
-            self._record(Observation(at, "pod", key, pod=history.parse_pod(raw)))
+            self._record(Observation(at, "pod", key, pod=history.parse_pod(raw), version=version))
 
     def _list(self, kind: Kind) -> str:
         items: list[Mapping[str, Any]] = []

@@ -39,6 +39,14 @@ def _percent(part: int, whole: int) -> str:
     return f"{part} ({100.0 * part / whole:.1f} %)" if whole else str(part)
 
 
+def _view_lag(s: PolicySummary) -> str:
+    """Decisions whose view was older than the race window allows (judged from that view), of those
+    logged with one; "-" without a webhook that logs its view."""
+    if not s.views_known:
+        return "-"
+    return f"{s.views_lagging} of {s.views_known} (max {s.view_lag_max_seconds:.2f} s)"
+
+
 Row = tuple[str, Callable[[PolicySummary], str]]
 
 ROWS: tuple[Row, ...] = (
@@ -63,6 +71,7 @@ ROWS: tuple[Row, ...] = (
     ("creation -> burst delay (trace time)", lambda s: _dist_hours(s.burst_delay_trace_seconds)),
     ("wrong bursts (GPU+CPU+memory fit)", lambda s: _percent(s.wrong_bursts, s.burst)),
     ("  by GPUs alone / unguarded upper bound", lambda s: f"{s.wrong_bursts_gpu_only} / {s.wrong_bursts_upper_bound}"),
+    ("  decided on a view lagging the watch", _view_lag),
     ("stranded (kept local, not bound in time)", lambda s: str(s.stranded)),
     ("webhook admission latency ms", lambda s: _dist_ms(s.admission_latency_ms)),
     ("pod CREATE latency ms (client)", lambda s: _dist_ms(s.create_latency_ms)),

@@ -102,6 +102,25 @@ def parse_admission_latencies(lines: Sequence[str]) -> list[float]:
     return latencies
 
 
+def parse_admission_views(lines: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """namespace/pod -> the (pods, nodes) resourceVersions the webhook's view held when it decided,
+    from its `"message": "admission"` log lines (dry runs excluded; lines without them skipped)."""
+    views: dict[str, tuple[int, int]] = {}
+    for line in lines:
+        if '"view_pods_version"' not in line:
+            continue
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("message") != "admission" or entry.get("dry_run"):
+            continue
+        pods, nodes = entry.get("view_pods_version"), entry.get("view_nodes_version")
+        if isinstance(pods, int) and isinstance(nodes, int):
+            views[f"{entry.get('namespace')}/{entry.get('pod')}"] = (pods, nodes)
+    return views
+
+
 class Replay:
     def __init__(self, settings: Settings, *, plan: Plan, plane: ControlPlane, core: Any, deadline: float) -> None:
         self.settings = settings
@@ -173,8 +192,11 @@ class Replay:
             if hook is not None:
                 addons.stop_webhook(hook)
         latencies: list[float] = []
+        views: dict[str, tuple[int, int]] = {}
         if hook is not None:
-            latencies = parse_admission_latencies(hook.process.log_path.read_text().splitlines())
+            log_lines = hook.process.log_path.read_text().splitlines()
+            latencies = parse_admission_latencies(log_lines)
+            views = parse_admission_views(log_lines)
         if recorder.errors:
             notes.append(f"replay watch errors: {recorder.errors[:3]}")
         cluster.wipe_namespace(self.core, namespace)
@@ -191,6 +213,7 @@ class Replay:
             history=recorder.observations(),
             create_latencies_ms=result.create_latencies_ms,
             admission_latencies_ms=latencies,
+            view_versions=views,
             max_lag_seconds=result.max_lag_seconds,
             truncated=result.truncated,
             preload_pods=len(plan.preload),

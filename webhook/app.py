@@ -107,6 +107,7 @@ async def mutate(request: web.Request) -> web.Response:
             with sync.lock:  # the watch threads apply changes under it: decide and reserve as one
                 # Checked with the decision, under the same lock: only a fit cache decides.
                 ready, unready_reason = sync.ready(stale_after=app[SETTINGS].watch_stale_seconds)
+                view_pods, view_nodes = sync.view_versions()
                 result = (
                     admission.admit(
                         review,
@@ -146,6 +147,9 @@ async def mutate(request: web.Request) -> web.Response:
                     "node": result.node,
                     "dry_run": review.dry_run,
                     "latency_ms": round(elapsed * 1000, 3),
+                    # What the decision saw: the cluster as of these resourceVersions (see sync.py).
+                    "view_pods_version": view_pods,
+                    "view_nodes_version": view_nodes,
                 }
             )
         return web.Response(body=orjson.dumps(result.response), content_type="application/json")

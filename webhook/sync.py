@@ -30,6 +30,10 @@ class SyncState:
     # recovered node watch would hide a pod watch that has not caught up yet.
     broken_since: dict[str, float] = field(default_factory=dict)
     skipped_objects: int = 0  # objects whose shape we could not use (logged by the caller)
+    # Per kind: the resourceVersion of the last list or event applied (0 when not a number).
+    # Logged with each decision, so a replay can tell a decision made on a view that lagged the
+    # cluster from one the view itself got wrong. Opaque to the API; etcd makes it a number.
+    versions: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -129,6 +133,15 @@ class CacheSync:
                         into.pods.append(pod)
             except ObjectError as exc:
                 into.problems.append(f"{kind[:-1]} {_name(raw)}: {exc}")
+
+    def note_version(self, kind: Kind, raw_version: object) -> None:
+        """The view now holds `kind` as of this resourceVersion (a list's, or an event's object's)."""
+        text = str(raw_version or "")
+        self.state.versions[kind] = int(text) if text.isdigit() else 0
+
+    def view_versions(self) -> tuple[int, int]:
+        """(pods, nodes): the resourceVersions the view holds those kinds as of."""
+        return self.state.versions.get("pods", 0), self.state.versions.get("nodes", 0)
 
     def apply_parsed(self, kind: Kind, parsed: ParsedList) -> None:
         if kind == "nodes":

@@ -87,7 +87,7 @@ class _CacheFeed:
             return resource_version, token
 
         resource_version = list_pages(read_page)
-        self._apply(functools.partial(self._sync.apply_parsed, kind, parsed))
+        self._apply(functools.partial(self._apply_list, parsed, resource_version))
         # What a list fills the cache with lives until the next list (150k pods: ~270k tracked
         # objects). Frozen, the collector stops walking it in every full collection (issue 15).
         gc.freeze()
@@ -98,13 +98,22 @@ class _CacheFeed:
         log.info("cache listed", extra={"kind": kind, "count": count, "resource_version": resource_version})
         return resource_version
 
+    def _apply_list(self, parsed: ParsedList, resource_version: str) -> None:
+        self._sync.apply_parsed(self._kind, parsed)
+        self._sync.note_version(self._kind, resource_version)
+
     def _listed(self) -> None:
         """After a list has replaced this kind in the cache."""
 
     def apply_event(self, event_type: str, obj: Mapping[str, Any]) -> None:
-        problem = self._apply(functools.partial(self._sync.apply_event, self._kind, event_type, obj))
+        problem = self._apply(functools.partial(self._apply_event, event_type, obj))
         if problem:
             log.warning("object skipped", extra={"kind": self._kind, "problem": problem})
+
+    def _apply_event(self, event_type: str, obj: Mapping[str, Any]) -> str | None:
+        problem = self._sync.apply_event(self._kind, event_type, obj)
+        self._sync.note_version(self._kind, _version(obj))
+        return problem
 
     def mark_contact(self) -> None:
         self._apply(functools.partial(self._sync.mark_contact, self._kind))
@@ -125,12 +134,26 @@ class _PodFeed(_CacheFeed):
 
     def apply_event(self, event_type: str, obj: Mapping[str, Any]) -> None:
         change = self._sync.parse_pod_event(event_type, obj)  # pure: parsed before the lock is taken
+        version = _version(obj)
         if isinstance(change, PodChange) and self._recent_pods.unchanged(change):
-            self.mark_contact()  # no change, but contact
+            self._apply(functools.partial(self._contact_at, version))  # no change, but contact
             return
-        self._apply(functools.partial(self._sync.apply_pod_change, change))
+        self._apply(functools.partial(self._apply_pod_change, change, version))
         if isinstance(change, str):
             log.warning("object skipped", extra={"kind": "pods", "problem": change})
+
+
+    def _contact_at(self, version: object) -> None:
+        self._sync.mark_contact("pods")
+        self._sync.note_version("pods", version)
+
+    def _apply_pod_change(self, change: PodChange | str, version: object) -> None:
+        self._sync.apply_pod_change(change)
+        self._sync.note_version("pods", version)
+
+
+def _version(obj: Mapping[str, Any]) -> object:
+    return (obj.get("metadata") or {}).get("resourceVersion")
 
 
 def _decode(data: bytes | str) -> Any:

@@ -23,7 +23,7 @@ from replay.history import (
     parse_node,
     parse_pod,
 )
-from replay.run import parse_admission_latencies
+from replay.run import parse_admission_latencies, parse_admission_views
 
 MODEL = "nimbix-burst.io/gpu-model"
 
@@ -40,6 +40,7 @@ def node(
     model: str = "G2",
     taints: tuple[tuple[str, str, str], ...] = (),
     unschedulable: bool = False,
+    version: int = 0,
 ) -> Observation:
     seen = NodeSeen(
         name=name,
@@ -48,7 +49,7 @@ def node(
         taints=taints,
         unschedulable=unschedulable,
     )
-    return Observation(at, "node", name, node=seen)
+    return Observation(at, "node", name, node=seen, version=version)
 
 
 def pod(
@@ -61,6 +62,7 @@ def pod(
     memory: int = 1000,
     terminal: bool = False,
     placement: Placement | None = None,
+    version: int = 0,
 ) -> Observation:
     seen = PodSeen(
         key=key,
@@ -69,21 +71,30 @@ def pod(
         terminal=terminal,
         placement=placement or Placement(),
     )
-    return Observation(at, "pod", key, pod=seen)
+    return Observation(at, "pod", key, pod=seen, version=version)
 
 
-def gone(key: str, *, at: float) -> Observation:
-    return Observation(at, "pod-deleted", key)
+def gone(key: str, *, at: float, version: int = 0) -> Observation:
+    return Observation(at, "pod-deleted", key, version=version)
 
 
-def burst(key: str, *, at: float, gpus: int = 1, cpu: int = 1000, placement: Placement | None = None) -> Decision:
-    """A remote decision taking 10 ms."""
+def burst(
+    key: str,
+    *,
+    at: float,
+    gpus: int = 1,
+    cpu: int = 1000,
+    placement: Placement | None = None,
+    view: tuple[int, int] | None = None,
+) -> Decision:
+    """A remote decision taking 10 ms; `view`: the (pods, nodes) resourceVersions the webhook saw."""
     requests = {GPU: gpus, "cpu": cpu, "memory": 1000}
-    return Decision(key, "remote", at, at + 0.01, requests, placement or Placement())
+    return Decision(key, "remote", at, at + 0.01, requests, placement or Placement(), view_versions=view)
 
 
-def keep(key: str, *, at: float, gpus: int = 1) -> Decision:
-    return Decision(key, "local", at, at + 0.01, {GPU: gpus, "cpu": 1000, "memory": 1000}, Placement())
+def keep(key: str, *, at: float, gpus: int = 1, view: tuple[int, int] | None = None) -> Decision:
+    requests = {GPU: gpus, "cpu": 1000, "memory": 1000}
+    return Decision(key, "local", at, at + 0.01, requests, Placement(), view_versions=view)
 
 
 def models(*names: str) -> Placement:
@@ -174,6 +185,34 @@ CASES = {
     "local-freed-during-the-window-was-providable": Case(
         [node("a", 1), pod("bg/x", at=0, on="a"), gone("bg/x", at=10.005)], [keep("r/p", at=10)]
     ),
+    # The webhook's view (the resourceVersions it logged): a window opens at the state it decided on.
+    "freed-long-before-but-not-yet-seen-is-a-race": Case(
+        [node("a", 1, version=1), pod("bg/x", at=0, on="a", version=2), gone("bg/x", at=5, version=3)],
+        [burst("r/p", at=10, view=(2, 1))],
+    ),
+    "freed-long-before-and-seen-is-wrong": Case(
+        [node("a", 1, version=1), pod("bg/x", at=0, on="a", version=2), gone("bg/x", at=5, version=3)],
+        [burst("r/p", at=10, view=(3, 1))],
+        wrong("r/p"),
+    ),
+    "a-lagging-view-does-not-excuse-a-fit-it-held": Case(
+        [node("a", 4, version=1), pod("bg/x", at=0, gpus=2, on="a", version=2), pod("bg/y", at=5, on="a", version=3)],
+        [burst("r/p", at=10, view=(2, 1))],
+        wrong("r/p"),
+    ),
+    "a-node-not-yet-seen-is-a-race": Case(
+        [node("a", 1, version=1), pod("bg/x", at=0, on="a", version=2), node("b", 1, at=5, version=3)],
+        [burst("r/p", at=10, view=(2, 1))],
+    ),
+    "an-old-node-version-is-no-lag": Case(
+        [node("a", 1, version=1), pod("bg/x", at=0, on="a", version=2), gone("bg/x", at=5, version=9)],
+        [burst("r/p", at=10, view=(9, 1))],
+        wrong("r/p"),
+    ),
+    "kept-local-on-a-view-that-still-had-the-gpu-was-providable": Case(
+        [node("a", 1, version=1), pod("bg/x", at=5, on="a", version=3)],
+        [keep("r/p", at=10, view=(2, 1))],
+    ),
     "several-decisions-judged-independently": Case(
         [node("a", 1), node("b", 2), pod("bg/x", at=0, gpus=2, on="b")],
         [burst("r/p1", at=10), burst("r/p2", at=10, gpus=2), keep("r/p3", at=20, gpus=2)],
@@ -188,6 +227,15 @@ def test_checker_finds_exactly_the_wrong_decisions(case: Case) -> None:
     verdicts = checker.judge(case.history, case.decisions, race_window=case.race_window, resources=case.resources)
     assert {v.decision.key for v in verdicts if v.wrong_burst} == case.wrong
     assert {v.decision.key for v in verdicts if v.unprovidable_local} == case.unprovidable
+
+
+def test_view_lag_is_reported() -> None:
+    history = [node("a", 1, version=1), pod("bg/x", at=0, on="a", version=2), gone("bg/x", at=5, version=3)]
+    lagging, current = checker.judge(
+        history, [burst("r/p", at=10, view=(2, 1)), burst("r/q", at=10, view=(3, 1))], race_window=0.25
+    )
+    assert lagging.view_lag == pytest.approx(4.75, abs=1e-3)
+    assert current.view_lag == 0.0
 
 
 def test_upper_bound_ignores_claims_and_races() -> None:
@@ -492,3 +540,16 @@ def test_export_builds_rows_relative_to_the_oldest_pod() -> None:
     assert (train.num_gpu, train.gpu_milli, train.gpu_models, train.cpu_milli) == (2, 2000, ("A100",), 8000)
     # What the exporter writes, the replay reads back.
     assert trace.parse_pods(trace.format_pods(pod_rows))[1].gpu_models == ("A100",)
+
+
+def test_admission_views_are_read_from_the_webhook_log() -> None:
+    lines = [
+        '{"message": "admission", "namespace": "r", "pod": "p", "dry_run": false, '
+        '"view_pods_version": 12, "view_nodes_version": 3}',
+        '{"message": "admission", "namespace": "r", "pod": "d", "dry_run": true, '
+        '"view_pods_version": 13, "view_nodes_version": 3}',
+        '{"message": "admission", "namespace": "r", "pod": "old", "dry_run": false}',
+        '{"message": "other", "namespace": "r", "pod": "x", "view_pods_version": 1, "view_nodes_version": 1}',
+        "not json view_pods_version",
+    ]
+    assert parse_admission_views(lines) == {"r/p": (12, 3)}

@@ -178,3 +178,16 @@ async def test_events_wait_for_the_cache_lock() -> None:
             sync.lock.release()
         await watching.until(lambda: "u-later" in cache.pods())
         assert cache.free("a")["nvidia.com/gpu"] == -3
+
+
+async def test_view_versions_follow_lists_and_events() -> None:
+    """Each decision is logged with the resourceVersions its view holds (a replay tells a decision
+    made on a view that lagged the cluster from one the view got wrong): a list's, then each event's."""
+    api = ScriptedApiServer()
+    async with Watching(api) as watching:
+        cache, sync = watching.cache, watching.sync
+        await watching.until(lambda: "u-new" in cache.pods())
+        assert sync.view_versions() == (12, 10)  # the pod event's object, the nodes' list
+        api.send_later.set()
+        await watching.until(lambda: "u-later" in cache.pods())
+        assert sync.view_versions() == (0, 10)  # an event without a numeric version says "unknown", not the old one

@@ -183,3 +183,14 @@ def test_bounded_and_cleared() -> None:
     assert recent.unchanged(PodChange("c", None)) is True
     recent.clear()
     assert recent.unchanged(PodChange("c", None)) is False
+
+
+@pytest.mark.parametrize(
+    ("raw_version", "expected"),
+    [("42", 42), (42, 42), ("", 0), (None, 0), ("opaque-v1", 0), ("-3", 0)],
+)
+def test_note_version_reads_numbers_only(raw_version: object, expected: int) -> None:
+    sync = new_sync()
+    sync.note_version("pods", "7")
+    sync.note_version("pods", raw_version)
+    assert sync.view_versions() == (expected, 0)
