@@ -286,8 +286,10 @@ class Judgement:
     unprovidable_local: list[str]  # keys kept local although no node had the GPUs, throughout
     unprovidable_local_all: list[str]  # ... no node had the GPUs, CPU and memory together
     wrong_keys: list[str] = field(default_factory=list)  # the wrong bursts (GPU+CPU+memory)
-    # Per decision made with a known view: how far it lagged the replay's watch beyond the race window.
+    # Per decision made with a known view: how far it lagged the replay's watch beyond the race
+    # window, and how far the replay's watch lagged it (checker.Verdict.view_lag, watch_lag).
     view_lags: list[float] = field(default_factory=list)
+    watch_lags: list[float] = field(default_factory=list)
 
     @property
     def wrong_rate(self) -> float:
@@ -310,6 +312,7 @@ def judge_run(run: RunRecord, *, model_label: str, race_window: float) -> tuple[
         unprovidable_local_all=[v.decision.key for v in full if v.unprovidable_local],
         wrong_keys=[v.decision.key for v in full if v.wrong_burst],
         view_lags=[v.view_lag for v in full if v.decision.view_versions is not None],
+        watch_lags=[v.watch_lag for v in full if v.decision.view_versions is not None],
     )
     return judgement, gpu_verdicts
 
@@ -351,6 +354,8 @@ class PolicySummary:
     views_known: int = 0  # decisions logged with the webhook's view (resourceVersions)
     views_lagging: int = 0  # ... whose view lagged the replay's watch by more than the race window
     view_lag_max_seconds: float = 0.0
+    watch_lagging: int = 0  # ... whose view the replay's watch showed only after the decision finished
+    watch_lag_max_seconds: float = 0.0
     local_timeline: Series = field(default_factory=list)
     remote_timeline: Series = field(default_factory=list)
     waiting_timeline: Series = field(default_factory=list)
@@ -444,6 +449,8 @@ def summarize(
         views_known=len(judgement.view_lags),
         views_lagging=sum(1 for lag in judgement.view_lags if lag > 0),
         view_lag_max_seconds=max(judgement.view_lags, default=0.0),
+        watch_lagging=sum(1 for lag in judgement.watch_lags if lag > 0),
+        watch_lag_max_seconds=max(judgement.watch_lags, default=0.0),
         local_timeline=sample(local, start=span[0], end=span[1]),
         remote_timeline=sample(remote, start=span[0], end=span[1]),
         waiting_timeline=sample(waiting, start=span[0], end=span[1]),

@@ -20,10 +20,15 @@ window (claims counted); a keep-local decision is *unprovidable* only if it fits
 The unguarded count (fits when the decision finished, claims ignored) is kept as an upper bound.
 
 A webhook that logs the resourceVersions its view held when it decided (pods, nodes) is judged from
-the state it saw: when the replay's watch had already shown a newer object of a kind before the
-window would open, the window opens just before that object instead. A burst made on a view that
-lagged the cluster (a GPU freed a second ago, not yet seen) is then a race, as above; one the view
-itself got wrong is still wrong. `Verdict.view_lag` says by how much the window was widened.
+the state it saw, whichever watch was behind:
+- the webhook's: when the replay's watch had already shown a newer object of a kind before the
+  window would open, the window opens just before that object instead (a burst on a view that
+  lagged the cluster, a GPU freed a second ago and not yet seen, is then a race);
+- the replay's: when the replay's watch showed the newest object the webhook's view held only
+  after the decision finished, the window closes then instead (a busy replay process reads its
+  watch late; what the webhook saw is still judged).
+A decision the view itself got wrong is still wrong. `Verdict.view_lag` and `watch_lag` say by how
+much the window was widened each way.
 """
 
 from __future__ import annotations
@@ -325,40 +330,64 @@ def evaluate(
 
 
 class ViewClock:
-    """When the replay's watch first showed an object newer than a view held, per kind: the
-    observations' times in resourceVersion order (the API server's order), with suffix minima."""
+    """When the replay's watch showed objects relative to a view's resourceVersion, per kind: the
+    observations' times in resourceVersion order (the API server's order), with suffix minima and
+    prefix maxima."""
 
     def __init__(self, history: Sequence[Observation]) -> None:
-        self._kinds: dict[str, tuple[list[int], list[float]]] = {}
+        self._kinds: dict[str, tuple[list[int], list[float], list[float]]] = {}
         for kind in ("pod", "node"):
             seen = sorted((o.version, o.at) for o in history if o.version > 0 and o.kind.startswith(kind))
             earliest = [at for _, at in seen]
             for i in range(len(earliest) - 2, -1, -1):
                 earliest[i] = min(earliest[i], earliest[i + 1])
-            self._kinds[kind] = ([v for v, _ in seen], earliest)
+            latest = [at for _, at in seen]
+            for i in range(1, len(latest)):
+                latest[i] = max(latest[i], latest[i - 1])
+            self._kinds[kind] = ([v for v, _ in seen], earliest, latest)
 
     def first_newer(self, kind: str, version: int) -> float | None:
         """The first moment the replay saw an object of `kind` newer than `version` (None: never)."""
-        versions, earliest = self._kinds[kind]
+        versions, earliest, _ = self._kinds[kind]
         i = bisect.bisect_right(versions, version)
         return earliest[i] if i < len(versions) else None
+
+    def caught_up(self, kind: str, version: int) -> float | None:
+        """The moment the replay had seen every object of `kind` up to `version` (None: none of them)."""
+        versions, _, latest = self._kinds[kind]
+        i = bisect.bisect_right(versions, version)
+        return latest[i - 1] if i > 0 else None
 
 
 # A window widened to a lagging view opens this long before the first object the view had not seen.
 VIEW_EPSILON = 1e-6
 
 
+def _views(decision: Decision) -> list[tuple[str, int]]:
+    if decision.view_versions is None:
+        return []
+    return [(kind, v) for kind, v in zip(("pod", "node"), decision.view_versions, strict=True) if v > 0]
+
+
 def window_start(decision: Decision, clock: ViewClock, *, race_window: float) -> float:
     """`race_window` before the decision started, or earlier: just before the replay's watch showed
     the first object newer than what the webhook's view held (see the module docstring)."""
     start = decision.started - race_window
-    if decision.view_versions is None:
-        return start
-    for kind, version in zip(("pod", "node"), decision.view_versions, strict=True):
-        newer = clock.first_newer(kind, version) if version > 0 else None
+    for kind, version in _views(decision):
+        newer = clock.first_newer(kind, version)
         if newer is not None and newer - VIEW_EPSILON < start:
             start = newer - VIEW_EPSILON
     return start
+
+
+def window_end(decision: Decision, clock: ViewClock) -> float:
+    """When the decision finished, or later: when the replay's watch had shown all the webhook saw."""
+    end = decision.finished
+    for kind, version in _views(decision):
+        caught_up = clock.caught_up(kind, version)
+        if caught_up is not None and caught_up > end:
+            end = caught_up
+    return end
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,7 +396,8 @@ class Verdict:
     contradicted_throughout: bool  # the reference disagreed with the decision at every moment
     fits_at_start: bool  # when the window opened, claims counted
     fits_at_end_ignoring_claims: bool
-    view_lag: float = 0.0  # how much earlier than race_window the window opened: the view's lag
+    view_lag: float = 0.0  # how much earlier than race_window the window opened: the webhook's lag
+    watch_lag: float = 0.0  # how much later than the decision's end it closed: the replay watch's lag
 
     @property
     def wrong_burst(self) -> bool:
@@ -394,8 +424,9 @@ def judge(
     """One verdict per decision, judged over [window_start, finished]."""
     clock = ViewClock(history)
     starts = [window_start(d, clock, race_window=race_window) for d in decisions]
+    ends = [window_end(d, clock) for d in decisions]
     windows = [
-        Window(i, starts[i], d.finished, d.requests, d.placement, d.key, expect_fit=d.kind == "remote")
+        Window(i, starts[i], ends[i], d.requests, d.placement, d.key, expect_fit=d.kind == "remote")
         for i, d in enumerate(decisions)
     ]
     local = [d for d in decisions if d.kind == "local"]
@@ -407,6 +438,7 @@ def judge(
             fits_at_start=answers[i].fits_at_start,
             fits_at_end_ignoring_claims=answers[i].fits_at_end_ignoring_claims,
             view_lag=d.started - race_window - starts[i],
+            watch_lag=ends[i] - d.finished,
         )
         for i, d in enumerate(decisions)
     ]

@@ -40,11 +40,15 @@ def _percent(part: int, whole: int) -> str:
 
 
 def _view_lag(s: PolicySummary) -> str:
-    """Decisions whose view was older than the race window allows (judged from that view), of those
-    logged with one; "-" without a webhook that logs its view."""
+    """Of the decisions logged with the webhook's view: those whose view was older than the race
+    window allows, and those whose view the replay's own watch showed only later (each judged from
+    that view); "-" without a webhook that logs its view."""
     if not s.views_known:
         return "-"
-    return f"{s.views_lagging} of {s.views_known} (max {s.view_lag_max_seconds:.2f} s)"
+    return (
+        f"behind {s.views_lagging} (max {s.view_lag_max_seconds:.2f} s), "
+        f"ahead {s.watch_lagging} (max {s.watch_lag_max_seconds:.2f} s) of {s.views_known}"
+    )
 
 
 Row = tuple[str, Callable[[PolicySummary], str]]
@@ -71,7 +75,7 @@ ROWS: tuple[Row, ...] = (
     ("creation -> burst delay (trace time)", lambda s: _dist_hours(s.burst_delay_trace_seconds)),
     ("wrong bursts (GPU+CPU+memory fit)", lambda s: _percent(s.wrong_bursts, s.burst)),
     ("  by GPUs alone / unguarded upper bound", lambda s: f"{s.wrong_bursts_gpu_only} / {s.wrong_bursts_upper_bound}"),
-    ("  decided on a view lagging the watch", _view_lag),
+    ("  webhook's view vs the replay's watch", _view_lag),
     ("stranded (kept local, not bound in time)", lambda s: str(s.stranded)),
     ("webhook admission latency ms", lambda s: _dist_ms(s.admission_latency_ms)),
     ("pod CREATE latency ms (client)", lambda s: _dist_ms(s.create_latency_ms)),

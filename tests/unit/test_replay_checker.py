@@ -213,6 +213,19 @@ CASES = {
         [node("a", 1, version=1), pod("bg/x", at=5, on="a", version=3)],
         [keep("r/p", at=10, view=(2, 1))],
     ),
+    "a-freed-gpu-the-replay-saw-late-was-providable": Case(
+        [node("a", 1, version=1), pod("bg/x", at=0, on="a", version=2), gone("bg/x", at=11, version=3)],
+        [keep("r/p", at=10, view=(3, 1))],
+    ),
+    "the-same-without-a-view-is-unprovidable": Case(
+        [node("a", 1, version=1), pod("bg/x", at=0, on="a", version=2), gone("bg/x", at=11, version=3)],
+        [keep("r/p", at=10)],
+        unprovidable=wrong("r/p"),
+    ),
+    "a-gpu-taken-that-the-replay-saw-late-is-a-race": Case(
+        [node("a", 1, version=1), pod("bg/x", at=11, on="a", version=3)],
+        [burst("r/p", at=10, view=(3, 1))],
+    ),
     "several-decisions-judged-independently": Case(
         [node("a", 1), node("b", 2), pod("bg/x", at=0, gpus=2, on="b")],
         [burst("r/p1", at=10), burst("r/p2", at=10, gpus=2), keep("r/p3", at=20, gpus=2)],
@@ -236,6 +249,8 @@ def test_view_lag_is_reported() -> None:
     )
     assert lagging.view_lag == pytest.approx(4.75, abs=1e-3)
     assert current.view_lag == 0.0
+    (late,) = checker.judge(history, [burst("r/p", at=4, view=(3, 1))], race_window=0.25)
+    assert late.watch_lag == pytest.approx(0.99, abs=1e-3)
 
 
 def test_upper_bound_ignores_claims_and_races() -> None:
