@@ -20,6 +20,9 @@ ANNOTATION_DECISION = "nimbix-burst.io/decision"
 ANNOTATION_STRANDED_SINCE = "nimbix-burst.io/stranded-since"
 # The webhook's note on a pod it kept local because its namespace's burst budget was spent.
 ANNOTATION_BUDGET = "nimbix-burst.io/budget"
+# The webhook's note on a pod it kept local because no JARVICE machine offers the GPU model it
+# selects (on a burst pod: the model it selected).
+ANNOTATION_GPU_MODEL = "nimbix-burst.io/gpu-model"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +53,8 @@ class PodView:
     scheduled_status: str
     scheduled_reason: str
     scheduled_since: float | None
+    # Kept local because no JARVICE machine offers its GPU model: its replacement would be too.
+    held_by_model: bool = False
 
 
 def parse_time(text: object) -> float | None:
@@ -107,6 +112,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
         scheduled_status=str(scheduled.get("status") or ""),
         scheduled_reason=str(scheduled.get("reason") or ""),
         scheduled_since=parse_time(scheduled.get("lastTransitionTime")),
+        held_by_model=annotations.get(ANNOTATION_DECISION) == "local" and bool(annotations.get(ANNOTATION_GPU_MODEL)),
     )
 
 

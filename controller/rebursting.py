@@ -153,6 +153,8 @@ class Reburster:
 def _noted_label(pod: PodView) -> str:
     if pod.held_by_budget:
         return "budget"
+    if pod.held_by_model:
+        return "gpu-model"
     return "no-owner" if pod.owner is None else "owner"
 
 

@@ -11,6 +11,8 @@ not model (inter-pod affinity, topology spread, ...).
   pod that strands for a reason the webhook cannot see is not deleted forever.
 - Kept local by its namespace's burst budget (the webhook's `budget` annotation): waiting for local
   GPUs is what the budget decided, and its replacement would be kept local again; report it, as below.
+- Kept local because no JARVICE machine offers the GPU model it selects (the webhook's `gpu-model`
+  annotation on a local pod): its replacement would be kept local again; report it, as below.
 - Anything else (a bare pod, a ReplicaSet's, a StatefulSet's, or a Job whose cap is spent): report
   it once, with an Event and the `stranded-since` annotation; never delete it.
 """
@@ -74,6 +76,8 @@ def assess(pod: PodView, *, now: float, policy: Policy, rebursts: int) -> Assess
     since = pod.scheduled_since
     if pod.held_by_budget:
         return Assessment("note", "kept local by its namespace's burst budget", stranded_since=since)
+    if pod.held_by_model:
+        return Assessment("note", "kept local: no JARVICE machine offers its GPU model", stranded_since=since)
     if not may_reburst_owner(pod):
         owner = "no owner" if pod.owner is None else f"owner {pod.owner.kind} does not recreate it for us"
         return Assessment("note", owner, stranded_since=since)

@@ -66,6 +66,45 @@ TERMINATION_KEY: Final = "nimbix_burst"  # {"nimbix_burst": {"job": N|null, "job
 ANNOTATION_JOB_STATE: Final = ANNOTATION_PREFIX + "job-state"
 JOB_STATE_ENDED: Final = "ended"
 
+# --- GPU models: what a pod selected becomes the remote machine choice (docs/gpu-models.md) ---
+
+# The JARVICE machine types the pod's GPU model constraint allows (comma-separated, sorted), set by
+# the webhook on every burst container of a pod that selected a model; the runner chooses only
+# among them. Unset: any machine of /jarvice/machines may be chosen.
+ENV_ALLOWED_MACHINES: Final = "NIMBIX_BURST_ALLOWED_MACHINES"
+ANNOTATION_ALLOWED_MACHINES: Final = ANNOTATION_PREFIX + "allowed-machines"
+# The pod's GPU model constraint as the webhook read it; on a pod kept local because no JARVICE
+# machine offers that model, also why (the burst controller leaves such a pod alone).
+ANNOTATION_GPU_MODEL: Final = ANNOTATION_PREFIX + "gpu-model"
+# A machine type: letters, digits, '_', '-' and '.', as /jarvice/machines names them (n0, ng4a);
+# never a comma or a space, so a list of them is a plain comma-separated string.
+MAX_MACHINE_NAME: Final = 64
+_MACHINE_NAME_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+
+
+def is_machine_name(text: str) -> bool:
+    """Whether `text` can name a JARVICE machine type (see MAX_MACHINE_NAME)."""
+    return 0 < len(text) <= MAX_MACHINE_NAME and set(text) <= _MACHINE_NAME_CHARS and text[0].isalnum()
+
+
+def format_machine_list(machines: tuple[str, ...]) -> str:
+    """The value of NIMBIX_BURST_ALLOWED_MACHINES (and its annotation): sorted, without duplicates."""
+    return ",".join(sorted(set(machines)))
+
+
+def parse_machine_list(text: str) -> tuple[str, ...]:
+    """NIMBIX_BURST_ALLOWED_MACHINES -> machine types, sorted. Raises ValueError naming the first entry
+    that is no machine type, or when the list is empty."""
+    names = [part.strip() for part in text.split(",")]
+    for name in names:
+        if not is_machine_name(name):
+            raise ValueError(
+                f"{name!r} is not a JARVICE machine type (letters, digits, '_', '-', '.', at most"
+                f" {MAX_MACHINE_NAME} characters); give a comma-separated list such as ng4a,ng8"
+            )
+    return tuple(sorted(set(names)))
+
+
 # A cluster identity is a DNS-label-like token: [a-z0-9-], at most this long.
 MAX_CLUSTER_NAME: Final = 30
 CLUSTER_UID_CHARS: Final = 12

@@ -70,6 +70,7 @@ class RemotePlan:
     num_cpus: int
     tuning: Tuning
     counted_gpus: int | None = None  # what the namespace's budget counted (None: no check)
+    allowed_machines: tuple[str, ...] | None = None  # what the pod's GPU model allows (None: any machine)
 
 
 Plan = LocalPlan | RemotePlan
@@ -201,6 +202,7 @@ def build_plan(settings: Settings, *, attempt: int = 1) -> Plan:
         num_cpus=DEFAULT_REMOTE_CPUS if settings.num_cpus is None else settings.num_cpus,
         tuning=remote.tuning,
         counted_gpus=remote.counted_gpus,
+        allowed_machines=remote.allowed_machines,
     )
 
 
@@ -279,12 +281,43 @@ def check_pinned_machine(
     )
 
 
+def restrict_machines(
+    machines: Mapping[str, Machine], *, allowed: tuple[str, ...] | None, pinned: str | None = None
+) -> Mapping[str, Machine] | NoMachineFits:
+    """The catalogue narrowed to the machine types the pod's GPU model allows (all of it for None),
+    or why nothing is left: a pinned JARVICE_MACHINE outside them, or none of them offered."""
+    if allowed is None:
+        return machines
+    listed = ", ".join(allowed)
+    if pinned is not None and pinned not in allowed:
+        return NoMachineFits(
+            reason=f"JARVICE_MACHINE {pinned!r} does not carry the pod's GPU model"
+            f" ({contract.ENV_ALLOWED_MACHINES}: {listed}): pin one of those, or unset it"
+        )
+    offered = {name: machine for name, machine in machines.items() if name in allowed}
+    if not offered:
+        return NoMachineFits(
+            reason=f"none of the machines with the pod's GPU model ({contract.ENV_ALLOWED_MACHINES}: {listed}) is in"
+            " /jarvice/machines: fix the webhook's GPU model mapping (--gpu-models-file)"
+        )
+    return offered
+
+
 def select_machine(plan: RemotePlan, machines: Mapping[str, Machine]) -> MachineChoice | NoMachineFits:
+    catalogue = restrict_machines(machines, allowed=plan.allowed_machines, pinned=plan.machine)
+    if isinstance(catalogue, NoMachineFits):
+        return catalogue
     if plan.machine is not None:
         return check_pinned_machine(
-            machines, name=plan.machine, gpus=plan.num_gpus, cpus=plan.num_cpus, nodes=plan.nodes
+            catalogue, name=plan.machine, gpus=plan.num_gpus, cpus=plan.num_cpus, nodes=plan.nodes
         )
-    return choose_machine(machines, gpus=plan.num_gpus, cpus=plan.num_cpus, nodes=plan.nodes, arch=plan.arch)
+    choice = choose_machine(catalogue, gpus=plan.num_gpus, cpus=plan.num_cpus, nodes=plan.nodes, arch=plan.arch)
+    if plan.allowed_machines is None:
+        return choice
+    among = f" among the machines with the pod's GPU model ({', '.join(sorted(catalogue))})"
+    if isinstance(choice, NoMachineFits):
+        return NoMachineFits(reason=choice.reason + among)
+    return MachineChoice(machine=choice.machine, reason=choice.reason + among, warning=choice.warning)
 
 
 # --- submit body -------------------------------------------------------------------------------

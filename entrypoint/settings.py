@@ -176,6 +176,8 @@ class RemoteSettings:
     # NIMBIX_BURST_COUNTED_GPUS: what the namespace's budget counted for this container (None: the
     # webhook did not rewrite the pod, no check).
     counted_gpus: int | None = None
+    # NIMBIX_BURST_ALLOWED_MACHINES: the machine types the pod's GPU model allows (None: any).
+    allowed_machines: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,7 +396,19 @@ def _parse_remote(env: Mapping[str, str], *, read_file: ReadFile, problems: _Pro
         arch=_strip(_get(env, ENV_ARCH)),
         tuning=_parse_tuning(env, problems),
         counted_gpus=_parse_int(env, contract.ENV_COUNTED_GPUS, problems, minimum=0),
+        allowed_machines=_parse_allowed_machines(env, problems),
     )
+
+
+def _parse_allowed_machines(env: Mapping[str, str], problems: _Problems) -> tuple[str, ...] | None:
+    raw = _get(env, contract.ENV_ALLOWED_MACHINES)
+    if raw is None:
+        return None
+    try:
+        return contract.parse_machine_list(raw)
+    except ValueError as exc:
+        problems.add(f"{contract.ENV_ALLOWED_MACHINES}: {exc}")
+        return None
 
 
 def _strip(value: str | None) -> str | None:

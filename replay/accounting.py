@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from replay import checker
-from replay.history import CPU, GPU, MEMORY, Decision, Observation, Placement, Requirement
+from replay.history import CPU, GPU, MEMORY, AdmissionView, Decision, Observation, Placement, Requirement
 from replay.trace import PodRow
 
 Policy = Literal["no-bursting", "on-failure", "webhook"]
@@ -77,8 +77,8 @@ class RunRecord:
     truncated: bool  # stopped early by --max-wall-seconds
     preload_pods: int = 0
     notes: tuple[str, ...] = ()
-    # namespace/pod -> the (pods, nodes) resourceVersions the webhook's view held when it decided it
-    view_versions: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    # namespace/pod -> what the webhook's log says of its decision (view and order)
+    views: Mapping[str, AdmissionView] = field(default_factory=dict)
 
     def trace_time(self, wall: float) -> float:
         return self.trace_start + (wall - self.wall_start) * self.compression
@@ -146,7 +146,7 @@ def build_decisions(run: RunRecord, *, model_label: str) -> list[Decision]:
         requests = pod_requests(pod.row)
         placement = pod_placement(pod.row, model_label=model_label)
         kind: Literal["local", "remote"] = "remote" if pod.decision == "remote" else "local"
-        view = run.view_versions.get(pod.key)
+        view = run.views.get(pod.key)
         decisions.append(Decision(pod.key, kind, pod.create_sent, pod.create_done, requests, placement, view))
         if pod.burst_seen is not None and pod.burst_done is not None:
             decisions.append(Decision(pod.key, "remote", pod.burst_seen, pod.burst_done, requests, placement))
@@ -311,8 +311,8 @@ def judge_run(run: RunRecord, *, model_label: str, race_window: float) -> tuple[
         unprovidable_local=[v.decision.key for v in gpu_verdicts if v.unprovidable_local],
         unprovidable_local_all=[v.decision.key for v in full if v.unprovidable_local],
         wrong_keys=[v.decision.key for v in full if v.wrong_burst],
-        view_lags=[v.view_lag for v in full if v.decision.view_versions is not None],
-        watch_lags=[v.watch_lag for v in full if v.decision.view_versions is not None],
+        view_lags=[v.view_lag for v in full if v.decision.view is not None],
+        watch_lags=[v.watch_lag for v in full if v.decision.view is not None],
     )
     return judgement, gpu_verdicts
 

@@ -27,8 +27,9 @@ the state it saw, whichever watch was behind:
 - the replay's: when the replay's watch showed the newest object the webhook's view held only
   after the decision finished, the window closes then instead (a busy replay process reads its
   watch late; what the webhook saw is still judged).
-A decision the view itself got wrong is still wrong. `Verdict.view_lag` and `watch_lag` say by how
-much the window was widened each way.
+A local decision the webhook made after the one judged (its log gives the order) is no claim on
+it, however early the replay saw it. A decision the view itself got wrong is still wrong.
+`Verdict.view_lag` and `watch_lag` say by how much the window was widened each way.
 """
 
 from __future__ import annotations
@@ -172,13 +173,26 @@ def free_capacity(
     return free
 
 
-def _claims(state: ReferenceState, exclude: str) -> list[tuple[Mapping[str, int], Placement]]:
+def _decided_before(claim: Decision, sequence: int | None) -> bool:
+    """Whether the webhook decided `claim` before the decision at `sequence` (unknown order: yes)."""
+    return sequence is None or claim.view is None or claim.view.sequence < sequence
+
+
+def _claims(
+    state: ReferenceState, exclude: str, *, sequence: int | None = None
+) -> list[tuple[Mapping[str, int], Placement]]:
+    """Unbound GPU pods, and local decisions not yet seen that the webhook made before the decision
+    at `sequence` (one it made later cannot have weighed on it)."""
     claims: list[tuple[Mapping[str, int], Placement]] = [
         (pod.requests, pod.placement)
         for key, pod in state.pods.items()
         if key != exclude and not pod.node and not pod.terminal and pod.requests.get(GPU, 0) > 0
     ]
-    claims += [(d.requests, d.placement) for key, d in state.unseen_local.items() if key != exclude]
+    claims += [
+        (d.requests, d.placement)
+        for key, d in state.unseen_local.items()
+        if key != exclude and _decided_before(d, sequence)
+    ]
     return claims
 
 
@@ -205,9 +219,15 @@ def _host_exists(
 
 
 def _place_claims(
-    state: ReferenceState, free: dict[str, dict[str, int]], resources: Sequence[str], exclude: str
-) -> None:
-    for need, claim_placement in _claims(state, exclude):
+    state: ReferenceState,
+    free: dict[str, dict[str, int]],
+    resources: Sequence[str],
+    claims: Sequence[tuple[Mapping[str, int], Placement]],
+) -> int:
+    """Greedy: each claim, in the order first seen, on the node with the fewest free GPUs that holds
+    it (it takes what it needs from `free`). Returns how many found a node."""
+    placed = 0
+    for need, claim_placement in claims:
         candidates = [
             name
             for name, room in free.items()
@@ -219,6 +239,103 @@ def _place_claims(
             best = min(candidates, key=lambda name: (free[name][GPU], name))
             for r in resources:
                 free[best][r] -= need.get(r, 0)
+            placed += 1
+    return placed
+
+
+# The exact search below gives up after this many steps and keeps the greedy answer (a replay's
+# windows see a handful of claims on a handful of nodes: it has never come near).
+SEARCH_STEPS = 200_000
+
+
+class _Packing:
+    """Can `target` of the claims be placed together in `room`? An exhaustive search (claims with
+    the fewest nodes first; identical claims take nodes in order, so no arrangement is tried twice)."""
+
+    def __init__(self, claims: Sequence[tuple[Mapping[str, int], list[str]]], resources: Sequence[str]) -> None:
+        self._claims = sorted(claims, key=lambda c: (len(c[1]), sorted(c[0].items()), c[1]))
+        self._resources = resources
+        self.steps = 0
+
+    def can_place(self, room: dict[str, dict[str, int]], target: int) -> bool:
+        return self._search(0, room, placed=0, target=target, floor=0)
+
+    def _search(self, i: int, room: dict[str, dict[str, int]], *, placed: int, target: int, floor: int) -> bool:
+        if placed >= target:
+            return True
+        if placed + len(self._claims) - i < target:
+            return False
+        self.steps += 1
+        if self.steps > SEARCH_STEPS:
+            raise _SearchTooLong
+        need, nodes = self._claims[i]
+        same_as_next = i + 1 < len(self._claims) and self._claims[i + 1] == self._claims[i]
+        for index, name in enumerate(nodes):
+            if index < floor or not _covers(room[name], need, self._resources):
+                continue
+            for r in self._resources:
+                room[name][r] -= need.get(r, 0)
+            done = self._search(i + 1, room, placed=placed + 1, target=target, floor=index if same_as_next else 0)
+            for r in self._resources:
+                room[name][r] += need.get(r, 0)
+            if done:
+                return True
+        # This claim left out; an identical next one may then not take an earlier node than it could have.
+        return self._search(i + 1, room, placed=placed, target=target, floor=0)
+
+
+class _SearchTooLong(Exception):
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    requests: Mapping[str, int]
+    placement: Placement
+
+
+def _fits_beside_claims(
+    state: ReferenceState,
+    free: Mapping[str, Mapping[str, int]],
+    pod: Pod,
+    resources: Sequence[str],
+    claims: Sequence[tuple[Mapping[str, int], Placement]],
+) -> bool:
+    """Could a node host the pod while the claims still get all the room they can use: does some
+    arrangement place the pod and as many claims as any arrangement without it? (A claim no
+    arrangement can place, say for want of CPU, holds nothing.) Greedy best-fit first, which settles
+    most questions; an exact search when it does not (greedy can strand a claim that fits elsewhere)."""
+    requests, placement = pod.requests, pod.placement
+    greedy_room = {name: dict(room) for name, room in free.items()}
+    greedy_placed = _place_claims(state, greedy_room, resources, claims)
+    if greedy_placed == len(claims) and _host_exists(state, greedy_room, requests, placement, resources):
+        return True
+    usable = [
+        (
+            need,
+            [name for name, room in free.items() if _covers(room, need, resources) and eligible(state.nodes[name], p)],
+        )
+        for need, p in claims
+    ]
+    usable = [(need, nodes) for need, nodes in usable if nodes]
+    packing = _Packing(usable, resources)
+    try:
+        most = greedy_placed
+        for target in range(len(usable), greedy_placed, -1):
+            if packing.can_place({name: dict(room) for name, room in free.items()}, target):
+                most = target
+                break
+        for name, room in free.items():
+            if not (_covers(room, requests, resources) and eligible(state.nodes[name], placement)):
+                continue
+            trial = {n: dict(r) for n, r in free.items()}
+            for r in resources:
+                trial[name][r] -= requests.get(r, 0)
+            if packing.can_place(trial, most):
+                return True
+        return False
+    except _SearchTooLong:
+        return _host_exists(state, greedy_room, requests, placement, resources)
 
 
 def answer(
@@ -230,17 +347,19 @@ def answer(
     exclude: str,
     used: Usage | None = None,
     gpu_free_nodes: Sequence[str] | None = None,
+    sequence: int | None = None,
 ) -> Answer:
-    """Could some single node host a pod with these requests now? `exclude` is the pod itself."""
+    """Could some single node host a pod with these requests now? `exclude` is the pod itself;
+    `sequence`: the decision's place in the webhook's order (later local decisions claim nothing)."""
     resources = tuple(dict.fromkeys((GPU, *resources)))  # claims are placed by GPUs: always counted
     # Every claim asks for a GPU, and so does every pod judged here: nodes without a free GPU can
     # host none of them, so they are left out (the checker's only shortcut).
     min_gpus = 1 if requests.get(GPU, 0) > 0 else 0
     free = free_capacity(state, resources, exclude=exclude, min_gpus=min_gpus, used=used, gpu_free_nodes=gpu_free_nodes)
     ignoring_claims = _host_exists(state, free, requests, placement, resources)
-    _place_claims(state, free, resources, exclude)
+    claims = _claims(state, exclude, sequence=sequence)
     return Answer(
-        fits=ignoring_claims and _host_exists(state, free, requests, placement, resources),
+        fits=ignoring_claims and _fits_beside_claims(state, free, Pod(requests, placement), resources, claims),
         fits_ignoring_claims=ignoring_claims,
     )
 
@@ -256,6 +375,7 @@ class Window:
     placement: Placement
     exclude: str  # the pod itself
     expect_fit: bool
+    sequence: int | None = None  # the decision's place in the webhook's order, when known
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,6 +424,7 @@ def evaluate(
             exclude=window.exclude,
             used=used,
             gpu_free_nodes=gpu_free,
+            sequence=window.sequence,
         )
 
     for _, rank, _, item in timeline:
@@ -364,9 +485,9 @@ VIEW_EPSILON = 1e-6
 
 
 def _views(decision: Decision) -> list[tuple[str, int]]:
-    if decision.view_versions is None:
+    if decision.view is None:
         return []
-    return [(kind, v) for kind, v in zip(("pod", "node"), decision.view_versions, strict=True) if v > 0]
+    return [(kind, v) for kind, v in (("pod", decision.view.pods), ("node", decision.view.nodes)) if v > 0]
 
 
 def window_start(decision: Decision, clock: ViewClock, *, race_window: float) -> float:
@@ -426,7 +547,16 @@ def judge(
     starts = [window_start(d, clock, race_window=race_window) for d in decisions]
     ends = [window_end(d, clock) for d in decisions]
     windows = [
-        Window(i, starts[i], ends[i], d.requests, d.placement, d.key, expect_fit=d.kind == "remote")
+        Window(
+            i,
+            starts[i],
+            ends[i],
+            d.requests,
+            d.placement,
+            d.key,
+            expect_fit=d.kind == "remote",
+            sequence=d.view.sequence if d.view is not None else None,
+        )
         for i, d in enumerate(decisions)
     ]
     local = [d for d in decisions if d.kind == "local"]

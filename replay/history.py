@@ -96,6 +96,16 @@ class Observation:
 
 
 @dataclass(frozen=True, slots=True)
+class AdmissionView:
+    """What the webhook's log says of one decision: the resourceVersions of pods and nodes its view
+    held, and its place in the order the webhook decided (it decides one review at a time)."""
+
+    pods: int
+    nodes: int
+    sequence: int
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """A burst or keep-local decision the replay observed, with the time window it was made in.
 
@@ -109,9 +119,9 @@ class Decision:
     finished: float
     requests: Mapping[str, int]  # what the pod asked for before any rewrite
     placement: Placement
-    # The webhook's view when it decided: the (pods, nodes) resourceVersions its cache held, from
-    # its log; None when not known (the burst-on-failure controller, an older webhook).
-    view_versions: tuple[int, int] | None = None
+    # The webhook's view when it decided, from its log; None when not known (the burst-on-failure
+    # controller, an older webhook).
+    view: AdmissionView | None = None
 
 
 class ObjectError(ValueError):

@@ -24,6 +24,7 @@ from devplatform.cluster.controlplane import ControlPlane
 from replay import accounting, cluster, objects, report
 from replay.accounting import Policy, PolicySummary, RunRecord
 from replay.driver import WORKERS, Driver
+from replay.history import AdmissionView
 from replay.plan import Plan, build_plan
 from replay.recorder import Recorder
 from replay.settings import Settings
@@ -102,10 +103,11 @@ def parse_admission_latencies(lines: Sequence[str]) -> list[float]:
     return latencies
 
 
-def parse_admission_views(lines: Sequence[str]) -> dict[str, tuple[int, int]]:
-    """namespace/pod -> the (pods, nodes) resourceVersions the webhook's view held when it decided,
-    from its `"message": "admission"` log lines (dry runs excluded; lines without them skipped)."""
-    views: dict[str, tuple[int, int]] = {}
+def parse_admission_views(lines: Sequence[str]) -> dict[str, AdmissionView]:
+    """namespace/pod -> the resourceVersions the webhook's view held when it decided, and the
+    decision's place in the log's order (the order it decided in), from its `"message": "admission"`
+    log lines (dry runs excluded; lines without a view skipped)."""
+    views: dict[str, AdmissionView] = {}
     for line in lines:
         if '"view_pods_version"' not in line:
             continue
@@ -117,7 +119,7 @@ def parse_admission_views(lines: Sequence[str]) -> dict[str, tuple[int, int]]:
             continue
         pods, nodes = entry.get("view_pods_version"), entry.get("view_nodes_version")
         if isinstance(pods, int) and isinstance(nodes, int):
-            views[f"{entry.get('namespace')}/{entry.get('pod')}"] = (pods, nodes)
+            views[f"{entry.get('namespace')}/{entry.get('pod')}"] = AdmissionView(pods, nodes, len(views))
     return views
 
 
@@ -192,7 +194,7 @@ class Replay:
             if hook is not None:
                 addons.stop_webhook(hook)
         latencies: list[float] = []
-        views: dict[str, tuple[int, int]] = {}
+        views: dict[str, AdmissionView] = {}
         if hook is not None:
             log_lines = hook.process.log_path.read_text().splitlines()
             latencies = parse_admission_latencies(log_lines)
@@ -213,7 +215,7 @@ class Replay:
             history=recorder.observations(),
             create_latencies_ms=result.create_latencies_ms,
             admission_latencies_ms=latencies,
-            view_versions=views,
+            views=views,
             max_lag_seconds=result.max_lag_seconds,
             truncated=result.truncated,
             preload_pods=len(plan.preload),

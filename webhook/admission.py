@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from entrypoint import contract
-from webhook import budget, mutation, walltime
+from webhook import budget, gpu_models, mutation, walltime
 from webhook import decision as decisions
 from webhook.cache import ClusterCache
 from webhook.model import ObjectError, check_pod_shape, parse_placement, pod_compute, pod_gpus
@@ -95,6 +95,11 @@ def admit(
             )
         patch = mutation.build_local_patch(pod, decision=decision, reservation_id=request.uid)
         return Admission(build_response(request.uid, patch=patch), "local", decision.reason, decision.node)
+    model = gpu_models.parse_constraint(placement, label=policy.gpu_model_label)
+    machines = gpu_models.resolve(model, policy.gpu_model_map) if model is not None else None
+    if isinstance(machines, gpu_models.NoMachineOffers):
+        # Bursting would run it on a GPU it did not ask for: it waits here for a node with its model.
+        return _kept_local(request, decision, machines.reason, notes={contract.ANNOTATION_GPU_MODEL: machines.reason})
     cluster, unknown = _cluster_identity(cache, policy)
     if unknown:
         return _kept_local(request, decision, unknown)
@@ -112,7 +117,12 @@ def admit(
         cache.reserve_remote(request.uid, namespace=namespace, gpus=need)
         reservation_id = request.uid
     limit, limit_warning = _walltime(request, spec, cache, policy)
-    terms = mutation.BurstTerms(cluster=cluster, limit=limit)
+    terms = mutation.BurstTerms(
+        cluster=cluster,
+        limit=limit,
+        gpu_model=gpu_models.describe_constraint(model) if model is not None else "",
+        allowed_machines=machines.machines if machines is not None else (),
+    )
     patch = mutation.build_remote_patch(
         pod, gpus=gpus, decision=decision, policy=policy, terms=terms, remote_gpus=need, reservation_id=reservation_id
     )
@@ -146,11 +156,14 @@ def _walltime(
     )
 
 
-def _kept_local(request: AdmissionRequest, decision: Decision, refusal: str) -> Admission:
-    """Would burst, but may not for a reason that is not the pod's doing: it stays as submitted and
-    waits for local GPUs (never refused: the pod is fine, the webhook cannot burst it now)."""
+def _kept_local(
+    request: AdmissionRequest, decision: Decision, refusal: str, *, notes: Mapping[str, str] | None = None
+) -> Admission:
+    """Would burst, but may not (no cluster identity, no JARVICE machine with its GPU model): it stays
+    as submitted and waits for local GPUs (never refused: the webhook cannot burst it, that is all).
+    `notes`: annotations beside the decision and reason."""
     reason = f"{decision.reason}; not burst: {refusal}"
-    patch = mutation.build_kept_local_patch(request.object, reason=reason)
+    patch = mutation.build_kept_local_patch(request.object, reason=reason, notes=notes)
     warning = f"nimbix-burst: kept local, not burst: {refusal}"
     return Admission(build_response(request.uid, patch=patch, warnings=[warning]), "local", reason)
 

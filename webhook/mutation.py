@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from entrypoint import contract
-from webhook import budget, walltime
+from webhook import budget, gpu_model_patch, gpu_models, walltime
 from webhook.resources import QuantityError, all_containers, format_quantity_cores, parse_quantity
 from webhook.types import Decision, GpuCounts
 
@@ -35,6 +35,8 @@ class RewritePolicy:
     strip_runtime_classes: frozenset[str] = frozenset()
     cluster_name: str = ""  # --cluster-name: the readable part of the cluster identity (contract.cluster_identity)
     default_walltime_seconds: int = 24 * 3600  # --default-walltime: a burst job's limit without a deadline
+    gpu_model_label: str = gpu_models.DEFAULT_MODEL_LABEL  # --gpu-model-label: the node label naming the GPU model
+    gpu_model_map: gpu_models.ModelMap | None = None  # --gpu-models-file (None: no mapping)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,10 @@ class BurstTerms:
     # A reinvocation: the budget was counted at the first rewrite, so a container's counted GPUs are
     # never raised (kept as set; 0 for a container that only now asks for GPUs).
     reinvoked: bool = False
+    # The pod's GPU model constraint (gpu_models.describe_constraint), "" when it has none, and the
+    # machine types it allows: the constraint leaves the pod and becomes the runner's machine choice.
+    gpu_model: str = ""
+    allowed_machines: tuple[str, ...] = ()
 
 
 def escape(token: str) -> str:
@@ -210,6 +216,9 @@ def _burst_container_ops(base: str, container: Mapping[str, Any], *, gpus: int, 
     wanted.append((contract.ENV_WALLTIME, _value(contract.ENV_WALLTIME, terms.limit.text), not own))
     counted = "0" if terms.reinvoked else str(gpus)
     wanted.append((contract.ENV_COUNTED_GPUS, _value(contract.ENV_COUNTED_GPUS, counted), not terms.reinvoked))
+    if terms.allowed_machines:
+        allowed = contract.format_machine_list(terms.allowed_machines)
+        wanted.append((contract.ENV_ALLOWED_MACHINES, _value(contract.ENV_ALLOWED_MACHINES, allowed), True))
     return _env_ops(base, container, wanted)
 
 
@@ -372,13 +381,19 @@ def build_remote_patch(
         ops.append({"op": "remove", "path": "/spec/resources"})
         audit["resources"] = spec["resources"]
     node_selector = spec.get("nodeSelector") or {}
-    stripped_selector = {k: v for k, v in node_selector.items() if k in policy.strip_node_selector_keys}
+    strip_keys = policy.strip_node_selector_keys | ({policy.gpu_model_label} if terms.gpu_model else set())
+    stripped_selector = {k: v for k, v in node_selector.items() if k in strip_keys}
     if stripped_selector and len(stripped_selector) == len(node_selector):
         ops.append({"op": "remove", "path": "/spec/nodeSelector"})
     else:
         ops += [{"op": "remove", "path": f"/spec/nodeSelector/{escape(k)}"} for k in stripped_selector]
     if stripped_selector:
         audit["nodeSelector"] = stripped_selector
+    if terms.gpu_model:
+        affinity_ops, required = gpu_model_patch.build_affinity_ops(spec, label=policy.gpu_model_label)
+        ops += affinity_ops
+        if required is not None:
+            audit["nodeAffinityRequired"] = required
     tolerations = spec.get("tolerations") or []
     stripped = [i for i, t in enumerate(tolerations) if t.get("key") in policy.strip_toleration_keys]
     # Highest index first so earlier removals do not shift later paths.
@@ -408,9 +423,19 @@ def build_remote_patch(
             # Set when the GPUs are reserved against a budget: the pod's appearance releases them.
             **({contract.ANNOTATION_RESERVATION: reservation_id} if reservation_id else {}),
             **({contract.ANNOTATION_GRACE: grace_note} if grace_note else {}),
+            **_model_annotations(terms),
         },
     )
     return ops
+
+
+def _model_annotations(terms: BurstTerms) -> dict[str, str]:
+    if not terms.gpu_model:
+        return {}
+    return {
+        contract.ANNOTATION_GPU_MODEL: terms.gpu_model,
+        contract.ANNOTATION_ALLOWED_MACHINES: contract.format_machine_list(terms.allowed_machines),
+    }
 
 
 # Audit key for what reinvocations stripped, beside (never over) what the first rewrite recorded.

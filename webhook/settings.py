@@ -11,9 +11,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import yaml  # type: ignore[import-untyped]  # PyYAML ships no stubs
+
 from entrypoint import contract
 from kubeplumbing.leadership import LeaseTiming
-from webhook import walltime
+from webhook import gpu_models, walltime
 from webhook.budget import OVER_BUDGET_ACTIONS, OverBudget
 from webhook.mutation import RewritePolicy
 from webhook.resources import QuantityError, parse_quantity
@@ -21,6 +23,10 @@ from webhook.resources import QuantityError, parse_quantity
 DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu", "alpha.kubernetes.io/nvidia-gpu")
 # controller-runtime allows 7 MiB (two 3 MB objects + overhead); a little more costs nothing.
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+# A label key: an optional DNS-subdomain prefix and '/', then a name (Kubernetes validation).
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
 _RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _ANY_UUID = "00000000-0000-0000-0000-000000000000"  # checks a cluster name alone with contract.cluster_identity
@@ -110,6 +116,15 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
         walltime.DEFAULT_WALLTIME,
         "burst job time limit without a deadline",
     ),
+    # GPU models (docs/gpu-models.md): the node label a pod selects its model by, and the mapping of
+    # its values to JARVICE machine types (deploy/gpu-models.yaml, mounted from a ConfigMap).
+    (
+        "--gpu-model-label",
+        "WEBHOOK_GPU_MODEL_LABEL",
+        gpu_models.DEFAULT_MODEL_LABEL,
+        "node label naming the GPU model",
+    ),
+    ("--gpu-models-file", "WEBHOOK_GPU_MODELS_FILE", "", "YAML map: GPU model -> JARVICE machine types"),
     ("--log-level", "WEBHOOK_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
     ("--drain-seconds", "WEBHOOK_DRAIN_SECONDS", "5", "how long /drain (the preStop hook) serves on, closing"),
     # Replicas (docs/install.md, "Two replicas, one promise"); identity and address come from the downward API.
@@ -215,6 +230,10 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
             "webhook client certificate, or leave it empty to accept any client)"
         )
     leader_election = _leader_election(raw, port=port, tls_dir=tls_dir, number=number, problems=problems)
+    model_label = str(raw["gpu_model_label"]).strip()
+    if len(model_label) > 316 or not _LABEL_KEY.match(model_label):  # 253 + "/" + 63 at most
+        problems.append(f"--gpu-model-label: {model_label!r} is not a label key, e.g. {gpu_models.DEFAULT_MODEL_LABEL}")
+    models = _load_gpu_models(str(raw["gpu_models_file"]).strip(), problems)
     settings = Settings(
         host=raw["host"],
         port=port,
@@ -237,6 +256,8 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
             strip_runtime_classes=frozenset(_csv(raw["strip_runtime_classes"])),
             cluster_name=cluster_name,
             default_walltime_seconds=default_walltime or 0,
+            gpu_model_label=model_label,
+            gpu_model_map=models,
         ),
         leader_election=leader_election,
         client_ca_file=client_ca_file,
@@ -246,6 +267,29 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
     if problems:
         raise SettingsError(problems)
     return settings
+
+
+def _load_gpu_models(path: str, problems: list[str]) -> gpu_models.ModelMap | None:
+    """The mapping from `path` (YAML; JSON is YAML too), None when no file is configured: a pod that
+    selects a GPU model is then never burst. Problems say what to fix in the file."""
+    if not path:
+        return None
+    flag = "--gpu-models-file"
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(f"{flag}: cannot read {path}: {exc} (mount the nimbix-burst-gpu-models ConfigMap there)")
+        return None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        problems.append(f"{flag}: {path} is not YAML: {exc}".replace("\n", " "))
+        return None
+    try:
+        return gpu_models.parse_model_map(document, source=f"{flag} {path}")
+    except gpu_models.ModelMapError as exc:
+        problems.extend(exc.problems)
+        return None
 
 
 _BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False, "": False}

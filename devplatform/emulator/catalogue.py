@@ -37,6 +37,9 @@ def default_machines() -> dict[str, dict[str, Any]]:
         "ng4": _machine(
             cores=32, gpus=4, ram=256, price=8.40, description="32 core, 256GB RAM, 4x NVIDIA V100", scale_max=8
         ),
+        # One A100: the smallest machine a 1-GPU pod that selects an A100 may burst to (the budget check
+        # refuses a machine with more GPUs than the pod asked for).
+        "ng1a": _machine(cores=16, gpus=1, ram=128, price=3.20, description="16 core, 128GB RAM, 1x NVIDIA A100 80GB"),
         "ng4a": _machine(cores=32, gpus=4, ram=512, price=12.80, description="32 core, 512GB RAM, 4x NVIDIA A100"),
         "ng8": _machine(cores=64, gpus=8, ram=1024, price=25.60, description="64 core, 1TB RAM, 8x NVIDIA A100"),
         "np8g4": _machine(cores=160, gpus=4, ram=512, price=9.00, description="POWER8, 4x NVIDIA P100", arch="ppc64le"),

@@ -25,6 +25,8 @@ mypyc=${1:?usage: compile-core.sh MYPYC}
   webhook/cache.py \
   webhook/sync.py \
   webhook/decision.py \
+  webhook/gpu_models.py \
+  webhook/gpu_model_patch.py \
   webhook/mutation.py \
   webhook/review.py \
   webhook/admission.py

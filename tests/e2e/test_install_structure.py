@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml  # type: ignore[import-untyped]
 
 from controller import settings as controller_settings
 from devplatform import manifests
@@ -26,6 +27,7 @@ from webhook import settings as webhook_settings
 NAMESPACE = "nimbix-burst"
 APP = "nimbix-burst-webhook"
 CONTROLLER = "nimbix-burst-controller"
+GPU_MODELS = "nimbix-burst-gpu-models"  # the ConfigMap of the GPU model mapping (docs/gpu-models.md)
 GPU_RESOURCES = ("nvidia.com/gpu", "alpha.kubernetes.io/nvidia-gpu")
 
 # Every setting `python -m webhook` reads from the environment (its flags' defaults), minus KUBECONFIG,
@@ -182,9 +184,10 @@ def test_kustomize_builds_the_install(objs: list[Manifest]) -> None:
             ("Deployment", CONTROLLER),
         ]
     )
-    # Generated with a content hash, so a settings change rolls the Deployment.
-    assert len(config_maps) == 1
-    assert re.fullmatch(rf"{APP}-[a-z0-9]{{10}}", config_maps[0])
+    # Generated with a content hash, so a change of the settings or of the GPU model mapping rolls the Deployment.
+    assert len(config_maps) == 2
+    assert re.fullmatch(rf"{GPU_MODELS}-[a-z0-9]{{10}}", config_maps[0])  # sorted: gpu-models before webhook
+    assert re.fullmatch(rf"{APP}-[a-z0-9]{{10}}", config_maps[1])
 
 
 def test_the_only_write_is_the_webhooks_own_lease(objs: list[Manifest]) -> None:
@@ -301,6 +304,19 @@ def test_tls_secret_is_mounted_as_a_directory_where_the_webhook_reads_it(
     assert mount["mountPath"] == settings["WEBHOOK_TLS_DIR"]
     assert "items" not in tls_volume["secret"]  # tls.crt and tls.key keep their cert-manager names
     assert tls_volume["secret"]["secretName"] == serving_certificate["spec"]["secretName"]
+
+
+def test_the_gpu_model_mapping_is_mounted_where_the_webhook_reads_it_and_ships_empty(
+    objs: list[Manifest], pod_spec: Mapping[str, Any], container: Mapping[str, Any], settings: Mapping[str, str]
+) -> None:
+    (volume,) = [v for v in pod_spec["volumes"] if v["name"] == "gpu-models"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "gpu-models"]
+    config_map = manifests.find_object(objs, kind="ConfigMap", name=volume["configMap"]["name"])
+    assert config_map["metadata"]["name"].startswith(f"{GPU_MODELS}-")
+    (key,) = config_map["data"]
+    assert settings["WEBHOOK_GPU_MODELS_FILE"] == f"{mount['mountPath']}/{key}"
+    # Shipped empty: no pod goes to a machine nobody mapped (docs/gpu-models.md).
+    assert yaml.safe_load(config_map["data"][key]) == {}
 
 
 def test_every_mounted_volume_is_read_only_or_scratch(

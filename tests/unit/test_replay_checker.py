@@ -13,6 +13,7 @@ from replay import accounting, checker, export, plan, report, trace
 from replay.accounting import PodOutcome, RunRecord
 from replay.history import (
     GPU,
+    AdmissionView,
     Decision,
     NodeSeen,
     Observation,
@@ -86,15 +87,21 @@ def burst(
     cpu: int = 1000,
     placement: Placement | None = None,
     view: tuple[int, int] | None = None,
+    order: int = 0,
 ) -> Decision:
-    """A remote decision taking 10 ms; `view`: the (pods, nodes) resourceVersions the webhook saw."""
+    """A remote decision taking 10 ms; `view`: the (pods, nodes) resourceVersions the webhook saw,
+    `order`: its place in the webhook's order."""
     requests = {GPU: gpus, "cpu": cpu, "memory": 1000}
-    return Decision(key, "remote", at, at + 0.01, requests, placement or Placement(), view_versions=view)
+    return Decision(key, "remote", at, at + 0.01, requests, placement or Placement(), _view(view, order))
 
 
-def keep(key: str, *, at: float, gpus: int = 1, view: tuple[int, int] | None = None) -> Decision:
+def keep(key: str, *, at: float, gpus: int = 1, view: tuple[int, int] | None = None, order: int = 0) -> Decision:
     requests = {GPU: gpus, "cpu": 1000, "memory": 1000}
-    return Decision(key, "local", at, at + 0.01, requests, Placement(), view_versions=view)
+    return Decision(key, "local", at, at + 0.01, requests, Placement(), _view(view, order))
+
+
+def _view(view: tuple[int, int] | None, order: int) -> AdmissionView | None:
+    return None if view is None else AdmissionView(view[0], view[1], order)
 
 
 def models(*names: str) -> Placement:
@@ -175,6 +182,19 @@ CASES = {
     "cpu-stuck-claim-holds-the-gpu-by-gpus-alone": Case(
         [node("a", 1, cpu=4000), pod("r/big", at=1, cpu=8000)], [burst("r/p", at=10, cpu=2000)]
     ),
+    # Claims are placed the best way they can be, not first come best fit: greedy would put the small
+    # claim on x (fewest free GPUs, then by name), strand the big one and free y for the pod.
+    "greedy-would-strand-a-claim-that-fits-elsewhere": Case(
+        [node("x", 1, cpu=20_000), node("y", 1, cpu=4000), pod("r/a", at=1, cpu=2000), pod("r/b", at=2, cpu=10_000)],
+        [burst("r/p", at=10, cpu=1000)],
+        resources=checker.ALL_RESOURCES,
+    ),
+    "a-claim-could-move-to-leave-room-for-the-pod": Case(
+        [node("x", 1, cpu=20_000), node("y", 1, cpu=4000), pod("r/a", at=1, cpu=2000)],
+        [burst("r/p", at=10, cpu=10_000)],
+        wrong("r/p"),
+        resources=checker.ALL_RESOURCES,
+    ),
     "local-with-a-free-gpu-is-fine": Case([node("a", 1)], [keep("r/p", at=10)]),
     "local-without-any-gpu-is-unprovidable": Case(
         [node("a", 1), pod("bg/x", at=0, on="a")], [keep("r/p", at=10)], unprovidable=wrong("r/p")
@@ -225,6 +245,15 @@ CASES = {
     "a-gpu-taken-that-the-replay-saw-late-is-a-race": Case(
         [node("a", 1, version=1), pod("bg/x", at=11, on="a", version=3)],
         [burst("r/p", at=10, view=(3, 1))],
+    ),
+    "a-local-decision-made-later-claims-nothing": Case(
+        [node("a", 1, version=1), pod("bg/x", at=0, on="a", version=2), gone("bg/x", at=5, version=3)],
+        [keep("r/later", at=9.5, view=(3, 1), order=2), keep("r/p", at=10, view=(3, 1), order=1)],
+    ),
+    "a-local-decision-made-earlier-claims": Case(
+        [node("a", 1, version=1), pod("bg/x", at=0, on="a", version=2), gone("bg/x", at=5, version=3)],
+        [keep("r/earlier", at=9.5, view=(3, 1), order=1), keep("r/p", at=10, view=(3, 1), order=2)],
+        unprovidable=wrong("r/p"),
     ),
     "several-decisions-judged-independently": Case(
         [node("a", 1), node("b", 2), pod("bg/x", at=0, gpus=2, on="b")],
@@ -567,4 +596,4 @@ def test_admission_views_are_read_from_the_webhook_log() -> None:
         '{"message": "other", "namespace": "r", "pod": "x", "view_pods_version": 1, "view_nodes_version": 1}',
         "not json view_pods_version",
     ]
-    assert parse_admission_views(lines) == {"r/p": (12, 3)}
+    assert parse_admission_views(lines) == {"r/p": AdmissionView(12, 3, 0)}

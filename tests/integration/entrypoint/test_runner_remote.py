@@ -332,6 +332,17 @@ def test_machine_choice_is_logged_and_used(env: dict[str, str], control: Emulato
     assert submission["body"]["machine"] == {"type": "ng2", "nodes": 1}
 
 
+def test_the_machine_is_chosen_among_those_the_gpu_model_allows(env: dict[str, str], control: EmulatorControl) -> None:
+    # What the webhook sets for a pod that selected an A100 (the local install's mapping).
+    env.update(NUM_GPUS="1", NUM_CPUS="1", APP_COMMAND_ARGS="true", NIMBIX_BURST_ALLOWED_MACHINES="ng1a,ng4a,ng8")
+    code, runner = run_runner(env)
+    assert code == 0
+    (chosen,) = [e for e in runner.logs() if e["message"] == "machine selected"]
+    assert chosen["machine"] == "ng1a" and "among the machines with the pod's GPU model" in chosen["reason"]
+    (submission,) = control.submissions(label_of(env))["submissions"]
+    assert submission["body"]["machine"] == {"type": "ng1a", "nodes": 1}
+
+
 def test_bad_settings_list_every_problem_and_submit_nothing(env: dict[str, str], control: EmulatorControl) -> None:
     for key in ("JARVICE_USERNAME", "APP_NAME"):
         env.pop(key)

@@ -29,12 +29,15 @@ def pod(
     stranded_since: str = "",
     resource_version: str = "42",
     budget: str = "",
+    gpu_model: str = "",
 ) -> dict[str, Any]:
     annotations = {}
     if decision is not None:
         annotations["nimbix-burst.io/decision"] = decision
     if budget:  # the webhook's note on a pod it kept local because of the namespace's burst budget
         annotations["nimbix-burst.io/budget"] = budget
+    if gpu_model:  # the webhook's note: kept local (no JARVICE machine offers the model), or the model burst to
+        annotations["nimbix-burst.io/gpu-model"] = gpu_model
     if stranded_since:
         annotations["nimbix-burst.io/stranded-since"] = stranded_since
     metadata: dict[str, Any] = {

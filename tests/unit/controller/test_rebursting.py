@@ -125,6 +125,14 @@ def test_a_bare_pod_is_reported_once_and_never_deleted() -> None:
     assert sample(metrics, "nimbix_burst_controller_stranded_noted_total", reason="no-owner") == 1
 
 
+def test_a_job_pod_kept_local_for_its_gpu_model_is_reported_not_deleted() -> None:
+    reburster, kube, metrics = make(pod(gpu_model="no JARVICE machine offers nvidia.com/gpu.product=H100"))
+    reburster.scan()
+    assert kube.deleted == [] and reburster.rebursts_by_owner == {}
+    assert kube.annotated == [("train-abcde", "2023-11-14T22:13:20Z")]
+    assert sample(metrics, "nimbix_burst_controller_stranded_noted_total", reason="gpu-model") == 1
+
+
 def test_a_report_whose_pod_changed_is_given_up_under_its_own_reason() -> None:
     """The annotation carries the resourceVersion decided on: a pod changed since is not reported,
     and that is not counted as a re-burst given up."""

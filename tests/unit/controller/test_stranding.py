@@ -43,6 +43,9 @@ LATER = T0 + 121  # past the threshold
         # Kept local on purpose (over its namespace's burst budget): deleting it would only loop.
         pytest.param(pod(budget="over budget: 4 of 4 GPUs in use"), LATER, 0, "note", id="held-by-budget"),
         pytest.param(pod(budget="x"), T0 + 10, 0, "wait", id="held-by-budget-not-yet"),
+        # Kept local because no JARVICE machine offers its GPU model: its replacement would be too.
+        pytest.param(pod(gpu_model="no JARVICE machine offers x=H100"), LATER, 0, "note", id="held-by-gpu-model"),
+        pytest.param(pod(gpu_model="x"), T0 + 10, 0, "wait", id="held-by-gpu-model-not-yet"),
     ],
 )
 def test_assess(body: dict[str, Any], now: float, rebursts: int, verdict: str) -> None:
