@@ -26,7 +26,6 @@ README_MAX_LINES = 400
 # When a page lands, remove it from this set (test_expected_soon_pages_are_still_missing says which).
 EXPECTED_SOON_PAGES = frozenset(
     {
-        "docs/gpu-models.md",
         "docs/distributed-training.md",
         "docs/data.md",
         "docs/kubectl.md",
