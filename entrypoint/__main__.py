@@ -30,6 +30,7 @@ from entrypoint import (
     remote,
     restart,
     signals,
+    staging,
     statefile,
     termination,
 )
@@ -207,7 +208,23 @@ def run(env: Mapping[str, str], argv: Sequence[str]) -> int:
     grace_warning = termination.build_grace_warning(remote_plan.tuning)
     if grace_warning is not None:
         log.warning("the runner's timeouts exceed the burst pod's grace period", extra={"reason": grace_warning})
-    with open_remote_deps(settings, tuning=remote_plan.tuning, journal=journal) as deps:
+    try:
+        stage_paths = staging.parse_stage_paths(env)
+    except staging.StagingError as exc:
+        log.error("invalid settings", extra={"problems": [str(exc)]})
+        return exitcodes.EXIT_CONFIG
+    with open_remote_deps(settings, tuning=remote_plan.tuning, journal=journal) as base_deps:
+        deps = base_deps
+        if not stage_paths.empty:
+            # Imported here: SSH (asyncssh, cryptography) costs start-up time and memory that a
+            # runner without data to stage should not pay.
+            from entrypoint import vault_staging  # noqa: PLC0415
+
+            try:
+                remote_plan, deps = vault_staging.attach(env, settings, remote_plan, base_deps, paths=stage_paths)
+            except staging.StagingError as exc:
+                log.error("invalid settings", extra={"problems": [str(exc)]})
+                return exitcodes.EXIT_CONFIG
         return remote.run_remote(remote_plan, deps, start=start)
 
 

@@ -149,3 +149,21 @@ def is_cluster_identity(text: str) -> bool:
 # kubelet's SIGKILL. A unit test holds the runner's defaults to it.
 MIN_TERMINATION_GRACE_SECONDS: Final = 75
 ANNOTATION_GRACE: Final = ANNOTATION_PREFIX + "termination-grace"
+
+# --- data staging: the pod's volumes follow the job through the JARVICE vault (docs/data.md) ---
+
+# Set by the user on the pod: absolute paths inside the bursting container, comma-separated, each
+# under one of its volume mounts. stage-in is uploaded before the submit and found remotely at the
+# same path; stage-out is copied back into the pod's volume after the job ends normally.
+ANNOTATION_STAGE_IN: Final = ANNOTATION_PREFIX + "stage-in"
+ANNOTATION_STAGE_OUT: Final = ANNOTATION_PREFIX + "stage-out"
+# "none": burst a pod that mounts data volumes without staging them (the command fetches its data).
+ANNOTATION_REMOTE_DATA: Final = ANNOTATION_PREFIX + "remote-data"
+REMOTE_DATA_NONE: Final = "none"
+# Set by the webhook on a pod kept local because its data could not follow it: the volumes named.
+ANNOTATION_DATA_NOT_STAGED: Final = ANNOTATION_PREFIX + "data-not-staged"
+# What the webhook tells one burst container's runner: the validated paths (its own mounts only,
+# configMap and downwardAPI mounts added to stage-in), comma-separated; unset when empty.
+ENV_STAGE_IN: Final = "NIMBIX_BURST_STAGE_IN"
+ENV_STAGE_OUT: Final = "NIMBIX_BURST_STAGE_OUT"
+STAGE_PATH_SEPARATOR: Final = ","

@@ -8,7 +8,7 @@ import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, NamedTuple, Protocol
 
 from entrypoint import restart
 from entrypoint.model import JobEntry, JobStatus, Machine, SubmitBody, SubmitResult
@@ -65,6 +65,21 @@ class NoTerminationLog:
         pass
 
 
+class EarlyExit(NamedTuple):
+    """The run ends before anything is submitted (a failed stage-in, an earlier copy-back finished)."""
+
+    code: int
+    reported: bool  # False: a restarted runner goes on with the same attempt (resumes the upload)
+
+
+class DataStage(Protocol):
+    """The pod's data carried to the job and back (`entrypoint.vault_staging.VaultStaging`)."""
+
+    def prepare(self) -> EarlyExit | None: ...
+
+    def finish(self, *, job: int | None, job_may_run: bool, exit_code: int, stopping_since: float | None) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class RemoteDeps:
     backend: JobBackend
@@ -75,3 +90,4 @@ class RemoteDeps:
     cancel: CancelToken
     journal: Journal = field(default_factory=NoJournal)
     termination: TerminationLog = field(default_factory=NoTerminationLog)
+    data: DataStage | None = None  # None: nothing staged (no NIMBIX_BURST_STAGE_IN/OUT)

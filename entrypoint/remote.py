@@ -100,7 +100,18 @@ class _RemoteRun:
                 "reason": self.start.reason,
             },
         )
+        data = self.deps.data
+        early = data.prepare() if data is not None else None
+        if early is not None:  # nothing submitted
+            self.progress.save_exit(reported=early.reported, exit_code=early.code)
+            self.deps.termination.write(termination.build_message(job=None, job_may_run=False, exit_code=early.code))
+            return early.code
         code = self._drive(list(self.first_actions))
+        if data is not None:
+            since = self.stop_deadline - self.plan.tuning.cancel_grace_seconds if self.stop_deadline else None
+            code = data.finish(
+                job=self.state.job, job_may_run=self.state.job_may_run, exit_code=code, stopping_since=since
+            )
         self.progress.save_exit(reported=runstate.is_reported(self.state), exit_code=code)
         self.deps.termination.write(
             termination.build_message(job=self.state.job, job_may_run=self.state.job_may_run, exit_code=code)

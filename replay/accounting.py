@@ -290,6 +290,7 @@ class Judgement:
     # window, and how far the replay's watch lagged it (checker.Verdict.view_lag, watch_lag).
     view_lags: list[float] = field(default_factory=list)
     watch_lags: list[float] = field(default_factory=list)
+    inexact: int = 0  # decisions judged partly by greedy best-fit (the exact search ran too long)
 
     @property
     def wrong_rate(self) -> float:
@@ -313,6 +314,7 @@ def judge_run(run: RunRecord, *, model_label: str, race_window: float) -> tuple[
         wrong_keys=[v.decision.key for v in full if v.wrong_burst],
         view_lags=[v.view_lag for v in full if v.decision.view is not None],
         watch_lags=[v.watch_lag for v in full if v.decision.view is not None],
+        inexact=sum(not v.exact for v in full) + sum(not v.exact for v in gpu_verdicts),
     )
     return judgement, gpu_verdicts
 
@@ -356,6 +358,7 @@ class PolicySummary:
     view_lag_max_seconds: float = 0.0
     watch_lagging: int = 0  # ... whose view the replay's watch showed only after the decision finished
     watch_lag_max_seconds: float = 0.0
+    judged_inexactly: int = 0  # judgements where greedy best-fit answered for the claims' search
     local_timeline: Series = field(default_factory=list)
     remote_timeline: Series = field(default_factory=list)
     waiting_timeline: Series = field(default_factory=list)
@@ -451,6 +454,7 @@ def summarize(
         view_lag_max_seconds=max(judgement.view_lags, default=0.0),
         watch_lagging=sum(1 for lag in judgement.watch_lags if lag > 0),
         watch_lag_max_seconds=max(judgement.watch_lags, default=0.0),
+        judged_inexactly=judgement.inexact,
         local_timeline=sample(local, start=span[0], end=span[1]),
         remote_timeline=sample(remote, start=span[0], end=span[1]),
         waiting_timeline=sample(waiting, start=span[0], end=span[1]),

@@ -204,6 +204,7 @@ def _covers(room: Mapping[str, int], need: Mapping[str, int], resources: Sequenc
 class Answer:
     fits: bool  # claims counted
     fits_ignoring_claims: bool
+    exact: bool = True  # False: the claims' search ran too long and greedy best-fit answered
 
 
 def _host_exists(
@@ -243,27 +244,33 @@ def _place_claims(
     return placed
 
 
-# The exact search below gives up after this many steps and keeps the greedy answer (a replay's
-# windows see a handful of claims on a handful of nodes: it has never come near).
-SEARCH_STEPS = 200_000
+# The exact search below gives up after this many steps and keeps the greedy answer (counted in
+# `Answer.exact`): a replay's windows see a handful of claims on a handful of nodes.
+SEARCH_STEPS = 5_000
 
 
 class _Packing:
     """Can `target` of the claims be placed together in `room`? An exhaustive search (claims with
-    the fewest nodes first; identical claims take nodes in order, so no arrangement is tried twice)."""
+    the fewest nodes first; identical claims take nodes in order, so no arrangement is tried twice;
+    a state already found short is not searched again)."""
 
     def __init__(self, claims: Sequence[tuple[Mapping[str, int], list[str]]], resources: Sequence[str]) -> None:
         self._claims = sorted(claims, key=lambda c: (len(c[1]), sorted(c[0].items()), c[1]))
         self._resources = resources
+        self._nodes = sorted({name for _, nodes in claims for name in nodes})
         self.steps = 0
 
     def can_place(self, room: dict[str, dict[str, int]], target: int) -> bool:
+        self._short: set[tuple[object, ...]] = set()
         return self._search(0, room, placed=0, target=target, floor=0)
 
     def _search(self, i: int, room: dict[str, dict[str, int]], *, placed: int, target: int, floor: int) -> bool:
         if placed >= target:
             return True
         if placed + len(self._claims) - i < target:
+            return False
+        key = (i, placed, floor, *(room[n][r] for n in self._nodes for r in self._resources))
+        if key in self._short:
             return False
         self.steps += 1
         if self.steps > SEARCH_STEPS:
@@ -281,7 +288,10 @@ class _Packing:
             if done:
                 return True
         # This claim left out; an identical next one may then not take an earlier node than it could have.
-        return self._search(i + 1, room, placed=placed, target=target, floor=0)
+        if self._search(i + 1, room, placed=placed, target=target, floor=0):
+            return True
+        self._short.add(key)
+        return False
 
 
 class _SearchTooLong(Exception):
@@ -300,16 +310,17 @@ def _fits_beside_claims(
     pod: Pod,
     resources: Sequence[str],
     claims: Sequence[tuple[Mapping[str, int], Placement]],
-) -> bool:
+) -> tuple[bool, bool]:
     """Could a node host the pod while the claims still get all the room they can use: does some
     arrangement place the pod and as many claims as any arrangement without it? (A claim no
     arrangement can place, say for want of CPU, holds nothing.) Greedy best-fit first, which settles
-    most questions; an exact search when it does not (greedy can strand a claim that fits elsewhere)."""
+    most questions; an exact search when it does not (greedy can strand a claim that fits elsewhere).
+    Returns (fits, exact): not exact when the search ran too long and greedy answered."""
     requests, placement = pod.requests, pod.placement
     greedy_room = {name: dict(room) for name, room in free.items()}
     greedy_placed = _place_claims(state, greedy_room, resources, claims)
     if greedy_placed == len(claims) and _host_exists(state, greedy_room, requests, placement, resources):
-        return True
+        return True, True
     usable = [
         (
             need,
@@ -318,24 +329,47 @@ def _fits_beside_claims(
         for need, p in claims
     ]
     usable = [(need, nodes) for need, nodes in usable if nodes]
+    claim_nodes = {name for _, nodes in usable for name in nodes}
+    capacity = {r: sum(free[name][r] for name in claim_nodes) for r in resources}
+    needs = [need for need, _ in usable]
     packing = _Packing(usable, resources)
     try:
         most = greedy_placed
-        for target in range(len(usable), greedy_placed, -1):
+        for target in range(min(len(usable), _count_bound(needs, capacity, resources)), greedy_placed, -1):
             if packing.can_place({name: dict(room) for name, room in free.items()}, target):
                 most = target
                 break
         for name, room in free.items():
             if not (_covers(room, requests, resources) and eligible(state.nodes[name], placement)):
                 continue
+            if name not in claim_nodes:
+                return True, True  # no claim can use this node: the pod takes nothing from them
+            left = {r: capacity[r] - requests.get(r, 0) for r in resources}
+            if _count_bound(needs, left, resources) < most:
+                continue
             trial = {n: dict(r) for n, r in free.items()}
             for r in resources:
                 trial[name][r] -= requests.get(r, 0)
             if packing.can_place(trial, most):
-                return True
-        return False
+                return True, True
+        return False, True
     except _SearchTooLong:
-        return _host_exists(state, greedy_room, requests, placement, resources)
+        return _host_exists(state, greedy_room, requests, placement, resources), False
+
+
+def _count_bound(needs: Sequence[Mapping[str, int]], capacity: Mapping[str, int], resources: Sequence[str]) -> int:
+    """At most how many of `needs` fit together in `capacity` summed over nodes: per resource, the
+    smallest needs first (a bound, not an arrangement; it spares the search most hopeless targets)."""
+    bound = len(needs)
+    for r in resources:
+        total, count = 0, 0
+        for amount in sorted(need.get(r, 0) for need in needs):
+            total += amount
+            if total > capacity[r]:
+                break
+            count += 1
+        bound = min(bound, count)
+    return bound
 
 
 def answer(
@@ -357,11 +391,11 @@ def answer(
     min_gpus = 1 if requests.get(GPU, 0) > 0 else 0
     free = free_capacity(state, resources, exclude=exclude, min_gpus=min_gpus, used=used, gpu_free_nodes=gpu_free_nodes)
     ignoring_claims = _host_exists(state, free, requests, placement, resources)
+    if not ignoring_claims:
+        return Answer(fits=False, fits_ignoring_claims=False)
     claims = _claims(state, exclude, sequence=sequence)
-    return Answer(
-        fits=ignoring_claims and _fits_beside_claims(state, free, Pod(requests, placement), resources, claims),
-        fits_ignoring_claims=ignoring_claims,
-    )
+    fits, exact = _fits_beside_claims(state, free, Pod(requests, placement), resources, claims)
+    return Answer(fits=fits, fits_ignoring_claims=True, exact=exact)
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,6 +417,7 @@ class WindowAnswer:
     throughout: bool  # the reference answered `expect_fit` at every moment of the window
     fits_at_start: bool
     fits_at_end_ignoring_claims: bool
+    exact: bool = True  # every answer inside the window was exact (see Answer.exact)
 
 
 def evaluate(
@@ -409,6 +444,7 @@ def evaluate(
     at_start: dict[int, bool] = {}
     answers: dict[int, WindowAnswer] = {}
     cache: dict[int, tuple[Usage, list[str]]] = {}  # state version -> usage (one entry)
+    inexact: set[int] = set()  # windows where a greedy answer stood in for the search
 
     def check(window: Window) -> Answer:
         if state.version not in cache:
@@ -416,7 +452,7 @@ def evaluate(
             used = used_per_node(state, resources)
             cache[state.version] = (used, nodes_with_free_gpus(state, used))
         used, gpu_free = cache[state.version]
-        return answer(
+        result = answer(
             state,
             window.requests,
             window.placement,
@@ -426,6 +462,9 @@ def evaluate(
             gpu_free_nodes=gpu_free,
             sequence=window.sequence,
         )
+        if not result.exact:
+            inexact.add(window.ident)
+        return result
 
     for _, rank, _, item in timeline:
         if isinstance(item, Observation | Decision):
@@ -446,7 +485,9 @@ def evaluate(
         else:
             last = check(item)
             held = open_windows.pop(item.ident, None) is not None and last.fits == item.expect_fit
-            answers[item.ident] = WindowAnswer(held, at_start[item.ident], last.fits_ignoring_claims)
+            answers[item.ident] = WindowAnswer(
+                held, at_start[item.ident], last.fits_ignoring_claims, exact=item.ident not in inexact
+            )
     return answers
 
 
@@ -519,6 +560,7 @@ class Verdict:
     fits_at_end_ignoring_claims: bool
     view_lag: float = 0.0  # how much earlier than race_window the window opened: the webhook's lag
     watch_lag: float = 0.0  # how much later than the decision's end it closed: the replay watch's lag
+    exact: bool = True  # False: somewhere in the window greedy best-fit answered for the search
 
     @property
     def wrong_burst(self) -> bool:
@@ -569,6 +611,7 @@ def judge(
             fits_at_end_ignoring_claims=answers[i].fits_at_end_ignoring_claims,
             view_lag=d.started - race_window - starts[i],
             watch_lag=ends[i] - d.finished,
+            exact=answers[i].exact,
         )
         for i, d in enumerate(decisions)
     ]

@@ -76,6 +76,7 @@ ROWS: tuple[Row, ...] = (
     ("wrong bursts (GPU+CPU+memory fit)", lambda s: _percent(s.wrong_bursts, s.burst)),
     ("  by GPUs alone / unguarded upper bound", lambda s: f"{s.wrong_bursts_gpu_only} / {s.wrong_bursts_upper_bound}"),
     ("  webhook's view vs the replay's watch", _view_lag),
+    ("  judged by greedy claims (search too long)", lambda s: str(s.judged_inexactly)),
     ("stranded (kept local, not bound in time)", lambda s: str(s.stranded)),
     ("webhook admission latency ms", lambda s: _dist_ms(s.admission_latency_ms)),
     ("pod CREATE latency ms (client)", lambda s: _dist_ms(s.create_latency_ms)),

@@ -6,12 +6,12 @@ tick as the decision (and never for dry-run requests).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from entrypoint import contract
-from webhook import budget, gpu_models, mutation, walltime
+from webhook import budget, data_volumes, gpu_models, mutation, walltime
 from webhook import decision as decisions
 from webhook.cache import ClusterCache
 from webhook.model import ObjectError, check_pod_shape, parse_placement, pod_compute, pod_gpus
@@ -103,6 +103,12 @@ def admit(
     cluster, unknown = _cluster_identity(cache, policy)
     if unknown:
         return _kept_local(request, decision, unknown)
+    data = data_volumes.plan_data(
+        spec, annotations, burst_containers=mutation.burst_container_names(spec, policy=policy)
+    )
+    if isinstance(data, data_volumes.DataRefusal):
+        notes = {contract.ANNOTATION_DATA_NOT_STAGED: data.volumes} if data.volumes else {}
+        return _kept_local(request, decision, data.reason, notes=notes, warnings=data.warnings)
     namespace = request.namespace
     refusal = decisions.budget_refusal(gpus, cache, namespace=namespace)
     if not refusal and local_refusal and cache.budget(namespace) is not None:
@@ -120,6 +126,7 @@ def admit(
     terms = mutation.BurstTerms(
         cluster=cluster,
         limit=limit,
+        staging=tuple((c.container, c.env_value("in"), c.env_value("out")) for c in data.staging),
         gpu_model=gpu_models.describe_constraint(model) if model is not None else "",
         allowed_machines=machines.machines if machines is not None else (),
     )
@@ -157,15 +164,21 @@ def _walltime(
 
 
 def _kept_local(
-    request: AdmissionRequest, decision: Decision, refusal: str, *, notes: Mapping[str, str] | None = None
+    request: AdmissionRequest,
+    decision: Decision,
+    refusal: str,
+    *,
+    notes: Mapping[str, str] | None = None,
+    warnings: Sequence[str] = (),
 ) -> Admission:
-    """Would burst, but may not (no cluster identity, no JARVICE machine with its GPU model): it stays
-    as submitted and waits for local GPUs (never refused: the webhook cannot burst it, that is all).
-    `notes`: annotations beside the decision and reason."""
+    """Would burst, but may not (no cluster identity, no JARVICE machine with its GPU model, data that
+    could not follow it): it stays as submitted and waits for local GPUs (never refused: the webhook
+    cannot burst it, that is all). `notes`: annotations beside the decision and reason; `warnings`:
+    what kubectl shows (default: one naming the refusal)."""
     reason = f"{decision.reason}; not burst: {refusal}"
     patch = mutation.build_kept_local_patch(request.object, reason=reason, notes=notes)
-    warning = f"nimbix-burst: kept local, not burst: {refusal}"
-    return Admission(build_response(request.uid, patch=patch, warnings=[warning]), "local", reason)
+    shown = list(warnings) or [f"nimbix-burst: kept local, not burst: {refusal}"]
+    return Admission(build_response(request.uid, patch=patch, warnings=shown), "local", reason)
 
 
 def _over_budget(request: AdmissionRequest, decision: Decision, refusal: str, action: budget.OverBudget) -> Admission:

@@ -50,6 +50,8 @@ class BurstTerms:
     # A reinvocation: the budget was counted at the first rewrite, so a container's counted GPUs are
     # never raised (kept as set; 0 for a container that only now asks for GPUs).
     reinvoked: bool = False
+    # Per burst container: (name, stage-in, stage-out) as NIMBIX_BURST_STAGE_IN/OUT values (webhook.data_volumes).
+    staging: tuple[tuple[str, str, str], ...] = ()
     # The pod's GPU model constraint (gpu_models.describe_constraint), "" when it has none, and the
     # machine types it allows: the constraint leaves the pod and becomes the runner's machine choice.
     gpu_model: str = ""
@@ -216,10 +218,20 @@ def _burst_container_ops(base: str, container: Mapping[str, Any], *, gpus: int, 
     wanted.append((contract.ENV_WALLTIME, _value(contract.ENV_WALLTIME, terms.limit.text), not own))
     counted = "0" if terms.reinvoked else str(gpus)
     wanted.append((contract.ENV_COUNTED_GPUS, _value(contract.ENV_COUNTED_GPUS, counted), not terms.reinvoked))
+    for name, stage_in, stage_out in terms.staging:
+        if name == container.get("name"):
+            for env_name, paths in ((contract.ENV_STAGE_IN, stage_in), (contract.ENV_STAGE_OUT, stage_out)):
+                if paths:
+                    wanted.append((env_name, _value(env_name, paths), True))
     if terms.allowed_machines:
         allowed = contract.format_machine_list(terms.allowed_machines)
         wanted.append((contract.ENV_ALLOWED_MACHINES, _value(contract.ENV_ALLOWED_MACHINES, allowed), True))
     return _env_ops(base, container, wanted)
+
+
+def burst_container_names(spec: Mapping[str, Any], *, policy: RewritePolicy) -> list[str]:
+    """The app containers a remote decision bursts: those asking for GPUs (init containers stay here)."""
+    return [str(c.get("name", "")) for c in spec.get("containers") or () if _container_gpus(c, policy.gpu_resources)]
 
 
 def _own_walltime(container: Mapping[str, Any], limit: walltime.Walltime) -> str:

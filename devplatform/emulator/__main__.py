@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
-from devplatform.emulator import appdef, jobs
+from devplatform.emulator import appdef, jobs, vault, vault_api
 from devplatform.emulator.server import EmulatorConfig, create_app, parse_apps, parse_users
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -73,6 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--state-file", type=Path, help="write {url, pid, port, ...} JSON here once listening")
     parser.add_argument("--env-file", type=Path, help="write a shell-sourceable JARVICE_* env file here")
     parser.add_argument("--seed", type=int, default=None, help="seed for fault draws and job names")
+    parser.add_argument(
+        "--vaults-dir", type=Path, help="enable vaults (SFTP, /jarvice/vault, each job's /data) stored here"
+    )
+    parser.add_argument("--vault", action="append", default=[], metavar="NAME=KIND", help="a vault (filesystem|object)")
+    parser.add_argument("--sftp-port", type=int, default=0, help="the vault SFTP port (0: a free one)")
     return parser
 
 
@@ -113,6 +118,13 @@ def build_config(args: argparse.Namespace) -> EmulatorConfig:
     )
     if args.machines:
         config.machines = json.loads(args.machines.read_text())
+    if args.vaults_dir is not None:
+        config.vaults = vault.VaultConfig(
+            root=args.vaults_dir,
+            kinds=vault.parse_vault_kinds(args.vault),
+            sftp_host=args.host,
+            sftp_port=args.sftp_port,
+        )
     return config
 
 
@@ -139,7 +151,8 @@ def render_env_file(url: str, config: EmulatorConfig) -> str:
 
 
 async def serve(args: argparse.Namespace, config: EmulatorConfig) -> None:
-    runner = web.AppRunner(create_app(config), handle_signals=False)
+    app = create_app(config)
+    runner = web.AppRunner(app, handle_signals=False)
     await runner.setup()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -157,6 +170,9 @@ async def serve(args: argparse.Namespace, config: EmulatorConfig) -> None:
             "users": sorted(config.users),
             "apps": {app: sorted(cmds) for app, cmds in config.app_commands().items()},
         }
+        sftp = vault_api.sftp_address(app)
+        if sftp is not None:
+            info["vault_sftp"] = sftp
         if args.state_file:
             _write_private(args.state_file, json.dumps(info) + "\n")
         if args.env_file:

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from devplatform.emulator import vault as vaults
+
 SUBMITTED: Final = "SUBMITTED"
 RUNNING: Final = "PROCESSING STARTING"
 COMPLETED: Final = "COMPLETED"
@@ -79,6 +81,8 @@ class Job:
     task: "asyncio.Task[None] | None" = None
     stop_event: asyncio.Event = field(default_factory=asyncio.Event)
     started_monotonic: float = 0.0
+    # The job's vault at /data in a private root (see vault.py); None: the command runs on the host.
+    vault: vaults.JobVault | None = None
 
     @property
     def output_path(self) -> Path:
@@ -198,6 +202,12 @@ def _stopped(job: Job) -> bool:
 def _finish(job: Job, status: str, exitcode: int) -> None:
     if job.walltime_timer is not None:
         job.walltime_timer.cancel()
+    if job.vault is not None:
+        # An object vault gets the job's writes on a normal end (a shutdown included), never after a
+        # terminate or the walltime (reference section 5, vault.objects).
+        if status != TERMINATED or job.stop_reason == "shutdown":
+            vaults.write_back(job.vault)
+        vaults.discard_scratch(job.vault)
     job.status = status
     job.exitcode = exitcode
     job.end_time = int(time.time())
@@ -234,10 +244,9 @@ async def run_job(job: Job, timing: Timing) -> None:
                 _finish(job, TERMINATED, -15)
                 return
             job.started_monotonic = time.monotonic()
+            argv = ["bash", "-c", job.command]
             job.process = await asyncio.create_subprocess_exec(
-                "bash",
-                "-c",
-                job.command,
+                *(argv if job.vault is None else vaults.wrap_argv(job.vault, argv)),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT,

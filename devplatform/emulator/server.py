@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from devplatform.emulator import appdef, jobs
+from devplatform.emulator import appdef, jobs, vault, vault_api
 from devplatform.emulator.catalogue import default_machines
 
 JSON_TYPE: Final = "application/json"
@@ -58,6 +58,8 @@ class EmulatorConfig:
     # Applications defined by AppDef files (see appdef.py): submissions are checked against the
     # AppDef's commands and parameters, and run through the command's `path`.
     appdefs: dict[str, appdef.LoadedAppDef] = field(default_factory=dict)
+    # Vaults (vault.py): SFTP, /jarvice/vault, each job's /data. None: no vaults, jobs run on the host.
+    vaults: vault.VaultConfig | None = None
 
     def app_commands(self) -> dict[str, frozenset[str]]:
         """Every application id (catalogue and AppDef) -> its command keys."""
@@ -358,6 +360,7 @@ async def handle_submit(request: web.Request) -> web.Response:
         workdir=workdir,
         walltime_limit=_walltime_seconds(application.get("walltime")),
     )
+    job.vault = vault_api.job_vault(request.app, owner=owner, submission=body, workdir=workdir)
     state.jobs[number] = job
     job.task = state.spawn(jobs.run_job(job, state.config.timing))
     if state.faults.drop_after_submit > 0 and state.faults.applies("submit"):
@@ -701,6 +704,8 @@ def create_app(config: EmulatorConfig) -> web.Application:
     app.router.add_get("/_emulator/stats", handle_stats)
     app.router.add_post("/_emulator/reset", handle_reset)
     app.on_cleanup.append(_close_state)
+    if config.vaults is not None:
+        vault_api.setup(app, config.vaults, users=config.users)
     return app
 
 

@@ -23,6 +23,7 @@ PURE = [
     "runstate",
     "runsteps",
     "settings",
+    "staging",
     "termination",
     "walltime",
 ]

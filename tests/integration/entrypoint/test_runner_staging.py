@@ -1,0 +1,197 @@
+"""The runner stages a container's data through the emulator's vault: over SFTP before the submit,
+linked at the same absolute paths in the job, copied back after it ends.
+
+The runner runs as a real subprocess in a mount namespace of its own with a tmpfs at /srv (its
+"pod volume"), so the staged paths (/srv/...) exist for the runner and, through the emulator's private
+root (an empty host directory is the job's own), for the job, and nothing is written on the host.
+Needs root (the emulator's private roots): the dev machine runs as root."""
+
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from devplatform.emulator import EmulatorConfig, EmulatorControl, EmulatorThread, Timing
+from devplatform.emulator.vault import VaultConfig
+from tests.integration.entrypoint.conftest import API_KEY, APP, FAST_TIMING, ROOT, USER, base_env, label_of
+
+RUNNER_TIMEOUT = 60.0
+
+
+@pytest.fixture(scope="module")
+def vault_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EmulatorThread, Path]]:
+    if os.geteuid() != 0:
+        pytest.fail("the emulator's private job roots need root (unshare --mount, chroot): run as root")
+    root = tmp_path_factory.mktemp("vaults")
+    config = EmulatorConfig(
+        users={USER: API_KEY},
+        apps={APP: frozenset({"run"})},
+        timing=Timing(**FAST_TIMING),
+        vaults=VaultConfig(root=root, kinds={"drop.jarvice.com": "filesystem", "objects": "object"}),
+    )
+    with EmulatorThread(config) as emu:
+        yield emu, root
+
+
+def vault_info(url: str) -> dict[str, Any]:
+    with EmulatorControl(url) as ctl:
+        return dict(ctl.session.get(f"{url}/_emulator/vault", timeout=5).json())
+
+
+def run_in_pod(env: dict[str, str], *, setup: str, collect: Path) -> tuple[int, str, str]:
+    """The runner in its own mount namespace: a tmpfs at /srv, `setup` run first, /srv copied to
+    `collect` afterwards (what the pod's volume holds)."""
+    runner, copy = shlex.quote(sys.executable), shlex.quote(str(collect))
+    script = (
+        f"set -e; mount -t tmpfs pod-volume /srv; {setup}; set +e;"
+        f" {runner} -m entrypoint; rc=$?; cp -a /srv/. {copy}/; exit $rc"
+    )
+    collect.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "--", "bash", "-c", script],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=RUNNER_TIMEOUT,
+        check=False,
+    )
+    out, err = done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
+    assert API_KEY not in out + err
+    return done.returncode, out, err
+
+
+def staged_env(url: str, tmp_path: Path, **extra: str) -> dict[str, str]:
+    info = vault_info(url)
+    known_hosts = tmp_path / "known_hosts"
+    known_hosts.write_text(info["known_hosts"])
+    state = tmp_path / "state"
+    state.mkdir(exist_ok=True)
+    return base_env(
+        url,
+        NIMBIX_BURST_VAULT_SFTP=info["sftp"],
+        NIMBIX_BURST_VAULT_KNOWN_HOSTS=str(known_hosts),
+        NIMBIX_BURST_STATE_DIR=str(state),
+        **extra,
+    )
+
+
+def test_inputs_are_read_remotely_and_outputs_land_in_the_pod_volume(
+    vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path
+) -> None:
+    emu, root = vault_emulator
+    env = staged_env(
+        emu.url,
+        tmp_path,
+        NIMBIX_BURST_STAGE_IN="/srv/ws/data,/srv/ws/config.yaml",
+        NIMBIX_BURST_STAGE_OUT="/srv/ws/out",
+        APP_COMMAND_ARGS="cat /srv/ws/data/a.txt /srv/ws/data/sub/b.txt /srv/ws/config.yaml;"
+        " mkdir -p /srv/ws/out/nested && echo model > /srv/ws/out/nested/model.txt && ls -ld /srv/ws/data",
+    )
+    setup = (
+        "mkdir -p /srv/ws/data/sub && echo alpha > /srv/ws/data/a.txt && echo beta > /srv/ws/data/sub/b.txt"
+        " && echo 'epochs: 3' > /srv/ws/config.yaml"
+    )
+    code, out, err = run_in_pod(env, setup=setup, collect=tmp_path / "pod")
+    assert code == 0, err
+    assert "alpha\nbeta\nepochs: 3\n" in out
+    assert "->" in out  # the job saw a link to its vault copy
+    assert (tmp_path / "pod" / "ws" / "out" / "nested" / "model.txt").read_text() == "model\n"
+    assert "nimbix-burst: stage-in" in err and "nimbix-burst: copy-back" in err
+    # The per-job directory is removed after a complete copy-back.
+    job_dir = root / USER / "drop.jarvice.com" / "nimbix-burst" / label_of(env)
+    assert not job_dir.exists()
+    assert not Path("/srv/ws").exists()  # nothing on the host
+
+
+def test_a_dropped_sftp_connection_resumes_and_the_file_arrives_whole(
+    vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path
+) -> None:
+    emu, _root = vault_emulator
+    with EmulatorControl(emu.url) as ctl:
+        cut_before = vault_info(emu.url)["faults"]["cut"]
+        ctl.session.post(f"{emu.url}/_emulator/vault-faults", json={"after_bytes": 3 << 20, "sessions": 2}, timeout=5)
+    size = 8 << 20
+    env = staged_env(
+        emu.url,
+        tmp_path,
+        NIMBIX_BURST_STAGE_IN="/srv/big.bin",
+        APP_COMMAND_ARGS="sha256sum /srv/big.bin",
+    )
+    setup = f"head -c {size} /dev/urandom > /srv/big.bin && sha256sum /srv/big.bin > /srv/sum"
+    code, out, err = run_in_pod(env, setup=setup, collect=tmp_path / "pod")
+    assert code == 0, err
+    expected = (tmp_path / "pod" / "sum").read_text().split()[0]
+    assert expected in out
+    assert vault_info(emu.url)["faults"]["cut"] >= cut_before + 1
+    assert "vault connection lost; resuming" in err
+
+
+def test_a_missing_stage_in_path_submits_nothing(vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path) -> None:
+    emu, _root = vault_emulator
+    env = staged_env(emu.url, tmp_path, NIMBIX_BURST_STAGE_IN="/srv/absent", APP_COMMAND_ARGS="true")
+    code, _out, err = run_in_pod(env, setup="true", collect=tmp_path / "pod")
+    assert code == 78, err
+    with EmulatorControl(emu.url) as ctl:
+        assert ctl.session.get(f"{emu.url}/_emulator/jobs", params={"job_label": label_of(env)}, timeout=5).json() == []
+
+
+def test_a_deleted_pod_shuts_the_job_down_and_copies_back_what_it_wrote(
+    vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path
+) -> None:
+    emu, _root = vault_emulator
+    env = staged_env(
+        emu.url,
+        tmp_path,
+        NIMBIX_BURST_STAGE_OUT="/srv/ws/out",
+        APP_COMMAND_ARGS="echo epoch-1 > /srv/ws/out/checkpoint-1; echo checkpointed; sleep 60",
+    )
+    collect = tmp_path / "pod"
+    collect.mkdir()
+    runner, copy = shlex.quote(sys.executable), shlex.quote(str(collect))
+    # The kubelet's SIGTERM goes to the runner; the shell waits for it, then reads the "volume".
+    script = (
+        f"mount -t tmpfs pod-volume /srv; mkdir -p /srv/ws; {runner} -m entrypoint & pid=$!;"
+        f" trap 'kill -TERM $pid' TERM; wait $pid; wait $pid; rc=$?; cp -a /srv/. {copy}/; exit $rc"
+    )
+    process = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "private", "--", "bash", "-c", script],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        if b"checkpointed" in line:
+            break
+    process.send_signal(15)
+    _out, err_bytes = process.communicate(timeout=RUNNER_TIMEOUT)
+    err = err_bytes.decode(errors="replace")
+    assert process.returncode == 143, err
+    assert (collect / "ws" / "out" / "checkpoint-1").read_text() == "epoch-1\n"
+    assert "shutdown requested" in err and "copy-back complete" in err
+    with EmulatorControl(emu.url) as ctl:
+        jobs = ctl.session.get(f"{emu.url}/_emulator/jobs", params={"job_label": label_of(env)}, timeout=5).json()
+    assert [job["stop_reason"] for job in jobs] == ["shutdown"]
+
+
+def test_the_jarvice_credentials_are_never_staged(vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path) -> None:
+    emu, _root = vault_emulator
+    env = staged_env(
+        emu.url,
+        tmp_path,
+        NIMBIX_BURST_STAGE_IN="/srv/ws",
+        JARVICE_APIKEY=None,  # type: ignore[arg-type]  # base_env drops None: the key comes from the file
+        JARVICE_APIKEY_FILE="/srv/ws/creds/apikey",
+        APP_COMMAND_ARGS="ls /srv/ws /srv/ws/creds",
+    )
+    setup = f"mkdir -p /srv/ws/creds && printf %s {API_KEY} > /srv/ws/creds/apikey && echo x > /srv/ws/input"
+    code, out, err = run_in_pod(env, setup=setup, collect=tmp_path / "pod")
+    assert code == 0, err
+    assert "input" in out and "apikey" not in out
+    assert "not staging the JARVICE credentials" in err

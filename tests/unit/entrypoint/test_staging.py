@@ -1,0 +1,229 @@
+"""Data staging's pure rules (entrypoint.staging): the variables, the vault layout, the job's prelude,
+the record that keeps a restart from uploading twice or copying back twice, and the vault settings."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from entrypoint import staging
+from entrypoint.staging import StagePaths, StagingError, StagingRecord, UploadedFile
+
+LABEL = "k8s-prod-0123456789ab.6c67bbab-1abe-47db-9b2d-9e98ee17ef5b-train-1"
+
+
+@pytest.mark.parametrize(
+    ("stage_in", "stage_out", "expected"),
+    [
+        pytest.param("", "", StagePaths(), id="none"),
+        pytest.param(
+            "/w/data, /w/cfg.yaml,,/w/data/",
+            "/w/out",
+            StagePaths(("/w/data", "/w/cfg.yaml"), ("/w/out",)),
+            id="normalised",
+        ),
+        pytest.param("//w//data", "", StagePaths(("/w/data",)), id="double-slashes"),
+    ],
+)
+def test_parse_stage_paths(stage_in: str, stage_out: str, expected: StagePaths) -> None:
+    env = {"NIMBIX_BURST_STAGE_IN": stage_in, "NIMBIX_BURST_STAGE_OUT": stage_out}
+    assert staging.parse_stage_paths(env) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        pytest.param("w/data", "not an absolute path", id="relative"),
+        pytest.param("/w/../etc", "not an absolute path", id="dot-dot"),
+        pytest.param("/", "'/' cannot be staged", id="root"),
+        pytest.param("/w/a\nb", "not an absolute path", id="newline"),
+    ],
+)
+def test_parse_stage_paths_rejects(value: str, says: str) -> None:
+    with pytest.raises(StagingError, match=says):
+        staging.parse_stage_paths({"NIMBIX_BURST_STAGE_IN": value})
+
+
+@pytest.mark.parametrize(
+    ("label", "job_dir"),
+    [
+        pytest.param(LABEL, f"nimbix-burst/{LABEL}", id="uid-label-kept-whole"),
+        pytest.param("k8s-ns/pod-app-1", "nimbix-burst/k8s-ns_pod-app-1", id="slash-becomes-underscore"),
+        pytest.param("..", "nimbix-burst/job", id="dots-only"),
+    ],
+)
+def test_build_job_dir(label: str, job_dir: str) -> None:
+    assert staging.build_job_dir(label) == job_dir
+
+
+def test_paths_live_under_the_job_dir_in_the_vault_and_under_data_in_the_job() -> None:
+    assert staging.vault_path("nimbix-burst/j", "/w/data") == "nimbix-burst/j/w/data"
+    assert staging.remote_path("nimbix-burst/j", "/w/data") == "/data/nimbix-burst/j/w/data"
+
+
+def run_prelude(
+    tmp_path: Path, paths: StagePaths, *, out_files: tuple[str, ...] = (), before: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """The prelude in bash with / and /data moved under tmp_path (sed on the generated text): what
+    the job's shell does, on files this test can look at."""
+    prelude = staging.build_prelude(paths, job_dir="nimbix-burst/j", out_files=out_files)
+    rooted = (
+        prelude.replace("/data/", f"{tmp_path}/data/").replace(" /w", f" {tmp_path}/w").replace("'/w", f"'{tmp_path}/w")
+    )
+    return subprocess.run(["bash", "-c", before + rooted + "echo ran"], capture_output=True, text=True, check=False)
+
+
+def test_the_prelude_links_each_path_to_its_vault_copy(tmp_path: Path) -> None:
+    (tmp_path / "data/nimbix-burst/j/w/data").mkdir(parents=True)
+    (tmp_path / "data/nimbix-burst/j/w/data/x").write_text("x")
+    done = run_prelude(tmp_path, StagePaths(("/w/data",), ("/w/out", "/w/model.pt")), out_files=("/w/model.pt",))
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "w/data/x").read_text() == "x"
+    assert (tmp_path / "w/out").is_symlink() and (tmp_path / "data/nimbix-burst/j/w/out").is_dir()
+    assert (tmp_path / "w/model.pt").is_symlink() and not (tmp_path / "data/nimbix-burst/j/w/model.pt").exists()
+    assert (tmp_path / "data/nimbix-burst/j/w").is_dir()  # a file's parent is made: the job can write it
+    assert done.stdout == "ran\n"
+
+
+def test_the_prelude_replaces_an_empty_directory_but_never_deletes_content(tmp_path: Path) -> None:
+    (tmp_path / "w/out").mkdir(parents=True)
+    assert run_prelude(tmp_path, StagePaths((), ("/w/out",))).returncode == 0
+    (tmp_path / "w/keep").mkdir()
+    (tmp_path / "w/keep/file").write_text("mine")
+    done = run_prelude(tmp_path, StagePaths(("/w/keep",)))
+    assert done.returncode == staging.EXIT_LINK_FAILED
+    assert "w/keep exists in the image and is not an empty directory" in done.stderr
+    assert "cannot make" in done.stderr
+    assert (tmp_path / "w/keep/file").read_text() == "mine"
+
+
+def test_the_command_follows_the_prelude_unchanged() -> None:
+    command = 'python train.py --name "a b" # trailing comment\ncat <<EOF\nx\nEOF'
+    wrapped = staging.wrap_shell_command(command, prelude="PRELUDE\n")
+    assert wrapped == "PRELUDE\n" + command
+
+
+RECORD = StagingRecord(
+    job_label=LABEL,
+    uploaded={"/w/a": UploadedFile(3, 17, "ab" * 32)},
+    stage_in_done=True,
+    copy_back="pending",
+    exit_code=3,
+)
+
+
+def test_the_record_survives_its_text() -> None:
+    assert staging.parse_record(staging.render_record(RECORD)) == RECORD
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("not json", id="not-json"),
+        pytest.param('{"format": 9, "job_label": "x"}', id="other-format"),
+        pytest.param('{"format": 1}', id="no-label"),
+        pytest.param('{"format": 1, "job_label": "x", "copy_back": "maybe"}', id="bad-copy-back"),
+    ],
+)
+def test_an_unreadable_record_is_an_error(text: str) -> None:
+    with pytest.raises(StagingError):
+        staging.parse_record(text)
+
+
+@pytest.mark.parametrize(
+    ("record", "label", "action"),
+    [
+        pytest.param(None, LABEL, "stage_in", id="first-run"),
+        pytest.param(StagingRecord(LABEL), LABEL, "stage_in", id="upload-unfinished-resumes"),
+        pytest.param(
+            StagingRecord(LABEL, stage_in_done=True), LABEL, "skip_stage_in", id="restart-never-uploads-twice"
+        ),
+        pytest.param(StagingRecord("old", stage_in_done=True), LABEL, "stage_in", id="a-retry-uploads-for-its-own-job"),
+        pytest.param(
+            StagingRecord("old", copy_back="pending", exit_code=1),
+            LABEL,
+            "copy_back_only",
+            id="pending-copy-back-first",
+        ),
+        pytest.param(
+            StagingRecord(LABEL, stage_in_done=True, copy_back="done"), LABEL, "skip_stage_in", id="copied-back-once"
+        ),
+    ],
+)
+def test_decide_start(record: StagingRecord | None, label: str, action: str) -> None:
+    assert staging.decide_start(record, job_label=label) == action
+
+
+@pytest.mark.parametrize(
+    ("size", "mtime", "uploaded"),
+    [(3, 17, True), (4, 17, False), (3, 18, False)],
+    ids=["unchanged", "size-changed", "touched"],
+)
+def test_is_uploaded(size: int, mtime: int, uploaded: bool) -> None:
+    assert staging.is_uploaded(RECORD, "/w/a", size=size, mtime_ns=mtime) is uploaded
+    assert not staging.is_uploaded(RECORD, "/w/b", size=size, mtime_ns=mtime)
+
+
+@pytest.mark.parametrize(
+    ("job_may_run", "job_known", "action"),
+    [(False, True, "copy_back"), (True, True, "leave"), (False, False, "leave")],
+    ids=["ended", "may-still-run", "never-submitted"],
+)
+def test_decide_end(job_may_run: bool, job_known: bool, action: str) -> None:
+    assert staging.decide_end(job_may_run=job_may_run, job_known=job_known) == action
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        pytest.param({}, staging.VaultSettings("api.example", 22, None, False), id="default-api-host"),
+        pytest.param(
+            {"NIMBIX_BURST_VAULT_SFTP": "10.0.0.1:2222", "NIMBIX_BURST_KEEP_VAULT_DIR": "1"},
+            staging.VaultSettings("10.0.0.1", 2222, None, True),
+            id="host-port-keep",
+        ),
+        pytest.param(
+            {"NIMBIX_BURST_VAULT_SFTP": "[fd00::1]:2222", "NIMBIX_BURST_VAULT_KNOWN_HOSTS": "/etc/kh"},
+            staging.VaultSettings("fd00::1", 2222, "/etc/kh", False),
+            id="ipv6",
+        ),
+    ],
+)
+def test_parse_vault_settings(env: dict[str, str], expected: staging.VaultSettings) -> None:
+    assert staging.parse_vault_settings(env, api_host="api.example") == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        pytest.param({"NIMBIX_BURST_VAULT_SFTP": "h:99999"}, "host or host:port", id="port-range"),
+        pytest.param({"NIMBIX_BURST_VAULT_KNOWN_HOSTS": "kh"}, "absolute path", id="relative-known-hosts"),
+        pytest.param({"NIMBIX_BURST_KEEP_VAULT_DIR": "yes"}, "0 or 1", id="keep-typo"),
+    ],
+)
+def test_parse_vault_settings_rejects(env: dict[str, str], says: str) -> None:
+    with pytest.raises(StagingError, match=says):
+        staging.parse_vault_settings(env, api_host="api.example")
+
+
+def test_local_target_maps_a_vault_file_back_under_its_path() -> None:
+    root = "nimbix-burst/j/w/out"
+    assert staging.local_target("/w/out", root_vault=root, vault_file=root + "/a/b.txt") == "/w/out/a/b.txt"
+    assert staging.local_target("/w/model.pt", root_vault=root, vault_file=root) == "/w/model.pt"
+
+
+@pytest.mark.parametrize(
+    ("done", "total", "seconds", "line"),
+    [
+        (512 << 20, 1 << 30, 6.0, "nimbix-burst: stage-in 512.0 MiB of 1.0 GiB (50%), 85.3 MiB/s, ETA 6 s"),
+        (0, 100, 0.0, "nimbix-burst: stage-in 0 B of 100 B (0%), 0 B/s, ETA unknown"),
+        (0, 0, 1.0, "nimbix-burst: stage-in 0 B of 0 B (100%), 0 B/s, ETA unknown"),
+    ],
+)
+def test_format_progress(done: int, total: int, seconds: float, line: str) -> None:
+    assert staging.format_progress("stage-in", done=done, total=total, seconds=seconds) == line
+
+
+def test_credential_files_are_the_runner_s_file_variables() -> None:
+    env = {"JARVICE_APIKEY_FILE": " /etc/jarvice/apikey ", "JARVICE_USERNAME_FILE": "", "OTHER_FILE": "/x"}
+    assert staging.credential_files(env) == frozenset({"/etc/jarvice/apikey"})
