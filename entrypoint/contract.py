@@ -104,6 +104,21 @@ def parse_machine_list(text: str) -> tuple[str, ...]:
             )
     return tuple(sorted(set(names)))
 
+# --- what the controller shows of a burst pod's JARVICE jobs (`kubectl describe`, `kubectl nimbix`) ---
+
+# Its latest job (the highest number), that job's machine and node count, and the state of that job:
+# submitted, queued, running, succeeded or failed (the controller's `ended` above is never replaced).
+ANNOTATION_JOB_NUMBER: Final = ANNOTATION_PREFIX + "job-number"
+ANNOTATION_JOB_MACHINE: Final = ANNOTATION_PREFIX + "job-machine"
+ANNOTATION_JOB_NODES: Final = ANNOTATION_PREFIX + "job-nodes"
+# All its jobs together, so far: GPU-hours, and cost from each machine's mc_price (per node-hour).
+ANNOTATION_GPU_HOURS: Final = ANNOTATION_PREFIX + "gpu-hours"
+ANNOTATION_COST: Final = ANNOTATION_PREFIX + "cost"
+# The controller's ledger, `4711=running,4712=submitted`: the last stage each job's Events reached.
+# A restarted controller reads it, so no Event is recorded twice.
+ANNOTATION_JOB_LEDGER: Final = ANNOTATION_PREFIX + "jobs"
+# The decision as a label too, so `kubectl get pods -l nimbix-burst.io/decision=remote` works.
+LABEL_DECISION: Final = ANNOTATION_PREFIX + "decision"
 
 # A cluster identity is a DNS-label-like token: [a-z0-9-], at most this long.
 MAX_CLUSTER_NAME: Final = 30

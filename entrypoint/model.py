@@ -78,6 +78,11 @@ class JobEntry:
     label: str | None
     exitcode: int | None
     substatus_text: str = ""  # why the job is in its state (e.g. why it was stopped); often empty
+    # From job_api_submission (the submit body JARVICE echoes): only the machine is read, never the rest.
+    machine: str = ""  # "" when JARVICE did not say
+    nodes: int = 1
+    start_time: int = 0  # Unix seconds, 0 while not started
+    end_time: int = 0  # Unix seconds, 0 while not ended
 
 
 # --- wire shapes -------------------------------------------------------------------------------
