@@ -27,7 +27,6 @@ README_MAX_LINES = 400
 EXPECTED_SOON_PAGES = frozenset(
     {
         "docs/distributed-training.md",
-        "docs/kubectl.md",
         "docs/helm.md",
         "docs/monitoring.md",
     }
