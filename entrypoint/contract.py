@@ -182,3 +182,17 @@ ANNOTATION_DATA_NOT_STAGED: Final = ANNOTATION_PREFIX + "data-not-staged"
 ENV_STAGE_IN: Final = "NIMBIX_BURST_STAGE_IN"
 ENV_STAGE_OUT: Final = "NIMBIX_BURST_STAGE_OUT"
 STAGE_PATH_SEPARATOR: Final = ","
+
+# --- gangs: the pods of one distributed job burst as one multi-node JARVICE job ---
+# Set by the webhook on every burst container of a gang's pods (an Indexed Job's pods, or a Kueue
+# plain-pod group). The gang's identity is a UUID: the owning Job's UID, or for a pod group
+# uuid5(NAMESPACE_URL, "<cluster identity>/<namespace>/<group name>"). The gang's JARVICE job label is
+# build_job_label with the gang UID in place of the pod UID and no container part.
+ENV_GANG_UID: Final = "NIMBIX_BURST_GANG_UID"
+# How many pods (= JARVICE nodes) the gang has, and this pod's rank in it (0..size-1).
+ENV_GANG_SIZE: Final = "NIMBIX_BURST_GANG_SIZE"
+ENV_GANG_RANK: Final = "NIMBIX_BURST_GANG_RANK"
+# The same three facts on the pod, for the controller and for people.
+ANNOTATION_GANG: Final = ANNOTATION_PREFIX + "gang"
+ANNOTATION_GANG_SIZE: Final = ANNOTATION_PREFIX + "gang-size"
+ANNOTATION_GANG_RANK: Final = ANNOTATION_PREFIX + "gang-rank"

@@ -421,6 +421,7 @@ def parse_machines(raw: object) -> dict[str, Machine]:
         price = _as_number(entry.get("mc_price"))
         scale_min = _as_int(entry.get("mc_scale_min"))
         scale_max = _as_int(entry.get("mc_scale_max"))
+        slave_gpus = _as_int(entry.get("mc_slave_gpus"))
         arch = entry.get("mc_arch")
         description = entry.get("mc_description")
         machines[name] = Machine(
@@ -433,6 +434,7 @@ def parse_machines(raw: object) -> dict[str, Machine]:
             scale_min=scale_min if scale_min is not None and scale_min >= 1 else 1,
             scale_max=scale_max if scale_max is not None and scale_max >= 1 else 1,
             description=description if isinstance(description, str) else "",
+            slave_gpus=slave_gpus if slave_gpus is not None and slave_gpus >= 0 else None,
         )
     return machines
 

@@ -41,6 +41,20 @@ class Machine:
     scale_min: int = 1
     scale_max: int = 1
     description: str = ""
+    # mc_slave_gpus: the GPUs of each node after the first (the master) in a multi-node job; None
+    # when the catalogue does not say, then taken to be `gpus`.
+    slave_gpus: int | None = None
+
+    def gpus_on(self, nodes: int) -> int:
+        """The GPUs a job of `nodes` nodes holds: the master's, plus each further node's."""
+        further = self.gpus if self.slave_gpus is None else self.slave_gpus
+        return self.gpus + further * max(0, nodes - 1)
+
+    def fewest_gpus_per_node(self, nodes: int) -> int:
+        """The GPUs of the node with the fewest in a job of `nodes` nodes."""
+        if nodes <= 1 or self.slave_gpus is None:
+            return self.gpus
+        return min(self.gpus, self.slave_gpus)
 
 
 @dataclass(frozen=True, slots=True)

@@ -65,7 +65,7 @@ def start_extras(
     started: list[processes.ManagedProcess] = []
     try:
         # The webhook is no longer a host process here: install_addon (below) installs it from
-        # devplatform/overlay as the README says, two pods on the real node behind the Service.
+        # devplatform/overlay as docs/install.md says, two pods on the real node behind the Service.
         # On the node's gateway: burst pods reach it there, and so does the host (a local address).
         emulator = addons.start_jarvice_emulator(dev_dir / "jarvice", host=emulator_host)
         started.append(emulator.process)
@@ -86,8 +86,8 @@ def start_extras(
 def install_addon(
     control_plane: controlplane.ControlPlane, real_node: node.RealNode, *, helm: Path | None = None
 ) -> list[processes.ManagedProcess]:
-    """cert-manager (the README's prerequisite), then ``kubectl apply -k devplatform/overlay`` (or,
-    given ``helm``, ``helm install`` of the chart) and the README's checks: Certificates Ready,
+    """cert-manager (docs/install.md's prerequisite), then ``kubectl apply -k devplatform/overlay`` (or,
+    given ``helm``, ``helm install`` of the chart) and the install page's checks: Certificates Ready,
     caBundle injected, two webhook pods Running and Ready on the real node, the leader Lease held.
     Returns cert-manager's processes (saved to state.json, so ``down`` stops them); if the install
     fails they are stopped and the error is raised."""
@@ -113,7 +113,7 @@ def install_addon(
 
 def _create_demo_namespace(control_plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess) -> None:
     """Namespace `demo` with the `jarvice-credentials` Secret (username, apikey, url) for the emulator,
-    as the README's install step 3 has a team do: labeled Jobs there can burst at once."""
+    as docs/install.md step 3 has a team do: labeled Jobs there can burst at once."""
     api = control_plane.api_client()
     try:
         core = k8s_client.CoreV1Api(api)
@@ -125,7 +125,7 @@ def _create_demo_namespace(control_plane: controlplane.ControlPlane, emulator: a
 
 
 def _create_controller_secret(control_plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess) -> None:
-    """The burst controller's JARVICE Secret (README install step 4), before the add-on is applied, so
+    """The burst controller's JARVICE Secret (docs/install.md step 4), before the add-on is applied, so
     its reaper runs here as in a user's cluster (the same account as namespace `demo`'s runners)."""
     api = control_plane.api_client()
     try:

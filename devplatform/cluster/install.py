@@ -1,12 +1,12 @@
-"""Installs nimbix-burst into the local cluster the way a user installs it (README, "Install in a
+"""Installs nimbix-burst into the local cluster the way a user installs it (docs/install.md, "Install in a
 cluster"): ``kubectl apply -k devplatform/overlay`` (deploy/ plus local-only patches), after
-cert-manager, then the README's checks: Certificates Ready, the caBundle injected, the webhook
+cert-manager, then the install page's checks: Certificates Ready, the caBundle injected, the webhook
 Deployment's two pods Running and Ready on the real node, one of them holding the leader Lease, and
 every other Deployment of the base (the burst controller) rolled out.
 
     cm = certmanager.install(plane)              # the prerequisite (the caller owns its processes)
     installed = install.install_addon(plane, real_node)
-    install.uninstall(plane)                     # the README's order: the registration first
+    install.uninstall(plane)                     # docs/install.md's order: the registration first
 
 or with the Helm chart (charts/nimbix-burst, docs/helm.md) and the same local-only changes as values:
 
@@ -263,7 +263,7 @@ def install_addon(
     plane: ControlPlane, node: RealNode, *, timeout: float = INSTALL_TIMEOUT_SECONDS, helm: Path | None = None
 ) -> Installed:
     """Applies the overlay (or, given ``helm``, installs the chart with ``build_chart_values``) and
-    waits for the README's checks (see the module docstring).
+    waits for docs/install.md's checks (see the module docstring).
 
     cert-manager must be installed already (``certmanager.install(plane)``). Raises InstallError with
     the check that was still failing at ``timeout``.
@@ -351,7 +351,7 @@ def install_addon(
 
 
 def uninstall(plane: ControlPlane, *, timeout: float = UNINSTALL_TIMEOUT_SECONDS, helm: Path | None = None) -> None:
-    """The README's uninstall: the registration first (no create waits on a webhook going away),
+    """docs/install.md's uninstall: the registration first (no create waits on a webhook going away),
     then everything else, waiting for the namespace to be gone. Given ``helm``: ``helm uninstall``
     (the chart's objects), then the namespace it was installed into (docs/helm.md)."""
     _kubectl(plane, "delete", "mutatingwebhookconfiguration", WEBHOOK_CONFIGURATION, "--ignore-not-found")

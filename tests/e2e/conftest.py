@@ -307,7 +307,7 @@ def cert_manager(
 # --- the installed add-on (devplatform.cluster.install) ---------------------------------------------
 # nimbix-burst installed as a user installs it: `kubectl apply -k devplatform/overlay` (deploy/ plus
 # local-only patches) after cert-manager; two webhook pods on the real node behind the Service, TLS
-# from cert-manager. Once per session, for the modules that run last; uninstalled (the README's order)
+# from cert-manager. Once per session, for the modules that run last; uninstalled (docs/install.md's order)
 # at the end.
 
 
