@@ -20,6 +20,7 @@ from controller.kube import Kube, PodFeed
 from controller.metrics import Metrics
 from controller.reaping import Reaper
 from controller.rebursting import Reburster
+from controller.recording import JobRecorder
 from controller.settings import Credentials, Settings, SettingsError, parse_settings
 from controller.store import PodStore
 from entrypoint import jarvice
@@ -122,11 +123,30 @@ async def _build(settings: Settings) -> web.Application:
         background.append(reap)
     else:
         log.warning("orphan reaper off", extra={"reason": settings.reap_disabled_reason})
+    records_session = requests.Session()  # its own: the reaper's runs in another worker thread
+    if settings.job_events and settings.credentials is not None:
+        recorder = JobRecorder(
+            store=store,
+            jarvice=_jarvice_client(settings.credentials, records_session),
+            kube=kube,
+            metrics=metrics,
+            is_leader=is_leader,
+            interval=settings.job_events_interval_seconds,
+            cost_refresh=settings.cost_refresh_seconds,
+            machines_refresh=settings.machines_refresh_seconds,
+            stale_after=settings.watch_stale_seconds,
+            clock=time.monotonic,
+            wall_clock=time.time,  # JARVICE's job times are Unix seconds
+        )
+        background.append(every(settings.job_events_interval_seconds, recorder.round, name="job-records"))
+    else:
+        log.warning("job events off", extra={"reason": settings.job_events_disabled_reason})
 
     async def stop() -> None:
         await elector.release()  # the next leader takes over in one Lease round, not a whole duration
         watcher.stop()
         session.close()
+        records_session.close()
 
     log.info(
         "controller starting",
@@ -142,6 +162,8 @@ async def _build(settings: Settings) -> web.Application:
             "orphan_grace_s": settings.orphan_grace_seconds,
             "orphan_interval_s": settings.orphan_interval_seconds,
             "cluster_name": settings.cluster_name,
+            "job_events": settings.job_events,
+            "job_events_interval_s": settings.job_events_interval_seconds,
         },
     )
     return create_app(

@@ -11,7 +11,7 @@ import datetime
 import json
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import kubernetes
@@ -137,6 +137,21 @@ class Kube:
             )
         except ApiException as exc:
             _raise_if_changed_or_gone(exc, pod, changed=(HTTP_CONFLICT, HTTP_INVALID))
+            raise
+
+    def patch_pod_json(self, namespace: str, name: str, ops: Sequence[Mapping[str, Any]]) -> None:
+        """A JSON patch (its `test` ops make it apply only to the pod as read): a failed test is
+        422, a pod gone 404, both PodChangedOrGone."""
+        try:
+            self._core.patch_namespaced_pod(
+                name, namespace, list(ops), _preload_content=False, _request_timeout=CALL_TIMEOUT
+            )
+        except ApiException as exc:
+            where = f"pod {namespace}/{name}"
+            if exc.status == HTTP_NOT_FOUND:
+                raise PodGone(f"{where} went away ({exc.status})") from exc
+            if exc.status in (HTTP_CONFLICT, HTTP_INVALID):
+                raise PodChanged(f"{where} changed since it was read ({exc.status})") from exc
             raise
 
     def read_job(self, namespace: str, name: str) -> Mapping[str, Any] | None:

@@ -67,6 +67,13 @@ class Metrics:
             "Burst pods marked nimbix-burst.io/job-state=ended (no live JARVICE job carries their UID)",
             registry=r,
         )
+        self.job_events = Counter(
+            "nimbix_burst_controller_job_events",
+            "Events recorded on burst pods about their JARVICE jobs, by reason (NimbixSubmitted, NimbixQueued,"
+            " NimbixRunning, NimbixSucceeded, NimbixFailed)",
+            ["reason"],
+            registry=r,
+        )
         self.orphans_terminated = Counter(
             "nimbix_burst_controller_orphans_terminated", "Orphaned JARVICE jobs terminated", registry=r
         )
@@ -77,7 +84,8 @@ class Metrics:
         )
         self.errors = Counter(
             "nimbix_burst_controller_errors",
-            "Failed actions, by kind (kubernetes, kubernetes-identity, jarvice-list, jarvice-terminate)",
+            "Failed actions, by kind (kubernetes, kubernetes-identity, jarvice-list, jarvice-history,"
+            " jarvice-machines, jarvice-terminate)",
             ["kind"],
             registry=r,
         )

@@ -62,6 +62,12 @@ class Settings:
     # Part of the cluster identity job labels carry (contract.cluster_identity); the webhook must be
     # given the same value, or the reaper would never recognize this cluster's jobs.
     cluster_name: str = ""
+    # The Events and annotations of burst pods' JARVICE jobs (controller.recording).
+    job_events: bool = False
+    job_events_disabled_reason: str = ""
+    job_events_interval_seconds: float = 15.0
+    cost_refresh_seconds: float = 300.0
+    machines_refresh_seconds: float = 3600.0
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -86,6 +92,10 @@ OPTIONS: tuple[Option, ...] = (
     ("--orphan-dry-run", "CONTROLLER_ORPHAN_DRY_RUN", "false", "true: log and count orphans, terminate nothing"),
     ("--jarvice-api-url", "JARVICE_API_URL", DEFAULT_API_URL, "JARVICE API base URL"),
     ("--cluster-name", "NIMBIX_BURST_CLUSTER_NAME", "", "names this cluster in job labels; the webhook's must match"),
+    ("--job-events", "CONTROLLER_JOB_EVENTS", "auto", "burst jobs as Events: auto, true or false"),
+    ("--job-events-interval-seconds", "CONTROLLER_JOB_EVENTS_INTERVAL_SECONDS", "15", "how often jobs are looked at"),
+    ("--cost-refresh-seconds", "CONTROLLER_COST_REFRESH_SECONDS", "300", "running jobs' cost re-annotated"),
+    ("--machines-refresh-seconds", "CONTROLLER_MACHINES_REFRESH_SECONDS", "3600", "machine prices cached"),
 )
 
 
@@ -117,6 +127,22 @@ def _credential(
     except OSError as exc:
         problems.append(f"{name}_FILE: cannot read {path} ({type(exc).__name__})")
         return ""
+
+
+def _switch(flag: str, value: str, *, credentials: bool, absent: str, problems: list[str]) -> tuple[bool, str]:
+    """An auto/true/false feature that needs JARVICE credentials: (on, why off)."""
+    mode = value.strip().lower()
+    if mode == "auto":
+        return credentials, "" if credentials else f"no JARVICE credentials{absent}"
+    if mode not in BOOLEANS:
+        problems.append(f"{flag}: {value!r} is not auto, true or false")
+        return False, ""
+    if BOOLEANS[mode] and not credentials:
+        problems.append(
+            f"{flag} true needs JARVICE credentials: JARVICE_USERNAME[_FILE] and JARVICE_APIKEY[_FILE]{absent}"
+        )
+        return False, ""
+    return BOOLEANS[mode], "" if BOOLEANS[mode] else f"{flag} false"
 
 
 def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, read_file: Callable[[str], str]) -> Settings:
@@ -168,6 +194,9 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, read_file: Ca
         problems.append(f"--reap-orphans: {raw['reap_orphans']!r} is not auto, true or false")
     if (username or apikey) and credentials is None:
         problems.append("JARVICE credentials incomplete: set both JARVICE_USERNAME[_FILE] and JARVICE_APIKEY[_FILE]")
+    job_events, job_events_off = _switch(
+        "--job-events", str(raw["job_events"]), credentials=credentials is not None, absent=absent, problems=problems
+    )
     reburst = values.boolean("reburst")
     cluster_name = str(raw["cluster_name"]).strip()
     try:
@@ -195,6 +224,11 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, read_file: Ca
         orphan_dry_run=values.boolean("orphan_dry_run"),
         credentials=credentials,
         cluster_name=cluster_name,
+        job_events=job_events,
+        job_events_disabled_reason=job_events_off,
+        job_events_interval_seconds=number("job_events_interval_seconds", minimum=1),
+        cost_refresh_seconds=number("cost_refresh_seconds", minimum=0),
+        machines_refresh_seconds=number("machines_refresh_seconds", minimum=60),
     )
     if problems:
         raise SettingsError(problems)

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from controller.jobrecords import BurstPod, parse_burst_pod
 from controller.model import PodView, ReapView, parse_pod, parse_reap_view
 
 
@@ -21,6 +22,7 @@ class PodStore:
         self._lock = threading.Lock()
         self._reap_views: dict[str, ReapView] = {}
         self._labeled: dict[str, PodView] = {}
+        self._burst: dict[str, BurstPod] = {}  # the pods decided remote, with our job annotations
         self._listed = False
         self._broken_since: float | None = None
 
@@ -30,8 +32,10 @@ class PodStore:
         objs = list(objs)
         views = [parse_pod(obj) for obj in objs]
         reap_views = [parse_reap_view(obj) for obj in objs]
+        burst = [b for b in map(parse_burst_pod, objs) if b is not None and b.uid]
         with self._lock:
             self._reap_views = {v.uid: v for v in reap_views if v.uid}
+            self._burst = {b.uid: b for b in burst}
             self._labeled = {v.uid: v for v in views if v.uid and v.labeled}
             self._listed = True
             self._broken_since = None
@@ -41,13 +45,19 @@ class PodStore:
         if not view.uid:
             return
         reap_view = parse_reap_view(obj)
+        burst = parse_burst_pod(obj)
         with self._lock:
             self._broken_since = None
             if event_type == "DELETED":
                 self._reap_views.pop(view.uid, None)
                 self._labeled.pop(view.uid, None)
+                self._burst.pop(view.uid, None)
                 return
             self._reap_views[view.uid] = reap_view
+            if burst is not None:
+                self._burst[view.uid] = burst
+            else:
+                self._burst.pop(view.uid, None)
             if view.labeled:
                 self._labeled[view.uid] = view
             else:
@@ -77,6 +87,11 @@ class PodStore:
         """Every pod by UID, as of now (a copy: the views themselves never change)."""
         with self._lock:
             return dict(self._reap_views)
+
+    def burst_pods(self) -> list[BurstPod]:
+        """The pods decided remote, as of now."""
+        with self._lock:
+            return list(self._burst.values())
 
     def labeled(self) -> list[PodView]:
         with self._lock:

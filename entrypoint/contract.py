@@ -104,6 +104,21 @@ def parse_machine_list(text: str) -> tuple[str, ...]:
             )
     return tuple(sorted(set(names)))
 
+# --- what the controller shows of a burst pod's JARVICE jobs (`kubectl describe`, `kubectl nimbix`) ---
+
+# Its latest job (the highest number), that job's machine and node count, and the state of that job:
+# submitted, queued, running, succeeded or failed (the controller's `ended` above is never replaced).
+ANNOTATION_JOB_NUMBER: Final = ANNOTATION_PREFIX + "job-number"
+ANNOTATION_JOB_MACHINE: Final = ANNOTATION_PREFIX + "job-machine"
+ANNOTATION_JOB_NODES: Final = ANNOTATION_PREFIX + "job-nodes"
+# All its jobs together, so far: GPU-hours, and cost from each machine's mc_price (per node-hour).
+ANNOTATION_GPU_HOURS: Final = ANNOTATION_PREFIX + "gpu-hours"
+ANNOTATION_COST: Final = ANNOTATION_PREFIX + "cost"
+# The controller's ledger, `4711=running,4712=submitted`: the last stage each job's Events reached.
+# A restarted controller reads it, so no Event is recorded twice.
+ANNOTATION_JOB_LEDGER: Final = ANNOTATION_PREFIX + "jobs"
+# The decision as a label too, so `kubectl get pods -l nimbix-burst.io/decision=remote` works.
+LABEL_DECISION: Final = ANNOTATION_PREFIX + "decision"
 
 # A cluster identity is a DNS-label-like token: [a-z0-9-], at most this long.
 MAX_CLUSTER_NAME: Final = 30
@@ -167,3 +182,17 @@ ANNOTATION_DATA_NOT_STAGED: Final = ANNOTATION_PREFIX + "data-not-staged"
 ENV_STAGE_IN: Final = "NIMBIX_BURST_STAGE_IN"
 ENV_STAGE_OUT: Final = "NIMBIX_BURST_STAGE_OUT"
 STAGE_PATH_SEPARATOR: Final = ","
+
+# --- gangs: the pods of one distributed job burst as one multi-node JARVICE job ---
+# Set by the webhook on every burst container of a gang's pods (an Indexed Job's pods, or a Kueue
+# plain-pod group). The gang's identity is a UUID: the owning Job's UID, or for a pod group
+# uuid5(NAMESPACE_URL, "<cluster identity>/<namespace>/<group name>"). The gang's JARVICE job label is
+# build_job_label with the gang UID in place of the pod UID and no container part.
+ENV_GANG_UID: Final = "NIMBIX_BURST_GANG_UID"
+# How many pods (= JARVICE nodes) the gang has, and this pod's rank in it (0..size-1).
+ENV_GANG_SIZE: Final = "NIMBIX_BURST_GANG_SIZE"
+ENV_GANG_RANK: Final = "NIMBIX_BURST_GANG_RANK"
+# The same three facts on the pod, for the controller and for people.
+ANNOTATION_GANG: Final = ANNOTATION_PREFIX + "gang"
+ANNOTATION_GANG_SIZE: Final = ANNOTATION_PREFIX + "gang-size"
+ANNOTATION_GANG_RANK: Final = ANNOTATION_PREFIX + "gang-rank"

@@ -14,6 +14,7 @@ EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1  # COMPLETED WITH ERROR without a usable job_exitcode
 EXIT_REMOTE_UNAVAILABLE: Final = 69  # JARVICE unreachable for longer than the outage budget (EX_UNAVAILABLE)
 EXIT_INTERNAL: Final = 70  # a bug in the runner (EX_SOFTWARE)
+EXIT_NO_GANG_JOB: Final = 71  # a gang's following rank waited and no job of the gang's label appeared
 EXIT_STAGE_LINK: Final = 72  # the job could not make a staged path at its absolute path (EX_OSFILE; docs/data.md)
 EXIT_OVER_BUDGET: Final = 73  # the machine holds more GPUs than the namespace's budget counted (nothing submitted)
 EXIT_WALLTIME: Final = 74  # JARVICE stopped the job at its walltime (JARVICE_WALLTIME, else 24:00:00)

@@ -23,6 +23,11 @@ WRITE_BATCH_BYTES: Final = 64 * 1024
 
 
 class Follower(ShellPart):
+    @property
+    def mirrors_only(self) -> bool:
+        """A gang's following rank: state lines on stdout, never the job's output (rank 0 prints it)."""
+        return self.plan.gang is not None and not self.plan.gang.submits
+
     def follow(self, number: int) -> runsteps.JobEnded:
         last_state: str | None = None
         while True:
@@ -40,9 +45,15 @@ class Follower(ShellPart):
                     },
                 )
                 last_state = status.state
+                if self.mirrors_only:
+                    gang = self.plan.gang
+                    assert gang is not None
+                    self.say(
+                        f"rank {gang.rank} of {gang.size} follows JARVICE job {number} ({status.name}): {status.state}"
+                    )
             if status.terminal:
                 return runsteps.JobEnded(status)
-            if status.state == STATUS_RUNNING:
+            if status.state == STATUS_RUNNING and not self.mirrors_only:
                 self._stream_tail(number)
             self.deps.sleep(self.tuning.poll_seconds * (1 + self.deps.rng.uniform(0, POLL_JITTER)))
 
@@ -149,6 +160,8 @@ class Follower(ShellPart):
                 "reason": decision.reason,
             },
         )
+        if self.mirrors_only:
+            self.say(f"JARVICE job {number} ended {status.state}; exiting {decision.code} ({decision.reason})")
         return runsteps.ResultKnown(decision.code)
 
     def _print_final_output(self, number: int) -> bool:

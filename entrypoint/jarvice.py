@@ -421,6 +421,7 @@ def parse_machines(raw: object) -> dict[str, Machine]:
         price = _as_number(entry.get("mc_price"))
         scale_min = _as_int(entry.get("mc_scale_min"))
         scale_max = _as_int(entry.get("mc_scale_max"))
+        slave_gpus = _as_int(entry.get("mc_slave_gpus"))
         arch = entry.get("mc_arch")
         description = entry.get("mc_description")
         machines[name] = Machine(
@@ -433,6 +434,7 @@ def parse_machines(raw: object) -> dict[str, Machine]:
             scale_min=scale_min if scale_min is not None and scale_min >= 1 else 1,
             scale_max=scale_max if scale_max is not None and scale_max >= 1 else 1,
             description=description if isinstance(description, str) else "",
+            slave_gpus=slave_gpus if slave_gpus is not None and slave_gpus >= 0 else None,
         )
     return machines
 
@@ -476,6 +478,7 @@ def parse_jobs(raw: object) -> dict[int, JobEntry]:
         label = entry.get("job_label")
         exitcode = entry.get("job_exitcode")
         substatus_text = entry.get("job_substatus_text")
+        machine, nodes = _submitted_machine(entry.get("job_api_submission"))
         jobs[number] = JobEntry(
             number=number,
             name=name,
@@ -483,5 +486,26 @@ def parse_jobs(raw: object) -> dict[int, JobEntry]:
             label=label if isinstance(label, str) else None,
             exitcode=_as_int(exitcode) if exitcode is not None else None,
             substatus_text=substatus_text[:MAX_ERROR_TEXT] if isinstance(substatus_text, str) else "",
+            machine=machine,
+            nodes=nodes,
+            start_time=_as_int(entry.get("job_start_time")) or 0,
+            end_time=_as_int(entry.get("job_end_time")) or 0,
         )
     return jobs
+
+
+# A machine name longer than this is not one (names in /jarvice/machines are a few characters).
+MAX_MACHINE_NAME = 64
+
+
+def _submitted_machine(submission: object) -> tuple[str, int]:
+    """The machine type and node count from a job's `job_api_submission` (the submit body, which may
+    echo credentials: nothing else of it is read or kept); ("", 1) when it does not say."""
+    machine = submission.get("machine") if isinstance(submission, dict) else None
+    if not isinstance(machine, dict):
+        return "", 1
+    name = machine.get("type")
+    nodes = _as_int(machine.get("nodes"))
+    if not (isinstance(name, str) and 0 < len(name) <= MAX_MACHINE_NAME and name.isprintable()):
+        name = ""
+    return name, (nodes if nodes is not None and nodes >= 1 else 1)

@@ -41,6 +41,20 @@ class Machine:
     scale_min: int = 1
     scale_max: int = 1
     description: str = ""
+    # mc_slave_gpus: the GPUs of each node after the first (the master) in a multi-node job; None
+    # when the catalogue does not say, then taken to be `gpus`.
+    slave_gpus: int | None = None
+
+    def gpus_on(self, nodes: int) -> int:
+        """The GPUs a job of `nodes` nodes holds: the master's, plus each further node's."""
+        further = self.gpus if self.slave_gpus is None else self.slave_gpus
+        return self.gpus + further * max(0, nodes - 1)
+
+    def fewest_gpus_per_node(self, nodes: int) -> int:
+        """The GPUs of the node with the fewest in a job of `nodes` nodes."""
+        if nodes <= 1 or self.slave_gpus is None:
+            return self.gpus
+        return min(self.gpus, self.slave_gpus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +92,11 @@ class JobEntry:
     label: str | None
     exitcode: int | None
     substatus_text: str = ""  # why the job is in its state (e.g. why it was stopped); often empty
+    # From job_api_submission (the submit body JARVICE echoes): only the machine is read, never the rest.
+    machine: str = ""  # "" when JARVICE did not say
+    nodes: int = 1
+    start_time: int = 0  # Unix seconds, 0 while not started
+    end_time: int = 0  # Unix seconds, 0 while not ended
 
 
 # --- wire shapes -------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ Also the pure pieces of the remote path that need no network: the job label, mac
 over a /jarvice/machines catalogue, the submit body, and GPU visibility for the local warning.
 """
 
+import dataclasses
 import hashlib
 import re
 import shlex
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from entrypoint import contract
+from entrypoint.gang import Gang, build_gang_command
 from entrypoint.model import Machine, SubmitBody
 from entrypoint.settings import (
     MAX_JOB_LABEL,
@@ -71,6 +73,9 @@ class RemotePlan:
     tuning: Tuning
     counted_gpus: int | None = None  # what the namespace's budget counted (None: no check)
     allowed_machines: tuple[str, ...] | None = None  # what the pod's GPU model allows (None: any machine)
+    # The gang this pod is a rank of (None: a pod on its own): rank 0 submits one job of `nodes` =
+    # the gang's size under the gang's label, the other ranks follow that job.
+    gang: Gang | None = None
 
 
 Plan = LocalPlan | RemotePlan
@@ -186,14 +191,21 @@ def build_plan(settings: Settings, *, attempt: int = 1) -> Plan:
     if settings.remote is None:
         return LocalPlan(argv=build_local_argv(settings.command), num_gpus=settings.num_gpus)
     remote = settings.remote
+    gang = remote.gang
+    shell_command = build_shell_command(settings.command)
+    pod = settings.pod
+    if gang is not None:
+        # One job for the whole gang: the gang's UID stands for the pod's, and no container part.
+        pod = dataclasses.replace(pod, uid=gang.uid, container="")
+        shell_command = build_gang_command(shell_command, gang)
     return RemotePlan(
-        shell_command=build_shell_command(settings.command),
-        job_label=build_job_label(settings.pod, attempt=attempt),
+        shell_command=shell_command,
+        job_label=build_job_label(pod, attempt=attempt),
         app_name=remote.app_name,
         app_command=remote.app_command,
         command_parameter=remote.command_parameter,
         machine=remote.machine,
-        nodes=remote.nodes,
+        nodes=remote.nodes if gang is None else gang.size,
         vault=remote.vault,
         walltime=remote.walltime,
         geometry=remote.geometry,
@@ -203,6 +215,7 @@ def build_plan(settings: Settings, *, attempt: int = 1) -> Plan:
         tuning=remote.tuning,
         counted_gpus=remote.counted_gpus,
         allowed_machines=remote.allowed_machines,
+        gang=gang,
     )
 
 
@@ -238,11 +251,12 @@ def _describe(machine: Machine) -> str:
 def choose_machine(
     machines: Mapping[str, Machine], *, gpus: int, cpus: int, nodes: int = 1, arch: str | None = None
 ) -> MachineChoice | NoMachineFits:
-    """The smallest machine with at least `gpus` GPUs and `cpus` cores (per node)."""
+    """The smallest machine with at least `gpus` GPUs and `cpus` cores on each of `nodes` nodes
+    (a multi-node job's further nodes have `mc_slave_gpus` GPUs, which may differ)."""
     candidates = [
         m
         for m in machines.values()
-        if m.gpus >= gpus
+        if m.fewest_gpus_per_node(nodes) >= gpus
         and m.cores >= cpus
         and _fits_nodes(m, nodes)
         and (arch is None or m.arch.lower() == arch.lower())
@@ -268,8 +282,9 @@ def check_pinned_machine(
         known = ", ".join(sorted(machines)[:20])
         return NoMachineFits(reason=f"JARVICE_MACHINE {name!r} is not in /jarvice/machines (known: {known})")
     short = []
-    if machine.gpus < gpus:
-        short.append(f"{machine.gpus} GPU(s) < NUM_GPUS={gpus}")
+    if machine.fewest_gpus_per_node(nodes) < gpus:
+        per_node = " per node" if nodes > 1 else ""
+        short.append(f"{machine.fewest_gpus_per_node(nodes)} GPU(s){per_node} < NUM_GPUS={gpus}")
     if machine.cores < cpus:
         short.append(f"{machine.cores} core(s) < NUM_CPUS={cpus}")
     if not _fits_nodes(machine, nodes):

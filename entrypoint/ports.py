@@ -5,6 +5,7 @@ fake clock; `entrypoint.__main__` builds the real ones.
 """
 
 import random
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -91,3 +92,5 @@ class RemoteDeps:
     journal: Journal = field(default_factory=NoJournal)
     termination: TerminationLog = field(default_factory=NoTerminationLog)
     data: DataStage | None = None  # None: nothing staged (no NIMBIX_BURST_STAGE_IN/OUT)
+    # Unix time: when a gang's following rank started, to compare with JARVICE's job_end_time.
+    wall_clock: Callable[[], float] = time.time

@@ -72,3 +72,8 @@ class ShellPart:
         self.label = label
         self.progress = progress
         self.note = note  # tells the machine a fact seen in the middle of an action
+
+    def say(self, text: str) -> None:
+        """A line on stdout for people reading a gang's following rank's logs (the job's output is
+        on rank 0's): not application output, so not counted in the restart state."""
+        self.deps.out.write([f"nimbix-burst: {text}\n"])

@@ -11,6 +11,7 @@ import logging
 from typing import Final
 
 from entrypoint import restart, runstate, runsteps, termination
+from entrypoint.awaiting import GangWaiter
 from entrypoint.following import Follower
 from entrypoint.jarvice import (
     ApplicationNotFound,
@@ -44,6 +45,7 @@ _ADOPT_MESSAGES: Final[dict[runsteps.AdoptHow, str]] = {
     "picked_up_by_label": "picking up the job of the previous runner by its label",
     "attached": "re-attaching to the live job carrying this pod's label",
     "resolved": "found the job created by the submit with an unknown outcome",
+    "gang_job_found": "following the gang's job that rank 0 submitted",
 }
 
 
@@ -78,7 +80,9 @@ class _RemoteRun:
             printed_lines=previous.printed_lines if previous is not None else 0,
         )
         self.progress = Progress(deps, record=record)
-        first = runstate.begin(start)
+        gang = plan.gang
+        follower_since = None if gang is None or gang.submits else int(deps.wall_clock())
+        first = runstate.begin(start, follower_since=follower_since)
         self.state = first.state
         self.first_actions = first.actions
         self.stop_deadline = 0.0  # set by the signal
@@ -87,11 +91,15 @@ class _RemoteRun:
             plan, deps, label=self.label, progress=self.progress, follower=self.follower, note=self._note
         )
         self.submitter = Submitter(plan, deps, label=self.label, progress=self.progress, note=self._note)
+        self.waiter = GangWaiter(plan, deps, label=self.label, progress=self.progress, note=self._note)
 
     def run(self) -> int:
+        gang = self.plan.gang
         log.info(
             "remote run starting",
             extra={
+                "gang_rank": None if gang is None else gang.rank,
+                "gang_size": None if gang is None else gang.size,
                 "job_label": self.label,
                 "app": self.plan.app_name,
                 "app_command": self.plan.app_command,
@@ -171,6 +179,8 @@ class _RemoteRun:
             return self.submitter.submit(action)
         if isinstance(action, runsteps.AwaitJob):
             return self.submitter.await_job()
+        if isinstance(action, runsteps.AwaitGangJob):
+            return self.waiter.await_job(action)
         if isinstance(action, runsteps.Follow):
             return self.follower.follow(action.number)
         if isinstance(action, runsteps.Retry):

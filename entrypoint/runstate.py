@@ -46,23 +46,39 @@ and turns what JARVICE answered into the next event. `advance(state, event)` is 
 | giving_up   | a call failed          | done        | exit; the job may run (its number cannot be told)         |
 
 Submit declined and resolve window closed give up ("unavailable") once the outage budget is spent.
+
+A gang's following rank (ranks 1.., `entrypoint.gang`) never submits: rank 0 does. Its own rows
+(it follows without printing the job's output; rank 0's pod carries that):
+
+| phase       | event                  | next phase  | actions                                                   |
+|-------------|------------------------|-------------|-----------------------------------------------------------|
+| (start)     | first / retry          | awaiting    | list the label's jobs (a signal now stops the live one)   |
+| picking_up  | label listed, none     | awaiting    | list the label's jobs                                     |
+| awaiting    | label listed           | following   | terminate extras, adopt the lowest live job (or the newest|
+|             |                        |             | that ended after this rank started), follow               |
+| awaiting    | label listed, none     | awaiting    | wait (the gang wait), list again                          |
+| awaiting    | gang wait closed       | done        | exit 71; the job may still come (its GPUs stay counted)   |
+| awaiting    | a call failed          | awaiting    | one the recovery table retries: wait, list again          |
+| awaiting    | a call failed for good | done        | exit; terminate nothing (rank 0 owns the submission)      |
 """
 
 from dataclasses import dataclass, replace
 from typing import Final, Literal
 
-from entrypoint import duplicates, exitcodes, recovery, restart
+from entrypoint import duplicates, exitcodes, gang, recovery, restart
 from entrypoint.model import JobEntry, is_terminal
 from entrypoint.runsteps import (
     Action,
     Adopt,
     AdoptHow,
+    AwaitGangJob,
     AwaitJob,
     Event,
     Exit,
     Failed,
     Finish,
     Follow,
+    GangWaitClosed,
     GiveUp,
     InheritedJobAnswered,
     InheritedJobUnknown,
@@ -98,6 +114,7 @@ Phase = Literal[
     "attaching",  # looking for a live job carrying the label before submitting
     "submitting",  # the submit POST, and its retries within the outage budget
     "resolving",  # a submit with an unknown outcome: its job is looked for by the label
+    "awaiting",  # a gang's following rank looks for the job rank 0 submits
     "following",  # the job is known: polling, streaming, retrying, re-attaching
     "finishing",  # the job ended: its final output and exit status
     "stopping",  # a signal came: the job is being stopped
@@ -106,7 +123,7 @@ Phase = Literal[
 ]
 # Where a signal stops the run at once; while stopping or giving up it is only recorded.
 WORKING_PHASES: Final[frozenset[Phase]] = frozenset(
-    {"picking_up", "attaching", "submitting", "resolving", "following", "finishing"}
+    {"picking_up", "attaching", "submitting", "resolving", "awaiting", "following", "finishing"}
 )
 
 
@@ -124,6 +141,10 @@ class RunState:
     failures: int = 0  # consecutive failures while following (a seen status ends the streak)
     label_before: frozenset[int] = frozenset()  # the label's jobs before the submit: not ours
     exit_code: int | None = None  # decided when stopping or giving up
+    # A gang's following rank: it never submits, never prints the job's output, and takes a
+    # finished job of the label only if it ended at or after `started_at` (Unix seconds).
+    follower: bool = False
+    started_at: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,18 +160,35 @@ class UnexpectedEvent(ValueError):
 # --- the table --------------------------------------------------------------------------------
 
 
-def begin(start: restart.StartDecision) -> Step:
-    """The first step: pick the earlier runner's job up, or look for a live job of the label."""
+def begin(start: restart.StartDecision, *, follower_since: int | None = None) -> Step:
+    """The first step: pick the earlier runner's job up, or look for a live job of the label.
+
+    `follower_since` (Unix seconds, when this runner started) makes the run a gang's following
+    rank: it looks for the job rank 0 submits instead of submitting one.
+    """
+    initial = RunState("attaching")
+    if follower_since is not None:
+        initial = replace(initial, follower=True, started_at=follower_since)
     previous = start.previous if start.kind == "pick_up" else None
     if previous is None:
-        return Step(RunState("attaching"), (ListLabelJobs(frozenset(), finished_too=False),))
+        if initial.follower:
+            return _await(initial)
+        return Step(initial, (ListLabelJobs(frozenset(), finished_too=False),))
     if previous.job_number is not None:
         number = previous.job_number
-        return Step(RunState("picking_up", job=number, job_may_run=True), (InspectInheritedJob(number),))
+        picking = replace(initial, phase="picking_up", job=number, job_may_run=True)
+        return Step(picking, (InspectInheritedJob(number),))
     return Step(
-        RunState("picking_up", unseen=frozenset(), job_may_run=True),
+        replace(initial, phase="picking_up", unseen=frozenset(), job_may_run=True),
         (ListLabelJobs(frozenset(), finished_too=True),),
     )
+
+
+def _await(state: RunState, *first: Action) -> Step:
+    """A following rank looks (again) for the gang's job; until it has one, a signal looks the
+    label up and stops the live job (`unseen`), and an exit leaves it "may run" for the controller."""
+    awaiting = replace(state, phase="awaiting", job=None, unseen=frozenset(), job_may_run=True)
+    return Step(awaiting, (*first, ListLabelJobs(frozenset(), finished_too=True)))
 
 
 def is_interruptible(state: RunState) -> bool:
@@ -178,6 +216,8 @@ def advance(state: RunState, event: Event) -> Step:
         return _picking_up(state, event)
     if phase == "submitting":
         return _submitting(state, event)
+    if phase == "awaiting" and isinstance(event, GangWaitClosed):
+        return _exit(state, exitcodes.EXIT_NO_GANG_JOB)
     if phase == "resolving" and isinstance(event, ResolveWindowClosed):
         return _submit_again(state, budget_spent=event.budget_spent, error=event.error)
     if phase == "following":
@@ -225,7 +265,7 @@ def _following(state: RunState, event: Event) -> Step:
         return Step(replace(state, failures=0))
     if isinstance(event, JobEnded):
         finishing = replace(state, phase="finishing", job_may_run=False, failures=0)
-        return Step(finishing, (Finish(event.status, print_output=not state.output_done),))
+        return Step(finishing, (Finish(event.status, print_output=_prints_output(state)),))
     raise UnexpectedEvent(f"{type(event).__name__} while following")
 
 
@@ -244,6 +284,10 @@ def _on_label_listed(state: RunState, jobs: tuple[JobEntry, ...]) -> Step:
         return Step(state, (Terminate(tuple(job.number for job in jobs)),))
     live_only = phase in ("attaching", "following", "stopping")
     candidates = [job for job in jobs if not is_terminal(job.state)] if live_only else list(jobs)
+    earlier: tuple[int, ...] = ()
+    if phase == "awaiting":
+        candidates = list(gang.select_gang_jobs(jobs, started_at=state.started_at))
+        earlier = tuple(job.number for job in jobs if job not in candidates)
     decision = duplicates.decide_kept_job(candidates)
     kept = decision.kept
     extras: tuple[Action, ...] = ()
@@ -257,7 +301,7 @@ def _on_label_listed(state: RunState, jobs: tuple[JobEntry, ...]) -> Step:
         )
     if phase == "stopping":
         target = kept.number if kept is not None else None
-        return Step(state, (*extras, StopJob(target, drain_output=not state.output_done)))
+        return Step(state, (*extras, StopJob(target, drain_output=_prints_output(state))))
     if kept is not None:
         how = _ADOPT_HOW.get(phase)
         if how is None:
@@ -265,6 +309,12 @@ def _on_label_listed(state: RunState, jobs: tuple[JobEntry, ...]) -> Step:
         if phase == "following" and kept.number == state.job:
             return Step(state, (*extras, Follow(kept.number)))
         step = _adopt(state, kept.number, how, kept)
+        return Step(step.state, (*extras, *step.actions))
+    if phase == "awaiting":
+        step = _await(replace(state, failures=0), AwaitGangJob(earlier))
+        return Step(step.state, (*extras, *step.actions))
+    if phase == "picking_up" and state.follower:
+        step = _await(state)
         return Step(step.state, (*extras, *step.actions))
     if phase == "picking_up":
         nothing = replace(state, phase="attaching", unseen=None, job_may_run=False)
@@ -283,6 +333,7 @@ _ADOPT_HOW: Final[dict[Phase, AdoptHow]] = {
     "attaching": "attached",
     "resolving": "resolved",
     "following": "reattached",
+    "awaiting": "gang_job_found",
 }
 
 
@@ -300,7 +351,7 @@ def _on_signal(state: RunState) -> Step:
         # A job of ours may run under the label (a submit with an unknown outcome, a job inherited
         # by its label): look it up, stop the live one.
         return Step(stopping, (ListLabelJobs(state.unseen, finished_too=True),))
-    return Step(stopping, (StopJob(state.job, drain_output=not state.output_done),))
+    return Step(stopping, (StopJob(state.job, drain_output=_prints_output(state)),))
 
 
 def _on_failure(state: RunState, event: Failed) -> Step:
@@ -310,6 +361,8 @@ def _on_failure(state: RunState, event: Failed) -> Step:
     if phase == "giving_up":
         # The label could not be looked up: a job of ours may run, the next runner looks for it.
         return _exit(replace(state, job_may_run=True), _decided_code(state))
+    if phase == "awaiting":
+        return _on_failure_awaiting(state, event)
     if phase in ("following", "finishing") and state.job is not None:
         decision = recovery.decide_recovery(event.failure, job_known=True, failures=state.failures)
         if decision.action == "give_up":
@@ -321,6 +374,18 @@ def _on_failure(state: RunState, event: Failed) -> Step:
             return Step(following, (retry, ListLabelJobs(frozenset(), finished_too=True)))
         return Step(following, (retry, Follow(state.job)))
     return _give_up(state, event, failures=0)
+
+
+def _on_failure_awaiting(state: RunState, event: Failed) -> Step:
+    """A following rank keeps waiting through what the recovery table would retry (the gang wait
+    bounds it); past that it exits and terminates nothing: rank 0 owns the job and follows it."""
+    decision = recovery.decide_recovery(event.failure, job_known=True, failures=state.failures)
+    if decision.action != "give_up":
+        step = _await(replace(state, failures=state.failures + 1), AwaitGangJob(()))
+        return step
+    # Said as what it is: a failure before this rank had a job.
+    reason = recovery.decide_recovery(event.failure, job_known=False, failures=state.failures).reason
+    return _exit(replace(state, phase="giving_up"), decision.exit_code, GiveUp(event.failure, reason, event.error))
 
 
 def _give_up(state: RunState, event: Failed, *, failures: int) -> Step:
@@ -341,6 +406,11 @@ def _give_up(state: RunState, event: Failed, *, failures: int) -> Step:
             return Step(giving_up, (say, ListLabelJobs(state.unseen, finished_too=True)))
     may_run = giving_up.job_may_run or giving_up.unseen is not None
     return _exit(replace(giving_up, job_may_run=may_run), decision.exit_code, say)
+
+
+def _prints_output(state: RunState) -> bool:
+    """Whether the job's output is still to be printed: not when it was, nor by a following rank."""
+    return not state.output_done and not state.follower
 
 
 def _decided_code(state: RunState) -> int:

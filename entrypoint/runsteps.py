@@ -77,6 +77,14 @@ class ResolveWindowClosed:
 
 
 @dataclass(frozen=True, slots=True)
+class GangWaitClosed:
+    """A following rank waited its whole window and no job of the gang's label appeared."""
+
+    waited_seconds: float
+    earlier_jobs: tuple[int, ...]  # the label's finished jobs from before this rank started
+
+
+@dataclass(frozen=True, slots=True)
 class StatusSeen:
     pass
 
@@ -119,6 +127,7 @@ Event = (
     | SubmitDeclined
     | SubmitUnanswered
     | ResolveWindowClosed
+    | GangWaitClosed
     | StatusSeen
     | JobEnded
     | OutputPrinted
@@ -129,7 +138,9 @@ Event = (
 
 # --- actions: what the shell does next --------------------------------------------------------
 
-AdoptHow = Literal["inherited", "picked_up_by_label", "attached", "submitted", "resolved", "reattached"]
+AdoptHow = Literal[
+    "inherited", "picked_up_by_label", "attached", "submitted", "resolved", "reattached", "gang_job_found"
+]
 Saying = Literal["no_job_for_label"]
 
 
@@ -171,6 +182,13 @@ class Submit:
 @dataclass(frozen=True, slots=True)
 class AwaitJob:
     """Pause before looking again, or close the resolve window."""
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitGangJob:
+    """A following rank: pause before looking for the gang's job again, or close the wait."""
+
+    earlier_jobs: tuple[int, ...]  # the label's finished jobs from before this rank started (not ours)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +252,7 @@ Action = (
     | PrepareSubmit
     | Submit
     | AwaitJob
+    | AwaitGangJob
     | Follow
     | Retry
     | Finish

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from entrypoint import contract, walltime
+from entrypoint.gang import DEFAULT_GANG_WAIT_SECONDS, ENV_GANG_WAIT_SECONDS, Gang, parse_gang
 from entrypoint.model import Mode
 
 # Variable names (the shared ones live in `entrypoint.contract`).
@@ -157,6 +158,7 @@ class Tuning:
     retry_base_seconds: float = DEFAULT_RETRY_BASE_SECONDS
     retry_cap_seconds: float = DEFAULT_RETRY_CAP_SECONDS
     submit_resolve_seconds: float = DEFAULT_SUBMIT_RESOLVE_SECONDS
+    gang_wait_seconds: float = DEFAULT_GANG_WAIT_SECONDS  # a following rank's wait for rank 0's job
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +180,7 @@ class RemoteSettings:
     counted_gpus: int | None = None
     # NIMBIX_BURST_ALLOWED_MACHINES: the machine types the pod's GPU model allows (None: any).
     allowed_machines: tuple[str, ...] | None = None
+    gang: Gang | None = None  # NIMBIX_BURST_GANG_*: this pod is one rank of a gang's one job
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,6 +343,7 @@ def _parse_tuning(env: Mapping[str, str], problems: _Problems) -> Tuning:
         submit_resolve_seconds=_parse_float(
             env, ENV_SUBMIT_RESOLVE_SECONDS, DEFAULT_SUBMIT_RESOLVE_SECONDS, problems, allow_zero=True
         ),
+        gang_wait_seconds=_parse_float(env, ENV_GANG_WAIT_SECONDS, DEFAULT_GANG_WAIT_SECONDS, problems),
     )
     if tuning.retry_cap_seconds < tuning.retry_base_seconds:
         problems.add(f"{ENV_RETRY_CAP_SECONDS} must be >= {ENV_RETRY_BASE_SECONDS}")
@@ -378,6 +382,9 @@ def _parse_remote(env: Mapping[str, str], *, read_file: ReadFile, problems: _Pro
     if geometry is not None and not _GEOMETRY_RE.match(geometry):
         problems.add(f"{ENV_GEOMETRY} must look like WIDTHxHEIGHT (or be empty), got {geometry_raw!r}")
     nodes = _parse_int(env, ENV_NODES, problems, minimum=1)
+    gang, gang_problems = parse_gang(env, nodes=nodes)
+    for problem in gang_problems:
+        problems.add(problem)
     return RemoteSettings(
         api_url=_parse_api_url(env, problems),
         credentials=Credentials(
@@ -397,6 +404,7 @@ def _parse_remote(env: Mapping[str, str], *, read_file: ReadFile, problems: _Pro
         tuning=_parse_tuning(env, problems),
         counted_gpus=_parse_int(env, contract.ENV_COUNTED_GPUS, problems, minimum=0),
         allowed_machines=_parse_allowed_machines(env, problems),
+        gang=gang,
     )
 
 

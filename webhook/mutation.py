@@ -73,6 +73,18 @@ def _annotation_ops(meta: Mapping[str, Any], values: Mapping[str, str]) -> list[
     ]
 
 
+def _decision_label_ops(meta: Mapping[str, Any], decision: str) -> list[JsonPatchOp]:
+    """The decision as a label too (`kubectl get pods -l nimbix-burst.io/decision=remote`): the
+    labels map is created when the pod has none."""
+    labels = meta.get("labels")
+    if not labels:
+        return [{"op": "add", "path": "/metadata/labels", "value": {contract.LABEL_DECISION: decision}}]
+    if labels.get(contract.LABEL_DECISION) == decision:
+        return []
+    op = "replace" if contract.LABEL_DECISION in labels else "add"
+    return [{"op": op, "path": f"/metadata/labels/{escape(contract.LABEL_DECISION)}", "value": decision}]
+
+
 def build_local_patch(pod: Mapping[str, Any], *, decision: Decision, reservation_id: str) -> list[JsonPatchOp]:
     """Local: only annotations (decision, reason, candidate count, reservation id)."""
     values = {
@@ -82,7 +94,8 @@ def build_local_patch(pod: Mapping[str, Any], *, decision: Decision, reservation
     }
     if reservation_id:
         values[contract.ANNOTATION_RESERVATION] = reservation_id
-    return _annotation_ops(pod.get("metadata") or {}, values)
+    meta = pod.get("metadata") or {}
+    return _annotation_ops(meta, values) + _decision_label_ops(meta, contract.DECISION_LOCAL)
 
 
 def _container_quantity(container: Mapping[str, Any], resource: str) -> Decimal:
@@ -362,7 +375,8 @@ def build_kept_local_patch(
     reservation: nothing local was promised, the pod claims GPUs like any pending pod."""
     values = {contract.ANNOTATION_DECISION: contract.DECISION_LOCAL, contract.ANNOTATION_REASON: reason}
     values.update(notes or {})
-    return _annotation_ops(pod.get("metadata") or {}, values)
+    meta = pod.get("metadata") or {}
+    return _annotation_ops(meta, values) + _decision_label_ops(meta, contract.DECISION_LOCAL)
 
 
 def build_over_budget_patch(pod: Mapping[str, Any], *, reason: str, budget_note: str) -> list[JsonPatchOp]:
@@ -438,6 +452,7 @@ def build_remote_patch(
             **_model_annotations(terms),
         },
     )
+    ops += _decision_label_ops(pod.get("metadata") or {}, contract.DECISION_REMOTE)
     return ops
 
 

@@ -32,8 +32,11 @@ def default_machines() -> dict[str, dict[str, Any]]:
         "n1": _machine(cores=8, gpus=0, ram=32, price=0.70, description="8 core, 32GB RAM (CPU only)", scale_max=8),
         "n3": _machine(cores=16, gpus=0, ram=64, price=1.40, description="16 core, 64GB RAM (CPU only)", scale_max=32),
         "n5": _machine(cores=32, gpus=0, ram=256, price=2.90, description="32 core, 256GB RAM (CPU only)"),
-        "ng1": _machine(cores=8, gpus=1, ram=64, price=2.10, description="8 core, 64GB RAM, 1x NVIDIA T4"),
-        "ng2": _machine(cores=16, gpus=2, ram=128, price=4.20, description="16 core, 128GB RAM, 2x NVIDIA V100"),
+        # GPU machines that scale past one node take multi-node (gang) jobs.
+        "ng1": _machine(cores=8, gpus=1, ram=64, price=2.10, description="8 core, 64GB RAM, 1x NVIDIA T4", scale_max=8),
+        "ng2": _machine(
+            cores=16, gpus=2, ram=128, price=4.20, description="16 core, 128GB RAM, 2x NVIDIA V100", scale_max=8
+        ),
         "ng4": _machine(
             cores=32, gpus=4, ram=256, price=8.40, description="32 core, 256GB RAM, 4x NVIDIA V100", scale_max=8
         ),

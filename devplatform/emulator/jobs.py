@@ -66,6 +66,8 @@ class Job:
     nodes: int
     submission: dict[str, Any]
     workdir: Path
+    node_names: tuple[str, ...] = ()  # the job's nodes (emulator/nodes.py), master first
+    environment: dict[str, str] = field(default_factory=dict)  # on top of the emulator's own
     status: str = SUBMITTED
     substatus: int = 0
     submit_time: int = field(default_factory=lambda: int(time.time()))
@@ -121,6 +123,11 @@ class Job:
             "job_api_submission": self.submission,
             "job_owner_username": self.owner,
             "job_substatus_text": self.substatus_text,
+            # JobEntry fields of Nimbix's OpenAPI description (J4): the machine, its node count, and
+            # the nodes (a string there; that JARVICE separates the names with spaces is UNCONFIRMED).
+            "job_mc_name": self.machine,
+            "job_mc_scale": self.nodes,
+            "job_nodes": " ".join(self.node_names),
         }
 
 
@@ -251,7 +258,7 @@ async def run_job(job: Job, timing: Timing) -> None:
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT,
                 cwd=job.workdir,
-                env=job_environment(),
+                env={**job_environment(), **job.environment},
                 start_new_session=True,
             )
         if _stopped(job):  # stopped while the process was being created

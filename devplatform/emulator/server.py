@@ -15,6 +15,7 @@ import secrets
 import shlex
 import shutil
 import string
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -25,7 +26,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
-from devplatform.emulator import appdef, jobs, vault, vault_api
+from devplatform.emulator import appdef, jobs, nodes, vault, vault_api
 from devplatform.emulator.catalogue import default_machines
 
 JSON_TYPE: Final = "application/json"
@@ -346,6 +347,9 @@ async def handle_submit(request: web.Request) -> web.Response:
     name = f"{time.strftime('%Y%m%d%H%M%S')}-{suffix}-{body['app']}-{owner}_s1"
     workdir = state.workdir / str(number)
     workdir.mkdir(parents=True, exist_ok=True)
+    node_names = nodes.build_node_names(int(machine.get("nodes", 1)))
+    cores = int(state.config.machines[machine["type"]]["mc_cores"])
+    jarvice_dir = nodes.write_jarvice_dir(workdir, nodes=node_names, cores_per_node=cores)
     job = jobs.Job(
         number=number,
         name=name,
@@ -355,7 +359,9 @@ async def handle_submit(request: web.Request) -> web.Response:
         command=_job_command(state, body, workdir),
         label=body.get("job_label"),
         machine=machine["type"],
-        nodes=int(machine.get("nodes", 1)),
+        nodes=len(node_names),
+        node_names=node_names,
+        environment=nodes.build_job_environment(jarvice_dir),
         submission=body,
         workdir=workdir,
         walltime_limit=_walltime_seconds(application.get("walltime")),
@@ -414,11 +420,8 @@ def _validate_submit(state: EmulatorState, body: Any) -> web.Response | None:
     machine = body.get("machine")
     if not isinstance(machine, dict) or machine.get("type") not in state.config.machines:
         return malformed
-    nodes = machine.get("nodes", 1)
-    spec = state.config.machines[machine["type"]]
-    if not isinstance(nodes, int) or isinstance(nodes, bool):
-        return malformed
-    if not spec["mc_scale_min"] <= nodes <= spec["mc_scale_max"]:
+    # JARVICE's documented answer, nothing more (the emulator's reason is in the rejected submissions).
+    if nodes.check_scale(machine["type"], state.config.machines[machine["type"]], machine.get("nodes", 1)) is not None:
         return malformed
     label = body.get("job_label")
     if label is not None and (not isinstance(label, str) or len(label) > MAX_LABEL):
@@ -450,15 +453,18 @@ def _walltime_seconds(raw: object) -> int | None:
 def _job_command(state: EmulatorState, body: Mapping[str, Any], workdir: Path) -> str:
     """The shell string jobs.run_job runs with `bash -c`.
 
-    Catalogue apps: `parameters.command` itself. AppDef apps: the command line JARVICE would run
-    (the AppDef `path` and its parameters), with `path` mapped to its host executable, variable
-    parameters in the environment, and NIMBIX_BURST_WORKDIR set to the job's directory (the stand-in
-    for the image's WORKDIR, which images/base's run-command script enters).
+    Catalogue apps: `parameters.command` itself; with more than one node, through the fan-out.
+    AppDef apps: the command line JARVICE would run (the AppDef `path` and its parameters), with
+    `path` mapped to its host executable, variable parameters in the environment, and
+    NIMBIX_BURST_WORKDIR set to the job's directory (the stand-in for the image's WORKDIR, which
+    images/base's run-command script enters; it fans a multi-node job out itself).
     """
     application = body["application"]
     loaded = state.config.appdefs.get(body["app"])
     if loaded is None:
         command: str = application["parameters"]["command"]
+        if int(body["machine"].get("nodes", 1)) > 1:
+            return nodes.build_fanout_command(command, python=sys.executable)
         return command
     key = application["command"]
     invocation = appdef.build_invocation(loaded.appdef.commands[key], application.get("parameters") or {})
@@ -650,6 +656,7 @@ async def handle_emulator_jobs(request: web.Request) -> web.Response:
             "exitcode": job.exitcode,
             "stop_reason": job.stop_reason,
             "machine": job.machine,
+            "nodes": list(job.node_names),
             "pid": job.process.pid if job.process is not None else None,
         }
         for job in state.jobs.values()

@@ -25,6 +25,8 @@ CONTROLLER_ENV = {
     "CONTROLLER_ORPHAN_INTERVAL_SECONDS": str(ORPHAN_INTERVAL_SECONDS),
     "CONTROLLER_ORPHAN_GRACE_SECONDS": str(ORPHAN_GRACE_SECONDS),
     "CONTROLLER_REAP_ORPHANS": "true",  # fail the rollout, rather than reap nothing, if the Secret is not mounted
+    "CONTROLLER_JOB_EVENTS": "true",  # likewise for the Events of burst pods' jobs
+    "CONTROLLER_JOB_EVENTS_INTERVAL_SECONDS": "2",
 }
 
 

@@ -85,7 +85,17 @@ def _declared(*extras: str) -> set[str]:
 
 def _imported_distributions(*directories: str) -> set[str]:
     """The distributions that the third-party top-level imports under `directories` come from."""
-    local = {"webhook", "entrypoint", "controller", "kubeplumbing", "devplatform", "bench", "replay", "tests"}
+    local = {
+        "webhook",
+        "entrypoint",
+        "controller",
+        "kubeplumbing",
+        "kubectl_nimbix",
+        "devplatform",
+        "bench",
+        "replay",
+        "tests",
+    }
     imported: set[str] = set()
     for directory in directories:
         for path in (manifests.REPO_ROOT / directory).rglob("*.py"):
@@ -105,6 +115,15 @@ def test_the_webhook_extra_covers_every_third_party_import_of_the_webhook() -> N
     missing at run time, which no test in this checkout (where the test extra is installed) would see."""
     needed = _imported_distributions("webhook", "kubeplumbing")  # the webhook runs the shared plumbing
     declared = _declared("webhook")
+    assert needed <= declared, needed - declared
+
+
+def test_the_kubectl_extra_covers_every_third_party_import_of_the_plugin() -> None:
+    """`pip install 'nimbix-burst[kubectl]'` must be enough for `kubectl nimbix` (it counts budgets
+    with the webhook's own pure rules, so their imports count too)."""
+    needed = _imported_distributions("kubectl_nimbix", "webhook")
+    needed -= {"aiohttp", "prometheus-client", "uvloop"}  # the webhook's server only: the plugin never imports it
+    declared = _declared("kubectl")
     assert needed <= declared, needed - declared
 
 

@@ -33,7 +33,11 @@ async def test_local_when_a_node_has_room(client: TestClient[Any, Any]) -> None:
     assert status == 200
     assert answer["response"]["uid"] == "abc"
     assert answer["response"]["allowed"] is True
-    assert {op["path"] for op in patch_of(answer)} == {"/metadata/annotations"}
+    # Only metadata: the annotations, and the decision as a label.
+    assert {op["path"] for op in patch_of(answer)} == {
+        "/metadata/annotations",
+        "/metadata/labels/nimbix-burst.io~1decision",
+    }
     assert patch_of(answer)[0]["value"]["nimbix-burst.io/decision"] == "local"
     assert "warnings" not in answer["response"]
 

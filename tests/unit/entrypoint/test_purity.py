@@ -14,6 +14,8 @@ PURE = [
     "contract",
     "duplicates",
     "exitcodes",
+    "fanout",
+    "gang",
     "model",
     "output",
     "plan",

@@ -1,0 +1,348 @@
+"""What the controller records of a burst pod's JARVICE jobs: Events and annotations (pure).
+
+Each job goes through stages: submitted -> queued (held, with JARVICE's substatus text) -> running
+-> succeeded or failed. The pod's ledger annotation (`nimbix-burst.io/jobs: 4711=running`) holds
+the last stage each job's Events reached; a job's Events are those of the stages past its ledger
+entry, so a restarted controller, reading the ledger from the pod, records nothing twice. A stage
+is never gone back to, and a stage a job passed between two rounds gets no Event (a job first seen
+running has Submitted and Running; one first seen ended, Submitted and its end).
+
+The planner returns the Events and one JSON patch per pod: the patch tests the ledger and the
+job-state it was planned from, so a patch planned from a stale view (or racing the reaper's
+`job-state: ended`, which is never replaced) is refused by the API server and planned again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from entrypoint import contract, exitcodes
+from entrypoint.model import STATUS_RUNNING, is_terminal
+
+Stage = Literal["submitted", "queued", "running", "succeeded", "failed"]
+STAGES: Final[tuple[Stage, ...]] = ("submitted", "queued", "running", "succeeded", "failed")
+_RANK: Final[Mapping[str, int]] = {"submitted": 0, "queued": 1, "running": 2, "succeeded": 3, "failed": 3}
+EventType = Literal["Normal", "Warning"]
+
+REASON_SUBMITTED: Final = "NimbixSubmitted"
+REASON_QUEUED: Final = "NimbixQueued"
+REASON_RUNNING: Final = "NimbixRunning"
+REASON_SUCCEEDED: Final = "NimbixSucceeded"
+REASON_FAILED: Final = "NimbixFailed"
+
+# Jobs a ledger keeps (a pod whose runner retried many times): the oldest are dropped, and a job
+# older than every entry of a full ledger counts as recorded. Keeps the annotation a few hundred bytes.
+MAX_LEDGER: Final = 20
+# Money is shown with this many decimals; a smaller change is not worth a patch.
+DECIMALS: Final = 2
+SECONDS_PER_HOUR: Final = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobFacts:
+    """One JARVICE job of a burst pod, as /jarvice/jobs lists it."""
+
+    number: int
+    state: str  # job_status, upper case
+    substatus_text: str
+    exitcode: int | None
+    machine: str  # "" when JARVICE did not say
+    nodes: int
+    start_time: int  # Unix seconds, 0 while not started
+    end_time: int  # Unix seconds, 0 while not ended
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """A machine's GPUs and price per node-hour (/jarvice/machines `mc_gpus`, `mc_price`)."""
+
+    gpus: int
+    price: float
+
+
+@dataclass(frozen=True, slots=True)
+class BurstPod:
+    """What the recorder reads of a burst pod: its identity and our annotations (raw text)."""
+
+    uid: str
+    namespace: str
+    name: str
+    terminal: bool  # phase Succeeded or Failed: its jobs are over, or orphans the reaper will end
+    annotations: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    job: int
+    reason: str
+    message: str
+    event_type: EventType
+
+
+@dataclass(frozen=True, slots=True)
+class PodPlan:
+    pod: BurstPod
+    events: tuple[Event, ...]
+    patch: tuple[dict[str, Any], ...]  # JSON patch ops; empty when nothing changes
+    money_only: bool  # only GPU-hours/cost changed (a running job's): the shell refreshes those less often
+    problem: str = ""  # an unreadable ledger, said once per plan (the shell logs it)
+
+
+# --- the ledger -----------------------------------------------------------------------------------
+
+
+def parse_ledger(text: str) -> tuple[dict[int, Stage], str]:
+    """`4711=running,4712=submitted` -> {4711: "running", 4712: "submitted"}, and a problem ("" when
+    readable). An entry that is not `<number>=<stage>` is dropped and named in the problem."""
+    ledger: dict[int, Stage] = {}
+    bad: list[str] = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        number, _, stage = item.partition("=")
+        named = next((s for s in STAGES if s == stage.strip()), None)
+        if not (number.strip().isascii() and number.strip().isdigit()) or named is None:
+            bad.append(item[:40])
+            continue
+        ledger[int(number)] = named
+    problem = ""
+    if bad:
+        problem = (
+            f"{contract.ANNOTATION_JOB_LEDGER}: entries {bad[:3]} are not <job number>=<stage> with a stage of"
+            f" {', '.join(STAGES)}; they are ignored (remove the annotation's bad entries)"
+        )
+    return ledger, problem
+
+
+def format_ledger(ledger: Mapping[int, Stage]) -> str:
+    kept = sorted(ledger)[-MAX_LEDGER:]
+    return ",".join(f"{number}={ledger[number]}" for number in kept)
+
+
+# --- one job --------------------------------------------------------------------------------------
+
+
+def job_stage(job: JobFacts) -> Stage:
+    if is_terminal(job.state):
+        return "succeeded" if exit_code(job) == exitcodes.EXIT_OK else "failed"
+    if job.state == STATUS_RUNNING:
+        return "running"
+    return "queued" if job.substatus_text else "submitted"
+
+
+def exit_code(job: JobFacts) -> int:
+    """The exit status the pod's runner reports for this ended job (entrypoint.exitcodes)."""
+    return exitcodes.from_job(job.state, job.exitcode).code
+
+
+def job_hours(job: JobFacts, *, now: float) -> float:
+    """Machine-hours of one node so far: from its start to its end (or now)."""
+    if job.start_time <= 0:
+        return 0.0
+    end = job.end_time if job.end_time > 0 else now
+    return max(0.0, end - job.start_time) / SECONDS_PER_HOUR
+
+
+@dataclass(frozen=True, slots=True)
+class Money:
+    gpu_hours: float
+    cost: float
+    unknown: tuple[str, ...]  # machines without a rate: their jobs are not in the figures
+
+
+def total_money(jobs: Collection[JobFacts], rates: Mapping[str, Rate], *, now: float) -> Money:
+    gpu_hours = cost = 0.0
+    unknown: set[str] = set()
+    for job in jobs:
+        hours = job_hours(job, now=now)
+        rate = rates.get(job.machine)
+        if rate is None:
+            if hours > 0:
+                unknown.add(job.machine or "(not given)")
+            continue
+        gpu_hours += rate.gpus * job.nodes * hours
+        cost += rate.price * job.nodes * hours
+    return Money(gpu_hours=gpu_hours, cost=cost, unknown=tuple(sorted(unknown)))
+
+
+def _money_text(value: float) -> str:
+    return f"{value:.{DECIMALS}f}"
+
+
+def _job_money(job: JobFacts, rates: Mapping[str, Rate], *, now: float) -> str:
+    money = total_money([job], rates, now=now)
+    if money.unknown:
+        return f"GPU-hours and cost unknown (machine {money.unknown[0]} not in /jarvice/machines)"
+    return f"{_money_text(money.gpu_hours)} GPU-hours, cost {_money_text(money.cost)}"
+
+
+def _where(job: JobFacts) -> str:
+    return f"machine {job.machine or '(not given)'} x{job.nodes}"
+
+
+def build_events(
+    job: JobFacts, *, recorded: Stage | None, rates: Mapping[str, Rate], now: float
+) -> tuple[list[Event], Stage | None]:
+    """The Events past the job's ledger stage `recorded`, and the stage to record (None: none yet)."""
+    stage = job_stage(job)
+    if recorded is not None and _RANK[stage] <= _RANK[recorded]:
+        return [], recorded
+    events: list[Event] = []
+    if recorded is None:
+        events.append(
+            Event(job.number, REASON_SUBMITTED, f"JARVICE job {job.number} submitted: {_where(job)}", "Normal")
+        )
+    if stage == "queued":
+        text = f"JARVICE job {job.number} queued ({job.state}): {job.substatus_text}"
+        events.append(Event(job.number, REASON_QUEUED, text, "Normal"))
+    elif stage == "running":
+        events.append(Event(job.number, REASON_RUNNING, f"JARVICE job {job.number} running: {_where(job)}", "Normal"))
+    elif stage in ("succeeded", "failed"):
+        text = f"JARVICE job {job.number} {job.state}, exit code {exit_code(job)}; {_job_money(job, rates, now=now)}"
+        if stage == "failed" and job.substatus_text:
+            text += f"; {job.substatus_text}"
+        if stage == "succeeded":
+            events.append(Event(job.number, REASON_SUCCEEDED, text, "Normal"))
+        else:
+            events.append(Event(job.number, REASON_FAILED, text, "Warning"))
+    return events, stage
+
+
+# --- one pod --------------------------------------------------------------------------------------
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def _path(key: str) -> str:
+    return f"/metadata/annotations/{_escape(key)}"
+
+
+def _parse_money(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+def plan_pod(pod: BurstPod, jobs: Sequence[JobFacts], *, rates: Mapping[str, Rate], now: float) -> PodPlan:
+    """The Events and the annotation patch for `pod`, given every job of it JARVICE listed (live and
+    ended) and the machines' rates. `now`: Unix seconds (JARVICE's times are the wall clock)."""
+    annotations = pod.annotations
+    ledger, problem = parse_ledger(annotations.get(contract.ANNOTATION_JOB_LEDGER, ""))
+    floor = min(ledger) if len(ledger) >= MAX_LEDGER else 0
+    considered = sorted((job for job in jobs if job.number >= floor), key=lambda job: job.number)
+    events: list[Event] = []
+    new_ledger = dict(ledger)
+    for job in considered:
+        job_events, stage = build_events(job, recorded=ledger.get(job.number), rates=rates, now=now)
+        events += job_events
+        if stage is not None:
+            new_ledger[job.number] = stage
+    wanted: dict[str, str] = {}
+    if considered:
+        latest = considered[-1]
+        wanted[contract.ANNOTATION_JOB_LEDGER] = format_ledger(new_ledger)
+        wanted[contract.ANNOTATION_JOB_NUMBER] = str(latest.number)
+        wanted[contract.ANNOTATION_JOB_MACHINE] = latest.machine
+        wanted[contract.ANNOTATION_JOB_NODES] = str(latest.nodes)
+        if annotations.get(contract.ANNOTATION_JOB_STATE) != contract.JOB_STATE_ENDED:
+            wanted[contract.ANNOTATION_JOB_STATE] = new_ledger[latest.number]
+        money = total_money(jobs, rates, now=now)
+        complete = set(ledger) <= {job.number for job in jobs}
+        if not money.unknown:
+            for key, value in (
+                (contract.ANNOTATION_GPU_HOURS, money.gpu_hours),
+                (contract.ANNOTATION_COST, money.cost),
+            ):
+                shown = _parse_money(annotations.get(key, ""))
+                # Never lowered while a recorded job is not listed (it still cost what it cost); with
+                # every job listed the total is exact (a running job's estimate ran to our clock).
+                if shown is None or complete or round(value, DECIMALS) > shown:
+                    wanted[key] = _money_text(value)
+    changed = {key: value for key, value in wanted.items() if annotations.get(key) != value}
+    money_keys = {contract.ANNOTATION_GPU_HOURS, contract.ANNOTATION_COST}
+    return PodPlan(
+        pod=pod,
+        events=tuple(events),
+        patch=build_patch(pod, changed) if changed else (),
+        money_only=bool(changed) and set(changed) <= money_keys,
+        problem=problem,
+    )
+
+
+def build_patch(pod: BurstPod, values: Mapping[str, str]) -> tuple[dict[str, Any], ...]:
+    """A JSON patch that applies only to the pod as it was read: its UID, and the ledger and
+    job-state it had (or their absence: an `add` of them would then replace a newer value, so the
+    patch tests what it saw instead: a key that appeared makes the test of its absence fail)."""
+    ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/uid", "value": pod.uid}]
+    for key in (contract.ANNOTATION_JOB_LEDGER, contract.ANNOTATION_JOB_STATE):
+        if key in pod.annotations:
+            ops.append({"op": "test", "path": _path(key), "value": pod.annotations[key]})
+    for key, value in values.items():
+        ops.append({"op": "replace" if key in pod.annotations else "add", "path": _path(key), "value": value})
+    return tuple(ops)
+
+
+def plan_round(
+    pods: Collection[BurstPod],
+    jobs_of: Mapping[str, Sequence[JobFacts]],
+    *,
+    rates: Mapping[str, Rate],
+    now: float,
+) -> list[PodPlan]:
+    """A plan for each pod with something to record, in namespace/name order (so a capped round
+    gives every pod its turn across rounds); pods with stage changes come before money-only ones."""
+    plans = [plan_pod(pod, jobs_of.get(pod.uid, ()), rates=rates, now=now) for pod in pods]
+    wanted = [plan for plan in plans if plan.patch or plan.events or plan.problem]
+    wanted.sort(key=lambda plan: (plan.money_only, plan.pod.namespace, plan.pod.name))
+    return wanted
+
+
+def needs_finished_jobs(
+    pods: Collection[BurstPod], *, known: Collection[int], live_pods: Collection[str], searched: Mapping[str, str]
+) -> list[str]:
+    """The pods for which /jarvice/jobs?completed=true (the account's whole history) must be listed
+    this round: their ledger names a job that is neither live nor already known ended (`known`: the
+    numbers of both), or they finished with no job live and none recorded. A pod is looked up once
+    per ledger (`searched`: pod UID -> the ledger it was looked up with), so a job JARVICE has
+    forgotten does not cost a history listing every round."""
+    wanted = []
+    for pod in pods:
+        text = pod.annotations.get(contract.ANNOTATION_JOB_LEDGER, "")
+        if searched.get(pod.uid) == text:
+            continue
+        ledger, _ = parse_ledger(text)
+        if any(number not in known for number in ledger) or (pod.terminal and not ledger and pod.uid not in live_pods):
+            wanted.append(pod.uid)
+    return wanted
+
+
+# The annotations the recorder reads back (the rest of a pod is not kept).
+_RECORDED_KEYS: Final = (
+    contract.ANNOTATION_JOB_LEDGER,
+    contract.ANNOTATION_JOB_STATE,
+    contract.ANNOTATION_JOB_NUMBER,
+    contract.ANNOTATION_JOB_MACHINE,
+    contract.ANNOTATION_JOB_NODES,
+    contract.ANNOTATION_GPU_HOURS,
+    contract.ANNOTATION_COST,
+)
+_TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
+
+
+def parse_burst_pod(obj: Mapping[str, Any]) -> BurstPod | None:
+    """A pod the webhook decided remote, or None for any other pod."""
+    metadata = obj.get("metadata") or {}
+    annotations = metadata.get("annotations") or {}
+    if annotations.get(contract.ANNOTATION_DECISION) != contract.DECISION_REMOTE:
+        return None
+    return BurstPod(
+        uid=str(metadata.get("uid") or ""),
+        namespace=str(metadata.get("namespace") or ""),
+        name=str(metadata.get("name") or ""),
+        terminal=(obj.get("status") or {}).get("phase") in _TERMINAL_PHASES,
+        annotations={key: str(annotations[key]) for key in _RECORDED_KEYS if key in annotations},
+    )

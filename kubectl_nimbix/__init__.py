@@ -1,0 +1,1 @@
+"""`kubectl nimbix`: burst pods, budgets and decisions as the API server holds them."""

@@ -1,0 +1,122 @@
+"""A burst pod's JARVICE job as a user sees it with kubectl: its Events and annotations (written by
+the installed controller, leader only), the decision label (`kubectl get pods -l`), and the
+`kubectl nimbix` plugin (the installed console script, against the test control plane's kubeconfig).
+
+The pod runs on the real node; its runner submits to the JARVICE emulator, whose job list is what
+the controller reads.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from devplatform import demo
+from devplatform.cluster import addons, controlplane
+from tests.support.installed_controller import (
+    BUDGET,
+    annotations_of,
+    app_container,
+    controller_leader,
+    controller_pods,
+    create_pod,
+    find_pod,
+    pod_body,
+)
+from tests.support.real_node_pods import wait_log
+
+WAIT_SECONDS = 120.0
+PLUGIN = Path(sys.executable).parent / "kubectl-nimbix"
+
+
+def _events(plane: controlplane.ControlPlane, namespace: str, name: str) -> list[dict[str, Any]]:
+    document = json.loads(
+        plane.kubectl(
+            "-n", namespace, "get", "events", "--field-selector", f"involvedObject.name={name}", "-o", "json"
+        ).stdout
+    )
+    return [e for e in document["items"] if str(e.get("reason", "")).startswith("Nimbix")]
+
+
+def _job_events_counted(pod: dict[str, Any]) -> float:
+    """nimbix_burst_controller_job_events_total of one replica (all reasons), from its /metrics."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"http://{pod['status']['podIP']}:8080/metrics", timeout=5) as response:
+        lines = response.read().decode().splitlines()
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith("nimbix_burst_controller_job_events_total")
+    )
+
+
+def _plugin(plane: controlplane.ControlPlane, *args: str) -> str:
+    result = subprocess.run(
+        [str(PLUGIN), *args, "--kubeconfig", str(plane.kubeconfig_path)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_a_burst_pods_events_name_its_jarvice_job_and_kubectl_nimbix_shows_it(
+    controller: None, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess, ns: str
+) -> None:
+    control_plane.kubectl("annotate", "namespace", ns, f"{BUDGET}=16")
+    # More GPUs than the node has: remote. Long enough to be seen running, then it succeeds.
+    app = app_container(node_emulator, 'echo "viewed started"; sleep 15; echo "viewed done"', gpus=8)
+    create_pod(control_plane, ns, pod_body("viewed", app, gated=False))
+    wait_log(control_plane, ns, "viewed", "viewed started")
+
+    selected = control_plane.kubectl("-n", ns, "get", "pods", "-l", "nimbix-burst.io/decision=remote", "-o", "name")
+    assert selected.stdout.split() == ["pod/viewed"]
+    pod = find_pod(control_plane, ns, "viewed")
+    assert pod is not None
+    (job,) = demo.fetch_emulator_jobs(node_emulator.url, pod_uid=pod["metadata"]["uid"])
+    number = int(job["number"])
+
+    demo.wait_for(
+        lambda: "NimbixRunning" in {e["reason"] for e in _events(control_plane, ns, "viewed")},
+        what="a NimbixRunning Event on the pod",
+        timeout=WAIT_SECONDS,
+    )
+    budget = json.loads(_plugin(control_plane, "budget", "-o", "json"))
+    assert {"namespace": ns, "budget": "16", "in_use": 8, "free": "8", "burst_pods": 1} in budget
+
+    demo.wait_for(
+        lambda: "NimbixSucceeded" in {e["reason"] for e in _events(control_plane, ns, "viewed")},
+        what="a NimbixSucceeded Event on the pod",
+        timeout=WAIT_SECONDS,
+    )
+    events = {e["reason"]: e for e in _events(control_plane, ns, "viewed")}
+    assert sorted(events) == ["NimbixRunning", "NimbixSubmitted", "NimbixSucceeded"]
+    assert all(e.get("count", 1) == 1 for e in events.values())
+    assert f"JARVICE job {number} submitted" in events["NimbixSubmitted"]["message"]
+    assert f"JARVICE job {number} COMPLETED, exit code 0" in events["NimbixSucceeded"]["message"]
+    described = control_plane.kubectl("-n", ns, "describe", "pod", "viewed").stdout
+    assert f"JARVICE job {number}" in described
+
+    annotations = annotations_of(find_pod(control_plane, ns, "viewed") or {"metadata": {}})
+    assert annotations["nimbix-burst.io/job-number"] == str(number)
+    assert annotations["nimbix-burst.io/jobs"] == f"{number}=succeeded"
+    assert float(annotations["nimbix-burst.io/gpu-hours"]) >= 0
+    assert float(annotations["nimbix-burst.io/cost"]) >= 0
+
+    (row,) = json.loads(_plugin(control_plane, "status", "-n", ns, "-o", "json"))
+    assert (row["name"], row["decision"], row["job"], row["state"]) == ("viewed", "remote", str(number), "succeeded")
+    assert row["machine"] == f"{job['machine']} x1" and row["cost"] == annotations["nimbix-burst.io/cost"]
+    table = _plugin(control_plane, "status", "-A")
+    assert any(line.split()[:5] == [ns, "viewed", "remote", str(number), "succeeded"] for line in table.splitlines())
+    explained = _plugin(control_plane, "explain", "viewed", "-n", ns)
+    assert "Decision:" in explained and "remote" in explained and str(number) in explained
+    wait_log(control_plane, ns, "viewed", "viewed done")
+
+    # Only the Lease holder recorded (the follower's counter has not moved).
+    leader = controller_leader(control_plane)
+    counted = {pod["metadata"]["name"]: _job_events_counted(pod) for pod in controller_pods(control_plane)}
+    assert counted[leader] >= 3 and sum(counted.values()) == counted[leader], counted

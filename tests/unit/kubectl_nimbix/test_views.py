@@ -1,0 +1,200 @@
+"""kubectl nimbix: pods and namespaces as the API server returns them -> status rows, budget rows,
+explanations, and kubectl-like tables."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from kubectl_nimbix import views
+
+P = "nimbix-burst.io/"
+GPUS = ("nvidia.com/gpu",)
+
+
+def pod(
+    name: str = "train-0",
+    namespace: str = "team",
+    *,
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    phase: str = "Running",
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{namespace}-{name}",
+            "labels": {"task-type": "Nimbix", **(labels or {})},
+            "annotations": annotations or {},
+        },
+        "spec": {"containers": [{"name": "c"}]},
+        "status": {"phase": phase},
+    }
+
+
+def namespace(name: str, budget: str | None = None) -> dict[str, Any]:
+    annotations = {P + "max-remote-gpus": budget} if budget is not None else {}
+    return {"metadata": {"name": name, "uid": f"ns-{name}", "annotations": annotations}}
+
+
+RUNNING = {
+    P + "decision": "remote",
+    P + "remote-gpus": "4",
+    P + "jobs": "4711=running",
+    P + "job-number": "4711",
+    P + "job-state": "running",
+    P + "job-machine": "ng4",
+    P + "job-nodes": "1",
+    P + "gpu-hours": "2.00",
+    P + "cost": "4.20",
+}
+
+
+@pytest.mark.parametrize(
+    ("annotations", "expected"),
+    [
+        pytest.param(RUNNING, ("remote", "4711", "running", "ng4 x1", "2.00", "4.20"), id="running"),
+        pytest.param({P + "decision": "remote"}, ("remote", "", "", "", "", ""), id="no-job-yet"),
+        pytest.param({P + "decision": "local"}, ("local", "", "", "", "", ""), id="local"),
+        # The reaper's `ended` says no job is live; the ledger says how the last one ended.
+        pytest.param(
+            {**RUNNING, P + "jobs": "4711=failed", P + "job-state": "ended"},
+            ("remote", "4711", "failed", "ng4 x1", "2.00", "4.20"),
+            id="ended-with-ledger",
+        ),
+        pytest.param(
+            {P + "decision": "remote", P + "job-state": "ended"},
+            ("remote", "", "ended", "", "", ""),
+            id="ended-without-ledger",
+        ),
+    ],
+)
+def test_status_row(annotations: dict[str, str], expected: tuple[str, ...]) -> None:
+    row = views.build_status_row(pod(annotations=annotations))
+    assert row is not None
+    assert (row.decision, row.job, row.state, row.machine, row.gpu_hours, row.cost) == expected
+
+
+def test_undecided_pods_are_not_listed_and_remote_only_filters() -> None:
+    pods = [pod("b", annotations=RUNNING), pod("a", annotations={P + "decision": "local"}), pod("c")]
+    assert [r.name for r in views.build_status_rows(pods)] == ["a", "b"]
+    assert [r.name for r in views.build_status_rows(pods, remote_only=True)] == ["b"]
+
+
+def test_status_table_is_laid_out_like_kubectl() -> None:
+    rows = views.build_status_rows([pod(annotations=RUNNING), pod("x", annotations={P + "decision": "local"})])
+    assert views.format_status(rows, all_namespaces=True) == (
+        "NAMESPACE   NAME      DECISION   JOB      STATE     MACHINE   GPU-HOURS   COST     PHASE\n"
+        "team        train-0   remote     4711     running   ng4 x1    2.00        4.20     Running\n"
+        "team        x         local      <none>   <none>    <none>    <none>      <none>   Running\n"
+    )
+    assert views.format_status(rows, all_namespaces=False).startswith("NAME      DECISION")
+
+
+def test_status_json_has_the_same_rows() -> None:
+    (row,) = json.loads(views.format_json(views.build_status_rows([pod(annotations=RUNNING)])))
+    assert row["job"] == "4711" and row["cost"] == "4.20" and row["namespace"] == "team"
+
+
+@pytest.mark.parametrize(
+    ("namespaces", "pods", "expected"),
+    [
+        pytest.param([namespace("team", "8")], [pod(annotations=RUNNING)], [("team", "8", 4, "4", 1)], id="in-use"),
+        pytest.param([namespace("team", "8")], [], [("team", "8", 0, "8", 0)], id="idle"),
+        pytest.param([namespace("team")], [pod(annotations=RUNNING)], [("team", "none", 4, "", 1)], id="no-budget"),
+        pytest.param([namespace("team", "2")], [pod(annotations=RUNNING)], [("team", "2", 4, "0", 1)], id="over"),
+        pytest.param([namespace("team", "x")], [], [("team", "'x' (invalid: 0)", 0, "0", 0)], id="invalid"),
+        pytest.param([namespace("other")], [], [], id="neither"),
+        # Finished, and its runner did not say its job ended: counted until the controller records it.
+        pytest.param(
+            [namespace("team", "8")],
+            [pod(annotations=RUNNING, phase="Failed")],
+            [("team", "8", 4, "4", 1)],
+            id="finished-job-may-run",
+        ),
+        pytest.param(
+            [namespace("team", "8")],
+            [pod(annotations={**RUNNING, P + "job-state": "ended"}, phase="Failed")],
+            [("team", "8", 0, "8", 0)],
+            id="finished-job-ended",
+        ),
+        pytest.param(
+            [namespace("team", "8")],
+            [pod(annotations={P + "decision": "local"})],
+            [("team", "8", 0, "8", 0)],
+            id="local-not-counted",
+        ),
+    ],
+)
+def test_budget_rows_count_as_the_webhook_counts(
+    namespaces: list[dict[str, Any]], pods: list[dict[str, Any]], expected: list[tuple[Any, ...]]
+) -> None:
+    rows, problems = views.build_budget_rows(namespaces, pods, gpu_resources=GPUS)
+    assert [(r.namespace, r.budget, r.in_use, r.free, r.burst_pods) for r in rows] == expected
+    assert problems == []
+
+
+def test_budget_table() -> None:
+    rows, _ = views.build_budget_rows([namespace("team", "8")], [pod(annotations=RUNNING)], gpu_resources=GPUS)
+    assert views.format_budget(rows) == (
+        "NAMESPACE   BUDGET   IN-USE   FREE   BURST-PODS\nteam        8        4        4      1\n"
+    )
+
+
+def test_an_unreadable_pod_is_a_problem_not_a_crash() -> None:
+    bad = pod(annotations=RUNNING)
+    bad["spec"]["containers"] = "not a list"
+    rows, problems = views.build_budget_rows([namespace("team", "8")], [bad], gpu_resources=GPUS)
+    assert [r.in_use for r in rows] == [0] and len(problems) == 1 and "team/train-0" in problems[0]
+
+
+@pytest.mark.parametrize(
+    ("raw", "present", "absent"),
+    [
+        pytest.param(
+            pod(
+                annotations={
+                    **RUNNING,
+                    P + "reason": "needs 4 nvidia.com/gpu; best node a has 2 free",
+                    P + "original-resources": json.dumps({"gpus": {"nvidia.com/gpu": 4}}),
+                },
+                labels={P + "decision": "remote"},
+            ),
+            {
+                "Decision": "remote",
+                "Reason": "needs 4 nvidia.com/gpu; best node a has 2 free",
+                "Asked for": "4 nvidia.com/gpu",
+                "JARVICE job": "4711",
+                "Job state": "running",
+                "Cost": "4.20",
+            },
+            ["Label", "Why"],
+            id="remote",
+        ),
+        pytest.param(
+            pod(annotations={P + "decision": "local", P + "reason": "budget", P + "budget": "4 of 4 in use"}),
+            {"Decision": "local", "Budget": "4 of 4 in use"},
+            ["JARVICE job"],
+            id="kept-local-by-budget-older-webhook",
+        ),
+        pytest.param(pod(), {"Decision": "none: the webhook did not decide this pod"}, ["Reason"], id="undecided"),
+    ],
+)
+def test_explain(raw: dict[str, Any], present: dict[str, str], absent: list[str]) -> None:
+    fields = dict(views.explain_pod(raw))
+    assert {key: fields.get(key) for key in present} == present
+    assert not [key for key in absent if key in fields]
+
+
+def test_explain_says_why_an_unlabelled_pod_was_not_decided() -> None:
+    raw = pod()
+    raw["metadata"]["labels"] = {}
+    assert "task-type=Nimbix" in dict(views.explain_pod(raw))["Why"]
+
+
+def test_explain_text_aligns_the_values() -> None:
+    text = views.format_explain([("Pod", "team/a"), ("Decision", "local")])
+    assert text == "Pod:      team/a\nDecision: local\n"
