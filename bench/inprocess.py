@@ -28,7 +28,7 @@ from typing import Any, TypedDict
 import orjson
 
 from bench import clusters
-from webhook import admission, decision, review
+from webhook import admission, review
 from webhook.cache import ClusterCache
 from webhook.model import parse_placement, pod_compute, pod_gpus
 from webhook.mutation import RewritePolicy
@@ -145,7 +145,7 @@ def measure_case(cluster: str, sync: CacheSync, case: Case, policy: RewritePolic
     spec = request.object["spec"]
     gpus = {**pod_gpus(spec, policy.gpu_resources), **pod_compute(spec)}  # what admit() decides on
     placement = parse_placement(spec)
-    outcome = decision.decide(gpus, placement, cache).kind
+    outcome = admission.decide_placement(gpus, placement, cache).kind
     admitted = admission.admit(request, cache=cache, policy=policy)
     if admitted.outcome != outcome:
         raise RuntimeError(f"admit() and decide() disagree for {case.name}: {admitted.outcome} vs {outcome}")
@@ -154,7 +154,7 @@ def measure_case(cluster: str, sync: CacheSync, case: Case, policy: RewritePolic
         parsed = review.parse_review(body)
         return orjson.dumps(admission.admit(parsed, cache=cache, policy=policy).response)  # as mutate() does
 
-    decide_us, decide_median = _us(per_call_samples(lambda: decision.decide(gpus, placement, cache)))
+    decide_us, decide_median = _us(per_call_samples(lambda: admission.decide_placement(gpus, placement, cache)))
     admit_us, admit_median = _us(per_call_samples(lambda: admission.admit(request, cache=cache, policy=policy)))
     handler_us, handler_median = _us(per_call_samples(handler))
     return DecisionRow(

@@ -31,7 +31,7 @@ from bench import clusters, inprocess, minimal, naive, procfs, stats
 from bench.kubeapi import MERGE_PATCH, KubeApi, KubeApiError, run_bounded
 from devplatform import manifests
 from devplatform.cluster import addons, controlplane
-from webhook import admission, decision, review
+from webhook import admission, review
 from webhook.model import parse_placement, pod_gpus
 from webhook.sync import CacheSync, parse_items
 
@@ -213,7 +213,7 @@ def measure_naive(core: Any, *, model_runs: int, raw_runs: int) -> dict[str, Any
     gpus = pod_gpus(request.object["spec"], policy.gpu_resources)
     placement = parse_placement(request.object["spec"])
     outcome = admission.admit(request, cache=cache, policy=policy)
-    decide_s = inprocess.per_call_seconds(lambda: decision.decide(gpus, placement, cache))
+    decide_s = inprocess.per_call_seconds(lambda: admission.decide_placement(gpus, placement, cache))
     admit_s = inprocess.per_call_seconds(lambda: admission.admit(request, cache=cache, policy=policy))
     result["ours"] = {
         "nodes": cache.node_count,

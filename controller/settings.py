@@ -15,20 +15,20 @@ from typing import Literal
 
 from entrypoint import contract
 from entrypoint.settings import Secret
+from kubeplumbing import options
 from kubeplumbing.leadership import LeaseTiming
+from kubeplumbing.options import BOOLEANS, Option, OptionValues
+from kubeplumbing.options import build_parser as build_option_parser
 
 DEFAULT_API_URL = "https://cloud.nimbix.net/api"
-_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-_BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 ReapMode = Literal["auto", "true", "false"]
 # Any UUID: --cluster-name is checked by the rule that makes the identity, before the real UID is read.
 _EXAMPLE_UID = "00000000-0000-0000-0000-000000000000"
 
 
-class SettingsError(ValueError):
+class SettingsError(options.SettingsError):
     def __init__(self, problems: Sequence[str]) -> None:
-        super().__init__("invalid controller settings:\n  - " + "\n  - ".join(problems))
-        self.problems = tuple(problems)
+        super().__init__(problems, program="controller")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +70,7 @@ class Settings:
     machines_refresh_seconds: float = 3600.0
 
 
-# (flag, env var, default, help)
-OPTIONS: tuple[tuple[str, str, str, str], ...] = (
+OPTIONS: tuple[Option, ...] = (
     ("--host", "CONTROLLER_HOST", "0.0.0.0", "address of the /metrics, /healthz, /readyz port"),  # noqa: S104
     ("--port", "CONTROLLER_PORT", "8080", "HTTP port for /metrics, /healthz, /readyz"),
     ("--kubeconfig", "KUBECONFIG", "", "kubeconfig path; empty means in-cluster configuration"),
@@ -101,13 +100,12 @@ OPTIONS: tuple[tuple[str, str, str, str], ...] = (
 
 
 def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    return build_option_parser(
+        OPTIONS,
+        env,
         prog="python -m controller",
         description="nimbix-burst controller. JARVICE credentials: env JARVICE_USERNAME[_FILE], JARVICE_APIKEY[_FILE]",
     )
-    for flag, var, default, help_text in OPTIONS:
-        parser.add_argument(flag, default=env.get(var, default), help=f"{help_text} (env {var}; default {default!r})")
-    return parser
 
 
 def _credential(
@@ -136,46 +134,24 @@ def _switch(flag: str, value: str, *, credentials: bool, absent: str, problems: 
     mode = value.strip().lower()
     if mode == "auto":
         return credentials, "" if credentials else f"no JARVICE credentials{absent}"
-    if mode not in _BOOLEANS:
+    if mode not in BOOLEANS:
         problems.append(f"{flag}: {value!r} is not auto, true or false")
         return False, ""
-    if _BOOLEANS[mode] and not credentials:
+    if BOOLEANS[mode] and not credentials:
         problems.append(
             f"{flag} true needs JARVICE credentials: JARVICE_USERNAME[_FILE] and JARVICE_APIKEY[_FILE]{absent}"
         )
         return False, ""
-    return _BOOLEANS[mode], "" if _BOOLEANS[mode] else f"{flag} false"
+    return BOOLEANS[mode], "" if BOOLEANS[mode] else f"{flag} false"
 
 
 def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, read_file: Callable[[str], str]) -> Settings:
-    raw = vars(build_parser(env).parse_args(list(argv)))
-    problems: list[str] = []
-
-    def number(key: str, *, minimum: float, integer: bool = False) -> float:
-        flag = "--" + key.replace("_", "-")
-        try:
-            value = int(raw[key]) if integer else float(raw[key])
-        except ValueError:
-            problems.append(f"{flag}: {raw[key]!r} is not a {'whole ' if integer else ''}number")
-            return minimum
-        if value < minimum:
-            problems.append(f"{flag}: must be at least {minimum:g}, got {value:g}")
-            return minimum
-        return value
-
-    def boolean(key: str) -> bool:
-        value = _BOOLEANS.get(str(raw[key]).strip().lower())
-        if value is None:
-            problems.append(f"--{key.replace('_', '-')}: {raw[key]!r} is not true or false")
-            return False
-        return value
-
+    values = OptionValues(vars(build_parser(env).parse_args(list(argv))))
+    raw, problems, number = values.raw, values.problems, values.number
     port = int(number("port", minimum=1, integer=True))
     if port > 65535:
         problems.append(f"--port: must be at most 65535, got {port}")
-    log_level = str(raw["log_level"]).upper()
-    if log_level not in _LOG_LEVELS:
-        problems.append(f"--log-level: {raw['log_level']!r} is not one of {', '.join(_LOG_LEVELS)}")
+    log_level = values.log_level()
     for key, flag, var in (
         ("pod_name", "--pod-name", "POD_NAME"),
         ("lease_namespace", "--lease-namespace", "POD_NAMESPACE"),
@@ -206,8 +182,8 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, read_file: Ca
     if mode == "auto":
         reap = credentials is not None
         reap_off = "" if reap else f"no JARVICE credentials (JARVICE_USERNAME[_FILE], JARVICE_APIKEY[_FILE]){absent}"
-    elif mode in _BOOLEANS:
-        reap = _BOOLEANS[mode]
+    elif mode in BOOLEANS:
+        reap = BOOLEANS[mode]
         reap_off = "" if reap else "--reap-orphans false"
         if reap and credentials is None:
             problems.append(
@@ -221,7 +197,7 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, read_file: Ca
     job_events, job_events_off = _switch(
         "--job-events", str(raw["job_events"]), credentials=credentials is not None, absent=absent, problems=problems
     )
-    reburst = boolean("reburst")
+    reburst = values.boolean("reburst")
     cluster_name = str(raw["cluster_name"]).strip()
     try:
         contract.cluster_identity(_EXAMPLE_UID, cluster_name)
@@ -245,7 +221,7 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, read_file: Ca
         reap_disabled_reason=reap_off,
         orphan_interval_seconds=number("orphan_interval_seconds", minimum=1),
         orphan_grace_seconds=number("orphan_grace_seconds", minimum=0),
-        orphan_dry_run=boolean("orphan_dry_run"),
+        orphan_dry_run=values.boolean("orphan_dry_run"),
         credentials=credentials,
         cluster_name=cluster_name,
         job_events=job_events,

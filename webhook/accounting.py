@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from webhook.fitting import add_amounts, covers, find_fit, free_amount, holds_gpus, refile
-from webhook.scheduling import placement_allows
+from webhook.scheduling import eligibility
 from webhook.types import Claim, ClaimMove, ClusterView, PodInfo
 
 
@@ -62,12 +62,13 @@ class ClaimLedger:
         if not claims_gpus or not holds_gpus(view, pod.requests):
             return  # an unbound pod without GPUs (a burst pod) claims nothing
         claim_id = "pod:" + pod.uid
+        eligible = eligibility(pod.placement)
         if pod.nominated_node in view.nodes:
-            self.add_claim(claim_id, Claim(pod.nominated_node, pod.requests, pod.placement, None, pinned=True))
+            self.add_claim(claim_id, Claim(pod.nominated_node, pod.requests, eligible, None, pinned=True))
             return
-        fit = find_fit(view, pod.requests, pod.placement)
+        fit = find_fit(view, pod.requests, eligible)
         node = fit.node.name if fit.node is not None else ""
-        self.add_claim(claim_id, Claim(node=node, requests=pod.requests, placement=pod.placement, expires_at=None))
+        self.add_claim(claim_id, Claim(node=node, requests=pod.requests, eligibility=eligible, expires_at=None))
 
     def drop_holding(self, pod: PodInfo) -> None:
         if pod.terminal:
@@ -118,14 +119,14 @@ class ClaimLedger:
             claim = self._claims[claim_id]
             if node is not None and claim.pinned:
                 continue  # the scheduler nominated this node (it may preempt there): the claim stays
-            if node is not None and placement_allows(claim.placement, node):
+            if node is not None and claim.eligibility.allows(node):
                 if not self._overcommitted(node_name):
                     continue
-                fit = find_fit(self.view, claim.requests, claim.placement, exclude=node_name)
+                fit = find_fit(self.view, claim.requests, claim.eligibility, exclude=node_name)
                 if fit.node is None:
                     continue  # nowhere else fits: the deficit stays visible where it is
             else:
-                fit = find_fit(self.view, claim.requests, claim.placement, exclude=node_name)
+                fit = find_fit(self.view, claim.requests, claim.eligibility, exclude=node_name)
             new_node = fit.node.name if fit.node is not None else ""
             self.add_claim(claim_id, replace(claim, node=new_node, pinned=False))
 
@@ -134,7 +135,7 @@ class ClaimLedger:
         node = self.view.nodes[node_name]
         for claim_id in list(self._unplaced):
             claim = self._claims[claim_id]
-            if placement_allows(claim.placement, node) and covers(self.view, node_name, claim.requests):
+            if claim.eligibility.allows(node) and covers(self.view, node_name, claim.requests):
                 self.add_claim(claim_id, replace(claim, node=node_name))
 
     def _overcommitted(self, node_name: str) -> bool:

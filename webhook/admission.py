@@ -1,7 +1,9 @@
-"""One admission: gather inputs from the review, decide, reserve, build the response.
+"""One admission: gather inputs from the review and the cache, decide, apply, build the response.
 
-No I/O. The only side effect is the GPU reservation in the cache, made in the same event-loop
-tick as the decision (and never for dry-run requests).
+No I/O. The cache hands the decision one snapshot (ClusterCache.snapshot_for), the decision is pure
+(webhook.decision.decide), and the cache applies what it chose in one call (ClusterCache.apply):
+claim moves, then the reservation, in the same event-loop tick as the decision (never a
+reservation for dry-run requests).
 """
 
 from __future__ import annotations
@@ -11,12 +13,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from entrypoint import contract
-from webhook import budget, data_volumes, gpu_models, mutation, walltime
+from webhook import budget, mutation
 from webhook import decision as decisions
 from webhook.cache import ClusterCache
 from webhook.model import ObjectError, check_pod_shape, parse_placement, pod_compute, pod_gpus
 from webhook.review import AdmissionRequest, MalformedReview, build_denial, build_response
-from webhook.types import Decision
+from webhook.types import Decision, Placement, PodNeeds, Requests
 
 Outcome = Literal["local", "remote", "skipped", "error", "denied"]
 
@@ -63,104 +65,80 @@ def admit(
         return _skip(request, f"pod is not labeled {contract.LABEL_TASK_TYPE}={contract.LABEL_TASK_TYPE_VALUE}")
     annotations = _mapping(meta.get("annotations"))
     spec = _mapping(pod.get("spec"))
-    if contract.ANNOTATION_DECISION in annotations:
-        # Reinvocation (a later webhook changed the pod), or a pod copied from one we rewrote:
-        # never decide twice, but a burst pod must not keep GPUs someone added since.
-        terms = mutation.BurstTerms(
-            cluster=_cluster_identity(cache, policy)[0], limit=_walltime(request, spec, cache, policy)[0]
-        )
-        return _readmit(request, spec, decided=annotations[contract.ANNOTATION_DECISION], policy=policy, terms=terms)
+    # Reinvocation (a later webhook changed the pod), or a pod copied from one we rewrote: never
+    # decide twice, but a burst pod must not keep GPUs someone added since.
+    reinvoked = contract.ANNOTATION_DECISION in annotations
+    if reinvoked and annotations[contract.ANNOTATION_DECISION] != contract.DECISION_REMOTE:
+        return _skip(request, f"already decided: {annotations[contract.ANNOTATION_DECISION]}")
     try:
-        gpus = pod_gpus(spec, policy.gpu_resources, checked=True)
-        placement = parse_placement(spec)
+        gpus = pod_gpus(spec, policy.gpu_resources, checked=True)  # on reinvocation: what the patch reads
+        placement = Placement() if reinvoked else parse_placement(spec)
+        if not gpus and not reinvoked:
+            return _skip(request, "pod requests no GPU")
+        requests = gpus if reinvoked else {**gpus, **pod_compute(spec)}
     except ObjectError as exc:
         raise MalformedReview(f"request.object: {exc}") from exc
-    if not gpus:
-        return _skip(request, "pod requests no GPU")
-
-    try:
-        requests = {**gpus, **pod_compute(spec)}
-    except ObjectError as exc:
-        raise MalformedReview(f"request.object: {exc}") from exc
-    cache.expire_reservations()
-    decision: Decision = decisions.decide(requests, placement, cache, namespace=request.namespace)
-    if decision.capped:
-        cache.reservation_cap_hits += 1
-    if decision.kind == "local" and local_refusal:
-        decision = Decision(kind="remote", reason=f"{decision.reason}, but {local_refusal}")
-    if decision.kind == "local":
-        if not request.dry_run:
-            cache.reserve(
-                request.uid, node=decision.node, requests=requests, placement=placement, namespace=request.namespace
-            )
-        patch = mutation.build_local_patch(pod, decision=decision, reservation_id=request.uid)
-        return Admission(build_response(request.uid, patch=patch), "local", decision.reason, decision.node)
-    model = gpu_models.parse_constraint(placement, label=policy.gpu_model_label)
-    machines = gpu_models.resolve(model, policy.gpu_model_map) if model is not None else None
-    if isinstance(machines, gpu_models.NoMachineOffers):
-        # Bursting would run it on a GPU it did not ask for: it waits here for a node with its model.
-        return _kept_local(request, decision, machines.reason, notes={contract.ANNOTATION_GPU_MODEL: machines.reason})
-    cluster, unknown = _cluster_identity(cache, policy)
-    if unknown:
-        return _kept_local(request, decision, unknown)
-    data = data_volumes.plan_data(
-        spec, annotations, burst_containers=mutation.burst_container_names(spec, policy=policy)
+    needs = PodNeeds(gpus=gpus, requests=requests, placement=placement, namespace=request.namespace)
+    verdict = decisions.decide(
+        needs,
+        cache.snapshot_for(request.namespace, cluster_name=policy.cluster_name),
+        active_deadline=spec.get("activeDeadlineSeconds"),
+        default_walltime_seconds=policy.default_walltime_seconds,
+        local_refusal=local_refusal,
+        over_budget=over_budget,
+        reinvoked=reinvoked,
+        pod=decisions.BurstAsk(spec=spec, annotations=annotations, policy=policy),
     )
-    if isinstance(data, data_volumes.DataRefusal):
-        notes = {contract.ANNOTATION_DATA_NOT_STAGED: data.volumes} if data.volumes else {}
-        return _kept_local(request, decision, data.reason, notes=notes, warnings=data.warnings)
-    namespace = request.namespace
-    refusal = decisions.budget_refusal(gpus, cache, namespace=namespace)
-    if not refusal and local_refusal and cache.budget(namespace) is not None:
-        # Only the leader counts remote reservations: without one, the budget cannot be held.
-        refusal = f"{local_refusal}, so no burst can be counted against the budget of namespace {namespace}"
-        over_budget = "local"  # a failover is not the user's doing: never refuse the pod for it
-    if refusal:
-        return _over_budget(request, decision, refusal, over_budget)
-    need = decisions.remote_gpus(gpus)
-    reservation_id = ""
-    if cache.budget(namespace) is not None and not request.dry_run:
-        cache.reserve_remote(request.uid, namespace=namespace, gpus=need)
-        reservation_id = request.uid
-    limit, limit_warning = _walltime(request, spec, cache, policy)
+    cache.apply(verdict, needs=needs, reservation_id="" if request.dry_run else request.uid)
+    return _respond(request, verdict, needs=needs, policy=policy)
+
+
+def decide_placement(requests: Requests, placement: Placement, cache: ClusterCache, *, namespace: str = "") -> Decision:
+    """Where a pod would go as admit() decides it, its claim moves applied, nothing reserved: the
+    placement step alone, for the tests and benchmarks that drive the cache as the watch does."""
+    snapshot = cache.snapshot_for(namespace, cluster_name="")
+    choice = decisions.choose(requests, placement, snapshot.view, reservation_refusal=snapshot.reservation_refusal)
+    cache.move_claims(choice.moves)
+    return choice.decision
+
+
+def _respond(
+    request: AdmissionRequest, verdict: decisions.Verdict, *, needs: PodNeeds, policy: mutation.RewritePolicy
+) -> Admission:
+    """The review's answer for the verdict (the cache has applied it)."""
+    decision = verdict.decision
+    if verdict.route == "local":
+        patch = mutation.build_local_patch(request.object, decision=decision, reservation_id=request.uid)
+        return Admission(build_response(request.uid, patch=patch), "local", decision.reason, decision.node)
+    if verdict.route == "kept-local":
+        return _kept_local(request, decision, verdict.refusal, notes=verdict.notes, warnings=verdict.warnings)
+    if verdict.route == "over-budget":
+        return _over_budget(request, decision, verdict.refusal, "deny" if verdict.deny else "local")
+    if verdict.limit is None:
+        raise AssertionError("a burst verdict carries its time limit")
+    if verdict.route == "reinvoked":
+        return _readmit(request, policy=policy, terms=mutation.BurstTerms(cluster=verdict.cluster, limit=verdict.limit))
     terms = mutation.BurstTerms(
-        cluster=cluster,
-        limit=limit,
-        staging=tuple((c.container, c.env_value("in"), c.env_value("out")) for c in data.staging),
-        gpu_model=gpu_models.describe_constraint(model) if model is not None else "",
-        allowed_machines=machines.machines if machines is not None else (),
+        cluster=verdict.cluster,
+        limit=verdict.limit,
+        staging=verdict.staging,
+        gpu_model=verdict.gpu_model,
+        allowed_machines=verdict.allowed_machines,
     )
     patch = mutation.build_remote_patch(
-        pod, gpus=gpus, decision=decision, policy=policy, terms=terms, remote_gpus=need, reservation_id=reservation_id
+        request.object,
+        gpus=needs.gpus,
+        decision=decision,
+        policy=policy,
+        terms=terms,
+        remote_gpus=verdict.remote_gpus,
+        reservation_id=request.uid if verdict.counted and not request.dry_run else "",
     )
     warnings = [f"nimbix-burst: this pod will run on Nimbix JARVICE: {decision.reason}"]
-    warnings += mutation.build_overreach_warnings(spec, policy=policy)
-    if limit_warning:
-        warnings.append(limit_warning)
+    warnings += mutation.build_overreach_warnings(_mapping(request.object.get("spec")), policy=policy)
+    if verdict.limit_warning:
+        warnings.append(verdict.limit_warning)
     return Admission(build_response(request.uid, patch=patch, warnings=warnings), "remote", decision.reason)
-
-
-def _cluster_identity(cache: ClusterCache, policy: mutation.RewritePolicy) -> tuple[str, str]:
-    """(the cluster's identity, "") or ("", why it is unknown). Every job a burst pod submits carries
-    it, so the reaper of this cluster, and only that one, may stop the job: no identity, no burst."""
-    uid = cache.kube_system_uid
-    if not uid:
-        return "", "the kube-system namespace is not in the webhook's cache, so the cluster's identity is unknown"
-    try:
-        return contract.cluster_identity(uid, policy.cluster_name), ""
-    except ValueError as exc:
-        return "", f"the cluster's identity is unknown: {exc}"
-
-
-def _walltime(
-    request: AdmissionRequest, spec: Mapping[str, Any], cache: ClusterCache, policy: mutation.RewritePolicy
-) -> tuple[walltime.Walltime, str]:
-    return walltime.decide_walltime(
-        spec.get("activeDeadlineSeconds"),
-        namespace=request.namespace,
-        namespace_default=cache.default_walltime(request.namespace),
-        webhook_default=policy.default_walltime_seconds,
-    )
 
 
 def _kept_local(
@@ -198,25 +176,12 @@ def _over_budget(request: AdmissionRequest, decision: Decision, refusal: str, ac
     return Admission(build_response(request.uid, patch=patch, warnings=[warning]), "local", reason, over_budget=True)
 
 
-def _readmit(
-    request: AdmissionRequest,
-    spec: Mapping[str, Any],
-    *,
-    decided: str,
-    policy: mutation.RewritePolicy,
-    terms: mutation.BurstTerms,
-) -> Admission:
-    """A pod decided local keeps what it has; one decided remote gets new GPU requests stripped."""
-    if decided != contract.DECISION_REMOTE:
-        return _skip(request, f"already decided: {decided}")
-    try:
-        pod_gpus(spec, policy.gpu_resources, checked=True)  # the quantities the patch reads are valid
-    except ObjectError as exc:
-        raise MalformedReview(f"request.object: {exc}") from exc
+def _readmit(request: AdmissionRequest, *, policy: mutation.RewritePolicy, terms: mutation.BurstTerms) -> Admission:
+    """A pod decided remote before gets GPU requests added since stripped, its grace period raised."""
     stripped = mutation.build_reinvocation_patch(request.object, policy=policy, terms=terms)
     grace = mutation.build_grace_patch(request.object)
     if not stripped and not grace:
-        return _skip(request, f"already decided: {decided}; no GPU request added since")
+        return _skip(request, f"already decided: {contract.DECISION_REMOTE}; no GPU request added since")
     reasons, warnings = [], []
     if stripped:
         reasons.append("stripped GPU requests added after the decision")

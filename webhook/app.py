@@ -88,7 +88,7 @@ async def mutate(request: web.Request) -> web.Response:
             counts.errors["malformed"] += 1
             log.warning("malformed admission review", extra={"error": str(exc)[:500]})
             return _error(400, str(exc))
-        local_refusal = ""
+        local_refusal = unready_reason = ""
         router = app.get(ROUTER)
         if router is not None:
             placed = await router.place(body, forwarded_by=request.headers.get(FORWARDED_HEADER, ""))
@@ -99,26 +99,27 @@ async def mutate(request: web.Request) -> web.Response:
                 counts.errors["not-leader"] += 1
                 return _error(503, placed.reason)
             if isinstance(placed, Unready):
-                return _unready(request, review, placed.reason)
+                unready_reason = placed.reason
             if isinstance(placed, NoLeader):
                 local_refusal = placed.reason
         sync = app[SYNC]
+        result = None
         try:
-            with sync.lock:  # the watch threads apply changes under it: decide and reserve as one
-                # Checked with the decision, under the same lock: only a fit cache decides.
-                ready, unready_reason = sync.ready(stale_after=app[SETTINGS].watch_stale_seconds)
-                view_pods, view_nodes = sync.view_versions()
-                result = (
-                    admission.admit(
-                        review,
-                        cache=app[CACHE],
-                        policy=app[SETTINGS].policy,
-                        local_refusal=local_refusal,
-                        over_budget=app[SETTINGS].over_budget,
-                    )
-                    if ready
-                    else None
-                )
+            if not unready_reason:
+                with sync.lock:  # the watch threads apply changes under it: decide and reserve as one
+                    # Checked with the decision, under the same lock: only a fit cache decides.
+                    ready, reason = sync.ready(stale_after=app[SETTINGS].watch_stale_seconds)
+                    view_pods, view_nodes = sync.view_versions()
+                    if ready:
+                        result = admission.admit(
+                            review,
+                            cache=app[CACHE],
+                            policy=app[SETTINGS].policy,
+                            local_refusal=local_refusal,
+                            over_budget=app[SETTINGS].over_budget,
+                        )
+                    else:
+                        unready_reason = reason
         except MalformedReview as exc:
             counts.errors["malformed"] += 1
             log.warning("malformed admission review", extra={"uid": review.uid, "error": str(exc)[:500]})
@@ -129,7 +130,7 @@ async def mutate(request: web.Request) -> web.Response:
             counts.decisions["error"] += 1
             log.exception("admission failed", extra={"uid": review.uid, "namespace": review.namespace})
             return web.json_response(admission.build_error_response(review.uid))
-        if result is None:
+        if result is None:  # neither the leader (see ReplicaRouter) nor this replica may decide
             return _unready(request, review, unready_reason)
         elapsed = time.perf_counter() - started
         counts.decisions[result.outcome] += 1

@@ -12,8 +12,10 @@ Three parts, one responsibility each:
   Reservations             what this webhook promised before the watch showed the pod, and its expiry
   (webhook.reservations)
 They share one ClusterView (webhook.types; webhook.fitting searches it): the structures a decision
-reads, handed out without a copy. A decision (webhook.decision.choose) is pure over it; the cache
-applies what it chose: the claim moves that make room, then the reservation.
+reads, handed out without a copy. An admission takes one Snapshot (snapshot_for: the view and what
+its namespace and the reservations say), the decision (webhook.decision.decide) is pure over it,
+and the cache applies what it chose in one call (apply): the claim moves that make room, then the
+reservation.
 
 Schedulable nodes (Ready, not cordoned) are indexed per GPU resource in buckets keyed by free
 count, so finding the best-fit node costs a few dictionary look-ups whatever the cluster size.
@@ -30,10 +32,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 
+from entrypoint import contract
 from kubeplumbing.leadership import HandedOver
 from webhook.accounting import ClaimLedger
-from webhook.fitting import CANDIDATE_CAP, advertises, best_partial_fit, find_fit
+from webhook.decision import Verdict
+from webhook.fitting import CANDIDATE_CAP, best_partial_fit, find_fit
 from webhook.reservations import Reservations
+from webhook.scheduling import eligibility
 from webhook.types import (
     Claim,
     ClaimMove,
@@ -44,7 +49,9 @@ from webhook.types import (
     NodeInfo,
     Placement,
     PodInfo,
+    PodNeeds,
     Requests,
+    Snapshot,
 )
 
 __all__ = ["CANDIDATE_CAP", "CLUSTER_NAMESPACE", "DEFAULT_SCHEDULERS", "Claim", "ClusterCache", "FitResult"]
@@ -52,15 +59,20 @@ __all__ = ["CANDIDATE_CAP", "CLUSTER_NAMESPACE", "DEFAULT_SCHEDULERS", "Claim", 
 DEFAULT_SCHEDULERS = ("default-scheduler",)
 # Every cluster has it and it is never deleted: its UID names the cluster (contract.cluster_identity).
 CLUSTER_NAMESPACE = "kube-system"
+_NO_KUBE_SYSTEM = "the kube-system namespace is not in the webhook's cache, so the cluster's identity is unknown"
 
 
 class NamespaceIndex:
-    """What the watch shows of namespaces: burst budgets, default walltimes, the cluster's identity."""
+    """What the watch shows of namespaces: burst budgets and the GPUs their burst pods count against
+    them (kept by the pod writes), default walltimes, the cluster's identity."""
 
     def __init__(self) -> None:
         self.budgets: dict[str, NamespaceBudget] = {}  # namespaces with a max-remote-gpus annotation
         self.default_walltimes: dict[str, str] = {}  # namespaces with a default-walltime annotation
         self.kube_system_uid = ""
+        self.remote_in_use: dict[str, int] = {}  # namespace -> GPUs of its watched burst pods
+        # (kube-system UID, cluster name) -> (identity, why unknown): worked out once, not per review.
+        self._identity: tuple[str, str, tuple[str, str]] = ("", "", ("", _NO_KUBE_SYSTEM))
 
     def replace(self, namespaces: Iterable[NamespaceInfo]) -> None:
         self.budgets = {}
@@ -81,6 +93,32 @@ class NamespaceIndex:
             self.default_walltimes[name] = namespace.default_walltime
         if name == CLUSTER_NAMESPACE:
             self.kube_system_uid = namespace.uid
+
+    def count_remote(self, pod: PodInfo, sign: int) -> None:
+        # A finished burst pod still carries remote_gpus while its job may run (see model.parse_pod).
+        if pod.remote_gpus:
+            left = self.remote_in_use.get(pod.namespace, 0) + sign * pod.remote_gpus
+            if left:
+                self.remote_in_use[pod.namespace] = left
+            else:
+                del self.remote_in_use[pod.namespace]
+
+    def cluster_identity(self, cluster_name: str) -> tuple[str, str]:
+        """(the cluster's identity, "") or ("", why it is unknown). Every job a burst pod submits
+        carries it, so the reaper of this cluster, and only that one, may stop the job."""
+        uid = self.kube_system_uid
+        known_uid, known_name, identity = self._identity
+        if uid == known_uid and cluster_name == known_name:
+            return identity
+        if not uid:
+            identity = "", _NO_KUBE_SYSTEM
+        else:
+            try:
+                identity = contract.cluster_identity(uid, cluster_name), ""
+            except ValueError as exc:
+                identity = "", f"the cluster's identity is unknown: {exc}"
+        self._identity = (uid, cluster_name, identity)
+        return identity
 
     def delete(self, name: str) -> None:
         self.budgets.pop(name, None)
@@ -130,7 +168,6 @@ class ClusterCache:
         self._pods: dict[str, PodInfo] = {}
         self.reservation_cap_hits = 0  # reviews decided remote because a cap was reached
         self.namespaces = NamespaceIndex()
-        self._remote_in_use: dict[str, int] = {}  # namespace -> GPUs of its watched burst pods
 
     # ----- reads -------------------------------------------------------------------------------
 
@@ -167,10 +204,6 @@ class ClusterCache:
         """The UID of the kube-system namespace, which names this cluster ("" until the watch shows it)."""
         return self.namespaces.kube_system_uid
 
-    def default_walltime(self, namespace: str) -> str | None:
-        """The namespace's `nimbix-burst.io/default-walltime` as written (None: not set)."""
-        return self.namespaces.default_walltimes.get(namespace)
-
     def budget(self, namespace: str) -> NamespaceBudget | None:
         return self.namespaces.budgets.get(namespace)
 
@@ -181,7 +214,7 @@ class ClusterCache:
     def remote_in_use(self, namespace: str) -> int:
         """GPUs counted against the namespace's budget: its burst pods whose jobs may run (running, or
         finished without word that their jobs ended), plus remote decisions whose pod has not appeared yet."""
-        return self._remote_in_use.get(namespace, 0) + self.reservations.remote_gpus_in(namespace)
+        return self.namespaces.remote_in_use.get(namespace, 0) + self.reservations.remote_gpus_in(namespace)
 
     def claims_gpus(self, pod: PodInfo) -> bool:
         """Whether an unbound pod competes for GPUs now, i.e. kube-scheduler is trying to place it:
@@ -193,17 +226,41 @@ class ClusterCache:
 
     def find_fit(self, requests: Requests, placement: Placement, *, exclude: str = "") -> FitResult:
         """Best-fit node for `requests` (see webhook.fitting.find_fit)."""
-        return find_fit(self.view, requests, placement, exclude=exclude)
+        return find_fit(self.view, requests, eligibility(placement), exclude=exclude)
 
     def best_partial_fit(self, resource: str, placement: Placement) -> tuple[NodeInfo, int] | None:
-        return best_partial_fit(self.view, resource, placement)
+        return best_partial_fit(self.view, resource, eligibility(placement))
 
-    def advertises(self, resource: str) -> bool:
-        return advertises(self.view, resource)
+    def snapshot_for(self, namespace: str, *, cluster_name: str) -> Snapshot:
+        """What an admission in `namespace` decides from, now (expired reservations dropped first)."""
+        self.reservations.expire()
+        cluster, unknown = self.namespaces.cluster_identity(cluster_name)
+        return Snapshot(
+            view=self.view,
+            reservation_refusal=self.reservations.refusal(namespace),
+            budget=self.namespaces.budgets.get(namespace),
+            remote_in_use=self.remote_in_use(namespace),
+            cluster=cluster,
+            cluster_unknown=unknown,
+            default_walltime=self.namespaces.default_walltimes.get(namespace),
+        )
+
+    def apply(self, verdict: Verdict, *, needs: PodNeeds, reservation_id: str) -> None:
+        """An admission's verdict, applied at once: its claim moves, a cap it met, its reservation
+        (local GPUs on the node, or a burst's against the budget; none for reservation_id "")."""
+        self.move_claims(verdict.moves)
+        if verdict.decision.capped:
+            self.reservation_cap_hits += 1
+        if reservation_id and verdict.route == "local":
+            self.reserve(reservation_id, node=verdict.decision.node, requests=needs.requests, placement=needs.placement,
+                         namespace=needs.namespace)  # fmt: skip
+        elif reservation_id and verdict.route == "remote" and verdict.counted:
+            self.reserve_remote(reservation_id, namespace=needs.namespace, gpus=verdict.remote_gpus)
 
     def move_claims(self, moves: Sequence[ClaimMove]) -> None:
         """Move claims of pods not bound yet as a decision planned, to make room (see fitting.plan_room)."""
-        self.ledger.move_claims(moves)
+        if moves:
+            self.ledger.move_claims(moves)
 
     # ----- node writes -------------------------------------------------------------------------
 
@@ -287,8 +344,8 @@ class ClusterCache:
         if pod.reservation_id:
             self.reservations.release(pod.reservation_id)
         if old is not None:
-            self._count_remote(old, -1)
-        self._count_remote(pod, 1)
+            self.namespaces.count_remote(old, -1)
+        self.namespaces.count_remote(pod, 1)
         if old is not None and self._holding(old) == self._holding(pod):
             self._pods[pod.uid] = pod
             return
@@ -302,17 +359,8 @@ class ClusterCache:
         if old is not None:
             if old.reservation_id:
                 self.reservations.release(old.reservation_id)
-            self._count_remote(old, -1)
+            self.namespaces.count_remote(old, -1)
             self.ledger.drop_holding(old)
-
-    def _count_remote(self, pod: PodInfo, sign: int) -> None:
-        # A finished burst pod still carries remote_gpus while its job may run (see model.parse_pod).
-        if pod.remote_gpus:
-            left = self._remote_in_use.get(pod.namespace, 0) + sign * pod.remote_gpus
-            if left:
-                self._remote_in_use[pod.namespace] = left
-            else:
-                del self._remote_in_use[pod.namespace]
 
     def _holding(self, pod: PodInfo) -> tuple[object, ...]:
         """Everything that decides what a pod holds and where: when it changes (an in-place resize
@@ -324,10 +372,6 @@ class ClusterCache:
         return ("", pod.requests, pod.nominated_node, pod.placement, self.claims_gpus(pod))
 
     # ----- reservations ------------------------------------------------------------------------
-
-    def reservation_refusal(self, namespace: str) -> str:
-        """Why a new reservation may not be made ("" when it may): see reservations.reservation_refusal."""
-        return self.reservations.refusal(namespace)
 
     def reserve(
         self,

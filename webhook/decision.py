@@ -1,28 +1,29 @@
-"""The decision: local iff some single node can host the pod's whole GPU request.
+"""The decision (pure): where a pod goes, from plain data.
 
-choose() is pure: plain data in (the pod's requests and placement, the cache's ClusterView, why no
-reservation may be made), a Choice out: the Decision and, when no node fit as the claims of pods
-not bound yet sat, the claim moves that make room (fitting.plan_room), which change where claims sit,
-never what they hold. decide() is its shell: it reads the cache, chooses, and has the cache apply
-the moves; the caller then reserves GPUs on the chosen node, in the same tick.
+decide() reads what a pod needs and the Snapshot the cache hands an admission (the cluster's view,
+the reservation caps, the namespace's burst budget and default walltime, the cluster's identity)
+and returns a Verdict: local on a node, burst (with its terms), or kept local for a reason that is
+not the pod's doing. It says what the cache then applies, once: the claim moves that make room, and
+the reservation.
+
+Its first step, choose(), is the placement: local iff some single node can host the pod's whole
+request. The pod's placement rules are applied once (scheduling.eligibility) and the fit search
+(fitting) works over them, making room by moving claims of pods not bound yet when no node fits as
+they sit (fitting.search_room): moves change where claims sit, never what they hold.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, Literal
 
-from webhook import budget
-from webhook.cache import ClusterCache
-from webhook.fitting import CANDIDATE_CAP, advertises, best_partial_fit, find_fit, plan_room
-from webhook.types import ClaimMove, ClusterView, Decision, FitResult, GpuCounts, Placement, Requests
-
-
-def _plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
-
-
-def describe_need(gpus: GpuCounts) -> str:
-    return " + ".join(f"{count} {resource}" for resource, count in sorted(gpus.items()))
+from entrypoint import contract
+from webhook import budget, data_volumes, gpu_models, mutation, walltime
+from webhook.fitting import CANDIDATE_CAP, find_fit, search_room
+from webhook.reasons import describe_need, explain_no_fit
+from webhook.scheduling import eligibility
+from webhook.types import ClaimMove, ClusterView, Decision, GpuCounts, Placement, PodNeeds, Requests, Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,23 +35,33 @@ class Choice:
 
 
 def choose(requests: Requests, placement: Placement, view: ClusterView, *, reservation_refusal: str = "") -> Choice:
-    """The decision, from plain data: `requests`, the pod's GPU counts plus everything else it takes
+    """The placement, from plain data: `requests`, the pod's GPU counts plus everything else it takes
     from a node (cpu, memory, pods, ...: see model.pod_compute), which must fit on the same node;
     `view`, the cluster as the cache holds it; `reservation_refusal`, why no reservation may be made
     now ("" when one may: see reservations.reservation_refusal)."""
     gpus = {r: n for r, n in requests.items() if r in view.gpu_resources}
     if not gpus:
         return Choice(Decision(kind="skipped", reason="pod requests no GPU"))
-    fit = find_fit(view, requests, placement)
-    moved = ""
+    eligible = eligibility(placement)
+    fit = find_fit(view, requests, eligible)
     moves: tuple[ClaimMove, ...] = ()
+    moved = ""
     if fit.node is None:
-        room = plan_room(view, requests, placement)
-        moves, view = room.moves, room.after
-        if room.fit.node is not None:
-            fit, moved = room.fit, " (claims of pods not bound yet moved to other nodes)"
-    if fit.node is None:
-        return Choice(Decision(kind="remote", reason=explain_no_fit(gpus, placement, view, fit)), moves)
+        found = search_room(view, requests, eligible, missed=fit)
+        fit, moves = found.fit, found.moves
+        if fit.node is None:
+            reason = explain_no_fit(
+                gpus,
+                node_name=placement.node_name,
+                primary=found.primary,
+                advertised=found.advertised,
+                partial=found.partial,
+                fit=fit,
+                unschedulable_gpu_nodes=view.unschedulable_gpu_nodes,
+                claimed=found.claimed,
+            )
+            return Choice(Decision(kind="remote", reason=reason), moves)
+        moved = " (claims of pods not bound yet moved to other nodes)"
     if reservation_refusal:
         # Local without a reservation could promise these GPUs twice and leave the pod Pending;
         # bursting keeps the promise that a pod left local finds its GPUs.
@@ -66,57 +77,131 @@ def choose(requests: Requests, placement: Placement, view: ClusterView, *, reser
     return Choice(decision, moves)
 
 
-def decide(requests: Requests, placement: Placement, cache: ClusterCache, *, namespace: str = "") -> Decision:
-    """choose() over the cache's view, the claim moves it planned applied to the cache. `namespace`
-    is the admission's, for the cap on outstanding reservations. The caller reserves."""
-    refusal = cache.reservation_refusal(namespace)
-    choice = choose(requests, placement, cache.view, reservation_refusal=refusal)
-    if choice.moves:
-        cache.move_claims(choice.moves)
-    return choice.decision
+Route = Literal["local", "remote", "kept-local", "over-budget", "reinvoked"]
+# The decision of a pod that carries one already (see decide's `reinvoked`).
+ALREADY_REMOTE = Decision(kind="remote", reason="already decided: remote")
+NO_MOVES: tuple[ClaimMove, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Where a pod goes and what the cache applies for it (ClusterCache.apply).
+
+    route: local (reserved on decision.node); remote (burst with `cluster` and `limit`); kept-local
+    (would burst but may not, for `refusal`, not the pod's doing); over-budget (would burst past its
+    namespace's budget: `refusal`; left local, or refused when `deny`); reinvoked (decided remote
+    before: no new decision, the burst's terms for GPUs added since)."""
+
+    route: Route
+    decision: Decision
+    moves: tuple[ClaimMove, ...] = ()  # claim moves that made room (see Choice), applied whatever the route
+    refusal: str = ""
+    deny: bool = False
+    cluster: str = ""  # remote, reinvoked: the cluster's identity, on every job it submits ("": unknown)
+    limit: walltime.Walltime | None = None  # remote, reinvoked: the jobs' time limit
+    limit_warning: str = ""  # remote: why the namespace's default walltime was not used ("": it was, or none)
+    remote_gpus: int = 0  # remote: what the burst counts against its namespace's budget
+    counted: bool = False  # remote: the namespace has a budget, so the burst's GPUs are reserved against it
+    notes: Mapping[str, str] | None = None  # kept-local: annotations beside the decision and reason
+    warnings: tuple[str, ...] = ()  # kept-local: what kubectl shows ((): one naming the refusal)
+    # remote: per burst container (name, stage-in, stage-out) (webhook.data_volumes); the pod's GPU
+    # model constraint ("" when none) and the machine types it allows (webhook.gpu_models)
+    staging: tuple[tuple[str, str, str], ...] = ()
+    gpu_model: str = ""
+    allowed_machines: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class BurstAsk:
+    """What of the pod a burst must honour beyond its GPUs: its data (volumes, staging annotations)
+    and its GPU model (the policy's model label and map name the machines that have it)."""
+
+    spec: Mapping[str, Any]
+    annotations: Mapping[str, Any]
+    policy: mutation.RewritePolicy
+
+
+def decide(
+    needs: PodNeeds,
+    snapshot: Snapshot,
+    *,
+    active_deadline: object,
+    default_walltime_seconds: int,
+    local_refusal: str = "",
+    over_budget: budget.OverBudget = "local",
+    reinvoked: bool = False,
+    pod: BurstAsk | None = None,
+) -> Verdict:
+    """The whole decision for one pod. `active_deadline`: its spec.activeDeadlineSeconds as received
+    (see walltime.decide_walltime); `default_walltime_seconds`: the webhook's --default-walltime.
+    `local_refusal`: why no local promise may be made now (no leader among the replicas); a pod
+    that would stay local bursts instead, with that reason. `over_budget`: what happens to a pod
+    that would burst past its namespace's burst budget (left local, or denied). `reinvoked`: the
+    pod was decided remote before (a reinvocation, or a copy of a burst pod): it is never decided
+    twice, only given the terms of its burst again. `pod`: what a burst must honour besides GPUs
+    (None: no data to stage, no GPU model)."""
+    need = remote_gpus(needs.gpus)
+    namespace = needs.namespace
+    model: gpu_models.ModelConstraint | None = None
+    machines: gpu_models.AllowedMachines | gpu_models.NoMachineOffers | None = None
+    staging: tuple[tuple[str, str, str], ...] = ()
+    if reinvoked:
+        decision, moves = ALREADY_REMOTE, NO_MOVES
+    else:
+        choice = choose(
+            needs.requests, needs.placement, snapshot.view, reservation_refusal=snapshot.reservation_refusal
+        )
+        decision, moves = choice.decision, choice.moves
+        if decision.kind == "local" and local_refusal:
+            decision = Decision(kind="remote", reason=f"{decision.reason}, but {local_refusal}")
+        if decision.kind == "local":
+            return Verdict("local", decision, moves)
+        if pod is not None:
+            model = gpu_models.parse_constraint(needs.placement, label=pod.policy.gpu_model_label)
+            machines = gpu_models.resolve(model, pod.policy.gpu_model_map) if model is not None else None
+            if isinstance(machines, gpu_models.NoMachineOffers):
+                # Bursting would run it on a GPU it did not ask for: it waits here for a node with its model.
+                notes = {contract.ANNOTATION_GPU_MODEL: machines.reason}
+                return Verdict("kept-local", decision, moves, refusal=machines.reason, notes=notes)
+        if snapshot.cluster_unknown:
+            return Verdict("kept-local", decision, moves, refusal=snapshot.cluster_unknown)
+        if pod is not None:
+            bursting = mutation.burst_container_names(pod.spec, policy=pod.policy)
+            data = data_volumes.plan_data(pod.spec, pod.annotations, burst_containers=bursting)
+            if isinstance(data, data_volumes.DataRefusal):
+                notes = {contract.ANNOTATION_DATA_NOT_STAGED: data.volumes} if data.volumes else {}
+                return Verdict("kept-local", decision, moves, refusal=data.reason, notes=notes, warnings=data.warnings)
+            staging = tuple((c.container, c.env_value("in"), c.env_value("out")) for c in data.staging)
+        refusal = budget.over_budget(snapshot.budget, namespace=namespace, in_use=snapshot.remote_in_use, need=need)
+        action = over_budget
+        if not refusal and local_refusal and snapshot.budget is not None:
+            # Only the leader counts remote reservations: without one, the budget cannot be held.
+            refusal = f"{local_refusal}, so no burst can be counted against the budget of namespace {namespace}"
+            action = "local"  # a failover is not the user's doing: never refuse the pod for it
+        if refusal:
+            return Verdict("over-budget", decision, moves, refusal=refusal, deny=action == "deny")
+    limit, limit_warning = walltime.decide_walltime(
+        active_deadline,
+        namespace=namespace,
+        namespace_default=snapshot.default_walltime,
+        webhook_default=default_walltime_seconds,
+    )
+    return Verdict(
+        "reinvoked" if reinvoked else "remote",
+        decision,
+        moves,
+        cluster=snapshot.cluster,
+        limit=limit,
+        limit_warning=limit_warning,
+        remote_gpus=need,
+        counted=snapshot.budget is not None and not reinvoked,
+        staging=staging,
+        gpu_model=gpu_models.describe_constraint(model) if model is not None else "",
+        allowed_machines=machines.machines if isinstance(machines, gpu_models.AllowedMachines) else (),
+    )
 
 
 def remote_gpus(gpus: GpuCounts) -> int:
     """What a burst pod counts against its namespace's budget: its effective GPU request (the one the
     decision used), summed over GPU resources. Never less than what its JARVICE jobs use."""
     return sum(gpus.values())
-
-
-def budget_refusal(gpus: GpuCounts, cache: ClusterCache, *, namespace: str) -> str:
-    """Why this pod may not burst now ("" when it may): its namespace's burst budget would be exceeded."""
-    return budget.over_budget(
-        cache.budget(namespace), namespace=namespace, in_use=cache.remote_in_use(namespace), need=remote_gpus(gpus)
-    )
-
-
-def explain_no_fit(gpus: GpuCounts, placement: Placement, view: ClusterView, fit: FitResult) -> str:
-    """A human reason naming why no node fit, e.g.
-    'needs 4 nvidia.com/gpu; best node gpu-a has 2 free; 3 GPU nodes cordoned or not ready'."""
-    parts = [f"needs {describe_need(gpus)}"]
-    primary = max(gpus, key=lambda r: gpus[r])
-    if placement.node_name:
-        parts.append(f"spec.nodeName pins it to {placement.node_name}")
-    if not advertises(view, primary):
-        parts.append(f"no node advertises {primary}")
-    else:
-        best = best_partial_fit(view, primary, placement)
-        if best is None:
-            parts.append("no schedulable node matches the pod's node name, selectors and tolerations")
-        else:
-            node, free = best
-            if free:
-                parts.append(f"best node {node.name} has {free} free")
-            else:
-                parts.append(f"every eligible node's {primary} is in use")
-    if fit.short_of_compute:
-        what = _plural(fit.short_of_compute, "node")
-        parts.append(f"{what} with enough free GPUs lack the CPU, memory, pod slots or other resources")
-    if fit.excluded_by_placement:
-        what = _plural(fit.excluded_by_placement, "node")
-        parts.append(f"{what} with enough free GPUs excluded by taints or selectors")
-    if view.unschedulable_gpu_nodes:
-        parts.append(f"{_plural(len(view.unschedulable_gpu_nodes), 'GPU node')} cordoned or not ready")
-    reserved = view.claimed_total.get(primary, 0)
-    if reserved:
-        parts.append(f"{reserved} {primary} claimed by pods not bound yet")
-    return "; ".join(parts)

@@ -2,22 +2,20 @@
 
 The cache keeps, per node and resource, what is used and claimed, and indexes schedulable nodes
 per GPU resource in buckets keyed by free count (see webhook.cache). A ClusterView hands those
-structures to the decision as they are, read-only and without a copy (a review at 5,000 nodes
-must not copy per-node data), so finding the best-fit node costs a few dictionary look-ups
-whatever the cluster size. Nothing here writes the view: the cache applies what a decision chose.
+structures to the decision read-only and without a copy (a review at 5,000 nodes must not copy
+per-node data), so finding the best-fit node costs a few dictionary look-ups whatever the cluster
+size. A pod's placement rules come as an Eligibility (scheduling.eligibility, built once per pod):
+the search asks it whether a node may host the pod. Nothing here writes the view.
 
 Making room (plan_room): a claim is a guess at where the scheduler will put a pod not bound yet
-(or one just admitted). Placed best-fit when it appeared and kept there, it could block the only
-node able to host a newcomer after a tighter node freed up, and the webhook burst a pod that had a
-node (the replay's openb-pod-5858 and openb-pod-4640). So when no node fits a pod as the claims
-sit, plan_room looks for a node that would, once the claims on it move to other nodes that fit
-them. Claims on a nominated node stay (the scheduler chose it). Moves change where claims sit,
-never what they hold; nothing moves unless the whole request then fits. The plan is worked out
-on a Trial: copies, made on first write, of what a move changes (the claimed amounts of the nodes
-involved, their buckets), over the shared view. The cache applies the plan's moves in order
-(ClaimLedger.move_claims). A node tried in vain has its claims moved back: those moves are in the
-plan too, so the cache's orderings (which break ties between equally free nodes) come out as the
-trial's.
+(or one just admitted). Kept where it was placed best-fit, it could block the only node able to
+host a newcomer after a tighter node freed up (the replay's openb-pod-5858 and openb-pod-4640).
+So when no node fits a pod as the claims sit, plan_room looks for a node that would, once the
+claims on it (not on a nominated node: the scheduler chose it) move to other nodes that fit them.
+Moves change where claims sit, never what they hold; nothing moves unless the whole request then
+fits. The plan is worked out on a Trial: copies, made on first write, of what a move changes, over
+the shared view. A node tried in vain has its claims moved back, and those moves are in the plan
+too, so the cache's orderings (ties between equally free nodes) come out as the trial's.
 """
 
 from __future__ import annotations
@@ -25,13 +23,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from webhook.scheduling import placement_allows, tolerates_unschedulable
 from webhook.types import (
     CPU_MILLI,
     MEMORY_BYTES,
     STANDARD_RESOURCES,
     ClaimMove,
     ClusterView,
+    Eligibility,
     FitResult,
     NodeInfo,
     Placement,
@@ -126,13 +124,44 @@ def other_needs(requests: Requests, primary: str) -> Needs:
     return [(r, amount, r in STANDARD_RESOURCES) for r, amount in requests.items() if r != primary]
 
 
-def find_fit(view: ClusterView, requests: Requests, placement: Placement, *, exclude: str = "") -> FitResult:
+@dataclass(frozen=True, slots=True)
+class RoomSearch:
+    """What making room found for a pod no node fits as the claims sit (decision.choose reads it):
+    a node once claims of pods not bound yet move (plan_room), or what explains that none fits."""
+
+    fit: FitResult  # the node made room on, or find_fit's miss with its counts
+    moves: tuple[ClaimMove, ...] = ()  # what the cache applies, in order, whatever the decision
+    # No fit: what explains it (reasons.explain_no_fit), read off the cluster once the moves are applied:
+    # the GPU resource needed most, whether a node advertises it, the eligible node with the most
+    # of it free, and how many are claimed by pods not bound yet.
+    primary: str = ""
+    advertised: bool = True
+    partial: tuple[NodeInfo, int] | None = None
+    claimed: int = 0
+
+
+def search_room(view: ClusterView, requests: Requests, eligible: Eligibility, *, missed: FitResult) -> RoomSearch:
+    """After find_fit `missed` (no node fits `requests` as the claims sit): plan_room, and with no
+    room made either, what explains it."""
+    room = plan_room(view, requests, eligible)
+    if room.fit.node is not None:
+        return RoomSearch(room.fit, room.moves)
+    after = room.after
+    primary = primary_resource(view, requests)
+    advertised = advertises(after, primary)
+    partial = best_partial_fit(after, primary, eligible) if advertised else None
+    claimed = after.claimed_total.get(primary, 0)
+    return RoomSearch(missed, room.moves, primary=primary, advertised=advertised, partial=partial, claimed=claimed)
+
+
+def find_fit(view: ClusterView, requests: Requests, eligible: Eligibility, *, exclude: str = "") -> FitResult:
     """Best-fit node (fewest free GPUs that still fit) whose free resources cover `requests`
     and whose filters admit the pod."""
     primary = primary_resource(view, requests)
+    placement = eligible.placement
     if placement.node_name:
         return _fit_among(
-            view, (placement.node_name,), requests, placement, primary=primary, exclude=exclude, capped=False
+            view, (placement.node_name,), requests, eligible, primary=primary, exclude=exclude, capped=False
         )
     need = requests[primary]
     buckets = view.buckets.get(primary, {})
@@ -140,14 +169,14 @@ def find_fit(view: ClusterView, requests: Requests, placement: Placement, *, exc
     pinned = pinned_nodes(view, placement)
     if pinned is not None and len(pinned) < _bucket_sizes(buckets, fitting):
         names = _in_buckets(pinned, view.bucket_of, primary, fitting)
-        fit = _fit_among(view, names, requests, placement, primary=primary, exclude=exclude, capped=False)
+        fit = _fit_among(view, names, requests, eligible, primary=primary, exclude=exclude, capped=False)
     else:
         fit = _fit_among(
-            view, _by_free(buckets, fitting), requests, placement, primary=primary, exclude=exclude, capped=True
+            view, _by_free(buckets, fitting), requests, eligible, primary=primary, exclude=exclude, capped=True
         )
-    if view.cordoned and tolerates_unschedulable(placement):
+    if view.cordoned and eligible.cordoned_ok():
         fit = _merge(
-            fit, _fit_among(view, view.cordoned, requests, placement, primary=primary, exclude=exclude, capped=False)
+            fit, _fit_among(view, view.cordoned, requests, eligible, primary=primary, exclude=exclude, capped=False)
         )
     return fit
 
@@ -156,7 +185,7 @@ def _fit_among(
     view: ClusterView,
     names: Iterable[str],
     requests: Requests,
-    placement: Placement,
+    eligible: Eligibility,
     *,
     primary: str,
     exclude: str,
@@ -167,7 +196,7 @@ def _fit_among(
     candidates = excluded = short = 0
     need = requests[primary]
     others = other_needs(requests, primary)  # once per decision, not once per candidate
-    nodes, bucket_of = view.nodes, view.bucket_of
+    nodes, bucket_of, allows = view.nodes, view.bucket_of, eligible.allows
     for name in names:
         node = nodes.get(name)
         if name == exclude or node is None or primary not in node.allocatable:
@@ -177,7 +206,7 @@ def _fit_among(
             free = free_amount(view, name, primary, node.allocatable[primary])
         if free < need:
             continue
-        if not placement_allows(placement, node):
+        if not allows(node):
             excluded += 1
             continue
         if not covers_needs(view, name, node.allocatable, others):
@@ -209,8 +238,9 @@ def pinned_nodes(view: ClusterView, placement: Placement) -> Mapping[str, None] 
     return None
 
 
-def best_partial_fit(view: ClusterView, resource: str, placement: Placement) -> tuple[NodeInfo, int] | None:
+def best_partial_fit(view: ClusterView, resource: str, eligible: Eligibility) -> tuple[NodeInfo, int] | None:
     """The eligible node with the most free `resource`, for explaining a remote decision."""
+    placement = eligible.placement
     pinned: Iterable[str] | None = pinned_nodes(view, placement)
     if placement.node_name:
         pinned = (placement.node_name,)
@@ -220,21 +250,21 @@ def best_partial_fit(view: ClusterView, resource: str, placement: Placement) -> 
         for free in range(view.max_allocatable.get(resource, 0), -1, -1):
             for name in buckets.get(free, ()):
                 node = view.nodes[name]
-                if placement_allows(placement, node):
+                if eligible.allows(node):
                     found = (node, free)
                     break
             if found is not None:
                 break
-        if not (view.cordoned and tolerates_unschedulable(placement)):
+        if not (view.cordoned and eligible.cordoned_ok()):
             return found
-        return _most_free(found, _eligible_free(view, view.cordoned, resource, placement))
-    return _eligible_free(view, pinned, resource, placement)
+        return _most_free(found, _eligible_free(view, view.cordoned, resource, eligible))
+    return _eligible_free(view, pinned, resource, eligible)
 
 
 def _eligible_free(
-    view: ClusterView, names: Iterable[str], resource: str, placement: Placement
+    view: ClusterView, names: Iterable[str], resource: str, eligible: Eligibility
 ) -> tuple[NodeInfo, int] | None:
-    """The first node of `names` with the most free `resource` that `placement` allows. The
+    """The first node of `names` with the most free `resource` that the pod may use. The
     placement check (the costly part) runs only for a node that would beat the best so far: a
     pod pinned to hundreds of full nodes (the Alibaba trace's T4s) checked every one of them."""
     best: tuple[NodeInfo, int] | None = None
@@ -250,7 +280,7 @@ def _eligible_free(
             free = max(free_amount(view, name, resource, total), 0)
         if best is not None and free <= best[1]:
             continue
-        if placement_allows(placement, node):
+        if eligible.allows(node):
             best = (node, free)
     return best
 
@@ -339,7 +369,7 @@ class Room:
     after: ClusterView
 
 
-def plan_room(view: ClusterView, requests: Requests, placement: Placement) -> Room:
+def plan_room(view: ClusterView, requests: Requests, eligible: Eligibility) -> Room:
     """When no node fits `requests` as the claims sit (find_fit found none): a node that would,
     once the claims on it move to other nodes that fit them, and those moves."""
     primary = primary_resource(view, requests)
@@ -349,7 +379,7 @@ def plan_room(view: ClusterView, requests: Requests, placement: Placement) -> Ro
     trial: Trial | None = None
     moves: list[ClaimMove] = []
     tried = 0
-    pinned = pinned_nodes(view, placement)  # a superset of the allowed nodes, when selectors narrow it cheaply
+    pinned = pinned_nodes(view, eligible.placement)  # a superset of the allowed nodes, when selectors narrow it cheaply
     for node_name, claim_ids in view.claims_on.items():
         if pinned is not None and node_name not in pinned:
             continue
@@ -358,7 +388,7 @@ def plan_room(view: ClusterView, requests: Requests, placement: Placement) -> Ro
         # Cheapest first: even with every claim gone, the node's unused GPUs must cover the pod.
         if node is None or total is None or total - view.used.get(node_name, _NOTHING).get(primary, 0) < need:
             continue
-        if not placement_allows(placement, node):
+        if not eligible.allows(node):
             continue
         movable = [claim_id for claim_id in claim_ids if not view.claims[claim_id].pinned]
         if not movable or not _covers_without(view, node_name, requests, movable):
@@ -425,7 +455,7 @@ class Trial:
             if covers(view, node_name, requests):
                 break
             claim = view.claims[claim_id]
-            fit = find_fit(view, claim.requests, claim.placement, exclude=node_name)
+            fit = find_fit(view, claim.requests, claim.eligibility, exclude=node_name)
             if fit.node is not None:
                 moved.append((claim_id, fit.node.name))
                 self._move(claim.requests, node_name, fit.node.name)

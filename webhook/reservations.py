@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Sequence
 
 from kubeplumbing.leadership import HandedOver
 from webhook.accounting import ClaimLedger
+from webhook.scheduling import eligibility
 from webhook.types import Claim, Placement, Requests
 
 REMOTE_GPUS_KEY = "gpus"  # the one "resource" of a handed-over remote reservation
@@ -90,7 +91,7 @@ class Reservations:
     ) -> None:
         self.release(reservation_id)
         expires_at = self._clock() + (self.ttl if ttl is None else ttl)
-        claim = Claim(node=node, requests=requests, placement=placement, expires_at=expires_at)
+        claim = Claim(node=node, requests=requests, eligibility=eligibility(placement), expires_at=expires_at)
         self._ledger.add_claim("res:" + reservation_id, claim)
         self._local[reservation_id] = expires_at
         self._namespace_of[reservation_id] = namespace

@@ -5,14 +5,17 @@ node affinity, including matchFields on metadata.name), NodeName and NodeUnsched
 readiness (the not-ready/unreachable taints, see model.NOT_READY_TAINTS). A pod created with
 spec.nodeName never meets the scheduler: the kubelet admits it, checking node affinity, resources
 and NoExecute taints only, and it runs on a cordoned node. Scoring is not modelled: the question
-is "can any node take it", not "which node is best". Resources are checked by the cache.
+is "can any node take it", not "which node is best". Resources are checked by the fit search
+(webhook.fitting), which reads a pod's rules as an Eligibility built here once per pod: it never
+calls back into this module.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MethodType
 
-from webhook.types import NodeInfo, Placement, SelectorRequirement, SelectorTerm, Taint, Toleration
+from webhook.types import Eligibility, NodeInfo, Placement, SelectorRequirement, SelectorTerm, Taint, Toleration
 
 FILTERING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 # The taint NodeUnschedulable checks a cordoned node against (v1.TaintNodeUnschedulable).
@@ -109,3 +112,13 @@ def placement_allows(placement: Placement, node: NodeInfo) -> bool:
     if node.unschedulable and not tolerates_unschedulable(placement):
         return False
     return affinity_allows(placement, node) and taints_tolerated(node.taints, placement.tolerations)
+
+
+def eligibility(placement: Placement) -> Eligibility:
+    """The pod's placement rules, applied once: the per-node filter and whether cordoned nodes may
+    host it, for the fit search (webhook.fitting) to ask. Each is a rule bound to the placement as a
+    method: the interpreter calls it as directly as the function (a functools.partial would cost a
+    C-level call per node checked)."""
+    return Eligibility(
+        placement, MethodType(placement_allows, placement), MethodType(tolerates_unschedulable, placement)
+    )

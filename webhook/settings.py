@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml  # type: ignore[import-untyped]  # PyYAML ships no stubs
 
 from entrypoint import contract
+from kubeplumbing import options
 from kubeplumbing.leadership import LeaseTiming
+from kubeplumbing.options import Option, OptionValues
+from kubeplumbing.options import build_parser as build_option_parser
 from webhook import gpu_models, walltime
 from webhook.budget import OVER_BUDGET_ACTIONS, OverBudget
 from webhook.mutation import RewritePolicy
@@ -28,14 +31,12 @@ _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
 _RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _ANY_UUID = "00000000-0000-0000-0000-000000000000"  # checks a cluster name alone with contract.cluster_identity
 
 
-class SettingsError(ValueError):
+class SettingsError(options.SettingsError):
     def __init__(self, problems: Sequence[str]) -> None:
-        super().__init__("invalid webhook settings:\n  - " + "\n  - ".join(problems))
-        self.problems = tuple(problems)
+        super().__init__(problems, program="webhook")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +81,7 @@ class Settings:
         return self.policy.gpu_resources
 
 
-# (flag, env var, default, help)
-OPTIONS: tuple[tuple[str, str, str, str], ...] = (
+OPTIONS: tuple[Option, ...] = (
     ("--host", "WEBHOOK_HOST", "0.0.0.0", "address to listen on"),  # noqa: S104 - a pod listens on all
     ("--port", "WEBHOOK_PORT", "8443", "HTTPS port"),
     ("--tls-dir", "WEBHOOK_TLS_DIR", "/etc/nimbix-burst/tls", "directory holding tls.crt and tls.key"),
@@ -148,10 +148,7 @@ def _dest(flag: str) -> str:
 
 
 def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m webhook", description="nimbix-burst admission webhook")
-    for flag, var, default, help_text in OPTIONS:
-        parser.add_argument(flag, default=env.get(var, default), help=f"{help_text} (env {var}; default {default!r})")
-    return parser
+    return build_option_parser(OPTIONS, env, prog="python -m webhook", description="nimbix-burst admission webhook")
 
 
 def _csv(text: str) -> tuple[str, ...]:
@@ -159,20 +156,8 @@ def _csv(text: str) -> tuple[str, ...]:
 
 
 def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: bool = True) -> Settings:
-    raw = vars(build_parser(env).parse_args(list(argv)))
-    problems: list[str] = []
-
-    def number(key: str, *, minimum: float, integer: bool = False) -> float:
-        flag = "--" + key.replace("_", "-")
-        try:
-            value = int(raw[key]) if integer else float(raw[key])
-        except ValueError:
-            problems.append(f"{flag}: {raw[key]!r} is not a {'whole ' if integer else ''}number")
-            return minimum
-        if value < minimum:
-            problems.append(f"{flag}: must be at least {minimum}, got {value}")
-        return value
-
+    values = OptionValues(vars(build_parser(env).parse_args(list(argv))))
+    raw, problems, number = values.raw, values.problems, values.number
     port = int(number("port", minimum=1, integer=True))
     if port > 65535:
         problems.append(f"--port: must be at most 65535, got {port}")
@@ -213,9 +198,7 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
             f"--default-walltime: {raw['default_walltime']!r} is not HH:MM:SS (at most 99999:59:59, not zero),"
             f" e.g. {walltime.DEFAULT_WALLTIME}"
         )
-    log_level = str(raw["log_level"]).upper()
-    if log_level not in _LOG_LEVELS:
-        problems.append(f"--log-level: {raw['log_level']!r} is not one of {', '.join(_LOG_LEVELS)}")
+    log_level = values.log_level()
     tls_dir = Path(raw["tls_dir"])
     if check_files:
         for filename in ("tls.crt", "tls.key"):
@@ -229,7 +212,7 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
             f"--client-ca-file: {client_ca_file} does not exist (mount the CA that signed the API server's "
             "webhook client certificate, or leave it empty to accept any client)"
         )
-    leader_election = _leader_election(raw, port=port, tls_dir=tls_dir, number=number, problems=problems)
+    leader_election = _leader_election(values, port=port, tls_dir=tls_dir)
     model_label = str(raw["gpu_model_label"]).strip()
     if len(model_label) > 316 or not _LABEL_KEY.match(model_label):  # 253 + "/" + 63 at most
         problems.append(f"--gpu-model-label: {model_label!r} is not a label key, e.g. {gpu_models.DEFAULT_MODEL_LABEL}")
@@ -292,23 +275,10 @@ def _load_gpu_models(path: str, problems: list[str]) -> gpu_models.ModelMap | No
         return None
 
 
-_BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False, "": False}
-
-
-def _leader_election(
-    raw: Mapping[str, str],
-    *,
-    port: int,
-    tls_dir: Path,
-    number: Callable[..., float],
-    problems: list[str],
-) -> LeaderElection | None:
-    enabled = _BOOLEANS.get(str(raw["leader_election"]).strip().lower())
-    if enabled is None:
-        problems.append(f"--leader-election: {raw['leader_election']!r} is not true or false")
+def _leader_election(values: OptionValues, *, port: int, tls_dir: Path) -> LeaderElection | None:
+    if not values.boolean("leader_election", empty=False):
         return None
-    if not enabled:
-        return None
+    raw, problems, number = values.raw, values.problems, values.number
     missing = [
         f"{flag} (env {var})"
         for key, flag, var in (

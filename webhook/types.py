@@ -6,7 +6,7 @@ never touches raw dictionaries or the kubernetes client.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, final
 
@@ -90,6 +90,31 @@ class NodeInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class PodNeeds:
+    """What a pod asks of the cluster, read off its spec once per admission."""
+
+    gpus: GpuCounts  # its effective GPU request per GPU resource (none empty)
+    requests: Requests  # `gpus` plus everything else it takes from a node (see model.pod_compute)
+    placement: Placement
+    namespace: str
+
+
+NodeCheck = Callable[[NodeInfo], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Eligibility:
+    """A pod's placement rules applied once (webhook.scheduling.eligibility), for the fit search to
+    read (webhook.fitting): which nodes it may use, resources aside. Equal when the placements are."""
+
+    placement: Placement
+    allows: NodeCheck = field(compare=False)  # every filter but resources: may it run on this node?
+    # Whether it tolerates the unschedulable taint (cordoned nodes may host it): asked only when some
+    # node is cordoned, so most decisions never work it out.
+    cordoned_ok: Callable[[], bool] = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True)
 class PodInfo:
     """The fields of a pod that accounting needs. Stored: GPU pods, and other pods while they hold CPU
     or memory on a node (bound, not terminal)."""
@@ -160,12 +185,13 @@ class FitResult:
 class Claim:
     node: str  # "" when no node could take it: such a claim holds nothing
     requests: Requests
-    placement: Placement  # kept so the claim can move when the scheduler fills its node
+    eligibility: Eligibility  # its pod's placement rules: kept so the claim can move when the scheduler fills its node
     expires_at: float | None  # reservations expire; claims of watched pods do not
     pinned: bool = False  # on the pod's nominated node: the scheduler chose it, it stays while the node exists
 
 
 @final
+@dataclass(slots=True, eq=False, kw_only=True)
 class ClusterView:
     """What a decision reads (webhook.fitting searches it), shared with the cache that keeps it:
     never written through a view.
@@ -173,39 +199,37 @@ class ClusterView:
     The cache builds one view over its own structures and keeps it for its lifetime (it mutates
     them in place, never rebinds them), so handing it out per review costs nothing."""
 
-    def __init__(
-        self,
-        *,
-        gpu_resources: tuple[str, ...],
-        nodes: dict[str, NodeInfo],
-        used: dict[str, dict[str, int]],
-        claimed: dict[str, dict[str, int]],
-        claimed_total: dict[str, int],
-        buckets: dict[str, dict[int, dict[str, None]]],
-        bucket_of: dict[tuple[str, str], int],
-        max_allocatable: dict[str, int],
-        cordoned: dict[str, None],
-        unschedulable_gpu_nodes: set[str],
-        by_label: dict[tuple[str, str], dict[str, None]],
-        claims: dict[str, Claim],
-        claims_on: dict[str, dict[str, None]],
-    ) -> None:
-        self.gpu_resources = gpu_resources
-        self.nodes = nodes  # name -> node
-        self.used = used  # node -> resource -> effective requests of bound pods
-        self.claimed = claimed  # node -> resource -> held by claims placed there
-        self.claimed_total = claimed_total  # resource -> sum of `claimed`
-        # resource -> free count -> node names (insertion-ordered set) of schedulable nodes
-        self.buckets = buckets
-        self.bucket_of = bucket_of  # (resource, node) -> its bucket
-        self.max_allocatable = max_allocatable  # resource -> the most any node has
-        self.cordoned = cordoned  # Ready but cordoned GPU nodes: outside the buckets
-        self.unschedulable_gpu_nodes = unschedulable_gpu_nodes
-        # (label key, value) -> node names: a pod pinned by nodeSelector or an `In` affinity visits
-        # only matching nodes, instead of every node with free GPUs.
-        self.by_label = by_label
-        self.claims = claims  # claim id ("pod:<uid>" or "res:<reservation id>") -> the claim
-        self.claims_on = claims_on  # node -> ids of the claims placed there, oldest first
+    gpu_resources: tuple[str, ...]
+    nodes: dict[str, NodeInfo]  # name -> node
+    used: dict[str, dict[str, int]]  # node -> resource -> effective requests of bound pods
+    claimed: dict[str, dict[str, int]]  # node -> resource -> held by claims placed there
+    claimed_total: dict[str, int]  # resource -> sum of `claimed`
+    # resource -> free count -> node names (insertion-ordered set) of schedulable nodes
+    buckets: dict[str, dict[int, dict[str, None]]]
+    bucket_of: dict[tuple[str, str], int]  # (resource, node) -> its bucket
+    max_allocatable: dict[str, int]  # resource -> the most any node has
+    cordoned: dict[str, None]  # Ready but cordoned GPU nodes: outside the buckets
+    unschedulable_gpu_nodes: set[str]
+    # (label key, value) -> node names: a pod pinned by nodeSelector or an `In` affinity visits
+    # only matching nodes, instead of every node with free GPUs.
+    by_label: dict[tuple[str, str], dict[str, None]]
+    claims: dict[str, Claim]  # claim id ("pod:<uid>" or "res:<reservation id>") -> the claim
+    claims_on: dict[str, dict[str, None]]  # node -> ids of the claims placed there, oldest first
 
 
 ClaimMove = tuple[str, str]  # (claim id, the node it moves to)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Everything one admission decides from, handed out by the cache in one call
+    (ClusterCache.snapshot_for): the cluster's view (shared, read-only), and what its namespace and
+    the webhook's state say. Plain data: the decision (webhook.decision.decide) is pure over it."""
+
+    view: ClusterView
+    reservation_refusal: str  # why no reservation may be made now ("": one may)
+    budget: NamespaceBudget | None  # the namespace's burst budget (None: none)
+    remote_in_use: int  # GPUs counted against that budget now
+    cluster: str  # the cluster's identity (contract.cluster_identity), "" when unknown
+    cluster_unknown: str  # why it is unknown ("" when known): no identity, no burst
+    default_walltime: str | None  # the namespace's default-walltime annotation as written (None: absent)

@@ -142,7 +142,6 @@ class _PodFeed(_CacheFeed):
         if isinstance(change, str):
             log.warning("object skipped", extra={"kind": "pods", "problem": change})
 
-
     def _contact_at(self, version: object) -> None:
         self._sync.mark_contact("pods")
         self._sync.note_version("pods", version)

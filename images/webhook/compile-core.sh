@@ -19,6 +19,7 @@ mypyc=${1:?usage: compile-core.sh MYPYC}
   webhook/resources.py \
   webhook/scheduling.py \
   webhook/model.py \
+  webhook/reasons.py \
   webhook/fitting.py \
   webhook/accounting.py \
   webhook/reservations.py \

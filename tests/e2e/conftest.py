@@ -9,7 +9,7 @@ ERROR, they are never skipped.
 shared control plane, once per session, with the project's images imported. It registers with the
 taint ``nimbix-burst.io/real-node=true:NoSchedule``, so pods of other tests (which count GPUs across
 the fake nodes) never land there; a pod meant for it tolerates that taint and selects the label
-``nimbix-burst.io/real-node=true`` (``real_node_pod_spec`` adds both).
+``nimbix-burst.io/real-node=true`` (``tests.support.real_node_pods.real_node_pod_spec`` adds both).
 """
 
 from __future__ import annotations
@@ -191,19 +191,6 @@ def node_emulator(
         yield emulator
     finally:
         addons.stop_jarvice_emulator(emulator)
-
-
-def real_node_pod_spec(spec: dict[str, Any]) -> dict[str, Any]:
-    """``spec`` plus the toleration and node selector that put a pod on the real node."""
-    key = nodeconfig.REAL_NODE_LABEL
-    return {
-        **spec,
-        "nodeSelector": {**spec.get("nodeSelector", {}), key: "true"},
-        "tolerations": [
-            *spec.get("tolerations", []),
-            {"key": key, "operator": "Equal", "value": "true", "effect": "NoSchedule"},
-        ],
-    }
 
 
 @pytest.fixture(scope="session")

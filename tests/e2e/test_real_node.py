@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from devplatform.cluster import controlplane, node
-from tests.e2e.conftest import real_node_pod_spec
+from tests.support.real_node_pods import real_node_pod_spec
 
 # Built by devplatform/images/build.sh and imported by the real_node fixture: python3 on Debian.
 IMAGE = "localhost/nimbix-burst/base:0.1.0"

@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from devplatform.emulator import EmulatorConfig, EmulatorThread, Timing, appdef
-from tests.integration.entrypoint.conftest import API_KEY, USER, base_env, direct_session, run_runner
+from tests.support.runner_processes import API_KEY, USER, base_env, direct_session, run_runner
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.decision import decide
+from webhook.admission import decide_placement
 from webhook.model import parse_placement, pod_compute, pod_gpus
 from webhook.sync import CacheSync
 from webhook.types import Decision
@@ -14,4 +14,4 @@ from webhook.types import Decision
 def decide_pod(sync: CacheSync, raw: dict[str, Any]) -> Decision:
     spec = raw["spec"]
     requests = {**pod_gpus(spec, sync.cache.gpu_resources), **pod_compute(spec)}
-    return decide(requests, parse_placement(spec), sync.cache)
+    return decide_placement(requests, parse_placement(spec), sync.cache)

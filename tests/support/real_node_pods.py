@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from devplatform import demo
-from devplatform.cluster import addons, controlplane
+from devplatform.cluster import addons, controlplane, nodeconfig
 
 WAIT_SECONDS = 120.0
 
@@ -78,3 +78,16 @@ def runner_pid(pod_uid: str) -> int | None:
         if ns_pids.split()[-1] == "1":
             return int(proc.name)
     return None
+
+
+def real_node_pod_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` plus the toleration and node selector that put a pod on the real node."""
+    key = nodeconfig.REAL_NODE_LABEL
+    return {
+        **spec,
+        "nodeSelector": {**spec.get("nodeSelector", {}), key: "true"},
+        "tolerations": [
+            *spec.get("tolerations", []),
+            {"key": key, "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+        ],
+    }

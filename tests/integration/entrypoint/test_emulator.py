@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from devplatform.emulator import EmulatorControl, EmulatorThread
-from tests.integration.entrypoint.conftest import API_KEY, APP, ROOT, USER, direct_session, wait_for_job
+from tests.support.runner_processes import API_KEY, APP, ROOT, USER, direct_session, wait_for_job
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from devplatform.emulator import EmulatorControl, EmulatorThread
-from tests.integration.entrypoint.conftest import API_KEY, APP, USER, direct_session
+from tests.support.runner_processes import API_KEY, APP, USER, direct_session
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -2,7 +2,7 @@
 reaper will never stop a job without one."""
 
 from devplatform.emulator import EmulatorControl, EmulatorThread
-from tests.integration.entrypoint.conftest import base_env, run_runner
+from tests.support.runner_processes import base_env, run_runner
 
 CLUSTER = "dev-0123456789ab"
 NO_CLUSTER_WARNING = "no cluster identity: the orphan reaper will never stop this job"

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from devplatform.emulator import EmulatorConfig, EmulatorControl, EmulatorThread, Timing, appdef
-from tests.integration.entrypoint.conftest import API_KEY, USER, Runner, base_env, run_runner
+from tests.support.runner_processes import API_KEY, USER, Runner, base_env, run_runner
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -5,7 +5,7 @@ import signal
 
 import pytest
 
-from tests.integration.entrypoint.conftest import Runner, run_runner
+from tests.support.runner_processes import Runner, run_runner
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from devplatform.emulator import EmulatorControl, EmulatorThread
-from tests.integration.entrypoint.conftest import API_KEY, ROOT, base_env, label_of
+from tests.support.runner_processes import API_KEY, ROOT, base_env, label_of
 
 OUTPUT_MB = int(os.environ.get("NIMBIX_BURST_MEMORY_TEST_MB", "20"))
 LINE_BYTES = 200

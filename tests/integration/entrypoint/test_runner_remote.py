@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from devplatform.emulator import EmulatorControl, EmulatorThread
-from tests.integration.entrypoint.conftest import (
+from tests.support.runner_processes import (
     ALL_OUTPUT,
     API_KEY,
     Runner,

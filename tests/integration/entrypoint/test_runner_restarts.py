@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from devplatform.emulator import EmulatorControl, EmulatorThread
-from tests.integration.entrypoint.conftest import Runner, base_env, label_of, run_runner, wait_for_job
+from tests.support.runner_processes import Runner, base_env, label_of, run_runner, wait_for_job
 
 pytestmark = pytest.mark.timeout(60)
 

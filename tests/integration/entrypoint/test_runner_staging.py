@@ -18,7 +18,7 @@ import pytest
 
 from devplatform.emulator import EmulatorConfig, EmulatorControl, EmulatorThread, Timing
 from devplatform.emulator.vault import VaultConfig
-from tests.integration.entrypoint.conftest import API_KEY, APP, FAST_TIMING, ROOT, USER, base_env, label_of
+from tests.support.runner_processes import API_KEY, APP, FAST_TIMING, ROOT, USER, base_env, label_of
 
 RUNNER_TIMEOUT = 60.0
 

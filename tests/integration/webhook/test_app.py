@@ -7,8 +7,8 @@ from typing import Any, cast
 
 from aiohttp.test_utils import TestClient
 
-from tests.integration.webhook.conftest import ClientFactory, review_body
 from tests.support.clocks import Clock
+from tests.support.webhook_app import ClientFactory, review_body
 from tests.unit.webhook.builders import container, pod
 from webhook.app import create_app
 from webhook.mutation import RewritePolicy

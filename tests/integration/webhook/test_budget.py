@@ -10,8 +10,8 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from tests.integration.webhook.conftest import ClientFactory, review_body, write_serving_cert
 from tests.support.clocks import Clock
+from tests.support.webhook_app import ClientFactory, review_body, write_serving_cert
 from tests.unit.webhook.builders import KUBE_SYSTEM, container, node, pod
 from webhook.app import create_app
 from webhook.budget import ANNOTATION_BUDGET, ANNOTATION_MAX_REMOTE_GPUS, ANNOTATION_REMOTE_GPUS

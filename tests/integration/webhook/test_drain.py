@@ -7,8 +7,8 @@ import asyncio
 import dataclasses
 from typing import Any
 
-from tests.integration.webhook.conftest import ClientFactory, review_body
 from tests.support.clocks import Clock
+from tests.support.webhook_app import ClientFactory, review_body
 from tests.unit.webhook.builders import container, pod
 from webhook.app import create_app
 from webhook.settings import Settings

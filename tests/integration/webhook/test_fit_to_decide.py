@@ -9,9 +9,9 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from tests.integration.webhook.conftest import ClientFactory, review_body
 from tests.support.clocks import Clock
 from tests.support.leases import FixedElector
+from tests.support.webhook_app import ClientFactory, review_body
 from tests.unit.webhook.builders import container, node, pod
 from webhook.app import ROUTER, cache_fitness, create_app
 from webhook.replicas import ReplicaRouter

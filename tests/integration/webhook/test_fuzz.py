@@ -11,7 +11,7 @@ from aiohttp.test_utils import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.integration.webhook.conftest import review_body
+from tests.support.webhook_app import review_body
 from tests.unit.webhook.builders import GPU, container, pod
 
 # Every answer, however hostile the body, well inside the API server's 5 s webhook timeout (the event

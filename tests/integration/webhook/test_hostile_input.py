@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from tests.integration.webhook.conftest import review_body
+from tests.support.webhook_app import review_body
 from tests.unit.webhook.builders import GPU, container, pod
 
 JSON = {"Content-Type": "application/json"}

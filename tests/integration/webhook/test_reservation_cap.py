@@ -8,8 +8,8 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
-from tests.integration.webhook.conftest import review_body
 from tests.support.clocks import Clock
+from tests.support.webhook_app import review_body
 from tests.unit.webhook.builders import KUBE_SYSTEM, container, node, pod
 from webhook.app import create_app
 from webhook.cache import ClusterCache

@@ -13,8 +13,8 @@ import pytest
 from tests.support.clocks import Clock
 from tests.support.decisions import decide_pod
 from tests.unit.webhook.builders import GPU, container, node, pod
+from webhook.admission import decide_placement
 from webhook.cache import ClusterCache
-from webhook.decision import decide
 from webhook.model import parse_placement, pod_compute, pod_gpus
 from webhook.sync import CacheSync, Kind
 from webhook.types import Decision
@@ -365,7 +365,7 @@ def _admit(sync: CacheSync, uid: str, namespace: str) -> Decision:
     spec = raw["spec"]
     requests = {**pod_gpus(spec, (GPU,)), **pod_compute(spec)}
     placement = parse_placement(spec)
-    decision = decide(requests, placement, sync.cache, namespace=namespace)
+    decision = decide_placement(requests, placement, sync.cache, namespace=namespace)
     if decision.kind == "local":
         sync.cache.reserve(uid, node=decision.node, requests=requests, placement=placement, namespace=namespace)
     return decision

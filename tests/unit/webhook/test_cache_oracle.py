@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.webhook import k8s_oracle as oracle
+from webhook.admission import decide_placement
 from webhook.cache import CANDIDATE_CAP, ClusterCache
-from webhook.decision import decide
 from webhook.model import parse_placement, pod_compute, pod_gpus
 from webhook.sync import CacheSync
 
@@ -239,7 +239,7 @@ class World:
             raw = build_pod(f"r{self.serial}", event[1], node_name=event[2])
             spec = raw["spec"]
             requests = {**pod_gpus(spec, (GPU,)), **pod_compute(spec)}
-            decision = decide(requests, parse_placement(spec), self.cache, namespace="ns")
+            decision = decide_placement(requests, parse_placement(spec), self.cache, namespace="ns")
             if decision.kind == "local":
                 reservation = f"res-{self.serial}"
                 self.cache.reserve(

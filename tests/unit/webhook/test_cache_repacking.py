@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from webhook.admission import decide_placement
 from webhook.cache import ClusterCache
-from webhook.decision import decide
 from webhook.types import NodeInfo, Placement, PodInfo
 
 GPU = "nvidia.com/gpu"
@@ -138,7 +138,7 @@ def test_claims_of_unbound_pods_make_room(case: Case) -> None:
             cache.delete_pod(step.delete)
     held = {resource: sum(c.requests.get(resource, 0) for c in cache.claims().values()) for resource in (GPU, "cpu")}
 
-    decision = decide(case.new_pod, Placement(), cache)
+    decision = decide_placement(case.new_pod, Placement(), cache)
 
     assert (decision.kind, decision.node) == (case.kind, case.node)
     assert {claim_id: claim.node for claim_id, claim in cache.claims().items()} == case.claims_after

@@ -7,57 +7,13 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from tests.support.cluster_views import GPU, Node, view_of
 from webhook.fitting import CANDIDATE_CAP, best_partial_fit, find_fit
-from webhook.types import CPU_MILLI, ClusterView, NodeInfo, Placement, Requests, Taint, Toleration
+from webhook.scheduling import eligibility
+from webhook.types import CPU_MILLI, Placement, Requests, Taint, Toleration
 
-GPU = "nvidia.com/gpu"
 CORDON = Toleration(key="node.kubernetes.io/unschedulable", operator="Exists", value="", effect="")
 SPOT = Taint(key="spot", value="true", effect="NoSchedule")
-
-
-@dataclass(frozen=True)
-class Node:
-    name: str
-    gpus: int
-    used: int = 0  # GPUs used by bound pods
-    cpu: int = 8000
-    used_cpu: int = 0
-    labels: dict[str, str] = field(default_factory=dict)
-    taints: tuple[Taint, ...] = ()
-    cordoned: bool = False
-
-
-def view_of(*nodes: Node) -> ClusterView:
-    """What the cache would hold for these nodes: free-count buckets, label index, cordoned aside."""
-    view = ClusterView(
-        gpu_resources=(GPU,),
-        nodes={},
-        used={},
-        claimed={},
-        claimed_total={},
-        buckets={GPU: {}},
-        bucket_of={},
-        max_allocatable={GPU: 0},
-        cordoned={},
-        unschedulable_gpu_nodes=set(),
-        by_label={},
-        claims={},
-        claims_on={},
-    )
-    for n in nodes:
-        info = NodeInfo(n.name, n.labels, n.taints, n.cordoned, True, {GPU: n.gpus, CPU_MILLI: n.cpu})
-        view.nodes[n.name] = info
-        view.used[n.name] = {GPU: n.used, CPU_MILLI: n.used_cpu}
-        view.max_allocatable[GPU] = max(view.max_allocatable[GPU], n.gpus)
-        for item in n.labels.items():
-            view.by_label.setdefault(item, {})[n.name] = None
-        if n.cordoned:
-            view.cordoned[n.name] = None
-            view.unschedulable_gpu_nodes.add(n.name)
-        else:
-            view.buckets[GPU].setdefault(n.gpus - n.used, {})[n.name] = None
-            view.bucket_of[(GPU, n.name)] = n.gpus - n.used
-    return view
 
 
 @dataclass(frozen=True)
@@ -121,7 +77,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_find_fit(case: Case) -> None:
-    fit = find_fit(view_of(*case.nodes), case.requests, case.placement)
+    fit = find_fit(view_of(*case.nodes), case.requests, eligibility(case.placement))
     assert (fit.node.name if fit.node else None) == case.node
     assert (fit.candidates, fit.excluded_by_placement, fit.short_of_compute) == (
         case.candidates,
@@ -131,7 +87,7 @@ def test_find_fit(case: Case) -> None:
 
 
 def test_find_fit_excludes_a_node() -> None:
-    fit = find_fit(view_of(Node("a", 2), Node("b", 4)), {GPU: 2}, Placement(), exclude="a")
+    fit = find_fit(view_of(Node("a", 2), Node("b", 4)), {GPU: 2}, eligibility(Placement()), exclude="a")
     assert fit.node is not None and fit.node.name == "b"
 
 
@@ -145,5 +101,5 @@ def test_find_fit_excludes_a_node() -> None:
     ],
 )
 def test_best_partial_fit(nodes: tuple[Node, ...], placement: Placement, expected: tuple[str, int] | None) -> None:
-    best = best_partial_fit(view_of(*nodes), GPU, placement)
+    best = best_partial_fit(view_of(*nodes), GPU, eligibility(placement))
     assert (None if best is None else (best[0].name, best[1])) == expected
