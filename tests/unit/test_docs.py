@@ -27,8 +27,6 @@ README_MAX_LINES = 400
 EXPECTED_SOON_PAGES = frozenset(
     {
         "docs/distributed-training.md",
-        "docs/helm.md",
-        "docs/monitoring.md",
     }
 )
 
