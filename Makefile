@@ -11,12 +11,13 @@ export NO_PROXY := 127.0.0.1,localhost
 export no_proxy := 127.0.0.1,localhost
 unexport http_proxy https_proxy HTTP_PROXY HTTPS_PROXY
 
-.PHONY: help venv controlplane certmanager lint unit e2e test dev-up dev-down demo bench replay clean
+.PHONY: help venv controlplane certmanager helm promtool lint unit e2e test dev-up dev-down demo bench replay clean
 
 help:
 	@echo "make demo      run the whole thing on an embedded local control plane"
 	@echo "make test      set everything up, lint, and run unit + integration + e2e tests"
 	@echo "make dev-up    start control plane + real node + webhook + JARVICE emulator in the background (.dev/)"
+	@echo "                (INSTALL=helm: install the add-on with the Helm chart; links .dev/helm)"
 	@echo "make dev-down  stop everything dev-up started"
 	@echo "make bench     admission benchmarks (bench/results.json, bench/results.png)"
 	@echo "make replay    what-if replay of the Alibaba GPU trace through the real stack"
@@ -41,22 +42,32 @@ node: controlplane
 certmanager:
 	@devplatform/certmanager/build.sh >/dev/null
 
+# helm and promtool, built from their Go modules (devplatform/gotools/<tool>/go.mod pins the
+# version; cached like cert-manager, keyed by version, Go version and the wrapper's go.sum).
+helm:
+	@devplatform/gotools/build.sh helm >/dev/null
+
+promtool:
+	@devplatform/gotools/build.sh promtool >/dev/null
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-unit: venv
+unit: venv helm promtool
 	$(BIN)/pytest tests/unit tests/integration -q
 
-e2e: venv controlplane certmanager
+e2e: venv controlplane certmanager helm
 	$(BIN)/pytest tests/e2e -q
 
-test: venv controlplane certmanager lint
+test: venv controlplane certmanager helm promtool lint
 	$(BIN)/pytest -q
 
-dev-up: venv controlplane certmanager
-	$(BIN)/python -m devplatform.cluster up --dir $(DEV_DIR)
+# INSTALL=kustomize (the default: kubectl apply -k devplatform/overlay) or INSTALL=helm (the chart).
+INSTALL ?= kustomize
+dev-up: venv controlplane certmanager $(if $(filter helm,$(INSTALL)),helm)
+	$(BIN)/python -m devplatform.cluster up --dir $(DEV_DIR) --install $(INSTALL)
 
 dev-down: venv
 	$(BIN)/python -m devplatform.cluster down --dir $(DEV_DIR)

@@ -442,6 +442,8 @@ def build_review_pod(*, gpus: int, name: str = "trainer-7f9c4b8d6-x2k9q", namesp
                 "prometheus.io/port": "9090",
                 "example.com/owner": "ml-research@example.com",
                 "example.com/cost-center": "cc-4711",
+                # Its checkpoints PVC follows a burst job (without it the pod would stay local).
+                "nimbix-burst.io/stage-out": "/checkpoints",
             },
             "ownerReferences": [
                 {

@@ -1,7 +1,7 @@
 """Finds stranded local pods and re-bursts or reports them (I/O shell around `stranding`).
 
 Runs in a worker thread (the kubernetes client is synchronous). Acts only while this replica
-leads. Per-owner re-burst counts are kept in memory (see the README, "The burst controller", for
+leads. Per-owner re-burst counts are kept in memory (see docs/controller.md for
 why not on the owner): a new leader starts from zero, and the Job's own backoffLimit still bounds
 the total because each deleted pod counts as one of its failures.
 """

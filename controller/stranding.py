@@ -31,7 +31,7 @@ from typing import Literal
 from controller.model import OwnerState, PodView
 
 # Owners that recreate a deleted pod and whose pods are batch work that may run on JARVICE. See the
-# README ("Which owners") for why ReplicaSets and StatefulSets are not on the list.
+# docs/controller.md ("Which owners") for why ReplicaSets and StatefulSets are not on the list.
 REBURST_OWNERS = frozenset({("batch/v1", "Job")})
 
 Verdict = Literal["ignore", "wait", "reburst", "note", "cap-hit", "gang"]

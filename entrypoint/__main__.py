@@ -23,6 +23,7 @@ from pythonjsonlogger.json import JsonFormatter
 from entrypoint import (
     contract,
     exitcodes,
+    gang,
     jarvice,
     local,
     plan,
@@ -215,7 +216,9 @@ def run(env: Mapping[str, str], argv: Sequence[str]) -> int:
         return exitcodes.EXIT_CONFIG
     with open_remote_deps(settings, tuning=remote_plan.tuning, journal=journal) as base_deps:
         deps = base_deps
-        if not stage_paths.empty:
+        if not stage_paths.empty and not gang.carries_data(remote_plan.gang):
+            log.info("data staged by the gang's submitting rank", extra={"paths": len(stage_paths.stage_in)})
+        elif not stage_paths.empty:
             # Imported here: SSH (asyncssh, cryptography) costs start-up time and memory that a
             # runner without data to stage should not pay.
             from entrypoint import vault_staging  # noqa: PLC0415

@@ -46,6 +46,13 @@ class Gang:
         return self.rank == SUBMITTING_RANK
 
 
+def carries_data(gang: Gang | None) -> bool:
+    """Whether this runner stages the pod's data (stage-in before the submit, copy-back after): a
+    pod on its own, or the rank that submits. The gang's nodes share one vault directory (the job
+    label's), so the other ranks' pods, which hold the same volumes, upload and copy back nothing."""
+    return gang is None or gang.submits
+
+
 def _int_value(env: Mapping[str, str], name: str, problems: list[str], *, what: str) -> int | None:
     raw = env.get(name, "").strip()
     try:

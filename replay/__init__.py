@@ -1,1 +1,1 @@
-"""What-if replay of a GPU cluster trace through the real stack (`make replay`; see README.md)."""
+"""What-if replay of a GPU cluster trace through the real stack (`make replay`; see docs/replay.md)."""

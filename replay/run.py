@@ -15,7 +15,7 @@ import os
 import pickle
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,9 +88,8 @@ def _wait_webhook_active(core: Any, namespace: str) -> None:
     raise RuntimeError(f"webhook registered but not called after {WEBHOOK_ACTIVE_TIMEOUT:g}s")
 
 
-def parse_admission_latencies(lines: Sequence[str]) -> list[float]:
-    """latency_ms of the webhook's `"message": "admission"` JSON log lines (dry runs excluded)."""
-    latencies = []
+def _admission_entries(lines: Sequence[str]) -> Iterator[dict[str, Any]]:
+    """The webhook's `"message": "admission"` JSON log lines for real (not dry-run) reviews."""
     for line in lines:
         if '"admission"' not in line:
             continue
@@ -98,25 +97,21 @@ def parse_admission_latencies(lines: Sequence[str]) -> list[float]:
             entry = json.loads(line)
         except ValueError:
             continue
-        if entry.get("message") == "admission" and not entry.get("dry_run") and "latency_ms" in entry:
-            latencies.append(float(entry["latency_ms"]))
-    return latencies
+        if isinstance(entry, dict) and entry.get("message") == "admission" and not entry.get("dry_run"):
+            yield entry
+
+
+def parse_admission_latencies(lines: Sequence[str]) -> list[float]:
+    """latency_ms of the webhook's admission log lines (dry runs excluded)."""
+    return [float(entry["latency_ms"]) for entry in _admission_entries(lines) if "latency_ms" in entry]
 
 
 def parse_admission_views(lines: Sequence[str]) -> dict[str, AdmissionView]:
     """namespace/pod -> the resourceVersions the webhook's view held when it decided, and the
-    decision's place in the log's order (the order it decided in), from its `"message": "admission"`
-    log lines (dry runs excluded; lines without a view skipped)."""
+    decision's place in the log's order (the order it decided in), from its admission log lines
+    (dry runs excluded; lines without a view skipped)."""
     views: dict[str, AdmissionView] = {}
-    for line in lines:
-        if '"view_pods_version"' not in line:
-            continue
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if entry.get("message") != "admission" or entry.get("dry_run"):
-            continue
+    for entry in _admission_entries(lines):
         pods, nodes = entry.get("view_pods_version"), entry.get("view_nodes_version")
         if isinstance(pods, int) and isinstance(nodes, int):
             views[f"{entry.get('namespace')}/{entry.get('pod')}"] = AdmissionView(pods, nodes, len(views))

@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=7, help="seed for where the background leaves GPUs free")
     p.add_argument("--gpu-model-label", default=DEFAULT_MODEL_LABEL, help="node label holding the GPU model")
     p.add_argument("--stranded-timeout", type=float, default=DEFAULT_STRANDED_TIMEOUT, help="wall seconds")
-    p.add_argument("--race-window", type=float, default=DEFAULT_RACE_WINDOW, help="wall seconds (see README)")
+    p.add_argument("--race-window", type=float, default=DEFAULT_RACE_WINDOW, help="wall seconds (see replay/README.md)")
     return p
 
 

@@ -174,7 +174,7 @@ def find_fit(view: ClusterView, requests: Requests, eligible: Eligibility, *, ex
         fit = _fit_among(
             view, _by_free(buckets, fitting), requests, eligible, primary=primary, exclude=exclude, capped=True
         )
-    if view.cordoned and eligible.cordoned_ok:
+    if view.cordoned and eligible.cordoned_ok():
         fit = _merge(
             fit, _fit_among(view, view.cordoned, requests, eligible, primary=primary, exclude=exclude, capped=False)
         )
@@ -255,7 +255,7 @@ def best_partial_fit(view: ClusterView, resource: str, eligible: Eligibility) ->
                     break
             if found is not None:
                 break
-        if not (view.cordoned and eligible.cordoned_ok):
+        if not (view.cordoned and eligible.cordoned_ok()):
             return found
         return _most_free(found, _eligible_free(view, view.cordoned, resource, eligible))
     return _eligible_free(view, pinned, resource, eligible)

@@ -48,7 +48,7 @@ class AdmissionRequest:
 
 
 def _loads(body: bytes) -> Any:
-    """orjson decodes a review in a fraction of the stdlib's time (bench/README.md, issue 15). What
+    """orjson decodes a review in a fraction of the stdlib's time (bench/README.md). What
     it refuses goes to the stdlib, so the verdict and message on a bad body are what they always
     were, and the few documents only the stdlib reads (integers beyond 64 bits, NaN, UTF-16/32)
     are still read."""

@@ -116,7 +116,9 @@ def placement_allows(placement: Placement, node: NodeInfo) -> bool:
 
 def eligibility(placement: Placement) -> Eligibility:
     """The pod's placement rules, applied once: the per-node filter and whether cordoned nodes may
-    host it, for the fit search (webhook.fitting) to read. The filter is placement_allows bound to
-    the placement as a method: the interpreter calls it as directly as the function (a
-    functools.partial would cost a C-level call per node checked)."""
-    return Eligibility(placement, MethodType(placement_allows, placement), tolerates_unschedulable(placement))
+    host it, for the fit search (webhook.fitting) to ask. Each is a rule bound to the placement as a
+    method: the interpreter calls it as directly as the function (a functools.partial would cost a
+    C-level call per node checked)."""
+    return Eligibility(
+        placement, MethodType(placement_allows, placement), MethodType(tolerates_unschedulable, placement)
+    )

@@ -127,7 +127,7 @@ OPTIONS: tuple[Option, ...] = (
     ("--gpu-models-file", "WEBHOOK_GPU_MODELS_FILE", "", "YAML map: GPU model -> JARVICE machine types"),
     ("--log-level", "WEBHOOK_LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
     ("--drain-seconds", "WEBHOOK_DRAIN_SECONDS", "5", "how long /drain (the preStop hook) serves on, closing"),
-    # Replicas (README, "Two replicas, one promise"); identity and address come from the downward API.
+    # Replicas (docs/install.md, "Two replicas, one promise"); identity and address come from the downward API.
     ("--leader-election", "WEBHOOK_LEADER_ELECTION", "false", "true: the Lease holder decides, others forward"),
     ("--lease-name", "WEBHOOK_LEASE_NAME", "nimbix-burst-webhook-leader", "the Lease the replicas elect through"),
     ("--lease-namespace", "POD_NAMESPACE", "", "namespace of the Lease (the webhook's own)"),

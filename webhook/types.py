@@ -109,7 +109,9 @@ class Eligibility:
 
     placement: Placement
     allows: NodeCheck = field(compare=False)  # every filter but resources: may it run on this node?
-    cordoned_ok: bool = field(compare=False)  # tolerates the unschedulable taint: cordoned nodes may host it
+    # Whether it tolerates the unschedulable taint (cordoned nodes may host it): asked only when some
+    # node is cordoned, so most decisions never work it out.
+    cordoned_ok: Callable[[], bool] = field(compare=False)
 
 
 @dataclass(frozen=True, slots=True)

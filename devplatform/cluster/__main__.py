@@ -1,10 +1,12 @@
 """``python -m devplatform.cluster up|down|status --dir DIR``: the dev cluster behind make dev-up/down.
 
-``up`` starts a ControlPlane whose processes outlive this command, the real node (node.py: containerd,
-kubelet, kube-proxy, with the project's images imported), then whatever ``start_extras`` adds (the
-JARVICE emulator, fake GPU nodes), then ``install_addon``: cert-manager and nimbix-burst itself,
-installed from deploy/ through devplatform/overlay as a user installs it (two webhook pods on the real
-node). It saves every PID to ``DIR/state.json`` (the real node keeps its own state file, named
+``up [--install kustomize|helm]`` starts a ControlPlane whose processes outlive this command, the
+real node (node.py: containerd, kubelet, kube-proxy, with the project's images imported), then
+whatever ``start_extras`` adds (the JARVICE emulator, fake GPU nodes), then ``install_addon``:
+cert-manager and nimbix-burst itself, installed from deploy/ through devplatform/overlay as a user
+installs it (two webhook pods on the real node), or with ``--install helm`` from the Helm chart
+(charts/nimbix-burst) with the same local-only changes as values (``DIR/helm`` then links the helm
+it used). It saves every PID to ``DIR/state.json`` (the real node keeps its own state file, named
 there). ``down`` stops the real node and removes its host state, then stops exactly the saved PIDs.
 Nothing is ever stopped by name.
 
@@ -25,13 +27,15 @@ from pathlib import Path
 
 from kubernetes import client as k8s_client
 
-from devplatform import certmanager, demo
+from devplatform import certmanager, demo, gotools, helmchart
 from devplatform.cluster import addons, controlplane, install, node, nodes, processes
 
 STATE_FILE = "state.json"
 KUBECONFIG_FILE = "kubeconfig"
 JARVICE_ENV_FILE = "jarvice.env"
 KUBECTL_LINK = "kubectl"  # a symlink to the control plane's kubectl
+HELM_LINK = "helm"  # a symlink to the project-built helm (with --install helm)
+INSTALL_METHODS = ("kustomize", "helm")
 DEMO_NAMESPACE = "demo"
 DEV_NODES = (("gpu-node-1", 4), ("gpu-node-2", 4), ("cpu-node-1", 0))
 # Fake nodes have no kubelet: nothing scheduled there would ever run.
@@ -61,7 +65,7 @@ def start_extras(
     started: list[processes.ManagedProcess] = []
     try:
         # The webhook is no longer a host process here: install_addon (below) installs it from
-        # devplatform/overlay as the README says, two pods on the real node behind the Service.
+        # devplatform/overlay as docs/install.md says, two pods on the real node behind the Service.
         # On the node's gateway: burst pods reach it there, and so does the host (a local address).
         emulator = addons.start_jarvice_emulator(dev_dir / "jarvice", host=emulator_host)
         started.append(emulator.process)
@@ -79,21 +83,25 @@ def start_extras(
 # -- the add-on, installed as a user installs it (devplatform/cluster/install.py) ----------------------
 
 
-def install_addon(control_plane: controlplane.ControlPlane, real_node: node.RealNode) -> list[processes.ManagedProcess]:
-    """cert-manager (the README's prerequisite), then ``kubectl apply -k devplatform/overlay`` and the
-    README's checks: Certificates Ready, caBundle injected, two webhook pods Running and Ready on the
-    real node, the leader Lease held. Returns cert-manager's processes (saved to state.json, so
-    ``down`` stops them); if the install fails they are stopped and the error is raised."""
+def install_addon(
+    control_plane: controlplane.ControlPlane, real_node: node.RealNode, *, helm: Path | None = None
+) -> list[processes.ManagedProcess]:
+    """cert-manager (docs/install.md's prerequisite), then ``kubectl apply -k devplatform/overlay`` (or,
+    given ``helm``, ``helm install`` of the chart) and the install page's checks: Certificates Ready,
+    caBundle injected, two webhook pods Running and Ready on the real node, the leader Lease held.
+    Returns cert-manager's processes (saved to state.json, so ``down`` stops them); if the install
+    fails they are stopped and the error is raised."""
     began = time.monotonic()
     cert_manager = certmanager.install(control_plane)
     try:
-        installed = install.install_addon(control_plane, real_node)
+        installed = install.install_addon(control_plane, real_node, helm=helm)
     except BaseException:
         certmanager.stop(cert_manager)
         raise
     t = installed.timings
+    how = f"helm install {helmchart.RELEASE} charts/nimbix-burst" if helm else "kubectl apply -k devplatform/overlay"
     print(
-        f"nimbix-burst installed (kubectl apply -k devplatform/overlay) in {time.monotonic() - began:.1f} s: "
+        f"nimbix-burst installed ({how}) in {time.monotonic() - began:.1f} s: "
         f"cert-manager ready {cert_manager.timings.ready_seconds:.1f} s; then Certificates Ready "
         f"{t.certificates_seconds:.1f} s, caBundle {t.ca_bundle_seconds:.1f} s, "
         f"pods Ready {t.pods_ready_seconds:.1f} s, Lease {t.lease_seconds:.1f} s"
@@ -105,7 +113,7 @@ def install_addon(control_plane: controlplane.ControlPlane, real_node: node.Real
 
 def _create_demo_namespace(control_plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess) -> None:
     """Namespace `demo` with the `jarvice-credentials` Secret (username, apikey, url) for the emulator,
-    as the README's install step 3 has a team do: labeled Jobs there can burst at once."""
+    as docs/install.md step 3 has a team do: labeled Jobs there can burst at once."""
     api = control_plane.api_client()
     try:
         core = k8s_client.CoreV1Api(api)
@@ -117,7 +125,7 @@ def _create_demo_namespace(control_plane: controlplane.ControlPlane, emulator: a
 
 
 def _create_controller_secret(control_plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess) -> None:
-    """The burst controller's JARVICE Secret (README install step 4), before the add-on is applied, so
+    """The burst controller's JARVICE Secret (docs/install.md step 4), before the add-on is applied, so
     its reaper runs here as in a user's cluster (the same account as namespace `demo`'s runners)."""
     api = control_plane.api_client()
     try:
@@ -147,7 +155,7 @@ def _create_dev_nodes(control_plane: controlplane.ControlPlane) -> None:
 # -- commands -----------------------------------------------------------------------------------------
 
 
-def run_up(dev_dir: Path) -> int:
+def run_up(dev_dir: Path, *, install_with: str = "kustomize") -> int:
     state_path = dev_dir / STATE_FILE
     running = _running_processes(state_path)
     if running:
@@ -161,6 +169,11 @@ def run_up(dev_dir: Path) -> int:
         print(error, file=sys.stderr)
         return 1
     bin_dir = controlplane.ensure_binaries()
+    try:
+        helm = gotools.ensure_tool("helm") if install_with == "helm" else None
+    except gotools.GoToolError as error:
+        print(f"helm: {error}", file=sys.stderr)
+        return 1
     try:
         archives = node.build_image_archives()
     except node.NodeError as error:
@@ -184,7 +197,7 @@ def run_up(dev_dir: Path) -> int:
     extras: list[processes.ManagedProcess] = []
     try:
         extras = start_extras(control_plane, dev_dir, emulator_host=real_node.gateway_address)
-        extras.extend(install_addon(control_plane, real_node))
+        extras.extend(install_addon(control_plane, real_node, helm=helm))
         kubeconfig = dev_dir / KUBECONFIG_FILE
         shutil.copyfile(control_plane.kubeconfig_path, kubeconfig)
         kubeconfig.chmod(0o600)
@@ -192,6 +205,9 @@ def run_up(dev_dir: Path) -> int:
         kubectl = dev_dir / KUBECTL_LINK
         kubectl.unlink(missing_ok=True)
         kubectl.symlink_to(control_plane.bin_dir / "kubectl")
+        (dev_dir / HELM_LINK).unlink(missing_ok=True)
+        if helm is not None:
+            (dev_dir / HELM_LINK).symlink_to(helm)
         timings = control_plane.startup_timings
         processes.save_state(
             state_path,
@@ -252,6 +268,7 @@ def run_down(dev_dir: Path) -> int:
     state_path.unlink()
     (dev_dir / KUBECONFIG_FILE).unlink(missing_ok=True)
     (dev_dir / KUBECTL_LINK).unlink(missing_ok=True)
+    (dev_dir / HELM_LINK).unlink(missing_ok=True)
     (dev_dir / JARVICE_ENV_FILE).unlink(missing_ok=True)
     print("stopped")
     return 0
@@ -320,6 +337,9 @@ def _print_up_summary(
         print(f"  {proc.name:<24} pid {proc.pid:<8} log {proc.log_path}")
     print(f"state: {state_path.resolve()}")
     print(f"kubectl: {kubeconfig.parent / KUBECTL_LINK} -> {control_plane.bin_dir / 'kubectl'}")
+    helm = kubeconfig.parent / HELM_LINK
+    if helm.is_symlink():
+        print(f"helm: {helm} -> {helm.resolve()} (release {helmchart.RELEASE} in namespace {helmchart.NAMESPACE})")
     print(f"fake nodes: {', '.join(f'{name} ({gpus} GPUs)' for name, gpus in DEV_NODES)}")
     print("use it with:")
     print(f"  export KUBECONFIG={kubeconfig}")
@@ -346,10 +366,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devplatform.cluster", description=__doc__)
     parser.add_argument("command", choices=("up", "down", "status"))
     parser.add_argument("--dir", type=Path, default=Path(".dev"), help="state directory (default: .dev)")
+    parser.add_argument(
+        "--install",
+        choices=INSTALL_METHODS,
+        default="kustomize",
+        help="up: how to install the add-on: kubectl apply -k (default) or the Helm chart",
+    )
     args = parser.parse_args(argv)
     dev_dir: Path = args.dir.resolve()
     dev_dir.mkdir(parents=True, exist_ok=True)
-    commands = {"up": run_up, "down": run_down, "status": run_status}
+    if args.command == "up":
+        return run_up(dev_dir, install_with=args.install)
+    commands = {"down": run_down, "status": run_status}
     return commands[args.command](dev_dir)
 
 

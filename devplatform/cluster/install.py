@@ -1,12 +1,17 @@
-"""Installs nimbix-burst into the local cluster the way a user installs it (README, "Install in a
+"""Installs nimbix-burst into the local cluster the way a user installs it (docs/install.md, "Install in a
 cluster"): ``kubectl apply -k devplatform/overlay`` (deploy/ plus local-only patches), after
-cert-manager, then the README's checks: Certificates Ready, the caBundle injected, the webhook
+cert-manager, then the install page's checks: Certificates Ready, the caBundle injected, the webhook
 Deployment's two pods Running and Ready on the real node, one of them holding the leader Lease, and
 every other Deployment of the base (the burst controller) rolled out.
 
     cm = certmanager.install(plane)              # the prerequisite (the caller owns its processes)
     installed = install.install_addon(plane, real_node)
-    install.uninstall(plane)                     # the README's order: the registration first
+    install.uninstall(plane)                     # docs/install.md's order: the registration first
+
+or with the Helm chart (charts/nimbix-burst, docs/helm.md) and the same local-only changes as values:
+
+    installed = install.install_addon(plane, real_node, helm=gotools.ensure_tool("helm"))
+    install.uninstall(plane, helm=helm)          # helm uninstall, then the namespace
 
 The webhook pods reach the API server as any in-cluster client does: the ``kubernetes`` Service's
 ClusterIP (10.0.0.1:443, a SAN of the apiserver's certificate), which kube-proxy on the real node
@@ -30,11 +35,13 @@ from urllib.parse import urlsplit
 
 import yaml  # type: ignore[import-untyped]  # PyYAML (a kubernetes client dependency) ships no stubs
 
+from devplatform import helmchart
 from devplatform.cluster import nodeconfig
 from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.node import RealNode
 
 OVERLAY_DIR = Path(__file__).resolve().parents[1] / "overlay"
+OVERLAY_GPU_MODELS = "gpu-models.yaml"  # the emulator's machines by GPU model (the overlay's mapping)
 NAMESPACE = "nimbix-burst"
 # The burst controller's JARVICE account (deploy/controller.yaml mounts it; optional there).
 CONTROLLER_SECRET = "nimbix-burst-controller-jarvice"
@@ -121,6 +128,18 @@ def parse_server_port(server_url: str) -> int:
     if port is None:
         raise ValueError(f"no port in {server_url!r}")
     return port
+
+
+def build_chart_values(settings: nodeconfig.NodeSettings, *, gpu_models: Mapping[str, Sequence[str]]) -> dict[str, Any]:
+    """The chart's values for the real node: what devplatform/overlay changes, as values."""
+    key, _, rest = nodeconfig.REAL_NODE_TAINT.partition("=")
+    value, _, effect = rest.partition(":")
+    return helmchart.build_local_values(
+        gateway=settings.gateway,
+        node_label=nodeconfig.REAL_NODE_LABEL,
+        taint={"key": key, "operator": "Equal", "value": value, "effect": effect},
+        gpu_models=gpu_models,
+    )
 
 
 def find_overlay_problems(objects: Sequence[Mapping[str, Any]], *, settings: nodeconfig.NodeSettings) -> list[str]:
@@ -226,14 +245,25 @@ def publish_apiserver_endpoint(plane: ControlPlane, node: RealNode) -> None:
     _kubectl(plane, "apply", "-f", "-", input=json.dumps(body))
 
 
+def read_chart_values(node: RealNode) -> dict[str, Any]:
+    """``build_chart_values`` with the overlay's GPU model mapping (devplatform/overlay/gpu-models.yaml)."""
+    mapping = yaml.safe_load((OVERLAY_DIR / OVERLAY_GPU_MODELS).read_text()) or {}
+    if not isinstance(mapping, dict):
+        raise InstallError(f"{OVERLAY_DIR / OVERLAY_GPU_MODELS}: not a mapping of GPU model to machine types")
+    return build_chart_values(node.settings, gpu_models=mapping)
+
+
 def render_overlay(plane: ControlPlane) -> list[dict[str, Any]]:
     """``kubectl kustomize devplatform/overlay`` as objects."""
     rendered = _kubectl(plane, "kustomize", str(OVERLAY_DIR))
     return [dict(doc) for doc in yaml.safe_load_all(rendered.stdout) if doc]
 
 
-def install_addon(plane: ControlPlane, node: RealNode, *, timeout: float = INSTALL_TIMEOUT_SECONDS) -> Installed:
-    """Applies the overlay and waits for the README's checks (see the module docstring).
+def install_addon(
+    plane: ControlPlane, node: RealNode, *, timeout: float = INSTALL_TIMEOUT_SECONDS, helm: Path | None = None
+) -> Installed:
+    """Applies the overlay (or, given ``helm``, installs the chart with ``build_chart_values``) and
+    waits for docs/install.md's checks (see the module docstring).
 
     cert-manager must be installed already (``certmanager.install(plane)``). Raises InstallError with
     the check that was still failing at ``timeout``.
@@ -242,11 +272,21 @@ def install_addon(plane: ControlPlane, node: RealNode, *, timeout: float = INSTA
     deadline = began + timeout
     if _kubectl(plane, "get", "crd", CERT_MANAGER_CRD, check=False).returncode != 0:
         raise InstallError(f"cert-manager is not installed ({CERT_MANAGER_CRD} not found): certmanager.install first")
-    problems = find_overlay_problems(render_overlay(plane), settings=node.settings)
+    values = read_chart_values(node)
+    source = f"{helmchart.CHART_DIR} with the local values" if helm else str(OVERLAY_DIR)
+    rendered = helmchart.render(helm, values=values) if helm else render_overlay(plane)
+    problems = find_overlay_problems(rendered, settings=node.settings)
     if problems:
-        raise InstallError(f"{OVERLAY_DIR} does not fit the real node: " + "; ".join(problems))
+        raise InstallError(f"{source} does not fit the real node: " + "; ".join(problems))
     publish_apiserver_endpoint(plane, node)
-    _kubectl(plane, "apply", "-k", str(OVERLAY_DIR))
+    if helm:
+        create_release_namespace(plane)
+        try:  # returns once cert-manager has issued and both Deployments are rolled out (--wait)
+            helmchart.install(helm, plane.kubeconfig_path, values=values)
+        except helmchart.HelmError as error:
+            raise InstallError(str(error)) from error
+    else:
+        _kubectl(plane, "apply", "-k", str(OVERLAY_DIR))
     applied = time.monotonic() - began
 
     def certificates() -> str:
@@ -310,11 +350,29 @@ def install_addon(plane: ControlPlane, node: RealNode, *, timeout: float = INSTA
     )
 
 
-def uninstall(plane: ControlPlane, *, timeout: float = UNINSTALL_TIMEOUT_SECONDS) -> None:
-    """The README's uninstall: the registration first (no create waits on a webhook going away),
-    then everything else, waiting for the namespace to be gone."""
+def uninstall(plane: ControlPlane, *, timeout: float = UNINSTALL_TIMEOUT_SECONDS, helm: Path | None = None) -> None:
+    """docs/install.md's uninstall: the registration first (no create waits on a webhook going away),
+    then everything else, waiting for the namespace to be gone. Given ``helm``: ``helm uninstall``
+    (the chart's objects), then the namespace it was installed into (docs/helm.md)."""
     _kubectl(plane, "delete", "mutatingwebhookconfiguration", WEBHOOK_CONFIGURATION, "--ignore-not-found")
-    _kubectl(plane, "delete", "-k", str(OVERLAY_DIR), "--ignore-not-found", "--wait=true", f"--timeout={int(timeout)}s")
+    if helm is None:
+        _kubectl(
+            plane, "delete", "-k", str(OVERLAY_DIR), "--ignore-not-found", "--wait=true", f"--timeout={int(timeout)}s"
+        )
+        return
+    try:
+        helmchart.uninstall(helm, plane.kubeconfig_path)
+    except helmchart.HelmError as error:
+        raise InstallError(str(error)) from error
+    _kubectl(plane, "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", f"--timeout={int(timeout)}s")
+
+
+def create_release_namespace(plane: ControlPlane) -> None:
+    """docs/helm.md's first step: the namespace, with the restricted Pod Security labels the
+    kustomize install gives it (Helm keeps its release record there, so the chart cannot own it)."""
+    _kubectl(plane, "create", "namespace", NAMESPACE, check=False)  # dev-up created it for a Secret already
+    labels = [f"{key}={value}" for key, value in helmchart.NAMESPACE_LABELS.items()]
+    _kubectl(plane, "label", "namespace", NAMESPACE, "--overwrite", *labels)
 
 
 def read_serving_pods(plane: ControlPlane, selector: str) -> list[dict[str, Any]]:

@@ -52,7 +52,14 @@ MAX_NAME_LENGTH = 63
 # ends: the whole e2e suite takes ~11 min here); wait this long for it.
 REAL_NODE_CLAIM_WAIT_SECONDS = 1800
 # The modules that use the installed add-on, in the order they run (after every other module).
-INSTALLED_ADDON_MODULES = {"test_addon_installed.py": 1, "test_controller_installed.py": 2, "test_money_safety.py": 3}
+# test_helm_chart.py comes first: it installs the same objects with the Helm chart and uninstalls
+# them (namespace included) before the kustomize-installed add-on of the others is set up.
+INSTALLED_ADDON_MODULES = {
+    "test_helm_chart.py": 1,
+    "test_addon_installed.py": 2,
+    "test_controller_installed.py": 3,
+    "test_money_safety.py": 4,
+}
 
 
 @dataclass
@@ -287,7 +294,7 @@ def cert_manager(
 # --- the installed add-on (devplatform.cluster.install) ---------------------------------------------
 # nimbix-burst installed as a user installs it: `kubectl apply -k devplatform/overlay` (deploy/ plus
 # local-only patches) after cert-manager; two webhook pods on the real node behind the Service, TLS
-# from cert-manager. Once per session, for the modules that run last; uninstalled (the README's order)
+# from cert-manager. Once per session, for the modules that run last; uninstalled (docs/install.md's order)
 # at the end.
 
 

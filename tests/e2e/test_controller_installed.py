@@ -2,7 +2,7 @@
 replicas in the cluster, beside the webhook's two, on the real node), acting on pods the kubelet runs
 and on the JARVICE emulator's jobs (the emulator listens on the node's gateway, where pods reach it).
 
-The module configures the installed controller as the README says a user does: the Secret
+The module configures the installed controller as docs/controller.md says a user does: the Secret
 `nimbix-burst-controller-jarvice` (the reaper's account), and shorter thresholds with `kubectl set env`
 (a rollout of the Deployment). The GPUs that "vanish" are the real node's: its capacity and
 allocatable `nvidia.com/gpu` are lowered to 0, as when a device plugin reports them unhealthy.

@@ -496,7 +496,7 @@ def test_webhook_configuration_for_url_swaps_only_the_address(objs: list[Manifes
 # TEST-NET-1 (RFC 5737): a placeholder that matches no real address, so an install that skipped
 # setting the control-plane CIDR fails visibly (the webhook never becomes ready) instead of open.
 PLACEHOLDER_CIDR = "192.0.2.0/24"
-README = manifests.REPO_ROOT / "README.md"
+INSTALL_DOC = manifests.REPO_ROOT / "docs" / "install.md"
 
 
 @pytest.fixture(scope="module")
@@ -541,9 +541,9 @@ def test_network_policy_egress_is_the_api_server_dns_and_the_replicas_only(netwo
     assert replicas["ports"] == [{"port": "https", "protocol": "TCP"}]
 
 
-def test_readme_overlay_sets_the_control_plane_cidr_in_both_places(kubectl: Path, tmp_path: Path) -> None:
-    """The kustomize patch the README gives for the control-plane CIDR, applied as a user would."""
-    text = README.read_text()
+def test_documented_overlay_sets_the_control_plane_cidr_in_both_places(kubectl: Path, tmp_path: Path) -> None:
+    """The kustomize patch docs/install.md gives for the control-plane CIDR, applied as a user would."""
+    text = INSTALL_DOC.read_text()
     (patch,) = re.findall(r"# network-policy-patch\n(.*?)```", text, flags=re.DOTALL)
     overlay = tmp_path / "overlay"
     overlay.mkdir()

@@ -14,7 +14,7 @@ real node runs (the runner, the kubelet, a webhook or controller replica). Each 
 - promised twice: local decisions past the GPUs free;
 - over budget: GPUs a namespace's jobs held past what its budget counted.
 
-The last test prints the table (it goes into the README) and holds every row to the goal: 0 billed
+The last test prints the table (it goes into docs/money-safety.md) and holds every row to the goal: 0 billed
 late, 0 run twice, 0 of others stopped, 0 promised twice, 0 over budget.
 """
 
@@ -86,7 +86,7 @@ MATRIX: list[Row] = []
 @pytest.fixture(scope="module")
 def reaper(controller: None, control_plane: controlplane.ControlPlane) -> None:
     """The installed controller restarted on this module's Secret: each module's emulator listens on a port
-    of its own, and the controller reads its JARVICE credentials and URL at start (as the README says)."""
+    of its own, and the controller reads its JARVICE credentials and URL at start (as docs/controller.md says)."""
     deployment = f"deployment/{CONTROLLER}"
     control_plane.kubectl("-n", install.NAMESPACE, "rollout", "restart", deployment)
     control_plane.kubectl("-n", install.NAMESPACE, "rollout", "status", deployment, "--timeout=180s")
@@ -690,7 +690,7 @@ def test_a_job_past_its_namespace_walltime_is_stopped_and_reported(
 
 
 def test_the_matrix_meets_the_goal() -> None:
-    """Printed for the README; every row at 0 billed late, 0 of others stopped, 0 promised twice, 0 over
+    """Printed for docs/money-safety.md; every row at 0 billed late, 0 of others stopped, 0 promised twice, 0 over
     budget, and no fault ran a job twice."""
     columns = (
         *("fault", "submitted", "completed", "billing past grace + interval"),

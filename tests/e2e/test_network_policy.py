@@ -1,4 +1,4 @@
-"""The NetworkPolicy as a user ends up with it (the README's overlay patch applied) against the real
+"""The NetworkPolicy as a user ends up with it (docs/install.md's overlay patch applied) against the real
 API server: accepted with strict field validation, and the control-plane CIDR is where it belongs.
 
 Whether traffic is actually filtered depends on the cluster's network plugin; the local platform's
@@ -15,11 +15,11 @@ from pathlib import Path
 from devplatform import manifests
 from devplatform.cluster import controlplane
 
-README = manifests.REPO_ROOT / "README.md"
+INSTALL_DOC = manifests.REPO_ROOT / "docs" / "install.md"
 
 
-def _overlay_with_readme_patch(tmp_path: Path) -> Path:
-    (patch,) = re.findall(r"# network-policy-patch\n(.*?)```", README.read_text(), flags=re.DOTALL)
+def _overlay_with_documented_patch(tmp_path: Path) -> Path:
+    (patch,) = re.findall(r"# network-policy-patch\n(.*?)```", INSTALL_DOC.read_text(), flags=re.DOTALL)
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     base = os.path.relpath(manifests.DEPLOY_DIR, overlay)  # kustomize takes a base by relative path only
@@ -33,7 +33,7 @@ def test_patched_network_policy_is_accepted_by_the_api_server(
     control_plane: controlplane.ControlPlane, tmp_path: Path
 ) -> None:
     objs = manifests.render_kustomize(
-        control_plane.bin_dir / controlplane.KUBECTL, directory=_overlay_with_readme_patch(tmp_path)
+        control_plane.bin_dir / controlplane.KUBECTL, directory=_overlay_with_documented_patch(tmp_path)
     )
     policy = manifests.find_object(objs, kind="NetworkPolicy")
     namespace = manifests.find_object(objs, kind="Namespace")

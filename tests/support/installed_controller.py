@@ -1,4 +1,4 @@
-"""The burst controller as the add-on installs it, configured as the README tells a user to (the
+"""The burst controller as the add-on installs it, configured as docs/controller.md tells a user to (the
 reaper's Secret, shorter thresholds with `kubectl set env`), and the pods the e2e tests give it."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ BUDGET = "nimbix-burst.io/max-remote-gpus"
 STRANDED_SECONDS = 5
 ORPHAN_GRACE_SECONDS = 5
 ORPHAN_INTERVAL_SECONDS = 3
-# What the user sets with `kubectl set env` (README, "The burst controller"): short enough for a test.
+# What the user sets with `kubectl set env` (docs/controller.md): short enough for a test.
 CONTROLLER_ENV = {
     "CONTROLLER_STRANDED_SECONDS": str(STRANDED_SECONDS),
     "CONTROLLER_SCAN_SECONDS": "1",

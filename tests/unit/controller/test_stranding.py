@@ -1,4 +1,4 @@
-"""stranding.assess and check_owner: the rules of the README's "The burst controller", as tables."""
+"""stranding.assess and check_owner: the rules of docs/controller.md, as tables."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 import pytest
 
 from entrypoint import gang
-from entrypoint.gang import Gang
+from entrypoint.gang import Gang, carries_data
 from entrypoint.model import JobEntry
 
 pytestmark = pytest.mark.timeout(2)
@@ -109,3 +109,13 @@ def entry(number: int, state: str, ended: int = 0) -> JobEntry:
 )
 def test_which_of_the_labels_jobs_a_following_rank_may_take(jobs: list[JobEntry], expected: list[int]) -> None:
     assert [job.number for job in gang.select_gang_jobs(jobs, started_at=100)] == expected
+
+
+@pytest.mark.parametrize(
+    ("rank", "expected"),
+    [(None, True), (0, True), (1, False), (3, False)],
+    ids=["pod-on-its-own", "submitting-rank", "rank-1", "rank-3"],
+)
+def test_only_a_pod_on_its_own_or_the_submitting_rank_stages_data(rank: int | None, expected: bool) -> None:
+    member = None if rank is None else Gang(uid="0e3c2f4a-1b2c-4d5e-8f90-123456789abc", size=4, rank=rank)
+    assert carries_data(member) is expected

@@ -113,7 +113,7 @@ def used(pods: Mapping[str, Mapping[str, Any]], node_name: str) -> dict[str, int
 
 
 def claims_gpus(pod: Mapping[str, Any]) -> bool:
-    """An unbound GPU pod the scheduler is trying to place (see the README's decision section)."""
+    """An unbound GPU pod the scheduler is trying to place (see docs/decision.md)."""
     spec, status = pod["spec"], pod["status"]
     if bound_to(pod) or terminal(pod) or not requests_gpus(pod):
         return False

@@ -1,6 +1,6 @@
 """Burst budget per namespace (`nimbix-burst.io/max-remote-gpus`).
 
-Expected values are written from the rules in the README ("Burst budget per namespace"), never by
+Expected values are written from the rules in docs/decision.md ("Burst budget per namespace"), never by
 calling the code under test: a pod bursts only if burst GPUs in use in its namespace (its running
 burst pods plus remote decisions whose pod has not appeared yet) plus its own stay within the budget.
 """

@@ -1,6 +1,6 @@
 """A finished burst pod keeps its GPUs counted against the budget until its JARVICE job is gone.
 
-Written from the rule in the README ("Burst budget per namespace", when GPUs are freed): a burst pod
+Written from the rule in docs/decision.md ("Burst budget per namespace", when GPUs are freed): a burst pod
 that turned Succeeded or Failed keeps counting until (a) every burst container's terminated state
 carries the runner's termination message saying its job may not run, or (b) the controller annotated
 the pod `nimbix-burst.io/job-state: ended`, or (c) the pod is deleted. Any message we cannot read

@@ -1,4 +1,4 @@
-"""Every burst container carries the cluster's identity (README, "What a burst pod looks like").
+"""Every burst container carries the cluster's identity (docs/decision.md, "What a burst pod looks like").
 
 `NIMBIX_BURST_CLUSTER` = `<--cluster-name>-<first 12 hex digits of the kube-system namespace's UID>`
 (the hex alone without a name), replacing any value the pod sets. The UID comes from the watch

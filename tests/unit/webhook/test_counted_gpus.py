@@ -1,4 +1,4 @@
-"""The budget's count is authoritative (README, "What a burst pod looks like").
+"""The budget's count is authoritative (docs/decision.md, "What a burst pod looks like").
 
 Each burst container gets `NIMBIX_BURST_COUNTED_GPUS` = its own GPU request (what the budget counts
 for it; the runner refuses a machine whose GPUs x nodes exceed it), replacing any value the pod set.

@@ -1,4 +1,4 @@
-"""A burst pod's termination grace period covers cancelling its job (README, "What a burst pod looks like").
+"""A burst pod's termination grace period covers cancelling its job (docs/decision.md, "What a burst pod looks like").
 
 The rewrite raises terminationGracePeriodSeconds below contract.MIN_TERMINATION_GRACE_SECONDS (75),
 or unset (Kubernetes' 30), to 75 and records it in `nimbix-burst.io/termination-grace`; a longer one

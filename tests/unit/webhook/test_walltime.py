@@ -1,4 +1,4 @@
-"""No job without a time limit (README, "What a burst pod looks like", walltime).
+"""No job without a time limit (docs/decision.md, "What a burst pod looks like", walltime).
 
 Each burst container gets JARVICE_WALLTIME (HH:MM:SS): from the pod's activeDeadlineSeconds rounded
 up to a whole minute (at most 99999:59:59), else its namespace's `nimbix-burst.io/default-walltime`

@@ -1,0 +1,66 @@
+{{/* Labels every object carries: the kustomize install's part-of label, plus Helm's own. */}}
+{{- define "nimbix-burst.labels" -}}
+app.kubernetes.io/part-of: nimbix-burst
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "nimbix-burst.image" -}}
+{{ printf "%s:%s" .Values.image.repository .Values.image.tag }}
+{{- end -}}
+
+{{/* The webhook's settings as the ConfigMap holds them (computed defaults filled in). */}}
+{{- define "nimbix-burst.webhookEnv" -}}
+{{- $env := deepCopy .Values.webhook.env -}}
+{{- if not $env.WEBHOOK_PEER_SERVER_NAME -}}
+{{- $_ := set $env "WEBHOOK_PEER_SERVER_NAME" (printf "nimbix-burst-webhook.%s.svc" .Release.Namespace) -}}
+{{- end -}}
+{{- $_ := set $env "WEBHOOK_GPU_RESOURCES" (join "," .Values.webhook.gpuResources) -}}
+{{- if .Values.webhook.clientCASecret -}}
+{{- $_ := set $env "WEBHOOK_CLIENT_CA_FILE" "/etc/nimbix-burst/client-ca/ca.crt" -}}
+{{- end -}}
+{{- toJson $env -}}
+{{- end -}}
+
+{{/* The ConfigMap's name: kustomize's configMapGenerator name with its content hash (kustomize
+     api/hasher: sha256 of {"data","kind","name"} as JSON, 10 hex digits, some digits swapped for
+     letters; its lookup of "metadata/name" finds nothing, so the name it hashes is always ""). The same name as `kubectl apply -k deploy/` gives it, and a
+     changed setting rolls the Deployment, as it does there. */}}
+{{- define "nimbix-burst.webhookConfigMapName" -}}
+{{- $data := include "nimbix-burst.webhookEnv" . | fromJson -}}
+{{- $hash := dict "data" $data "kind" "ConfigMap" "name" "" | toJson | sha256sum | trunc 10 -}}
+{{- $hash = $hash | replace "0" "g" | replace "1" "h" | replace "3" "k" | replace "a" "m" | replace "e" "t" -}}
+{{- printf "nimbix-burst-webhook-%s" $hash -}}
+{{- end -}}
+
+{{/* The matchConditions expression for the GPU resource names (the kustomize install's text). */}}
+{{- define "nimbix-burst.gpuCondition" -}}
+{{- $tests := list -}}
+{{- range .Values.webhook.gpuResources -}}
+{{- $tests = append $tests (printf "'%s' in c.resources.limits" .) -}}
+{{- end -}}
+{{- $any := join " || " $tests -}}
+{{- $one := printf "  has(c.resources) && has(c.resources.limits) &&\n  (%s)))" $any -}}
+{{- /* The blank line after "exists(c," is what kustomize makes of the folded scalar in deploy/. */ -}}
+{{- printf "(has(object.spec.containers) && object.spec.containers.exists(c,\n\n%s\n|| (has(object.spec.initContainers) && object.spec.initContainers.exists(c,\n\n%s" $one $one -}}
+{{- end -}}
+
+
+{{/* The GPU model mapping file: the values' mapping, or (empty) the shipped file as it is. */}}
+{{- define "nimbix-burst.gpuModelsFile" -}}
+{{- if .Values.webhook.gpuModels -}}
+{{- toYaml .Values.webhook.gpuModels -}}
+{{- else -}}
+{{- .Files.Get "files/gpu-models.yaml" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Its ConfigMap's name, with kustomize's content hash (as for the settings above). */}}
+{{- define "nimbix-burst.gpuModelsConfigMapName" -}}
+{{- $data := dict "gpu-models.yaml" (include "nimbix-burst.gpuModelsFile" .) -}}
+{{- $hash := dict "data" $data "kind" "ConfigMap" "name" "" | toJson | sha256sum | trunc 10 -}}
+{{- $hash = $hash | replace "0" "g" | replace "1" "h" | replace "3" "k" | replace "a" "m" | replace "e" "t" -}}
+{{- printf "nimbix-burst-gpu-models-%s" $hash -}}
+{{- end -}}

@@ -1,0 +1,220 @@
+"""The Helm chart (charts/nimbix-burst) rendered by the project-built helm: with default values it
+renders the very objects `kubectl kustomize deploy/` does (Helm's labels aside), `helm lint` is
+clean, the values schema turns typos into errors, and each value lands where it should."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml  # type: ignore[import-untyped]  # PyYAML ships no stubs
+
+from devplatform import gotools, helmchart, manifests
+from devplatform.cluster import controlplane
+
+
+@pytest.fixture(scope="module")
+def helm() -> Path:
+    return gotools.ensure_tool("helm")
+
+
+@pytest.fixture(scope="module")
+def kubectl() -> Path:
+    return controlplane.ensure_binaries() / "kubectl"
+
+
+def _find(objects: Sequence[Mapping[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    return manifests.find_object(objects, kind=kind, name=name)
+
+
+def _settings(objects: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The webhook's settings ConfigMap (the other one holds the GPU model mapping)."""
+    (configmap,) = [o for o in objects if o["kind"] == "ConfigMap" and "WEBHOOK_PORT" in o.get("data", {})]
+    return dict(configmap)
+
+
+def _webhook_container(objects: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    container: dict[str, Any] = _find(objects, "Deployment", "nimbix-burst-webhook")["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    return container
+
+
+def test_default_values_render_what_kustomize_renders(helm: Path, kubectl: Path) -> None:
+    kustomize = manifests.render_kustomize(kubectl)
+    chart = helmchart.render(helm)
+    assert helmchart.find_render_differences(kustomize, chart) == []
+    assert len(chart) == len(kustomize) - 1  # all but the Namespace
+
+
+def test_the_comparison_sees_a_changed_setting(helm: Path, kubectl: Path) -> None:
+    kustomize = manifests.render_kustomize(kubectl)
+    chart = helmchart.render(helm, values={"webhook": {"env": {"WEBHOOK_OVER_BUDGET": "deny"}}})
+    differences = helmchart.find_render_differences(kustomize, chart)
+    # The setting moves the ConfigMap to another content-hash name, and every reference with it.
+    assert any(
+        line.startswith("only in kustomize: ConfigMap/nimbix-burst/nimbix-burst-webhook-") for line in differences
+    )
+    assert any(
+        line.startswith("only in the chart: ConfigMap/nimbix-burst/nimbix-burst-webhook-") for line in differences
+    )
+    assert any(
+        line.startswith("Deployment/nimbix-burst/nimbix-burst-webhook: .spec.template.spec.containers[0].envFrom")
+        for line in differences
+    )
+
+
+def test_helm_lint_is_clean(helm: Path) -> None:
+    result = helmchart.run_helm(helm, "lint", "--strict", str(helmchart.CHART_DIR))
+    assert "0 chart(s) failed" in result.stdout
+    assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({"webhook": {"replicass": 3}}, "replicass"),
+        ({"webhook": {"env": {"WEBHOOK_OVERBUDGET": "deny"}}}, "WEBHOOK_OVERBUDGET"),
+        ({"webhook": {"env": {"WEBHOOK_OVER_BUDGET": "maybe"}}}, "WEBHOOK_OVER_BUDGET"),
+        ({"webhook": {"env": {"WEBHOOK_PORT": 8443}}}, "WEBHOOK_PORT"),
+        ({"webhook": {"failurePolicy": "ignore"}}, "failurePolicy"),
+        ({"controller": {"env": {"CONTROLLER_REAP_ORPHANS": "yes"}}}, "CONTROLLER_REAP_ORPHANS"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "pullPolicy"),
+        ({"networkPolicy": {"apiServerCIDRs": []}}, "apiServerCIDRs"),
+    ],
+    ids=[
+        "unknown-key",
+        "unknown-setting",
+        "bad-budget-policy",
+        "port-not-a-string",
+        "lowercase-policy",
+        "bad-reaper-mode",
+        "bad-pull-policy",
+        "no-cidr",
+    ],
+)
+def test_the_schema_rejects_typos(helm: Path, values: dict[str, Any], complaint: str) -> None:
+    with pytest.raises(helmchart.HelmError, match="values don't meet the specifications of the schema") as error:
+        helmchart.render(helm, values=values)
+    assert complaint in str(error.value)
+
+
+def test_a_changed_setting_renames_the_configmap_and_every_reference(helm: Path) -> None:
+    objects = helmchart.render(helm, values={"webhook": {"env": {"WEBHOOK_LOG_LEVEL": "DEBUG"}}})
+    name = _settings(objects)["metadata"]["name"]
+    assert name != _settings(helmchart.render(helm))["metadata"]["name"]
+    assert _webhook_container(objects)["envFrom"][0]["configMapRef"]["name"] == name
+    controller = _find(objects, "Deployment", "nimbix-burst-controller")["spec"]["template"]["spec"]["containers"][0]
+    cluster_name = next(e for e in controller["env"] if e["name"] == "NIMBIX_BURST_CLUSTER_NAME")
+    assert cluster_name["valueFrom"]["configMapKeyRef"]["name"] == name
+
+
+def test_gpu_resources_set_both_the_setting_and_the_match_condition(helm: Path) -> None:
+    objects = helmchart.render(helm, values={"webhook": {"gpuResources": ["amd.com/gpu"]}})
+    assert _settings(objects)["data"]["WEBHOOK_GPU_RESOURCES"] == "amd.com/gpu"
+    expression = _find(objects, "MutatingWebhookConfiguration")["webhooks"][0]["matchConditions"][0]["expression"]
+    assert expression.count("'amd.com/gpu' in c.resources.limits") == 2
+    assert "nvidia.com/gpu" not in expression
+
+
+def test_a_gpu_model_mapping_is_mounted_under_its_own_content_hash(helm: Path) -> None:
+    mapping = {"Tesla-T4": ["ng1"], "NVIDIA-A100-SXM4-80GB": ["ng1a", "ng8"]}
+    objects = helmchart.render(helm, values={"webhook": {"gpuModels": mapping}})
+    (configmap,) = [o for o in objects if o["metadata"]["name"].startswith("nimbix-burst-gpu-models-")]
+    assert yaml.safe_load(configmap["data"]["gpu-models.yaml"]) == mapping
+    default = _find(helmchart.render(helm), "Deployment", "nimbix-burst-webhook")["spec"]["template"]["spec"]
+    spec = _find(objects, "Deployment", "nimbix-burst-webhook")["spec"]["template"]["spec"]
+    volume = next(v for v in spec["volumes"] if v["name"] == "gpu-models")
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+    assert volume != next(v for v in default["volumes"] if v["name"] == "gpu-models")
+    with pytest.raises(helmchart.HelmError, match="gpuModels"):
+        helmchart.render(helm, values={"webhook": {"gpuModels": {"Tesla-T4": "ng1"}}})
+
+
+def test_client_ca_secret_mounts_the_ca_and_turns_the_check_on(helm: Path) -> None:
+    objects = helmchart.render(helm, values={"webhook": {"clientCASecret": "api-client-ca"}})
+    assert _settings(objects)["data"]["WEBHOOK_CLIENT_CA_FILE"] == "/etc/nimbix-burst/client-ca/ca.crt"
+    spec = _find(objects, "Deployment", "nimbix-burst-webhook")["spec"]["template"]["spec"]
+    assert {"name": "client-ca", "secret": {"secretName": "api-client-ca", "defaultMode": 0o440}} in spec["volumes"]
+    mounts = _webhook_container(objects)["volumeMounts"]
+    assert {"name": "client-ca", "mountPath": "/etc/nimbix-burst/client-ca", "readOnly": True} in mounts
+
+
+def test_another_release_namespace_is_excluded_and_named_in_the_certificate(helm: Path) -> None:
+    objects = helmchart.render(
+        helm, namespace="burst-system", values={"webhook": {"excludedNamespaces": ["kube-system", "gpu-operator"]}}
+    )
+    webhook = _find(objects, "MutatingWebhookConfiguration")
+    (expression,) = webhook["webhooks"][0]["namespaceSelector"]["matchExpressions"]
+    assert expression["values"] == ["kube-system", "gpu-operator", "burst-system"]
+    assert webhook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == "burst-system/nimbix-burst-webhook"
+    certificate = _find(objects, "Certificate", "nimbix-burst-webhook")
+    assert certificate["spec"]["dnsNames"][0] == "nimbix-burst-webhook.burst-system.svc"
+    assert _settings(objects)["data"]["WEBHOOK_PEER_SERVER_NAME"] == "nimbix-burst-webhook.burst-system.svc"
+    assert {o["metadata"].get("namespace", "burst-system") for o in objects} == {"burst-system"}
+
+
+def test_an_issuer_of_your_own_replaces_the_self_signed_ca(helm: Path) -> None:
+    issuer = {"group": "cert-manager.io", "kind": "ClusterIssuer", "name": "corp-ca"}
+    objects = helmchart.render(helm, values={"certManager": {"issuerRef": issuer}})
+    assert [o["kind"] for o in objects].count("Issuer") == 0
+    (certificate,) = [o for o in objects if o["kind"] == "Certificate"]
+    assert certificate["spec"]["issuerRef"] == issuer
+
+
+def test_a_certificate_you_bring_goes_without_cert_manager(helm: Path) -> None:
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    objects = helmchart.render(
+        helm, values={"certManager": {"enabled": False}, "tls": {"secretName": "mine", "caBundle": pem}}
+    )
+    assert not [o for o in objects if o["kind"] in {"Issuer", "Certificate"}]
+    webhook = _find(objects, "MutatingWebhookConfiguration")
+    assert "annotations" not in webhook["metadata"]
+    assert base64.b64decode(webhook["webhooks"][0]["clientConfig"]["caBundle"]).decode() == pem
+    volumes = _find(objects, "Deployment", "nimbix-burst-webhook")["spec"]["template"]["spec"]["volumes"]
+    assert volumes[0]["secret"]["secretName"] == "mine"
+    with pytest.raises(helmchart.HelmError, match=r"tls\.caBundle"):
+        helmchart.render(helm, values={"certManager": {"enabled": False}})
+
+
+def test_the_chart_can_create_the_jarvice_secret(helm: Path) -> None:
+    values = {
+        "controller": {"jarvice": {"create": True, "username": "ada", "apikey": "k3y", "url": "https://j.example/api"}}
+    }
+    secret = _find(helmchart.render(helm, values=values), "Secret", "nimbix-burst-controller-jarvice")
+    assert secret["stringData"] == {"username": "ada", "apikey": "k3y", "url": "https://j.example/api"}
+    with pytest.raises(helmchart.HelmError, match=r"controller\.jarvice\.apikey is required"):
+        helmchart.render(helm, values={"controller": {"jarvice": {"create": True, "username": "ada"}}})
+
+
+def test_optional_parts_can_be_left_out(helm: Path) -> None:
+    values = {
+        "webhook": {"podDisruptionBudget": {"enabled": False}},
+        "priorityClass": {"create": False, "name": ""},
+        "budgetPolicy": {"enabled": False},
+        "networkPolicy": {"enabled": False},
+        "controller": {"enabled": False},
+    }
+    kinds = {o["kind"] for o in helmchart.render(helm, values=values)}
+    assert kinds.isdisjoint({"PodDisruptionBudget", "PriorityClass", "ValidatingAdmissionPolicy", "NetworkPolicy"})
+    names = {o["metadata"]["name"] for o in helmchart.render(helm, values=values)}
+    assert "nimbix-burst-controller" not in names
+
+
+def test_monitoring_renders_the_rule_file_and_the_dashboard(helm: Path) -> None:
+    values = {
+        "monitoring": {
+            "prometheusRule": {"enabled": True, "labels": {"release": "kps"}},
+            "dashboard": {"enabled": True},
+        }
+    }
+    objects = helmchart.render(helm, values=values)
+    rule = _find(objects, "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "kps"
+    assert next(r["alert"] for r in rule["spec"]["groups"][0]["rules"]) == "NimbixBurstWebhookUnavailable"
+    dashboard = _find(objects, "ConfigMap", "nimbix-burst-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["data"]["nimbix-burst.json"] == (helmchart.CHART_DIR / "monitoring" / "dashboard.json").read_text()
