@@ -24,11 +24,7 @@ README_MAX_LINES = 400
 
 # Pages that other work in progress adds. A link to one of them may point nowhere until it lands.
 # When a page lands, remove it from this set (test_expected_soon_pages_are_still_missing says which).
-EXPECTED_SOON_PAGES = frozenset(
-    {
-        "docs/distributed-training.md",
-    }
-)
+EXPECTED_SOON_PAGES: frozenset[str] = frozenset()
 
 # "issue 27", "Issues 6", "issue #15", "finding 3": the tracker's numbers mean nothing to a reader.
 ISSUE_REFERENCE = re.compile(r"\b(?:issues?\s+#?\d+|findings?\s+\d+)", re.IGNORECASE)
