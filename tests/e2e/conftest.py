@@ -53,12 +53,15 @@ MAX_NAME_LENGTH = 63
 REAL_NODE_CLAIM_WAIT_SECONDS = 1800
 # The modules that use the installed add-on, in the order they run (after every other module).
 # test_helm_chart.py comes first: it installs the same objects with the Helm chart and uninstalls
-# them (namespace included) before the kustomize-installed add-on of the others is set up.
+# them (namespace included) before the kustomize-installed add-on of the others is set up. Every
+# module that uses the installed add-on (or its controller) must be listed: one left out runs earlier,
+# installs the add-on before the chart, and the chart's uninstall then takes the add-on's objects.
 INSTALLED_ADDON_MODULES = {
     "test_helm_chart.py": 1,
     "test_addon_installed.py": 2,
     "test_controller_installed.py": 3,
-    "test_money_safety.py": 4,
+    "test_kubectl_view.py": 4,
+    "test_money_safety.py": 5,
 }
 
 
