@@ -330,6 +330,9 @@ def controller(
     control_plane.kubectl(
         "-n", install.NAMESPACE, "set", "env", deployment, *(f"{k}={v}" for k, v in CONTROLLER_ENV.items())
     )
+    # The controller reads its Secret (this module's emulator) only at start, and `set env` with the
+    # values an earlier module already set rolls nothing out: restart it so it talks to this emulator.
+    control_plane.kubectl("-n", install.NAMESPACE, "rollout", "restart", deployment)
     control_plane.kubectl("-n", install.NAMESPACE, "rollout", "status", deployment, "--timeout=180s")
     demo.wait_for(lambda: len(controller_pods(control_plane)) == 2, what="two controller pods Ready", timeout=60)
     demo.wait_for(lambda: controller_leader(control_plane), what="a controller leader", timeout=60)
