@@ -9,6 +9,8 @@
 # (devplatform/certmanager) rewrites them before applying.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=../gobuild.sh
+. "$here/../gobuild.sh"
 wrap="$here/gowrap"
 components="cert-manager-controller cert-manager-cainjector"
 module="github.com/cert-manager/cert-manager"
@@ -52,25 +54,7 @@ fi
 cp "$moddir"/deploy/crds/*.yaml "$tmp/crds/"
 chmod u+w "$tmp"/crds/*.yaml
 
-(
-  cd "$wrap"
-  CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=mod \
-    go build -v -trimpath -ldflags "-s -w" -o "$tmp/bin/" ./cmd/... >"$log" 2>&1
-) &
-pid=$!
-while kill -0 "$pid" 2>/dev/null; do
-  sleep 15
-  if kill -0 "$pid" 2>/dev/null; then
-    n=$(grep -vc '^go: downloading' "$log" || true)
-    echo "  building $components: $(( $(date +%s) - start ))s elapsed, $n packages compiled" >&2
-  fi
-done
-if ! wait "$pid"; then
-  echo "cert-manager build FAILED after $(( $(date +%s) - start ))s; last lines of the log:" >&2
-  grep -v '^go: downloading' "$log" | tail -30 >&2
-  exit 1
-fi
-rm -f "$log"
+go_build_with_progress "$components" "cert-manager" "$start" "$log" "$wrap" -ldflags "-s -w" -o "$tmp/bin/" ./cmd/... || exit 1
 rm -rf "$root"
 mv "$tmp" "$root"
 trap - EXIT

@@ -5,6 +5,8 @@
 # build at all; a fresh clone on the same machine reuses it.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=../gobuild.sh
+. "$here/../gobuild.sh"
 wrap="$here/gowrap"
 components="etcd kube-apiserver kube-scheduler kube-controller-manager kubectl kubelet kube-proxy pause"
 
@@ -36,25 +38,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 
 start=$(date +%s)
-(
-  cd "$wrap"
-  CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=mod \
-    go build -v -trimpath -ldflags "$ldflags" -o "$tmp/" ./cmd/... >"$log" 2>&1
-) &
-pid=$!
-while kill -0 "$pid" 2>/dev/null; do
-  sleep 15
-  if kill -0 "$pid" 2>/dev/null; then
-    n=$(grep -vc '^go: downloading' "$log" || true)
-    echo "  building $components: $(( $(date +%s) - start ))s elapsed, $n packages compiled" >&2
-  fi
-done
-if ! wait "$pid"; then
-  echo "control plane build FAILED after $(( $(date +%s) - start ))s; last lines of the log:" >&2
-  grep -v '^go: downloading' "$log" | tail -30 >&2
-  exit 1
-fi
-rm -f "$log"
+go_build_with_progress "$components" "control plane" "$start" "$log" "$wrap" -ldflags "$ldflags" -o "$tmp/" ./cmd/... || exit 1
 mkdir -p "$(dirname "$bin")"
 rm -rf "$bin"
 mv "$tmp" "$bin"

@@ -8,6 +8,8 @@
 # Progress goes to stderr; the last line of stdout is the binary's path.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+# shellcheck source=../gobuild.sh
+. "$here/../gobuild.sh"
 tool="${1:?usage: build.sh helm|promtool}"
 wrap="$here/$tool"
 if [[ ! -f "$wrap/go.mod" || ! -f "$wrap/version.txt" ]]; then
@@ -65,25 +67,7 @@ mkdir -p "$tmp/bin"
 trap 'rm -rf "$tmp"' EXIT
 log="$tmp/build.log"
 start=$(date +%s)
-(
-  cd "$wrap"
-  CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=mod \
-    go build -v -trimpath -ldflags "-s -w $ldflags" -o "$tmp/bin/$tool" "$package" >"$log" 2>&1
-) &
-pid=$!
-while kill -0 "$pid" 2>/dev/null; do
-  sleep 15
-  if kill -0 "$pid" 2>/dev/null; then
-    n=$(grep -vc '^go: downloading' "$log" || true)
-    echo "  building $tool: $(( $(date +%s) - start ))s elapsed, $n packages compiled" >&2
-  fi
-done
-if ! wait "$pid"; then
-  echo "$tool build FAILED after $(( $(date +%s) - start ))s; last lines of the log:" >&2
-  grep -v '^go: downloading' "$log" | tail -30 >&2
-  exit 1
-fi
-rm -f "$log"
+go_build_with_progress "$tool" "$tool" "$start" "$log" "$wrap" -ldflags "-s -w $ldflags" -o "$tmp/bin/$tool" "$package" || exit 1
 rm -rf "$root"
 mv "$tmp" "$root"
 trap - EXIT
