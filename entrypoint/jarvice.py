@@ -35,7 +35,7 @@ from entrypoint.jarvice_wire import (
     SubmitOutcomeUnknown,
     SubmitRefused,
     Unavailable,
-    _expect_object,
+    expect_object,
     parse_jobs,
     parse_machines,
     parse_status,
@@ -295,11 +295,11 @@ class JarviceClient:
 
     def shutdown(self, number: int, *, deadline: float | None = None) -> None:
         raw = self._get_json("shutdown", {"number": number}, deadline=deadline)
-        self._parsed(lambda r: _expect_object(r, endpoint="shutdown"), raw)
+        self._parsed(lambda r: expect_object(r, endpoint="shutdown"), raw)
 
     def terminate(self, number: int, *, deadline: float | None = None) -> None:
         raw = self._get_json("terminate", {"number": number}, deadline=deadline)
-        self._parsed(lambda r: _expect_object(r, endpoint="terminate"), raw)
+        self._parsed(lambda r: expect_object(r, endpoint="terminate"), raw)
 
     def submit(self, body: SubmitBody) -> SubmitResult:
         """POST /jarvice/submit exactly once."""

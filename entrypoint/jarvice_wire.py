@@ -95,7 +95,7 @@ def _as_number(value: object) -> float | None:
     return None
 
 
-def _expect_object(raw: object, *, endpoint: str) -> dict[str, Any]:
+def expect_object(raw: object, *, endpoint: str) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ProtocolError(f"{endpoint}: expected a JSON object, got {type(raw).__name__}", endpoint=endpoint)
     if isinstance(raw.get("error"), str):
@@ -106,7 +106,7 @@ def _expect_object(raw: object, *, endpoint: str) -> dict[str, Any]:
 
 
 def parse_submit(raw: object) -> SubmitResult:
-    obj = _expect_object(raw, endpoint="submit")
+    obj = expect_object(raw, endpoint="submit")
     number = _as_int(obj.get("number"))
     name = obj.get("name")
     if number is None or not isinstance(name, str):
@@ -117,7 +117,7 @@ def parse_submit(raw: object) -> SubmitResult:
 
 
 def parse_machines(raw: object) -> dict[str, Machine]:
-    obj = _expect_object(raw, endpoint="machines")
+    obj = expect_object(raw, endpoint="machines")
     machines = {}
     for name, entry in obj.items():
         if not isinstance(entry, dict):
@@ -161,7 +161,7 @@ def _status_fields(entry: dict[str, Any], *, number: int, endpoint: str) -> tupl
 
 
 def parse_status(raw: object, *, number: int) -> JobStatus:
-    obj = _expect_object(raw, endpoint="status")
+    obj = expect_object(raw, endpoint="status")
     entry = obj.get(str(number))
     if not isinstance(entry, dict):
         raise ProtocolError(
@@ -181,7 +181,7 @@ def parse_status(raw: object, *, number: int) -> JobStatus:
 
 
 def parse_jobs(raw: object) -> dict[int, JobEntry]:
-    obj = _expect_object(raw, endpoint="jobs")
+    obj = expect_object(raw, endpoint="jobs")
     jobs = {}
     for key, entry in obj.items():
         number = _as_int(key)
