@@ -41,10 +41,15 @@ def objs(control_plane: controlplane.ControlPlane) -> list[Manifest]:
 
 
 @pytest.fixture(scope="module")
-def prerequisites(control_plane: controlplane.ControlPlane, objs: list[Manifest]) -> None:
-    for kind in PREREQUISITE_KINDS:
-        for obj in manifests.find_objects(objs, kind=kind):
-            _kubectl(control_plane, "apply", "-f", "-", obj=obj)
+def prerequisites(control_plane: controlplane.ControlPlane, objs: list[Manifest]) -> Iterator[None]:
+    created = [obj for kind in PREREQUISITE_KINDS for obj in manifests.find_objects(objs, kind=kind)]
+    for obj in created:
+        _kubectl(control_plane, "apply", "-f", "-", obj=obj)
+    yield
+    # Removed again, the cluster-scoped PriorityClass included: a later module installs the add-on
+    # with Helm, which refuses to adopt an object it did not create.
+    for obj in reversed(created):
+        _kubectl(control_plane, "delete", "--ignore-not-found", "--wait=true", "-f", "-", obj=obj)
 
 
 @pytest.fixture
