@@ -141,7 +141,8 @@ def run(argv: Sequence[str], env: Mapping[str, str]) -> int:
         log.error(
             "the image has no ssh client, which the fan-out to the job's other nodes needs",
             extra={
-                "reason": "install openssh-client (and an ssh server) in the application image",
+                "reason": "build the image FROM the nimbix-burst base image (which has OpenSSH), or install"
+                " openssh-client and openssh-server in it",
                 "nodes": len(plan.launches),
             },
         )
