@@ -77,11 +77,10 @@ def admit(
     pod_ask = decisions.BurstAsk(spec=spec, annotations=annotations, policy=policy)
     if not reinvoked:
         try:
-            jobs = cache.gang_index.jobs
-            member = gangs.find_member(meta, namespace=request.namespace, cluster=snapshot.cluster, jobs=jobs)
+            gang = cache.gang_snapshot_for(meta, namespace=request.namespace, cluster=snapshot.cluster)
         except gangs.GangError as unreadable:  # not `exc`: compiled, a name keeps the first type it was given
             return responses.refuse(request, str(unreadable))
-        if member is not None:
+        if gang is not None:
             context = gang_decision.Context(
                 needs=needs,
                 pod=pod_ask,
@@ -90,9 +89,9 @@ def admit(
                 over_budget=over_budget,
                 dry_run=request.dry_run,
             )
-            gang = gang_decision.decide_gang(member, context, snapshot, cache.gang_snapshot_for(member))
-            cache.apply_gang(gang.effects)
-            return responses.respond_gang(request, gang, gpus=needs.gpus, policy=policy)
+            gang_verdict = gang_decision.decide_gang(context, snapshot, gang)
+            cache.apply_gang(gang_verdict.effects)
+            return responses.respond_gang(request, gang_verdict, gpus=needs.gpus, policy=policy)
     verdict = decisions.decide(
         needs,
         snapshot,

@@ -32,13 +32,14 @@ is then two look-ups.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from entrypoint import contract
 from kubeplumbing.leadership import HandedOver
 from webhook.accounting import ClaimLedger
 from webhook.decision import Verdict
 from webhook.fitting import CANDIDATE_CAP, best_partial_fit, find_fit
-from webhook.gangs import GangEffects, GangIndex, GangMember, GangSnapshot
+from webhook.gangs import GangEffects, GangIndex, GangSnapshot
 from webhook.reservations import Reservations
 from webhook.scheduling import eligibility
 from webhook.types import (
@@ -263,10 +264,11 @@ class ClusterCache:
         elif reservation_id and verdict.route == "remote" and verdict.counted:
             self.reserve_remote(reservation_id, namespace=needs.namespace, gpus=verdict.remote_gpus)
 
-    def gang_snapshot_for(self, member: GangMember) -> GangSnapshot:
-        """What a gang's decision reads of the gang now (after snapshot_for: expired reservations dropped)."""
-        reservations = self.reservations
-        return self.gang_index.snapshot(member, now=reservations.now(), ttl=reservations.ttl, hold=reservations.hold)
+    def gang_snapshot_for(self, meta: Mapping[str, Any], *, namespace: str, cluster: str) -> GangSnapshot | None:
+        """The pod's gang as its decision reads it now (GangIndex.snapshot: None for a pod decided alone)."""
+        held = self.reservations
+        return self.gang_index.snapshot(meta, namespace=namespace, cluster=cluster, now=held.now(), ttl=held.ttl,
+                                        hold=held.hold)  # fmt: skip
 
     def apply_gang(self, effects: GangEffects) -> None:
         """A gang's decision, applied at once (see GangEffects)."""

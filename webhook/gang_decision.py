@@ -68,6 +68,7 @@ class GangVerdict:
     candidates: int = 0
     burst: mutation.BurstTerms | None = None  # remote: the burst's terms, its gang's included
     limit_warning: str = ""  # remote: why the namespace's default walltime was not used
+    remote_gpus: int = 0  # remote: what this pod counts against its namespace's budget
     effects: GangEffects = NO_EFFECTS
 
 
@@ -76,8 +77,9 @@ def _describe(member: GangMember) -> str:
     return f"{what} {member.name}"
 
 
-def decide_gang(member: GangMember, context: Context, snapshot: Snapshot, gang: GangSnapshot) -> GangVerdict:
+def decide_gang(context: Context, snapshot: Snapshot, gang: GangSnapshot) -> GangVerdict:
     """The gang's decision for this pod (made now if it is the gang's first), with its effects."""
+    member = gang.member
     if member.size is None:
         # The Job's watch event has not reached the cache: its size is unknown. Kept local: no rank
         # is ever burst without its gang, and the gang's other pods will follow this one.
@@ -297,6 +299,7 @@ def _burst(
         reservation_id=reservation,
         burst=burst,
         limit_warning=limit_warning,
+        remote_gpus=remote_gpus(context.needs.gpus),
         effects=NO_EFFECTS if context.dry_run else effects,
     )
 

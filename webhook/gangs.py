@@ -310,6 +310,7 @@ class GangSnapshot:
     gang's pods when this replica has no record of the gang or the pod has no rank yet (a pod
     group's); else the pod's own rank alone."""
 
+    member: GangMember  # the pod, as a member of its gang
     record: GangRecord | None  # this replica's record of the gang (None: none, or it expired)
     marked: GangKind | None  # a marker held for a gang kept local or refused (see marker_id)
     ranks: Mapping[int, RankHolds]  # the ranks read that have a reservation outstanding
@@ -383,12 +384,23 @@ class GangIndex:
         return list(self._pods.get(gang_uid, {}).values())
 
     def snapshot(
-        self, member: GangMember, *, now: float, ttl: float, hold: Callable[[str], Hold | None]
-    ) -> GangSnapshot:
-        """The gang's GangSnapshot (see there), its expired records dropped first. `hold`: what an
-        outstanding reservation holds (Reservations.hold)."""
+        self,
+        meta: Mapping[str, Any],
+        *,
+        namespace: str,
+        cluster: str,
+        now: float,
+        ttl: float,
+        hold: Callable[[str], Hold | None],
+    ) -> GangSnapshot | None:
+        """The gang of the pod whose metadata is `meta` (see find_member: None when the pod is decided
+        alone; GangError when its annotations cannot be read), as its GangSnapshot (see there), expired
+        records dropped first. `hold`: what an outstanding reservation holds (Reservations.hold)."""
+        member = find_member(meta, namespace=namespace, cluster=cluster, jobs=self.jobs)
+        if member is None:
+            return None
         if member.size is None:
-            return GangSnapshot(None, None, {}, NOT_READ, now, ttl)
+            return GangSnapshot(member, None, None, {}, NOT_READ, now, ttl)
         uid = member.uid
         self.book.expire(now=now)
         record = self.book.get(uid, now=now)
@@ -400,7 +412,7 @@ class GangIndex:
             if opened is not None or taken is not None:
                 ranks[rank] = RankHolds(opened, taken)
         seen = read_pods(self.pods(uid)) if wide else NOT_READ
-        return GangSnapshot(record, marked, ranks, seen, now, ttl)
+        return GangSnapshot(member, record, marked, ranks, seen, now, ttl)
 
     def update(self, old: PodInfo | None, pod: PodInfo | None) -> None:
         """A pod's change: `old` as it was (None: new), `pod` as it is (None: gone)."""

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from entrypoint import contract
 from webhook import budget, mutation, overreach
-from webhook.decision import Verdict, remote_gpus
+from webhook.decision import Verdict
 from webhook.gang_decision import GangVerdict
 from webhook.review import AdmissionRequest, build_denial, build_response
 from webhook.types import Decision, GpuCounts, PodNeeds
@@ -182,7 +182,7 @@ def respond_gang(
         decision=Decision(kind="remote", reason=verdict.reason),
         policy=policy,
         terms=verdict.burst,
-        remote_gpus=remote_gpus(gpus),
+        remote_gpus=verdict.remote_gpus,
         reservation_id=verdict.reservation_id,
     )
     shown = f"rank {verdict.terms.rank} of {verdict.terms.size}" if verdict.terms is not None else "a rank"
