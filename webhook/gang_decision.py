@@ -238,11 +238,10 @@ def _decide_remote(
         kind: GangKind = "denied" if context.over_budget == "deny" else "kept"
         why = f"{reason}; not burst: {refusal}"
         return _mark(member, context, gang, kind=kind, reason=why, terms=terms, budget_note=refusal)
-    remote = tuple(
-        RemoteReservation(taken_id(member.uid, rank) if rank == terms.rank else open_id(member.uid, rank), namespace,
-                          per_pod)
-        for rank in range(terms.size)
-    )  # fmt: skip
+    ids = (
+        taken_id(member.uid, rank) if rank == terms.rank else open_id(member.uid, rank) for rank in range(terms.size)
+    )
+    remote = tuple(RemoteReservation(each, namespace, per_pod) for each in ids)
     effects = GangEffects(member.uid, remote=remote, record=_record(member, gang, "remote", reason))
     return _burst(context, snapshot, terms=terms, reason=reason, extras=extras, effects=effects)
 

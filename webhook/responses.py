@@ -171,8 +171,9 @@ def respond_gang(
         return Admission(response, "local", verdict.reason, over_budget=bool(verdict.budget_note))
     if verdict.kind == "local":
         decision = Decision(kind="local", reason=verdict.reason, node=verdict.node, candidates=verdict.candidates)
-        patch = mutation.build_local_patch(pod, decision=decision, reservation_id=verdict.reservation_id,
-                                           notes=verdict.notes)  # fmt: skip
+        patch = mutation.build_local_patch(
+            pod, decision=decision, reservation_id=verdict.reservation_id, notes=verdict.notes
+        )
         return Admission(build_response(request.uid, patch=patch), "local", verdict.reason, verdict.node)
     if verdict.burst is None:
         raise AssertionError("a gang's burst verdict carries its terms")
