@@ -3,9 +3,11 @@
 The base image's run command (images/base/nimbix-burst-run-command) hands a job with more than
 one node here, on the master node, in the application's working directory. Every rank is started
 at once (`entrypoint.fanout` plans them: the master's rank and, with the local transport, every
-rank as a child process; the others through ssh); the fan-out waits for all of them. When one
-fails, the others are stopped (SIGTERM to this process group, SIGKILL after a grace period) and
-the fan-out exits with the failed rank's status; a signal to the fan-out stops every rank too.
+rank as a child process; the others through ssh, each under `entrypoint.rankguard` on its node);
+the fan-out waits for all of them. When one fails, the others are stopped (SIGTERM to this process
+group; for a rank through ssh, the end of ssh's input, on which its guard stops it; SIGKILL after a
+grace period) and the fan-out exits with the failed rank's status; a signal to the fan-out stops
+every rank too.
 
 Its own messages are JSON lines on stderr (they land in the job's output, which rank 0's pod shows).
 """
@@ -52,10 +54,18 @@ class Ranks:
             if self.signalled is not None:
                 return  # stopped while starting: wait() stops what has started
             if launch.local:
-                argv, child_env = fanout.build_local_argv(command), {**env, **launch.env}
+                argv = fanout.build_local_argv(command)
+                process = subprocess.Popen(argv, env={**env, **launch.env}, stdin=subprocess.DEVNULL, cwd=workdir)
             else:
-                argv, child_env = fanout.build_ssh_argv(launch, command=command, workdir=workdir), dict(env)
-            self.processes[launch.rank] = subprocess.Popen(argv, env=child_env, stdin=subprocess.DEVNULL, cwd=workdir)
+                # The same image on every node: this interpreter's path is the remote one too. ssh's
+                # input stays open while the rank should run (the remote guard stops it at its end),
+                # and ssh has a process group of its own, so that stopping the ranks ends its input
+                # instead of killing it: the fan-out then waits for the remote rank's own status.
+                argv = fanout.build_ssh_argv(launch, command=command, workdir=workdir, python=sys.executable)
+                process = subprocess.Popen(
+                    argv, env=dict(env), stdin=subprocess.PIPE, cwd=workdir, start_new_session=True
+                )
+            self.processes[launch.rank] = process
             log.info("rank started", extra={"rank": launch.rank, "node": launch.node, "local": launch.local})
 
     def on_signal(self, signum: int, _frame: FrameType | None) -> None:
@@ -71,6 +81,7 @@ class Ranks:
                 if code is None:
                     continue
                 del self.processes[rank]
+                _end_input(process)
                 status = exitcodes.from_returncode(code)
                 self.exits.append(fanout.RankExit(rank=rank, code=status))
                 log.info("rank exited", extra={"rank": rank, "exit_code": status})
@@ -97,7 +108,15 @@ class Ranks:
             signal.signal(sig, signal.SIG_IGN)
         if self.processes:
             os.killpg(os.getpgrp(), signal.SIGTERM)
+        for process in self.processes.values():
+            _end_input(process)
         return time.monotonic() + STOP_GRACE_SECONDS
+
+
+def _end_input(process: subprocess.Popen[bytes]) -> None:
+    """A rank through ssh: the end of its input tells its guard on the other node to stop it."""
+    if process.stdin is not None and not process.stdin.closed:
+        process.stdin.close()
 
 
 def _read_plan(env: Mapping[str, str]) -> fanout.FanoutPlan:
@@ -122,7 +141,8 @@ def run(argv: Sequence[str], env: Mapping[str, str]) -> int:
         log.error(
             "the image has no ssh client, which the fan-out to the job's other nodes needs",
             extra={
-                "reason": "install openssh-client (and an ssh server) in the application image",
+                "reason": "build the image FROM the nimbix-burst base image (which has OpenSSH), or install"
+                " openssh-client and openssh-server in it",
                 "nodes": len(plan.launches),
             },
         )
@@ -145,7 +165,8 @@ def run(argv: Sequence[str], env: Mapping[str, str]) -> int:
     return ranks.wait()
 
 
-def main() -> NoReturn:
+def configure_logging() -> None:
+    """JSON lines on stderr (the fan-out's and the remote ranks' guards')."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         JsonFormatter("%(levelname)s %(name)s %(message)s", rename_fields={"levelname": "level", "name": "logger"})
@@ -154,6 +175,10 @@ def main() -> NoReturn:
     # Quiet unless something needs attention, as the runner (LOG_LEVEL=INFO shows every rank's start and exit).
     level = os.environ.get("LOG_LEVEL", "").strip().upper()
     logging.getLogger().setLevel(level if level in LOG_LEVELS else "WARNING")
+
+
+def main() -> NoReturn:
+    configure_logging()
     sys.exit(run(sys.argv[1:], os.environ))
 
 

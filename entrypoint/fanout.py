@@ -45,6 +45,8 @@ SSH_OPTIONS: Final = (
     "-o",
     "LogLevel=ERROR",
 )
+# What runs a remote rank on its node (entrypoint/rankguard.py).
+RANK_GUARD_MODULE: Final = "entrypoint.rankguard"
 # A node's name in the nodes file: a hostname or an IP address, nothing a shell would interpret.
 _NODE_RE: Final = re.compile(r"^[A-Za-z0-9._:-]+$")
 _LOOPBACK_NAMES: Final = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
@@ -137,11 +139,15 @@ def build_local_argv(command: str) -> tuple[str, ...]:
     return ("bash", "-l", "-c", command)
 
 
-def build_ssh_argv(launch: RankLaunch, *, command: str, workdir: str) -> tuple[str, ...]:
+def build_ssh_argv(launch: RankLaunch, *, command: str, workdir: str, python: str) -> tuple[str, ...]:
     """A rank on another node: ssh runs it there in the same working directory (the same image
-    runs on every node), with the rank's variables; the remote shell gets one quoted string."""
+    runs on every node, so `python` is this node's interpreter path), with the rank's variables;
+    the remote shell gets one quoted string. The rank runs under `entrypoint.rankguard`, which
+    stops it when ssh's input ends (the fan-out stops it, or is gone): without a terminal, sshd
+    does not signal a command whose client went away."""
     assignments = [f"{name}={value}" for name, value in launch.env.items()]
-    remote = f"cd {shlex.quote(workdir)} && exec " + shlex.join(["env", *assignments, *build_local_argv(command)])
+    guard = [python, "-m", RANK_GUARD_MODULE, command]
+    remote = f"cd {shlex.quote(workdir)} && exec " + shlex.join(["env", *assignments, *guard])
     return ("ssh", *SSH_OPTIONS, launch.node, remote)
 
 

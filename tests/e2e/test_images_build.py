@@ -19,6 +19,8 @@ pytestmark = pytest.mark.timeout(1900)
 ROOT = Path(__file__).resolve().parents[2]
 # A warm build only hashes inputs and checks that the archives exist (measured: ~2 s).
 RUN_TIMEOUT = 120.0
+# The base image's OCI archive (measured: 82 MB, OpenSSH included).
+BASE_ARCHIVE_MAX_BYTES = 90_000_000
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +93,32 @@ def test_base_image_runs_the_runner_as_non_root(archives: dict[str, images.Image
     assert config["WorkingDir"] == "/home/app"
     result = run_in(images.BASE, ["python", "-m", "entrypoint", "bash", "-c", "id -u; echo $PYTHONUNBUFFERED"])
     assert (result.returncode, result.stdout) == (0, "10001\n1\n"), result.stderr
+
+
+def test_base_image_has_openssh_for_the_fan_out(archives: dict[str, images.ImageArchive]) -> None:
+    """What a gang's fan-out over several JARVICE nodes uses: the ssh client, on the PATH of the
+    user's shell, and the server with its host keys and a configuration `sshd -t` accepts."""
+    result = run_in(images.BASE, ["bash", "-c", "command -v ssh sshd; ssh -V 2>&1; test -d /run/sshd && echo privsep"])
+    assert result.returncode == 0, result.stderr
+    ssh, sshd, version, privsep = result.stdout.splitlines()
+    assert (ssh, sshd, privsep) == ("/usr/bin/ssh", "/usr/sbin/sshd", "privsep")
+    assert version.startswith("OpenSSH_"), version
+    # As the image's user, who cannot read the host keys (root's, mode 600): a key of its own.
+    check = "ssh-keygen -q -t ed25519 -N '' -f /tmp/key && /usr/sbin/sshd -t -f /etc/ssh/sshd_config -h /tmp/key"
+    config = run_in(images.BASE, ["bash", "-c", f"{check} && ls /etc/ssh/ssh_host_ed25519_key"])
+    assert config.returncode == 0, config.stderr
+
+
+def test_base_image_leaves_apts_lists_and_caches_out(archives: dict[str, images.ImageArchive]) -> None:
+    """`apt-get update` alone leaves ~80 MB of package caches behind; the archive stays small: 82 MB
+    with OpenSSH (78 MB without it), this bound catches such a leftover."""
+    # What the image's user can see (the `partial` directories are apt's own).
+    listing = "find /var/lib/apt/lists /var/cache/apt -mindepth 1 -maxdepth 2 -printf '%P\\n' 2>/dev/null; true"
+    result = run_in(images.BASE, ["bash", "-c", listing])
+    assert result.returncode == 0, result.stderr
+    left = set(result.stdout.split())
+    assert left and left <= {"lock", "partial", "archives", "archives/lock", "archives/partial"}, result.stdout
+    assert archives[images.BASE].path.stat().st_size < BASE_ARCHIVE_MAX_BYTES
 
 
 def test_base_image_carries_the_appdef_the_emulator_loads(archives: dict[str, images.ImageArchive]) -> None:

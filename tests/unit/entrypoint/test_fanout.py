@@ -89,16 +89,29 @@ def test_a_master_port_that_is_no_port_is_refused() -> None:
         fanout.build_fanout("a\nb\n", env={"MASTER_PORT": "0"}, source="nodes")
 
 
-def test_a_remote_rank_runs_through_ssh_in_the_same_directory_with_its_variables() -> None:
+@pytest.mark.parametrize(
+    ("command", "workdir", "python"),
+    [
+        ('python train.py --name "it\'s" $HOME', "/home/app dir", "/opt/venv/bin/python"),
+        ("a && b; echo \"$NODE_RANK\" | tee 'x y'", "/home/app", "/opt/venv/bin/python"),
+        ("exit 3", "/data/it's here", "/usr/local/bin/python3"),
+        ("printf '%s\\n' \"$(hostname)\" >&2", "/", "/opt/my venv/bin/python"),
+    ],
+    ids=["quotes-and-variables", "shell-operators", "quote-in-workdir", "substitution-and-space-in-python"],
+)
+def test_a_remote_rank_runs_through_ssh_under_its_guard_in_the_same_directory_with_its_variables(
+    command: str, workdir: str, python: str
+) -> None:
     plan = fanout.build_fanout("node-a\nnode-b\n", env={}, source="nodes")
-    command = 'python train.py --name "it\'s" $HOME'
-    argv = fanout.build_ssh_argv(plan.launches[1], command=command, workdir="/home/app dir")
+    argv = fanout.build_ssh_argv(plan.launches[1], command=command, workdir=workdir, python=python)
     assert argv[0] == "ssh" and "BatchMode=yes" in argv and argv[-2] == "node-b"
-    remote = shlex.split(argv[-1])  # what the remote login shell parses
-    assert remote[:3] == ["cd", "/home/app dir", "&&"]
+    assert "-n" not in argv and "-t" not in argv and "-tt" not in argv  # its input is the guard's signal; no terminal
+    remote = shlex.split(argv[-1])  # what the remote user's shell parses
+    assert remote[:3] == ["cd", workdir, "&&"]
     assert remote[3:5] == ["exec", "env"]
     assert remote[5:10] == [f"{k}={v}" for k, v in variables(1, 2, "node-a", 29500).items()]
-    assert remote[10:] == ["bash", "-l", "-c", command]  # the command arrives as one string, byte for byte
+    # The command arrives as one string, byte for byte, for the guard (which runs it with `bash -l -c`).
+    assert remote[10:] == [python, "-m", "entrypoint.rankguard", command]
 
 
 @pytest.mark.parametrize(
