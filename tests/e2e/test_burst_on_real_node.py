@@ -50,15 +50,10 @@ def webhook(control_plane: controlplane.ControlPlane, real_node: node.RealNode) 
 
 
 @pytest.fixture
-def ns(
-    namespace: str,
-    control_plane: controlplane.ControlPlane,
-    node_emulator: addons.EmulatorProcess,
-    webhook: addons.WebhookProcess,
-) -> str:
-    """The test's namespace with the JARVICE credentials Secret (url: the emulator on the gateway)."""
-    control_plane.kubectl("apply", "-f", "-", input=json.dumps(demo.build_secret(node_emulator, namespace=namespace)))
-    return namespace
+def ns(ns: str, webhook: addons.WebhookProcess) -> str:
+    """The tier's namespace with the JARVICE credentials Secret (tests/e2e/conftest.py), once this
+    module's webhook is registered."""
+    return ns
 
 
 def stdout_of(real_node: node.RealNode, pod: dict[str, Any]) -> bytes:

@@ -35,14 +35,10 @@ def webhook(control_plane: controlplane.ControlPlane, real_node: node.RealNode) 
 
 
 @pytest.fixture
-def ns(
-    namespace: str,
-    control_plane: controlplane.ControlPlane,
-    node_emulator: addons.EmulatorProcess,
-    webhook: addons.WebhookProcess,
-) -> str:
-    control_plane.kubectl("apply", "-f", "-", input=json.dumps(demo.build_secret(node_emulator, namespace=namespace)))
-    return namespace
+def ns(ns: str, webhook: addons.WebhookProcess) -> str:
+    """The tier's namespace with the JARVICE credentials Secret (tests/e2e/conftest.py), once this
+    module's webhook is registered."""
+    return ns
 
 
 def model_pod(name: str, command: str, emulator: addons.EmulatorProcess, **placement: Any) -> dict[str, Any]:

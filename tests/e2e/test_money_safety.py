@@ -39,6 +39,7 @@ import pytest
 from devplatform import demo
 from devplatform.cluster import addons, controlplane, install, node
 from entrypoint import contract, exitcodes
+from tests.support import cgroups
 from tests.support.at_once import run_at_once
 from tests.support.gpus import GPU
 from tests.support.installed_controller import (
@@ -186,16 +187,6 @@ while True:
 """
 
 
-def _memory_cgroup(pid: int) -> Path:
-    """The runner container's memory cgroup directory (v1 memory controller, or the v2 unified one)."""
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            return Path("/sys/fs/cgroup/memory") / path.lstrip("/")
-    (line,) = [entry for entry in Path(f"/proc/{pid}/cgroup").read_text().splitlines() if entry.startswith("0::")]
-    return Path("/sys/fs/cgroup") / line.removeprefix("0::/")
-
-
 def _oom_kill_runner(uid: str) -> subprocess.Popen[str]:
     """The kernel's OOM killer, not a signal of ours: a process joins the runner's container cgroup and
     allocates past the container's memory limit; the runner is made the OOM killer's first choice
@@ -203,7 +194,9 @@ def _oom_kill_runner(uid: str) -> subprocess.Popen[str]:
     caller to stop."""
     pid = demo.wait_for(lambda: runner_pid(uid), what="the runner's PID", timeout=10)
     Path(f"/proc/{pid}/oom_score_adj").write_text("1000\n")
-    cgroup = _memory_cgroup(pid)
+    files = cgroups.find_memory_files(Path(f"/proc/{pid}/cgroup").read_text())
+    assert files is not None, f"no memory cgroup for the runner (PID {pid})"
+    cgroup = files.directory
     hog = subprocess.Popen([sys.executable, "-c", _HOG], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert hog.stdout is not None and hog.stdin is not None
     assert hog.stdout.readline().strip() == "ready"
