@@ -22,6 +22,7 @@ from devplatform.cluster.pki import make_ca
 from devplatform.cluster.processes import free_port, stop_process
 from devplatform.cluster.tcpproxy import CuttableProxy
 from tests.support.gpus import GPU, GPU_TOLERATION
+from tests.support.indexed_jobs import real_node_indexed_job, submissions, wait_pods_by_index
 from tests.support.webhook_group import Group, annotations_of, env
 
 DECISION = "nimbix-burst.io/decision"
@@ -209,21 +210,7 @@ RUN_SECONDS = 180.0
 def real_node_job(name: str, command: str, *, app_name: str) -> dict[str, Any]:
     """A 2-pod Indexed Job on the real node, opted in as any user would: the label, nothing else."""
     container = demo.build_app_container(command=command, gpus=RANK_GPUS, app_name=app_name, env={"LOG_LEVEL": "INFO"})
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": 2,
-            "parallelism": 2,
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"labels": {"task-type": "Nimbix"}},
-                "spec": demo.build_real_node_placement({"restartPolicy": "Never", "containers": [container]}),
-            },
-        },
-    }
+    return real_node_indexed_job(name, container, labels={"task-type": "Nimbix"})
 
 
 def run_job(plane: ControlPlane, namespace: str, body: dict[str, Any]) -> str:
@@ -231,30 +218,8 @@ def run_job(plane: ControlPlane, namespace: str, body: dict[str, Any]) -> str:
     return str(json.loads(created)["metadata"]["uid"])
 
 
-def pods_by_index(plane: ControlPlane, namespace: str, job: str, phases: set[str]) -> dict[int, dict[str, Any]]:
-    def listed() -> dict[int, dict[str, Any]] | None:
-        result = plane.kubectl(
-            "get", "-n", namespace, "pods", "-l", f"batch.kubernetes.io/job-name={job}", "-o", "json"
-        )
-        pods = {
-            int(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]): p
-            for p in json.loads(result.stdout)["items"]
-        }
-        return pods if len(pods) == 2 and all(p["status"].get("phase") in phases for p in pods.values()) else None
-
-    found: dict[int, dict[str, Any]] = demo.wait_for(listed, what=f"the pods of {job} {phases}", timeout=RUN_SECONDS)
-    return found
-
-
 def gang_label(pod: dict[str, Any], gang: str) -> str:
     return f"k8s-{env(pod)['NIMBIX_BURST_CLUSTER']}.{gang}-1"
-
-
-def submissions(emulator: addons.EmulatorProcess, label: str) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = demo.fetch_emulator(emulator.url, f"/_emulator/submissions?job_label={label}")[
-        "submissions"
-    ]
-    return found
 
 
 def test_a_two_pod_indexed_job_that_cannot_run_here_bursts_as_one_jarvice_job(
@@ -262,7 +227,7 @@ def test_a_two_pod_indexed_job_that_cannot_run_here_bursts_as_one_jarvice_job(
 ) -> None:
     app = node_emulator.runner_env()["APP_NAME"]
     gang = run_job(control_plane, ns, real_node_job("ddp", f"{RANK_LINE}; sleep 1", app_name=app))
-    pods = pods_by_index(control_plane, ns, "ddp", {"Succeeded", "Failed"})
+    pods = wait_pods_by_index(control_plane, ns, "ddp", {"Succeeded", "Failed"}, timeout=RUN_SECONDS)
     logs = {i: control_plane.kubectl("logs", "-n", ns, p["metadata"]["name"]).stdout for i, p in pods.items()}
     assert [p["status"]["phase"] for p in pods.values()] == ["Succeeded", "Succeeded"], logs
     assert [annotations_of(pods[i])[DECISION] for i in (0, 1)] == ["remote", "remote"]
@@ -290,7 +255,7 @@ def test_deleting_a_running_gangs_job_ends_its_jarvice_job_terminated(
         what="the gang's job running",
         timeout=RUN_SECONDS,
     )
-    pods = pods_by_index(control_plane, ns, "ddp-stop", {"Running"})
+    pods = wait_pods_by_index(control_plane, ns, "ddp-stop", {"Running"}, timeout=RUN_SECONDS)
     control_plane.kubectl("delete", "-n", ns, "job", "ddp-stop", "--wait=false")
     demo.wait_for(
         lambda: [j["status"] for j in demo.fetch_emulator_jobs(node_emulator.url, pod_uid=gang)] == ["TERMINATED"],
