@@ -16,14 +16,12 @@ from typing import Any
 import pytest
 
 from devplatform import demo
-from devplatform.cluster import addons, nodes
+from devplatform.cluster import addons
 from devplatform.cluster.controlplane import ControlPlane
-from devplatform.cluster.pki import make_ca
-from devplatform.cluster.processes import free_port, stop_process
-from devplatform.cluster.tcpproxy import CuttableProxy
 from tests.support.gpus import GPU, GPU_TOLERATION
 from tests.support.indexed_jobs import real_node_indexed_job, submissions, wait_pods_by_index
 from tests.support.webhook_group import Group, annotations_of, env
+from tests.support.webhook_replicas import serving_replicas
 
 DECISION = "nimbix-burst.io/decision"
 GANG = "nimbix-burst.io/gang"
@@ -148,38 +146,8 @@ def test_a_kueue_pod_group_is_never_split(webhook: addons.WebhookProcess, group:
 @pytest.fixture(scope="module")
 def two_replicas(control_plane: ControlPlane, core: Any) -> Iterator[str]:
     """Two webhook processes with leader election behind one address; yields their Lease's namespace."""
-    lease_namespace = f"gang-ha-{uuid.uuid4().hex[:6]}"
-    nodes.create_namespace(core, lease_namespace)
-    run_dir = control_plane.run_dir / "gang-replicas"
-    ports = [free_port(), free_port()]
-    ca = make_ca("nimbix-burst-e2e-gangs")
-    hooks = []
-    for index, port in enumerate(ports):
-        args = [
-            "--strip-toleration-keys", GPU,
-            "--leader-election", "true",
-            "--lease-namespace", lease_namespace,
-            "--lease-name", "webhook-gangs",
-            "--pod-name", f"replica-{index}",
-            "--advertise-url", f"https://127.0.0.1:{port}",
-            "--peer-server-name", "localhost",
-        ]  # fmt: skip
-        replica_dir = run_dir / f"replica-{index}"
-        hooks.append(
-            addons.start_webhook(replica_dir, kubeconfig=control_plane.kubeconfig_path, port=port, ca=ca, args=args)
-        )
-    with CuttableProxy("127.0.0.1", ports[0], ("127.0.0.1", ports[1])) as proxy:
-        front = addons.WebhookProcess(
-            process=hooks[0].process, url=f"https://127.0.0.1:{proxy.port}", ca=ca, tls_dir=run_dir
-        )
-        name = addons.register_webhook(control_plane, front, name_suffix="-gangs-ha")
-        try:
-            yield lease_namespace
-        finally:
-            control_plane.kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
-            for hook in hooks:
-                stop_process(hook.process)
-            core.delete_namespace(lease_namespace)
+    with serving_replicas(control_plane, core, name="gangs-ha") as replicas:
+        yield replicas.namespace
 
 
 def test_two_replicas_give_each_gangs_pods_one_decision(two_replicas: str, group: Group) -> None:

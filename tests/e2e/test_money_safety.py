@@ -40,7 +40,6 @@ from devplatform import demo
 from devplatform.cluster import addons, controlplane, install, node
 from entrypoint import contract, exitcodes
 from tests.support import cgroups
-from tests.support.at_once import run_at_once
 from tests.support.gpus import GPU
 from tests.support.installed_controller import (
     BUDGET,
@@ -57,6 +56,7 @@ from tests.support.installed_controller import (
     pod_body,
 )
 from tests.support.real_node_pods import runner_pid, wait_log
+from tests.support.webhook_replicas import create_at_once
 
 # How late a job may stop after its pod could no longer follow it: the reaper's grace and interval, plus
 # what the pod's status and the JARVICE list take to show it (a kubelet status update, a round's list).
@@ -496,16 +496,9 @@ def test_webhook_leader_killed_while_24_pods_race_for_6_gpus(
             }
         )
 
-    def create(body: dict[str, Any]) -> dict[str, Any]:
-        result = control_plane.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(body), check=False)
-        if result.returncode != 0:
-            raise RuntimeError(result.stderr.strip())
-        created: dict[str, Any] = json.loads(result.stdout)
-        return created
-
     killer = threading.Timer(0.3, os.kill, (pid, signal.SIGKILL))
     killer.start()
-    created, errors = run_at_once(create, bodies)
+    created, errors = create_at_once(control_plane, bodies)
     killer.join()
     decisions: dict[str, int] = {}
     for pod in created:
