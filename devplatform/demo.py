@@ -436,6 +436,14 @@ def _delete_running(
 # -- main -------------------------------------------------------------------------------------------
 
 
+def _leave(run_dir: Path, *, ok: bool) -> None:
+    """A demo that passed leaves nothing behind; one that failed keeps its run directory (the logs)."""
+    if ok:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    else:
+        say(f"logs kept in {run_dir}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devplatform.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -486,10 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         real.stop()
         plane.stop()
-        if ok:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        else:
-            say(f"logs kept in {run_dir}")
+        _leave(run_dir, ok=ok)
     return 0 if ok else 1
 
 
@@ -691,10 +696,7 @@ def run_fake_node_demo() -> int:
         if webhook is not None:
             addons.stop_webhook(webhook)
         plane.stop()
-        if ok:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        else:
-            say(f"logs kept in {run_dir}")
+        _leave(run_dir, ok=ok)
     return 0 if ok else 1
 
 
