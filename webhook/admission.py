@@ -1,39 +1,29 @@
-"""One admission: gather inputs from the review and the cache, decide, apply, build the response.
+"""One admission, in four steps: gather, decide, apply, respond (no I/O).
 
-No I/O. The cache hands the decision one snapshot (ClusterCache.snapshot_for), the decision is pure
-(webhook.decision.decide), and the cache applies what it chose in one call (ClusterCache.apply):
-claim moves, then the reservation, in the same event-loop tick as the decision (never a
-reservation for dry-run requests).
+gather: the review's pod read once (its GPUs, everything it takes from a node, its placement), and
+one snapshot from the cache (ClusterCache.snapshot_for; a gang's pod also its gang's,
+ClusterCache.gang_snapshot_for). decide: pure over them (webhook.decision.decide for a pod alone,
+webhook.gang_decision.decide_gang for a gang's pod). apply: the cache applies what was decided in one
+call (ClusterCache.apply, apply_gang: claim moves, then reservations), in the same event-loop tick as
+the decision, never a reservation for a dry run. respond: webhook.responses turns the verdict into
+the AdmissionReview response.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any
 
 from entrypoint import contract
-from webhook import budget, data_volumes, gang_admission, gangs, gpu_models, mutation, overreach, walltime
+from webhook import budget, gang_decision, gangs, mutation, responses
 from webhook import decision as decisions
 from webhook.cache import ClusterCache
 from webhook.model import ObjectError, check_pod_shape, parse_placement, pod_compute, pod_gpus
-from webhook.review import AdmissionRequest, MalformedReview, build_denial, build_response
-from webhook.types import Decision, Placement, PodNeeds, Requests, Snapshot
+from webhook.responses import Admission, build_error_response
+from webhook.review import AdmissionRequest, MalformedReview
+from webhook.types import Decision, Placement, PodNeeds, Requests
 
-Outcome = Literal["local", "remote", "skipped", "error", "denied"]
-
-
-@dataclass(frozen=True, slots=True)
-class Admission:
-    response: dict[str, Any]
-    outcome: Outcome
-    reason: str
-    node: str = ""
-    over_budget: bool = False  # stopped by its namespace's burst budget (left local, or denied)
-
-
-def _skip(request: AdmissionRequest, reason: str) -> Admission:
-    return Admission(response=build_response(request.uid), outcome="skipped", reason=reason)
+__all__ = ["Admission", "admit", "build_error_response", "decide_placement"]
 
 
 def _mapping(value: object) -> Mapping[str, Any]:
@@ -53,7 +43,9 @@ def admit(
     that would stay local bursts instead, with that reason. `over_budget`: what happens to a pod
     that would burst past its namespace's burst budget (left local, or denied)."""
     if request.kind != "Pod" or request.group != "" or request.operation != "CREATE":
-        return _skip(request, f"not a pod CREATE ({request.group or 'core'}/{request.kind} {request.operation})")
+        return responses.skip(
+            request, f"not a pod CREATE ({request.group or 'core'}/{request.kind} {request.operation})"
+        )
     pod = request.object
     try:
         check_pod_shape(pod)
@@ -62,35 +54,44 @@ def admit(
     meta = _mapping(pod.get("metadata"))
     labels = _mapping(meta.get("labels"))
     if labels.get(contract.LABEL_TASK_TYPE) != contract.LABEL_TASK_TYPE_VALUE:
-        return _skip(request, f"pod is not labeled {contract.LABEL_TASK_TYPE}={contract.LABEL_TASK_TYPE_VALUE}")
+        return responses.skip(
+            request, f"pod is not labeled {contract.LABEL_TASK_TYPE}={contract.LABEL_TASK_TYPE_VALUE}"
+        )
     annotations = _mapping(meta.get("annotations"))
     spec = _mapping(pod.get("spec"))
     # Reinvocation (a later webhook changed the pod), or a pod copied from one we rewrote: never
     # decide twice, but a burst pod must not keep GPUs someone added since.
     reinvoked = contract.ANNOTATION_DECISION in annotations
     if reinvoked and annotations[contract.ANNOTATION_DECISION] != contract.DECISION_REMOTE:
-        return _skip(request, f"already decided: {annotations[contract.ANNOTATION_DECISION]}")
+        return responses.skip(request, f"already decided: {annotations[contract.ANNOTATION_DECISION]}")
     try:
         gpus = pod_gpus(spec, policy.gpu_resources, checked=True)  # on reinvocation: what the patch reads
         placement = Placement() if reinvoked else parse_placement(spec)
         if not gpus and not reinvoked:
-            return _skip(request, "pod requests no GPU")
+            return responses.skip(request, "pod requests no GPU")
         requests = gpus if reinvoked else {**gpus, **pod_compute(spec)}
     except ObjectError as exc:
         raise MalformedReview(f"request.object: {exc}") from exc
     needs = PodNeeds(gpus=gpus, requests=requests, placement=placement, namespace=request.namespace)
     snapshot = cache.snapshot_for(request.namespace, cluster_name=policy.cluster_name)
+    pod_ask = decisions.BurstAsk(spec=spec, annotations=annotations, policy=policy)
     if not reinvoked:
         try:
-            jobs = cache.gang_index.jobs
-            member = gangs.find_member(meta, namespace=request.namespace, cluster=snapshot.cluster, jobs=jobs)
+            gang = cache.gang_snapshot_for(meta, namespace=request.namespace, cluster=snapshot.cluster)
         except gangs.GangError as unreadable:  # not `exc`: compiled, a name keeps the first type it was given
-            return Admission(build_denial(request.uid, f"nimbix-burst: {unreadable}"), "denied", str(unreadable))
-        if member is not None:
-            return _admit_gang(
-                request, member, needs=needs, snapshot=snapshot, cache=cache, policy=policy,
-                local_refusal=local_refusal, over_budget=over_budget,
-            )  # fmt: skip
+            return responses.refuse(request, str(unreadable))
+        if gang is not None:
+            context = gang_decision.Context(
+                needs=needs,
+                pod=pod_ask,
+                active_deadline=spec.get("activeDeadlineSeconds"),
+                local_refusal=local_refusal,
+                over_budget=over_budget,
+                dry_run=request.dry_run,
+            )
+            gang_verdict = gang_decision.decide_gang(context, snapshot, gang)
+            cache.apply_gang(gang_verdict.effects)
+            return responses.respond_gang(request, gang_verdict, gpus=needs.gpus, policy=policy)
     verdict = decisions.decide(
         needs,
         snapshot,
@@ -99,10 +100,10 @@ def admit(
         local_refusal=local_refusal,
         over_budget=over_budget,
         reinvoked=reinvoked,
-        pod=decisions.BurstAsk(spec=spec, annotations=annotations, policy=policy),
+        pod=pod_ask,
     )
     cache.apply(verdict, needs=needs, reservation_id="" if request.dry_run else request.uid)
-    return _respond(request, verdict, needs=needs, policy=policy)
+    return responses.respond(request, verdict, needs=needs, policy=policy)
 
 
 def decide_placement(requests: Requests, placement: Placement, cache: ClusterCache, *, namespace: str = "") -> Decision:
@@ -112,174 +113,3 @@ def decide_placement(requests: Requests, placement: Placement, cache: ClusterCac
     choice = decisions.choose(requests, placement, snapshot.view, reservation_refusal=snapshot.reservation_refusal)
     cache.move_claims(choice.moves)
     return choice.decision
-
-
-def _respond(
-    request: AdmissionRequest, verdict: decisions.Verdict, *, needs: PodNeeds, policy: mutation.RewritePolicy
-) -> Admission:
-    """The review's answer for the verdict (the cache has applied it)."""
-    decision = verdict.decision
-    if verdict.route == "local":
-        patch = mutation.build_local_patch(request.object, decision=decision, reservation_id=request.uid)
-        return Admission(build_response(request.uid, patch=patch), "local", decision.reason, decision.node)
-    if verdict.route == "kept-local":
-        return _kept_local(request, decision, verdict.refusal, notes=verdict.notes, warnings=verdict.warnings)
-    if verdict.route == "over-budget":
-        return _over_budget(request, decision, verdict.refusal, "deny" if verdict.deny else "local")
-    if verdict.limit is None:
-        raise AssertionError("a burst verdict carries its time limit")
-    if verdict.route == "reinvoked":
-        gang = gangs.parse_terms(_mapping(_mapping(request.object.get("metadata")).get("annotations")))
-        return _readmit(
-            request, policy=policy, terms=mutation.BurstTerms(cluster=verdict.cluster, limit=verdict.limit, gang=gang)
-        )
-    terms = mutation.BurstTerms(
-        cluster=verdict.cluster,
-        limit=verdict.limit,
-        staging=verdict.staging,
-        gpu_model=verdict.gpu_model,
-        allowed_machines=verdict.allowed_machines,
-    )
-    patch = mutation.build_remote_patch(
-        request.object,
-        gpus=needs.gpus,
-        decision=decision,
-        policy=policy,
-        terms=terms,
-        remote_gpus=verdict.remote_gpus,
-        reservation_id=request.uid if verdict.counted and not request.dry_run else "",
-    )
-    warnings = [f"nimbix-burst: this pod will run on Nimbix JARVICE: {decision.reason}"]
-    warnings += overreach.build_overreach_warnings(_mapping(request.object.get("spec")), policy=policy)
-    if verdict.limit_warning:
-        warnings.append(verdict.limit_warning)
-    return Admission(build_response(request.uid, patch=patch, warnings=warnings), "remote", decision.reason)
-
-
-def _admit_gang(
-    request: AdmissionRequest,
-    member: gangs.GangMember,
-    *,
-    needs: PodNeeds,
-    snapshot: Snapshot,
-    cache: ClusterCache,
-    policy: mutation.RewritePolicy,
-    local_refusal: str,
-    over_budget: budget.OverBudget,
-) -> Admission:
-    """A pod of a gang (webhook.gangs): decided with its gang, never alone (webhook.gang_admission)."""
-    spec = _mapping(request.object.get("spec"))
-    annotations = _mapping(_mapping(request.object.get("metadata")).get("annotations"))
-    extras = _gang_burst_terms(spec, annotations, placement=needs.placement, policy=policy)
-    # Why the gang may not burst whatever is decided: then every pod of it is kept local.
-    problem = snapshot.cluster_unknown or (extras if isinstance(extras, str) else "")
-    runners = sum(1 for c in spec.get("containers") or () if mutation.container_gpus(c, policy.gpu_resources))
-    if runners > 1:
-        problem = f"a gang's pod bursts as one rank of one job, and this one has {runners} containers with GPUs"
-    context = gang_admission.Context(
-        namespace=request.namespace,
-        requests=needs.requests,
-        gpus=needs.gpus,
-        placement=needs.placement,
-        local_refusal=local_refusal,
-        burst_problem=problem,
-        over_budget=over_budget,
-        dry_run=request.dry_run,
-    )
-    settled = gang_admission.settle(member, context, cache)
-    limit, limit_warning = walltime.decide_walltime(
-        spec.get("activeDeadlineSeconds"),
-        namespace=request.namespace,
-        namespace_default=snapshot.default_walltime,
-        webhook_default=policy.default_walltime_seconds,
-    )
-    warnings = overreach.build_overreach_warnings(spec, policy=policy) + ([limit_warning] if limit_warning else [])
-    staging, model, machines = extras if isinstance(extras, tuple) else ((), "", ())
-    burst_terms = mutation.BurstTerms(
-        cluster=snapshot.cluster, limit=limit, staging=staging, gpu_model=model, allowed_machines=machines
-    )
-    got = gang_admission.answer(
-        request, settled, gpus=needs.gpus, policy=policy, burst_terms=burst_terms, warnings=warnings
-    )
-    return Admission(got.response, got.outcome, got.reason, got.node, got.over_budget)
-
-
-def _gang_burst_terms(
-    spec: Mapping[str, Any], annotations: Mapping[str, Any], *, placement: Placement, policy: mutation.RewritePolicy
-) -> tuple[tuple[tuple[str, str, str], ...], str, tuple[str, ...]] | str:
-    """A gang's burst terms beside its cluster and walltime, as decide() works them out for one pod:
-    (staging, GPU model, allowed machines); or why it may not burst (no machine offers its GPU model,
-    its data cannot follow), which keeps the whole gang local."""
-    model = gpu_models.parse_constraint(placement, label=policy.gpu_model_label)
-    machines = gpu_models.resolve(model, policy.gpu_model_map) if model is not None else None
-    if isinstance(machines, gpu_models.NoMachineOffers):
-        return machines.reason
-    bursting = mutation.burst_container_names(spec, policy=policy)
-    data = data_volumes.plan_data(spec, annotations, burst_containers=bursting)
-    if isinstance(data, data_volumes.DataRefusal):
-        return data.reason
-    staging = tuple((c.container, c.env_value("in"), c.env_value("out")) for c in data.staging)
-    allowed = machines.machines if isinstance(machines, gpu_models.AllowedMachines) else ()
-    return staging, gpu_models.describe_constraint(model) if model is not None else "", allowed
-
-
-def _kept_local(
-    request: AdmissionRequest,
-    decision: Decision,
-    refusal: str,
-    *,
-    notes: Mapping[str, str] | None = None,
-    warnings: Sequence[str] = (),
-) -> Admission:
-    """Would burst, but may not (no cluster identity, no JARVICE machine with its GPU model, data that
-    could not follow it): it stays as submitted and waits for local GPUs (never refused: the webhook
-    cannot burst it, that is all). `notes`: annotations beside the decision and reason; `warnings`:
-    what kubectl shows (default: one naming the refusal)."""
-    reason = f"{decision.reason}; not burst: {refusal}"
-    patch = mutation.build_kept_local_patch(request.object, reason=reason, notes=notes)
-    shown = list(warnings) or [f"nimbix-burst: kept local, not burst: {refusal}"]
-    return Admission(build_response(request.uid, patch=patch, warnings=shown), "local", reason)
-
-
-def _over_budget(request: AdmissionRequest, decision: Decision, refusal: str, action: budget.OverBudget) -> Admission:
-    """No node fits, and bursting would break the namespace's budget: the pod waits for local GPUs
-    (annotated, with a warning), or with --over-budget=deny is refused with what to do about it."""
-    reason = f"{decision.reason}; not burst: {refusal}"
-    if action == "deny":
-        message = (
-            f"nimbix-burst: the burst budget of namespace {request.namespace} does not allow this pod: {refusal}, "
-            f"and no local node can host it now ({decision.reason}). Create it again when burst pods in "
-            f"{request.namespace} have finished, ask for fewer GPUs, or ask an administrator to raise (or fix) "
-            f"the namespace's {budget.ANNOTATION_MAX_REMOTE_GPUS} annotation"
-        )
-        return Admission(build_denial(request.uid, message), "denied", reason, over_budget=True)
-    patch = mutation.build_over_budget_patch(request.object, reason=reason, budget_note=refusal)
-    warning = f"nimbix-burst: kept local by the burst budget: {refusal}"
-    return Admission(build_response(request.uid, patch=patch, warnings=[warning]), "local", reason, over_budget=True)
-
-
-def _readmit(request: AdmissionRequest, *, policy: mutation.RewritePolicy, terms: mutation.BurstTerms) -> Admission:
-    """A pod decided remote before gets GPU requests added since stripped, its grace period raised."""
-    stripped = mutation.build_reinvocation_patch(request.object, policy=policy, terms=terms)
-    grace = mutation.build_grace_patch(request.object)
-    if not stripped and not grace:
-        return _skip(request, f"already decided: {contract.DECISION_REMOTE}; no GPU request added since")
-    reasons, warnings = [], []
-    if stripped:
-        reasons.append("stripped GPU requests added after the decision")
-        warnings.append("nimbix-burst: removed GPU requests added after this pod was burst (see original-resources)")
-    if grace:
-        reasons.append("raised terminationGracePeriodSeconds shortened after the decision")
-        warnings.append(
-            f"nimbix-burst: terminationGracePeriodSeconds raised to {contract.MIN_TERMINATION_GRACE_SECONDS} again"
-            " so the runner can stop its job"
-        )
-    reason = "already decided: remote; " + "; ".join(reasons)
-    return Admission(build_response(request.uid, patch=stripped + grace, warnings=warnings), "remote", reason)
-
-
-def build_error_response(uid: str) -> dict[str, Any]:
-    """Fail open: a webhook bug must not block pod creation. The pod stays as submitted."""
-    return build_response(
-        uid, warnings=["nimbix-burst: internal webhook error; pod admitted unchanged (see webhook logs)"]
-    )

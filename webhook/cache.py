@@ -13,9 +13,10 @@ Three parts, one responsibility each:
   (webhook.reservations)
 They share one ClusterView (webhook.types; webhook.fitting searches it): the structures a decision
 reads, handed out without a copy. An admission takes one Snapshot (snapshot_for: the view and what
-its namespace and the reservations say), the decision (webhook.decision.decide) is pure over it,
-and the cache applies what it chose in one call (apply): the claim moves that make room, then the
-reservation.
+its namespace and the reservations say), and a gang's pod one GangSnapshot beside it (gang_snapshot_for);
+the decision (webhook.decision.decide, webhook.gang_decision.decide_gang) is pure over them, and the
+cache applies what it chose in one call (apply, apply_gang): the claim moves that make room, then the
+reservations.
 
 Schedulable nodes (Ready, not cordoned) are indexed per GPU resource in buckets keyed by free
 count, so finding the best-fit node costs a few dictionary look-ups whatever the cluster size.
@@ -31,13 +32,14 @@ is then two look-ups.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from entrypoint import contract
 from kubeplumbing.leadership import HandedOver
 from webhook.accounting import ClaimLedger
 from webhook.decision import Verdict
 from webhook.fitting import CANDIDATE_CAP, best_partial_fit, find_fit
-from webhook.gangs import GangIndex
+from webhook.gangs import GangEffects, GangIndex, GangSnapshot
 from webhook.reservations import Reservations
 from webhook.scheduling import eligibility
 from webhook.types import (
@@ -128,6 +130,24 @@ class NamespaceIndex:
             self.kube_system_uid = ""
 
 
+def _empty_view(gpu_resources: tuple[str, ...]) -> ClusterView:
+    return ClusterView(
+        gpu_resources=gpu_resources,
+        nodes={},
+        used={},
+        claimed={},
+        claimed_total={},
+        buckets={r: {} for r in gpu_resources},
+        bucket_of={},
+        max_allocatable=dict.fromkeys(gpu_resources, 0),
+        cordoned={},
+        unschedulable_gpu_nodes=set(),
+        by_label={},
+        claims={},
+        claims_on={},
+    )
+
+
 class ClusterCache:
     def __init__(
         self,
@@ -142,21 +162,7 @@ class ClusterCache:
         self.gpu_resources = tuple(gpu_resources)
         self._scheduler_names = frozenset(scheduler_names)
         # The view's structures are mutated in place, never rebound: the view stays valid.
-        self.view = ClusterView(
-            gpu_resources=self.gpu_resources,
-            nodes={},
-            used={},
-            claimed={},
-            claimed_total={},
-            buckets={r: {} for r in self.gpu_resources},
-            bucket_of={},
-            max_allocatable=dict.fromkeys(self.gpu_resources, 0),
-            cordoned={},
-            unschedulable_gpu_nodes=set(),
-            by_label={},
-            claims={},
-            claims_on={},
-        )
+        self.view = _empty_view(self.gpu_resources)
         self._nodes = self.view.nodes
         self.ledger = ClaimLedger(self.view)
         self.reservations = Reservations(
@@ -257,6 +263,19 @@ class ClusterCache:
                          namespace=needs.namespace)  # fmt: skip
         elif reservation_id and verdict.route == "remote" and verdict.counted:
             self.reserve_remote(reservation_id, namespace=needs.namespace, gpus=verdict.remote_gpus)
+
+    def gang_snapshot_for(self, meta: Mapping[str, Any], *, namespace: str, cluster: str) -> GangSnapshot | None:
+        """The pod's gang as its decision reads it now (GangIndex.snapshot: None for a pod decided alone)."""
+        held = self.reservations
+        return self.gang_index.snapshot(meta, namespace=namespace, cluster=cluster, now=held.now(), ttl=held.ttl,
+                                        hold=held.hold)  # fmt: skip
+
+    def apply_gang(self, effects: GangEffects) -> None:
+        """A gang's decision, applied at once (see GangEffects)."""
+        self.move_claims(effects.moves)
+        self.reservations.apply(release=effects.release, local=effects.local, remote=effects.remote)
+        if effects.record is not None:
+            self.gang_index.book.put(effects.gang, effects.record)
 
     def move_claims(self, moves: Sequence[ClaimMove]) -> None:
         """Move claims of pods not bound yet as a decision planned, to make room (see fitting.plan_room)."""

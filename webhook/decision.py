@@ -21,6 +21,7 @@ from typing import Any, Literal
 from entrypoint import contract
 from webhook import budget, data_volumes, gpu_models, mutation, walltime
 from webhook.fitting import CANDIDATE_CAP, find_fit, search_room
+from webhook.gangs import GangTerms, parse_terms
 from webhook.reasons import describe_need, explain_no_fit
 from webhook.scheduling import eligibility
 from webhook.types import ClaimMove, ClusterView, Decision, GpuCounts, Placement, PodNeeds, Requests, Snapshot
@@ -109,6 +110,7 @@ class Verdict:
     staging: tuple[tuple[str, str, str], ...] = ()
     gpu_model: str = ""
     allowed_machines: tuple[str, ...] = ()
+    gang: GangTerms | None = None  # reinvoked: the gang terms the pod carries (webhook.gangs.parse_terms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +200,7 @@ def decide(
         staging=staging,
         gpu_model=gpu_models.describe_constraint(model) if model is not None else "",
         allowed_machines=machines.machines if isinstance(machines, gpu_models.AllowedMachines) else (),
+        gang=parse_terms(pod.annotations) if reinvoked and pod is not None else None,
     )
 
 

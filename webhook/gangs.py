@@ -15,20 +15,31 @@ decision is kept where a new leader finds it:
     rank's GPUs against the namespace's burst budget; `gang.<uid>.kept` / `.denied` mark a gang
     kept local or refused without reserving anything;
   - on the gang's pods themselves (their decision and gang annotations), once the watch shows them.
-This module holds the rules; webhook.gang_admission applies them to the cache.
+This module holds the rules and what the cache keeps of gangs (GangIndex, GangBook); it hands a gang's
+decision (webhook.gang_decision, pure) one GangSnapshot, and that decision's effects come back as
+GangEffects, which the cache applies (ClusterCache.apply_gang).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from entrypoint import contract
 from webhook.fitting import Trial, find_fit
 from webhook.scheduling import eligibility
-from webhook.types import ClusterView, Placement, PodInfo, Requests
+from webhook.types import (
+    ClaimMove,
+    ClusterView,
+    Hold,
+    LocalReservation,
+    Placement,
+    PodInfo,
+    RemoteReservation,
+    Requests,
+)
 
 LABEL_KUEUE_GROUP: Final = "kueue.x-k8s.io/pod-group-name"
 ANNOTATION_KUEUE_TOTAL: Final = "kueue.x-k8s.io/pod-group-total-count"
@@ -280,6 +291,47 @@ class GangRecord:
     expires_at: float
 
 
+@dataclass(frozen=True, slots=True)
+class RankHolds:
+    """What the outstanding reservations hold for one rank of a gang (see open_id, taken_id)."""
+
+    opened: Hold | None  # the rank's place while its pod has not been admitted (None: none)
+    taken: Hold | None  # the place of the rank's admitted pod until the watch shows it (None: none)
+
+
+NOT_READ = SeenGang(None, frozenset())
+_MARKS: tuple[GangKind, ...] = ("kept", "denied")
+
+
+@dataclass(frozen=True, slots=True)
+class GangSnapshot:
+    """What the cache knows of one gang, handed to its decision (webhook.gang_decision) in one call
+    (ClusterCache.gang_snapshot_for). It reads only what the decision may need: every rank and the
+    gang's pods when this replica has no record of the gang or the pod has no rank yet (a pod
+    group's); else the pod's own rank alone."""
+
+    member: GangMember  # the pod, as a member of its gang
+    record: GangRecord | None  # this replica's record of the gang (None: none, or it expired)
+    marked: GangKind | None  # a marker held for a gang kept local or refused (see marker_id)
+    ranks: Mapping[int, RankHolds]  # the ranks read that have a reservation outstanding
+    seen: SeenGang  # the gang's pods in the watch cache (NOT_READ when not needed)
+    now: float
+    ttl: float  # how long a reservation, and a record, lasts
+
+
+@dataclass(frozen=True, slots=True)
+class GangEffects:
+    """What a gang's decision has the cache do, in this order (ClusterCache.apply_gang): move claims,
+    release reservations, make the local and remote ones, remember the gang (`record`, under `gang`)."""
+
+    gang: str = ""
+    moves: tuple[ClaimMove, ...] = ()
+    release: tuple[str, ...] = ()
+    local: tuple[LocalReservation, ...] = ()
+    remote: tuple[RemoteReservation, ...] = ()
+    record: GangRecord | None = None
+
+
 class GangBook:
     """The gangs this replica decided, until their reservations would have expired (state)."""
 
@@ -330,6 +382,37 @@ class GangIndex:
 
     def pods(self, gang_uid: str) -> list[PodInfo]:
         return list(self._pods.get(gang_uid, {}).values())
+
+    def snapshot(
+        self,
+        meta: Mapping[str, Any],
+        *,
+        namespace: str,
+        cluster: str,
+        now: float,
+        ttl: float,
+        hold: Callable[[str], Hold | None],
+    ) -> GangSnapshot | None:
+        """The gang of the pod whose metadata is `meta` (see find_member: None when the pod is decided
+        alone; GangError when its annotations cannot be read), as its GangSnapshot (see there), expired
+        records dropped first. `hold`: what an outstanding reservation holds (Reservations.hold)."""
+        member = find_member(meta, namespace=namespace, cluster=cluster, jobs=self.jobs)
+        if member is None:
+            return None
+        if member.size is None:
+            return GangSnapshot(member, None, None, {}, NOT_READ, now, ttl)
+        uid = member.uid
+        self.book.expire(now=now)
+        record = self.book.get(uid, now=now)
+        marked = next((kind for kind in _MARKS if hold(marker_id(uid, kind)) is not None), None)
+        wide = record is None or member.rank is None
+        ranks: dict[int, RankHolds] = {}
+        for rank in range(member.size) if wide else (member.rank or 0,):
+            opened, taken = hold(open_id(uid, rank)), hold(taken_id(uid, rank))
+            if opened is not None or taken is not None:
+                ranks[rank] = RankHolds(opened, taken)
+        seen = read_pods(self.pods(uid)) if wide else NOT_READ
+        return GangSnapshot(member, record, marked, ranks, seen, now, ttl)
 
     def update(self, old: PodInfo | None, pod: PodInfo | None) -> None:
         """A pod's change: `old` as it was (None: new), `pod` as it is (None: gone)."""

@@ -100,7 +100,7 @@ def build_local_patch(
     }
     if reservation_id:
         values[contract.ANNOTATION_RESERVATION] = reservation_id
-    values.update(notes or {})
+    values = {**values, **(notes or {})}
     meta = pod.get("metadata") or {}
     return _annotation_ops(meta, values) + _decision_label_ops(meta, contract.DECISION_LOCAL)
 
@@ -346,8 +346,11 @@ def build_kept_local_patch(
     """A pod that would burst but may not (its namespace's budget, an unknown cluster identity) stays
     as submitted and waits for local GPUs: only annotations (decision local, why, and `notes`). No
     reservation: nothing local was promised, the pod claims GPUs like any pending pod."""
-    values = {contract.ANNOTATION_DECISION: contract.DECISION_LOCAL, contract.ANNOTATION_REASON: reason}
-    values.update(notes or {})
+    values = {
+        contract.ANNOTATION_DECISION: contract.DECISION_LOCAL,
+        contract.ANNOTATION_REASON: reason,
+        **(notes or {}),
+    }
     meta = pod.get("metadata") or {}
     return _annotation_ops(meta, values) + _decision_label_ops(meta, contract.DECISION_LOCAL)
 

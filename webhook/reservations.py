@@ -14,9 +14,10 @@ from collections.abc import Callable, Collection, Sequence
 from kubeplumbing.leadership import HandedOver
 from webhook.accounting import ClaimLedger
 from webhook.scheduling import eligibility
-from webhook.types import Claim, Placement, Requests
+from webhook.types import Claim, Hold, LocalReservation, Placement, RemoteReservation, Requests
 
 REMOTE_GPUS_KEY = "gpus"  # the one "resource" of a handed-over remote reservation
+_REMOTE = Hold(local=False)
 
 
 def reservation_refusal(
@@ -73,16 +74,12 @@ class Reservations:
     def now(self) -> float:
         return self._clock()
 
-    def holds(self, reservation_id: str) -> bool:
-        """Whether the reservation is outstanding (local or remote)."""
-        return reservation_id in self._local or reservation_id in self._remote
-
-    def local_node(self, reservation_id: str) -> str | None:
-        """The node an outstanding local reservation holds resources on (None: no such reservation)."""
-        if reservation_id not in self._local:
-            return None
-        claim = self._ledger.claims.get("res:" + reservation_id)
-        return None if claim is None else claim.node
+    def hold(self, reservation_id: str) -> Hold | None:
+        """What the reservation holds while it is outstanding (None: it is not)."""
+        if reservation_id in self._local:
+            claim = self._ledger.claims.get("res:" + reservation_id)
+            return Hold(local=True, node="" if claim is None else claim.node)
+        return _REMOTE if reservation_id in self._remote else None
 
     def refusal(self, namespace: str) -> str:
         return reservation_refusal(
@@ -116,6 +113,18 @@ class Reservations:
         expires_at = self._clock() + (self.ttl if ttl is None else ttl)
         self._remote[reservation_id] = (namespace, gpus, expires_at)
         self._remote_gpus_in[namespace] = self._remote_gpus_in.get(namespace, 0) + gpus
+
+    def apply(
+        self, *, release: Sequence[str], local: Sequence[LocalReservation], remote: Sequence[RemoteReservation]
+    ) -> None:
+        """A decision's reservations: those in `release` dropped first, then the local and remote ones made."""
+        for reservation_id in release:
+            self.release(reservation_id)
+        for held in local:
+            self.reserve(held.reservation_id, node=held.node, requests=held.requests, placement=held.placement,
+                         namespace=held.namespace, ttl=None)  # fmt: skip
+        for counted in remote:
+            self.reserve_remote(counted.reservation_id, namespace=counted.namespace, gpus=counted.gpus, ttl=None)
 
     def release(self, reservation_id: str) -> None:
         remote = self._remote.pop(reservation_id, None)

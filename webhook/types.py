@@ -227,6 +227,36 @@ ClaimMove = tuple[str, str]  # (claim id, the node it moves to)
 
 
 @dataclass(frozen=True, slots=True)
+class Hold:
+    """What one outstanding reservation holds (webhook.reservations): resources on a node (local), or
+    GPUs counted against its namespace's burst budget (remote)."""
+
+    local: bool
+    node: str = ""  # local: the node ("" when its node has gone: it then holds nothing)
+
+
+@dataclass(frozen=True, slots=True)
+class LocalReservation:
+    """A reservation a decision asks the cache to make: `requests` held on `node` until the pod appears."""
+
+    reservation_id: str
+    node: str
+    requests: Requests
+    placement: Placement
+    namespace: str
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteReservation:
+    """A reservation a decision asks the cache to make: a burst's GPUs counted against its namespace's
+    budget until the pod appears (0 GPUs: a marker that holds nothing)."""
+
+    reservation_id: str
+    namespace: str
+    gpus: int
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """Everything one admission decides from, handed out by the cache in one call
     (ClusterCache.snapshot_for): the cluster's view (shared, read-only), and what its namespace and

@@ -31,5 +31,6 @@ mypyc=${1:?usage: compile-core.sh MYPYC}
   webhook/mutation.py \
   webhook/overreach.py \
   webhook/review.py \
+  webhook/responses.py \
   webhook/admission.py
 rm -rf build
