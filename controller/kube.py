@@ -46,14 +46,14 @@ class Forbidden(Exception):
     """403: the controller's ServiceAccount may not do this (its RBAC is missing or out of date)."""
 
 
-def _raise_if_changed_or_gone(exc: ApiException, pod: PodView | ReapView, *, changed: tuple[int, ...]) -> None:
-    """Translate a refused write to `pod`: 404 is PodGone, a status in `changed` PodChanged; any
+def _raise_if_changed_or_gone(exc: ApiException, namespace: str, name: str, *, changed: tuple[int, ...]) -> None:
+    """Translate a refused write to a pod: 404 is PodGone, a status in `changed` PodChanged; any
     other status is left to the caller to re-raise."""
-    where = f"pod {pod.namespace}/{pod.name}"
+    where = f"pod {namespace}/{name}"
     if exc.status == HTTP_NOT_FOUND:
         raise PodGone(f"{where} went away ({exc.status})") from exc
     if exc.status in changed:
-        raise PodChanged(f"{where} changed ({exc.status})") from exc
+        raise PodChanged(f"{where} changed since it was read ({exc.status})") from exc
 
 
 class PodFeed:
@@ -136,7 +136,7 @@ class Kube:
                 pod.name, pod.namespace, body, _preload_content=False, _request_timeout=CALL_TIMEOUT
             )
         except ApiException as exc:
-            _raise_if_changed_or_gone(exc, pod, changed=(HTTP_CONFLICT, HTTP_INVALID))
+            _raise_if_changed_or_gone(exc, pod.namespace, pod.name, changed=(HTTP_CONFLICT, HTTP_INVALID))
             raise
 
     def patch_pod_json(self, namespace: str, name: str, ops: Sequence[Mapping[str, Any]]) -> None:
@@ -147,11 +147,7 @@ class Kube:
                 name, namespace, list(ops), _preload_content=False, _request_timeout=CALL_TIMEOUT
             )
         except ApiException as exc:
-            where = f"pod {namespace}/{name}"
-            if exc.status == HTTP_NOT_FOUND:
-                raise PodGone(f"{where} went away ({exc.status})") from exc
-            if exc.status in (HTTP_CONFLICT, HTTP_INVALID):
-                raise PodChanged(f"{where} changed since it was read ({exc.status})") from exc
+            _raise_if_changed_or_gone(exc, namespace, name, changed=(HTTP_CONFLICT, HTTP_INVALID))
             raise
 
     def read_job(self, namespace: str, name: str) -> Mapping[str, Any] | None:
@@ -179,7 +175,7 @@ class Kube:
                 pod.name, pod.namespace, body=body, _preload_content=False, _request_timeout=CALL_TIMEOUT
             )
         except ApiException as exc:
-            _raise_if_changed_or_gone(exc, pod, changed=(HTTP_CONFLICT,))
+            _raise_if_changed_or_gone(exc, pod.namespace, pod.name, changed=(HTTP_CONFLICT,))
             raise
 
     def annotate_stranded(self, pod: PodView, *, since: str) -> None:
@@ -192,7 +188,7 @@ class Kube:
                 pod.name, pod.namespace, body, _preload_content=False, _request_timeout=CALL_TIMEOUT
             )
         except ApiException as exc:
-            _raise_if_changed_or_gone(exc, pod, changed=(HTTP_CONFLICT,))
+            _raise_if_changed_or_gone(exc, pod.namespace, pod.name, changed=(HTTP_CONFLICT,))
             raise
 
     def record_event(

@@ -148,9 +148,7 @@ def _switch(flag: str, value: str, *, credentials: bool, absent: str, problems: 
 def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, read_file: Callable[[str], str]) -> Settings:
     values = OptionValues(vars(build_parser(env).parse_args(list(argv))))
     raw, problems, number = values.raw, values.problems, values.number
-    port = int(number("port", minimum=1, integer=True))
-    if port > 65535:
-        problems.append(f"--port: must be at most 65535, got {port}")
+    port = values.port()
     log_level = values.log_level()
     for key, flag, var in (
         ("pod_name", "--pod-name", "POD_NAME"),
@@ -158,15 +156,8 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, read_file: Ca
     ):
         if not str(raw[key]).strip():
             problems.append(f"{flag} (env {var}) is required: the replicas elect a leader through a Lease")
-    timing = LeaseTiming(duration=15, renew_deadline=10, retry=2)
-    try:
-        timing = LeaseTiming(
-            duration=number("lease_duration_seconds", minimum=0.1),
-            renew_deadline=number("lease_renew_deadline_seconds", minimum=0.1),
-            retry=number("lease_retry_seconds", minimum=0.05),
-        )
-    except ValueError as exc:
-        problems.append(f"--lease-*-seconds: {exc}")
+    # The defaults stand in when the given timing is refused: the problem is raised below anyway.
+    timing = values.lease_timing() or LeaseTiming(duration=15, renew_deadline=10, retry=2)
     missing: list[str] = []
     username = _credential(env, "JARVICE_USERNAME", read_file=read_file, problems=problems, missing=missing)
     apikey = _credential(env, "JARVICE_APIKEY", read_file=read_file, problems=problems, missing=missing)

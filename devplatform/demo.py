@@ -110,6 +110,31 @@ def build_real_node_placement(spec: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _secret_env() -> list[dict[str, Any]]:
+    """The runner's JARVICE credentials, from the Secret `build_secret` writes."""
+    return [
+        {"name": variable, "valueFrom": {"secretKeyRef": {"name": SECRET, "key": key}}}
+        for variable, key in (
+            ("JARVICE_USERNAME", "username"),
+            ("JARVICE_APIKEY", "apikey"),
+            ("JARVICE_API_URL", "url"),
+        )
+    ]
+
+
+def _job(name: str, namespace: str, pod_spec: dict[str, Any]) -> dict[str, Any]:
+    """A demo Job: one pod, opted in to bursting (the task-type label), never retried."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {"metadata": {"labels": {"task-type": "Nimbix"}}, "spec": pod_spec},
+        },
+    }
+
+
 def build_app_container(
     *,
     command: str,
@@ -121,14 +146,6 @@ def build_app_container(
 ) -> dict[str, Any]:
     """The example app's container: the runner (its ENTRYPOINT) runs APP_COMMAND_ARGS, here or on
     JARVICE, with the credentials from the ``jarvice-credentials`` Secret."""
-    secret_env = [
-        {"name": variable, "valueFrom": {"secretKeyRef": {"name": SECRET, "key": key}}}
-        for variable, key in (
-            ("JARVICE_USERNAME", "username"),
-            ("JARVICE_APIKEY", "apikey"),
-            ("JARVICE_API_URL", "url"),
-        )
-    ]
     plain = {
         "APP_COMMAND_ARGS": command,
         "APP_NAME": app_name,
@@ -140,7 +157,7 @@ def build_app_container(
         "name": name,
         "image": image,
         "imagePullPolicy": "Never",
-        "env": [*({"name": key, "value": value} for key, value in plain.items()), *secret_env],
+        "env": [*({"name": key, "value": value} for key, value in plain.items()), *_secret_env()],
         "resources": {
             "limits": {GPU: str(gpus)},
             "requests": {GPU: str(gpus), "cpu": LOCAL_CPU, "memory": LOCAL_MEMORY},
@@ -165,18 +182,7 @@ def build_secret(emulator: addons.EmulatorProcess, *, namespace: str) -> dict[st
 
 def build_job(job: DemoJob, *, namespace: str, app_name: str) -> dict[str, Any]:
     container = build_app_container(command=job.command, gpus=job.gpus, app_name=app_name)
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": job.name, "namespace": namespace},
-        "spec": {
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"labels": {"task-type": "Nimbix"}},
-                "spec": build_real_node_placement({"restartPolicy": "Never", "containers": [container]}),
-            },
-        },
-    }
+    return _job(job.name, namespace, build_real_node_placement({"restartPolicy": "Never", "containers": [container]}))
 
 
 def start_emulator_for_node(run_dir: Path, real_node: node.RealNode) -> addons.EmulatorProcess:
@@ -430,6 +436,14 @@ def _delete_running(
 # -- main -------------------------------------------------------------------------------------------
 
 
+def _leave(run_dir: Path, *, ok: bool) -> None:
+    """A demo that passed leaves nothing behind; one that failed keeps its run directory (the logs)."""
+    if ok:
+        shutil.rmtree(run_dir, ignore_errors=True)
+    else:
+        say(f"logs kept in {run_dir}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devplatform.demo", description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -480,10 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         real.stop()
         plane.stop()
-        if ok:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        else:
-            say(f"logs kept in {run_dir}")
+        _leave(run_dir, ok=ok)
     return 0 if ok else 1
 
 
@@ -505,10 +516,6 @@ FAKE_JOBS = (
 
 
 def fake_job_manifest(job: DemoJob) -> dict[str, Any]:
-    secret_env = [
-        {"name": name, "valueFrom": {"secretKeyRef": {"name": SECRET, "key": key}}}
-        for name, key in (("JARVICE_USERNAME", "username"), ("JARVICE_APIKEY", "apikey"), ("JARVICE_API_URL", "url"))
-    ]
     downward = [
         {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
         for name, path in (
@@ -517,39 +524,24 @@ def fake_job_manifest(job: DemoJob) -> dict[str, Any]:
             ("POD_NAMESPACE", "metadata.namespace"),
         )
     ]
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": job.name, "namespace": NAMESPACE},
-        "spec": {
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"labels": {"task-type": "Nimbix"}},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "tolerations": [{"key": GPU, "operator": "Exists", "effect": "NoSchedule"}],
-                    "containers": [
-                        {
-                            "name": "train",
-                            "image": "example.com/my-app:latest",
-                            "env": [
-                                {"name": "APP_COMMAND_ARGS", "value": job.command},
-                                {"name": "APP_NAME", "value": "nimbix-burst-example"},
-                                {"name": "APP_COMMAND", "value": "run"},
-                                {"name": "JARVICE_POLL_SECONDS", "value": "0.5"},
-                                *secret_env,
-                                *downward,
-                            ],
-                            "resources": {
-                                "limits": {GPU: str(job.gpus), "cpu": "8", "memory": "32Gi"},
-                                "requests": {GPU: str(job.gpus), "cpu": "8", "memory": "32Gi"},
-                            },
-                        }
-                    ],
-                },
-            },
+    container = {
+        "name": "train",
+        "image": "example.com/my-app:latest",
+        "env": [
+            {"name": "APP_COMMAND_ARGS", "value": job.command},
+            {"name": "APP_NAME", "value": "nimbix-burst-example"},
+            {"name": "APP_COMMAND", "value": "run"},
+            {"name": "JARVICE_POLL_SECONDS", "value": "0.5"},
+            *_secret_env(),
+            *downward,
+        ],
+        "resources": {
+            "limits": {GPU: str(job.gpus), "cpu": "8", "memory": "32Gi"},
+            "requests": {GPU: str(job.gpus), "cpu": "8", "memory": "32Gi"},
         },
     }
+    toleration = {"key": GPU, "operator": "Exists", "effect": "NoSchedule"}
+    return _job(job.name, NAMESPACE, {"restartPolicy": "Never", "tolerations": [toleration], "containers": [container]})
 
 
 def _wait_for_job_pod(core: Any, job: str, *, timeout: float = 30) -> Any:
@@ -704,10 +696,7 @@ def run_fake_node_demo() -> int:
         if webhook is not None:
             addons.stop_webhook(webhook)
         plane.stop()
-        if ok:
-            shutil.rmtree(run_dir, ignore_errors=True)
-        else:
-            say(f"logs kept in {run_dir}")
+        _leave(run_dir, ok=ok)
     return 0 if ok else 1
 
 

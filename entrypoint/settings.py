@@ -240,11 +240,10 @@ def _parse_int(env: Mapping[str, str], name: str, problems: _Problems, *, minimu
     if raw is None:
         return None
     try:
-        value = int(raw.strip())
+        value: int | None = int(raw.strip())
     except ValueError:
-        problems.add(f"{name} must be an integer >= {minimum}, got {raw!r}")
-        return None
-    if value < minimum:
+        value = None
+    if value is None or value < minimum:
         problems.add(f"{name} must be an integer >= {minimum}, got {raw!r}")
         return None
     return value

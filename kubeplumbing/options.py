@@ -10,7 +10,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping, Sequence
 
+from kubeplumbing.leadership import LeaseTiming
+
 Option = tuple[str, str, str, str]  # (flag, env var, default, help)
+MAX_PORT = 65535
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
@@ -72,3 +75,23 @@ class OptionValues:
         if level not in LOG_LEVELS:
             self.problems.append(f"--{key.replace('_', '-')}: {self.raw[key]!r} is not one of {', '.join(LOG_LEVELS)}")
         return level
+
+    def port(self, key: str = "port") -> int:
+        """A TCP port: a whole number from 1 to MAX_PORT."""
+        port = int(self.number(key, minimum=1, integer=True))
+        if port > MAX_PORT:
+            self.problems.append(f"--{key.replace('_', '-')}: must be at most {MAX_PORT}, got {port}")
+        return port
+
+    def lease_timing(self) -> LeaseTiming | None:
+        """--lease-duration-seconds, --lease-renew-deadline-seconds and --lease-retry-seconds, which
+        must also fit together (LeaseTiming's rule); None, with the problem, when they do not."""
+        try:
+            return LeaseTiming(
+                duration=self.number("lease_duration_seconds", minimum=0.1),
+                renew_deadline=self.number("lease_renew_deadline_seconds", minimum=0.1),
+                retry=self.number("lease_retry_seconds", minimum=0.05),
+            )
+        except ValueError as exc:
+            self.problems.append(f"--lease-*-seconds: {exc}")
+            return None

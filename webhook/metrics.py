@@ -101,27 +101,31 @@ class _CacheCollector(Collector):
         yield free
         age = self._clock() - self._sync.state.last_contact if self._sync.state.last_contact else float("nan")
         yield GaugeMetricFamily("nimbix_burst_cache_age_seconds", "Seconds since the last watch contact", value=age)
-        yield GaugeMetricFamily("nimbix_burst_cache_nodes", "Nodes in the cache", value=self._cache.node_count)
-        yield GaugeMetricFamily(
-            "nimbix_burst_cache_pods",
-            "Pods the cache accounts: bound non-terminal pods of any kind, plus unbound and terminal GPU pods",
-            value=self._cache.pod_count,
-        )
-        yield GaugeMetricFamily(
-            "nimbix_burst_reservations",
-            "Reservations outstanding: local admissions whose pod the watch has not shown yet",
-            value=self._cache.reservation_count,
-        )
-        yield GaugeMetricFamily(
-            "nimbix_burst_budgeted_namespaces",
-            "Namespaces with a burst budget (a nimbix-burst.io/max-remote-gpus annotation)",
-            value=self._cache.budgeted_namespaces,
-        )
-        yield GaugeMetricFamily(
-            "nimbix_burst_remote_reservations",
-            "Remote decisions counted against a burst budget whose pod the watch has not shown yet",
-            value=self._cache.remote_reservation_count,
-        )
+        cache = self._cache
+        for name, documentation, value in (
+            ("nimbix_burst_cache_nodes", "Nodes in the cache", cache.node_count),
+            (
+                "nimbix_burst_cache_pods",
+                "Pods the cache accounts: bound non-terminal pods of any kind, plus unbound and terminal GPU pods",
+                cache.pod_count,
+            ),
+            (
+                "nimbix_burst_reservations",
+                "Reservations outstanding: local admissions whose pod the watch has not shown yet",
+                cache.reservation_count,
+            ),
+            (
+                "nimbix_burst_budgeted_namespaces",
+                "Namespaces with a burst budget (a nimbix-burst.io/max-remote-gpus annotation)",
+                cache.budgeted_namespaces,
+            ),
+            (
+                "nimbix_burst_remote_reservations",
+                "Remote decisions counted against a burst budget whose pod the watch has not shown yet",
+                cache.remote_reservation_count,
+            ),
+        ):
+            yield GaugeMetricFamily(name, documentation, value=value)
         yield CounterMetricFamily(
             "nimbix_burst_reservation_cap_hits",
             "Reviews decided remote because the cap on outstanding reservations was reached",

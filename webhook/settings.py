@@ -158,9 +158,7 @@ def _csv(text: str) -> tuple[str, ...]:
 def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: bool = True) -> Settings:
     values = OptionValues(vars(build_parser(env).parse_args(list(argv))))
     raw, problems, number = values.raw, values.problems, values.number
-    port = int(number("port", minimum=1, integer=True))
-    if port > 65535:
-        problems.append(f"--port: must be at most 65535, got {port}")
+    port = values.port()
     gpu_resources = _csv(raw["gpu_resources"])
     if not gpu_resources:
         problems.append("--gpu-resources: give at least one resource name, e.g. nvidia.com/gpu")
@@ -295,14 +293,8 @@ def _leader_election(values: OptionValues, *, port: int, tls_dir: Path) -> Leade
         problems.append(f"--advertise-url: {url!r} must be an https:// URL")
     if missing:
         problems.append("--leader-election true needs " + ", ".join(missing))
-    try:
-        timing = LeaseTiming(
-            duration=number("lease_duration_seconds", minimum=0.1),
-            renew_deadline=number("lease_renew_deadline_seconds", minimum=0.1),
-            retry=number("lease_retry_seconds", minimum=0.05),
-        )
-    except ValueError as exc:
-        problems.append(f"--lease-*-seconds: {exc}")
+    timing = values.lease_timing()
+    if timing is None:
         return None
     return LeaderElection(
         lease_namespace=raw["lease_namespace"].strip(),

@@ -229,6 +229,13 @@ def namespace(core: Any, request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 @pytest.fixture
+def ns(namespace: str, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess) -> str:
+    """The test's namespace with the runners' JARVICE credentials (the emulator on the gateway)."""
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps(demo.build_secret(node_emulator, namespace=namespace)))
+    return namespace
+
+
+@pytest.fixture
 def make_gpu_node(core: Any, request: pytest.FixtureRequest) -> Iterator[Callable[..., str]]:
     """Creates uniquely named fake GPU nodes (kwargs go to nodes.create_gpu_node); deletes them after.
 
@@ -338,13 +345,6 @@ def controller(
     demo.wait_for(lambda: controller_leader(control_plane), what="a controller leader", timeout=60)
     yield
     control_plane.kubectl("-n", install.NAMESPACE, "delete", "secret", CONTROLLER_SECRET, "--ignore-not-found")
-
-
-@pytest.fixture
-def ns(namespace: str, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess) -> str:
-    """The test's namespace with the runners' JARVICE credentials (the emulator on the gateway)."""
-    control_plane.kubectl("apply", "-f", "-", input=json.dumps(demo.build_secret(node_emulator, namespace=namespace)))
-    return namespace
 
 
 @pytest.fixture

@@ -40,6 +40,10 @@ TRICKY_COMMAND = (
 )
 
 
+# Every test's pods go through this module's webhook; `ns` (tests/e2e/conftest.py) holds the Secret.
+pytestmark = pytest.mark.usefixtures("webhook")
+
+
 @pytest.fixture(scope="module")
 def webhook(control_plane: controlplane.ControlPlane, real_node: node.RealNode) -> Iterator[addons.WebhookProcess]:
     """The webhook as a host process with its defaults (a burst runner gets 100m CPU, 128Mi)."""
@@ -47,18 +51,6 @@ def webhook(control_plane: controlplane.ControlPlane, real_node: node.RealNode) 
         control_plane, control_plane.run_dir / "burst-webhook", name_suffix="-burst-real-node"
     ) as hook:
         yield hook
-
-
-@pytest.fixture
-def ns(
-    namespace: str,
-    control_plane: controlplane.ControlPlane,
-    node_emulator: addons.EmulatorProcess,
-    webhook: addons.WebhookProcess,
-) -> str:
-    """The test's namespace with the JARVICE credentials Secret (url: the emulator on the gateway)."""
-    control_plane.kubectl("apply", "-f", "-", input=json.dumps(demo.build_secret(node_emulator, namespace=namespace)))
-    return namespace
 
 
 def stdout_of(real_node: node.RealNode, pod: dict[str, Any]) -> bytes:

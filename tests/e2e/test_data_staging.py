@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +19,7 @@ import requests
 
 from devplatform import demo
 from devplatform.cluster import addons, controlplane, node
-from tests.support.real_node_pods import runner_pid
+from tests.support.real_node_pods import RunnerMemory
 
 STAGE_IN = "nimbix-burst.io/stage-in"
 STAGE_OUT = "nimbix-burst.io/stage-out"
@@ -268,30 +267,6 @@ def test_a_deleted_running_job_copies_back_what_it_had(
     assert "shutdown" in [j["stop_reason"] for j in jobs]
 
 
-class _RssSampler:
-    def __init__(self, pod_uid: str) -> None:
-        self.pod_uid, self.hwm_kib = pod_uid, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            pid = runner_pid(self.pod_uid)
-            if pid is not None:
-                try:
-                    status = Path(f"/proc/{pid}/status").read_text()
-                    line = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
-                    self.hwm_kib = max(self.hwm_kib, int(line.split()[1]))
-                except (OSError, StopIteration, ValueError):
-                    pass
-            time.sleep(0.5)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-
 def test_a_large_input_is_staged_in_bounded_memory(
     control_plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess, ns: str
 ) -> None:
@@ -312,7 +287,7 @@ def test_a_large_input_is_staged_in_bounded_memory(
         what="job big's pod",
         timeout=60,
     )
-    sampler = _RssSampler(pod["metadata"]["uid"])
+    sampler = RunnerMemory(pod["metadata"]["uid"], interval=0.5)
     started = time.monotonic()
     try:
         finished = wait_job_pod(control_plane, ns, "big", timeout=BIG_TIMEOUT_SECONDS)
@@ -321,8 +296,8 @@ def test_a_large_input_is_staged_in_bounded_memory(
     text = logs(control_plane, ns, finished)
     print(
         f"\n{BIG_MB} MiB staged in and checked in {time.monotonic() - started:.0f} s;"
-        f" the runner's peak RSS (VmHWM) {sampler.hwm_kib / 1024:.1f} MiB"
+        f" the runner's peak RSS (VmHWM) {sampler.vm_hwm_kib / 1024:.1f} MiB"
     )
     assert demo.read_exit_code(finished) == 0, text[-4000:]
     assert digest.hexdigest() in text
-    assert 0 < sampler.hwm_kib * 1024 < RSS_GOAL_BYTES
+    assert 0 < sampler.vm_hwm_kib * 1024 < RSS_GOAL_BYTES

@@ -13,9 +13,9 @@ from typing import Any
 
 from devplatform import demo
 from devplatform.cluster import addons, controlplane
+from tests.support.indexed_jobs import INDEX_ANNOTATION, real_node_indexed_job, submissions, wait_pods_by_index
 
 WAIT_SECONDS = 180.0
-INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 RANK_LINE = 'echo "rank=$NODE_RANK of $NNODES index=$JOB_COMPLETION_INDEX master=$MASTER_ADDR:$MASTER_PORT"'
 
 
@@ -37,44 +37,11 @@ def gang_job(name: str, command: str, *, gang: str, app_name: str) -> dict[str, 
         {"name": "NIMBIX_BURST_GANG_RANK", "valueFrom": {"fieldRef": {"fieldPath": index}}},
         {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
     ]
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": 2,
-            "parallelism": 2,
-            "backoffLimit": 0,
-            "template": {"spec": demo.build_real_node_placement({"restartPolicy": "Never", "containers": [container]})},
-        },
-    }
-
-
-def pods_of(plane: controlplane.ControlPlane, namespace: str, job: str) -> dict[int, dict[str, Any]]:
-    listed = json.loads(plane.kubectl("get", "-n", namespace, "pods", "-l", f"job-name={job}", "-o", "json").stdout)
-    return {int(p["metadata"]["annotations"][INDEX_ANNOTATION]): p for p in listed["items"]}
-
-
-def wait_pods(
-    plane: controlplane.ControlPlane, namespace: str, job: str, phases: set[str]
-) -> dict[int, dict[str, Any]]:
-    def done() -> dict[int, dict[str, Any]] | None:
-        pods = pods_of(plane, namespace, job)
-        return pods if len(pods) == 2 and all(p["status"].get("phase") in phases for p in pods.values()) else None
-
-    result: dict[int, dict[str, Any]] = demo.wait_for(done, what=f"the pods of {job} {phases}", timeout=WAIT_SECONDS)
-    return result
+    return real_node_indexed_job(name, container)
 
 
 def jobs_of(emulator: addons.EmulatorProcess, gang: str) -> list[dict[str, Any]]:
     return [j for j in demo.fetch_emulator(emulator.url, "/_emulator/jobs") if j.get("job_label") == f"k8s-{gang}-1"]
-
-
-def submissions_of(emulator: addons.EmulatorProcess, gang: str) -> list[dict[str, Any]]:
-    listing = demo.fetch_emulator(emulator.url, f"/_emulator/submissions?job_label=k8s-{gang}-1")
-    result: list[dict[str, Any]] = listing["submissions"]
-    return result
 
 
 def test_a_gang_of_two_pods_is_one_job_on_two_nodes(
@@ -84,10 +51,10 @@ def test_a_gang_of_two_pods_is_one_job_on_two_nodes(
     app = node_emulator.runner_env()["APP_NAME"]
     manifest = gang_job("gang", f"{RANK_LINE}; sleep 1", gang=gang, app_name=app)
     control_plane.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(manifest))
-    pods = wait_pods(control_plane, ns, "gang", {"Succeeded", "Failed"})
+    pods = wait_pods_by_index(control_plane, ns, "gang", {"Succeeded", "Failed"}, timeout=WAIT_SECONDS)
     logs = {i: control_plane.kubectl("logs", "-n", ns, p["metadata"]["name"]).stdout for i, p in pods.items()}
     assert all(p["status"]["phase"] == "Succeeded" for p in pods.values()), logs
-    (submission,) = submissions_of(node_emulator, gang)
+    (submission,) = submissions(node_emulator, f"k8s-{gang}-1")
     assert submission["body"]["machine"]["nodes"] == 2
     (job,) = jobs_of(node_emulator, gang)
     assert job["status"] == "COMPLETED" and len(job["nodes"]) == 2
@@ -111,11 +78,11 @@ def test_deleting_the_gangs_job_terminates_its_one_jarvice_job(
         what="the gang's job running",
         timeout=WAIT_SECONDS,
     )
-    wait_pods(control_plane, ns, "gang-stop", {"Running"})
+    wait_pods_by_index(control_plane, ns, "gang-stop", {"Running"}, timeout=WAIT_SECONDS)
     control_plane.kubectl("delete", "-n", ns, "job", "gang-stop", "--cascade=foreground", "--wait=false")
     demo.wait_for(
         lambda: jobs_of(node_emulator, gang)[0]["status"] == "TERMINATED",
         what="the gang's job TERMINATED",
         timeout=WAIT_SECONDS,
     )
-    assert len(submissions_of(node_emulator, gang)) == 1
+    assert len(submissions(node_emulator, f"k8s-{gang}-1")) == 1

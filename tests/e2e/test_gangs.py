@@ -16,13 +16,12 @@ from typing import Any
 import pytest
 
 from devplatform import demo
-from devplatform.cluster import addons, nodes
+from devplatform.cluster import addons
 from devplatform.cluster.controlplane import ControlPlane
-from devplatform.cluster.pki import make_ca
-from devplatform.cluster.processes import free_port, stop_process
-from devplatform.cluster.tcpproxy import CuttableProxy
 from tests.support.gpus import GPU, GPU_TOLERATION
+from tests.support.indexed_jobs import real_node_indexed_job, submissions, wait_pods_by_index
 from tests.support.webhook_group import Group, annotations_of, env
+from tests.support.webhook_replicas import serving_replicas
 
 DECISION = "nimbix-burst.io/decision"
 GANG = "nimbix-burst.io/gang"
@@ -147,38 +146,8 @@ def test_a_kueue_pod_group_is_never_split(webhook: addons.WebhookProcess, group:
 @pytest.fixture(scope="module")
 def two_replicas(control_plane: ControlPlane, core: Any) -> Iterator[str]:
     """Two webhook processes with leader election behind one address; yields their Lease's namespace."""
-    lease_namespace = f"gang-ha-{uuid.uuid4().hex[:6]}"
-    nodes.create_namespace(core, lease_namespace)
-    run_dir = control_plane.run_dir / "gang-replicas"
-    ports = [free_port(), free_port()]
-    ca = make_ca("nimbix-burst-e2e-gangs")
-    hooks = []
-    for index, port in enumerate(ports):
-        args = [
-            "--strip-toleration-keys", GPU,
-            "--leader-election", "true",
-            "--lease-namespace", lease_namespace,
-            "--lease-name", "webhook-gangs",
-            "--pod-name", f"replica-{index}",
-            "--advertise-url", f"https://127.0.0.1:{port}",
-            "--peer-server-name", "localhost",
-        ]  # fmt: skip
-        replica_dir = run_dir / f"replica-{index}"
-        hooks.append(
-            addons.start_webhook(replica_dir, kubeconfig=control_plane.kubeconfig_path, port=port, ca=ca, args=args)
-        )
-    with CuttableProxy("127.0.0.1", ports[0], ("127.0.0.1", ports[1])) as proxy:
-        front = addons.WebhookProcess(
-            process=hooks[0].process, url=f"https://127.0.0.1:{proxy.port}", ca=ca, tls_dir=run_dir
-        )
-        name = addons.register_webhook(control_plane, front, name_suffix="-gangs-ha")
-        try:
-            yield lease_namespace
-        finally:
-            control_plane.kubectl("delete", "mutatingwebhookconfiguration", name, "--ignore-not-found")
-            for hook in hooks:
-                stop_process(hook.process)
-            core.delete_namespace(lease_namespace)
+    with serving_replicas(control_plane, core, name="gangs-ha") as replicas:
+        yield replicas.namespace
 
 
 def test_two_replicas_give_each_gangs_pods_one_decision(two_replicas: str, group: Group) -> None:
@@ -209,21 +178,7 @@ RUN_SECONDS = 180.0
 def real_node_job(name: str, command: str, *, app_name: str) -> dict[str, Any]:
     """A 2-pod Indexed Job on the real node, opted in as any user would: the label, nothing else."""
     container = demo.build_app_container(command=command, gpus=RANK_GPUS, app_name=app_name, env={"LOG_LEVEL": "INFO"})
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "completionMode": "Indexed",
-            "completions": 2,
-            "parallelism": 2,
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"labels": {"task-type": "Nimbix"}},
-                "spec": demo.build_real_node_placement({"restartPolicy": "Never", "containers": [container]}),
-            },
-        },
-    }
+    return real_node_indexed_job(name, container, labels={"task-type": "Nimbix"})
 
 
 def run_job(plane: ControlPlane, namespace: str, body: dict[str, Any]) -> str:
@@ -231,30 +186,8 @@ def run_job(plane: ControlPlane, namespace: str, body: dict[str, Any]) -> str:
     return str(json.loads(created)["metadata"]["uid"])
 
 
-def pods_by_index(plane: ControlPlane, namespace: str, job: str, phases: set[str]) -> dict[int, dict[str, Any]]:
-    def listed() -> dict[int, dict[str, Any]] | None:
-        result = plane.kubectl(
-            "get", "-n", namespace, "pods", "-l", f"batch.kubernetes.io/job-name={job}", "-o", "json"
-        )
-        pods = {
-            int(p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"]): p
-            for p in json.loads(result.stdout)["items"]
-        }
-        return pods if len(pods) == 2 and all(p["status"].get("phase") in phases for p in pods.values()) else None
-
-    found: dict[int, dict[str, Any]] = demo.wait_for(listed, what=f"the pods of {job} {phases}", timeout=RUN_SECONDS)
-    return found
-
-
 def gang_label(pod: dict[str, Any], gang: str) -> str:
     return f"k8s-{env(pod)['NIMBIX_BURST_CLUSTER']}.{gang}-1"
-
-
-def submissions(emulator: addons.EmulatorProcess, label: str) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = demo.fetch_emulator(emulator.url, f"/_emulator/submissions?job_label={label}")[
-        "submissions"
-    ]
-    return found
 
 
 def test_a_two_pod_indexed_job_that_cannot_run_here_bursts_as_one_jarvice_job(
@@ -262,7 +195,7 @@ def test_a_two_pod_indexed_job_that_cannot_run_here_bursts_as_one_jarvice_job(
 ) -> None:
     app = node_emulator.runner_env()["APP_NAME"]
     gang = run_job(control_plane, ns, real_node_job("ddp", f"{RANK_LINE}; sleep 1", app_name=app))
-    pods = pods_by_index(control_plane, ns, "ddp", {"Succeeded", "Failed"})
+    pods = wait_pods_by_index(control_plane, ns, "ddp", {"Succeeded", "Failed"}, timeout=RUN_SECONDS)
     logs = {i: control_plane.kubectl("logs", "-n", ns, p["metadata"]["name"]).stdout for i, p in pods.items()}
     assert [p["status"]["phase"] for p in pods.values()] == ["Succeeded", "Succeeded"], logs
     assert [annotations_of(pods[i])[DECISION] for i in (0, 1)] == ["remote", "remote"]
@@ -290,7 +223,7 @@ def test_deleting_a_running_gangs_job_ends_its_jarvice_job_terminated(
         what="the gang's job running",
         timeout=RUN_SECONDS,
     )
-    pods = pods_by_index(control_plane, ns, "ddp-stop", {"Running"})
+    pods = wait_pods_by_index(control_plane, ns, "ddp-stop", {"Running"}, timeout=RUN_SECONDS)
     control_plane.kubectl("delete", "-n", ns, "job", "ddp-stop", "--wait=false")
     demo.wait_for(
         lambda: [j["status"] for j in demo.fetch_emulator_jobs(node_emulator.url, pod_uid=gang)] == ["TERMINATED"],

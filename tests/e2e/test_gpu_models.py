@@ -23,6 +23,10 @@ A100_MACHINES = "ng1a,ng4a,ng8"  # devplatform/overlay/gpu-models.yaml
 UNKNOWN = "NVIDIA-H100-80GB-HBM3"  # no machine of the emulator carries it
 
 
+# Every test's pods go through this module's webhook; `ns` (tests/e2e/conftest.py) holds the Secret.
+pytestmark = pytest.mark.usefixtures("webhook")
+
+
 @pytest.fixture(scope="module")
 def webhook(control_plane: controlplane.ControlPlane, real_node: node.RealNode) -> Iterator[addons.WebhookProcess]:
     with addons.registered_webhook(
@@ -32,17 +36,6 @@ def webhook(control_plane: controlplane.ControlPlane, real_node: node.RealNode) 
         args=["--gpu-models-file", str(MAPPING)],
     ) as hook:
         yield hook
-
-
-@pytest.fixture
-def ns(
-    namespace: str,
-    control_plane: controlplane.ControlPlane,
-    node_emulator: addons.EmulatorProcess,
-    webhook: addons.WebhookProcess,
-) -> str:
-    control_plane.kubectl("apply", "-f", "-", input=json.dumps(demo.build_secret(node_emulator, namespace=namespace)))
-    return namespace
 
 
 def model_pod(name: str, command: str, emulator: addons.EmulatorProcess, **placement: Any) -> dict[str, Any]:

@@ -39,7 +39,7 @@ import pytest
 from devplatform import demo
 from devplatform.cluster import addons, controlplane, install, node
 from entrypoint import contract, exitcodes
-from tests.support.at_once import run_at_once
+from tests.support import cgroups
 from tests.support.gpus import GPU
 from tests.support.installed_controller import (
     BUDGET,
@@ -56,6 +56,7 @@ from tests.support.installed_controller import (
     pod_body,
 )
 from tests.support.real_node_pods import runner_pid, wait_log
+from tests.support.webhook_replicas import create_at_once
 
 # How late a job may stop after its pod could no longer follow it: the reaper's grace and interval, plus
 # what the pod's status and the JARVICE list take to show it (a kubelet status update, a round's list).
@@ -186,16 +187,6 @@ while True:
 """
 
 
-def _memory_cgroup(pid: int) -> Path:
-    """The runner container's memory cgroup directory (v1 memory controller, or the v2 unified one)."""
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if "memory" in controllers.split(","):
-            return Path("/sys/fs/cgroup/memory") / path.lstrip("/")
-    (line,) = [entry for entry in Path(f"/proc/{pid}/cgroup").read_text().splitlines() if entry.startswith("0::")]
-    return Path("/sys/fs/cgroup") / line.removeprefix("0::/")
-
-
 def _oom_kill_runner(uid: str) -> subprocess.Popen[str]:
     """The kernel's OOM killer, not a signal of ours: a process joins the runner's container cgroup and
     allocates past the container's memory limit; the runner is made the OOM killer's first choice
@@ -203,7 +194,9 @@ def _oom_kill_runner(uid: str) -> subprocess.Popen[str]:
     caller to stop."""
     pid = demo.wait_for(lambda: runner_pid(uid), what="the runner's PID", timeout=10)
     Path(f"/proc/{pid}/oom_score_adj").write_text("1000\n")
-    cgroup = _memory_cgroup(pid)
+    files = cgroups.find_memory_files(Path(f"/proc/{pid}/cgroup").read_text())
+    assert files is not None, f"no memory cgroup for the runner (PID {pid})"
+    cgroup = files.directory
     hog = subprocess.Popen([sys.executable, "-c", _HOG], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert hog.stdout is not None and hog.stdin is not None
     assert hog.stdout.readline().strip() == "ready"
@@ -235,6 +228,29 @@ def _record(row: Row) -> Row:
     return row
 
 
+def _wait_terminated(
+    emulator: addons.EmulatorProcess, pod_uid: str, *, bound: float = REAP_BOUND, what: str = "the job TERMINATED"
+) -> float:
+    """Waits (up to a minute past `bound`) until the pod's one job is TERMINATED; returns how long that took."""
+    return _wait_job_states(emulator, pod_uid, ["TERMINATED"], timeout=bound + 60, what=what)
+
+
+def _stopped_row(
+    fault: str,
+    emulator: addons.EmulatorProcess,
+    pod_uid: str,
+    *,
+    late: float,
+    bound: float = REAP_BOUND,
+    over_budget: int = 0,
+    note: str = "",
+) -> Row:
+    """A row for a pod whose job had to be stopped: its jobs, none completed, billing late when it stopped
+    more than `bound` seconds after the pod could no longer follow it (`late`)."""
+    submitted, billing_late = len(_jobs(emulator, pod_uid)), int(late > bound)
+    return _record(Row(fault, submitted, completed=0, billing_late=billing_late, over_budget=over_budget, note=note))
+
+
 # --- the rows: the pod cannot follow its job any more ---------------------------------------------
 
 
@@ -260,7 +276,7 @@ def test_runner_sigkilled_under_restart_never_job_stopped_and_budget_held(
     second_pod = find_pod(control_plane, ns, "second")
     assert second_pod is not None
     held = annotations_of(second_pod)[contract.ANNOTATION_DECISION] == "local"
-    took = _wait_job_states(node_emulator, uid, ["TERMINATED"], timeout=REAP_BOUND + 60, what="the job TERMINATED")
+    took = _wait_terminated(node_emulator, uid)
     demo.wait_for(
         lambda: (
             annotations_of(find_pod(control_plane, ns, "killed") or {"metadata": {}}).get(contract.ANNOTATION_JOB_STATE)
@@ -273,15 +289,13 @@ def test_runner_sigkilled_under_restart_never_job_stopped_and_budget_held(
     create_pod(control_plane, ns, pod_body("third", app_container(node_emulator, "echo third", gpus=1), gated=False))
     third = find_pod(control_plane, ns, "third")
     assert third is not None
-    row = _record(
-        Row(
-            "runner SIGKILLed, restartPolicy Never (pod Failed, object kept)",
-            submitted=len(_jobs(node_emulator, uid)),
-            completed=0,
-            billing_late=int(took > REAP_BOUND),
-            over_budget=0 if held else 1,
-            note=f"stopped {time.monotonic() - failed_at:.0f}s after Failed",
-        )
+    row = _stopped_row(
+        "runner SIGKILLed, restartPolicy Never (pod Failed, object kept)",
+        node_emulator,
+        uid,
+        late=took,
+        over_budget=0 if held else 1,
+        note=f"stopped {time.monotonic() - failed_at:.0f}s after Failed",
     )
     assert find_pod(control_plane, ns, "killed") is not None  # the object is kept: the reaper did not need it gone
     assert held, (second, annotations_of(second_pod))  # budget 1, still held by the killed pod's running job
@@ -305,15 +319,13 @@ def test_runner_oom_killed_job_stopped(
     pod = find_pod(control_plane, ns, "oom")
     assert pod is not None
     terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
-    took = _wait_job_states(node_emulator, uid, ["TERMINATED"], timeout=REAP_BOUND + 60, what="the job TERMINATED")
-    row = _record(
-        Row(
-            "runner OOM-killed (the kernel OOM killer in its container cgroup)",
-            submitted=len(_jobs(node_emulator, uid)),
-            completed=0,
-            billing_late=int(took > REAP_BOUND),
-            note=f"container {terminated.get('reason')} exit {terminated.get('exitCode')}",
-        )
+    took = _wait_terminated(node_emulator, uid)
+    row = _stopped_row(
+        "runner OOM-killed (the kernel OOM killer in its container cgroup)",
+        node_emulator,
+        uid,
+        late=took,
+        note=f"container {terminated.get('reason')} exit {terminated.get('exitCode')}",
     )
     assert terminated.get("exitCode") == 137, terminated
     assert row.submitted == 1 and row.billing_late == 0, row
@@ -327,15 +339,8 @@ def test_pod_force_deleted_job_stopped(
 ) -> None:
     uid = _running_remote(control_plane, node_emulator, ns, "forced")
     control_plane.kubectl("-n", ns, "delete", "pod", "forced", "--force", "--grace-period=0")
-    took = _wait_job_states(node_emulator, uid, ["TERMINATED"], timeout=REAP_BOUND + 60, what="the job TERMINATED")
-    row = _record(
-        Row(
-            "pod force-deleted",
-            submitted=len(_jobs(node_emulator, uid)),
-            completed=0,
-            billing_late=int(took > REAP_BOUND),
-        )
-    )
+    took = _wait_terminated(node_emulator, uid)
+    row = _stopped_row("pod force-deleted", node_emulator, uid, late=took)
     assert row.submitted == 1 and row.billing_late == 0, row
 
 
@@ -355,19 +360,17 @@ def test_kubelet_stopped_pod_stuck_terminating_job_stopped(
     try:
         control_plane.kubectl("-n", ns, "delete", "pod", "stuck", "--grace-period=1", "--wait=false")
         deadline_passed = time.monotonic() + 1
-        took = _wait_job_states(node_emulator, uid, ["TERMINATED"], timeout=REAP_BOUND + 60, what="the job TERMINATED")
+        took = _wait_terminated(node_emulator, uid)
         stuck = find_pod(control_plane, ns, "stuck")
     finally:
         os.kill(kubelet.pid, signal.SIGCONT)
     late = time.monotonic() - deadline_passed
-    row = _record(
-        Row(
-            "the node's kubelet stopped (pod stuck Terminating)",
-            submitted=len(_jobs(node_emulator, uid)),
-            completed=0,
-            billing_late=int(late > REAP_BOUND),
-            note=f"stopped {took:.0f}s after the delete",
-        )
+    row = _stopped_row(
+        "the node's kubelet stopped (pod stuck Terminating)",
+        node_emulator,
+        uid,
+        late=late,
+        note=f"stopped {took:.0f}s after the delete",
     )
     assert stuck is not None and stuck["metadata"].get("deletionTimestamp"), "the pod was not stuck Terminating"
     assert row.submitted == 1 and row.billing_late == 0, row
@@ -446,14 +449,13 @@ def test_sigterm_while_the_runner_picks_up_an_inherited_job_stops_it(
         took = time.monotonic() - deleted_at
     finally:
         _faults(node_emulator)
-    row = _record(
-        Row(
-            "SIGTERM while the runner picks up an inherited job",
-            submitted=len(_jobs(node_emulator, uid)),
-            completed=0,
-            billing_late=int(took > contract.MIN_TERMINATION_GRACE_SECONDS),
-            note=f"stopped {took:.0f}s after the delete",
-        )
+    row = _stopped_row(
+        "SIGTERM while the runner picks up an inherited job",
+        node_emulator,
+        uid,
+        late=took,
+        bound=contract.MIN_TERMINATION_GRACE_SECONDS,
+        note=f"stopped {took:.0f}s after the delete",
     )
     assert row.submitted == 1 and row.billing_late == 0, row
 
@@ -494,16 +496,9 @@ def test_webhook_leader_killed_while_24_pods_race_for_6_gpus(
             }
         )
 
-    def create(body: dict[str, Any]) -> dict[str, Any]:
-        result = control_plane.kubectl("create", "-o", "json", "-f", "-", input=json.dumps(body), check=False)
-        if result.returncode != 0:
-            raise RuntimeError(result.stderr.strip())
-        created: dict[str, Any] = json.loads(result.stdout)
-        return created
-
     killer = threading.Timer(0.3, os.kill, (pid, signal.SIGKILL))
     killer.start()
-    created, errors = run_at_once(create, bodies)
+    created, errors = create_at_once(control_plane, bodies)
     killer.join()
     decisions: dict[str, int] = {}
     for pod in created:
@@ -539,16 +534,15 @@ def test_controller_leader_killed_while_an_orphan_waits_for_its_grace(
     assert pid is not None, f"no process for the controller leader {leader}"
     os.kill(pid, signal.SIGKILL)
     bound = CONTROLLER_LEASE_SECONDS + REAP_BOUND
-    took = _wait_job_states(node_emulator, uid, ["TERMINATED"], timeout=bound + 60, what="the orphan TERMINATED")
+    took = _wait_terminated(node_emulator, uid, bound=bound, what="the orphan TERMINATED")
     new_leader = install.read_lease_holder(control_plane, CONTROLLER_LEASE)
-    row = _record(
-        Row(
-            "controller leader SIGKILLed while an orphan waits for its grace",
-            submitted=len(_jobs(node_emulator, uid)),
-            completed=0,
-            billing_late=int(took > bound),
-            note=f"stopped {took:.0f}s after the delete (Lease {CONTROLLER_LEASE_SECONDS}s + grace + interval)",
-        )
+    row = _stopped_row(
+        "controller leader SIGKILLed while an orphan waits for its grace",
+        node_emulator,
+        uid,
+        late=took,
+        bound=bound,
+        note=f"stopped {took:.0f}s after the delete (Lease {CONTROLLER_LEASE_SECONDS}s + grace + interval)",
     )
     assert row.submitted == 1 and row.billing_late == 0, (row, leader, new_leader)
     demo.wait_for(

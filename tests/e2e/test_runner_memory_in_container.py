@@ -10,21 +10,17 @@ and from the runner's ``VmHWM`` while it runs, must stay far under the limit.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from devplatform import demo
 from devplatform.cluster import addons, controlplane, node
-from tests.support import cgroups
-from tests.support.real_node_pods import burst_pod, create, runner_pid, wait_finished
+from tests.support.real_node_pods import RunnerMemory, burst_pod, create, wait_finished
 
 MB = int(os.environ.get("NIMBIX_BURST_MEMORY_TEST_MB", "20"))
 LINE_BYTES = 200
@@ -53,64 +49,30 @@ def webhook(control_plane: controlplane.ControlPlane, real_node: node.RealNode) 
         yield hook
 
 
-class _Sampler:
-    """Samples the container's cgroup peak and the runner's VmHWM until stopped."""
-
-    def __init__(self, pod_uid: str) -> None:
-        self.pod_uid = pod_uid
-        self.cgroup_peak = 0
-        self.cgroup_limit = 0
-        self.vm_hwm_kib = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            pid = runner_pid(self.pod_uid)
-            if pid is not None:
-                try:
-                    status = Path(f"/proc/{pid}/status").read_text()
-                    hwm = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
-                    self.vm_hwm_kib = max(self.vm_hwm_kib, int(hwm.split()[1]))
-                    memory = cgroups.read_memory(pid)  # cgroup v1 (hybrid hosts too) or v2
-                    if memory is not None:
-                        self.cgroup_peak = max(self.cgroup_peak, memory[0])
-                        self.cgroup_limit = memory[1]
-                except (OSError, StopIteration, ValueError):
-                    pass
-            time.sleep(0.2)
-
-
 def test_runner_streams_a_large_output_in_a_128mi_container(
     control_plane: controlplane.ControlPlane,
     real_node: node.RealNode,
     node_emulator: addons.EmulatorProcess,
     webhook: addons.WebhookProcess,
-    namespace: str,
+    ns: str,
 ) -> None:
-    control_plane.kubectl("apply", "-f", "-", input=json.dumps(demo.build_secret(node_emulator, namespace=namespace)))
     big = burst_pod("big", COMMAND, node_emulator)
     # A training container with CPU and memory limits: the webhook cuts them to the runner's footprint.
     big["spec"]["containers"][0]["resources"]["limits"].update({"cpu": "2", "memory": "4Gi"})
-    create(control_plane, namespace, big)
+    create(control_plane, ns, big)
     pod = demo.wait_for(
-        lambda: (p := demo.read_pod(control_plane, namespace, "big"))["status"].get("phase") == "Running" and p,
+        lambda: (p := demo.read_pod(control_plane, ns, "big"))["status"].get("phase") == "Running" and p,
         what="pod big Running",
         timeout=120,
     )
     resources = pod["spec"]["containers"][0]["resources"]
     assert resources["limits"] == {"cpu": "100m", "memory": "128Mi"}, resources
-    sampler = _Sampler(pod["metadata"]["uid"])
+    sampler = RunnerMemory(pod["metadata"]["uid"], interval=0.2)
     # Follow the log from the start, as a user would: the kubelet rotates container logs at 10 MiB.
     kubectl = [str(control_plane.bin_dir / "kubectl"), "--kubeconfig", str(control_plane.kubeconfig_path)]
     started = time.monotonic()
     with subprocess.Popen(
-        [*kubectl, "logs", "-f", "-n", namespace, "big"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        [*kubectl, "logs", "-f", "-n", ns, "big"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     ) as follow:
         assert follow.stdout is not None
         digest, count, other = hashlib.sha256(), 0, []
@@ -122,7 +84,7 @@ def test_runner_streams_a_large_output_in_a_128mi_container(
             count += 1
         follow.wait(timeout=TIMEOUT_SECONDS)
     elapsed = time.monotonic() - started
-    finished: dict[str, Any] = wait_finished(control_plane, namespace, "big")
+    finished: dict[str, Any] = wait_finished(control_plane, ns, "big")
     sampler.stop()
 
     expected = hashlib.sha256()

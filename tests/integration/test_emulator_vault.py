@@ -1,7 +1,6 @@
 """The emulator's vaults: `/jarvice/vault` in JARVICE's shape, each job's vault at /data, and an object
 vault written back on a normal end or a shutdown but not after a terminate (reference section 5)."""
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,24 +9,17 @@ from typing import Any
 import pytest
 import requests
 
-from devplatform.emulator import EmulatorConfig, EmulatorThread, Timing
-from devplatform.emulator.vault import VaultConfig
+from devplatform.emulator import Timing
+from tests.support.vaults import vault_emulator
 
 USER, KEY, APP = "alice", "vault-test-key-0001", "app"
 
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    if os.geteuid() != 0:
-        pytest.fail("the emulator's private job roots need root (unshare --mount, chroot): run as root")
     root = tmp_path_factory.mktemp("vaults")
-    config = EmulatorConfig(
-        users={USER: KEY},
-        apps={APP: frozenset({"run"})},
-        timing=Timing(queue_seconds=0.1, init_seconds=0.05, shutdown_kill_seconds=5.0),
-        vaults=VaultConfig(root=root, kinds={"drop.jarvice.com": "filesystem", "objects": "object"}),
-    )
-    with EmulatorThread(config) as emu:
+    timing = Timing(queue_seconds=0.1, init_seconds=0.05, shutdown_kill_seconds=5.0)
+    with vault_emulator(root, user=USER, apikey=KEY, app=APP, timing=timing) as emu:
         yield emu.url, root
 
 

@@ -18,6 +18,11 @@ class MemoryFiles:
     peak: Path
     limit: Path
 
+    @property
+    def directory(self) -> Path:
+        """The cgroup itself: writing a PID to its cgroup.procs moves that process in."""
+        return self.peak.parent
+
 
 def find_memory_files(proc_cgroup: str, *, root: Path = CGROUP_ROOT) -> MemoryFiles | None:
     """From /proc/<pid>/cgroup's text: the v1 memory controller's files where it is mounted

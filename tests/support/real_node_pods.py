@@ -1,14 +1,16 @@
 """Pods on the real node as a user creates them with kubectl, and the runner's process seen from the
-host: build, create, read, wait for a log line or the end, find the runner's PID."""
+host: build, create, read, wait for a log line or the end, find the runner's PID, sample its memory."""
 
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 from devplatform import demo
 from devplatform.cluster import addons, controlplane, nodeconfig
+from tests.support import cgroups
 
 WAIT_SECONDS = 120.0
 
@@ -78,6 +80,40 @@ def runner_pid(pod_uid: str) -> int | None:
         if ns_pids.split()[-1] == "1":
             return int(proc.name)
     return None
+
+
+class RunnerMemory:
+    """Samples the memory of a pod's runner from the host, every `interval` seconds until stopped: its
+    peak RSS (VmHWM, KiB) and its container's memory cgroup (peak and limit, bytes; cgroup v1 or v2)."""
+
+    def __init__(self, pod_uid: str, *, interval: float) -> None:
+        self.pod_uid, self.interval = pod_uid, interval
+        self.vm_hwm_kib = 0
+        self.cgroup_peak = 0
+        self.cgroup_limit = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            pid = runner_pid(self.pod_uid)
+            if pid is not None:
+                try:
+                    status = Path(f"/proc/{pid}/status").read_text()
+                    hwm = next(line for line in status.splitlines() if line.startswith("VmHWM:"))
+                    self.vm_hwm_kib = max(self.vm_hwm_kib, int(hwm.split()[1]))
+                    memory = cgroups.read_memory(pid)
+                    if memory is not None:
+                        self.cgroup_peak = max(self.cgroup_peak, memory[0])
+                        self.cgroup_limit = memory[1]
+                except (OSError, StopIteration, ValueError):
+                    pass  # the runner is starting or has gone: the next sample tells
+            self._stop.wait(self.interval)
 
 
 def real_node_pod_spec(spec: dict[str, Any]) -> dict[str, Any]:

@@ -30,18 +30,24 @@ def make_cache(free_gpus: int) -> ClusterCache:
     return cache
 
 
-def review(raw: dict[str, Any], uid: str) -> AdmissionRequest:
+def review(raw: dict[str, Any], uid: str, *, namespace: str = "ns") -> AdmissionRequest:
     return AdmissionRequest(
-        uid=uid, operation="CREATE", kind="Pod", group="", namespace="ns", dry_run=False, object=raw
+        uid=uid, operation="CREATE", kind="Pod", group="", namespace=namespace, dry_run=False, object=raw
     )
+
+
+def patched_by(raw: dict[str, Any], result: admission.Admission) -> dict[str, Any]:
+    """The pod as the API server stores it after this answer: its patch (base64 JSON Patch), if any,
+    applied to a copy."""
+    encoded = result.response["response"].get("patch")
+    ops = json.loads(base64.b64decode(encoded)) if encoded else []
+    patched: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(raw), ops)
+    return patched
 
 
 def admit(raw: dict[str, Any], cache: ClusterCache, uid: str) -> tuple[dict[str, Any], admission.Admission]:
     result = admission.admit(review(raw, uid), cache=cache, policy=POLICY)
-    encoded = result.response["response"].get("patch")
-    ops = json.loads(base64.b64decode(encoded)) if encoded else []
-    patched: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(raw), ops)
-    return patched, result
+    return patched_by(raw, result), result
 
 
 def add_gpu(*names: str, init: bool = False) -> Callable[[dict[str, Any]], None]:

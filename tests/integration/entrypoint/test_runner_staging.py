@@ -6,7 +6,6 @@ The runner runs as a real subprocess in a mount namespace of its own with a tmpf
 root (an empty host directory is the job's own), for the job, and nothing is written on the host.
 Needs root (the emulator's private roots): the dev machine runs as root."""
 
-import os
 import shlex
 import subprocess
 import sys
@@ -16,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from devplatform.emulator import EmulatorConfig, EmulatorControl, EmulatorThread, Timing
-from devplatform.emulator.vault import VaultConfig
+from devplatform.emulator import EmulatorControl, EmulatorThread, Timing
+from tests.support import vaults
 from tests.support.runner_processes import API_KEY, APP, FAST_TIMING, ROOT, USER, base_env, label_of
 
 RUNNER_TIMEOUT = 60.0
@@ -25,16 +24,8 @@ RUNNER_TIMEOUT = 60.0
 
 @pytest.fixture(scope="module")
 def vault_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[EmulatorThread, Path]]:
-    if os.geteuid() != 0:
-        pytest.fail("the emulator's private job roots need root (unshare --mount, chroot): run as root")
     root = tmp_path_factory.mktemp("vaults")
-    config = EmulatorConfig(
-        users={USER: API_KEY},
-        apps={APP: frozenset({"run"})},
-        timing=Timing(**FAST_TIMING),
-        vaults=VaultConfig(root=root, kinds={"drop.jarvice.com": "filesystem", "objects": "object"}),
-    )
-    with EmulatorThread(config) as emu:
+    with vaults.vault_emulator(root, user=USER, apikey=API_KEY, app=APP, timing=Timing(**FAST_TIMING)) as emu:
         yield emu, root
 
 

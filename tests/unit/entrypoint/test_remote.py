@@ -225,17 +225,22 @@ class World:
     token: signals.CancelToken
     messages: list[str] = field(default_factory=list)
 
-    def run(self, plan: RemotePlan | None = None) -> int:
-        deps = ports.RemoteDeps(
+    def deps(self, *, journal: ports.Journal | None = None) -> ports.RemoteDeps:
+        """The runner's ports on this world: its fake JARVICE, clock and cancel token; the world itself
+        takes the termination message."""
+        return ports.RemoteDeps(
             backend=self.backend,
             out=self.sink,
             sleep=self.clock.sleep,
             clock=self.clock,
             rng=random.Random(7),
             cancel=self.token,
+            journal=journal or ports.NoJournal(),
             termination=self,
         )
-        return remote.run_remote(plan or make_plan(), deps)
+
+    def run(self, plan: RemotePlan | None = None) -> int:
+        return remote.run_remote(plan or make_plan(), self.deps())
 
     def write(self, message: str) -> None:
         self.messages.append(message)
@@ -575,16 +580,7 @@ class Journal:
 
 
 def run_with_state(world: World, journal: Journal, start: restart.StartDecision, **tuning: float) -> int:
-    deps = ports.RemoteDeps(
-        backend=world.backend,
-        out=world.sink,
-        sleep=world.clock.sleep,
-        clock=world.clock,
-        rng=random.Random(7),
-        cancel=world.token,
-        journal=journal,
-    )
-    return remote.run_remote(make_plan(**tuning), deps, start=start)
+    return remote.run_remote(make_plan(**tuning), world.deps(journal=journal), start=start)
 
 
 def test_state_is_saved_before_the_submit_and_reported_at_the_end(world: World) -> None:

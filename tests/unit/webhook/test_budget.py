@@ -7,18 +7,16 @@ burst pods plus remote decisions whose pod has not appeared yet) plus its own st
 
 from __future__ import annotations
 
-import base64
-import copy
 import json
 from typing import Any
 
-import jsonpatch
 import pytest
 
 from entrypoint import contract
 from kubeplumbing import leadership
 from tests.support.budgets import NS, burst_pod, make_sync, namespace
 from tests.support.clocks import Clock
+from tests.support.reinvocation import patched_by
 from tests.unit.webhook.builders import GPU, container, pod
 from webhook import admission, budget
 from webhook.budget import ANNOTATION_BUDGET, ANNOTATION_MAX_REMOTE_GPUS, ANNOTATION_REMOTE_GPUS
@@ -42,10 +40,7 @@ def admit(
 ) -> tuple[admission.Admission, dict[str, Any]]:
     raw = pod(container(gpus=gpus), namespace=ns, name=uid)
     result = admission.admit(request(raw, uid, ns=ns, **kwargs), cache=sync.cache, policy=POLICY, over_budget=over)
-    encoded = result.response["response"].get("patch")
-    ops = json.loads(base64.b64decode(encoded)) if encoded else []
-    patched: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(raw), ops)
-    return result, patched
+    return result, patched_by(raw, result)
 
 
 # ----- the annotation's value --------------------------------------------------------------------

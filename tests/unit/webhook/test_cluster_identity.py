@@ -8,21 +8,17 @@ a warning. Expected values are worked out by hand from those rules.
 
 from __future__ import annotations
 
-import base64
-import copy
-import json
 from typing import Any
 
-import jsonpatch
 import pytest
 
 from entrypoint import contract
 from tests.support.clocks import Clock
+from tests.support.reinvocation import patched_by, review
 from tests.unit.webhook.builders import CLUSTER_ID, GPU, KUBE_SYSTEM, KUBE_SYSTEM_UID, container, namespace, node, pod
 from webhook import admission
 from webhook.cache import ClusterCache
 from webhook.mutation import RewritePolicy
-from webhook.review import AdmissionRequest
 from webhook.settings import SettingsError, parse_settings
 from webhook.sync import CacheSync
 
@@ -41,14 +37,8 @@ def make_sync(*namespaces: dict[str, Any]) -> CacheSync:
 def admit(
     sync: CacheSync, raw: dict[str, Any], policy: RewritePolicy = POLICY
 ) -> tuple[admission.Admission, dict[str, Any]]:
-    request = AdmissionRequest(
-        uid="u1", operation="CREATE", kind="Pod", group="", namespace="ns", dry_run=False, object=raw
-    )
-    result = admission.admit(request, cache=sync.cache, policy=policy)
-    encoded = result.response["response"].get("patch")
-    ops = json.loads(base64.b64decode(encoded)) if encoded else []
-    patched: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(raw), ops)
-    return result, patched
+    result = admission.admit(review(raw, "u1"), cache=sync.cache, policy=policy)
+    return result, patched_by(raw, result)
 
 
 def cluster_env(c: dict[str, Any]) -> list[Any]:

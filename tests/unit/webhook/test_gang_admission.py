@@ -3,14 +3,11 @@ on this replica, on the next leader (handed-over reservations) and after a resta
 
 from __future__ import annotations
 
-import base64
 import copy
-import json
 from typing import Any
 
-import jsonpatch
-
 from tests.support.clocks import Clock
+from tests.support.reinvocation import patched_by, review
 from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, namespace, node, pod
 from webhook import admission, gangs, gpu_models
 from webhook.cache import ClusterCache
@@ -66,14 +63,8 @@ def group_pod(name: str, total: int = 3, gpus: int = 1) -> dict[str, Any]:
 def admit(
     sync: CacheSync, raw: dict[str, Any], uid: str, *, policy: RewritePolicy = POLICY, **kwargs: Any
 ) -> tuple[dict[str, Any], admission.Admission]:
-    request = AdmissionRequest(
-        uid=uid, operation="CREATE", kind="Pod", group="", namespace="ns", dry_run=False, object=raw
-    )
-    result = admission.admit(request, cache=sync.cache, policy=policy, **kwargs)
-    encoded = result.response["response"].get("patch")
-    ops = json.loads(base64.b64decode(encoded)) if encoded else []
-    patched: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(raw), ops)
-    return patched, result
+    result = admission.admit(review(raw, uid), cache=sync.cache, policy=policy, **kwargs)
+    return patched_by(raw, result), result
 
 
 def appear(sync: CacheSync, patched: dict[str, Any], uid: str) -> None:

@@ -3,15 +3,12 @@ local when no JARVICE machine offers it. Every patch is applied with jsonpatch, 
 
 from __future__ import annotations
 
-import base64
-import copy
 import json
 from typing import Any
 
-import jsonpatch
 import pytest
 
-from tests.support.reinvocation import make_cache, review
+from tests.support.reinvocation import make_cache, patched_by, review
 from tests.unit.webhook.builders import GPU, container, node, pod
 from webhook import admission, gpu_models
 from webhook.model import parse_node
@@ -29,10 +26,7 @@ REAL_NODE = {"nimbix-burst.io/real-node": "true"}
 def run(raw: dict[str, Any], policy: RewritePolicy = POLICY) -> tuple[dict[str, Any], admission.Admission]:
     """The pod after admission (node 'a' has 4 free GPUs and no model label), and the admission."""
     result = admission.admit(review(raw, "u1"), cache=make_cache(free_gpus=4), policy=policy)
-    encoded = result.response["response"].get("patch")
-    ops = json.loads(base64.b64decode(encoded)) if encoded else []
-    patched: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(raw), ops)
-    return patched, result
+    return patched_by(raw, result), result
 
 
 def env_of(raw: dict[str, Any]) -> dict[str, str]:

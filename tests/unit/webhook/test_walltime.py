@@ -9,21 +9,17 @@ says which limit and where it came from. Expected values are worked out by hand.
 
 from __future__ import annotations
 
-import base64
-import copy
-import json
 from typing import Any
 
-import jsonpatch
 import pytest
 
 from entrypoint import contract
 from tests.support.clocks import Clock
+from tests.support.reinvocation import patched_by, review
 from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, namespace, node, pod
 from webhook import admission, walltime
 from webhook.cache import ClusterCache
 from webhook.mutation import RewritePolicy
-from webhook.review import AdmissionRequest
 from webhook.settings import SettingsError, parse_settings
 from webhook.sync import CacheSync
 
@@ -92,14 +88,8 @@ def make_sync(*namespaces: dict[str, Any]) -> CacheSync:
 
 
 def admit(sync: CacheSync, raw: dict[str, Any]) -> tuple[admission.Admission, dict[str, Any]]:
-    request = AdmissionRequest(
-        uid="u1", operation="CREATE", kind="Pod", group="", namespace="team", dry_run=False, object=raw
-    )
-    result = admission.admit(request, cache=sync.cache, policy=POLICY)
-    encoded = result.response["response"].get("patch")
-    ops = json.loads(base64.b64decode(encoded)) if encoded else []
-    patched: dict[str, Any] = jsonpatch.apply_patch(copy.deepcopy(raw), ops)
-    return result, patched
+    result = admission.admit(review(raw, "u1", namespace="team"), cache=sync.cache, policy=POLICY)
+    return result, patched_by(raw, result)
 
 
 def walltimes(c: dict[str, Any]) -> list[Any]:
