@@ -1,12 +1,12 @@
 """One admission, in four steps: gather, decide, apply, respond (no I/O).
 
-gather: the review's pod read once (its GPUs, everything it takes from a node, its placement), and
-one snapshot from the cache (ClusterCache.snapshot_for; a gang's pod also its gang's,
-ClusterCache.gang_snapshot_for). decide: pure over them (webhook.decision.decide for a pod alone,
-webhook.gang_decision.decide_gang for a gang's pod). apply: the cache applies what was decided in one
-call (ClusterCache.apply, apply_gang: claim moves, then reservations), in the same event-loop tick as
-the decision, never a reservation for a dry run. respond: webhook.responses turns the verdict into
-the AdmissionReview response.
+gather: the review's pod read once (its GPUs, everything it takes from a node, its placement, the
+containers a burst would run), and one snapshot from the cache (ClusterCache.snapshot_for; a gang's
+pod also its gang's, ClusterCache.gang_snapshot_for). decide: pure over them, one pass for a pod
+alone and a gang's pod (webhook.decision.decide). apply: the cache applies the verdict's effects in
+one call (ClusterCache.apply: claim moves, then reservations), in the same event-loop tick as the
+decision, never a reservation for a dry run. respond: webhook.responses turns the verdict into the
+AdmissionReview response.
 """
 
 from __future__ import annotations
@@ -15,10 +15,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from entrypoint import contract
-from webhook import budget, gang_decision, gangs, mutation, responses
+from webhook import budget, gangs, mutation, responses
 from webhook import decision as decisions
+from webhook.burst import BurstAsk
 from webhook.cache import ClusterCache
 from webhook.model import ObjectError, check_pod_shape, parse_placement, pod_compute, pod_gpus
+from webhook.placement import choose
+from webhook.resources import burst_container_names
 from webhook.responses import Admission, build_error_response
 from webhook.review import AdmissionRequest, MalformedReview
 from webhook.types import Decision, Placement, PodNeeds, Requests
@@ -70,46 +73,43 @@ def admit(
         if not gpus and not reinvoked:
             return responses.skip(request, "pod requests no GPU")
         requests = gpus if reinvoked else {**gpus, **pod_compute(spec)}
+        bursting = burst_container_names(spec, policy.gpu_resources)  # the containers a burst would run
     except ObjectError as exc:
         raise MalformedReview(f"request.object: {exc}") from exc
     needs = PodNeeds(gpus=gpus, requests=requests, placement=placement, namespace=request.namespace)
     snapshot = cache.snapshot_for(request.namespace, cluster_name=policy.cluster_name)
-    pod_ask = decisions.BurstAsk(spec=spec, annotations=annotations, policy=policy)
-    if not reinvoked:
+    gang: gangs.GangSnapshot | None = None
+    carried: gangs.GangTerms | None = None  # a reinvoked pod's gang, as its annotations carry it
+    if reinvoked:
+        carried = gangs.parse_terms(annotations)
+    else:
         try:
             gang = cache.gang_snapshot_for(meta, namespace=request.namespace, cluster=snapshot.cluster)
         except gangs.GangError as unreadable:  # not `exc`: compiled, a name keeps the first type it was given
             return responses.refuse(request, str(unreadable))
-        if gang is not None:
-            context = gang_decision.Context(
-                needs=needs,
-                pod=pod_ask,
-                active_deadline=spec.get("activeDeadlineSeconds"),
-                local_refusal=local_refusal,
-                over_budget=over_budget,
-                dry_run=request.dry_run,
-            )
-            gang_verdict = gang_decision.decide_gang(context, snapshot, gang)
-            cache.apply_gang(gang_verdict.effects)
-            return responses.respond_gang(request, gang_verdict, gpus=needs.gpus, policy=policy)
+    deadline = spec.get("activeDeadlineSeconds")  # the API server rejects anything but an integer later
     verdict = decisions.decide(
         needs,
         snapshot,
-        active_deadline=spec.get("activeDeadlineSeconds"),
+        gang,
+        active_deadline=deadline if type(deadline) is int else None,
         default_walltime_seconds=policy.default_walltime_seconds,
         local_refusal=local_refusal,
         over_budget=over_budget,
         reinvoked=reinvoked,
-        pod=pod_ask,
+        carried=carried,
+        pod=BurstAsk(spec=spec, annotations=annotations, policy=policy, bursting=bursting),
+        uid=request.uid,
+        dry_run=request.dry_run,
     )
-    cache.apply(verdict, needs=needs, reservation_id="" if request.dry_run else request.uid)
-    return responses.respond(request, verdict, needs=needs, policy=policy)
+    cache.apply(verdict.effects)
+    return responses.respond(request, verdict, gpus=needs.gpus, policy=policy)
 
 
 def decide_placement(requests: Requests, placement: Placement, cache: ClusterCache, *, namespace: str = "") -> Decision:
     """Where a pod would go as admit() decides it, its claim moves applied, nothing reserved: the
     placement step alone, for the tests and benchmarks that drive the cache as the watch does."""
     snapshot = cache.snapshot_for(namespace, cluster_name="")
-    choice = decisions.choose(requests, placement, snapshot.view, reservation_refusal=snapshot.reservation_refusal)
+    choice = choose(requests, placement, snapshot.view, reservation_refusal=snapshot.reservation_refusal)
     cache.move_claims(choice.moves)
     return choice.decision

@@ -9,6 +9,7 @@ admissions cannot overshoot it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final, Literal
 
 from webhook.types import NamespaceBudget
@@ -57,3 +58,26 @@ def over_budget(budget: NamespaceBudget | None, *, namespace: str, in_use: int, 
     if in_use + need <= budget.limit:
         return ""
     return f"{in_use} of {budget.limit} remote GPUs in use in namespace {namespace}; this pod needs {need}"
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetRefusal:
+    reason: str  # the budget that stops the burst
+    may_deny: bool  # False when it is not the user's doing (a failover): the pod is never refused for it
+
+
+def check(
+    budget: NamespaceBudget | None, *, namespace: str, in_use: int, need: int, gang_size: int, local_refusal: str
+) -> BudgetRefusal | None:
+    """Whether a burst of `need` GPUs may start now (None: it may): `need` is a pod's GPUs, or a
+    gang's first pod's whole gang's (`gang_size` pods; 0 for a pod alone). `local_refusal`: why no
+    local promise may be made now (no leader among the replicas): only the leader counts remote
+    reservations, so a namespace with a budget cannot burst then."""
+    refusal = over_budget(budget, namespace=namespace, in_use=in_use, need=need)
+    if refusal:
+        whole = f" (the whole gang of {gang_size} pods)" if gang_size else ""
+        return BudgetRefusal(refusal + whole, may_deny=True)
+    if local_refusal and budget is not None:
+        reason = f"{local_refusal}, so no burst can be counted against the budget of namespace {namespace}"
+        return BudgetRefusal(reason, may_deny=False)
+    return None

@@ -14,9 +14,8 @@ Three parts, one responsibility each:
 They share one ClusterView (webhook.types; webhook.fitting searches it): the structures a decision
 reads, handed out without a copy. An admission takes one Snapshot (snapshot_for: the view and what
 its namespace and the reservations say), and a gang's pod one GangSnapshot beside it (gang_snapshot_for);
-the decision (webhook.decision.decide, webhook.gang_decision.decide_gang) is pure over them, and the
-cache applies what it chose in one call (apply, apply_gang): the claim moves that make room, then the
-reservations.
+the decision (webhook.decision.decide) is pure over them, and the cache applies the effects of what it
+chose in one call (apply): the claim moves that make room, then the reservations.
 
 Schedulable nodes (Ready, not cordoned) are indexed per GPU resource in buckets keyed by free
 count, so finding the best-fit node costs a few dictionary look-ups whatever the cluster size.
@@ -37,9 +36,8 @@ from typing import Any
 from entrypoint import contract
 from kubeplumbing.leadership import HandedOver
 from webhook.accounting import ClaimLedger
-from webhook.decision import Verdict
 from webhook.fitting import CANDIDATE_CAP, best_partial_fit, find_fit
-from webhook.gangs import GangEffects, GangIndex, GangSnapshot
+from webhook.gangs import GangIndex, GangSnapshot
 from webhook.reservations import Reservations
 from webhook.scheduling import eligibility
 from webhook.types import (
@@ -52,10 +50,10 @@ from webhook.types import (
     NodeInfo,
     Placement,
     PodInfo,
-    PodNeeds,
     Requests,
     Snapshot,
 )
+from webhook.verdict import Effects
 
 __all__ = ["CANDIDATE_CAP", "CLUSTER_NAMESPACE", "DEFAULT_SCHEDULERS", "Claim", "ClusterCache", "FitResult"]
 
@@ -252,30 +250,22 @@ class ClusterCache:
             default_walltime=self.namespaces.default_walltimes.get(namespace),
         )
 
-    def apply(self, verdict: Verdict, *, needs: PodNeeds, reservation_id: str) -> None:
-        """An admission's verdict, applied at once: its claim moves, a cap it met, its reservation
-        (local GPUs on the node, or a burst's against the budget; none for reservation_id "")."""
-        self.move_claims(verdict.moves)
-        if verdict.decision.capped:
+    def apply(self, effects: Effects) -> None:
+        """An admission's verdict, applied at once (see verdict.Effects): its claim moves, a cap it
+        met, the reservations it releases and makes, a gang's decision to remember."""
+        self.move_claims(effects.moves)
+        if effects.capped:
             self.reservation_cap_hits += 1
-        if reservation_id and verdict.route == "local":
-            self.reserve(reservation_id, node=verdict.decision.node, requests=needs.requests, placement=needs.placement,
-                         namespace=needs.namespace)  # fmt: skip
-        elif reservation_id and verdict.route == "remote" and verdict.counted:
-            self.reserve_remote(reservation_id, namespace=needs.namespace, gpus=verdict.remote_gpus)
+        if effects.release or effects.local or effects.remote:
+            self.reservations.apply(release=effects.release, local=effects.local, remote=effects.remote)
+        if effects.record is not None:
+            self.gang_index.book.put(effects.gang, effects.record)
 
     def gang_snapshot_for(self, meta: Mapping[str, Any], *, namespace: str, cluster: str) -> GangSnapshot | None:
         """The pod's gang as its decision reads it now (GangIndex.snapshot: None for a pod decided alone)."""
         held = self.reservations
         return self.gang_index.snapshot(meta, namespace=namespace, cluster=cluster, now=held.now(), ttl=held.ttl,
                                         hold=held.hold)  # fmt: skip
-
-    def apply_gang(self, effects: GangEffects) -> None:
-        """A gang's decision, applied at once (see GangEffects)."""
-        self.move_claims(effects.moves)
-        self.reservations.apply(release=effects.release, local=effects.local, remote=effects.remote)
-        if effects.record is not None:
-            self.gang_index.book.put(effects.gang, effects.record)
 
     def move_claims(self, moves: Sequence[ClaimMove]) -> None:
         """Move claims of pods not bound yet as a decision planned, to make room (see fitting.plan_room)."""

@@ -126,7 +126,7 @@ def other_needs(requests: Requests, primary: str) -> Needs:
 
 @dataclass(frozen=True, slots=True)
 class RoomSearch:
-    """What making room found for a pod no node fits as the claims sit (decision.choose reads it):
+    """What making room found for a pod no node fits as the claims sit (placement.choose reads it):
     a node once claims of pods not bound yet move (plan_room), or what explains that none fits."""
 
     fit: FitResult  # the node made room on, or find_fit's miss with its counts

@@ -5,9 +5,9 @@ the pods of a Kueue plain-pod group (label `kueue.x-k8s.io/pod-group-name`, anno
 `kueue.x-k8s.io/pod-group-total-count`). A non-indexed Job's pods are independent work items: they
 are decided one by one, as any pod.
 
-A gang is decided once, at its first pod: local only if all of its pods fit at once (`pack`: each
-pod on a node, the GPUs one pod takes never counted for another), and then every pod's place is
-reserved; otherwise every pod is remote. Later pods follow, whoever receives them, because the
+A gang is decided once, at its first pod: local only if all of its pods fit at once
+(webhook.placement.pack: each pod on a node, the GPUs one pod takes never counted for another), and
+then every pod's place is reserved; otherwise every pod is remote. Later pods follow, whoever receives them, because the
 decision is kept where a new leader finds it:
   - as reservations, one per rank, handed over with the others (kubeplumbing.leadership):
     `gang.<uid>.<rank>` while the rank's pod has not been admitted, `gang.<uid>.<rank>.pod` once it
@@ -16,8 +16,9 @@ decision is kept where a new leader finds it:
     kept local or refused without reserving anything;
   - on the gang's pods themselves (their decision and gang annotations), once the watch shows them.
 This module holds the rules and what the cache keeps of gangs (GangIndex, GangBook); it hands a gang's
-decision (webhook.gang_decision, pure) one GangSnapshot, and that decision's effects come back as
-GangEffects, which the cache applies (ClusterCache.apply_gang).
+pod's decision (webhook.decision, which takes the pod up in its gang with webhook.gang_decision) one
+GangSnapshot, and what that decision reserves and remembers comes back as its Effects (webhook.verdict),
+which the cache applies (ClusterCache.apply).
 """
 
 from __future__ import annotations
@@ -28,27 +29,15 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from entrypoint import contract
-from webhook.fitting import Trial, find_fit
-from webhook.scheduling import eligibility
 from webhook.types import (
-    ClaimMove,
-    ClusterView,
     Hold,
-    LocalReservation,
-    Placement,
     PodInfo,
-    RemoteReservation,
-    Requests,
 )
 
 LABEL_KUEUE_GROUP: Final = "kueue.x-k8s.io/pod-group-name"
 ANNOTATION_KUEUE_TOTAL: Final = "kueue.x-k8s.io/pod-group-total-count"
 ANNOTATION_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
 JOB_API_VERSION: Final = "batch/v1"
-# A gang larger than this is not packed node by node (it bursts): the packing check runs inside an
-# admission, under the cache's lock, and a JARVICE job spans far fewer machines anyway.
-MAX_GANG_SIZE: Final = 256
-
 RESERVATION_PREFIX: Final = "gang."
 _TAKEN: Final = ".pod"
 
@@ -184,38 +173,6 @@ def find_member(
     return GangMember(job_uid, "job", job_name, size, index)
 
 
-# ----- the packing check -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Packing:
-    nodes: tuple[str, ...]  # the node of each rank placed, in rank order
-    size: int
-
-    @property
-    def fits(self) -> bool:
-        return len(self.nodes) == self.size
-
-
-def pack(view: ClusterView, requests: Requests, placement: Placement, *, size: int) -> Packing:
-    """Each of `size` pods asking `requests` on a node, one after the other, best fit first, on a
-    trial copy of what a placement writes, so the resources one pod takes are never counted for
-    another. Pods of a gang are alike, so filling nodes in this order places as many as any order
-    would. Stops at the first pod that has no node."""
-    if size > MAX_GANG_SIZE:
-        return Packing((), size)
-    trial = Trial(view)
-    eligible = eligibility(placement)  # the pod's placement rules, read once for every rank
-    nodes: list[str] = []
-    for _ in range(size):
-        fit = find_fit(trial.view, requests, eligible)
-        if fit.node is None:
-            break
-        nodes.append(fit.node.name)
-        trial.hold(fit.node.name, requests)
-    return Packing(tuple(nodes), size)
-
-
 # ----- what the cache tells of a gang ------------------------------------------------------------
 
 
@@ -255,16 +212,6 @@ def read_pods(pods: Iterable[PodInfo]) -> SeenGang:
             kind = "local"
             break
     return SeenGang(kind, frozenset(p.gang_rank for p in live if p.gang_rank >= 0))
-
-
-def free_rank(size: int, *, held: Iterable[int], taken: Iterable[int]) -> int | None:
-    """A pod group's next rank: the lowest not held by a live pod nor given to an admission whose pod
-    the watch has not shown yet; None when every rank is."""
-    used = set(held) | set(taken)
-    for rank in range(size):
-        if rank not in used:
-            return rank
-    return None
 
 
 def parse_terms(annotations: Mapping[str, Any]) -> GangTerms | None:
@@ -317,19 +264,6 @@ class GangSnapshot:
     seen: SeenGang  # the gang's pods in the watch cache (NOT_READ when not needed)
     now: float
     ttl: float  # how long a reservation, and a record, lasts
-
-
-@dataclass(frozen=True, slots=True)
-class GangEffects:
-    """What a gang's decision has the cache do, in this order (ClusterCache.apply_gang): move claims,
-    release reservations, make the local and remote ones, remember the gang (`record`, under `gang`)."""
-
-    gang: str = ""
-    moves: tuple[ClaimMove, ...] = ()
-    release: tuple[str, ...] = ()
-    local: tuple[LocalReservation, ...] = ()
-    remote: tuple[RemoteReservation, ...] = ()
-    record: GangRecord | None = None
 
 
 class GangBook:

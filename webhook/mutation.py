@@ -7,11 +7,9 @@ whole map or list when it is absent, append with `/-` otherwise (RFC 6902, RFC 6
 from __future__ import annotations
 
 import json
-import math
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 import orjson
@@ -19,7 +17,7 @@ import orjson
 from entrypoint import contract
 from webhook import budget, gpu_model_patch, gpu_models, walltime
 from webhook.gangs import GangTerms
-from webhook.resources import QuantityError, all_containers, format_quantity_cores, parse_quantity
+from webhook.resources import all_containers, container_gpus, container_quantity, format_quantity_cores
 from webhook.types import Decision, GpuCounts
 
 JsonPatchOp = dict[str, Any]
@@ -103,24 +101,6 @@ def build_local_patch(
     values = {**values, **(notes or {})}
     meta = pod.get("metadata") or {}
     return _annotation_ops(meta, values) + _decision_label_ops(meta, contract.DECISION_LOCAL)
-
-
-def _container_quantity(container: Mapping[str, Any], resource: str) -> Decimal:
-    """The container's own request (requests default from limits); 0 when absent or unreadable."""
-    resources = container.get("resources") or {}
-    for source in ("requests", "limits"):
-        values = resources.get(source) or {}
-        if resource in values:
-            try:
-                return parse_quantity(values[resource])
-            except QuantityError:
-                return Decimal(0)  # admission already rejected unreadable quantities; never guess high
-    return Decimal(0)
-
-
-def container_gpus(container: Mapping[str, Any], gpu_resources: Sequence[str]) -> int:
-    """The machine one runner asks for: the largest of its own GPU counts (devices are whole)."""
-    return max((math.ceil(_container_quantity(container, r)) for r in gpu_resources), default=0)
 
 
 def _resource_ops(
@@ -221,7 +201,7 @@ def _state_volume_ops(spec: Mapping[str, Any]) -> list[JsonPatchOp]:
 
 def _burst_container_ops(base: str, container: Mapping[str, Any], *, gpus: int, terms: BurstTerms) -> list[JsonPatchOp]:
     """What makes one app container a runner for its own remote job."""
-    cores = format_quantity_cores(_container_quantity(container, "cpu"))
+    cores = format_quantity_cores(container_quantity(container, "cpu"))
     wanted: list[_EnvWish] = [
         (contract.ENV_REMOTE, _value(contract.ENV_REMOTE, "1"), True),
         (contract.ENV_NUM_GPUS, _value(contract.ENV_NUM_GPUS, str(gpus)), False),
@@ -253,11 +233,6 @@ def _burst_container_ops(base: str, container: Mapping[str, Any], *, gpus: int, 
         allowed = contract.format_machine_list(terms.allowed_machines)
         wanted.append((contract.ENV_ALLOWED_MACHINES, _value(contract.ENV_ALLOWED_MACHINES, allowed), True))
     return _env_ops(base, container, wanted)
-
-
-def burst_container_names(spec: Mapping[str, Any], *, policy: RewritePolicy) -> list[str]:
-    """The app containers a remote decision bursts: those asking for GPUs (init containers stay here)."""
-    return [str(c.get("name", "")) for c in spec.get("containers") or () if container_gpus(c, policy.gpu_resources)]
 
 
 def _own_walltime(container: Mapping[str, Any], limit: walltime.Walltime) -> str:

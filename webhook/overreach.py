@@ -10,7 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from entrypoint import contract
-from webhook.mutation import RewritePolicy, container_gpus
+from webhook.mutation import RewritePolicy
+from webhook.resources import container_gpus
 
 ENV_NODES = "JARVICE_NODES"  # the runner's (entrypoint.settings): how many machines the job spans
 

@@ -205,6 +205,36 @@ def all_containers(spec: Mapping[str, Any]) -> Iterable[tuple[str, int, Mapping[
             yield list_name, index, container
 
 
+def container_quantity(container: Mapping[str, Any], resource: str) -> Decimal:
+    """The container's own request (requests default from limits); 0 when absent or unreadable."""
+    resources = container.get("resources") or {}
+    for source in ("requests", "limits"):
+        values = resources.get(source) or {}
+        if resource in values:
+            try:
+                return parse_quantity(values[resource])
+            except QuantityError:
+                return _ZERO  # admission already rejected unreadable quantities; never guess high
+    return _ZERO
+
+
+def container_gpus(container: Mapping[str, Any], gpu_resources: Sequence[str]) -> int:
+    """The machine one runner asks for: the largest of its own GPU counts (devices are whole)."""
+    return max((math.ceil(container_quantity(container, r)) for r in gpu_resources), default=0)
+
+
+def burst_container_names(spec: Mapping[str, Any], gpu_resources: Sequence[str]) -> tuple[str, ...]:
+    """The app containers a remote decision bursts: those asking for GPUs (init containers stay here)."""
+    names: list[str] = []
+    for container in spec.get("containers") or ():
+        # A plain loop: this runs on every review (container_gpus > 0 iff some GPU quantity is).
+        for resource in gpu_resources:
+            if container_quantity(container, resource) > 0:
+                names.append(str(container.get("name", "")))
+                break
+    return tuple(names)
+
+
 def format_quantity_cores(cores: Decimal) -> int:
     """Whole cores to ask a remote machine for: at least one."""
     return max(1, math.ceil(cores))

@@ -25,6 +25,9 @@ mypyc=${1:?usage: compile-core.sh MYPYC}
   webhook/reservations.py \
   webhook/cache.py \
   webhook/sync.py \
+  webhook/placement.py \
+  webhook/burst.py \
+  webhook/verdict.py \
   webhook/decision.py \
   webhook/gpu_models.py \
   webhook/gpu_model_patch.py \

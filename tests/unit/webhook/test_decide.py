@@ -1,6 +1,6 @@
 """The whole decision as a table: plain data in (what a pod needs, a Snapshot built by hand: the
 cluster's view, the reservation caps, the namespace's budget and default walltime, the cluster's
-identity), a Verdict out. The expected routes, reasons and terms are written from the rules (local
+identity), a Verdict with its effects out. The expected routes, reasons and terms are written from the rules (local
 iff a node fits; no identity, no burst; a budget is never exceeded; the walltime's sources in
 order), never by calling the code under test."""
 
@@ -12,8 +12,9 @@ import pytest
 
 from tests.support.cluster_views import GPU, Node, view_of
 from webhook.budget import OverBudget
-from webhook.decision import Route, decide
-from webhook.types import NamespaceBudget, Placement, PodNeeds, Snapshot
+from webhook.decision import decide
+from webhook.types import NamespaceBudget, Placement, PodNeeds, RemoteReservation, Snapshot
+from webhook.verdict import Route
 
 CLUSTER = "prod-0123456789ab"
 NO_IDENTITY = "the kube-system namespace is not in the webhook's cache, so the cluster's identity is unknown"
@@ -31,7 +32,7 @@ class Case:
     in_use: int = 0
     cluster_unknown: str = ""
     default_walltime: str | None = None
-    active_deadline: object = None
+    active_deadline: int | None = None
     local_refusal: str = ""
     over_budget: OverBudget = "local"
     reinvoked: bool = False
@@ -128,6 +129,7 @@ def test_decide(case: Case) -> None:
         local_refusal=case.local_refusal,
         over_budget=case.over_budget,
         reinvoked=case.reinvoked,
+        uid="uid-1",
     )
     assert verdict.route == case.route
     assert verdict.decision.kind == ("local" if case.route == "local" else "remote")
@@ -137,13 +139,15 @@ def test_decide(case: Case) -> None:
     assert case.refusal in verdict.refusal and bool(verdict.refusal) == bool(case.refusal)
     assert verdict.deny is case.deny
     assert verdict.decision.capped is case.capped
-    assert verdict.moves == ()  # no claims in these clusters: nothing to move
+    assert verdict.effects.moves == ()  # no claims in these clusters: nothing to move
     if case.limit is None:
-        assert verdict.limit is None
+        assert verdict.burst is None
     else:
-        assert verdict.limit is not None and verdict.limit.seconds == case.limit
-        assert verdict.cluster == CLUSTER
+        assert verdict.burst is not None and verdict.burst.limit.seconds == case.limit
+        assert verdict.burst.cluster == CLUSTER
     assert case.limit_warning in verdict.limit_warning and bool(verdict.limit_warning) == bool(case.limit_warning)
-    assert verdict.counted is case.counted
+    # Counted: the burst's GPUs are reserved against the namespace's budget, under the admission's UID.
+    counted = (RemoteReservation("uid-1", "ns", case.gpus),) if case.counted else ()
+    assert verdict.effects.remote == counted
     # What a burst counts against its namespace's budget: its GPUs, on every remote verdict.
     assert verdict.remote_gpus == (case.gpus if case.route in ("remote", "reinvoked") else 0)

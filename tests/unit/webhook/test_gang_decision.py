@@ -1,5 +1,5 @@
 """A gang's decision as a table: plain data in (the pod's facts, the admission's Snapshot, the gang's
-GangSnapshot, all built by hand), a GangVerdict with its effects out. The expected kinds, reasons and
+GangSnapshot, all built by hand), a Verdict with its effects out. The expected kinds, reasons and
 effects are written from the rules (the first pod decides for all: local only when every pod fits at
 once, else remote, the whole gang within its namespace's budget; later pods follow the book, the
 handed-over reservations, the pods; a dry run has no effects), never by calling the code under test.
@@ -9,17 +9,19 @@ gang.<uid>.<kind> (marker)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
 from tests.support.cluster_views import GPU, Node, view_of
 from tests.unit.webhook.builders import container
 from webhook.budget import OverBudget
-from webhook.decision import BurstAsk
-from webhook.gang_decision import Context, decide_gang
-from webhook.gangs import GangEffects, GangKind, GangMember, GangRecord, GangSnapshot, RankHolds, SeenGang
+from webhook.burst import BurstAsk
+from webhook.decision import decide
+from webhook.gangs import GangKind, GangMember, GangRecord, GangSnapshot, RankHolds, SeenGang
 from webhook.mutation import RewritePolicy
 from webhook.types import Hold, LocalReservation, NamespaceBudget, Placement, PodNeeds, RemoteReservation, Snapshot
+from webhook.verdict import Effects, Verdict
 
 POLICY = RewritePolicy(gpu_resources=(GPU,), remote_cpu="100m", remote_memory="128Mi")
 CLUSTER = "prod-0123456789ab"
@@ -74,7 +76,7 @@ class Case:
     node: str = ""
     reservation_id: str = ""
     budget_note: str = ""  # a fragment
-    effects: GangEffects = field(default_factory=GangEffects)
+    effects: Effects = field(default_factory=Effects)
     rank: int | None = 0  # the rank in the annotations (None: no gang terms)
 
 
@@ -90,7 +92,7 @@ CASES = (
         reason=(FITS,),
         node="a",
         reservation_id=f"gang.{UID}.0.pod",
-        effects=GangEffects(
+        effects=Effects(
             UID, local=(local(f"gang.{UID}.0.pod", "a"), local(f"gang.{UID}.1", "b")), record=record("local", FITS)
         ),
     ),
@@ -99,7 +101,7 @@ CASES = (
         nodes=SMALL,
         reason=(NO_FIT,),
         reservation_id=f"gang.{UID}.0.pod",
-        effects=GangEffects(
+        effects=Effects(
             UID, remote=(remote(f"gang.{UID}.0.pod"), remote(f"gang.{UID}.1")), record=record("remote", NO_FIT)
         ),
     ),
@@ -109,7 +111,7 @@ CASES = (
         nodes=SMALL,
         reason=("pod group ddp needs 2 x 2",),
         reservation_id=f"gang.{UID}.0.pod",
-        effects=GangEffects(
+        effects=Effects(
             UID,
             remote=(remote(f"gang.{UID}.0.pod"), remote(f"gang.{UID}.1")),
             record=record(
@@ -123,7 +125,7 @@ CASES = (
         cluster_unknown=NO_IDENTITY,
         kind="kept",
         reason=(NO_FIT, "not burst: the kube-system namespace"),
-        effects=GangEffects(
+        effects=Effects(
             UID, remote=(remote(f"gang.{UID}.kept", 0),), record=record("kept", f"{NO_FIT}; not burst: {NO_IDENTITY}")
         ),
     ),
@@ -135,7 +137,7 @@ CASES = (
         kind="kept",
         reason=("this pod needs 4", "(the whole gang of 2 pods)"),
         budget_note="2 of 4 remote GPUs in use in namespace ns; this pod needs 4 (the whole gang of 2 pods)",
-        effects=GangEffects(
+        effects=Effects(
             UID,
             remote=(remote(f"gang.{UID}.kept", 0),),
             record=record(
@@ -153,7 +155,7 @@ CASES = (
         kind="denied",
         reason=("this pod needs 4",),
         budget_note="(the whole gang of 2 pods)",
-        effects=GangEffects(
+        effects=Effects(
             UID,
             remote=(remote(f"gang.{UID}.denied", 0),),
             record=record(
@@ -171,7 +173,7 @@ CASES = (
         kind="kept",
         reason=("fit (2 x 2 nvidia.com/gpu), but no leader answered",),
         budget_note="no leader answered, so no burst can be counted against the budget of namespace ns",
-        effects=GangEffects(
+        effects=Effects(
             UID,
             remote=(remote(f"gang.{UID}.kept", 0),),
             record=record(
@@ -187,7 +189,7 @@ CASES = (
         record=record("remote", "decided"),
         reason=("Indexed Job train (2 pods) is remote, as decided at its first pod: decided",),
         reservation_id=f"gang.{UID}.1.pod",
-        effects=GangEffects(release=(f"gang.{UID}.1",), remote=(remote(f"gang.{UID}.1.pod"),)),
+        effects=Effects(release=(f"gang.{UID}.1",), remote=(remote(f"gang.{UID}.1.pod"),)),
         rank=1,
     ),
     Case(
@@ -206,7 +208,7 @@ CASES = (
         reason=("is local, as decided at its first pod: recorded by the previous leader",),
         node="b",
         reservation_id=f"gang.{UID}.1.pod",
-        effects=GangEffects(release=(f"gang.{UID}.1",), local=(local(f"gang.{UID}.1.pod", "b"),)),
+        effects=Effects(release=(f"gang.{UID}.1",), local=(local(f"gang.{UID}.1.pod", "b"),)),
         rank=1,
     ),
     Case(
@@ -223,7 +225,7 @@ CASES = (
         seen=SeenGang("remote", frozenset({0})),
         reason=("is remote, as decided at its first pod: as its pods already running or waiting were decided",),
         reservation_id=f"gang.{UID}.1.pod",
-        effects=GangEffects(release=(f"gang.{UID}.1",), remote=(remote(f"gang.{UID}.1.pod"),)),
+        effects=Effects(release=(f"gang.{UID}.1",), remote=(remote(f"gang.{UID}.1.pod"),)),
         rank=1,
     ),
     Case(
@@ -234,7 +236,7 @@ CASES = (
         ranks={1: RankHolds(None, Hold(local=False))},
         reason=("pod group ddp (3 pods) is remote",),
         reservation_id=f"gang.{UID}.2.pod",
-        effects=GangEffects(release=(f"gang.{UID}.2",), remote=(remote(f"gang.{UID}.2.pod"),)),
+        effects=Effects(release=(f"gang.{UID}.2",), remote=(remote(f"gang.{UID}.2.pod"),)),
         rank=2,
     ),
     Case(
@@ -263,7 +265,7 @@ CASES = (
         kind="local",
         node="a",
         reservation_id=f"gang.{UID}.1.pod",
-        effects=GangEffects(release=(f"gang.{UID}.1",), local=(local(f"gang.{UID}.1.pod", "a"),)),
+        effects=Effects(release=(f"gang.{UID}.1",), local=(local(f"gang.{UID}.1.pod", "a"),)),
         rank=1,
     ),
     Case(
@@ -295,18 +297,32 @@ CASES = (
 )
 
 
+SPEC = {"containers": [container(gpus=2)]}
+NEEDS = PodNeeds(gpus={GPU: 2}, requests=REQUESTS, placement=PLACEMENT, namespace="ns")
+
+
+def facts(*, local_refusal: str = "", over_budget: OverBudget = "local", dry_run: bool = False) -> dict[str, Any]:
+    """The pod's facts besides its needs, as decide() takes them."""
+    return {
+        "active_deadline": None,
+        "default_walltime_seconds": POLICY.default_walltime_seconds,
+        "local_refusal": local_refusal,
+        "over_budget": over_budget,
+        "pod": BurstAsk(spec=SPEC, annotations={}, policy=POLICY, bursting=("app",)),
+        "uid": "admission-uid",  # a gang's reservations are the rank's, never the admission's
+        "dry_run": dry_run,
+    }
+
+
+def kind_of(verdict: Verdict) -> GangKind:
+    """The gang's words for a verdict's route: refused (denied), kept local (by its budget or not)."""
+    if verdict.route in ("local", "remote"):
+        return verdict.route
+    return "denied" if verdict.deny else "kept"
+
+
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_decide_gang(case: Case) -> None:
-    needs = PodNeeds(gpus={GPU: 2}, requests=REQUESTS, placement=PLACEMENT, namespace="ns")
-    spec = {"containers": [container(gpus=2)]}
-    context = Context(
-        needs=needs,
-        pod=BurstAsk(spec=spec, annotations={}, policy=POLICY),
-        active_deadline=None,
-        local_refusal=case.local_refusal,
-        over_budget=case.over_budget,
-        dry_run=case.dry_run,
-    )
     snapshot = Snapshot(
         view=view_of(*case.nodes),
         reservation_refusal="",
@@ -317,35 +333,30 @@ def test_decide_gang(case: Case) -> None:
         default_walltime=None,
     )
     gang = GangSnapshot(case.member, case.record, case.marked, case.ranks, case.seen, NOW, TTL)
-    verdict = decide_gang(context, snapshot, gang)
-    assert verdict.kind == case.kind
+    given = facts(local_refusal=case.local_refusal, over_budget=case.over_budget, dry_run=case.dry_run)
+    verdict = decide(NEEDS, snapshot, gang, **given)
+    assert kind_of(verdict) == case.kind
     for fragment in case.reason:
         assert fragment in verdict.reason
-    assert verdict.node == case.node
+    assert verdict.decision.node == case.node
     assert verdict.reservation_id == case.reservation_id
-    assert case.budget_note in verdict.budget_note and bool(verdict.budget_note) == bool(case.budget_note)
+    notes = verdict.notes or {}
+    budget_note = notes.get("nimbix-burst.io/budget", "")
+    assert case.budget_note in budget_note and bool(budget_note) == bool(case.budget_note)
     assert verdict.effects == case.effects
     if case.rank is None:
-        assert "nimbix-burst.io/gang-rank" not in verdict.notes or case.member.size is None
+        assert "nimbix-burst.io/gang-rank" not in notes or case.member.size is None
     else:
-        assert verdict.notes["nimbix-burst.io/gang-rank"] == str(case.rank)
-    if verdict.kind == "remote":  # the burst carries the gang's terms, its cluster and walltime
-        assert verdict.burst is not None and verdict.burst.gang == verdict.terms
-        assert verdict.terms is not None and verdict.terms.rank == case.rank and verdict.terms.uid == UID
+        assert notes["nimbix-burst.io/gang-rank"] == str(case.rank)
+    if verdict.route == "remote":  # the burst carries the gang's terms, its cluster and walltime
+        assert verdict.burst is not None and verdict.burst.gang == verdict.gang
+        assert verdict.gang is not None and verdict.gang.rank == case.rank and verdict.gang.uid == UID
         assert verdict.burst.cluster == CLUSTER and verdict.burst.limit.seconds == 24 * 3600
         assert verdict.remote_gpus == 2
 
 
 def test_a_size_unknown_pod_carries_its_gang_and_rank_and_nothing_else() -> None:
-    context = Context(
-        needs=PodNeeds(gpus={GPU: 2}, requests=REQUESTS, placement=PLACEMENT, namespace="ns"),
-        pod=BurstAsk(spec={"containers": [container(gpus=2)]}, annotations={}, policy=POLICY),
-        active_deadline=None,
-        local_refusal="",
-        over_budget="local",
-        dry_run=False,
-    )
     snapshot = Snapshot(view_of(), "", None, 0, CLUSTER, "", None)
-    verdict = decide_gang(context, snapshot, GangSnapshot(job(1, None), None, None, {}, NOTHING, NOW, TTL))
+    verdict = decide(NEEDS, snapshot, GangSnapshot(job(1, None), None, None, {}, NOTHING, NOW, TTL), **facts())
     assert verdict.notes == {"nimbix-burst.io/gang": UID, "nimbix-burst.io/gang-rank": "1"}
-    assert verdict.effects == GangEffects()
+    assert verdict.effects == Effects()

@@ -1,4 +1,5 @@
-"""Gangs, the pure rules: which pods form one, whether they all fit at once, what their pods tell."""
+"""Gangs, the pure rules: which pods form one, whether they all fit at once (webhook.placement.pack),
+what their pods tell, which rank a pod group's next pod takes (webhook.gang_decision.free_rank)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.unit.webhook.builders import GPU, node
-from webhook import gangs
+from webhook import gang_decision, gangs, placement
 from webhook.cache import ClusterCache
 from webhook.gangs import GangError, GangMember, GangTerms, JobInfo
 from webhook.model import parse_node
@@ -148,7 +149,7 @@ def test_pack_places_every_pod_or_says_how_many(
     nodes: list[dict[str, Any]], gpus: int, cpu: int, size: int, placed: list[str]
 ) -> None:
     cache = view_of(*nodes)
-    packing = gangs.pack(cache.view, {GPU: gpus, "cpu": cpu}, Placement(), size=size)
+    packing = placement.pack(cache.view, {GPU: gpus, "cpu": cpu}, Placement(), size=size)
     assert list(packing.nodes) == placed
     assert packing.fits == (len(placed) == size)
     # A trial: the cache itself still has every GPU free.
@@ -157,14 +158,14 @@ def test_pack_places_every_pod_or_says_how_many(
 
 def test_pack_honours_the_pods_placement() -> None:
     cache = view_of(gpu_node("a", 2, labels={"zone": "x"}), gpu_node("b", 2, labels={"zone": "y"}))
-    packing = gangs.pack(cache.view, {GPU: 1}, Placement(node_selector={"zone": "y"}), size=3)
+    packing = placement.pack(cache.view, {GPU: 1}, Placement(node_selector={"zone": "y"}), size=3)
     assert packing.nodes == ("b", "b")
     assert not packing.fits
 
 
 def test_a_gang_too_large_to_pack_is_not_packed() -> None:
     cache = view_of(gpu_node("a", 8))
-    packing = gangs.pack(cache.view, {GPU: 1}, Placement(), size=gangs.MAX_GANG_SIZE + 1)
+    packing = placement.pack(cache.view, {GPU: 1}, Placement(), size=placement.MAX_GANG_SIZE + 1)
     assert packing.nodes == () and not packing.fits
 
 
@@ -213,7 +214,7 @@ def test_read_pods(pods: list[PodInfo], kind: str | None, held: set[int]) -> Non
     ],
 )
 def test_free_rank(held: list[int], taken: list[int], want: int | None) -> None:
-    assert gangs.free_rank(3, held=held, taken=taken) == want
+    assert gang_decision.free_rank(3, held=held, taken=taken) == want
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,226 @@
+"""The verdict (pure): what the decision's steps found, as one answer and what the cache applies for it.
+
+The decision's last step (webhook.decision.decide), for a pod alone and a gang's pod alike: its
+placement (webhook.placement), its burst's terms or why it may not burst (webhook.burst) and what its
+namespace's budget said (webhook.budget) become one Verdict, which webhook.responses answers, and
+its Effects, which the cache applies once (ClusterCache.apply): claim moves, reservations to release
+and to make, a gang's decision to remember. A dry run decides the same and has nothing reserved or
+remembered (claim moves excepted: they only say where claims sit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from webhook.budget import ANNOTATION_BUDGET, BudgetRefusal, OverBudget
+from webhook.burst import NotBurst, Terms
+from webhook.gang_decision import GangPart
+from webhook.gangs import GangKind, GangRecord, GangTerms, marker_id, open_id, taken_id
+from webhook.mutation import BurstTerms
+from webhook.placement import Choice
+from webhook.types import ClaimMove, Decision, LocalReservation, PodNeeds, RemoteReservation
+
+Route = Literal["local", "remote", "kept-local", "over-budget", "reinvoked"]
+
+
+@dataclass(frozen=True, slots=True)
+class Effects:
+    """What a decision has the cache do, in this order (ClusterCache.apply): move claims, count a
+    reservation cap met (`capped`), release reservations, make the local and remote ones, remember a
+    gang's decision (`record`, under `gang`)."""
+
+    gang: str = ""
+    moves: tuple[ClaimMove, ...] = ()
+    release: tuple[str, ...] = ()
+    local: tuple[LocalReservation, ...] = ()
+    remote: tuple[RemoteReservation, ...] = ()
+    record: GangRecord | None = None
+    capped: bool = False
+
+
+NO_EFFECTS = Effects()
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Where a pod goes (webhook.responses answers it), and what the cache applies for it.
+
+    route: local (on decision.node); remote (burst with `burst`); kept-local (would burst but may not,
+    for `refusal`, not the pod's doing; or a gang's pod following its gang's decision to stay);
+    over-budget (would burst past its namespace's budget: `refusal`; left local, or refused when
+    `deny`); reinvoked (decided remote before: no new decision, the burst's terms for GPUs added
+    since)."""
+
+    route: Route
+    decision: Decision  # the placement's: local on its node, or why no node could host the pod
+    reason: str  # what the pod's reason annotation says
+    refusal: str = ""  # kept-local, over-budget: why it is not burst
+    deny: bool = False
+    notes: Mapping[str, str] | None = None  # annotations beside the decision and reason (None: none)
+    warnings: tuple[str, ...] = ()  # kept-local, over-budget: what kubectl shows
+    reservation_id: str = ""  # local, remote: the pod's reservation annotation ("": none)
+    burst: BurstTerms | None = None  # remote, reinvoked: the burst's terms (a gang's included)
+    limit_warning: str = ""  # remote, reinvoked: why the namespace's default walltime was not used
+    remote_gpus: int = 0  # remote, reinvoked: what the burst counts against its namespace's budget
+    gang: GangTerms | None = None  # a gang's pod that has a rank in it
+    effects: Effects = NO_EFFECTS
+
+
+def _kept(reason: str) -> tuple[str, ...]:
+    return (f"nimbix-burst: kept local, not burst: {reason}",)
+
+
+def build(
+    needs: PodNeeds,
+    placed: Choice,
+    terms: Terms | NotBurst | None,
+    refusal: BudgetRefusal | None,
+    *,
+    gang: GangPart | None,
+    over_budget: OverBudget,
+    budgeted: bool,
+    uid: str,
+    dry_run: bool,
+    reinvoked: bool,
+) -> Verdict:
+    """The verdict of what the steps found: `placed`; `terms` (None when the pod does not burst);
+    `refusal`, the budget's (None: it allows the burst, or was not asked). `budgeted`: the namespace
+    has a budget, so a pod's burst is reserved against it; `uid`: the admission's, the pod's
+    reservation id; `reinvoked`: decided remote before (its burst counted then)."""
+    if gang is not None:
+        return _gang_verdict(needs, placed, terms, refusal, gang=gang, over_budget=over_budget, dry_run=dry_run)
+    decision, moves = placed.decision, placed.moves
+    if decision.kind == "local":
+        if dry_run:
+            effects = Effects(moves=moves) if moves else NO_EFFECTS
+        else:
+            held = LocalReservation(uid, decision.node, needs.requests, needs.placement, needs.namespace)
+            effects = Effects(moves=moves, local=(held,))
+        return Verdict("local", decision, decision.reason, reservation_id=uid, effects=effects)
+    effects = Effects(moves=moves, capped=decision.capped)
+    if isinstance(terms, NotBurst):
+        reason = f"{decision.reason}; not burst: {terms.reason}"
+        warnings = terms.warnings or _kept(terms.reason)
+        return Verdict(
+            "kept-local", decision, reason, terms.reason, notes=terms.notes, warnings=warnings, effects=effects
+        )
+    if terms is None:
+        raise AssertionError("a burst is decided with its terms")
+    if refusal is not None:
+        reason = f"{decision.reason}; not burst: {refusal.reason}"
+        deny = over_budget == "deny" and refusal.may_deny
+        warnings = (f"nimbix-burst: kept local by the burst budget: {refusal.reason}",)
+        notes = {ANNOTATION_BUDGET: refusal.reason}
+        return Verdict("over-budget", decision, reason, refusal.reason, deny, notes, warnings, effects=effects)
+    counted = budgeted and not reinvoked and not dry_run
+    remote = (RemoteReservation(uid, needs.namespace, terms.remote_gpus),) if counted else ()
+    return Verdict(
+        "reinvoked" if reinvoked else "remote",
+        decision,
+        decision.reason,
+        reservation_id=uid if counted else "",
+        burst=terms.burst,
+        limit_warning=terms.limit_warning,
+        remote_gpus=terms.remote_gpus,
+        effects=Effects(moves=moves, remote=remote, capped=decision.capped),
+    )
+
+
+def _gang_verdict(
+    needs: PodNeeds,
+    placed: Choice,
+    terms: Terms | NotBurst | None,
+    refusal: BudgetRefusal | None,
+    *,
+    gang: GangPart,
+    over_budget: OverBudget,
+    dry_run: bool,
+) -> Verdict:
+    """A gang's pod: the first decides for all (a reservation per rank, and a record of the decision,
+    or a marker of a gang kept local or refused); a later one takes its rank's reservation."""
+    decision, moves, ranks = placed.decision, placed.moves, gang.terms
+    if gang.kind in ("kept", "denied") or ranks is None:
+        route: Route = "over-budget" if gang.kind == "denied" else "kept-local"
+        warnings = _kept(gang.reason)
+        return Verdict(
+            route, decision, gang.reason, deny=gang.kind == "denied", notes=gang.notes, warnings=warnings, gang=ranks
+        )
+    uid, rank, size, namespace = ranks.uid, ranks.rank, ranks.size, needs.namespace
+    opened, taken = open_id(uid, rank), taken_id(uid, rank)
+    first = gang.kind is None
+    if placed.waits:
+        why = decision.reason
+        return Verdict(
+            "kept-local", decision, why, notes=gang.notes, warnings=_kept(why), gang=ranks, effects=Effects(moves=moves)
+        )
+    if decision.kind == "local":
+        if first:
+            local = tuple(
+                LocalReservation(
+                    taken if each == rank else open_id(uid, each), node, needs.requests, needs.placement, namespace
+                )
+                for each, node in enumerate(placed.nodes)
+            )
+            record = GangRecord("local", decision.reason, size, gang.expires_at)
+            effects = Effects(uid, local=local, record=record)
+        else:
+            held = LocalReservation(taken, decision.node, needs.requests, needs.placement, namespace)
+            effects = Effects(moves=moves, release=(opened,), local=(held,))
+        if dry_run:
+            effects = Effects(moves=moves)
+        reservation = "" if dry_run else taken
+        return Verdict(
+            "local",
+            decision,
+            decision.reason,
+            notes=gang.notes,
+            reservation_id=reservation,
+            gang=ranks,
+            effects=effects,
+        )
+    kind: GangKind = "kept"
+    stop, note = "", ""  # why it is not burst; the budget's words when it is the budget's doing
+    if isinstance(terms, NotBurst):
+        stop = terms.reason
+    elif refusal is not None:
+        stop = note = refusal.reason
+        kind = "denied" if over_budget == "deny" and refusal.may_deny else "kept"
+    if stop:
+        why = f"{decision.reason}; not burst: {stop}"
+        marker = RemoteReservation(marker_id(uid, kind), namespace, 0)
+        record = GangRecord(kind, why, size, gang.expires_at)
+        effects = Effects(uid, remote=(marker,), record=record) if first else NO_EFFECTS
+        return Verdict(
+            "over-budget" if note else "kept-local",
+            decision,
+            why,
+            stop,
+            deny=kind == "denied",
+            notes={**gang.notes, ANNOTATION_BUDGET: note} if note else gang.notes,
+            warnings=_kept(why),
+            gang=ranks,
+            effects=NO_EFFECTS if dry_run else effects,
+        )
+    if not isinstance(terms, Terms):
+        raise AssertionError("a burst is decided with its terms")
+    per_pod = terms.remote_gpus
+    if first:
+        ids = (taken if each == rank else open_id(uid, each) for each in range(size))
+        remote = tuple(RemoteReservation(each, namespace, per_pod) for each in ids)
+        effects = Effects(uid, remote=remote, record=GangRecord("remote", decision.reason, size, gang.expires_at))
+    else:
+        effects = Effects(release=(opened,), remote=(RemoteReservation(taken, namespace, per_pod),))
+    return Verdict(
+        "remote",
+        decision,
+        decision.reason,
+        notes=gang.notes,
+        reservation_id="" if dry_run else taken,
+        burst=terms.burst,
+        limit_warning=terms.limit_warning,
+        remote_gpus=per_pod,
+        gang=ranks,
+        effects=NO_EFFECTS if dry_run else effects,
+    )
