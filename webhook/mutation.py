@@ -330,11 +330,6 @@ def build_kept_local_patch(
     return _annotation_ops(meta, values) + _decision_label_ops(meta, contract.DECISION_LOCAL)
 
 
-def build_over_budget_patch(pod: Mapping[str, Any], *, reason: str, budget_note: str) -> list[JsonPatchOp]:
-    """Kept local by its namespace's budget: the budget that stopped it is recorded too."""
-    return build_kept_local_patch(pod, reason=reason, notes={budget.ANNOTATION_BUDGET: budget_note})
-
-
 def build_remote_patch(
     pod: Mapping[str, Any],
     *,

@@ -8,22 +8,10 @@ import jsonpatch
 import pytest
 
 from tests.unit.webhook.builders import GPU, container, pod
+from tests.unit.webhook.patch_terms import LEGACY, POLICY, REMOTE, TERMS
 from webhook import mutation
-from webhook.mutation import BurstTerms, RewritePolicy, build_local_patch, build_remote_patch
+from webhook.mutation import build_local_patch, build_remote_patch
 from webhook.types import Decision
-from webhook.walltime import Walltime
-
-LEGACY = "alpha.kubernetes.io/nvidia-gpu"
-POLICY = RewritePolicy(
-    gpu_resources=(GPU, LEGACY),
-    remote_cpu="100m",
-    remote_memory="128Mi",
-    strip_node_selector_keys=frozenset({"gpu-model"}),
-    strip_toleration_keys=frozenset({"nvidia.com/gpu"}),
-    strip_runtime_classes=frozenset({"nvidia"}),
-)
-REMOTE = Decision(kind="remote", reason="needs 4 nvidia.com/gpu; best node a has 2 free")
-TERMS = BurstTerms(cluster="prod-0f1e2d3c4b5a", limit=Walltime(3600, "activeDeadlineSeconds 3600"))
 
 
 def rewrite(raw: dict[str, Any], gpus: int = 4) -> dict[str, Any]:
