@@ -30,7 +30,20 @@ class StateFile:
             raise StateDirError(f"{directory} does not exist or is not a directory")
         if not os.access(path, os.W_OK | os.X_OK):
             raise StateDirError(f"{directory} is not writable by uid {os.getuid()}")
-        return cls(path, container=container)
+        store = cls(path, container=container)
+        store._remove_leftovers()
+        return store
+
+    def _remove_leftovers(self) -> None:
+        """A runner killed between its temporary file and the rename left that file behind; the
+        container has one runner at a time, so at start every such file of ours is stale."""
+        for leftover in self.directory.glob(f"{self._temp_prefix}*.tmp"):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+
+    @property
+    def _temp_prefix(self) -> str:
+        return f".{self.path.name}."
 
     def load(self) -> restart.RunnerState | None:
         """The saved state; None when there is none. Raises StateError for an unreadable one."""
@@ -42,7 +55,7 @@ class StateFile:
 
     def save(self, state: restart.RunnerState) -> None:
         data = restart.render_state(state).encode()
-        fd, temp = tempfile.mkstemp(dir=self.directory, prefix=f".{self.path.name}.", suffix=".tmp")
+        fd, temp = tempfile.mkstemp(dir=self.directory, prefix=self._temp_prefix, suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)

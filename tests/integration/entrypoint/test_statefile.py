@@ -28,3 +28,15 @@ def test_a_file_is_not_a_directory(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(statefile.StateDirError, match="not a directory"):
         statefile.StateFile.open(str(tmp_path / "file"), container="c")
+
+
+def test_open_removes_what_a_killed_runner_left_half_written(tmp_path: Path) -> None:
+    # A runner SIGKILLed between its temporary file and the rename leaves the temporary file behind;
+    # the next runner of the same container removes it, and another container's files stay.
+    first = statefile.StateFile.open(str(tmp_path), container="trainer")
+    first.save(RunnerState(1, "k8s-x-1", job_number=5))
+    (tmp_path / ".trainer.json.qoddkbxv.tmp").write_text('{"reported": false}')
+    (tmp_path / ".sidecar.json.abcdefgh.tmp").write_text("{}")
+    store = statefile.StateFile.open(str(tmp_path), container="trainer")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".sidecar.json.abcdefgh.tmp", "trainer.json"]
+    assert store.load() == RunnerState(1, "k8s-x-1", job_number=5)
