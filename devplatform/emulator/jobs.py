@@ -258,7 +258,9 @@ async def run_job(job: Job, timing: Timing) -> None:
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT,
                 cwd=job.workdir,
-                env={**job_environment(), **job.environment},
+                # HOME is the job's directory, as a JARVICE job has its user's home: a login shell
+                # (`bash -l`, the AppDef's run command) never reads the emulator host's dotfiles.
+                env={**job_environment(), "HOME": str(job.workdir), **job.environment},
                 start_new_session=True,
             )
         if _stopped(job):  # stopped while the process was being created

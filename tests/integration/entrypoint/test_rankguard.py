@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,7 +28,9 @@ def guard(command: str) -> Iterator[subprocess.Popen[str]]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, "NODE_RANK": "1"},
+        # A HOME of its own: the rank runs `bash -l`, and a host login profile killed mid-way
+        # (pyenv rehash) can leave a lock that stalls every later login shell.
+        env={**os.environ, "HOME": tempfile.mkdtemp(prefix="rankguard-home-"), "NODE_RANK": "1"},
     )
     try:
         yield process

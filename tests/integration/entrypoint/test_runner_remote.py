@@ -80,7 +80,7 @@ def test_stderr_and_partial_last_line(env: dict[str, str]) -> None:
 def test_command_with_special_characters_runs_byte_identical(env: dict[str, str], control: EmulatorControl) -> None:
     command = (
         'printf "%s|%s\\n" "double \\"quoted\\"" \'single "q" \\back\\slash\'\n'
-        "echo \"home=$HOME\" 'literal=$HOME' `echo tick` $((1+2))\n"
+        "echo \"path=$PATH\" 'literal=$PATH' `echo tick` $((1+2))\n"
         "printf 'ünïcødé ✓ 日本語 \\\\ \\x41\\n'\n"
         'cat <<"EOF"\n  indented $NOT_EXPANDED "x"\n\ttabbed\nEOF\n'
         "echo 'trailing spaces   '"
@@ -92,7 +92,7 @@ def test_command_with_special_characters_runs_byte_identical(env: dict[str, str]
     (submission,) = control.submissions(label_of(env))["submissions"]
     assert submission["body"]["application"]["parameters"]["command"] == command
     # ... so the remote output is exactly what bash prints for it here (the emulator runs jobs with the
-    # same HOME as this process).
+    # same PATH as this process; HOME is the job's own directory).
     expected = subprocess.run(["bash", "-c", command], capture_output=True, check=True, timeout=10).stdout
     assert runner.out == expected
     assert "ünïcødé ✓ 日本語 \\ A\n".encode() in runner.out
