@@ -43,7 +43,6 @@ from webhook.scheduling import eligibility
 from webhook.types import (
     Claim,
     ClaimMove,
-    ClusterView,
     FitResult,
     NamespaceBudget,
     NamespaceInfo,
@@ -52,6 +51,7 @@ from webhook.types import (
     PodInfo,
     Requests,
     Snapshot,
+    empty_view,
 )
 from webhook.verdict import Effects
 
@@ -128,24 +128,6 @@ class NamespaceIndex:
             self.kube_system_uid = ""
 
 
-def _empty_view(gpu_resources: tuple[str, ...]) -> ClusterView:
-    return ClusterView(
-        gpu_resources=gpu_resources,
-        nodes={},
-        used={},
-        claimed={},
-        claimed_total={},
-        buckets={r: {} for r in gpu_resources},
-        bucket_of={},
-        max_allocatable=dict.fromkeys(gpu_resources, 0),
-        cordoned={},
-        unschedulable_gpu_nodes=set(),
-        by_label={},
-        claims={},
-        claims_on={},
-    )
-
-
 class ClusterCache:
     def __init__(
         self,
@@ -160,7 +142,7 @@ class ClusterCache:
         self.gpu_resources = tuple(gpu_resources)
         self._scheduler_names = frozenset(scheduler_names)
         # The view's structures are mutated in place, never rebound: the view stays valid.
-        self.view = _empty_view(self.gpu_resources)
+        self.view = empty_view(self.gpu_resources)
         self._nodes = self.view.nodes
         self.ledger = ClaimLedger(self.view)
         self.reservations = Reservations(

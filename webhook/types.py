@@ -226,6 +226,25 @@ class ClusterView:
 ClaimMove = tuple[str, str]  # (claim id, the node it moves to)
 
 
+def empty_view(gpu_resources: tuple[str, ...]) -> ClusterView:
+    """A view of no node: what the cache starts from before its first list (and tests build on)."""
+    return ClusterView(
+        gpu_resources=gpu_resources,
+        nodes={},
+        used={},
+        claimed={},
+        claimed_total={},
+        buckets={r: {} for r in gpu_resources},
+        bucket_of={},
+        max_allocatable=dict.fromkeys(gpu_resources, 0),
+        cordoned={},
+        unschedulable_gpu_nodes=set(),
+        by_label={},
+        claims={},
+        claims_on={},
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Hold:
     """What one outstanding reservation holds (webhook.reservations): resources on a node (local), or

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from webhook.types import CPU_MILLI, ClusterView, NodeInfo, Taint
+from webhook.types import CPU_MILLI, ClusterView, NodeInfo, Taint, empty_view
 
 GPU = "nvidia.com/gpu"
 
@@ -24,21 +24,7 @@ class Node:
 
 def view_of(*nodes: Node) -> ClusterView:
     """What the cache would hold for these nodes: free-count buckets, label index, cordoned aside."""
-    view = ClusterView(
-        gpu_resources=(GPU,),
-        nodes={},
-        used={},
-        claimed={},
-        claimed_total={},
-        buckets={GPU: {}},
-        bucket_of={},
-        max_allocatable={GPU: 0},
-        cordoned={},
-        unschedulable_gpu_nodes=set(),
-        by_label={},
-        claims={},
-        claims_on={},
-    )
+    view = empty_view((GPU,))
     for n in nodes:
         info = NodeInfo(n.name, n.labels, n.taints, n.cordoned, True, {GPU: n.gpus, CPU_MILLI: n.cpu})
         view.nodes[n.name] = info
