@@ -22,25 +22,26 @@ WAITING_RANK = "trap 'echo \"stopped $NODE_RANK\"; exit 143' TERM; sleep 300 & e
 
 @contextmanager
 def guard(command: str) -> Iterator[subprocess.Popen[str]]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "entrypoint.rankguard", command],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        # A HOME of its own: the rank runs `bash -l`, and a host login profile killed mid-way
-        # (pyenv rehash) can leave a lock that stalls every later login shell.
-        env={**os.environ, "HOME": tempfile.mkdtemp(prefix="rankguard-home-"), "NODE_RANK": "1"},
-    )
-    try:
-        yield process
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-        for stream in (process.stdin, process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
+    # A HOME of its own, removed afterwards: the rank runs `bash -l`, and a host login profile killed
+    # mid-way (pyenv rehash) can leave a lock that stalls every later login shell.
+    with tempfile.TemporaryDirectory(prefix="rankguard-home-") as home:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "entrypoint.rankguard", command],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "HOME": home, "NODE_RANK": "1"},
+        )
+        try:
+            yield process
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+            for stream in (process.stdin, process.stdout, process.stderr):
+                if stream is not None:
+                    stream.close()
 
 
 def children_of(pid: int) -> list[int]:
