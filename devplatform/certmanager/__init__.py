@@ -9,7 +9,7 @@
 shell that builds, applies, starts and stops.
 """
 
-from devplatform.certmanager.config import CLUSTER_RESOURCE_NAMESPACE, CONTROLLERS, find_condition, is_ready
+from devplatform.certmanager.config import CLUSTER_RESOURCE_NAMESPACE, CONTROLLERS, find_condition, is_issuing, is_ready
 from devplatform.certmanager.installing import (
     CertManager,
     CertManagerError,
@@ -32,6 +32,7 @@ __all__ = [
     "find_condition",
     "install",
     "install_crds",
+    "is_issuing",
     "is_ready",
     "log_paths",
     "renew",

@@ -178,6 +178,13 @@ def find_condition(obj: Mapping[str, Any], condition_type: str) -> Mapping[str, 
     return None
 
 
+def is_issuing(certificate: Mapping[str, Any]) -> bool:
+    """True while a Certificate has ``Issuing=True``: an issuance is in flight. A renewal asked for
+    then merges into it (the condition is already set) and yields no certificate of its own."""
+    condition = find_condition(certificate, ISSUING_CONDITION)
+    return condition is not None and condition.get("status") == "True"
+
+
 def is_ready(obj: Mapping[str, Any]) -> bool:
     """True when a Certificate (or Issuer) has ``Ready=True`` for its current generation."""
     condition = find_condition(obj, "Ready")

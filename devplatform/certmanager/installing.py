@@ -37,6 +37,8 @@ PROBE_INTERVAL_SECONDS = 0.1
 PROBE_REQUEST_TIMEOUT_SECONDS = 2.0
 LOG_TAIL_LINES = 40
 RENEW_ATTEMPTS = 5  # reads and writes of a Certificate's status, when cert-manager changes it meanwhile
+# How long a renewal waits for an issuance already in flight (the first one, right after Ready) to end.
+ISSUANCE_SETTLE_TIMEOUT_SECONDS = 90.0
 
 
 class CertManagerError(RuntimeError):
@@ -182,14 +184,15 @@ def stop(cert_manager: CertManager) -> None:
 def renew(plane: ControlPlane, *, namespace: str, name: str, attempts: int = RENEW_ATTEMPTS) -> None:
     """Asks cert-manager to re-issue a Certificate now, as ``cmctl renew`` does: sets the Issuing
     condition through the status subresource. An update: when cert-manager changed the Certificate
-    between our read and our write (409 Conflict), it is read again and the condition set again."""
+    between our read and our write (409 Conflict), it is read again and the condition set again.
+
+    While an issuance is still in flight (``Issuing=True``, e.g. the first one just after Ready), the
+    request would merge into it and bring no new certificate: renew waits for it to end first."""
     api = plane.api_client()
     try:
         custom = k8s_client.CustomObjectsApi(api)
         for attempt in range(1, attempts + 1):
-            certificate: dict[str, Any] = custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, "certificates", name
-            )
+            certificate = _settled_certificate(custom, namespace, name)
             body = config.build_renewal_status(certificate, now=datetime.now(UTC))
             try:
                 custom.replace_namespaced_custom_object_status(GROUP, VERSION, namespace, "certificates", name, body)
@@ -199,6 +202,23 @@ def renew(plane: ControlPlane, *, namespace: str, name: str, attempts: int = REN
                     raise
     finally:
         api.close()
+
+
+def _settled_certificate(custom: Any, namespace: str, name: str) -> dict[str, Any]:
+    """The Certificate once no issuance is in flight."""
+    deadline = time.monotonic() + ISSUANCE_SETTLE_TIMEOUT_SECONDS
+    while True:
+        certificate: dict[str, Any] = custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, "certificates", name
+        )
+        if not config.is_issuing(certificate):
+            return certificate
+        if time.monotonic() >= deadline:
+            raise CertManagerError(
+                f"certificate {namespace}/{name}",
+                f"still Issuing after {ISSUANCE_SETTLE_TIMEOUT_SECONDS:.0f} s; renewal not requested",
+            )
+        time.sleep(PROBE_INTERVAL_SECONDS)
 
 
 def _wait_ready(pending: list[tuple[ManagedProcess, int]]) -> None:

@@ -183,8 +183,7 @@ def _inert_webhook_configuration(control_plane: controlplane.ControlPlane) -> ma
 
 
 def _settled(certificate: dict[str, Any]) -> bool:
-    issuing = certmanager.find_condition(certificate, "Issuing")
-    return certmanager.is_ready(certificate) and (issuing is None or issuing.get("status") != "True")
+    return certmanager.is_ready(certificate) and not certmanager.is_issuing(certificate)
 
 
 def _certificate(custom: Any, name: str) -> dict[str, Any]:

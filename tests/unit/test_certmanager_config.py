@@ -204,3 +204,16 @@ def test_is_ready(conditions: list[dict[str, Any]], generation: int, expected: b
     obj = _certificate(conditions)
     obj["metadata"]["generation"] = generation
     assert config.is_ready(obj) is expected
+
+
+@pytest.mark.parametrize(
+    ("conditions", "expected"),
+    [
+        pytest.param([READY], False, id="ready-settled"),
+        pytest.param([READY, {"type": "Issuing", "status": "True", "reason": "Issuing"}], True, id="in-flight"),
+        pytest.param([READY, {"type": "Issuing", "status": "False", "reason": "Failed"}], False, id="failed"),
+        pytest.param([], False, id="no-status-yet"),
+    ],
+)
+def test_is_issuing_only_while_the_condition_is_true(conditions: list[dict[str, Any]], expected: bool) -> None:
+    assert config.is_issuing(_certificate(conditions)) is expected
