@@ -104,6 +104,7 @@ def parse_machine_list(text: str) -> tuple[str, ...]:
             )
     return tuple(sorted(set(names)))
 
+
 # --- what the controller shows of a burst pod's JARVICE jobs (`kubectl describe`, `kubectl nimbix`) ---
 
 # Its latest job (the highest number), that job's machine and node count, and the state of that job:
