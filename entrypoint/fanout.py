@@ -33,6 +33,9 @@ ENV_NODE_RANK: Final = "NODE_RANK"
 ENV_NNODES: Final = "NNODES"
 ENV_MASTER_ADDR: Final = "MASTER_ADDR"
 ENV_JOB_COMPLETION_INDEX: Final = "JOB_COMPLETION_INDEX"
+# What the fan-out's own environment passes on to every rank: the remote rank's guard then logs as
+# the master does (the job's other variables stay with the master's node).
+FORWARDED_VARIABLES: Final = ("LOG_LEVEL",)
 # Options for the ssh client: never prompt (a prompt would hang the job), and the job's nodes are
 # new to each other, so their host keys cannot be known beforehand.
 SSH_OPTIONS: Final = (
@@ -122,11 +125,15 @@ def build_fanout(nodes_text: str, *, env: Mapping[str, str], source: str) -> Fan
         raise FanoutError(problems[0])
     master_port = DEFAULT_MASTER_PORT if port is None else port
     master_addr = nodes[0]
+    forwarded = {name: env[name] for name in FORWARDED_VARIABLES if env.get(name, "").strip()}
     launches = tuple(
         RankLaunch(
             rank=rank,
             node=node,
-            env=build_rank_env(rank=rank, nnodes=len(nodes), master_addr=master_addr, master_port=master_port),
+            env={
+                **build_rank_env(rank=rank, nnodes=len(nodes), master_addr=master_addr, master_port=master_port),
+                **forwarded,
+            },
             local=transport == "local" or rank == 0,
         )
         for rank, node in enumerate(nodes)

@@ -151,5 +151,7 @@ def test_a_failing_local_rank_stops_the_remote_rank_through_ssh(
     code, logs = run_pod(control_plane, namespace, ranks)
     assert code == 4, logs
     assert "rank 1 stopped ssh=yes" in logs, logs
+    # The guard on the far side logs at the fan-out's LOG_LEVEL (INFO), which ssh carried to it.
+    assert "the fan-out's input ended; stopping the rank" in logs, logs
     assert '"rank": 1, "exit_code": 143' in logs, logs  # the remote rank's own status, through ssh
     assert "fan-out exit 4" in logs and "ranks left: 0" in logs, logs

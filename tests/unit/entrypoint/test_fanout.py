@@ -115,6 +115,22 @@ def test_a_remote_rank_runs_through_ssh_under_its_guard_in_the_same_directory_wi
 
 
 @pytest.mark.parametrize(
+    ("env", "forwarded"),
+    [
+        ({"LOG_LEVEL": "INFO", "SECRET_TOKEN": "x", "PATH": "/bin"}, ["LOG_LEVEL=INFO"]),
+        ({"LOG_LEVEL": "debug; rm -rf /"}, ["LOG_LEVEL=debug; rm -rf /"]),  # one quoted word, never a command
+        ({"LOG_LEVEL": "  "}, []),
+        ({}, []),
+    ],
+    ids=["only-the-log-level-travels", "quoted", "blank-is-not-forwarded", "unset"],
+)
+def test_the_remote_guard_logs_at_the_fan_outs_level(env: dict[str, str], forwarded: list[str]) -> None:
+    plan = fanout.build_fanout("node-a\nnode-b\n", env=env, source="nodes")
+    remote = shlex.split(fanout.build_ssh_argv(plan.launches[1], command="true", workdir="/", python="py")[-1])
+    assert remote[10:-4] == forwarded
+
+
+@pytest.mark.parametrize(
     ("exits", "expected"),
     [
         ([RankExit(0, 0), RankExit(1, 0)], 0),
