@@ -55,7 +55,7 @@ from tests.support.installed_controller import (
     find_pod,
     pod_body,
 )
-from tests.support.real_node_pods import runner_pid, wait_log
+from tests.support.real_node_pods import python_module_pids, runner_pid, wait_log
 from tests.support.webhook_replicas import create_at_once
 
 # How late a job may stop after its pod could no longer follow it: the reaper's grace and interval, plus
@@ -125,17 +125,7 @@ def _faults(emulator: addons.EmulatorProcess, **faults: Any) -> None:
 
 def _pid_of(module: str, *, env: str) -> int | None:
     """The PID (on this host) of `python -m <module>` whose environment holds `env` (e.g. POD_NAME=x)."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            if (proc / "cmdline").read_bytes().split(b"\0")[:3] != [b"python", b"-m", module.encode()]:
-                continue
-            if env.encode() in (proc / "environ").read_bytes().split(b"\0"):
-                return int(proc.name)
-        except OSError:
-            continue
-    return None
+    return next(python_module_pids(module, env=env), None)
 
 
 def _wait_job_states(

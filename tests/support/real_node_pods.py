@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,21 +65,30 @@ def wait_log(plane: controlplane.ControlPlane, namespace: str, name: str, text: 
     )
 
 
-def runner_pid(pod_uid: str) -> int | None:
-    """The runner (``python -m entrypoint``, PID 1 of its container) of this pod, from /proc."""
+def python_module_pids(module: str, *, env: str) -> Iterator[int]:
+    """PIDs (on this host) of ``python -m <module>`` whose environment holds ``env`` (``NAME=value``)."""
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
-            if (proc / "cmdline").read_bytes().split(b"\0")[:3] != [b"python", b"-m", b"entrypoint"]:
+            if (proc / "cmdline").read_bytes().split(b"\0")[:3] != [b"python", b"-m", module.encode()]:
                 continue
-            if f"POD_UID={pod_uid}".encode() not in (proc / "environ").read_bytes().split(b"\0"):
-                continue
-            ns_pids = next(line for line in (proc / "status").read_text().splitlines() if line.startswith("NSpid:"))
+            if env.encode() in (proc / "environ").read_bytes().split(b"\0"):
+                yield int(proc.name)
+        except OSError:
+            continue  # ended while being looked at
+
+
+def runner_pid(pod_uid: str) -> int | None:
+    """The runner (``python -m entrypoint``, PID 1 of its container) of this pod, from /proc."""
+    for pid in python_module_pids("entrypoint", env=f"POD_UID={pod_uid}"):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text().splitlines()
+            ns_pids = next(line for line in status if line.startswith("NSpid:"))
         except (OSError, StopIteration):
             continue
         if ns_pids.split()[-1] == "1":
-            return int(proc.name)
+            return pid
     return None
 
 
