@@ -21,11 +21,12 @@ lasted one round only, costs nothing.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from controller.model import ReapView
+from entrypoint import duplicates
 from entrypoint.model import is_terminal
 from entrypoint.plan import ParsedLabel, parse_job_label
 
@@ -117,6 +118,15 @@ def _gangs(pods: Mapping[str, ReapView]) -> dict[str, list[ReapView]]:
     return members
 
 
+def _kept_of_label(live: Iterable[Job]) -> dict[str, int]:
+    """The number of the job each label keeps: the runner's rule (entrypoint.duplicates), so both keep the same."""
+    of_label: dict[str, list[Job]] = {}
+    for job in live:
+        of_label.setdefault(job.label, []).append(job)
+    kept = {label: duplicates.decide_kept_job(jobs).kept for label, jobs in of_label.items()}
+    return {label: job.number for label, job in kept.items() if job is not None}
+
+
 def plan_round(
     jobs: Collection[Job],
     *,
@@ -134,7 +144,7 @@ def plan_round(
         parsed = parse_job_label(job.label) if not is_terminal(job.state) else None
         if parsed is not None:
             live.append((job, parsed))
-    kept_of_label: dict[str, int] = {}
+    kept_of_label = _kept_of_label(job for job, _ in live)
     not_ours: list[NotOurs] = []
     carried: dict[int, float] = {}
     orphans: list[Orphan] = []
@@ -146,7 +156,7 @@ def plan_round(
             kind: NotOursKind = "legacy-label" if parsed.cluster is None else "other-cluster"
             not_ours.append(NotOurs(number=job.number, label=job.label, kind=kind, cluster=parsed.cluster))
             continue
-        kept = kept_of_label.setdefault(job.label, job.number)  # jobs come lowest number first
+        kept = kept_of_label[job.label]
         if parsed.container is None and parsed.pod_uid in gangs and parsed.pod_uid not in pods:
             reason = gang_reason(gangs[parsed.pod_uid], wall_now=wall_now)
         else:

@@ -9,17 +9,31 @@ is terminated at once.
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
-from entrypoint.model import JobEntry, is_terminal
+from entrypoint.model import is_terminal
+
+
+class NumberedJob(Protocol):
+    """What the rule reads of a job: the runner's `JobEntry` and the reaper's `Job` both have it."""
+
+    @property
+    def number(self) -> int: ...
+
+    @property
+    def state(self) -> str: ...
+
+
+J = TypeVar("J", bound=NumberedJob)
 
 
 @dataclass(frozen=True, slots=True)
-class KeptJob:
-    kept: JobEntry | None  # the job to follow; None when the label has no job at all
-    extra: tuple[JobEntry, ...]  # the label's other live jobs, lowest number first: terminate them
+class KeptJob(Generic[J]):
+    kept: J | None  # the job to follow; None when the label has no job at all
+    extra: tuple[J, ...]  # the label's other live jobs, lowest number first: terminate them
 
 
-def decide_kept_job(jobs: Iterable[JobEntry]) -> KeptJob:
+def decide_kept_job(jobs: Iterable[J]) -> KeptJob[J]:
     """The job of one label to follow, and the live ones to terminate.
 
     `jobs` are all of one label (live and finished, in any order). The lowest-numbered live job is
