@@ -34,6 +34,7 @@ from kubernetes import config as k8s_config
 
 from devplatform.cluster import pki, processes
 from devplatform.cluster.processes import ManagedProcess
+from devplatform.cluster.rundir import RunDirectory
 
 ETCD = "etcd"
 APISERVER = "kube-apiserver"
@@ -126,22 +127,12 @@ class _Ports:
 
 
 @dataclass(frozen=True, slots=True)
-class _Layout:
+class _Layout(RunDirectory):
     """Every path of one control plane, derived from its run directory."""
-
-    run_dir: Path
-
-    @property
-    def pki_dir(self) -> Path:
-        return self.run_dir / "pki"
 
     @property
     def etcd_data_dir(self) -> Path:
         return self.run_dir / "etcd-data"
-
-    @property
-    def logs_dir(self) -> Path:
-        return self.run_dir / "logs"
 
     @property
     def admin_kubeconfig(self) -> Path:
@@ -154,15 +145,6 @@ class _Layout:
     @property
     def controller_manager_kubeconfig(self) -> Path:
         return self.pki_dir / "kube-controller-manager.kubeconfig"
-
-    def cert(self, name: str) -> Path:
-        return self.pki_dir / f"{name}.crt"
-
-    def key(self, name: str) -> Path:
-        return self.pki_dir / f"{name}.key"
-
-    def log(self, component: str) -> Path:
-        return self.logs_dir / f"{component}.log"
 
 
 def ensure_binaries() -> Path:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devplatform.cluster.rundir import RunDirectory
+
 # The extended resource the fake nodes and the webhook count; advertised through the node's status.
 GPU_RESOURCE = "nvidia.com/gpu"
 REAL_NODE_LABEL = "nimbix-burst.io/real-node"
@@ -105,11 +107,10 @@ class NodePorts:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeLayout:
+class NodeLayout(RunDirectory):
     """Every path of one node: per-run state under ``run_dir``; images under ``containerd_root``
     (kept between runs, so a warm start imports nothing)."""
 
-    run_dir: Path
     containerd_root: Path
 
     @property
@@ -157,28 +158,11 @@ class NodeLayout:
         return self.run_dir / "pod-logs"
 
     @property
-    def pki_dir(self) -> Path:
-        return self.run_dir / "pki"
-
-    @property
-    def logs_dir(self) -> Path:
-        return self.run_dir / "logs"
-
-    @property
     def state_file(self) -> Path:
         return self.run_dir / "node-state.json"
 
     def kubeconfig(self, user: str) -> Path:
         return self.pki_dir / f"{user}.kubeconfig"
-
-    def cert(self, name: str) -> Path:
-        return self.pki_dir / f"{name}.crt"
-
-    def key(self, name: str) -> Path:
-        return self.pki_dir / f"{name}.key"
-
-    def log(self, component: str) -> Path:
-        return self.logs_dir / f"{component}.log"
 
 
 @dataclass(frozen=True, slots=True)
