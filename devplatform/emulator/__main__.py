@@ -22,7 +22,8 @@ from typing import Any
 from aiohttp import web
 
 from devplatform.emulator import appdef, jobs, vault, vault_api
-from devplatform.emulator.server import EmulatorConfig, create_app, parse_apps, parse_users
+from devplatform.emulator.config import EmulatorConfig, parse_apps, parse_users
+from devplatform.emulator.server import create_app
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 DEFAULT_APP = "nimbix-burst-example:run"

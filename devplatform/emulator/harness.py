@@ -8,7 +8,8 @@ from typing import Any
 import requests
 from aiohttp import web
 
-from devplatform.emulator.server import EmulatorConfig, create_app
+from devplatform.emulator.config import EmulatorConfig
+from devplatform.emulator.server import create_app
 
 START_TIMEOUT_SECONDS = 10.0
 STOP_TIMEOUT_SECONDS = 15.0

@@ -16,8 +16,8 @@ and each job's `/data`.
   directory above): the job's writes reach the vault only when it ends normally (COMPLETED, COMPLETED
   WITH ERROR, or a shutdown), never after a terminate or the walltime, as JARVICE documents for
   object storage. Deletions in the job are not written back (the emulator's simplification).
-- **Faults.** `sftp_drop_after_bytes` (see server.Faults): the next SFTP sessions are cut after that
-  many bytes read or written, so a runner's resume can be tested.
+- **Faults.** `SftpFaults` below, set by `POST /_emulator/vault-faults`: the next SFTP sessions are cut
+  after that many bytes read or written, so a runner's resume can be tested.
 """
 
 from __future__ import annotations
