@@ -44,18 +44,12 @@ class Faults:
         drop_after = raw.get("drop_after_submit", 0)
         endpoints = raw.get("endpoints")
         faults = cls(
-            drop=int(raw.get("drop", 0)),
-            status503=int(raw.get("status503", 0)),
-            status429=int(raw.get("status429", 0)),
-            status500=int(raw.get("status500", 0)),
-            html=int(raw.get("html", 0)),
-            status401=int(raw.get("status401", 0)),
-            status404=int(raw.get("status404", 0)),
-            drop_after_submit=int(drop_after is True) if isinstance(drop_after, bool) else int(drop_after),
-            status502_after_submit=int(raw.get("status502_after_submit", 0)),
-            latency_ms=float(raw.get("latency_ms", 0.0)),
-            latency_requests=None if raw.get("latency_requests") is None else int(raw["latency_requests"]),
-            rate=float(raw.get("rate", 1.0)),
+            **{kind: _whole(raw, kind) for kind in FAULT_KINDS},
+            drop_after_submit=int(drop_after) if isinstance(drop_after, bool) else _whole(raw, "drop_after_submit"),
+            status502_after_submit=_whole(raw, "status502_after_submit"),
+            latency_ms=_number(raw, "latency_ms", 0.0),
+            latency_requests=None if raw.get("latency_requests") is None else _whole(raw, "latency_requests"),
+            rate=_number(raw, "rate", 1.0),
             endpoints=None if endpoints is None else frozenset(str(e) for e in endpoints),
         )
         if not 0.0 <= faults.rate <= 1.0:
@@ -91,3 +85,19 @@ class Faults:
         kind = rng.choice(available)
         setattr(self, kind, getattr(self, kind) - 1)
         return kind
+
+
+def _whole(raw: Mapping[str, Any], key: str) -> int:
+    value = raw.get(key, 0)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{key} must be a whole number, got {value!r}") from None
+
+
+def _number(raw: Mapping[str, Any], key: str, default: float) -> float:
+    value = raw.get(key, default)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{key} must be a number, got {value!r}") from None
