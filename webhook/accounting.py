@@ -10,7 +10,9 @@ Per node and per resource (GPUs, cpu, memory, ephemeral-storage, pods, any exten
 
 Claims follow the cluster: when a node is deleted, loses allocatable, becomes ineligible for a
 claim, or is filled by a pod the scheduler bound there, its claims move to another node that fits
-(or hold nothing if none does); a node that appears or grows takes claims that had no node.
+(or hold nothing if none does, or stay over-committing a filled node when no other node fits);
+room that frees anywhere later (a pod gone, a claim released, a node that appears or grows) goes
+first to those claims (settle): the scheduler will place their pods there, so it is not free.
 Claims are guesses, so they also move to make room for a new pod no node fits as they sit: the
 decision plans the moves (fitting.plan_room), the ledger applies them (move_claims).
 
@@ -35,6 +37,8 @@ class ClaimLedger:
         self._claims = view.claims
         self._claims_on = view.claims_on
         self._unplaced: dict[str, None] = {}  # claim ids no node could take, oldest first
+        self._strained: dict[str, None] = {}  # nodes over-committed by claims nothing else could take
+        self._freed: dict[str, None] = {}  # nodes where room freed since the last settle()
 
     @property
     def claims(self) -> Mapping[str, Claim]:
@@ -77,6 +81,7 @@ class ClaimLedger:
             add_amounts(self.view.used.setdefault(pod.node_name, {}), pod.requests, -1)
             if holds_gpus(self.view, pod.requests):
                 self.reindex(pod.node_name)
+            self._freed[pod.node_name] = None
         else:
             self.remove_claim("pod:" + pod.uid)
 
@@ -105,6 +110,7 @@ class ClaimLedger:
             if not on_node:
                 del self._claims_on[claim.node]
             self.reindex(claim.node)
+            self._freed[claim.node] = None
         else:
             del self._unplaced[claim_id]
 
@@ -124,6 +130,7 @@ class ClaimLedger:
                     continue
                 fit = find_fit(self.view, claim.requests, claim.eligibility, exclude=node_name)
                 if fit.node is None:
+                    self._strained[node_name] = None  # settle() moves it when room frees elsewhere
                     continue  # nowhere else fits: the deficit stays visible where it is
             else:
                 fit = find_fit(self.view, claim.requests, claim.eligibility, exclude=node_name)
@@ -137,6 +144,38 @@ class ClaimLedger:
             claim = self._claims[claim_id]
             if claim.eligibility.allows(node) and covers(self.view, node_name, claim.requests):
                 self.add_claim(claim_id, replace(claim, node=node_name))
+
+    def settle(self) -> None:
+        """Give the room freed since the last call to the claims that have none: first those no node
+        could take, then those over-committing a node the scheduler filled (oldest first). Without
+        it a freed GPU looked free to a newcomer while a pending pod was about to take it."""
+        while self._freed:
+            node_name = next(iter(self._freed))
+            del self._freed[node_name]
+            if node_name not in self.view.nodes:
+                continue
+            if self._unplaced:
+                self.place_unplaced(node_name)
+            if self._strained:
+                self._relieve_strained(node_name)
+
+    def _relieve_strained(self, target: str) -> None:
+        """Move claims off over-committed nodes to `target`, where they fit, until each is relieved."""
+        node = self.view.nodes[target]
+        for strained in list(self._strained):
+            if strained == target:
+                continue
+            if strained not in self.view.nodes or not self._overcommitted(strained):
+                del self._strained[strained]
+                continue
+            for claim_id in list(self._claims_on.get(strained, ())):
+                claim = self._claims[claim_id]
+                if claim.pinned or not claim.eligibility.allows(node) or not covers(self.view, target, claim.requests):
+                    continue
+                self.add_claim(claim_id, replace(claim, node=target))
+                if not self._overcommitted(strained):
+                    del self._strained[strained]
+                    break
 
     def _overcommitted(self, node_name: str) -> bool:
         node = self.view.nodes[node_name]

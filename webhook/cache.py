@@ -221,6 +221,7 @@ class ClusterCache:
     def snapshot_for(self, namespace: str, *, cluster_name: str) -> Snapshot:
         """What an admission in `namespace` decides from, now (expired reservations dropped first)."""
         self.reservations.expire()
+        self.ledger.settle()
         cluster, unknown = self.namespaces.cluster_identity(cluster_name)
         return Snapshot(
             view=self.view,
@@ -242,6 +243,7 @@ class ClusterCache:
             self.reservations.apply(release=effects.release, local=effects.local, remote=effects.remote)
         if effects.record is not None:
             self.gang_index.book.put(effects.gang, effects.record)
+        self.ledger.settle()
 
     def gang_snapshot_for(self, meta: Mapping[str, Any], *, namespace: str, cluster: str) -> GangSnapshot | None:
         """The pod's gang as its decision reads it now (GangIndex.snapshot: None for a pod decided alone)."""
@@ -290,6 +292,7 @@ class ClusterCache:
         self.ledger.reindex(node.name)
         self.ledger.rehome_claims(node.name)
         self.ledger.place_unplaced(node.name)
+        self.ledger.settle()
 
     def delete_node(self, name: str) -> None:
         old = self._nodes.pop(name, None)
@@ -300,6 +303,7 @@ class ClusterCache:
         self.ledger.reindex(name)
         # Bound pods keep their usage under the name (a node re-registering finds them); claims move.
         self.ledger.rehome_claims(name)
+        self.ledger.settle()
 
     def _unindex_labels(self, node: NodeInfo) -> None:
         by_label = self.view.by_label
@@ -340,11 +344,12 @@ class ClusterCache:
         self.namespaces.count_remote(pod, 1)
         if old is not None and self._holding(old) == self._holding(pod):
             self._pods[pod.uid] = pod
-            return
-        if old is not None:
-            self.ledger.drop_holding(old)
-        self._pods[pod.uid] = pod
-        self.ledger.take_holding(pod, claims_gpus=self.claims_gpus(pod))
+        else:
+            if old is not None:
+                self.ledger.drop_holding(old)
+            self._pods[pod.uid] = pod
+            self.ledger.take_holding(pod, claims_gpus=self.claims_gpus(pod))
+        self.ledger.settle()  # after the whole change: a pod binding frees its claim and fills its node at once
 
     def delete_pod(self, uid: str) -> None:
         old = self._pods.pop(uid, None)
@@ -353,6 +358,7 @@ class ClusterCache:
                 self.reservations.release(old.reservation_id)
             self.namespaces.count_remote(old, -1)
             self.ledger.drop_holding(old)
+            self.ledger.settle()
 
     def _holding(self, pod: PodInfo) -> tuple[object, ...]:
         """Everything that decides what a pod holds and where: when it changes (an in-place resize
@@ -386,6 +392,7 @@ class ClusterCache:
 
     def release_reservation(self, reservation_id: str) -> None:
         self.reservations.release(reservation_id)
+        self.ledger.settle()
 
     def export_reservations(self) -> list[HandedOver]:
         return self.reservations.export()
@@ -396,9 +403,12 @@ class ClusterCache:
         # Once per change of leader: a scan is fine, and it keeps the pod path free of bookkeeping.
         arrived = {pod.reservation_id for pod in self._pods.values() if pod.reservation_id}
         self.reservations.adopt(handed, arrived=arrived)
+        self.ledger.settle()
 
     def expire_reservations(self) -> int:
-        return self.reservations.expire()
+        expired = self.reservations.expire()
+        self.ledger.settle()
+        return expired
 
     @property
     def reservation_count(self) -> int:

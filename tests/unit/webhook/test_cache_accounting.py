@@ -125,6 +125,35 @@ def test_a_node_that_can_no_longer_honour_a_claim_gives_it_up(change: dict[str, 
     assert sync.cache.free("b")[GPU] == 5
 
 
+def bound(uid: str, gpus: int, node_name: str) -> dict[str, Any]:
+    return with_uid(pod(container(gpus=gpus), name=uid, node_name=node_name, phase="Running"), uid)
+
+
+def test_a_claim_left_on_a_filled_node_takes_room_freed_elsewhere() -> None:
+    """The scheduler bound another pod to the node a claim sat on while no other node had room, so
+    the claim stayed there, over-committing it. When a GPU frees on another node, the claim's pod
+    will be scheduled there: the claim moves, and the freed GPU is not offered to a newcomer."""
+    sync = new_sync()
+    add(sync, gpu_node("a", 1), gpu_node("b", 1), bound("r", 1, "b"), pending("p", 1))
+    assert next(iter(sync.cache.claims().values())).node == "a"
+    add(sync, bound("q", 1, "a"))  # not p: the scheduler placed another pod where p's claim sat
+    sync.apply_event("pods", "DELETED", bound("r", 1, "b"))
+    assert next(iter(sync.cache.claims().values())).node == "b"
+    assert sync.cache.free("b")[GPU] == 0
+    assert _decide(sync, pod(container(gpus=1))).kind == "remote"
+
+
+def test_a_claim_no_node_could_take_takes_room_freed_by_a_pod() -> None:
+    sync = new_sync()
+    add(sync, gpu_node("a", 2), bound("r", 2, "a"), pending("p", 1))
+    assert next(iter(sync.cache.claims().values())).node == ""  # nowhere to go: waits, holds nothing
+    sync.apply_event("pods", "DELETED", bound("r", 2, "a"))
+    assert next(iter(sync.cache.claims().values())).node == "a"
+    assert sync.cache.free("a")[GPU] == 1
+    assert _decide(sync, pod(container(gpus=2))).kind == "remote"
+    assert _decide(sync, pod(container(gpus=1))).kind == "local"
+
+
 # ----- item 6: claims the scheduler would not make -------------------------------------------------
 
 NOT_CLAIMING = [
