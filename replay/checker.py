@@ -178,22 +178,34 @@ def _decided_before(claim: Decision, sequence: int | None) -> bool:
     return sequence is None or claim.view is None or claim.view.sequence < sequence
 
 
-def _claims(
-    state: ReferenceState, exclude: str, *, sequence: int | None = None
-) -> list[tuple[Mapping[str, int], Placement]]:
+@dataclass(frozen=True, slots=True)
+class Claim:
+    key: str
+    requests: Mapping[str, int]
+    placement: Placement
+    decision: Decision | None  # the local decision not yet seen; None: an unbound pod the watch shows
+
+
+def list_claims(state: ReferenceState, exclude: str, *, sequence: int | None = None) -> list[Claim]:
     """Unbound GPU pods, and local decisions not yet seen that the webhook made before the decision
     at `sequence` (one it made later cannot have weighed on it)."""
-    claims: list[tuple[Mapping[str, int], Placement]] = [
-        (pod.requests, pod.placement)
+    found = [
+        Claim(key, pod.requests, pod.placement, None)
         for key, pod in state.pods.items()
         if key != exclude and not pod.node and not pod.terminal and pod.requests.get(GPU, 0) > 0
     ]
-    claims += [
-        (d.requests, d.placement)
+    found += [
+        Claim(key, d.requests, d.placement, d)
         for key, d in state.unseen_local.items()
         if key != exclude and _decided_before(d, sequence)
     ]
-    return claims
+    return found
+
+
+def _claims(
+    state: ReferenceState, exclude: str, *, sequence: int | None = None
+) -> list[tuple[Mapping[str, int], Placement]]:
+    return [(c.requests, c.placement) for c in list_claims(state, exclude, sequence=sequence)]
 
 
 def _covers(room: Mapping[str, int], need: Mapping[str, int], resources: Sequence[str]) -> bool:

@@ -21,7 +21,7 @@ from typing import Any
 
 from devplatform.cluster import addons
 from devplatform.cluster.controlplane import ControlPlane
-from replay import accounting, cluster, objects, report
+from replay import accounting, cluster, objects, record_file, report
 from replay.accounting import Policy, PolicySummary, RunRecord
 from replay.driver import WORKERS, Driver
 from replay.history import AdmissionView
@@ -218,6 +218,20 @@ class Replay:
         )
 
 
+def history_path(out: Path, policy: Policy) -> Path:
+    return out / f"history-{policy}.jsonl.gz"
+
+
+def save_history(settings: Settings, record: RunRecord) -> None:
+    """Written as soon as the policy ends, so a later policy's failure does not lose it."""
+    began = time.monotonic()
+    saved = record_file.SavedRun(record, model_label=settings.model_label, race_window=settings.race_window)
+    path = history_path(settings.out, record.policy)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(record_file.encode(saved))
+    say(f"  history saved to {path} ({path.stat().st_size / 1e6:.1f} MB in {time.monotonic() - began:.1f}s)")
+
+
 def build_notes(settings: Settings, plan: Plan, runs: Sequence[RunRecord]) -> list[str]:
     c = settings.compression
     notes = [
@@ -310,6 +324,8 @@ def run(settings: Settings) -> int:
         for i, policy in enumerate(settings.policies):
             say(f"policy {policy} ({accounting.POLICY_TITLES[policy]})")
             runs.append(replay.run_policy(policy, policies_left=len(settings.policies) - i))
+            if settings.save_history:
+                save_history(settings, runs[-1])
     finally:
         plane.stop()
     if os.environ.get("REPLAY_DUMP"):

@@ -57,6 +57,7 @@ class Settings:
     model_label: str
     stranded_timeout: float
     race_window: float
+    save_history: bool = False  # write <out>/history-<policy>.jsonl.gz after each policy
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-model-label", default=DEFAULT_MODEL_LABEL, help="node label holding the GPU model")
     p.add_argument("--stranded-timeout", type=float, default=DEFAULT_STRANDED_TIMEOUT, help="wall seconds")
     p.add_argument("--race-window", type=float, default=DEFAULT_RACE_WINDOW, help="wall seconds (see replay/README.md)")
+    p.add_argument(
+        "--save-history",
+        action="store_true",
+        help="write each policy's recorded run to OUT/history-<policy>.jsonl.gz (for python -m replay.explain)",
+    )
     return p
 
 
@@ -120,4 +126,5 @@ def parse_settings(argv: Sequence[str]) -> Settings:
         model_label=args.gpu_model_label,
         stranded_timeout=args.stranded_timeout,
         race_window=args.race_window,
+        save_history=args.save_history,
     )
