@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from replay import checker
+from replay import checker, reference
 from replay.history import CPU, GPU, MEMORY, AdmissionView, Decision, Observation, Placement, Requirement
 from replay.trace import PodRow
 
@@ -301,9 +301,9 @@ def judge_run(run: RunRecord, *, model_label: str, race_window: float) -> tuple[
     """Judge every decision by GPUs (wrong bursts by the webhook's contract, unprovidable local
     decisions), and the bursts again counting CPU and memory too (the headline wrong bursts)."""
     decisions = build_decisions(run, model_label=model_label)
-    gpu_verdicts = checker.judge(run.history, decisions, race_window=race_window, resources=checker.GPU_ONLY)
+    gpu_verdicts = checker.judge(run.history, decisions, race_window=race_window, resources=reference.GPU_ONLY)
     remote = [d for d in decisions if d.kind == "remote"]
-    full = checker.judge(run.history, decisions, race_window=race_window, resources=checker.ALL_RESOURCES)
+    full = checker.judge(run.history, decisions, race_window=race_window, resources=reference.ALL_RESOURCES)
     judgement = Judgement(
         bursts=len(remote),
         wrong=sum(v.wrong_burst for v in full),

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from replay import checker, record_file
+from replay import record_file, reference
 from replay.explanation import ClaimRow, ExplainError, Explanation, Moment, NodeRow, explain
 from replay.history import CPU, GPU, MEMORY, Placement
 
@@ -45,7 +45,7 @@ def _yes(flag: bool) -> str:
     return "yes" if flag else "no"
 
 
-def _answer(label: str, answer: checker.Answer) -> str:
+def _answer(label: str, answer: reference.Answer) -> str:
     exact = "" if answer.exact else " (greedy: the search ran too long)"
     return f"    {label}: fits {_yes(answer.fits)}, ignoring claims {_yes(answer.fits_ignoring_claims)}{exact}"
 

@@ -15,10 +15,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from replay import accounting, checker
-from replay.checker import ReferenceState
+from replay import accounting, checker, reference
 from replay.history import CPU, GPU, MEMORY, AdmissionView, Decision, Observation, Placement
 from replay.record_file import SavedRun
+from replay.reference import ReferenceState
 
 RESOURCES = (GPU, CPU, MEMORY)
 # Without --node: this many nodes at most, the rest counted. Enough to see the best fits; a window
@@ -61,8 +61,8 @@ class ClaimRow:
 class Moment:
     label: str
     at: float  # seconds relative to the decision's start
-    gpu_only: checker.Answer
-    all_resources: checker.Answer
+    gpu_only: reference.Answer
+    all_resources: reference.Answer
     nodes: tuple[NodeRow, ...]
     claims: tuple[ClaimRow, ...]
 
@@ -140,7 +140,7 @@ def named_node(reason: str) -> str:
 
 
 def _free(state: ReferenceState, exclude: str) -> dict[str, dict[str, int]]:
-    return checker.free_capacity(state, RESOURCES, exclude=exclude, min_gpus=1)
+    return reference.free_capacity(state, RESOURCES, exclude=exclude, min_gpus=1)
 
 
 def _covers(room: Mapping[str, int], need: Mapping[str, int]) -> bool:
@@ -154,7 +154,7 @@ def pick_nodes(states: Sequence[ReferenceState], decision: Decision, *, named: s
     best: dict[str, tuple[bool, int]] = {}
     for state in states:
         for name, room in _free(state, decision.key).items():
-            if not checker.eligible(state.nodes[name], decision.placement):
+            if not reference.eligible(state.nodes[name], decision.placement):
                 continue
             rank = (not _covers(room, decision.requests), room[GPU])
             best[name] = min(best.get(name, rank), rank)
@@ -174,7 +174,7 @@ def node_row(state: ReferenceState, name: str, placement: Placement) -> NodeRow 
     used = {r: sum(p.requests.get(r, 0) for p in pods) for r in RESOURCES}
     return NodeRow(
         name=name,
-        eligible=checker.eligible(node, placement),
+        eligible=reference.eligible(node, placement),
         allocatable={r: node.allocatable.get(r, 0) for r in RESOURCES},
         pods=pods,
         used=used,
@@ -188,11 +188,11 @@ def claim_rows(
     sequence = decision.view.sequence if decision.view is not None else None
     free = _free(state, decision.key)
     rows = []
-    for claim in checker.list_claims(state, decision.key, sequence=sequence):
+    for claim in reference.list_claims(state, decision.key, sequence=sequence):
         usable = [
             name
             for name, room in free.items()
-            if _covers(room, claim.requests) and checker.eligible(state.nodes[name], claim.placement)
+            if _covers(room, claim.requests) and reference.eligible(state.nodes[name], claim.placement)
         ]
         view = views.get(claim.key)
         rows.append(
@@ -212,10 +212,10 @@ def _moment(
 ) -> Moment:
     sequence = decision.view.sequence if decision.view is not None else None
     answers = [
-        checker.answer(
+        reference.answer(
             state, decision.requests, decision.placement, resources=resources, exclude=decision.key, sequence=sequence
         )
-        for resources in (checker.GPU_ONLY, checker.ALL_RESOURCES)
+        for resources in (reference.GPU_ONLY, reference.ALL_RESOURCES)
     ]
     rows = [node_row(state, name, decision.placement) for name in nodes]
     return Moment(
@@ -313,8 +313,8 @@ def explain(saved: SavedRun, pod: str, *, nodes: Sequence[str] = ()) -> Explanat
         window_end=end - decision.started,
         view=decision.view,
         race_window=saved.race_window,
-        contradicted_gpu_only=_contradicted(saved, local, window, checker.GPU_ONLY),
-        contradicted_all_resources=_contradicted(saved, local, window, checker.ALL_RESOURCES),
+        contradicted_gpu_only=_contradicted(saved, local, window, reference.GPU_ONLY),
+        contradicted_all_resources=_contradicted(saved, local, window, reference.ALL_RESOURCES),
         moments=moments,
         events=window_events(
             record.history, local, decision, start=start, end=end, nodes=shown, pods=sorted(bound | claimed)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from replay import accounting, checker, export, plan, report, trace
+from replay import accounting, checker, export, plan, reference, report, trace
 from replay.accounting import PodOutcome, RunRecord
 from replay.history import (
     GPU,
@@ -114,7 +114,7 @@ class Case:
     decisions: Sequence[Decision]
     wrong: frozenset[str] = frozenset()  # keys of wrong bursts
     unprovidable: frozenset[str] = frozenset()  # keys kept local that no node could host
-    resources: tuple[str, ...] = checker.GPU_ONLY
+    resources: tuple[str, ...] = reference.GPU_ONLY
     race_window: float = 0.25
     notes: Mapping[str, str] = field(default_factory=dict)
 
@@ -168,16 +168,16 @@ CASES = {
     "cordoned-node": Case([node("a", 1, unschedulable=True)], [burst("r/p", at=10)]),
     "node-deleted-before": Case([node("a", 1), Observation(5, "node-deleted", "a")], [burst("r/p", at=10)]),
     "gpu-free-but-cpu-full-by-gpus-alone": Case(
-        [node("a", 1, cpu=4000)], [burst("r/p", at=10, cpu=8000)], wrong("r/p"), resources=checker.GPU_ONLY
+        [node("a", 1, cpu=4000)], [burst("r/p", at=10, cpu=8000)], wrong("r/p"), resources=reference.GPU_ONLY
     ),
     "gpu-free-but-cpu-full-counting-cpu": Case(
-        [node("a", 1, cpu=4000)], [burst("r/p", at=10, cpu=8000)], resources=checker.ALL_RESOURCES
+        [node("a", 1, cpu=4000)], [burst("r/p", at=10, cpu=8000)], resources=reference.ALL_RESOURCES
     ),
     "cpu-stuck-claim-holds-nothing-counting-cpu": Case(
         [node("a", 1, cpu=4000), pod("r/big", at=1, cpu=8000)],
         [burst("r/p", at=10, cpu=2000)],
         wrong("r/p"),
-        resources=checker.ALL_RESOURCES,
+        resources=reference.ALL_RESOURCES,
     ),
     "cpu-stuck-claim-holds-the-gpu-by-gpus-alone": Case(
         [node("a", 1, cpu=4000), pod("r/big", at=1, cpu=8000)], [burst("r/p", at=10, cpu=2000)]
@@ -187,13 +187,13 @@ CASES = {
     "greedy-would-strand-a-claim-that-fits-elsewhere": Case(
         [node("x", 1, cpu=20_000), node("y", 1, cpu=4000), pod("r/a", at=1, cpu=2000), pod("r/b", at=2, cpu=10_000)],
         [burst("r/p", at=10, cpu=1000)],
-        resources=checker.ALL_RESOURCES,
+        resources=reference.ALL_RESOURCES,
     ),
     "a-claim-could-move-to-leave-room-for-the-pod": Case(
         [node("x", 1, cpu=20_000), node("y", 1, cpu=4000), pod("r/a", at=1, cpu=2000)],
         [burst("r/p", at=10, cpu=10_000)],
         wrong("r/p"),
-        resources=checker.ALL_RESOURCES,
+        resources=reference.ALL_RESOURCES,
     ),
     "local-with-a-free-gpu-is-fine": Case([node("a", 1)], [keep("r/p", at=10)]),
     "local-without-any-gpu-is-unprovidable": Case(
@@ -302,14 +302,14 @@ def test_upper_bound_ignores_claims_and_races() -> None:
     ],
 )
 def test_node_affinity_requirements(requirement: Requirement, labels: dict[str, str], holds: bool) -> None:
-    assert checker.requirement_holds(requirement, labels) is holds
+    assert reference.requirement_holds(requirement, labels) is holds
 
 
 def test_empty_affinity_term_matches_nothing() -> None:
     seen = node("a", 1).node
     assert seen is not None
-    assert not checker.eligible(seen, Placement(terms=((),)))
-    assert checker.eligible(seen, Placement(terms=((), (Requirement(MODEL, "Exists"),))))
+    assert not reference.eligible(seen, Placement(terms=((),)))
+    assert reference.eligible(seen, Placement(terms=((), (Requirement(MODEL, "Exists"),))))
 
 
 # -- parsing the API server's JSON (history) ---------------------------------------------------------
