@@ -137,8 +137,12 @@ class ClaimLedger:
             new_node = fit.node.name if fit.node is not None else ""
             self.add_claim(claim_id, replace(claim, node=new_node, pinned=False))
 
-    def place_unplaced(self, node_name: str) -> None:
-        """A node appeared or changed: claims no node could take may fit there now."""
+    def node_changed(self, node_name: str) -> None:
+        """A node appeared or changed: it may have room for claims that had none (see settle)."""
+        self._freed[node_name] = None
+
+    def _place_unplaced(self, node_name: str) -> None:
+        """Claims no node could take, onto `node_name` where they fit."""
         node = self.view.nodes[node_name]
         for claim_id in list(self._unplaced):
             claim = self._claims[claim_id]
@@ -155,7 +159,7 @@ class ClaimLedger:
             if node_name not in self.view.nodes:
                 continue
             if self._unplaced:
-                self.place_unplaced(node_name)
+                self._place_unplaced(node_name)
             if self._strained:
                 self._relieve_strained(node_name)
 

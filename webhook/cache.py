@@ -291,7 +291,7 @@ class ClusterCache:
             view.cordoned.pop(node.name, None)
         self.ledger.reindex(node.name)
         self.ledger.rehome_claims(node.name)
-        self.ledger.place_unplaced(node.name)
+        self.ledger.node_changed(node.name)
         self.ledger.settle()
 
     def delete_node(self, name: str) -> None:

@@ -143,6 +143,16 @@ def test_a_claim_left_on_a_filled_node_takes_room_freed_elsewhere() -> None:
     assert _decide(sync, pod(container(gpus=1))).kind == "remote"
 
 
+def test_a_claim_left_on_a_filled_node_takes_a_node_that_appears() -> None:
+    sync = new_sync()
+    add(sync, gpu_node("a", 1), pending("p", 1))
+    add(sync, bound("q", 1, "a"))  # the scheduler filled a; no other node for p's claim
+    assert next(iter(sync.cache.claims().values())).node == "a"
+    add(sync, gpu_node("b", 1))
+    assert next(iter(sync.cache.claims().values())).node == "b"
+    assert _decide(sync, pod(container(gpus=1))).kind == "remote"
+
+
 def test_a_claim_no_node_could_take_takes_room_freed_by_a_pod() -> None:
     sync = new_sync()
     add(sync, gpu_node("a", 2), bound("r", 2, "a"), pending("p", 1))
