@@ -101,12 +101,11 @@ class Explanation:
     other_decisions: int  # further decisions for the same pod (on-failure: kept local, then burst)
 
 
-def find_decision(saved: SavedRun, pod: str) -> tuple[Decision, int]:
-    """The pod's last decision (its burst, for the on-failure controller) and how many others it had.
-    `pod` is namespace/name, or a name in the run's namespace."""
+def find_decision(saved: SavedRun, decisions: Sequence[Decision], pod: str) -> tuple[Decision, int]:
+    """The pod's last decision among the run's `decisions` (its burst, for the on-failure controller)
+    and how many others it had. `pod` is namespace/name, or a name in the run's namespace."""
     record = saved.record
     key = pod if "/" in pod else f"{record.namespace}/{pod}"
-    decisions = accounting.build_decisions(record, model_label=saved.model_label)
     mine = [d for d in decisions if d.key == key]
     if not mine:
         examples = ", ".join(d.key.split("/", 1)[-1] for d in decisions[:3]) or "none"
@@ -143,10 +142,6 @@ def _free(state: ReferenceState, exclude: str) -> dict[str, dict[str, int]]:
     return reference.free_capacity(state, RESOURCES, exclude=exclude, min_gpus=1)
 
 
-def _covers(room: Mapping[str, int], need: Mapping[str, int]) -> bool:
-    return all(room.get(r, 0) >= need.get(r, 0) for r in RESOURCES)
-
-
 def pick_nodes(states: Sequence[ReferenceState], decision: Decision, *, named: str) -> tuple[list[str], int]:
     """The node the webhook named, then the nodes the pod may use with a free GPU at either moment
     (claims ignored): those with room for all it asks first, then fewest free GPUs. At most
@@ -156,7 +151,7 @@ def pick_nodes(states: Sequence[ReferenceState], decision: Decision, *, named: s
         for name, room in _free(state, decision.key).items():
             if not reference.eligible(state.nodes[name], decision.placement):
                 continue
-            rank = (not _covers(room, decision.requests), room[GPU])
+            rank = (not reference.covers(room, decision.requests, RESOURCES), room[GPU])
             best[name] = min(best.get(name, rank), rank)
     ordered = sorted(best, key=lambda name: (*best[name], name))
     if named and any(named in state.nodes for state in states):
@@ -192,7 +187,8 @@ def claim_rows(
         usable = [
             name
             for name, room in free.items()
-            if _covers(room, claim.requests) and reference.eligible(state.nodes[name], claim.placement)
+            if reference.covers(room, claim.requests, RESOURCES)
+            and reference.eligible(state.nodes[name], claim.placement)
         ]
         view = views.get(claim.key)
         rows.append(
@@ -275,8 +271,9 @@ def _contradicted(saved: SavedRun, local: Sequence[Decision], window: checker.Wi
 def explain(saved: SavedRun, pod: str, *, nodes: Sequence[str] = ()) -> Explanation:
     """The explanation of `pod`'s decision; `nodes`: the nodes to show (default: see pick_nodes)."""
     record = saved.record
-    decision, others = find_decision(saved, pod)
-    local = [d for d in accounting.build_decisions(record, model_label=saved.model_label) if d.kind == "local"]
+    decisions = accounting.build_decisions(record, model_label=saved.model_label)
+    decision, others = find_decision(saved, decisions, pod)
+    local = [d for d in decisions if d.kind == "local"]
     clock = checker.ViewClock(record.history)
     start = checker.window_start(decision, clock, race_window=saved.race_window)
     end = checker.window_end(decision, clock)

@@ -186,7 +186,8 @@ def _claims(
     return [(c.requests, c.placement) for c in list_claims(state, exclude, sequence=sequence)]
 
 
-def _covers(room: Mapping[str, int], need: Mapping[str, int], resources: Sequence[str]) -> bool:
+def covers(room: Mapping[str, int], need: Mapping[str, int], resources: Sequence[str]) -> bool:
+    """Whether `room` holds `need` in every one of `resources`."""
     return all(room[r] >= need.get(r, 0) for r in resources)
 
 
@@ -205,7 +206,7 @@ def _host_exists(
     resources: Sequence[str],
 ) -> bool:
     return any(
-        _covers(room, requests, resources) and eligible(state.nodes[name], placement) for name, room in free.items()
+        covers(room, requests, resources) and eligible(state.nodes[name], placement) for name, room in free.items()
     )
 
 
@@ -223,7 +224,7 @@ def _place_claims(
             name
             for name, room in free.items()
             if room[GPU] >= need.get(GPU, 0)
-            and _covers(room, need, resources)
+            and covers(room, need, resources)
             and eligible(state.nodes[name], claim_placement)
         ]
         if candidates:
@@ -268,7 +269,7 @@ class _Packing:
         need, nodes = self._claims[i]
         same_as_next = i + 1 < len(self._claims) and self._claims[i + 1] == self._claims[i]
         for index, name in enumerate(nodes):
-            if index < floor or not _covers(room[name], need, self._resources):
+            if index < floor or not covers(room[name], need, self._resources):
                 continue
             for r in self._resources:
                 room[name][r] -= need.get(r, 0)
@@ -314,7 +315,7 @@ def _fits_beside_claims(
     usable = [
         (
             need,
-            [name for name, room in free.items() if _covers(room, need, resources) and eligible(state.nodes[name], p)],
+            [name for name, room in free.items() if covers(room, need, resources) and eligible(state.nodes[name], p)],
         )
         for need, p in claims
     ]
@@ -330,7 +331,7 @@ def _fits_beside_claims(
                 most = target
                 break
         for name, room in free.items():
-            if not (_covers(room, requests, resources) and eligible(state.nodes[name], placement)):
+            if not (covers(room, requests, resources) and eligible(state.nodes[name], placement)):
                 continue
             if name not in claim_nodes:
                 return True, True  # no claim can use this node: the pod takes nothing from them
