@@ -41,12 +41,10 @@ class Faults:
         unknown = set(raw) - {f for f in cls.__dataclass_fields__}
         if unknown:
             raise ValueError(f"unknown fault keys: {sorted(unknown)}")
-        drop_after = raw.get("drop_after_submit", 0)
         endpoints = raw.get("endpoints")
         faults = cls(
-            **{kind: _whole(raw, kind) for kind in FAULT_KINDS},
-            drop_after_submit=int(drop_after) if isinstance(drop_after, bool) else _whole(raw, "drop_after_submit"),
-            status502_after_submit=_whole(raw, "status502_after_submit"),
+            # A flag counts as one (`"drop_after_submit": true`): int(True) is 1.
+            **{kind: _whole(raw, kind) for kind in (*FAULT_KINDS, *AFTER_SUBMIT_FAULTS)},
             latency_ms=_number(raw, "latency_ms", 0.0),
             latency_requests=None if raw.get("latency_requests") is None else _whole(raw, "latency_requests"),
             rate=_number(raw, "rate", 1.0),
