@@ -42,13 +42,15 @@ node: controlplane
 certmanager:
 	@devplatform/certmanager/build.sh >/dev/null
 
-# helm and promtool, built from their Go modules (devplatform/gotools/<tool>/go.mod pins the
-# version; cached like cert-manager, keyed by version, Go version and the wrapper's go.sum).
+# helm, built from its Go module (devplatform/gotools/helm/go.mod pins the version; cached like
+# cert-manager, keyed by version, Go version and the wrapper's go.sum).
 helm:
 	@devplatform/gotools/build.sh helm >/dev/null
 
+# promtool, taken from Debian's prometheus package (extracted, not installed; cached by the
+# package's version).
 promtool:
-	@devplatform/gotools/build.sh promtool >/dev/null
+	@devplatform/debtools/fetch.sh promtool >/dev/null
 
 lint: venv
 	$(BIN)/ruff check .

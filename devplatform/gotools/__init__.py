@@ -1,7 +1,7 @@
-"""Go command-line tools the project uses, built from their upstream Go modules (see build.sh).
+"""Go command-line tools the project builds from their upstream Go modules (see build.sh): helm, which
+Debian does not ship. Tools Debian ships come from its packages (devplatform.debtools).
 
 helm = gotools.ensure_tool("helm")          # cached; a cold cache builds it (progress on stderr)
-promtool = gotools.ensure_tool("promtool")
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Literal
 
 BUILD_SCRIPT = Path(__file__).resolve().parent / "build.sh"
 
-Tool = Literal["helm", "promtool"]
+Tool = Literal["helm"]
 
 
 class GoToolError(RuntimeError):
