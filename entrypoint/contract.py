@@ -24,6 +24,10 @@ ANNOTATION_CANDIDATES: Final = ANNOTATION_PREFIX + "candidate-nodes"
 # Set on pods admitted as local: lets the cache release the GPUs it reserved for this admission
 # the moment the pod appears (its name and UID do not exist yet at admission time).
 ANNOTATION_RESERVATION: Final = ANNOTATION_PREFIX + "reservation"
+# Set on every pod the webhook decides: the admission's token. A pod that arrives carrying a decision
+# is the product's own reinvocation only while the webhook holds that token as issued and no pod has
+# taken it (webhook.provenance); a copy of a decided pod carries a token already taken.
+ANNOTATION_ADMISSION: Final = ANNOTATION_PREFIX + "admission"
 
 DECISION_LOCAL: Final = "local"
 DECISION_REMOTE: Final = "remote"

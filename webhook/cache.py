@@ -38,6 +38,7 @@ from kubeplumbing.leadership import HandedOver
 from webhook.accounting import ClaimLedger
 from webhook.fitting import CANDIDATE_CAP, best_partial_fit, find_fit
 from webhook.gangs import GangIndex, GangSnapshot
+from webhook.provenance import IssuedTokens
 from webhook.reservations import Reservations
 from webhook.scheduling import eligibility
 from webhook.types import (
@@ -153,6 +154,7 @@ class ClusterCache:
             max_reservations_per_namespace=max_reservations_per_namespace,
         )
         self._pods: dict[str, PodInfo] = {}
+        self.issued = IssuedTokens(clock=clock)  # admissions decided, pod not seen yet (webhook.provenance)
         self.reservation_cap_hits = 0  # reviews decided remote because a cap was reached
         self.namespaces, self.gang_index = NamespaceIndex(), GangIndex()  # gangs: kept by webhook.sync
 
@@ -337,6 +339,8 @@ class ClusterCache:
 
     def upsert_pod(self, pod: PodInfo) -> None:
         old = self._pods.get(pod.uid)
+        if pod.admission:
+            self.issued.take(pod.admission)
         if pod.reservation_id:
             self.reservations.release(pod.reservation_id)
         if old is not None:

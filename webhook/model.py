@@ -297,6 +297,7 @@ def parse_pod(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> PodInfo |
         terminal=terminal,
         placement=parse_placement(spec),
         reservation_id=annotations.get(contract.ANNOTATION_RESERVATION, ""),
+        admission=annotations.get(contract.ANNOTATION_ADMISSION, ""),
         scheduler_name=_string(spec.get("schedulerName"), "spec.schedulerName") or DEFAULT_SCHEDULER,
         gated=bool(_sequence(spec.get("schedulingGates"), "spec.schedulingGates")),
         blocked_elsewhere=_blocked_elsewhere(status, gpu_resources),
@@ -322,6 +323,7 @@ def _with_gang(pod: PodInfo, meta: Mapping[str, Any], annotations: Mapping[str, 
         terminal=pod.terminal,
         placement=pod.placement,
         reservation_id=pod.reservation_id,
+        admission=pod.admission,
         scheduler_name=pod.scheduler_name,
         gated=pod.gated,
         blocked_elsewhere=pod.blocked_elsewhere,
@@ -371,6 +373,7 @@ def _burst_pod(
         terminal=terminal,
         placement=_NO_PLACEMENT,
         reservation_id=annotations.get(contract.ANNOTATION_RESERVATION, ""),
+        admission=annotations.get(contract.ANNOTATION_ADMISSION, ""),
         remote_gpus=remote_gpus,
     )
     return _with_gang(pod, meta, annotations)

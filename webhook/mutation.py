@@ -87,11 +87,17 @@ def _decision_label_ops(meta: Mapping[str, Any], decision: str) -> list[JsonPatc
 
 
 def build_local_patch(
-    pod: Mapping[str, Any], *, decision: Decision, reservation_id: str, notes: Mapping[str, str] | None = None
+    pod: Mapping[str, Any],
+    *,
+    decision: Decision,
+    reservation_id: str,
+    notes: Mapping[str, str] | None = None,
+    admission: str = "",
 ) -> list[JsonPatchOp]:
-    """Local: annotations (decision, reason, candidate count, reservation id, and `notes`) and the
-    decision label."""
+    """Local: annotations (decision, reason, candidate count, reservation id, the admission's token
+    and `notes`) and the decision label."""
     values = {
+        **_token(admission),
         contract.ANNOTATION_DECISION: contract.DECISION_LOCAL,
         contract.ANNOTATION_REASON: decision.reason,
         contract.ANNOTATION_CANDIDATES: str(decision.candidates),
@@ -101,6 +107,11 @@ def build_local_patch(
     values = {**values, **(notes or {})}
     meta = pod.get("metadata") or {}
     return _annotation_ops(meta, values) + _decision_label_ops(meta, contract.DECISION_LOCAL)
+
+
+def _token(admission: str) -> dict[str, str]:
+    """The admission's token (webhook.provenance): what proves a reinvocation is the product's own."""
+    return {contract.ANNOTATION_ADMISSION: admission} if admission else {}
 
 
 def _resource_ops(
@@ -204,12 +215,15 @@ def _burst_container_ops(base: str, container: Mapping[str, Any], *, gpus: int, 
     cores = format_quantity_cores(container_quantity(container, "cpu"))
     wanted: list[_EnvWish] = [
         (contract.ENV_REMOTE, _value(contract.ENV_REMOTE, "1"), True),
-        (contract.ENV_NUM_GPUS, _value(contract.ENV_NUM_GPUS, str(gpus)), False),
+        # The machine's size is what was counted, whatever the pod said (a reinvocation keeps the first's).
+        (contract.ENV_NUM_GPUS, _value(contract.ENV_NUM_GPUS, str(gpus)), not terms.reinvoked),
         (contract.ENV_NUM_CPUS, _value(contract.ENV_NUM_CPUS, str(cores)), False),
         (contract.ENV_CONTAINER_NAME, _value(contract.ENV_CONTAINER_NAME, str(container.get("name", ""))), True),
-        (contract.ENV_POD_UID, _field_ref(contract.ENV_POD_UID, "metadata.uid"), False),
-        (contract.ENV_POD_NAMESPACE, _field_ref(contract.ENV_POD_NAMESPACE, "metadata.namespace"), False),
-        (contract.ENV_POD_NAME, _field_ref(contract.ENV_POD_NAME, "metadata.name"), False),
+        # The job's pod identity comes from the API server, never from a value the pod sets: the
+        # reaper and the spend record attribute the job by it.
+        (contract.ENV_POD_UID, _field_ref(contract.ENV_POD_UID, "metadata.uid"), True),
+        (contract.ENV_POD_NAMESPACE, _field_ref(contract.ENV_POD_NAMESPACE, "metadata.namespace"), True),
+        (contract.ENV_POD_NAME, _field_ref(contract.ENV_POD_NAME, "metadata.name"), True),
         (contract.ENV_STATE_DIR, _value(contract.ENV_STATE_DIR, contract.STATE_MOUNT_PATH), True),
     ]
     if terms.cluster:
@@ -316,12 +330,13 @@ def _audit_json(audit: Mapping[str, Any]) -> str:
 
 
 def build_kept_local_patch(
-    pod: Mapping[str, Any], *, reason: str, notes: Mapping[str, str] | None = None
+    pod: Mapping[str, Any], *, reason: str, notes: Mapping[str, str] | None = None, admission: str = ""
 ) -> list[JsonPatchOp]:
     """A pod that would burst but may not (its namespace's budget, an unknown cluster identity) stays
     as submitted and waits for local GPUs: only annotations (decision local, why, and `notes`). No
     reservation: nothing local was promised, the pod claims GPUs like any pending pod."""
     values = {
+        **_token(admission),
         contract.ANNOTATION_DECISION: contract.DECISION_LOCAL,
         contract.ANNOTATION_REASON: reason,
         **(notes or {}),
@@ -339,6 +354,7 @@ def build_remote_patch(
     terms: BurstTerms,
     remote_gpus: int | None = None,
     reservation_id: str = "",
+    admission: str = "",
 ) -> list[JsonPatchOp]:
     """Burst each app container that asked for GPUs, strip GPUs everywhere, and record what changed."""
     spec: Mapping[str, Any] = pod.get("spec") or {}
@@ -386,6 +402,7 @@ def build_remote_patch(
     ops += _annotation_ops(
         pod.get("metadata") or {},
         {
+            **_token(admission),
             contract.ANNOTATION_DECISION: contract.DECISION_REMOTE,
             contract.ANNOTATION_REASON: decision.reason,
             contract.ANNOTATION_ORIGINAL_RESOURCES: _audit_json(audit),

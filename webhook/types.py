@@ -142,6 +142,7 @@ class PodInfo:
     gang_rank: int = -1
     decision: str = ""
     deleting: bool = False
+    admission: str = ""  # our annotation: the token of the admission that decided it (webhook.provenance)
 
 
 @dataclass(frozen=True, slots=True)

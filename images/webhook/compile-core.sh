@@ -23,6 +23,7 @@ mypyc=${1:?usage: compile-core.sh MYPYC}
   webhook/fitting.py \
   webhook/accounting.py \
   webhook/reservations.py \
+  webhook/provenance.py \
   webhook/cache.py \
   webhook/sync.py \
   webhook/placement.py \
