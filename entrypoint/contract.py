@@ -77,6 +77,9 @@ JOB_STATE_ENDED: Final = "ended"
 # among them. Unset: any machine of /jarvice/machines may be chosen.
 ENV_ALLOWED_MACHINES: Final = "NIMBIX_BURST_ALLOWED_MACHINES"
 ANNOTATION_ALLOWED_MACHINES: Final = ANNOTATION_PREFIX + "allowed-machines"
+# Set by the webhook on a burst in a namespace with cost caps: the highest price per node-hour (as
+# /jarvice/machines gives mc_price) its runner may submit at; the pod was counted at that price.
+ENV_MAX_PRICE: Final = "NIMBIX_BURST_MAX_PRICE"
 # The pod's GPU model constraint as the webhook read it; on a pod kept local because no JARVICE
 # machine offers that model, also why (the burst controller leaves such a pod alone).
 ANNOTATION_GPU_MODEL: Final = ANNOTATION_PREFIX + "gpu-model"

@@ -73,6 +73,7 @@ class RemotePlan:
     tuning: Tuning
     counted_gpus: int | None = None  # what the namespace's budget counted (None: no check)
     allowed_machines: tuple[str, ...] | None = None  # what the pod's GPU model allows (None: any machine)
+    max_price: float | None = None  # the dearest mc_price the namespace's cost caps allow (None: any)
     # The gang this pod is a rank of (None: a pod on its own): rank 0 submits one job of `nodes` =
     # the gang's size under the gang's label, the other ranks follow that job.
     gang: Gang | None = None
@@ -215,6 +216,7 @@ def build_plan(settings: Settings, *, attempt: int = 1) -> Plan:
         tuning=remote.tuning,
         counted_gpus=remote.counted_gpus,
         allowed_machines=remote.allowed_machines,
+        max_price=remote.max_price,
         gang=gang,
     )
 
@@ -318,8 +320,22 @@ def restrict_machines(
     return offered
 
 
+def within_price(machines: Mapping[str, Machine], max_price: float | None) -> Mapping[str, Machine]:
+    """The machines a burst counted against cost caps may use: none dearer than what it was counted at
+    (a tiny tolerance for the decimals the price travelled in)."""
+    if max_price is None:
+        return machines
+    return {name: machine for name, machine in machines.items() if machine.price <= max_price + 1e-6}
+
+
 def select_machine(plan: RemotePlan, machines: Mapping[str, Machine]) -> MachineChoice | NoMachineFits:
-    catalogue = restrict_machines(machines, allowed=plan.allowed_machines, pinned=plan.machine)
+    affordable = within_price(machines, plan.max_price)
+    if plan.max_price is not None and not affordable:
+        return NoMachineFits(
+            reason=f"no machine costs at most {plan.max_price} per node-hour ({contract.ENV_MAX_PRICE}, what the"
+            " namespace's cost caps counted this burst at)"
+        )
+    catalogue = restrict_machines(affordable, allowed=plan.allowed_machines, pinned=plan.machine)
     if isinstance(catalogue, NoMachineFits):
         return catalogue
     if plan.machine is not None:

@@ -181,6 +181,9 @@ class RemoteSettings:
     # NIMBIX_BURST_ALLOWED_MACHINES: the machine types the pod's GPU model allows (None: any).
     allowed_machines: tuple[str, ...] | None = None
     gang: Gang | None = None  # NIMBIX_BURST_GANG_*: this pod is one rank of a gang's one job
+    # NIMBIX_BURST_MAX_PRICE: the dearest mc_price per node-hour the namespace's cost caps counted
+    # this burst at (None: no caps, no ceiling).
+    max_price: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,7 +407,23 @@ def _parse_remote(env: Mapping[str, str], *, read_file: ReadFile, problems: _Pro
         counted_gpus=_parse_int(env, contract.ENV_COUNTED_GPUS, problems, minimum=0),
         allowed_machines=_parse_allowed_machines(env, problems),
         gang=gang,
+        max_price=_parse_max_price(env, problems),
     )
+
+
+def _parse_max_price(env: Mapping[str, str], problems: _Problems) -> float | None:
+    raw = _get(env, contract.ENV_MAX_PRICE)
+    if raw is None:
+        return None
+    text = raw.strip()
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not text or not (value >= 0) or value == float("inf"):
+        problems.add(f"{contract.ENV_MAX_PRICE} must be a price per node-hour >= 0 (e.g. 3.2), got {raw!r}")
+        return None
+    return value
 
 
 def _parse_allowed_machines(env: Mapping[str, str], problems: _Problems) -> tuple[str, ...] | None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from entrypoint import contract
-from webhook import data_volumes, gpu_models, mutation, walltime
+from webhook import data_volumes, gpu_models, mutation, spending, walltime
 from webhook.gangs import GangTerms
 from webhook.types import GpuCounts, PodNeeds, Snapshot
 
@@ -44,6 +44,26 @@ class NotBurst:
     reason: str
     notes: Mapping[str, str]  # annotations beside the decision and reason
     warnings: tuple[str, ...] = ()  # what kubectl shows ((): one naming the reason)
+
+
+def with_price(terms: Terms, price: spending.Price, *, nodes: int) -> Terms:
+    """The terms of a priced burst: the runner's price ceiling, and the cost the pod is counted for
+    (a gang's pod: its rank's share, one node of `nodes`)."""
+    burst = terms.burst
+    # Built, not dataclasses.replace(): the module is compiled with mypyc.
+    priced = mutation.BurstTerms(
+        cluster=burst.cluster,
+        limit=burst.limit,
+        reinvoked=burst.reinvoked,
+        gang=burst.gang,
+        staging=burst.staging,
+        gpu_model=burst.gpu_model,
+        allowed_machines=burst.allowed_machines,
+        max_price=price.per_node_hour,
+        cost_per_hour=price.per_hour / nodes,
+        worst_case=price.worst_case / nodes,
+    )
+    return Terms(priced, terms.limit_warning, terms.remote_gpus)
 
 
 def remote_gpus(gpus: GpuCounts) -> int:

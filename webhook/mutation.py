@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from entrypoint import contract
-from webhook import budget, gpu_model_patch, gpu_models, walltime
+from webhook import budget, gpu_model_patch, gpu_models, spending, walltime
 from webhook.gangs import GangTerms
 from webhook.resources import all_containers, container_gpus, container_quantity, format_quantity_cores
 from webhook.types import Decision, GpuCounts
@@ -57,6 +57,11 @@ class BurstTerms:
     # machine types it allows: the constraint leaves the pod and becomes the runner's machine choice.
     gpu_model: str = ""
     allowed_machines: tuple[str, ...] = ()
+    # A priced burst (its namespace has cost caps; webhook.spending): the dearest price per node-hour
+    # its runner may pay, and what the pod is counted for (per hour, worst case over its walltime).
+    max_price: float = 0.0
+    cost_per_hour: float = 0.0
+    worst_case: float = 0.0
 
 
 def escape(token: str) -> str:
@@ -246,7 +251,14 @@ def _burst_container_ops(base: str, container: Mapping[str, Any], *, gpus: int, 
     if terms.allowed_machines:
         allowed = contract.format_machine_list(terms.allowed_machines)
         wanted.append((contract.ENV_ALLOWED_MACHINES, _value(contract.ENV_ALLOWED_MACHINES, allowed), True))
+    if terms.max_price:
+        wanted.append((contract.ENV_MAX_PRICE, _value(contract.ENV_MAX_PRICE, _price_text(terms.max_price)), True))
     return _env_ops(base, container, wanted)
+
+
+def _price_text(value: float) -> str:
+    """Money as the annotations and the runner read it: at most 4 decimals, no exponent."""
+    return f"{value:.4f}".rstrip("0").rstrip(".") or "0"
 
 
 def _own_walltime(container: Mapping[str, Any], limit: walltime.Walltime) -> str:
@@ -414,10 +426,20 @@ def build_remote_patch(
             **({contract.ANNOTATION_GRACE: grace_note} if grace_note else {}),
             **(terms.gang.annotations() if terms.gang is not None else {}),
             **_model_annotations(terms),
+            **_cost_annotations(terms),
         },
     )
     ops += _decision_label_ops(pod.get("metadata") or {}, contract.DECISION_REMOTE)
     return ops
+
+
+def _cost_annotations(terms: BurstTerms) -> dict[str, str]:
+    if not terms.max_price:
+        return {}
+    return {
+        spending.ANNOTATION_COST_PER_HOUR: _price_text(terms.cost_per_hour),
+        spending.ANNOTATION_WORST_CASE: _price_text(terms.worst_case),
+    }
 
 
 def _model_annotations(terms: BurstTerms) -> dict[str, str]:

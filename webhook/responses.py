@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from entrypoint import contract
-from webhook import budget, mutation, overreach
+from webhook import budget, mutation, overreach, spending
 from webhook.provenance import Cleared
 from webhook.review import AdmissionRequest, build_denial, build_response
 from webhook.types import GpuCounts
@@ -129,7 +129,8 @@ def _denial(request: AdmissionRequest, verdict: Verdict) -> str:
         f"nimbix-burst: the burst budget of namespace {namespace} does not allow this pod: {verdict.refusal}, "
         f"and no local node can host it now ({verdict.decision.reason}). Create it again when burst pods in "
         f"{namespace} have finished, ask for fewer GPUs, or ask an administrator to raise (or fix) "
-        f"the namespace's {limit} annotation"
+        f"the namespace's {limit} annotation (or its cost caps, {spending.ANNOTATION_MAX_COST_PER_HOUR} and "
+        f"{spending.ANNOTATION_MAX_COST_PER_MONTH})"
     )
 
 

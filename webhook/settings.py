@@ -75,6 +75,10 @@ class Settings:
     client_ca_file: Path | None = None
     # A pod that would burst past its namespace's budget: left local (waits for GPUs) or denied.
     over_budget: OverBudget = "local"
+    # Where the controller's spend record is read ("": nowhere, so namespaces with cost caps never burst).
+    spend_namespace: str = ""
+    spend_poll_seconds: float = 5.0
+    spend_max_age_seconds: float = 300.0
 
     @property
     def gpu_resources(self) -> tuple[str, ...]:
@@ -138,6 +142,20 @@ OPTIONS: tuple[Option, ...] = (
     ("--peer-ca-file", "WEBHOOK_PEER_CA_FILE", "", "CA that signed the serving certificate (default <tls-dir>/ca.crt)"),
     ("--lease-duration-seconds", "WEBHOOK_LEASE_DURATION_SECONDS", "8", "takeover delay after a leader dies"),
     ("--lease-renew-deadline-seconds", "WEBHOOK_LEASE_RENEW_DEADLINE_SECONDS", "5", "leader stops if not renewed"),
+    # The controller's spend record (docs/money-safety.md): what JARVICE holds, and the machines' prices.
+    (
+        "--spend-namespace",
+        "WEBHOOK_SPEND_NAMESPACE",
+        "",
+        "namespace of the ConfigMap nimbix-burst-spend (default: the webhook's own, POD_NAMESPACE)",
+    ),
+    ("--spend-poll-seconds", "WEBHOOK_SPEND_POLL_SECONDS", "5", "how often the spend record is read"),
+    (
+        "--spend-max-age-seconds",
+        "WEBHOOK_SPEND_MAX_AGE_SECONDS",
+        "300",
+        "an older spend record stops bursts in namespaces with cost caps",
+    ),
     ("--lease-retry-seconds", "WEBHOOK_LEASE_RETRY_SECONDS", "0.5", "Lease read/renew interval"),
     ("--leader-wait-seconds", "WEBHOOK_LEADER_WAIT_SECONDS", "3", "how long a review waits for a leader"),
 )
@@ -244,6 +262,9 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
         client_ca_file=client_ca_file,
         over_budget=over_budget,
         drain_seconds=number("drain_seconds", minimum=0),
+        spend_namespace=str(raw["spend_namespace"]).strip() or str(raw["lease_namespace"]).strip(),
+        spend_poll_seconds=number("spend_poll_seconds", minimum=0.5),
+        spend_max_age_seconds=number("spend_max_age_seconds", minimum=10),
     )
     if problems:
         raise SettingsError(problems)

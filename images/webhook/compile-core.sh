@@ -24,6 +24,8 @@ mypyc=${1:?usage: compile-core.sh MYPYC}
   webhook/accounting.py \
   webhook/reservations.py \
   webhook/provenance.py \
+  webhook/spending.py \
+  webhook/spend_ledger.py \
   webhook/cache.py \
   webhook/sync.py \
   webhook/placement.py \
