@@ -44,6 +44,17 @@ ENV_POD_NAME: Final = "POD_NAME"
 # its job's state there, so a runner restarted before it reported a result picks that job up again
 # instead of submitting it twice, and one restarted after reporting a failure retries on purpose.
 ENV_STATE_DIR: Final = "NIMBIX_BURST_STATE_DIR"
+# The namespace's JARVICE credentials, mounted by the webhook into every burst container that does not
+# bring its own (docs/install.md): the Secret's keys `username` and `apikey` as files.
+DEFAULT_CREDENTIALS_SECRET: Final = "jarvice-credentials"
+CREDENTIALS_VOLUME_NAME: Final = "nimbix-burst-jarvice-credentials"
+CREDENTIALS_MOUNT_PATH: Final = "/var/run/secrets/jarvice"
+ENV_USERNAME_FILE: Final = "JARVICE_USERNAME_FILE"
+ENV_APIKEY_FILE: Final = "JARVICE_APIKEY_FILE"
+ENV_APP_NAME: Final = "APP_NAME"
+ENV_API_URL: Final = "JARVICE_API_URL"
+# On a namespace: the JARVICE application its burst pods run (the add-on's --default-app otherwise).
+ANNOTATION_JARVICE_APP: Final = ANNOTATION_PREFIX + "jarvice-app"
 STATE_VOLUME_NAME: Final = "nimbix-burst-state"
 STATE_MOUNT_PATH: Final = "/var/run/nimbix-burst"
 STATE_VOLUME_SIZE_LIMIT: Final = "1Mi"

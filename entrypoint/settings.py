@@ -17,15 +17,15 @@ from entrypoint.model import Mode
 
 # Variable names (the shared ones live in `entrypoint.contract`).
 ENV_COMMAND_ARGS: Final = "APP_COMMAND_ARGS"
-ENV_API_URL: Final = "JARVICE_API_URL"
+ENV_API_URL: Final = contract.ENV_API_URL
 ENV_USERNAME: Final = "JARVICE_USERNAME"
 ENV_APIKEY: Final = "JARVICE_APIKEY"
-ENV_USERNAME_FILE: Final = "JARVICE_USERNAME_FILE"
-ENV_APIKEY_FILE: Final = "JARVICE_APIKEY_FILE"
+ENV_USERNAME_FILE: Final = contract.ENV_USERNAME_FILE
+ENV_APIKEY_FILE: Final = contract.ENV_APIKEY_FILE
 # The original IBM entrypoint's names, accepted as fallbacks (reference §11).
 ENV_LEGACY_USERNAME: Final = "USERNAME"
 ENV_LEGACY_APIKEY: Final = "APIKEY"
-ENV_APP_NAME: Final = "APP_NAME"
+ENV_APP_NAME: Final = contract.ENV_APP_NAME
 ENV_APP_COMMAND: Final = "APP_COMMAND"
 ENV_COMMAND_PARAMETER: Final = "JARVICE_COMMAND_PARAMETER"
 ENV_MACHINE: Final = "JARVICE_MACHINE"

@@ -62,6 +62,7 @@ def with_price(terms: Terms, price: spending.Price, *, nodes: int) -> Terms:
         max_price=price.per_node_hour,
         cost_per_hour=price.per_hour / nodes,
         worst_case=price.worst_case / nodes,
+        app=burst.app,
     )
     return Terms(priced, terms.limit_warning, terms.remote_gpus)
 
@@ -121,5 +122,6 @@ def settle(
         staging=staging,
         gpu_model=gpu_models.describe_constraint(model) if model is not None else "",
         allowed_machines=machines.machines if isinstance(machines, gpu_models.AllowedMachines) else (),
+        app=snapshot.app or (pod.policy.default_app if pod is not None else ""),
     )
     return Terms(terms, limit_warning, remote_gpus(needs.gpus))

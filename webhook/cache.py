@@ -75,6 +75,7 @@ class NamespaceIndex:
         self.budgets: dict[str, NamespaceBudget] = {}  # namespaces with a max-remote-gpus annotation
         self.default_walltimes: dict[str, str] = {}  # namespaces with a default-walltime annotation
         self.caps: dict[str, CostCaps] = {}  # namespaces with a cost cap
+        self.apps: dict[str, str] = {}  # namespaces that name their JARVICE application
         self.kube_system_uid = ""
         self.remote_in_use: dict[str, int] = {}  # namespace -> GPUs of its watched burst pods
         # (kube-system UID, cluster name) -> (identity, why unknown): worked out once, not per review.
@@ -84,6 +85,7 @@ class NamespaceIndex:
         self.budgets = {}
         self.default_walltimes = {}
         self.caps = {}
+        self.apps = {}
         self.kube_system_uid = ""
         for namespace in namespaces:
             self.upsert(namespace)
@@ -102,6 +104,10 @@ class NamespaceIndex:
             self.caps.pop(name, None)
         else:
             self.caps[name] = namespace.cost_caps
+        if namespace.app:
+            self.apps[name] = namespace.app
+        else:
+            self.apps.pop(name, None)
         if name == CLUSTER_NAMESPACE:
             self.kube_system_uid = namespace.uid
 
@@ -135,6 +141,7 @@ class NamespaceIndex:
         self.budgets.pop(name, None)
         self.default_walltimes.pop(name, None)
         self.caps.pop(name, None)
+        self.apps.pop(name, None)
         if name == CLUSTER_NAMESPACE:
             self.kube_system_uid = ""
 
@@ -252,6 +259,7 @@ class ClusterCache:
             budget=budget,
             remote_in_use=in_use.gpus if budget is not None else self.remote_in_use(namespace),
             cost_caps=caps,
+            app=self.namespaces.apps.get(namespace, ""),
             in_use=in_use,
             spend_refusal=self.spend.refusal(namespace) if caps is not None else "",
             machines=record.machines if record is not None else None,

@@ -456,7 +456,15 @@ def parse_namespace(raw: Mapping[str, Any]) -> NamespaceInfo:
     if default_walltime is not None and not isinstance(default_walltime, str):
         default_walltime = repr(default_walltime)  # kept to be named in the warning, as a budget is
     caps = spending.parse_caps({k: v if isinstance(v, str) else repr(v) for k, v in annotations.items()})
-    return NamespaceInfo(name=name, uid=uid, budget=ns_budget, default_walltime=default_walltime, cost_caps=caps)
+    app = annotations.get(contract.ANNOTATION_JARVICE_APP)
+    return NamespaceInfo(
+        name=name,
+        uid=uid,
+        budget=ns_budget,
+        default_walltime=default_walltime,
+        cost_caps=caps,
+        app=app.strip() if isinstance(app, str) else "",
+    )
 
 
 def _node_ready(status: Mapping[str, Any]) -> bool:

@@ -114,6 +114,15 @@ OPTIONS: tuple[Option, ...] = (
     ("--over-budget", "WEBHOOK_OVER_BUDGET", "local", "past a namespace's burst budget: local (wait) or deny"),
     # The same name the controller is given: both make the cluster identity from it (contract.cluster_identity).
     ("--cluster-name", "NIMBIX_BURST_CLUSTER_NAME", "", "readable prefix of the cluster identity in job labels"),
+    # What a burst pod needs to reach JARVICE, written by the webhook (docs/install.md, "What a burst pod needs").
+    (
+        "--credentials-secret",
+        "WEBHOOK_CREDENTIALS_SECRET",
+        contract.DEFAULT_CREDENTIALS_SECRET,
+        "Secret in each namespace mounted into burst containers ('' for none)",
+    ),
+    ("--jarvice-api-url", "WEBHOOK_JARVICE_API_URL", "", "JARVICE_API_URL for burst containers that set none"),
+    ("--default-app", "WEBHOOK_DEFAULT_APP", "", "APP_NAME for bursts whose namespace names no jarvice-app"),
     (
         "--default-walltime",
         "WEBHOOK_DEFAULT_WALLTIME",
@@ -257,6 +266,9 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
             default_walltime_seconds=default_walltime or 0,
             gpu_model_label=model_label,
             gpu_model_map=models,
+            credentials_secret=str(raw["credentials_secret"]).strip(),
+            jarvice_api_url=str(raw["jarvice_api_url"]).strip(),
+            default_app=str(raw["default_app"]).strip(),
         ),
         leader_election=leader_election,
         client_ca_file=client_ca_file,

@@ -168,6 +168,7 @@ class NamespaceInfo:
     budget: NamespaceBudget | None  # None: no `max-remote-gpus` annotation
     default_walltime: str | None = None  # its `default-walltime` annotation as written (None: absent)
     cost_caps: CostCaps | None = None  # its `max-cost-per-hour`/`-month` annotations (None: neither)
+    app: str = ""  # its `jarvice-app` annotation: the JARVICE application its bursts run ("": absent)
 
 
 DecisionKind = Literal["local", "remote", "skipped"]
@@ -298,6 +299,7 @@ class Snapshot:
     cluster_unknown: str  # why it is unknown ("" when known): no identity, no burst
     default_walltime: str | None  # the namespace's default-walltime annotation as written (None: absent)
     cost_caps: CostCaps | None = None  # the namespace's caps in money (None: none)
+    app: str = ""  # the namespace's JARVICE application ("": the add-on's default)
     in_use: InUse = NOTHING_IN_USE  # what it holds now, GPUs and money (webhook.spending.reconcile)
     spend_refusal: str = ""  # why the spend record cannot be used now ("": it can, or no caps)
     machines: Mapping[str, MachineRate] | None = None  # the record's machine rates (None: no record)
