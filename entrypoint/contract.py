@@ -49,6 +49,7 @@ ENV_STATE_DIR: Final = "NIMBIX_BURST_STATE_DIR"
 DEFAULT_CREDENTIALS_SECRET: Final = "jarvice-credentials"
 CREDENTIALS_VOLUME_NAME: Final = "nimbix-burst-jarvice-credentials"
 CREDENTIALS_MOUNT_PATH: Final = "/var/run/secrets/jarvice"
+CREDENTIALS_URL_KEY: Final = "url"  # optional: the API endpoint, when not JARVICE's public one
 ENV_USERNAME_FILE: Final = "JARVICE_USERNAME_FILE"
 ENV_APIKEY_FILE: Final = "JARVICE_APIKEY_FILE"
 ENV_APP_NAME: Final = "APP_NAME"

@@ -287,6 +287,11 @@ def _burst_container_ops(
         wanted.append((contract.ENV_APP_NAME, _value(contract.ENV_APP_NAME, terms.app), False))
     if policy.jarvice_api_url:
         wanted.append((contract.ENV_API_URL, _value(contract.ENV_API_URL, policy.jarvice_api_url), False))
+    elif credentials:  # the Secret may name the endpoint (its optional `url` key); else the runner's default
+        url = {
+            "secretKeyRef": {"name": policy.credentials_secret, "key": contract.CREDENTIALS_URL_KEY, "optional": True}
+        }
+        wanted.append((contract.ENV_API_URL, {"name": contract.ENV_API_URL, "valueFrom": url}, False))
     return _env_ops(base, container, wanted)
 
 

@@ -87,6 +87,13 @@ def test_the_add_ons_default_app_when_the_namespace_names_none() -> None:
     assert "APP_NAME" not in env  # the terms carry the app (burst.settle picks namespace, then default)
 
 
+def test_without_an_add_on_url_the_secret_may_name_the_endpoint() -> None:
+    policy = RewritePolicy(gpu_resources=(GPU,), remote_cpu="100m", remote_memory="128Mi")
+    env = env_of(rewrite(pod(container("train", gpus=1)), policy=policy)["spec"]["containers"][0])
+    ref = {"name": "jarvice-credentials", "key": "url", "optional": True}
+    assert env["JARVICE_API_URL"] == {"secretKeyRef": ref}
+
+
 def test_no_secret_configured_mounts_nothing() -> None:
     policy = RewritePolicy(gpu_resources=(GPU,), remote_cpu="100m", remote_memory="128Mi", credentials_secret="")
     out = rewrite(pod(container("train", gpus=1)), policy=policy)
