@@ -15,7 +15,7 @@ import tomllib
 from pathlib import Path
 
 from devplatform import manifests
-from entrypoint import contract
+from jarvice import contract
 from tests.support.dockerfiles import DOCKERFILE, dockerfile_stages, dockerfile_user_id, stage_instructions
 
 EXAMPLES_DIR = manifests.DEPLOY_DIR / "examples"
@@ -86,6 +86,7 @@ def _declared(*extras: str) -> set[str]:
 def _imported_distributions(*directories: str) -> set[str]:
     """The distributions that the third-party top-level imports under `directories` come from."""
     local = {
+        "jarvice",
         "webhook",
         "entrypoint",
         "controller",
@@ -113,7 +114,7 @@ def _imported_distributions(*directories: str) -> set[str]:
 def test_the_webhook_extra_covers_every_third_party_import_of_the_webhook() -> None:
     """The image installs core deps + the webhook extra: anything else the webhook imports would be
     missing at run time, which no test in this checkout (where the test extra is installed) would see."""
-    needed = _imported_distributions("webhook", "kubeplumbing")  # the webhook runs the shared plumbing
+    needed = _imported_distributions("webhook", "kubeplumbing", "jarvice")  # the webhook runs what it shares
     declared = _declared("webhook")
     assert needed <= declared, needed - declared
 
@@ -131,7 +132,7 @@ def test_the_webhook_extra_holds_only_what_the_product_imports() -> None:
     """Every package in the webhook image is attack surface and weight: nothing only tests use."""
     project = tomllib.loads((manifests.REPO_ROOT / "pyproject.toml").read_text())["project"]
     extra = {_normalize(re.split(r"[<>=\[; ]", r)[0]) for r in project["optional-dependencies"]["webhook"]}
-    unused = extra - _imported_distributions("webhook", "entrypoint", "kubeplumbing")
+    unused = extra - _imported_distributions("webhook", "entrypoint", "kubeplumbing", "jarvice")
     assert not unused, f"in the webhook extra but imported only by tests or tools: {unused}"
 
 
@@ -175,5 +176,5 @@ def test_example_job_bursts_with_credentials_from_files_and_the_downward_api() -
 
 def test_the_webhook_extra_covers_every_third_party_import_of_the_controller() -> None:
     """The controller runs from the webhook image (core deps + the webhook extra)."""
-    needed = _imported_distributions("controller", "kubeplumbing")  # so does the controller
+    needed = _imported_distributions("controller", "kubeplumbing", "jarvice")  # so does the controller
     assert needed <= _declared("webhook"), needed - _declared("webhook")
