@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from entrypoint import contract
+from jarvice import contract
 from webhook import budget, gangs, mutation, provenance, responses
 from webhook import decision as decisions
 from webhook.burst import BurstAsk

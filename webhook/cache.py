@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from entrypoint import contract
+from jarvice import contract
 from kubeplumbing.leadership import HandedOver
 from webhook.accounting import ClaimLedger
 from webhook.fitting import CANDIDATE_CAP, best_partial_fit, find_fit

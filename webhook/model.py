@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from entrypoint import contract
+from jarvice import contract
 from webhook import budget, spending, walltime
 from webhook.resources import (
     QuantityError,

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from entrypoint import contract
+from jarvice import contract
 from webhook import budget, gpu_model_patch, gpu_models, spending, walltime
 from webhook.gangs import GangTerms
 from webhook.resources import all_containers, container_gpus, container_quantity, format_quantity_cores

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from entrypoint import contract
+from jarvice import contract
 
 # What a user writes on a pod for the product to read. Every other annotation under the prefix is
 # the product's own record of what it decided.

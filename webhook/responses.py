@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from entrypoint import contract
+from jarvice import contract
 from webhook import budget, mutation, overreach, spending
 from webhook.provenance import Cleared
 from webhook.review import AdmissionRequest, build_denial, build_response

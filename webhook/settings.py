@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml  # type: ignore[import-untyped]  # PyYAML ships no stubs
 
-from entrypoint import contract
+from jarvice import contract
 from kubeplumbing import options
 from kubeplumbing.leadership import LeaseTiming
 from kubeplumbing.options import Option, OptionValues

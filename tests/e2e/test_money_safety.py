@@ -38,7 +38,7 @@ import pytest
 
 from devplatform import demo
 from devplatform.cluster import addons, controlplane, install, node
-from entrypoint import contract, exitcodes
+from jarvice import contract, exitcodes
 from tests.support import cgroups
 from tests.support.gpus import GPU
 from tests.support.installed_controller import (

@@ -17,7 +17,7 @@ from pathlib import Path
 import jsonpatch
 
 from devplatform import manifests
-from entrypoint import contract
+from jarvice import contract
 from tests.support.dockerfiles import DOCKERFILE, dockerfile_stages, dockerfile_user_id, stage_instructions
 from webhook.mutation import BurstTerms, RewritePolicy, build_remote_patch
 from webhook.types import Decision
@@ -91,6 +91,7 @@ def _declared(*extras: str) -> set[str]:
 def _imported_distributions(*directories: str) -> set[str]:
     """The distributions that the third-party top-level imports under `directories` come from."""
     local = {
+        "jarvice",
         "webhook",
         "entrypoint",
         "controller",
@@ -118,7 +119,7 @@ def _imported_distributions(*directories: str) -> set[str]:
 def test_the_webhook_extra_covers_every_third_party_import_of_the_webhook() -> None:
     """The image installs core deps + the webhook extra: anything else the webhook imports would be
     missing at run time, which no test in this checkout (where the test extra is installed) would see."""
-    needed = _imported_distributions("webhook", "kubeplumbing")  # the webhook runs the shared plumbing
+    needed = _imported_distributions("webhook", "kubeplumbing", "jarvice")  # the webhook runs what it shares
     declared = _declared("webhook")
     assert needed <= declared, needed - declared
 
@@ -136,7 +137,7 @@ def test_the_webhook_extra_holds_only_what_the_product_imports() -> None:
     """Every package in the webhook image is attack surface and weight: nothing only tests use."""
     project = tomllib.loads((manifests.REPO_ROOT / "pyproject.toml").read_text())["project"]
     extra = {_normalize(re.split(r"[<>=\[; ]", r)[0]) for r in project["optional-dependencies"]["webhook"]}
-    unused = extra - _imported_distributions("webhook", "entrypoint", "kubeplumbing")
+    unused = extra - _imported_distributions("webhook", "entrypoint", "kubeplumbing", "jarvice")
     assert not unused, f"in the webhook extra but imported only by tests or tools: {unused}"
 
 
@@ -187,5 +188,5 @@ def test_example_job_holds_only_what_a_user_decides_and_the_webhook_writes_the_r
 
 def test_the_webhook_extra_covers_every_third_party_import_of_the_controller() -> None:
     """The controller runs from the webhook image (core deps + the webhook extra)."""
-    needed = _imported_distributions("controller", "kubeplumbing")  # so does the controller
+    needed = _imported_distributions("controller", "kubeplumbing", "jarvice")  # so does the controller
     assert needed <= _declared("webhook"), needed - _declared("webhook")

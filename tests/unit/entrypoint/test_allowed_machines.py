@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from entrypoint import contract, plan
-from entrypoint.model import Machine
+from entrypoint import plan
 from entrypoint.settings import SettingsError, parse_settings
+from jarvice import contract
+from jarvice.model import Machine
 
 pytestmark = pytest.mark.timeout(2)
 

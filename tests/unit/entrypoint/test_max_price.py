@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from entrypoint import contract, plan
+from entrypoint import plan
 from entrypoint.settings import SettingsError, parse_settings
+from jarvice import contract
 from tests.unit.entrypoint.test_allowed_machines import CATALOGUE, REMOTE_OK
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from entrypoint import contract
+from jarvice import contract
 from tests.support.budgets import NS, make_sync, namespace
 from tests.support.reinvocation import env_of, patched_by
 from tests.unit.webhook.builders import GPU, container, pod

@@ -14,7 +14,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from entrypoint import contract
+from jarvice import contract
 from tests.support.budgets import NS, make_sync
 from tests.support.clocks import Clock
 from tests.support.reinvocation import env_of, patched_by

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from entrypoint import contract
+from jarvice import contract
 from tests.support.budgets import NS, namespace
 from tests.support.clocks import Clock
 from tests.support.reinvocation import env_of, patched_by

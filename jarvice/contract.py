@@ -1,7 +1,7 @@
-"""Names shared by the webhook and the runner: the only module the webhook imports from here.
+"""Names shared by the webhook, the runner and the controller.
 
-The webhook writes these onto a pod; the runner reads them from its environment. Keeping both
-sides on one definition is what makes a rewritten pod runnable.
+The webhook writes these onto a pod; the runner reads them from its environment; the controller reads
+them back from the pod. Keeping every side on one definition is what makes a rewritten pod runnable.
 """
 
 from typing import Final
