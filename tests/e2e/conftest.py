@@ -32,6 +32,7 @@ from kubernetes.client.exceptions import ApiException
 
 from devplatform import certmanager, demo
 from devplatform.cluster import addons, controlplane, install, node, nodeconfig, nodes
+from tests.support.fault_matrix import FaultMatrix, table
 from tests.support.gpus import GPU
 from tests.support.installed_controller import (
     CONTROLLER,
@@ -81,6 +82,7 @@ class _RunRecord:
 
 
 _RUN_RECORD = pytest.StashKey[_RunRecord]()
+_FAULT_MATRIX = pytest.StashKey[FaultMatrix]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -95,6 +97,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+    matrix = config.stash.get(_FAULT_MATRIX, None)
+    if matrix is not None and matrix.rows:
+        terminalreporter.section("money-safety fault matrix (real node, installed add-on)")
+        for line in table(matrix.rows):
+            terminalreporter.write_line(line)
     record = config.stash.get(_RUN_RECORD, None)
     if record is None:
         return
@@ -113,6 +120,13 @@ def e2e_run_root(pytestconfig: pytest.Config) -> Path:
     root.mkdir(parents=True)
     pytestconfig.stash[_RUN_RECORD] = _RunRecord(run_root=root)
     return root
+
+
+@pytest.fixture(scope="session")
+def fault_matrix(pytestconfig: pytest.Config) -> FaultMatrix:
+    """The money-safety rows of this session: each row's test records (and checks) its own; the terminal
+    summary prints the table of those that ran."""
+    return pytestconfig.stash.setdefault(_FAULT_MATRIX, FaultMatrix())
 
 
 @pytest.fixture(scope="session")

@@ -14,8 +14,10 @@ real node runs (the runner, the kubelet, a webhook or controller replica). Each 
 - promised twice: local decisions past the GPUs free;
 - over budget: GPUs a namespace's jobs held past what its budget counted.
 
-The last test prints the table (it goes into docs/money-safety.md) and holds every row to the goal: 0 billed
-late, 0 run twice, 0 of others stopped, 0 promised twice, 0 over budget.
+Each test records its row in the session's `fault_matrix` (tests/support/fault_matrix.py), which holds the row
+to the goal at once (0 billed late, none run twice, 0 of others stopped, 0 promised twice, 0 over budget), so
+every row passes or fails alone; the session's terminal summary prints the table of the rows that ran (it goes
+into docs/money-safety.md).
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from devplatform import demo
 from devplatform.cluster import addons, controlplane, install, node
 from entrypoint import contract, exitcodes
 from tests.support import cgroups
+from tests.support.fault_matrix import FaultMatrix, Row
 from tests.support.gpus import GPU
 from tests.support.installed_controller import (
     BUDGET,
@@ -67,21 +69,6 @@ REAP_BOUND = ORPHAN_GRACE_SECONDS + ORPHAN_INTERVAL_SECONDS + SLACK_SECONDS
 CONTROLLER_LEASE_SECONDS = 15
 WAIT_SECONDS = 120.0
 LIVE = "PROCESSING STARTING"
-
-
-@dataclass
-class Row:
-    fault: str
-    submitted: int
-    completed: int
-    billing_late: int
-    others_stopped: int = 0
-    promised_twice: int = 0
-    over_budget: int = 0
-    note: str = ""
-
-
-MATRIX: list[Row] = []
 
 
 @pytest.fixture(scope="module")
@@ -209,13 +196,7 @@ def _ended(plane: controlplane.ControlPlane, namespace: str, name: str, *, phase
 def _job_row(fault: str, emulator: addons.EmulatorProcess, pod: dict[str, Any], **extra: Any) -> Row:
     """A row for a pod that ran to its end: its jobs, how many completed, how many still run."""
     states = _states(emulator, pod["metadata"]["uid"])
-    row = Row(fault, len(states), states.count("COMPLETED"), states.count(LIVE), **extra)
-    return _record(row)
-
-
-def _record(row: Row) -> Row:
-    MATRIX.append(row)
-    return row
+    return Row(fault, len(states), states.count("COMPLETED"), states.count(LIVE), **extra)
 
 
 def _wait_terminated(
@@ -238,7 +219,7 @@ def _stopped_row(
     """A row for a pod whose job had to be stopped: its jobs, none completed, billing late when it stopped
     more than `bound` seconds after the pod could no longer follow it (`late`)."""
     submitted, billing_late = len(_jobs(emulator, pod_uid)), int(late > bound)
-    return _record(Row(fault, submitted, completed=0, billing_late=billing_late, over_budget=over_budget, note=note))
+    return Row(fault, submitted, completed=0, billing_late=billing_late, over_budget=over_budget, note=note)
 
 
 # --- the rows: the pod cannot follow its job any more ---------------------------------------------
@@ -246,6 +227,7 @@ def _stopped_row(
 
 def test_runner_sigkilled_under_restart_never_job_stopped_and_budget_held(
     reaper: None,
+    fault_matrix: FaultMatrix,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
     ns: str,
@@ -279,13 +261,15 @@ def test_runner_sigkilled_under_restart_never_job_stopped_and_budget_held(
     create_pod(control_plane, ns, pod_body("third", app_container(node_emulator, "echo third", gpus=1), gated=False))
     third = find_pod(control_plane, ns, "third")
     assert third is not None
-    row = _stopped_row(
-        "runner SIGKILLed, restartPolicy Never (pod Failed, object kept)",
-        node_emulator,
-        uid,
-        late=took,
-        over_budget=0 if held else 1,
-        note=f"stopped {time.monotonic() - failed_at:.0f}s after Failed",
+    row = fault_matrix.record(
+        _stopped_row(
+            "runner SIGKILLed, restartPolicy Never (pod Failed, object kept)",
+            node_emulator,
+            uid,
+            late=took,
+            over_budget=0 if held else 1,
+            note=f"stopped {time.monotonic() - failed_at:.0f}s after Failed",
+        )
     )
     assert find_pod(control_plane, ns, "killed") is not None  # the object is kept: the reaper did not need it gone
     assert held, (second, annotations_of(second_pod))  # budget 1, still held by the killed pod's running job
@@ -295,6 +279,7 @@ def test_runner_sigkilled_under_restart_never_job_stopped_and_budget_held(
 
 def test_runner_oom_killed_job_stopped(
     reaper: None,
+    fault_matrix: FaultMatrix,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
     ns: str,
@@ -310,12 +295,14 @@ def test_runner_oom_killed_job_stopped(
     assert pod is not None
     terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
     took = _wait_terminated(node_emulator, uid)
-    row = _stopped_row(
-        "runner OOM-killed (the kernel OOM killer in its container cgroup)",
-        node_emulator,
-        uid,
-        late=took,
-        note=f"container {terminated.get('reason')} exit {terminated.get('exitCode')}",
+    row = fault_matrix.record(
+        _stopped_row(
+            "runner OOM-killed (the kernel OOM killer in its container cgroup)",
+            node_emulator,
+            uid,
+            late=took,
+            note=f"container {terminated.get('reason')} exit {terminated.get('exitCode')}",
+        )
     )
     assert terminated.get("exitCode") == 137, terminated
     assert row.submitted == 1 and row.billing_late == 0, row
@@ -323,6 +310,7 @@ def test_runner_oom_killed_job_stopped(
 
 def test_pod_force_deleted_job_stopped(
     reaper: None,
+    fault_matrix: FaultMatrix,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
     ns: str,
@@ -330,12 +318,13 @@ def test_pod_force_deleted_job_stopped(
     uid = _running_remote(control_plane, node_emulator, ns, "forced")
     control_plane.kubectl("-n", ns, "delete", "pod", "forced", "--force", "--grace-period=0")
     took = _wait_terminated(node_emulator, uid)
-    row = _stopped_row("pod force-deleted", node_emulator, uid, late=took)
+    row = fault_matrix.record(_stopped_row("pod force-deleted", node_emulator, uid, late=took))
     assert row.submitted == 1 and row.billing_late == 0, row
 
 
 def test_kubelet_stopped_pod_stuck_terminating_job_stopped(
     reaper: None,
+    fault_matrix: FaultMatrix,
     control_plane: controlplane.ControlPlane,
     real_node: node.RealNode,
     node_emulator: addons.EmulatorProcess,
@@ -355,12 +344,14 @@ def test_kubelet_stopped_pod_stuck_terminating_job_stopped(
     finally:
         os.kill(kubelet.pid, signal.SIGCONT)
     late = time.monotonic() - deadline_passed
-    row = _stopped_row(
-        "the node's kubelet stopped (pod stuck Terminating)",
-        node_emulator,
-        uid,
-        late=late,
-        note=f"stopped {took:.0f}s after the delete",
+    row = fault_matrix.record(
+        _stopped_row(
+            "the node's kubelet stopped (pod stuck Terminating)",
+            node_emulator,
+            uid,
+            late=late,
+            note=f"stopped {took:.0f}s after the delete",
+        )
     )
     assert stuck is not None and stuck["metadata"].get("deletionTimestamp"), "the pod was not stuck Terminating"
     assert row.submitted == 1 and row.billing_late == 0, row
@@ -374,6 +365,7 @@ def test_kubelet_stopped_pod_stuck_terminating_job_stopped(
 
 def test_submit_answered_502_after_the_job_was_created_runs_once(
     reaper: None,
+    fault_matrix: FaultMatrix,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
     ns: str,
@@ -385,7 +377,7 @@ def test_submit_answered_502_after_the_job_was_created_runs_once(
         pod = _ended(control_plane, ns, "gateway", phases=("Succeeded", "Failed"))
     finally:
         _faults(node_emulator)
-    row = _job_row("submit answered 502 after the job was created", node_emulator, pod)
+    row = fault_matrix.record(_job_row("submit answered 502 after the job was created", node_emulator, pod))
     assert pod["status"]["phase"] == "Succeeded", pod["status"]
     assert "ran once" in control_plane.kubectl("-n", ns, "logs", "gateway").stdout
     assert row.submitted == 1 and row.completed == 1, row
@@ -393,6 +385,7 @@ def test_submit_answered_502_after_the_job_was_created_runs_once(
 
 def test_jarvice_unreachable_for_60s_mid_run_the_job_runs_once_to_its_end(
     reaper: None,
+    fault_matrix: FaultMatrix,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
     ns: str,
@@ -404,7 +397,7 @@ def test_jarvice_unreachable_for_60s_mid_run_the_job_runs_once_to_its_end(
     time.sleep(60)
     _faults(node_emulator)
     pod = _ended(control_plane, ns, "outage", phases=("Succeeded", "Failed"))
-    row = _job_row("JARVICE unreachable for 60 s mid-run", node_emulator, pod)
+    row = fault_matrix.record(_job_row("JARVICE unreachable for 60 s mid-run", node_emulator, pod))
     assert pod["status"]["phase"] == "Succeeded", pod["status"]
     assert "after" in control_plane.kubectl("-n", ns, "logs", "outage").stdout
     assert row.submitted == 1 and row.completed == 1, row
@@ -412,6 +405,7 @@ def test_jarvice_unreachable_for_60s_mid_run_the_job_runs_once_to_its_end(
 
 def test_sigterm_while_the_runner_picks_up_an_inherited_job_stops_it(
     reaper: None,
+    fault_matrix: FaultMatrix,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
     ns: str,
@@ -439,13 +433,15 @@ def test_sigterm_while_the_runner_picks_up_an_inherited_job_stops_it(
         took = time.monotonic() - deleted_at
     finally:
         _faults(node_emulator)
-    row = _stopped_row(
-        "SIGTERM while the runner picks up an inherited job",
-        node_emulator,
-        uid,
-        late=took,
-        bound=contract.MIN_TERMINATION_GRACE_SECONDS,
-        note=f"stopped {took:.0f}s after the delete",
+    row = fault_matrix.record(
+        _stopped_row(
+            "SIGTERM while the runner picks up an inherited job",
+            node_emulator,
+            uid,
+            late=took,
+            bound=contract.MIN_TERMINATION_GRACE_SECONDS,
+            note=f"stopped {took:.0f}s after the delete",
+        )
     )
     assert row.submitted == 1 and row.billing_late == 0, row
 
@@ -463,6 +459,7 @@ def _webhook_ready(plane: controlplane.ControlPlane) -> int:
 
 def test_webhook_leader_killed_while_24_pods_race_for_6_gpus(
     installed_addon: install.Installed,
+    fault_matrix: FaultMatrix,
     control_plane: controlplane.ControlPlane,
     namespace: str,
     make_gpu_node: Callable[..., str],
@@ -494,7 +491,7 @@ def test_webhook_leader_killed_while_24_pods_race_for_6_gpus(
     for pod in created:
         decision = annotations_of(pod).get(contract.ANNOTATION_DECISION, "unmutated")
         decisions[decision] = decisions.get(decision, 0) + 1
-    row = _record(
+    row = fault_matrix.record(
         Row(
             "webhook leader SIGKILLed while 24 one-GPU pods race for 6 GPUs",
             submitted=0,
@@ -512,6 +509,7 @@ def test_webhook_leader_killed_while_24_pods_race_for_6_gpus(
 
 def test_controller_leader_killed_while_an_orphan_waits_for_its_grace(
     reaper: None,
+    fault_matrix: FaultMatrix,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
     ns: str,
@@ -526,13 +524,15 @@ def test_controller_leader_killed_while_an_orphan_waits_for_its_grace(
     bound = CONTROLLER_LEASE_SECONDS + REAP_BOUND
     took = _wait_terminated(node_emulator, uid, bound=bound, what="the orphan TERMINATED")
     new_leader = install.read_lease_holder(control_plane, CONTROLLER_LEASE)
-    row = _stopped_row(
-        "controller leader SIGKILLed while an orphan waits for its grace",
-        node_emulator,
-        uid,
-        late=took,
-        bound=bound,
-        note=f"stopped {took:.0f}s after the delete (Lease {CONTROLLER_LEASE_SECONDS}s + grace + interval)",
+    row = fault_matrix.record(
+        _stopped_row(
+            "controller leader SIGKILLed while an orphan waits for its grace",
+            node_emulator,
+            uid,
+            late=took,
+            bound=bound,
+            note=f"stopped {took:.0f}s after the delete (Lease {CONTROLLER_LEASE_SECONDS}s + grace + interval)",
+        )
     )
     assert row.submitted == 1 and row.billing_late == 0, (row, leader, new_leader)
     demo.wait_for(
@@ -567,6 +567,7 @@ def _emulator_state(emulator: addons.EmulatorProcess, number: int) -> str:
 
 def test_another_clusters_job_and_a_hand_submitted_job_are_never_touched(
     reaper: None,
+    fault_matrix: FaultMatrix,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
 ) -> None:
@@ -595,7 +596,7 @@ def test_another_clusters_job_and_a_hand_submitted_job_are_never_touched(
             opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
             with opener.open(env["JARVICE_API_URL"].rstrip("/") + "/jarvice/terminate" + query, timeout=10):
                 pass
-    row = _record(
+    row = fault_matrix.record(
         Row(
             f"another cluster's job, an old-format label and a hand-submitted job ({rounds}+ reaper rounds)",
             submitted=0,
@@ -609,6 +610,7 @@ def test_another_clusters_job_and_a_hand_submitted_job_are_never_touched(
 
 def test_env_asking_for_more_gpus_than_counted_is_refused_before_submit(
     reaper: None,
+    fault_matrix: FaultMatrix,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
     ns: str,
@@ -627,7 +629,7 @@ def test_env_asking_for_more_gpus_than_counted_is_refused_before_submit(
     pod = _ended(control_plane, ns, "greedy", phases=("Failed",))
     code = pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
     submitted = len(_jobs(node_emulator, pod["metadata"]["uid"]))
-    row = _record(
+    row = fault_matrix.record(
         Row(
             "a pod whose env asks for more GPUs than its request (budget 4)",
             submitted=submitted,
@@ -645,6 +647,7 @@ def test_env_asking_for_more_gpus_than_counted_is_refused_before_submit(
 
 def test_a_job_past_its_namespace_walltime_is_stopped_and_reported(
     reaper: None,
+    fault_matrix: FaultMatrix,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
     ns: str,
@@ -663,30 +666,10 @@ def test_a_job_past_its_namespace_walltime_is_stopped_and_reported(
     code = pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
     walltime_note = annotations_of(pod).get("nimbix-burst.io/walltime", "")[:60]
     note = f"exit {code}, {took:.0f}s after it started; walltime annotation: {walltime_note}"
-    row = _job_row("a job past its walltime (namespace default 00:00:10)", node_emulator, pod, note=note)
+    row = fault_matrix.record(
+        _job_row("a job past its walltime (namespace default 00:00:10)", node_emulator, pod, note=note)
+    )
     assert states == ["TERMINATED"], states
     assert code == exitcodes.EXIT_WALLTIME, code
     assert took < 10 + SLACK_SECONDS + 10, took
     assert row.submitted == 1 and row.billing_late == 0, row
-
-
-# --- the table --------------------------------------------------------------------------------------------
-
-
-def test_the_matrix_meets_the_goal() -> None:
-    """Printed for docs/money-safety.md; every row at 0 billed late, 0 of others stopped, 0 promised twice, 0 over
-    budget, and no fault ran a job twice."""
-    columns = (
-        *("fault", "submitted", "completed", "billing past grace + interval"),
-        *("others stopped", "promised twice", "over budget", "note"),
-    )
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in MATRIX:
-        lines.append(
-            f"| {row.fault} | {row.submitted} | {row.completed} | {row.billing_late} | {row.others_stopped} "
-            f"| {row.promised_twice} | {row.over_budget} | {row.note} |"
-        )
-    print("\nmoney-safety fault matrix (real node, installed add-on):\n" + "\n".join(lines))
-    assert len(MATRIX) >= 10, f"only {len(MATRIX)} rows ran: {[row.fault for row in MATRIX]}"
-    assert all(row.submitted <= 1 for row in MATRIX), "a job ran twice"
-    assert sum(row.billing_late + row.others_stopped + row.promised_twice + row.over_budget for row in MATRIX) == 0
