@@ -56,6 +56,7 @@ from tests.support.installed_controller import (
     create_pod,
     find_pod,
     pod_body,
+    wait_admitted_as,
 )
 from tests.support.real_node_pods import python_module_pids, runner_pid, wait_log
 from tests.support.webhook_replicas import create_at_once
@@ -199,6 +200,24 @@ def _job_row(fault: str, emulator: addons.EmulatorProcess, pod: dict[str, Any], 
     return Row(fault, len(states), states.count("COMPLETED"), states.count(LIVE), **extra)
 
 
+def _wait_budget_and_no_gpus_seen(
+    plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess, namespace: str, *, budget: int
+) -> None:
+    """Until the webhook's watch has seen the real node without GPUs (a 1-GPU pod bursts) and the namespace's
+    budget (a pod of budget + 1 GPUs is kept local by it)."""
+    one = pod_body("seen-probe", app_container(emulator, "echo probe", gpus=1), gated=False)
+    wait_admitted_as(plane, namespace, one, decision="remote", what="the real node without GPUs")
+    over = pod_body("seen-probe", app_container(emulator, "echo probe", gpus=budget + 1), gated=False)
+    wait_admitted_as(
+        plane,
+        namespace,
+        over,
+        decision="local",
+        warning="kept local by the burst budget",
+        what=f"the namespace's budget of {budget} GPUs",
+    )
+
+
 def _wait_terminated(
     emulator: addons.EmulatorProcess, pod_uid: str, *, bound: float = REAP_BOUND, what: str = "the job TERMINATED"
 ) -> float:
@@ -237,7 +256,7 @@ def test_runner_sigkilled_under_restart_never_job_stopped_and_budget_held(
     budget (1 GPU) still counts it, so a second pod is kept local; once the job is gone, a third bursts."""
     control_plane.kubectl("annotate", "namespace", ns, f"{BUDGET}=1", "--overwrite")
     gpus_gone()
-    time.sleep(2)  # the webhook's watch sees the annotation and the node
+    _wait_budget_and_no_gpus_seen(control_plane, node_emulator, ns, budget=1)
     uid = _running_remote(control_plane, node_emulator, ns, "killed", gpus=1)
     _kill_runner(uid)
     demo.wait_for(lambda: _phase(control_plane, ns, "killed") == "Failed", what="the pod Failed", timeout=60)
@@ -257,7 +276,13 @@ def test_runner_sigkilled_under_restart_never_job_stopped_and_budget_held(
         what="the pod marked job-state=ended",
         timeout=30,
     )
-    time.sleep(2)  # the webhook's watch sees the annotation
+    wait_admitted_as(
+        control_plane,
+        ns,
+        pod_body("seen-probe", app_container(node_emulator, "echo probe", gpus=1), gated=False),
+        decision="remote",
+        what="the killed pod's job ended (its GPU no longer counted against the budget)",
+    )
     create_pod(control_plane, ns, pod_body("third", app_container(node_emulator, "echo third", gpus=1), gated=False))
     third = find_pod(control_plane, ns, "third")
     assert third is not None
@@ -467,7 +492,19 @@ def test_webhook_leader_killed_while_24_pods_race_for_6_gpus(
     """24 one-GPU pods pinned to a node with 6 free GPUs, created at once; the webhook leader's process
     is SIGKILLed while they arrive. Never more than 6 decided local; the rest burst."""
     gpu_node = make_gpu_node(gpus=6)
-    time.sleep(2)  # the webhook's watch sees the node
+    probe = {"name": "app", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {GPU: "6"}}}
+    wait_admitted_as(
+        control_plane,
+        namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "seen-probe", "labels": {"task-type": "Nimbix"}},
+            "spec": {"containers": [probe], "nodeSelector": {"kubernetes.io/hostname": gpu_node}},
+        },
+        decision="local",
+        what=f"node {gpu_node} and its 6 GPUs",
+    )
     leader = _webhook_leader(control_plane)
     pid = _pid_of("webhook", env=f"POD_NAME={leader}")
     assert pid is not None, f"no process for the webhook leader {leader}"
@@ -620,7 +657,7 @@ def test_env_asking_for_more_gpus_than_counted_is_refused_before_submit(
     and warns, the runner refuses a machine of 8 GPUs and submits nothing."""
     control_plane.kubectl("annotate", "namespace", ns, f"{BUDGET}=4", "--overwrite")
     gpus_gone()
-    time.sleep(2)
+    _wait_budget_and_no_gpus_seen(control_plane, node_emulator, ns, budget=4)
     container = app_container(node_emulator, "echo never", gpus=1)
     container.setdefault("env", []).extend(
         [{"name": "NUM_GPUS", "value": "4"}, {"name": "JARVICE_NODES", "value": "2"}]
@@ -655,7 +692,14 @@ def test_a_job_past_its_namespace_walltime_is_stopped_and_reported(
     """No job bills without a time limit: the namespace's default walltime (10 s) reaches the job, JARVICE
     (the emulator) stops it there, and the runner exits with its walltime status."""
     control_plane.kubectl("annotate", "namespace", ns, "nimbix-burst.io/default-walltime=00:00:10", "--overwrite")
-    time.sleep(2)  # the webhook's watch sees the annotation
+    wait_admitted_as(
+        control_plane,
+        ns,
+        pod_body("seen-probe", app_container(node_emulator, "echo probe", gpus=8), gated=False),
+        decision="remote",
+        annotation=("nimbix-burst.io/walltime", "00:00:10"),
+        what="the namespace's default walltime",
+    )
     body = pod_body("overtime", app_container(node_emulator, 'echo "overtime started"; sleep 300', gpus=8), gated=False)
     create_pod(control_plane, ns, body)
     wait_log(control_plane, ns, "overtime", "overtime started")
