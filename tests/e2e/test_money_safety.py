@@ -602,6 +602,29 @@ def _emulator_state(emulator: addons.EmulatorProcess, number: int) -> str:
     return str(job["status"])
 
 
+def _our_cluster(plane: controlplane.ControlPlane) -> str:
+    """The cluster identity the installed controller's reaper acts on (its cluster_info metric)."""
+    prefix = 'nimbix_burst_controller_cluster_info{cluster="'
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def read() -> str:
+        for pod in install.read_serving_pods(plane, CONTROLLER_SELECTOR):
+            with opener.open(f"http://{pod['status']['podIP']}:8080/metrics", timeout=5) as response:
+                for line in response.read().decode().splitlines():
+                    if line.startswith(prefix):
+                        return line.removeprefix(prefix).split('"', 1)[0]
+        return ""
+
+    cluster: str = demo.wait_for(read, what="the controller's cluster identity", timeout=60)
+    return cluster
+
+
+def _reap_an_orphan_of_ours(emulator: addons.EmulatorProcess, cluster: str, *, what: str) -> None:
+    """Submits a job labelled for a pod of this cluster that does not exist; waits until the reaper stops it."""
+    number = _submit_by_hand(emulator, f"k8s-{cluster}.{uuid.uuid4()}-app-1")
+    demo.wait_for(lambda: _emulator_state(emulator, number) == "TERMINATED", what=what, timeout=REAP_BOUND + 60)
+
+
 def test_another_clusters_job_and_a_hand_submitted_job_are_never_touched(
     reaper: None,
     fault_matrix: FaultMatrix,
@@ -610,21 +633,19 @@ def test_another_clusters_job_and_a_hand_submitted_job_are_never_touched(
 ) -> None:
     """Same account: a job of another cluster (our label format, another cluster's identity), one with the
     label format of earlier releases (no cluster), one with a free-text label, none of whose pods exist
-    here. Left running across many reaper rounds."""
+    here. Submitted with them (last), an orphan of this cluster (its label's pod does not exist): once the
+    reaper has stopped it, every grace the others could have had has passed; a second orphan, submitted
+    then, is stopped only after more rounds past that one, all of which saw the others."""
     labels = [
         f"k8s-staging-0123456789ab.{uuid.uuid4()}-app-1",
         f"k8s-{uuid.uuid4()}-app-1",
         "resnet50-sweep-by-hand",
     ]
+    cluster = _our_cluster(control_plane)
     numbers = [_submit_by_hand(node_emulator, label) for label in labels]
     try:
-        demo.wait_for(
-            lambda: all(_emulator_state(node_emulator, n) == LIVE for n in numbers),
-            what="all three running",
-            timeout=60,
-        )
-        rounds = 8
-        time.sleep(ORPHAN_GRACE_SECONDS + rounds * ORPHAN_INTERVAL_SECONDS)
+        for orphan in ("first", "second"):
+            _reap_an_orphan_of_ours(node_emulator, cluster, what=f"this cluster's {orphan} orphan TERMINATED")
         states = [_emulator_state(node_emulator, n) for n in numbers]
     finally:
         env = node_emulator.runner_env()
@@ -635,7 +656,8 @@ def test_another_clusters_job_and_a_hand_submitted_job_are_never_touched(
                 pass
     row = fault_matrix.record(
         Row(
-            f"another cluster's job, an old-format label and a hand-submitted job ({rounds}+ reaper rounds)",
+            "another cluster's job, an old-format label and a hand-submitted job (while two orphans of ours"
+            " beside them were reaped, one after the other)",
             submitted=0,
             completed=0,
             billing_late=0,
