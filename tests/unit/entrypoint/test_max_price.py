@@ -8,18 +8,7 @@ import pytest
 from entrypoint import plan
 from entrypoint.settings import SettingsError, parse_settings
 from jarvice import contract
-from tests.unit.entrypoint.test_allowed_machines import CATALOGUE, REMOTE_OK
-
-
-def remote_plan(*, gpus: int, max_price: str | None, machine: str | None = None) -> plan.RemotePlan:
-    env = {**REMOTE_OK, "NUM_GPUS": str(gpus), "NUM_CPUS": "1"}
-    if max_price is not None:
-        env[contract.ENV_MAX_PRICE] = max_price
-    if machine is not None:
-        env["JARVICE_MACHINE"] = machine
-    built = plan.build_plan(parse_settings(env, argv=(), read_file=lambda path: "", hostname="h"))
-    assert isinstance(built, plan.RemotePlan)
-    return built
+from tests.unit.entrypoint.test_allowed_machines import CATALOGUE, REMOTE_OK, remote_plan
 
 
 @pytest.mark.parametrize(
@@ -36,7 +25,8 @@ def remote_plan(*, gpus: int, max_price: str | None, machine: str | None = None)
 def test_the_runner_never_pays_more_than_was_counted(
     gpus: int, max_price: str | None, machine: str | None, expected: str | None
 ) -> None:
-    choice = plan.select_machine(remote_plan(gpus=gpus, max_price=max_price, machine=machine), CATALOGUE)
+    extra = {contract.ENV_MAX_PRICE: max_price} if max_price is not None else {}
+    choice = plan.select_machine(remote_plan(gpus=gpus, allowed=None, machine=machine, extra=extra), CATALOGUE)
     if expected is None:
         assert isinstance(choice, plan.NoMachineFits)
     else:
