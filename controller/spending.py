@@ -172,11 +172,11 @@ def worst_case(job: SpendJob, machines: Mapping[str, Rate], *, now: int) -> floa
 def _count_ended(
     live: Mapping[int, SpendJob],
     ended: Sequence[SpendJob],
+    counted: dict[int, Counted],
+    *,
     machines: Mapping[str, Rate],
     owners: Mapping[str, str],
     previous: Ledger | None,
-    counted: dict[int, Counted],
-    *,
     month: str,
     now: int,
 ) -> None:
@@ -236,7 +236,9 @@ def build(
     folded = dict(previous.folded) if previous is not None and same_month else {}
     owners = {**(previous.owners if previous is not None else {}), **pod_namespaces}
     live_by_number = {job.number: job for job in live}
-    _count_ended(live_by_number, ended, machines, owners, previous, counted, month=month, now=now)
+    _count_ended(
+        live_by_number, ended, counted, machines=machines, owners=owners, previous=previous, month=month, now=now
+    )
     _fold(counted, folded, now=now)
 
     namespaces: dict[str, dict[str, Any]] = {}
@@ -311,9 +313,7 @@ def ledger_to_text(ledger: Ledger) -> str:
             "live": {
                 str(n): [s.namespace, s.owner, s.machine, s.nodes, s.start_time] for n, s in sorted(ledger.live.items())
             },
-            "counted": {
-                str(n): [c.namespace, _money(c.cost), c.ended_at] for n, c in sorted(ledger.counted.items())
-            },
+            "counted": {str(n): [c.namespace, _money(c.cost), c.ended_at] for n, c in sorted(ledger.counted.items())},
             "folded": {name: _money(cost) for name, cost in sorted(ledger.folded.items())},
         },
         separators=(",", ":"),
@@ -328,9 +328,7 @@ def parse_ledger(text: str) -> Ledger:
     """The ledger as `ledger_to_text` wrote it; raises LedgerError saying what is wrong."""
     try:
         raw = json.loads(text)
-        live = {
-            int(n): LiveSeen(str(v[0]), str(v[1]), str(v[2]), int(v[3]), int(v[4])) for n, v in raw["live"].items()
-        }
+        live = {int(n): LiveSeen(str(v[0]), str(v[1]), str(v[2]), int(v[3]), int(v[4])) for n, v in raw["live"].items()}
         counted = {int(n): Counted(str(v[0]), float(v[1]), int(v[2])) for n, v in raw["counted"].items()}
         return Ledger(
             month=str(raw["month"]),

@@ -93,10 +93,13 @@ def parse_spend_record(text: str) -> SpendRecord:
     if not isinstance(month, str) or len(month) != len("YYYY-MM"):
         raise SpendRecordError(f"{RECORD_KEY}: month {month!r} is not YYYY-MM")
     namespaces: dict[str, NamespaceSpend] = {}
-    for name, entry in _object(raw.get("namespaces", {}), "namespaces").items():
-        entry = _object(entry, f"namespaces.{name}")
-        pods = _object(entry.get("pods", {}), f"namespaces.{name}.pods")
-        gpus = sum(int(_number(_object(pod, "a pod").get("gpus", 0), f"namespaces.{name}.pods")) for pod in pods.values())
+    for name, raw_entry in _object(raw.get("namespaces", {}), "namespaces").items():
+        entry = _object(raw_entry, f"namespaces.{name}")
+        where = f"namespaces.{name}.pods"
+        gpus = sum(
+            int(_number(_object(pod, where).get("gpus", 0), where))
+            for pod in _object(entry.get("pods", {}), where).values()
+        )
         namespaces[name] = NamespaceSpend(
             cost_per_hour=_number(entry.get("cost_per_hour"), f"namespaces.{name}.cost_per_hour"),
             month_recorded=_number(entry.get("month_recorded"), f"namespaces.{name}.month_recorded"),
