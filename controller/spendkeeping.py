@@ -212,6 +212,8 @@ class SpendKeeper:
         ):
             gauge.clear()
         self._shown.clear()
+        m.unattributed_jobs.set(0)  # the alerts take the max over replicas: only the leader's counts
+        m.unattributed_cost_per_hour.set(0)
 
 
 def _old_record(data: Mapping[str, str]) -> dict[str, Any] | None:
