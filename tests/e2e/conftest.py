@@ -61,7 +61,8 @@ INSTALLED_ADDON_MODULES = {
     "test_addon_installed.py": 2,
     "test_controller_installed.py": 3,
     "test_kubectl_view.py": 4,
-    "test_money_safety.py": 5,
+    "test_spend_record.py": 5,
+    "test_money_safety.py": 6,
 }
 
 
