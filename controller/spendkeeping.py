@@ -111,6 +111,9 @@ class SpendKeeper:
             history = self._jarvice.fetch_jobs(completed=True)
             ended = spending.this_clusters_jobs(history.values(), cluster=cluster)
         self._refresh_rates()
+        if not self._rates:  # no prices: every figure would read 0, and a cap would not hold
+            log.warning("spend record not updated: no JARVICE machine prices yet", extra={"live_jobs": len(live)})
+            return
         outcome = spending.build(
             live=live,
             ended=ended,

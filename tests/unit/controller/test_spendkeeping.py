@@ -42,6 +42,7 @@ class FakeJarvice:
     ended: dict[int, JobEntry] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
     down: bool = False
+    machines_down: bool = False
 
     def fetch_jobs(self, *, completed: bool, deadline: float | None = None) -> dict[int, JobEntry]:
         self.calls.append("history" if completed else "live")
@@ -50,6 +51,8 @@ class FakeJarvice:
         return dict(self.ended if completed else self.live)
 
     def fetch_machines(self) -> dict[str, Machine]:
+        if self.machines_down:
+            raise Unavailable("machines: down", endpoint="machines")
         return {"ng2": Machine("ng2", cores=16, gpus=2, price=4.0)}
 
 
@@ -166,3 +169,10 @@ def test_a_jarvice_outage_keeps_the_last_record() -> None:
     wall.now += 120
     spend.round()
     assert api.writes == 1 and api.record()["observed_at"] == WALL
+
+
+def test_without_machine_prices_nothing_is_written() -> None:
+    """Every figure would read 0: a cap would let anything through."""
+    jarvice, api = FakeJarvice(live={1: entry(1)}, machines_down=True), FakeApi()
+    keeper(jarvice, api, wall=Clock(WALL)).round()
+    assert api.writes == 0
