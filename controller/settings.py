@@ -68,6 +68,10 @@ class Settings:
     job_events_interval_seconds: float = 15.0
     cost_refresh_seconds: float = 300.0
     machines_refresh_seconds: float = 3600.0
+    # The spend record (controller.spendkeeping): how often JARVICE's jobs are counted, and how old
+    # an unchanged record may grow before it is written again (its age tells readers it is current).
+    spend_interval_seconds: float = 15.0
+    spend_refresh_seconds: float = 60.0
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -96,6 +100,8 @@ OPTIONS: tuple[Option, ...] = (
     ("--job-events-interval-seconds", "CONTROLLER_JOB_EVENTS_INTERVAL_SECONDS", "15", "how often jobs are looked at"),
     ("--cost-refresh-seconds", "CONTROLLER_COST_REFRESH_SECONDS", "300", "running jobs' cost re-annotated"),
     ("--machines-refresh-seconds", "CONTROLLER_MACHINES_REFRESH_SECONDS", "3600", "machine prices cached"),
+    ("--spend-interval-seconds", "CONTROLLER_SPEND_INTERVAL_SECONDS", "15", "how often spend is counted"),
+    ("--spend-refresh-seconds", "CONTROLLER_SPEND_REFRESH_SECONDS", "60", "an unchanged spend record rewritten"),
 )
 
 
@@ -220,6 +226,8 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, read_file: Ca
         job_events_interval_seconds=number("job_events_interval_seconds", minimum=1),
         cost_refresh_seconds=number("cost_refresh_seconds", minimum=0),
         machines_refresh_seconds=number("machines_refresh_seconds", minimum=60),
+        spend_interval_seconds=number("spend_interval_seconds", minimum=1),
+        spend_refresh_seconds=number("spend_refresh_seconds", minimum=1),
     )
     if problems:
         raise SettingsError(problems)

@@ -92,11 +92,14 @@ class JobEntry:
     label: str | None
     exitcode: int | None
     substatus_text: str = ""  # why the job is in its state (e.g. why it was stopped); often empty
-    # From job_api_submission (the submit body JARVICE echoes): only the machine is read, never the rest.
+    # From job_api_submission (the submit body JARVICE echoes): only the machine and the walltime
+    # limit are read, never the rest.
     machine: str = ""  # "" when JARVICE did not say
     nodes: int = 1
     start_time: int = 0  # Unix seconds, 0 while not started
     end_time: int = 0  # Unix seconds, 0 while not ended
+    walltime_limit: int | None = None  # application.walltime in seconds; None when JARVICE did not echo one
+    job_price: float | None = None  # JARVICE's job_price (what the job cost); None when not reported
 
 
 # --- wire shapes -------------------------------------------------------------------------------

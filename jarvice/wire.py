@@ -8,7 +8,7 @@ parsers); callers import both from there.
 import math
 from typing import Any, Final
 
-from jarvice import contract
+from jarvice import contract, walltime
 from jarvice.model import JobEntry, JobStatus, Machine, SubmitResult
 
 # Error texts are quoted in messages; a server that sends a whole HTML page gets truncated.
@@ -191,7 +191,8 @@ def parse_jobs(raw: object) -> dict[int, JobEntry]:
         label = entry.get("job_label")
         exitcode = entry.get("job_exitcode")
         substatus_text = entry.get("job_substatus_text")
-        machine, nodes = _submitted_machine(entry.get("job_api_submission"))
+        submission = entry.get("job_api_submission")
+        machine, nodes = _submitted_machine(submission)
         jobs[number] = JobEntry(
             number=number,
             name=name,
@@ -203,8 +204,32 @@ def parse_jobs(raw: object) -> dict[int, JobEntry]:
             nodes=nodes,
             start_time=_as_int(entry.get("job_start_time")) or 0,
             end_time=_as_int(entry.get("job_end_time")) or 0,
+            walltime_limit=_submitted_walltime(submission),
+            job_price=_as_price(entry.get("job_price")),
         )
     return jobs
+
+
+def _submitted_walltime(submission: object) -> int | None:
+    """The walltime limit (seconds) of a job's submit body's `application.walltime` (`HH:MM:SS`);
+    None when it does not say or says something else."""
+    application = submission.get("application") if isinstance(submission, dict) else None
+    text = application.get("walltime") if isinstance(application, dict) else None
+    return walltime.parse_walltime_seconds(text) if isinstance(text, str) else None
+
+
+def _as_price(value: object) -> float | None:
+    """JARVICE's `job_price`: a number >= 0 (or its text); None for null, absent or anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            return None
+    if isinstance(value, int | float) and math.isfinite(value) and value >= 0:
+        return float(value)
+    return None
 
 
 def _submitted_machine(submission: object) -> tuple[str, int]:

@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 import orjson
 
 from jarvice import contract
+from kubeplumbing import spendrecord
 from webhook import budget, spending, walltime
 from webhook.resources import (
     QuantityError,
@@ -385,8 +386,10 @@ def _burst_pod(
 
 def _money(value: str | None) -> float:
     """A burst pod's cost annotation (written by the webhook; 0 when absent or unreadable)."""
-    parsed = spending.parse_cap(value) if value is not None else None
-    return parsed if parsed is not None else 0.0
+    if value is None:
+        return 0.0
+    parsed = spendrecord.parse_cost_cap(value)
+    return parsed.limit if parsed.invalid is None else 0.0
 
 
 def parse_job_may_run(message: object) -> bool:

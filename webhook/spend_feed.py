@@ -8,14 +8,13 @@ A missing or unreadable record is kept as the reason namespaces with cost caps d
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
 import kubernetes
 from kubernetes.client.rest import ApiException
 
-from webhook import spending
+from kubeplumbing import spendrecord
 from webhook.sync import CacheSync
 
 log = logging.getLogger(__name__)
@@ -38,29 +37,29 @@ class SpendFeed:
             await asyncio.sleep(self._poll)
 
     def read_once(self) -> None:
-        record: spending.SpendRecord | None = None
+        record: spendrecord.SpendRecord | None = None
         problem = ""
         try:
             config_map = self._api.read_namespaced_config_map(
-                spending.SPEND_CONFIGMAP, self._namespace, _request_timeout=READ_TIMEOUT
+                spendrecord.CONFIGMAP_NAME, self._namespace, _request_timeout=READ_TIMEOUT
             )
-            text = (config_map.data or {}).get(spending.SPEND_KEY)
+            text = (config_map.data or {}).get(spendrecord.RECORD_KEY)
             if text is None:
-                problem = f"ConfigMap {self._namespace}/{spending.SPEND_CONFIGMAP} has no {spending.SPEND_KEY}"
+                problem = f"ConfigMap {self._namespace}/{spendrecord.CONFIGMAP_NAME} has no {spendrecord.RECORD_KEY}"
             else:
-                record = spending.parse_record(json.loads(text))
+                record = spendrecord.parse_spend_record(text)
         except ApiException as exc:
             if exc.status == HTTP_NOT_FOUND:
                 problem = (
-                    f"ConfigMap {self._namespace}/{spending.SPEND_CONFIGMAP} does not exist: the controller writes it"
+                    f"ConfigMap {self._namespace}/{spendrecord.CONFIGMAP_NAME} does not exist: the controller writes it"
                     " once it runs with its JARVICE Secret"
                 )
             else:
-                problem = f"reading ConfigMap {self._namespace}/{spending.SPEND_CONFIGMAP}: HTTP {exc.status}"
-        except (ValueError, spending.SpendRecordError) as exc:
-            problem = f"ConfigMap {self._namespace}/{spending.SPEND_CONFIGMAP}: {exc}"
+                problem = f"reading ConfigMap {self._namespace}/{spendrecord.CONFIGMAP_NAME}: HTTP {exc.status}"
+        except spendrecord.SpendRecordError as exc:
+            problem = f"ConfigMap {self._namespace}/{spendrecord.CONFIGMAP_NAME}: {exc}"
         except Exception as exc:  # noqa: BLE001 - any failure: keep the last good record, try again later
-            problem = f"reading ConfigMap {self._namespace}/{spending.SPEND_CONFIGMAP}: {type(exc).__name__}"
+            problem = f"reading ConfigMap {self._namespace}/{spendrecord.CONFIGMAP_NAME}: {type(exc).__name__}"
         with self._sync.lock:
             self._sync.cache.spend.set_record(record, problem)
         if problem != self._last_problem:

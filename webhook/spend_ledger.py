@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
-from webhook.spending import InUse, OwnBurst, SpendRecord, reconcile
+from kubeplumbing.spendrecord import SpendRecord
+from webhook.spending import InUse, OwnBurst, reconcile
 from webhook.types import PodInfo, RemoteReservation
 
 _NO_RECORD: Final = (

@@ -24,22 +24,20 @@ machine that costs more.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Final
 
-ANNOTATION_MAX_COST_PER_HOUR: Final = "nimbix-burst.io/max-cost-per-hour"  # on the namespace
-ANNOTATION_MAX_COST_PER_MONTH: Final = "nimbix-burst.io/max-cost-per-month"  # on the namespace
+from kubeplumbing import spendrecord
+from kubeplumbing.spendrecord import MachineRate, NamespaceSpend
+
+ANNOTATION_MAX_COST_PER_HOUR: Final = spendrecord.ANNOTATION_MAX_COST_PER_HOUR  # on the namespace
+ANNOTATION_MAX_COST_PER_MONTH: Final = spendrecord.ANNOTATION_MAX_COST_PER_MONTH  # on the namespace
 ANNOTATION_COST_PER_HOUR: Final = "nimbix-burst.io/cost-per-hour"  # on a burst pod: what it is counted for
 ANNOTATION_WORST_CASE: Final = "nimbix-burst.io/worst-case-cost"  # on a burst pod: price x nodes x walltime
-SPEND_CONFIGMAP: Final = "nimbix-burst-spend"
-SPEND_KEY: Final = "spend.json"
-SPEND_VERSION: Final = 1
 # A record older than this cannot vouch for what runs now: a namespace with a cost cap does not
 # burst until a fresh one comes (the controller writes it every round).
 DEFAULT_MAX_RECORD_AGE_SECONDS: Final = 300.0
-_MAX_CAP_CHARS: Final = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,17 +47,7 @@ class CostCaps:
 
     per_hour: float | None = None
     per_month: float | None = None
-    invalid: tuple[str, ...] = ()  # "annotation: value" of each unreadable cap
-
-
-def parse_cap(value: str) -> float | None:
-    """A cap's value: a decimal number >= 0 ("5", "12.50"); None when unreadable."""
-    text = value.strip()
-    if not text or len(text) > _MAX_CAP_CHARS or not text.isascii():
-        return None
-    if not all(c.isdigit() or c == "." for c in text) or text.count(".") > 1 or text in (".",):
-        return None
-    return float(text)
+    invalid: tuple[str, ...] = ()  # what is wrong with each unreadable cap
 
 
 def parse_caps(annotations: Mapping[str, str]) -> CostCaps | None:
@@ -70,112 +58,17 @@ def parse_caps(annotations: Mapping[str, str]) -> CostCaps | None:
         raw = annotations.get(key)
         if raw is None:
             continue
-        value = parse_cap(raw)
-        if value is None:
-            shown = raw if len(raw) <= _MAX_CAP_CHARS else raw[:17] + "..."
+        cap = spendrecord.parse_cost_cap(raw)
+        if cap.invalid is not None:
+            shown = raw if len(raw) <= 20 else raw[:17] + "..."
             invalid.append(f"{key} is {shown!r}, not a number >= 0 (treated as 0)")
-            value = 0.0
-        caps[key] = value
+        caps[key] = cap.limit
     if not caps:
         return None
     return CostCaps(
         per_hour=caps.get(ANNOTATION_MAX_COST_PER_HOUR),
         per_month=caps.get(ANNOTATION_MAX_COST_PER_MONTH),
         invalid=tuple(invalid),
-    )
-
-
-# ----- the controller's record ---------------------------------------------------------------------
-
-
-class SpendRecordError(ValueError):
-    """The ConfigMap's spend.json cannot be used; the message says which field and why."""
-
-
-@dataclass(frozen=True, slots=True)
-class MachineRate:
-    gpus: int  # per node
-    price: float  # per node-hour
-
-
-@dataclass(frozen=True, slots=True)
-class PodSpend:
-    gpus: int
-    cost_per_hour: float
-    worst_case: float
-
-
-@dataclass(frozen=True, slots=True)
-class NamespaceSpend:
-    pods: Mapping[str, PodSpend] = field(default_factory=dict)
-    cost_per_hour: float = 0.0
-    month_recorded: float = 0.0
-    month_worst_case: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class SpendRecord:
-    observed_at: float
-    month: str
-    machines: Mapping[str, MachineRate]
-    namespaces: Mapping[str, NamespaceSpend]
-
-
-def _number(value: object, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise SpendRecordError(f"{where} must be a number >= 0, got {value!r}")
-    return float(value)
-
-
-def _whole(value: object, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise SpendRecordError(f"{where} must be a whole number >= 0, got {value!r}")
-    return value
-
-
-def _map(value: object, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise SpendRecordError(f"{where} must be a map, got {type(value).__name__}")
-    return value
-
-
-def parse_record(document: object) -> SpendRecord:
-    """The controller's spend record (decoded JSON). Raises SpendRecordError naming what to fix."""
-    top = _map(document, "spend.json")
-    if top.get("version") != SPEND_VERSION:
-        raise SpendRecordError(f"spend.json: version must be {SPEND_VERSION}, got {top.get('version')!r}")
-    month = top.get("month")
-    if not isinstance(month, str) or len(month) != 7 or month[4] != "-":
-        raise SpendRecordError(f"spend.json: month must be YYYY-MM, got {month!r}")
-    machines = {
-        str(name): MachineRate(
-            gpus=_whole(_map(rate, f"machines.{name}").get("gpus"), f"machines.{name}.gpus"),
-            price=_number(_map(rate, f"machines.{name}").get("price"), f"machines.{name}.price"),
-        )
-        for name, rate in _map(top.get("machines", {}), "machines").items()
-    }
-    namespaces: dict[str, NamespaceSpend] = {}
-    for name, raw in _map(top.get("namespaces", {}), "namespaces").items():
-        ns = _map(raw, f"namespaces.{name}")
-        pods = {
-            str(uid): PodSpend(
-                gpus=_whole(_map(p, f"namespaces.{name}.pods.{uid}").get("gpus", 0), f"pods.{uid}.gpus"),
-                cost_per_hour=_number(_map(p, "pod").get("cost_per_hour", 0), f"pods.{uid}.cost_per_hour"),
-                worst_case=_number(_map(p, "pod").get("worst_case", 0), f"pods.{uid}.worst_case"),
-            )
-            for uid, p in _map(ns.get("pods", {}), f"namespaces.{name}.pods").items()
-        }
-        namespaces[str(name)] = NamespaceSpend(
-            pods=pods,
-            cost_per_hour=_number(ns.get("cost_per_hour", 0), f"namespaces.{name}.cost_per_hour"),
-            month_recorded=_number(ns.get("month_recorded", 0), f"namespaces.{name}.month_recorded"),
-            month_worst_case=_number(ns.get("month_worst_case", 0), f"namespaces.{name}.month_worst_case"),
-        )
-    return SpendRecord(
-        observed_at=_number(top.get("observed_at"), "spend.json: observed_at"),
-        month=month,
-        machines=machines,
-        namespaces=namespaces,
     )
 
 

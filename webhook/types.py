@@ -10,7 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, final
 
-from webhook.spending import NOTHING_IN_USE, CostCaps, InUse, MachineRate
+from kubeplumbing.spendrecord import MachineRate
+from webhook.spending import NOTHING_IN_USE, CostCaps, InUse
 
 GpuCounts = Mapping[str, int]
 """Resource name -> whole-device count, e.g. {"nvidia.com/gpu": 4}."""

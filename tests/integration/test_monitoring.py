@@ -35,6 +35,15 @@ EXPECTED_ALERTS = {
     "NimbixBurstOrphansTerminated",
     "NimbixBurstNamespaceAtBudget",
     "NimbixBurstJarviceErrors",
+    "NimbixBurstControllerUnavailable",
+    "NimbixBurstReaperOff",
+    "NimbixBurstClusterIdentityUnknown",
+    "NimbixBurstLegacyJobsBilling",
+    "NimbixBurstUnattributedJobsBilling",
+    "NimbixBurstHourlyCostNearCap",
+    "NimbixBurstHourlyCostAtCap",
+    "NimbixBurstMonthlyCostNearCap",
+    "NimbixBurstMonthlyCostAtCap",
 }
 # Series Prometheus itself adds to every scrape, not exported by the programs.
 SCRAPE_SERIES = {"up"}
@@ -54,7 +63,7 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
 def test_promtool_accepts_the_rule_file(promtool: Path) -> None:
     result = _run([str(promtool), "check", "rules", str(ALERTS)])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 7 rules found" in result.stdout
+    assert "SUCCESS: 16 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_of_every_alert_pass(promtool: Path) -> None:

@@ -27,6 +27,7 @@ CONTROLLER_ENV = {
     "CONTROLLER_REAP_ORPHANS": "true",  # fail the rollout, rather than reap nothing, if the Secret is not mounted
     "CONTROLLER_JOB_EVENTS": "true",  # likewise for the Events of burst pods' jobs
     "CONTROLLER_JOB_EVENTS_INTERVAL_SECONDS": "2",
+    "CONTROLLER_SPEND_INTERVAL_SECONDS": "2",
 }
 
 

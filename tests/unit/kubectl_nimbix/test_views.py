@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from kubectl_nimbix import views
+from kubeplumbing.spendrecord import parse_spend_record
 
 P = "nimbix-burst.io/"
 GPUS = ("nvidia.com/gpu",)
@@ -139,8 +140,66 @@ def test_budget_rows_count_as_the_webhook_counts(
 
 def test_budget_table() -> None:
     rows, _ = views.build_budget_rows([namespace("team", "8")], [pod(annotations=RUNNING)], gpu_resources=GPUS)
-    assert views.format_budget(rows) == (
-        "NAMESPACE   BUDGET   IN-USE   FREE   BURST-PODS\nteam        8        4        4      1\n"
+    assert views.format_budget(rows, spend_problem="configmap nimbix-burst/nimbix-burst-spend not found") == (
+        "NAMESPACE   BUDGET   IN-USE   FREE   BURST-PODS   JARVICE-GPUS   COST/H   CAP/H   MONTH    CAP/MONTH\n"
+        "team        8        4        4      1            <none>         <none>   none    <none>   none\n"
+        "Spend: no record (configmap nimbix-burst/nimbix-burst-spend not found).\n"
+    )
+
+
+SPEND = json.dumps(
+    {
+        "version": 1,
+        "observed_at": 1_800_000_000,
+        "month": "2027-01",
+        "machines": {"n1": {"gpus": 1, "price": 2.1}},
+        "namespaces": {
+            "team": {
+                "pods": {"uid-team-train-0": {"gpus": 4, "cost_per_hour": 8.4, "worst_case": 16.8}},
+                "cost_per_hour": 8.4,
+                "month_recorded": 3.0,
+                "month_worst_case": 19.8,
+            },
+            "gone": {"pods": {}, "cost_per_hour": 0.0, "month_recorded": 1.25, "month_worst_case": 1.25},
+        },
+        "unattributed": {"jobs": 0, "cost_per_hour": 0.0},
+    }
+)
+
+
+def capped(name: str, *, hour: str | None = None, month: str | None = None) -> dict[str, Any]:
+    raw = namespace(name, "8")
+    if hour is not None:
+        raw["metadata"]["annotations"][P + "max-cost-per-hour"] = hour
+    if month is not None:
+        raw["metadata"]["annotations"][P + "max-cost-per-month"] = month
+    return raw
+
+
+def test_budget_shows_spend_against_both_caps_with_the_records_age() -> None:
+    spend = parse_spend_record(SPEND)
+    rows, problems = views.build_budget_rows(
+        [capped("team", hour="10", month="x"), capped("idle", hour="5")],
+        [pod(annotations=RUNNING)],
+        gpu_resources=GPUS,
+        spend=spend,
+        now=1_800_000_042,
+    )
+    assert problems == []
+    by_name = {row.namespace: row for row in rows}
+    team = by_name["team"]
+    assert (team.jarvice_gpus, team.cost_per_hour, team.cap_per_hour, team.month_cost, team.cap_per_month) == (
+        "4",
+        "8.40",
+        "10.00",
+        "19.80",
+        "'x' (invalid: 0)",
+    )
+    assert (by_name["idle"].cost_per_hour, by_name["idle"].cap_per_hour) == ("0.00", "5.00")
+    assert by_name["gone"].month_cost == "1.25"  # spend recorded this month, no pod left
+    assert team.spend_age_seconds == 42
+    assert views.format_budget(rows, spend=spend).endswith(
+        "Spend as JARVICE listed it 42s ago (month 2027-01 UTC, MONTH = worst case).\n"
     )
 
 
