@@ -41,6 +41,7 @@ async def _build(settings: Settings, tls: ReloadingTLS) -> web.Application:
         scheduler_names=settings.scheduler_names,
         max_reservations=settings.max_reservations,
         max_reservations_per_namespace=settings.max_reservations_per_namespace,
+        wall_clock=time.time,
     )
     sync = CacheSync(cache, clock=clock, kinds=KINDS_WITH_JOBS)
     watcher = Watcher(load_api_client(settings.kubeconfig), sync)

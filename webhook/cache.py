@@ -60,6 +60,9 @@ __all__ = ["CANDIDATE_CAP", "CLUSTER_NAMESPACE", "DEFAULT_SCHEDULERS", "Claim", 
 DEFAULT_SCHEDULERS = ("default-scheduler",)
 # Every cluster has it and it is never deleted: its UID names the cluster (contract.cluster_identity).
 CLUSTER_NAMESPACE = "kube-system"
+# How long a Job's wait deadline is remembered after it passed: its replacement pods, created within
+# seconds of the controller's scan, burst at once; a pod the Job creates much later may wait again.
+WAIT_MEMORY_SECONDS = 3600.0
 _NO_KUBE_SYSTEM = "the kube-system namespace is not in the webhook's cache, so the cluster's identity is unknown"
 
 
@@ -70,6 +73,7 @@ class NamespaceIndex:
     def __init__(self) -> None:
         self.budgets: dict[str, NamespaceBudget] = {}  # namespaces with a max-remote-gpus annotation
         self.default_walltimes: dict[str, str] = {}  # namespaces with a default-walltime annotation
+        self.burst_afters: dict[str, str] = {}  # namespaces with a burst-after annotation
         self.kube_system_uid = ""
         self.remote_in_use: dict[str, int] = {}  # namespace -> GPUs of its watched burst pods
         # (kube-system UID, cluster name) -> (identity, why unknown): worked out once, not per review.
@@ -78,6 +82,7 @@ class NamespaceIndex:
     def replace(self, namespaces: Iterable[NamespaceInfo]) -> None:
         self.budgets = {}
         self.default_walltimes = {}
+        self.burst_afters = {}
         self.kube_system_uid = ""
         for namespace in namespaces:
             self.upsert(namespace)
@@ -92,6 +97,10 @@ class NamespaceIndex:
             self.default_walltimes.pop(name, None)
         else:
             self.default_walltimes[name] = namespace.default_walltime
+        if namespace.burst_after is None:
+            self.burst_afters.pop(name, None)
+        else:
+            self.burst_afters[name] = namespace.burst_after
         if name == CLUSTER_NAMESPACE:
             self.kube_system_uid = namespace.uid
 
@@ -124,6 +133,7 @@ class NamespaceIndex:
     def delete(self, name: str) -> None:
         self.budgets.pop(name, None)
         self.default_walltimes.pop(name, None)
+        self.burst_afters.pop(name, None)
         if name == CLUSTER_NAMESPACE:
             self.kube_system_uid = ""
 
@@ -138,7 +148,14 @@ class ClusterCache:
         scheduler_names: Collection[str] = DEFAULT_SCHEDULERS,
         max_reservations: int | None = None,
         max_reservations_per_namespace: int | None = None,
+        wall_clock: Callable[[], float] | None = None,
     ) -> None:
+        """`clock`: for reservations (monotonic); `wall_clock`: epoch seconds, for the deadlines of
+        pods waiting to burst (None: `clock`)."""
+        self._wall_clock = wall_clock or clock
+        # Job UID -> the deadline its pods wait until before bursting (webhook.waiting). In memory:
+        # a new leader gives a Job a new wait (the controller's re-burst cap bounds the repeats).
+        self.waits: dict[str, float] = {}
         self.gpu_resources = tuple(gpu_resources)
         self._scheduler_names = frozenset(scheduler_names)
         # The view's structures are mutated in place, never rebound: the view stays valid.
@@ -231,7 +248,19 @@ class ClusterCache:
             cluster=cluster,
             cluster_unknown=unknown,
             default_walltime=self.namespaces.default_walltimes.get(namespace),
+            burst_after=self.namespaces.burst_afters.get(namespace),
         )
+
+    def wall_now(self) -> float:
+        """Epoch seconds: a waiting pod's deadline is written on it, so it is wall-clock time."""
+        return self._wall_clock()
+
+    def burst_deadlines(self) -> Mapping[str, float]:
+        """The deadlines Jobs' pods wait until (webhook.waiting), those long past forgotten first."""
+        forget = self._wall_clock() - WAIT_MEMORY_SECONDS
+        for key in [key for key, deadline in self.waits.items() if deadline < forget]:
+            del self.waits[key]
+        return self.waits
 
     def apply(self, effects: Effects) -> None:
         """An admission's verdict, applied at once (see verdict.Effects): its claim moves, a cap it
@@ -243,6 +272,9 @@ class ClusterCache:
             self.reservations.apply(release=effects.release, local=effects.local, remote=effects.remote)
         if effects.record is not None:
             self.gang_index.book.put(effects.gang, effects.record)
+        if effects.wait is not None:
+            key, deadline = effects.wait
+            self.waits[key] = deadline
         self.ledger.settle()
 
     def gang_snapshot_for(self, meta: Mapping[str, Any], *, namespace: str, cluster: str) -> GangSnapshot | None:

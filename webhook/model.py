@@ -442,7 +442,12 @@ def parse_namespace(raw: Mapping[str, Any]) -> NamespaceInfo:
     default_walltime = annotations.get(walltime.ANNOTATION_DEFAULT_WALLTIME)
     if default_walltime is not None and not isinstance(default_walltime, str):
         default_walltime = repr(default_walltime)  # kept to be named in the warning, as a budget is
-    return NamespaceInfo(name=name, uid=uid, budget=ns_budget, default_walltime=default_walltime)
+    burst_after = annotations.get(contract.ANNOTATION_BURST_AFTER)
+    if burst_after is not None and not isinstance(burst_after, str):
+        burst_after = repr(burst_after)  # kept to be named in the pod's note, as a budget is
+    return NamespaceInfo(
+        name=name, uid=uid, budget=ns_budget, default_walltime=default_walltime, burst_after=burst_after
+    )
 
 
 def _node_ready(status: Mapping[str, Any]) -> bool:

@@ -75,6 +75,7 @@ def respond(
             terms=verdict.burst,
             remote_gpus=verdict.remote_gpus,
             reservation_id=verdict.reservation_id,
+            notes=verdict.burst_notes,
         )
         outcome = "remote"
         where = f" as rank {gang.rank} of {gang.size} of one multi-node job" if gang is not None else ""

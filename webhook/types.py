@@ -161,6 +161,7 @@ class NamespaceInfo:
     uid: str
     budget: NamespaceBudget | None  # None: no `max-remote-gpus` annotation
     default_walltime: str | None = None  # its `default-walltime` annotation as written (None: absent)
+    burst_after: str | None = None  # its `burst-after` annotation as written (None: absent)
 
 
 DecisionKind = Literal["local", "remote", "skipped"]
@@ -288,3 +289,4 @@ class Snapshot:
     cluster: str  # the cluster's identity (contract.cluster_identity), "" when unknown
     cluster_unknown: str  # why it is unknown ("" when known): no identity, no burst
     default_walltime: str | None  # the namespace's default-walltime annotation as written (None: absent)
+    burst_after: str | None = None  # the namespace's burst-after annotation as written (None: absent)
