@@ -16,6 +16,7 @@ from aiohttp import web
 
 from controller import identity, stranding
 from controller.app import create_app, every
+from controller.homecomer import Homecomer
 from controller.kube import Kube, PodFeed
 from controller.metrics import Metrics
 from controller.reaping import Reaper
@@ -123,6 +124,18 @@ async def _build(settings: Settings) -> web.Application:
         background.append(reap)
     else:
         log.warning("orphan reaper off", extra={"reason": settings.reap_disabled_reason})
+    homecoming_session = requests.Session()  # its own: each loop runs in its own worker thread
+    if settings.homecoming and settings.credentials is not None:
+        homecomer = Homecomer(
+            store=store,
+            jarvice=_jarvice_client(settings.credentials, homecoming_session),
+            kube=kube,
+            metrics=metrics,
+            is_leader=is_leader,
+            interval=settings.homecoming_seconds,
+            stale_after=settings.watch_stale_seconds,
+        )
+        background.append(every(settings.homecoming_seconds, homecomer.round, name="homecoming"))
     records_session = requests.Session()  # its own: the reaper's runs in another worker thread
     if settings.job_events and settings.credentials is not None:
         recorder = JobRecorder(
@@ -147,6 +160,7 @@ async def _build(settings: Settings) -> web.Application:
         watcher.stop()
         session.close()
         records_session.close()
+        homecoming_session.close()
 
     log.info(
         "controller starting",
@@ -164,6 +178,7 @@ async def _build(settings: Settings) -> web.Application:
             "cluster_name": settings.cluster_name,
             "job_events": settings.job_events,
             "job_events_interval_s": settings.job_events_interval_seconds,
+            "homecoming": settings.homecoming,
         },
     )
     return create_app(
