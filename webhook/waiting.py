@@ -50,9 +50,11 @@ def parse_duration(text: str) -> float:
 
 
 def format_deadline(epoch: float) -> str:
-    """Epoch seconds -> RFC 3339 UTC, whole seconds rounded up (a deadline is never shown early)."""
-    moment = datetime.datetime.fromtimestamp(-(-epoch // 1), datetime.UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    """Epoch seconds -> RFC 3339 UTC with milliseconds, rounded up (a deadline is never shown early;
+    milliseconds, so that a short wait, such as a replay's compressed one, is kept as it is)."""
+    millis = -(-round(epoch * 1e6) // 1000)  # whole microseconds first: 0.1 + 0.2 is not 0.3000
+    moment = datetime.datetime.fromtimestamp(millis // 1000, datetime.UTC)
+    return f"{moment.strftime('%Y-%m-%dT%H:%M:%S')}.{millis % 1000:03d}Z"
 
 
 @dataclass(frozen=True, slots=True)

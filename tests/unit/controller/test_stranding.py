@@ -118,3 +118,9 @@ def test_assess_a_waiting_pod(body: dict[str, Any], now: float, rebursts: int, v
 def test_a_waiting_pod_is_due_at_its_deadline() -> None:
     assessment = stranding.assess(parse_pod(pod(burst_deadline=DEADLINE_TEXT)), now=LATER, policy=POLICY, rebursts=0)
     assert assessment.due_at == DEADLINE
+
+
+def test_a_deadline_in_milliseconds_is_kept_to_the_millisecond() -> None:
+    body = pod(burst_deadline="2023-11-14T22:23:20.250Z")  # T0 + 600.25: a replay's compressed wait
+    assert stranding.assess(parse_pod(body), now=DEADLINE + 0.2, policy=POLICY, rebursts=0).verdict == "wait"
+    assert stranding.assess(parse_pod(body), now=DEADLINE + 0.25, policy=POLICY, rebursts=0).verdict == "reburst"

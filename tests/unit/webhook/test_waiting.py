@@ -25,7 +25,7 @@ from webhook.sync import CacheSync
 
 POLICY = RewritePolicy(gpu_resources=(GPU,), remote_cpu="100m", remote_memory="128Mi")
 NS = "team"
-START = 1_790_000_000.0  # 2026-09-21T14:13:20Z
+START = 1_790_000_000.0  # 2026-09-21T14:13:20.000Z
 JOB = {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "job-1", "controller": True}
 
 
@@ -104,7 +104,7 @@ def test_the_wait(the_ask: waiting.WaitAsk, gang: bool, expected: waiting.Wait |
         (ask("60s"), True, "a gang's pods burst as one"),
         (ask("sixty"), False, "the pod's nimbix-burst.io/burst-after is ignored: 'sixty' is not a duration"),
         (ask(None, ns="soon"), False, "the namespace's nimbix-burst.io/burst-after is ignored"),
-        (ask("60s", deadlines={"job-1": NOW}), False, "its Job waited until 1970-01-01T01:23:20Z"),
+        (ask("60s", deadlines={"job-1": NOW}), False, "its Job waited until 1970-01-01T01:23:20.000Z"),
     ],
 )
 def test_who_bursts_at_once_and_why(the_ask: waiting.WaitAsk, gang: bool, says: str) -> None:
@@ -128,9 +128,10 @@ def test_only_a_job_that_controls_the_pod_recreates_it(refs: Any, uid: str) -> N
     assert waiting.controlling_job({"ownerReferences": refs} if refs is not None else {}) == uid
 
 
-def test_a_deadline_is_written_in_whole_seconds_never_early() -> None:
-    assert waiting.format_deadline(START) == "2026-09-21T14:13:20Z"
-    assert waiting.format_deadline(START + 0.2) == "2026-09-21T14:13:21Z"
+def test_a_deadline_is_written_in_milliseconds_never_early() -> None:
+    assert waiting.format_deadline(START) == "2026-09-21T14:13:20.000Z"
+    assert waiting.format_deadline(START + 0.2) == "2026-09-21T14:13:20.200Z"
+    assert waiting.format_deadline(START + 0.0751) == "2026-09-21T14:13:20.076Z"
 
 
 # ----- through admit(): a full cluster, a Job's pod that asks to wait ----------------------------
@@ -180,8 +181,8 @@ def test_a_jobs_pod_on_a_full_cluster_waits_with_its_deadline_and_the_reason() -
     notes = annotations(patched)
     assert result.outcome == "local"
     assert notes[contract.ANNOTATION_DECISION] == "local"
-    assert notes[contract.ANNOTATION_BURST_DEADLINE] == "2026-09-21T14:14:20Z"  # START + 60 s
-    assert "waits for a local node until 2026-09-21T14:14:20Z" in notes[contract.ANNOTATION_REASON]
+    assert notes[contract.ANNOTATION_BURST_DEADLINE] == "2026-09-21T14:14:20.000Z"  # START + 60 s
+    assert "waits for a local node until 2026-09-21T14:14:20.000Z" in notes[contract.ANNOTATION_REASON]
     assert patched["spec"]["containers"][0]["resources"]["limits"][GPU] == "1"  # as submitted: it waits here
     assert any("kept local for now" in w for w in result.response["response"]["warnings"])
 
@@ -191,13 +192,13 @@ def test_the_jobs_next_pod_waits_until_the_same_deadline_and_after_it_bursts_at_
     admit(sync, job_pod("p1"))
     wall.now = START + 30
     _, second = admit(sync, job_pod("p2"))
-    assert annotations(second)[contract.ANNOTATION_BURST_DEADLINE] == "2026-09-21T14:14:20Z"
+    assert annotations(second)[contract.ANNOTATION_BURST_DEADLINE] == "2026-09-21T14:14:20.000Z"
     wall.now = START + 61  # the controller replaced the pod that waited in vain
     result, replacement = admit(sync, job_pod("p3"))
     notes = annotations(replacement)
     assert result.outcome == "remote"
     assert contract.ANNOTATION_BURST_DEADLINE not in notes
-    assert "its Job waited until 2026-09-21T14:14:20Z" in notes[contract.ANNOTATION_BURST_AFTER_IGNORED]
+    assert "its Job waited until 2026-09-21T14:14:20.000Z" in notes[contract.ANNOTATION_BURST_AFTER_IGNORED]
 
 
 def test_a_job_is_forgotten_an_hour_after_its_deadline_and_may_wait_again() -> None:
@@ -227,7 +228,7 @@ def test_a_bare_pod_bursts_at_once_and_its_annotation_says_why() -> None:
 def test_the_namespace_default_applies_and_the_pods_0_overrides_it() -> None:
     sync, _ = make_sync(ns_setting="5m")
     _, patched = admit(sync, job_pod("p1", setting=None))
-    assert annotations(patched)[contract.ANNOTATION_BURST_DEADLINE] == "2026-09-21T14:18:20Z"
+    assert annotations(patched)[contract.ANNOTATION_BURST_DEADLINE] == "2026-09-21T14:18:20.000Z"
     result, patched = admit(sync, job_pod("p2", setting="0"))
     assert result.outcome == "remote"
     assert contract.ANNOTATION_BURST_AFTER_IGNORED not in annotations(patched)
@@ -243,11 +244,11 @@ def test_an_unreadable_setting_bursts_at_once_and_names_the_value() -> None:
 def test_a_dry_run_waits_the_same_and_gives_the_job_no_deadline() -> None:
     sync, wall = make_sync()
     _, patched = admit(sync, job_pod("p1"), dry_run=True)
-    assert annotations(patched)[contract.ANNOTATION_BURST_DEADLINE] == "2026-09-21T14:14:20Z"
+    assert annotations(patched)[contract.ANNOTATION_BURST_DEADLINE] == "2026-09-21T14:14:20.000Z"
     wall.now = START + 30
     _, patched = admit(sync, job_pod("p2"))
     assert (
-        annotations(patched)[contract.ANNOTATION_BURST_DEADLINE] == "2026-09-21T14:14:50Z"
+        annotations(patched)[contract.ANNOTATION_BURST_DEADLINE] == "2026-09-21T14:14:50.000Z"
     )  # its own, not the dry run's
 
 
