@@ -84,7 +84,9 @@ def test_p95_is_the_nearest_rank() -> None:
 
 def _summary(burst_after: float, *, burst: int, hours: float, pending: list[float]) -> accounting.PolicySummary:
     empty = accounting.distribution([])
-    fields: dict[str, Any] = {f.name: 0 for f in dataclasses.fields(accounting.PolicySummary) if f.default is dataclasses.MISSING}
+    fields: dict[str, Any] = {
+        f.name: 0 for f in dataclasses.fields(accounting.PolicySummary) if f.default is dataclasses.MISSING
+    }
     fields |= {
         "policy": "webhook",
         "gpu_pods": 100,
