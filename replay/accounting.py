@@ -395,6 +395,8 @@ class PolicySummary:
     waiting_timeline: Series = field(default_factory=list)
     examples: Mapping[str, Sequence[str]] = field(default_factory=dict)
     burst_after: float | None = None  # webhook: the burst-after setting its pods carried (trace seconds)
+    # Every GPU pod's wait for GPUs (0 for one never Pending): what the trade-off picture weighs cost against
+    waited_trace_seconds: Distribution = field(default_factory=lambda: distribution([]))
 
     @property
     def title(self) -> str:
@@ -421,6 +423,7 @@ def summarize(
     unprovidable_all = set(judgement.unprovidable_local_all)
 
     pending: list[float] = []
+    waited: dict[str, float] = {}
     still_pending = 0
     pending_unprovidable = 0
     pending_unprovidable_all = 0
@@ -434,6 +437,7 @@ def summarize(
             end = min(ends) if ends else run.wall_end
             still_pending += not ends
             pending.append((end - sent) * run.compression)
+            waited[pod.key] = pending[-1]
             pending_unprovidable += pod.key in unprovidable
             pending_unprovidable_all += pod.key in unprovidable_all
         if pod.decision == "remote" or pod.burst_seen is not None:
@@ -505,4 +509,5 @@ def summarize(
             "unprovidable_local_all_resources": sorted(unprovidable_all)[:10],
         },
         burst_after=run.burst_after,
+        waited_trace_seconds=distribution(waited.get(p.key, 0.0) for p in gpu),
     )

@@ -85,7 +85,9 @@ def test_p95_is_the_nearest_rank() -> None:
 def _summary(burst_after: float, *, burst: int, hours: float, pending: list[float]) -> accounting.PolicySummary:
     empty = accounting.distribution([])
     fields: dict[str, Any] = {
-        f.name: 0 for f in dataclasses.fields(accounting.PolicySummary) if f.default is dataclasses.MISSING
+        f.name: 0
+        for f in dataclasses.fields(accounting.PolicySummary)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
     }
     fields |= {
         "policy": "webhook",
@@ -100,7 +102,8 @@ def _summary(burst_after: float, *, burst: int, hours: float, pending: list[floa
         "create_latency_ms": empty,
         "truncated": False,
     }
-    return accounting.PolicySummary(**fields, burst_after=burst_after)
+    waited = accounting.distribution([*pending, *[0.0] * (100 - len(pending))])
+    return accounting.PolicySummary(**fields, burst_after=burst_after, waited_trace_seconds=waited)
 
 
 def test_the_trade_off_table_has_a_row_per_setting() -> None:
@@ -111,5 +114,5 @@ def test_the_trade_off_table_has_a_row_per_setting() -> None:
         ]
     ).splitlines()
     assert table[0].startswith("| burst-after | pods burst | GPU-hours to Nimbix | cost (USD) |")
-    assert table[2] == "| 0 | 30 (30.0 %) | 40.0 | 100 | 0 (0.0 %) | - | 0 | 0 |"
-    assert table[3] == "| 5 min | 12 (12.0 %) | 20.0 | 50 | 20 (20.0 %) | 5 min / 5 min / 1.0 h | 0 | 0 |"
+    assert table[2] == "| 0 | 30 (30.0 %) | 40.0 | 100 | 0 (0.0 %) | - | 0 min | 0 | 0 |"
+    assert table[3] == "| 5 min | 12 (12.0 %) | 20.0 | 50 | 20 (20.0 %) | 5 min / 5 min / 1.0 h | 5 min | 0 | 0 |"
