@@ -98,8 +98,9 @@ demo: venv controlplane
 bench: venv controlplane
 	$(BIN)/python -m bench
 
+# make replay BURST_AFTER=0,5m,30m: the webhook once per burst-after setting; REPLAY_ARGS: any other option.
 replay: venv controlplane
-	$(BIN)/python -m replay
+	$(BIN)/python -m replay $(if $(BURST_AFTER),--burst-after $(BURST_AFTER)) $(REPLAY_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DEV_DIR) .test-runs .mypy_cache .ruff_cache .pytest_cache

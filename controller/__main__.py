@@ -16,6 +16,7 @@ from aiohttp import web
 
 from controller import identity, stranding
 from controller.app import create_app, every
+from controller.homecomer import Homecomer
 from controller.kube import Kube, PodFeed
 from controller.metrics import Metrics
 from controller.reaping import Reaper
@@ -159,6 +160,18 @@ async def _build(settings: Settings) -> web.Application:
         background.append(every(settings.spend_interval_seconds, keeper.round, name="spend"))
     else:
         log.warning("spend record off", extra={"reason": "no JARVICE credentials"})
+    homecoming_session = requests.Session()  # its own: each loop runs in its own worker thread
+    if settings.homecoming and settings.credentials is not None:
+        homecomer = Homecomer(
+            store=store,
+            jarvice=_jarvice_client(settings.credentials, homecoming_session),
+            kube=kube,
+            metrics=metrics,
+            is_leader=is_leader,
+            interval=settings.homecoming_seconds,
+            stale_after=settings.watch_stale_seconds,
+        )
+        background.append(every(settings.homecoming_seconds, homecomer.round, name="homecoming"))
     records_session = requests.Session()  # its own: the reaper's runs in another worker thread
     if settings.job_events and settings.credentials is not None:
         recorder = JobRecorder(
@@ -184,6 +197,7 @@ async def _build(settings: Settings) -> web.Application:
         session.close()
         records_session.close()
         spend_session.close()
+        homecoming_session.close()
 
     log.info(
         "controller starting",
@@ -201,6 +215,7 @@ async def _build(settings: Settings) -> web.Application:
             "cluster_name": settings.cluster_name,
             "job_events": settings.job_events,
             "job_events_interval_s": settings.job_events_interval_seconds,
+            "homecoming": settings.homecoming,
         },
     )
     return create_app(

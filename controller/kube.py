@@ -166,6 +166,15 @@ class Kube:
         parsed: Mapping[str, Any] = json.loads(response.data)
         return parsed
 
+    def dry_run_create_pod(self, namespace: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Create `body` with dryRun=All: admission (the webhook included) runs, nothing is stored.
+        Returns the pod as admission left it."""
+        response = self._core.create_namespaced_pod(
+            namespace, body, dry_run="All", _preload_content=False, _request_timeout=CALL_TIMEOUT
+        )
+        parsed: Mapping[str, Any] = json.loads(response.data)
+        return parsed
+
     def delete_pod(self, pod: PodView) -> None:
         """Delete exactly the pod we read: a precondition on uid and resourceVersion makes the API
         server refuse (409) if anything changed it since, a bind included."""

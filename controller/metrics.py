@@ -18,6 +18,11 @@ class Metrics:
         self.rebursts = Counter(
             "nimbix_burst_controller_rebursts", "Stranded local pods deleted so their Job recreates them", registry=r
         )
+        self.homecomings = Counter(
+            "nimbix_burst_controller_homecomings",
+            "Burst pods brought home: deleted (their Job recreates them locally) while their JARVICE job was queued",
+            registry=r,
+        )
         self.stranded_noted = Counter(
             "nimbix_burst_controller_stranded_noted",
             "Stranded local pods reported (Event + annotation) but not deleted",

@@ -72,6 +72,9 @@ class Settings:
     # an unchanged record may grow before it is written again (its age tells readers it is current).
     spend_interval_seconds: float = 15.0
     spend_refresh_seconds: float = 60.0
+    # Burst pods whose jobs are still queued come home when a local node can run them (controller.homecoming).
+    homecoming: bool = False
+    homecoming_seconds: float = 10.0
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -102,6 +105,8 @@ OPTIONS: tuple[Option, ...] = (
     ("--machines-refresh-seconds", "CONTROLLER_MACHINES_REFRESH_SECONDS", "3600", "machine prices cached"),
     ("--spend-interval-seconds", "CONTROLLER_SPEND_INTERVAL_SECONDS", "15", "how often spend is counted"),
     ("--spend-refresh-seconds", "CONTROLLER_SPEND_REFRESH_SECONDS", "60", "an unchanged spend record rewritten"),
+    ("--homecoming", "CONTROLLER_HOMECOMING", "true", "false: burst pods whose jobs are queued never come home"),
+    ("--homecoming-seconds", "CONTROLLER_HOMECOMING_SECONDS", "10", "how often queued burst jobs are looked at"),
 )
 
 
@@ -228,6 +233,8 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, read_file: Ca
         machines_refresh_seconds=number("machines_refresh_seconds", minimum=60),
         spend_interval_seconds=number("spend_interval_seconds", minimum=1),
         spend_refresh_seconds=number("spend_refresh_seconds", minimum=1),
+        homecoming=values.boolean("homecoming") and credentials is not None,
+        homecoming_seconds=number("homecoming_seconds", minimum=1),
     )
     if problems:
         raise SettingsError(problems)

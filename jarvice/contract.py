@@ -216,3 +216,13 @@ ENV_GANG_RANK: Final = "NIMBIX_BURST_GANG_RANK"
 ANNOTATION_GANG: Final = ANNOTATION_PREFIX + "gang"
 ANNOTATION_GANG_SIZE: Final = ANNOTATION_PREFIX + "gang-size"
 ANNOTATION_GANG_RANK: Final = ANNOTATION_PREFIX + "gang-rank"
+
+# --- waiting before bursting ---
+# Set by the user on a pod, or on its namespace as the default: how long a pod that would burst waits
+# for a local node first ("90s", "10m", "1h"; "0", the default, bursts at once).
+ANNOTATION_BURST_AFTER: Final = ANNOTATION_PREFIX + "burst-after"
+# Set by the webhook on a pod it keeps local to wait: when it bursts if no node has taken it (RFC 3339,
+# UTC). The controller replaces the pod then; its replacement is burst at once.
+ANNOTATION_BURST_DEADLINE: Final = ANNOTATION_PREFIX + "burst-deadline"
+# Set by the webhook on a pod that asked to wait but bursts at once: why it did not wait.
+ANNOTATION_BURST_AFTER_IGNORED: Final = ANNOTATION_PREFIX + "burst-after-ignored"

@@ -54,7 +54,9 @@ class StatusRow:
     name: str
     decision: str
     job: str  # the latest JARVICE job number, "" before one is known
-    state: str  # submitted, queued, running, succeeded, failed, ended; "" before a job is known
+    # submitted, queued, running, succeeded, failed, ended; "" before a job is known; a local pod
+    # still waiting for a node before it bursts (burst-after): "waiting until <deadline>"
+    state: str
     machine: str  # "ng4 x2"
     gpu_hours: str
     cost: str
@@ -78,17 +80,26 @@ def build_status_row(pod: Mapping[str, Any]) -> StatusRow | None:
         return None
     machine = annotations.get(contract.ANNOTATION_JOB_MACHINE, "")
     nodes = annotations.get(contract.ANNOTATION_JOB_NODES, "")
+    phase = str((pod.get("status") or {}).get("phase") or "")
+    state = job_state(annotations)
+    deadline = annotations.get(contract.ANNOTATION_BURST_DEADLINE, "")
+    if decision == contract.DECISION_LOCAL and deadline and phase in ("Pending", "") and not _node(pod):
+        state = f"waiting until {deadline}"
     return StatusRow(
         namespace=_meta(pod, "namespace"),
         name=_meta(pod, "name"),
         decision=decision,
         job=annotations.get(contract.ANNOTATION_JOB_NUMBER, ""),
-        state=job_state(annotations),
+        state=state,
         machine=f"{machine} x{nodes}" if machine and nodes else machine,
         gpu_hours=annotations.get(contract.ANNOTATION_GPU_HOURS, ""),
         cost=annotations.get(contract.ANNOTATION_COST, ""),
-        phase=str((pod.get("status") or {}).get("phase") or ""),
+        phase=phase,
     )
+
+
+def _node(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
 
 
 def build_status_rows(pods: Iterable[Mapping[str, Any]], *, remote_only: bool = False) -> list[StatusRow]:
@@ -280,6 +291,8 @@ def explain_pod(pod: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("Walltime", annotations.get(walltime.ANNOTATION_WALLTIME, "")),
         ("Termination grace", annotations.get(contract.ANNOTATION_GRACE, "")),
         ("Stranded since", annotations.get(ANNOTATION_STRANDED_SINCE, "")),
+        ("Bursts at", annotations.get(contract.ANNOTATION_BURST_DEADLINE, "")),
+        ("Did not wait", annotations.get(contract.ANNOTATION_BURST_AFTER_IGNORED, "")),
         ("JARVICE job", annotations.get(contract.ANNOTATION_JOB_NUMBER, "")),
         ("Job state", job_state(annotations)),
         ("Machine", row.machine if row is not None else ""),

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jarvice import contract
-from webhook import budget, gangs, mutation, provenance, responses
+from webhook import budget, gangs, mutation, provenance, responses, waiting
 from webhook import decision as decisions
 from webhook.burst import BurstAsk
 from webhook.cache import ClusterCache
@@ -123,11 +123,28 @@ def admit(
         pod=BurstAsk(spec=spec, annotations=annotations, policy=policy, bursting=bursting),
         uid=request.uid,
         dry_run=request.dry_run,
+        wait=_wait_ask(meta, annotations, snapshot.burst_after, cache),
     )
     cache.apply(verdict.effects)
     if not request.dry_run and verdict.route != "reinvoked":
         cache.issued.issue(request.uid)  # the token the patch writes: it proves a reinvocation
     return responses.respond(request, verdict, gpus=needs.gpus, policy=policy, cleared=cleared)
+
+
+def _wait_ask(
+    meta: Mapping[str, Any], annotations: Mapping[str, Any], namespace_setting: str | None, cache: ClusterCache
+) -> waiting.WaitAsk | None:
+    """What the pod's wait before bursting is decided from (None: neither it nor its namespace asks)."""
+    setting = annotations.get(contract.ANNOTATION_BURST_AFTER)
+    if setting is None and namespace_setting is None:
+        return None
+    return waiting.WaitAsk(
+        setting=setting if setting is None or isinstance(setting, str) else repr(setting),
+        namespace_setting=namespace_setting,
+        job_uid=waiting.controlling_job(meta),
+        now=cache.wall_now(),
+        deadlines=cache.burst_deadlines(),
+    )
 
 
 def decide_placement(requests: Requests, placement: Placement, cache: ClusterCache, *, namespace: str = "") -> Decision:

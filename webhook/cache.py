@@ -30,7 +30,6 @@ is then two look-ups.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -64,6 +63,9 @@ __all__ = ["CANDIDATE_CAP", "CLUSTER_NAMESPACE", "DEFAULT_SCHEDULERS", "Claim", 
 DEFAULT_SCHEDULERS = ("default-scheduler",)
 # Every cluster has it and it is never deleted: its UID names the cluster (contract.cluster_identity).
 CLUSTER_NAMESPACE = "kube-system"
+# How long a Job's wait deadline is remembered after it passed: its replacement pods, created within
+# seconds of the controller's scan, burst at once; a pod the Job creates much later may wait again.
+WAIT_MEMORY_SECONDS = 3600.0
 _NO_KUBE_SYSTEM = "the kube-system namespace is not in the webhook's cache, so the cluster's identity is unknown"
 
 
@@ -76,6 +78,7 @@ class NamespaceIndex:
         self.default_walltimes: dict[str, str] = {}  # namespaces with a default-walltime annotation
         self.caps: dict[str, CostCaps] = {}  # namespaces with a cost cap
         self.apps: dict[str, str] = {}  # namespaces that name their JARVICE application
+        self.burst_afters: dict[str, str] = {}  # namespaces with a burst-after annotation
         self.kube_system_uid = ""
         self.remote_in_use: dict[str, int] = {}  # namespace -> GPUs of its watched burst pods
         # (kube-system UID, cluster name) -> (identity, why unknown): worked out once, not per review.
@@ -86,6 +89,7 @@ class NamespaceIndex:
         self.default_walltimes = {}
         self.caps = {}
         self.apps = {}
+        self.burst_afters = {}
         self.kube_system_uid = ""
         for namespace in namespaces:
             self.upsert(namespace)
@@ -108,6 +112,10 @@ class NamespaceIndex:
             self.apps[name] = namespace.app
         else:
             self.apps.pop(name, None)
+        if namespace.burst_after is None:
+            self.burst_afters.pop(name, None)
+        else:
+            self.burst_afters[name] = namespace.burst_after
         if name == CLUSTER_NAMESPACE:
             self.kube_system_uid = namespace.uid
 
@@ -142,6 +150,7 @@ class NamespaceIndex:
         self.default_walltimes.pop(name, None)
         self.caps.pop(name, None)
         self.apps.pop(name, None)
+        self.burst_afters.pop(name, None)
         if name == CLUSTER_NAMESPACE:
             self.kube_system_uid = ""
 
@@ -157,8 +166,14 @@ class ClusterCache:
         max_reservations: int | None = None,
         max_reservations_per_namespace: int | None = None,
         max_spend_record_age: float = DEFAULT_MAX_RECORD_AGE_SECONDS,
-        wall_clock: Callable[[], float] = time.time,
+        wall_clock: Callable[[], float] | None = None,
     ) -> None:
+        """`clock`: for reservations (monotonic); `wall_clock`: epoch seconds, for the deadlines of
+        pods waiting to burst (None: `clock`)."""
+        self._wall_clock = wall_clock or clock
+        # Job UID -> the deadline its pods wait until before bursting (webhook.waiting). In memory:
+        # a new leader gives a Job a new wait (the controller's re-burst cap bounds the repeats).
+        self.waits: dict[str, float] = {}
         self.gpu_resources = tuple(gpu_resources)
         self._scheduler_names = frozenset(scheduler_names)
         # The view's structures are mutated in place, never rebound: the view stays valid.
@@ -175,7 +190,7 @@ class ClusterCache:
         self._pods: dict[str, PodInfo] = {}
         self.issued = IssuedTokens(clock=clock)  # admissions decided, pod not seen yet (webhook.provenance)
         # The spend record says when (Unix time) JARVICE was listed: its age is read on the wall clock.
-        self.spend = SpendLedger(clock=wall_clock, max_record_age=max_spend_record_age)  # GPUs and money per namespace
+        self.spend = SpendLedger(clock=self._wall_clock, max_record_age=max_spend_record_age)  # GPUs, money
         self.reservation_cap_hits = 0  # reviews decided remote because a cap was reached
         self.namespaces, self.gang_index = NamespaceIndex(), GangIndex()  # gangs: kept by webhook.sync
 
@@ -266,7 +281,19 @@ class ClusterCache:
             cluster=cluster,
             cluster_unknown=unknown,
             default_walltime=self.namespaces.default_walltimes.get(namespace),
+            burst_after=self.namespaces.burst_afters.get(namespace),
         )
+
+    def wall_now(self) -> float:
+        """Epoch seconds: a waiting pod's deadline is written on it, so it is wall-clock time."""
+        return self._wall_clock()
+
+    def burst_deadlines(self) -> Mapping[str, float]:
+        """The deadlines Jobs' pods wait until (webhook.waiting), those long past forgotten first."""
+        forget = self._wall_clock() - WAIT_MEMORY_SECONDS
+        for key in [key for key, deadline in self.waits.items() if deadline < forget]:
+            del self.waits[key]
+        return self.waits
 
     def apply(self, effects: Effects) -> None:
         """An admission's verdict, applied at once (see verdict.Effects): its claim moves, a cap it
@@ -280,6 +307,9 @@ class ClusterCache:
                 self.spend.reserve(reservation)
         if effects.record is not None:
             self.gang_index.book.put(effects.gang, effects.record)
+        if effects.wait is not None:
+            key, deadline = effects.wait
+            self.waits[key] = deadline
         self.ledger.settle()
 
     def gang_snapshot_for(self, meta: Mapping[str, Any], *, namespace: str, cluster: str) -> GangSnapshot | None:

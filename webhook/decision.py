@@ -10,12 +10,13 @@ and, for a gang's pod, its gang's GangSnapshot; it takes the rules in the order 
   3. a pod that would burst gets its burst's terms, or why it may not burst (webhook.burst);
   4. its namespace's budget must hold the burst (webhook.budget): the pod's GPUs, or a gang's first
      pod's whole gang's; and its caps in money (webhook.spending), at the burst's price;
-  5. the verdict (webhook.verdict), with what the cache then applies, once.
+  5. a pod that would burst, and asked to, waits for a local node first (webhook.waiting);
+  6. the verdict (webhook.verdict), with what the cache then applies, once.
 """
 
 from __future__ import annotations
 
-from webhook import budget, burst, gang_decision, placement, spending
+from webhook import budget, burst, gang_decision, placement, spending, waiting
 from webhook import verdict as verdicts
 from webhook.gangs import GangSnapshot, GangTerms
 from webhook.types import PodNeeds, Snapshot
@@ -35,6 +36,7 @@ def decide(
     pod: burst.BurstAsk | None = None,
     uid: str = "",
     dry_run: bool = False,
+    wait: waiting.WaitAsk | None = None,
 ) -> verdicts.Verdict:
     """The whole decision for one pod (a gang's pod: `gang`). `needs`: the pod's GPUs, everything it
     takes from a node, its placement; `active_deadline`: its spec.activeDeadlineSeconds (None: none,
@@ -45,7 +47,8 @@ def decide(
     or a copy of a burst pod): never decided twice, only given the terms of its burst again, with the
     gang terms it carries (`carried`). `pod`: what a burst must honour besides GPUs (None: no data,
     no GPU model). `uid`: the admission's, the pod's reservation id; `dry_run`: decided the same,
-    nothing reserved or remembered."""
+    nothing reserved or remembered. `wait`: what a pod that would burst waits by first (None: it
+    bursts at once; webhook.waiting)."""
     part = gang_decision.take_up(gang) if gang is not None else None
     placed = placement.place(needs, snapshot, gang=part, local_refusal=local_refusal, reinvoked=reinvoked)
     # A gang's pod bursts only as its gang does: the first decides it, a later one follows a remote gang.
@@ -87,6 +90,9 @@ def decide(
                     refusal = budget.BudgetRefusal(over + (f" (the whole gang of {size} pods)" if size else ""), True)
         if price is not None and refusal is None:
             terms = burst.with_price(terms, price, nodes=size or 1)
+    waits = None
+    if wait is not None and isinstance(terms, burst.Terms) and refusal is None and not reinvoked and not follows:
+        waits = waiting.decide(wait, gang=part is not None)
     return verdicts.build(
         needs,
         placed,
@@ -98,6 +104,7 @@ def decide(
         uid=uid,
         dry_run=dry_run,
         reinvoked=reinvoked,
+        wait=waits,
     )
 
 

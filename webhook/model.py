@@ -460,6 +460,9 @@ def parse_namespace(raw: Mapping[str, Any]) -> NamespaceInfo:
         default_walltime = repr(default_walltime)  # kept to be named in the warning, as a budget is
     caps = spending.parse_caps({k: v if isinstance(v, str) else repr(v) for k, v in annotations.items()})
     app = annotations.get(contract.ANNOTATION_JARVICE_APP)
+    burst_after = annotations.get(contract.ANNOTATION_BURST_AFTER)
+    if burst_after is not None and not isinstance(burst_after, str):
+        burst_after = repr(burst_after)  # kept to be named in the pod's note, as a budget is
     return NamespaceInfo(
         name=name,
         uid=uid,
@@ -467,6 +470,7 @@ def parse_namespace(raw: Mapping[str, Any]) -> NamespaceInfo:
         default_walltime=default_walltime,
         cost_caps=caps,
         app=app.strip() if isinstance(app, str) else "",
+        burst_after=burst_after,
     )
 
 

@@ -416,8 +416,10 @@ def build_remote_patch(
     remote_gpus: int | None = None,
     reservation_id: str = "",
     admission: str = "",
+    notes: Mapping[str, str] | None = None,
 ) -> list[JsonPatchOp]:
-    """Burst each app container that asked for GPUs, strip GPUs everywhere, and record what changed."""
+    """Burst each app container that asked for GPUs, strip GPUs everywhere, and record what changed
+    (and `notes`: annotations beside the decision, such as why it did not wait first)."""
     spec: Mapping[str, Any] = pod.get("spec") or {}
     original_resources: dict[str, dict[str, Any]] = {}
     ops = _container_ops(spec, policy, original_resources, terms)
@@ -476,6 +478,7 @@ def build_remote_patch(
             **(terms.gang.annotations() if terms.gang is not None else {}),
             **_model_annotations(terms),
             **_cost_annotations(terms),
+            **(notes or {}),
         },
     )
     ops += _decision_label_ops(pod.get("metadata") or {}, contract.DECISION_REMOTE)

@@ -32,6 +32,7 @@ USER_ANNOTATIONS: Final = frozenset(
         contract.ANNOTATION_STAGE_IN,
         contract.ANNOTATION_STAGE_OUT,
         contract.ANNOTATION_REMOTE_DATA,
+        contract.ANNOTATION_BURST_AFTER,
     }
 )
 # The product's environment on a burst container; REMOTE=1 is what makes the runner submit.

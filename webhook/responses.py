@@ -91,6 +91,7 @@ def respond(
             remote_gpus=verdict.remote_gpus,
             reservation_id=verdict.reservation_id,
             admission=request.uid,
+            notes=verdict.burst_notes,
         )
         outcome = "remote"
         where = f" as rank {gang.rank} of {gang.size} of one multi-node job" if gang is not None else ""

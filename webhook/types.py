@@ -170,6 +170,7 @@ class NamespaceInfo:
     default_walltime: str | None = None  # its `default-walltime` annotation as written (None: absent)
     cost_caps: CostCaps | None = None  # its `max-cost-per-hour`/`-month` annotations (None: neither)
     app: str = ""  # its `jarvice-app` annotation: the JARVICE application its bursts run ("": absent)
+    burst_after: str | None = None  # its `burst-after` annotation as written (None: absent)
 
 
 DecisionKind = Literal["local", "remote", "skipped"]
@@ -304,3 +305,4 @@ class Snapshot:
     in_use: InUse = NOTHING_IN_USE  # what it holds now, GPUs and money (webhook.spending.reconcile)
     spend_refusal: str = ""  # why the spend record cannot be used now ("": it can, or no caps)
     machines: Mapping[str, MachineRate] | None = None  # the record's machine rates (None: no record)
+    burst_after: str | None = None  # the namespace's burst-after annotation as written (None: absent)

@@ -28,6 +28,9 @@ CONTROLLER_ENV = {
     "CONTROLLER_JOB_EVENTS": "true",  # likewise for the Events of burst pods' jobs
     "CONTROLLER_JOB_EVENTS_INTERVAL_SECONDS": "2",
     "CONTROLLER_SPEND_INTERVAL_SECONDS": "2",
+    # Off but where a module turns it on (test_burst_after.py): the other modules' burst pods whose jobs
+    # queue for a moment must not come home under them when the real node's GPUs are back.
+    "CONTROLLER_HOMECOMING": "false",
 }
 
 

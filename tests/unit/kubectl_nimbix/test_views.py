@@ -257,3 +257,28 @@ def test_explain_says_why_an_unlabelled_pod_was_not_decided() -> None:
 def test_explain_text_aligns_the_values() -> None:
     text = views.format_explain([("Pod", "team/a"), ("Decision", "local")])
     assert text == "Pod:      team/a\nDecision: local\n"
+
+
+WAITING = {P + "decision": "local", P + "burst-deadline": "2026-11-27T17:01:00Z"}
+
+
+@pytest.mark.parametrize(
+    ("raw", "state"),
+    [
+        pytest.param(pod(annotations=WAITING, phase="Pending"), "waiting until 2026-11-27T17:01:00Z", id="waiting"),
+        # a node took it in time: it runs here, nothing left to wait for
+        pytest.param(pod(annotations=WAITING, phase="Running"), "", id="a-node-took-it"),
+        pytest.param({**pod(annotations=WAITING, phase="Pending"), "spec": {"nodeName": "gpu-1"}}, "", id="bound"),
+    ],
+)
+def test_a_pod_waiting_before_it_bursts_says_until_when(raw: dict[str, Any], state: str) -> None:
+    row = views.build_status_row(raw)
+    assert row is not None
+    assert row.state == state
+
+
+def test_explain_names_the_deadline_and_why_a_pod_did_not_wait() -> None:
+    fields = dict(views.explain_pod(pod(annotations=WAITING, phase="Pending")))
+    assert fields["Bursts at"] == "2026-11-27T17:01:00Z"
+    burst = {P + "decision": "remote", P + "burst-after-ignored": "only a Job's pod can wait"}
+    assert dict(views.explain_pod(pod(annotations=burst)))["Did not wait"] == "only a Job's pod can wait"
