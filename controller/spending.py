@@ -34,9 +34,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from entrypoint.model import JobEntry
-from entrypoint.plan import parse_job_label
-from entrypoint.walltime import DEFAULT_WALLTIME, parse_walltime_seconds
+from jarvice.contract import DEFAULT_WALLTIME, parse_walltime_seconds
+from jarvice.labels import parse_job_label
+from jarvice.model import JobEntry
 from kubeplumbing.spendrecord import RECORD_VERSION
 
 SECONDS_PER_HOUR: Final = 3600.0

@@ -24,8 +24,8 @@ from controller import spending
 from controller.kube import ConfigMapChanged
 from controller.metrics import Metrics
 from controller.store import PodStore
-from entrypoint.jarvice import JarviceError
-from entrypoint.model import JobEntry, Machine
+from jarvice.client import JarviceError
+from jarvice.model import JobEntry, Machine
 from kubeplumbing import spendrecord
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from controller.jobrecords import parse_ledger
-from entrypoint import contract
+from jarvice import contract
 from kubeplumbing import spendrecord
 from kubeplumbing.spendrecord import SpendRecord
 from webhook import budget, model, walltime

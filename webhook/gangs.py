@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from entrypoint import contract
+from jarvice import contract
 from webhook.types import (
     Hold,
     PodInfo,

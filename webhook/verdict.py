@@ -115,7 +115,8 @@ def build(
         notes = {ANNOTATION_BUDGET: refusal.reason}
         return Verdict("over-budget", decision, reason, refusal.reason, deny, notes, warnings, effects=effects)
     counted = budgeted and not reinvoked and not dry_run
-    remote = (RemoteReservation(uid, needs.namespace, terms.remote_gpus),) if counted else ()
+    cost, worst = terms.burst.cost_per_hour, terms.burst.worst_case
+    remote = (RemoteReservation(uid, needs.namespace, terms.remote_gpus, cost, worst),) if counted else ()
     return Verdict(
         "reinvoked" if reinvoked else "remote",
         decision,
@@ -205,13 +206,13 @@ def _gang_verdict(
         )
     if not isinstance(terms, Terms):
         raise AssertionError("a burst is decided with its terms")
-    per_pod = terms.remote_gpus
+    per_pod, cost, worst = terms.remote_gpus, terms.burst.cost_per_hour, terms.burst.worst_case
     if first:
         ids = (taken if each == rank else open_id(uid, each) for each in range(size))
-        remote = tuple(RemoteReservation(each, namespace, per_pod) for each in ids)
+        remote = tuple(RemoteReservation(each, namespace, per_pod, cost, worst) for each in ids)
         effects = Effects(uid, remote=remote, record=GangRecord("remote", decision.reason, size, gang.expires_at))
     else:
-        effects = Effects(release=(opened,), remote=(RemoteReservation(taken, namespace, per_pod),))
+        effects = Effects(release=(opened,), remote=(RemoteReservation(taken, namespace, per_pod, cost, worst),))
     return Verdict(
         "remote",
         decision,

@@ -10,7 +10,7 @@ import pytest
 
 from controller import spending
 from controller.spending import Counted, Ledger, LiveSeen, Rate, SpendJob
-from entrypoint.model import JobEntry
+from jarvice.model import JobEntry
 from kubeplumbing.spendrecord import parse_spend_record
 
 POD_A = "4f1c2a9e-7b1d-4c55-9d0e-2a6b8c1e3f70"

@@ -15,8 +15,8 @@ from controller.kube import ConfigMapChanged
 from controller.metrics import Metrics
 from controller.spendkeeping import SpendKeeper
 from controller.store import PodStore
-from entrypoint.jarvice import Unavailable
-from entrypoint.model import JobEntry, Machine
+from jarvice.client import Unavailable
+from jarvice.model import JobEntry, Machine
 from kubeplumbing.spendrecord import CONFIGMAP_NAME, RECORD_KEY
 from tests.support.clocks import Clock
 

@@ -1,15 +1,15 @@
 """What JARVICE answers, read (pure): the adapter's errors, and the answers' JSON checked and
-converted to `entrypoint.model` values (`Any` goes no further than this module).
+converted to `jarvice.model` values (`Any` goes no further than this module).
 
-Split from `entrypoint.jarvice` (the HTTP adapter, which raises these errors and calls these
+Split from `jarvice.client` (the HTTP adapter, which raises these errors and calls these
 parsers); callers import both from there.
 """
 
 import math
 from typing import Any, Final
 
-from entrypoint import contract, walltime
-from entrypoint.model import JobEntry, JobStatus, Machine, SubmitResult
+from jarvice import contract
+from jarvice.model import JobEntry, JobStatus, Machine, SubmitResult
 
 # Error texts are quoted in messages; a server that sends a whole HTML page gets truncated.
 MAX_ERROR_TEXT: Final = 300
@@ -215,7 +215,7 @@ def _submitted_walltime(submission: object) -> int | None:
     None when it does not say or says something else."""
     application = submission.get("application") if isinstance(submission, dict) else None
     text = application.get("walltime") if isinstance(application, dict) else None
-    return walltime.parse_walltime_seconds(text) if isinstance(text, str) else None
+    return contract.parse_walltime_seconds(text) if isinstance(text, str) else None
 
 
 def _as_price(value: object) -> float | None:
