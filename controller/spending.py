@@ -34,9 +34,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from jarvice.contract import DEFAULT_WALLTIME, parse_walltime_seconds
 from jarvice.labels import parse_job_label
 from jarvice.model import JobEntry
-from jarvice.walltime import DEFAULT_WALLTIME, parse_walltime_seconds
 from kubeplumbing.spendrecord import RECORD_VERSION
 
 SECONDS_PER_HOUR: Final = 3600.0

@@ -9,9 +9,15 @@ text, or a TERMINATED job that ran at least its walltime (the job's own start an
 from typing import Final
 
 from jarvice import model
-from jarvice.walltime import DEFAULT_WALLTIME, WALLTIME_RE, parse_walltime_seconds
+from jarvice.contract import DEFAULT_WALLTIME, WALLTIME_RE, parse_walltime_seconds
 
-__all__ = ["DEFAULT_WALLTIME", "WALLTIME_RE", "decide_walltime_stop", "parse_walltime_seconds"]
+__all__ = [
+    "DEFAULT_WALLTIME",
+    "WALLTIME_RE",
+    "WALLTIME_SLACK_SECONDS",
+    "decide_walltime_stop",
+    "parse_walltime_seconds",
+]
 # JARVICE's end time may be stamped a little before the full limit (seconds resolution, a kill
 # that takes a moment): this much short of the walltime still counts as reaching it.
 WALLTIME_SLACK_SECONDS: Final = 2

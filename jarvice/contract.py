@@ -4,6 +4,7 @@ The webhook writes these onto a pod; the runner reads them from its environment;
 them back from the pod. Keeping every side on one definition is what makes a rewritten pod runnable.
 """
 
+import re
 from typing import Final
 
 # The label that opts a pod in (the original design's label, kept for compatibility).
@@ -72,6 +73,21 @@ ENV_COUNTED_GPUS: Final = "NIMBIX_BURST_COUNTED_GPUS"
 # The job's walltime limit (HH:MM:SS), set by the webhook from the pod's activeDeadlineSeconds or
 # the configured default; the runner never submits without one.
 ENV_WALLTIME: Final = "JARVICE_WALLTIME"
+# Without JARVICE_WALLTIME (a pod the webhook did not rewrite), no job runs longer than a day.
+DEFAULT_WALLTIME: Final = "24:00:00"
+WALLTIME_RE: Final = re.compile(r"^(\d{1,5}):([0-5]\d):([0-5]\d)$")
+
+
+def parse_walltime_seconds(text: str) -> int | None:
+    """`HH:MM:SS` (hours up to 5 digits) to seconds; None for anything else (the runner's
+    JARVICE_WALLTIME, and a job's `application.walltime` as JARVICE echoes it)."""
+    match = WALLTIME_RE.match(text.strip())
+    if match is None:
+        return None
+    hours, minutes, seconds = (int(part) for part in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
 # Where the runner writes its termination message (Kubernetes shows it in the container's
 # terminated state): whether the job it ran may still be running. The budget frees a terminal
 # pod's GPUs only when the runner said its job had ended, or the controller recorded it.

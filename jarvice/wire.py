@@ -8,7 +8,7 @@ parsers); callers import both from there.
 import math
 from typing import Any, Final
 
-from jarvice import contract, walltime
+from jarvice import contract
 from jarvice.model import JobEntry, JobStatus, Machine, SubmitResult
 
 # Error texts are quoted in messages; a server that sends a whole HTML page gets truncated.
@@ -215,7 +215,7 @@ def _submitted_walltime(submission: object) -> int | None:
     None when it does not say or says something else."""
     application = submission.get("application") if isinstance(submission, dict) else None
     text = application.get("walltime") if isinstance(application, dict) else None
-    return walltime.parse_walltime_seconds(text) if isinstance(text, str) else None
+    return contract.parse_walltime_seconds(text) if isinstance(text, str) else None
 
 
 def _as_price(value: object) -> float | None:

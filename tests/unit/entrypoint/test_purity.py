@@ -30,7 +30,6 @@ PURE = [
     "jarvice.labels",
     "jarvice.model",
     "jarvice.redaction",
-    "jarvice.walltime",
     "jarvice.wire",
 ]
 FORBIDDEN = {"aiohttp", "kubernetes", "requests", "subprocess", "logging", "socket", "os", "http", "urllib3"}
