@@ -76,6 +76,8 @@ class RemotePlan:
     # The gang this pod is a rank of (None: a pod on its own): rank 0 submits one job of `nodes` =
     # the gang's size under the gang's label, the other ranks follow that job.
     gang: Gang | None = None
+    preferred_machines: tuple[str, ...] | None = None  # the machines to use, in order (None: cheapest first)
+    max_remote_queue_seconds: int = contract.DEFAULT_MAX_REMOTE_QUEUE_SECONDS  # 0: a queued job never moves
 
 
 Plan = LocalPlan | RemotePlan
@@ -216,6 +218,8 @@ def build_plan(settings: Settings, *, attempt: int = 1) -> Plan:
         counted_gpus=remote.counted_gpus,
         allowed_machines=remote.allowed_machines,
         gang=gang,
+        preferred_machines=remote.preferred_machines,
+        max_remote_queue_seconds=remote.max_remote_queue_seconds,
     )
 
 

@@ -181,6 +181,10 @@ class RemoteSettings:
     # NIMBIX_BURST_ALLOWED_MACHINES: the machine types the pod's GPU model allows (None: any).
     allowed_machines: tuple[str, ...] | None = None
     gang: Gang | None = None  # NIMBIX_BURST_GANG_*: this pod is one rank of a gang's one job
+    # NIMBIX_BURST_MACHINES: the machines to use, in order (None: every one that fits, cheapest first).
+    preferred_machines: tuple[str, ...] | None = None
+    # NIMBIX_BURST_MAX_REMOTE_QUEUE: how long a job may stay queued before it moves to the next machine.
+    max_remote_queue_seconds: int = contract.DEFAULT_MAX_REMOTE_QUEUE_SECONDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,7 +408,31 @@ def _parse_remote(env: Mapping[str, str], *, read_file: ReadFile, problems: _Pro
         counted_gpus=_parse_int(env, contract.ENV_COUNTED_GPUS, problems, minimum=0),
         allowed_machines=_parse_allowed_machines(env, problems),
         gang=gang,
+        preferred_machines=_parse_machine_order(env, problems),
+        max_remote_queue_seconds=_parse_max_remote_queue(env, problems),
     )
+
+
+def _parse_machine_order(env: Mapping[str, str], problems: _Problems) -> tuple[str, ...] | None:
+    raw = _get(env, contract.ENV_MACHINES)
+    if raw is None:
+        return None
+    try:
+        return contract.parse_machine_order(raw)
+    except ValueError as exc:
+        problems.add(f"{contract.ENV_MACHINES}: {exc}")
+        return None
+
+
+def _parse_max_remote_queue(env: Mapping[str, str], problems: _Problems) -> int:
+    raw = _get(env, contract.ENV_MAX_REMOTE_QUEUE)
+    if raw is None:
+        return contract.DEFAULT_MAX_REMOTE_QUEUE_SECONDS
+    try:
+        return contract.parse_duration_seconds(raw)
+    except ValueError as exc:
+        problems.add(f"{contract.ENV_MAX_REMOTE_QUEUE}: {exc}")
+        return contract.DEFAULT_MAX_REMOTE_QUEUE_SECONDS
 
 
 def _parse_allowed_machines(env: Mapping[str, str], problems: _Problems) -> tuple[str, ...] | None:

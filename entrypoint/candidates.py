@@ -1,0 +1,157 @@
+"""The machines a remote job may run on, in the order they are tried, and when a job JARVICE keeps
+queued moves to the next one. Pure.
+
+The order (docs/runner.md#which-machine): the machines of /jarvice/machines that satisfy the job
+(GPUs on each node, cores, node count, the pod's GPU model), cheapest for the job first (`mc_price`
+x nodes), then the best fit (fewest GPUs, cores, RAM), then the name. Never one over what was
+counted: with NIMBIX_BURST_COUNTED_GPUS a candidate holds at most that many GPUs, without it at most
+what the best-fitting machine holds (a fallback is never a bigger machine than the first choice
+would have been). A fallback keeps the CPU architecture of the first candidate when JARVICE_ARCH does
+not name one (an image built for one does not run on the other). NIMBIX_BURST_MACHINES (a
+namespace's `nimbix-burst.io/machines`) names the machines to use and their order; JARVICE_MACHINE
+pins one.
+
+The move (docs/runner.md#moving-a-queued-job): a job this runner submitted that is still queued
+(SUBMITTED or SEQUENTIALLY QUEUED, never started) after NIMBIX_BURST_MAX_REMOTE_QUEUE is moved to
+the next candidate; on the last one it keeps waiting.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from entrypoint import budget, contract
+from entrypoint.model import STATUS_SEQUENTIALLY_QUEUED, STATUS_SUBMITTED, Machine
+from entrypoint.plan import (
+    NoMachineFits,
+    RemotePlan,
+    check_pinned_machine,
+    choose_machine,
+    restrict_machines,
+)
+
+# The statuses of a job JARVICE has not started: only such a job moves (it has cost nothing yet).
+QUEUED_STATUSES: Final = frozenset({STATUS_SUBMITTED, STATUS_SEQUENTIALLY_QUEUED})
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    machines: tuple[str, ...]  # in the order they are tried; never empty
+    reason: str  # why these, in this order (for the log)
+    warning: str | None = None  # a pinned machine smaller than the request
+
+
+def _fits(machine: Machine, *, gpus: int, cpus: int, nodes: int) -> bool:
+    return (
+        machine.fewest_gpus_per_node(nodes) >= gpus
+        and machine.cores >= cpus
+        and machine.scale_min <= nodes <= machine.scale_max
+    )
+
+
+def _order_key(machine: Machine, nodes: int) -> tuple[float, int, int, int, str]:
+    # Cheapest for the job first; among equal prices the best fit (never burn GPUs the job did not ask for).
+    return (machine.price * nodes, machine.gpus, machine.cores, machine.ram_gb, machine.name)
+
+
+def _within(machine: Machine, *, nodes: int, cap: int | None) -> bool:
+    if cap is None:
+        return True
+    return budget.check_gpu_budget(machine, nodes=nodes, counted_gpus=cap) is None
+
+
+def order_candidates(plan: RemotePlan, machines: Mapping[str, Machine]) -> Candidates | NoMachineFits:
+    """The machines to try for `plan`, in order (see the module docstring), or why none fits."""
+    catalogue = restrict_machines(machines, allowed=plan.allowed_machines, pinned=plan.machine)
+    if isinstance(catalogue, NoMachineFits):
+        return catalogue
+    if plan.machine is not None:
+        pinned = check_pinned_machine(
+            catalogue, name=plan.machine, gpus=plan.num_gpus, cpus=plan.num_cpus, nodes=plan.nodes
+        )
+        if isinstance(pinned, NoMachineFits):
+            return pinned
+        return Candidates((pinned.machine,), pinned.reason, pinned.warning)
+    best = choose_machine(catalogue, gpus=plan.num_gpus, cpus=plan.num_cpus, nodes=plan.nodes, arch=plan.arch)
+    if isinstance(best, NoMachineFits):
+        return _among_model(best, plan, catalogue)
+    first_fit = catalogue[best.machine]
+    arch = plan.arch if plan.arch is not None else first_fit.arch
+    fitting = [
+        m
+        for m in catalogue.values()
+        if _fits(m, gpus=plan.num_gpus, cpus=plan.num_cpus, nodes=plan.nodes) and m.arch.lower() == arch.lower()
+    ]
+    # Never more GPUs than were counted; without a count, never more than the best fit holds.
+    cap = plan.counted_gpus if plan.counted_gpus is not None else first_fit.gpus_on(plan.nodes)
+    within = [m for m in fitting if _within(m, nodes=plan.nodes, cap=cap)]
+    if not within:
+        # Every fitting machine is over the budget: the cheapest is returned, and the budget check refuses it.
+        cheapest = min(fitting, key=lambda m: _order_key(m, plan.nodes))
+        return Candidates((cheapest.name,), f"cheapest of {len(fitting)} machine(s) that fit, all over the budget")
+    ordered = sorted(within, key=lambda m: _order_key(m, plan.nodes))
+    wanted = f"{plan.num_gpus} GPU(s), {plan.num_cpus} core(s), {plan.nodes} node(s)"
+    if plan.preferred_machines is not None:
+        return _preferred(plan.preferred_machines, ordered, wanted=wanted)
+    names = tuple(m.name for m in ordered)
+    reason = (
+        f"cheapest first of {len(names)} machine(s) with {wanted} (mc_price x {plan.nodes} node(s)): {', '.join(names)}"
+    )
+    if plan.allowed_machines is not None:
+        reason += f" among the machines with the pod's GPU model ({', '.join(sorted(catalogue))})"
+    return Candidates(names, reason)
+
+
+def _among_model(choice: NoMachineFits, plan: RemotePlan, catalogue: Mapping[str, Machine]) -> NoMachineFits:
+    if plan.allowed_machines is None:
+        return choice
+    return NoMachineFits(
+        f"{choice.reason} among the machines with the pod's GPU model ({', '.join(sorted(catalogue))})"
+    )
+
+
+def _preferred(preferred: tuple[str, ...], ordered: list[Machine], *, wanted: str) -> Candidates | NoMachineFits:
+    """The preference list's machines that are candidates, in its order."""
+    usable = {m.name for m in ordered}
+    names = tuple(name for name in preferred if name in usable)
+    listed = ",".join(preferred)
+    if not names:
+        others = ", ".join(m.name for m in ordered)
+        return NoMachineFits(
+            f"none of {contract.ENV_MACHINES}={listed} offers {wanted} within the budget (machines that do: {others});"
+            f" list one of those in the namespace's {contract.ANNOTATION_MACHINES}"
+        )
+    return Candidates(
+        names, f"in the order {contract.ENV_MACHINES}={listed} gives, those with {wanted}: {', '.join(names)}"
+    )
+
+
+# --- the move ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Stay:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    to: str  # the next candidate
+    reason: str
+
+
+def decide_move(
+    *, state: str, queued_seconds: float, max_queue_seconds: int, candidates: tuple[str, ...], current: int
+) -> Stay | Move:
+    """Whether a job on `candidates[current]` that has been queued (by this runner's clock) for
+    `queued_seconds` moves on. `max_queue_seconds` 0: never."""
+    if max_queue_seconds <= 0 or state.strip().upper() not in QUEUED_STATUSES:
+        return Stay()
+    if queued_seconds < max_queue_seconds or current + 1 >= len(candidates):
+        return Stay()  # not yet, or the last candidate: it keeps waiting there
+    here, there = candidates[current], candidates[current + 1]
+    return Move(
+        there,
+        f"queued ({state}) on {here} for {queued_seconds:.0f} s, longer than {contract.ENV_MAX_REMOTE_QUEUE}"
+        f"={max_queue_seconds} s: moving to {there}, candidate {current + 2} of {len(candidates)}",
+    )
