@@ -46,6 +46,7 @@ from webhook.types import (
     FitResult,
     NamespaceBudget,
     NamespaceInfo,
+    NamespaceMachines,
     NodeInfo,
     Placement,
     PodInfo,
@@ -70,6 +71,7 @@ class NamespaceIndex:
     def __init__(self) -> None:
         self.budgets: dict[str, NamespaceBudget] = {}  # namespaces with a max-remote-gpus annotation
         self.default_walltimes: dict[str, str] = {}  # namespaces with a default-walltime annotation
+        self.machines: dict[str, NamespaceMachines] = {}  # namespaces with a machines or max-remote-queue annotation
         self.kube_system_uid = ""
         self.remote_in_use: dict[str, int] = {}  # namespace -> GPUs of its watched burst pods
         # (kube-system UID, cluster name) -> (identity, why unknown): worked out once, not per review.
@@ -78,6 +80,7 @@ class NamespaceIndex:
     def replace(self, namespaces: Iterable[NamespaceInfo]) -> None:
         self.budgets = {}
         self.default_walltimes = {}
+        self.machines = {}
         self.kube_system_uid = ""
         for namespace in namespaces:
             self.upsert(namespace)
@@ -92,6 +95,10 @@ class NamespaceIndex:
             self.default_walltimes.pop(name, None)
         else:
             self.default_walltimes[name] = namespace.default_walltime
+        if namespace.machines is None:
+            self.machines.pop(name, None)
+        else:
+            self.machines[name] = namespace.machines
         if name == CLUSTER_NAMESPACE:
             self.kube_system_uid = namespace.uid
 
@@ -124,6 +131,7 @@ class NamespaceIndex:
     def delete(self, name: str) -> None:
         self.budgets.pop(name, None)
         self.default_walltimes.pop(name, None)
+        self.machines.pop(name, None)
         if name == CLUSTER_NAMESPACE:
             self.kube_system_uid = ""
 
@@ -231,6 +239,7 @@ class ClusterCache:
             cluster=cluster,
             cluster_unknown=unknown,
             default_walltime=self.namespaces.default_walltimes.get(namespace),
+            namespace_machines=self.namespaces.machines.get(namespace),
         )
 
     def apply(self, effects: Effects) -> None:

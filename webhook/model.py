@@ -29,6 +29,7 @@ from webhook.types import (
     CPU_MILLI,
     POD_COUNT,
     NamespaceInfo,
+    NamespaceMachines,
     NodeInfo,
     Placement,
     PodInfo,
@@ -442,7 +443,24 @@ def parse_namespace(raw: Mapping[str, Any]) -> NamespaceInfo:
     default_walltime = annotations.get(walltime.ANNOTATION_DEFAULT_WALLTIME)
     if default_walltime is not None and not isinstance(default_walltime, str):
         default_walltime = repr(default_walltime)  # kept to be named in the warning, as a budget is
-    return NamespaceInfo(name=name, uid=uid, budget=ns_budget, default_walltime=default_walltime)
+    machines = NamespaceMachines(
+        machines=_annotation_text(annotations.get(contract.ANNOTATION_MACHINES)),
+        max_remote_queue=_annotation_text(annotations.get(contract.ANNOTATION_MAX_REMOTE_QUEUE)),
+    )
+    return NamespaceInfo(
+        name=name,
+        uid=uid,
+        budget=ns_budget,
+        default_walltime=default_walltime,
+        machines=None if machines == NamespaceMachines() else machines,
+    )
+
+
+def _annotation_text(value: object) -> str | None:
+    """An annotation as written; a value that is no string kept as its repr, to be named in a warning."""
+    if value is None or isinstance(value, str):
+        return value
+    return repr(value)
 
 
 def _node_ready(status: Mapping[str, Any]) -> bool:

@@ -57,6 +57,12 @@ class BurstTerms:
     # machine types it allows: the constraint leaves the pod and becomes the runner's machine choice.
     gpu_model: str = ""
     allowed_machines: tuple[str, ...] = ()
+    # The machines to use in order (NIMBIX_BURST_MACHINES; (): any that fits, cheapest first) and how
+    # long a job may stay queued before it moves to the next (NIMBIX_BURST_MAX_REMOTE_QUEUE; "": the
+    # runner's default); webhook.machine_terms. `warnings`: what kubectl shows about unreadable annotations.
+    machine_order: tuple[str, ...] = ()
+    max_remote_queue: str = ""
+    warnings: tuple[str, ...] = ()
 
 
 def escape(token: str) -> str:
@@ -232,6 +238,13 @@ def _burst_container_ops(base: str, container: Mapping[str, Any], *, gpus: int, 
     if terms.allowed_machines:
         allowed = contract.format_machine_list(terms.allowed_machines)
         wanted.append((contract.ENV_ALLOWED_MACHINES, _value(contract.ENV_ALLOWED_MACHINES, allowed), True))
+    # The container's own values win (as NUM_GPUS): the budget caps every candidate whatever the order.
+    if terms.machine_order:
+        order = ",".join(terms.machine_order)
+        wanted.append((contract.ENV_MACHINES, _value(contract.ENV_MACHINES, order), False))
+    if terms.max_remote_queue:
+        queue = terms.max_remote_queue
+        wanted.append((contract.ENV_MAX_REMOTE_QUEUE, _value(contract.ENV_MAX_REMOTE_QUEUE, queue), False))
     return _env_ops(base, container, wanted)
 
 

@@ -153,6 +153,14 @@ class NamespaceBudget:
 
 
 @dataclass(frozen=True, slots=True)
+class NamespaceMachines:
+    """A namespace's annotations on its bursts' machines, as written (None: absent); see webhook.machine_terms."""
+
+    machines: str | None = None  # `nimbix-burst.io/machines`: the machines to use, in order
+    max_remote_queue: str | None = None  # `nimbix-burst.io/max-remote-queue`: its pods' default
+
+
+@dataclass(frozen=True, slots=True)
 class NamespaceInfo:
     """The fields of a namespace the webhook reads: its UID (kube-system's names the cluster) and
     its annotations for bursting."""
@@ -161,6 +169,7 @@ class NamespaceInfo:
     uid: str
     budget: NamespaceBudget | None  # None: no `max-remote-gpus` annotation
     default_walltime: str | None = None  # its `default-walltime` annotation as written (None: absent)
+    machines: NamespaceMachines | None = None  # None: neither machine annotation
 
 
 DecisionKind = Literal["local", "remote", "skipped"]
@@ -288,3 +297,4 @@ class Snapshot:
     cluster: str  # the cluster's identity (contract.cluster_identity), "" when unknown
     cluster_unknown: str  # why it is unknown ("" when known): no identity, no burst
     default_walltime: str | None  # the namespace's default-walltime annotation as written (None: absent)
+    namespace_machines: NamespaceMachines | None = None  # its machine annotations (None: neither)
