@@ -181,9 +181,8 @@ def test_a_v100_pod_queued_on_a_full_ng4_moves_to_ng4v_and_completes(
         f"JARVICE job {first} on machine ng4 x1 was terminated while queued (it never started, no cost);"
         f" moved to job {second} on machine ng4v x1"
     )
-    print(
-        f"\nmove: first job ended {run.moved_after:.1f} s after the pod was created (limit {MAX_REMOTE_QUEUE_SECONDS} s)"
-    )
+    limit = MAX_REMOTE_QUEUE_SECONDS
+    print(f"\nmove: the first job ended {run.moved_after:.1f} s after the pod was created (limit {limit} s)")
 
 
 def test_money_safety_row_a_move_while_jarvice_answers_503(
