@@ -141,11 +141,18 @@ class Move:
 
 
 def decide_move(
-    *, state: str, queued_seconds: float, max_queue_seconds: int, candidates: tuple[str, ...], current: int
+    *,
+    state: str,
+    queued_seconds: float,
+    max_queue_seconds: int,
+    candidates: tuple[str, ...],
+    current: int,
+    gang: bool = False,
 ) -> Stay | Move:
     """Whether a job on `candidates[current]` that has been queued (by this runner's clock) for
-    `queued_seconds` moves on. `max_queue_seconds` 0: never."""
-    if max_queue_seconds <= 0 or state.strip().upper() not in QUEUED_STATUSES:
+    `queued_seconds` moves on. `max_queue_seconds` 0: never. A gang's job never moves: its other ranks
+    follow the job by its label and would take its end for the gang's."""
+    if gang or max_queue_seconds <= 0 or state.strip().upper() not in QUEUED_STATUSES:
         return Stay()
     if queued_seconds < max_queue_seconds or current + 1 >= len(candidates):
         return Stay()  # not yet, or the last candidate: it keeps waiting there

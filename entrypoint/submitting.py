@@ -112,6 +112,7 @@ class Submitter(ShellPart):
             max_queue_seconds=self.plan.max_remote_queue_seconds,
             candidates=self.candidates,
             current=index,
+            gang=self.plan.gang is not None,
         )
         if isinstance(decision, candidates.Stay):
             return None

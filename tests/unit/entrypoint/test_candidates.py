@@ -150,6 +150,14 @@ def test_the_move(state: str, queued: float, limit: int, current: int, expected:
         assert contract.ENV_MAX_REMOTE_QUEUE in decision.reason and f"candidate {current + 2} of 3" in decision.reason
 
 
+def test_a_gangs_job_never_moves() -> None:
+    # Its other ranks follow the job by its label: they would take the terminated job for the gang's end.
+    decision = decide_move(
+        state="SUBMITTED", queued_seconds=1e6, max_queue_seconds=1, candidates=FOUR, current=0, gang=True
+    )
+    assert decision == Stay()
+
+
 def test_a_single_candidate_never_moves() -> None:
     assert (
         decide_move(state="SUBMITTED", queued_seconds=1e6, max_queue_seconds=1, candidates=("ng4",), current=0)
