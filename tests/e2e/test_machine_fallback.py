@@ -207,6 +207,7 @@ def test_money_safety_row_a_move_while_jarvice_answers_503(
         "billing late": billing_late,
         "most live at once": run.most_live,
         "503s injected": injected.get("status503", 0),
+        "first job ended after (s)": round(run.moved_after, 1),
     }
     print("\nmoney-safety row: " + json.dumps(row))
     assert (row["submitted"], row["completed"], billing_late) == (2, 1, 0)
