@@ -2,7 +2,7 @@
 queued moves to the next one. Pure.
 
 The order (docs/runner.md#which-machine): the machines of /jarvice/machines that satisfy the job
-(GPUs on each node, cores, node count, the pod's GPU model), cheapest for the job first (`mc_price`
+(GPUs on each node, cores, RAM, node count, the pod's GPU model), cheapest for the job first (`mc_price`
 x nodes), then the best fit (fewest GPUs, cores, RAM), then the name. Never one over what was
 counted: with NIMBIX_BURST_COUNTED_GPUS a candidate holds at most that many GPUs, without it at most
 what the best-fitting machine holds (a fallback is never a bigger machine than the first choice
@@ -41,12 +41,21 @@ class Candidates:
     warning: str | None = None  # a pinned machine smaller than the request
 
 
-def _fits(machine: Machine, *, gpus: int, cpus: int, nodes: int) -> bool:
+def _fits(machine: Machine, plan: RemotePlan) -> bool:
+    """GPUs on each node, cores, RAM (a machine whose catalogue entry gives none is not held to it), nodes, arch."""
+    nodes = plan.nodes
     return (
-        machine.fewest_gpus_per_node(nodes) >= gpus
-        and machine.cores >= cpus
+        machine.fewest_gpus_per_node(nodes) >= plan.num_gpus
+        and machine.cores >= plan.num_cpus
+        and (plan.memory_gb is None or machine.ram_gb == 0 or machine.ram_gb >= plan.memory_gb)
         and machine.scale_min <= nodes <= machine.scale_max
+        and (plan.arch is None or machine.arch.lower() == plan.arch.lower())
     )
+
+
+def _size_key(machine: Machine) -> tuple[int, int, int, float, str]:
+    # The best fit: fewest GPUs (never burn GPUs the job did not ask for), cores, RAM, then price and name.
+    return (machine.gpus, machine.cores, machine.ram_gb, machine.price, machine.name)
 
 
 def _order_key(machine: Machine, nodes: int) -> tuple[float, int, int, int, str]:
@@ -72,16 +81,12 @@ def order_candidates(plan: RemotePlan, machines: Mapping[str, Machine]) -> Candi
         if isinstance(pinned, NoMachineFits):
             return pinned
         return Candidates((pinned.machine,), pinned.reason, pinned.warning)
-    best = choose_machine(catalogue, gpus=plan.num_gpus, cpus=plan.num_cpus, nodes=plan.nodes, arch=plan.arch)
-    if isinstance(best, NoMachineFits):
-        return _among_model(best, plan, catalogue)
-    first_fit = catalogue[best.machine]
-    arch = plan.arch if plan.arch is not None else first_fit.arch
-    fitting = [
-        m
-        for m in catalogue.values()
-        if _fits(m, gpus=plan.num_gpus, cpus=plan.num_cpus, nodes=plan.nodes) and m.arch.lower() == arch.lower()
-    ]
+    fitting = [m for m in catalogue.values() if _fits(m, plan)]
+    if not fitting:
+        return _none_fits(plan, catalogue)
+    first_fit = min(fitting, key=_size_key)
+    if plan.arch is None:  # one architecture: an image built for one does not run on the other
+        fitting = [m for m in fitting if m.arch.lower() == first_fit.arch.lower()]
     # Never more GPUs than were counted; without a count, never more than the best fit holds.
     cap = plan.counted_gpus if plan.counted_gpus is not None else first_fit.gpus_on(plan.nodes)
     within = [m for m in fitting if _within(m, nodes=plan.nodes, cap=cap)]
@@ -90,7 +95,8 @@ def order_candidates(plan: RemotePlan, machines: Mapping[str, Machine]) -> Candi
         cheapest = min(fitting, key=lambda m: _order_key(m, plan.nodes))
         return Candidates((cheapest.name,), f"cheapest of {len(fitting)} machine(s) that fit, all over the budget")
     ordered = sorted(within, key=lambda m: _order_key(m, plan.nodes))
-    wanted = f"{plan.num_gpus} GPU(s), {plan.num_cpus} core(s), {plan.nodes} node(s)"
+    memory = f", {plan.memory_gb} GiB RAM" if plan.memory_gb else ""
+    wanted = f"{plan.num_gpus} GPU(s), {plan.num_cpus} core(s){memory}, {plan.nodes} node(s)"
     if plan.preferred_machines is not None:
         return _preferred(plan.preferred_machines, ordered, wanted=wanted)
     names = tuple(m.name for m in ordered)
@@ -102,12 +108,19 @@ def order_candidates(plan: RemotePlan, machines: Mapping[str, Machine]) -> Candi
     return Candidates(names, reason)
 
 
-def _among_model(choice: NoMachineFits, plan: RemotePlan, catalogue: Mapping[str, Machine]) -> NoMachineFits:
+def _none_fits(plan: RemotePlan, catalogue: Mapping[str, Machine]) -> NoMachineFits:
+    """Why no machine fits: what was asked, and the largest machine there is (choose_machine's words)."""
+    choice = choose_machine(catalogue, gpus=plan.num_gpus, cpus=plan.num_cpus, nodes=plan.nodes, arch=plan.arch)
+    reason = choice.reason if isinstance(choice, NoMachineFits) else ""
+    if not reason:  # only the RAM rules every machine out
+        largest = max((m.ram_gb for m in catalogue.values()), default=0)
+        reason = (
+            f"no machine among {len(catalogue)} has {plan.memory_gb} GiB of RAM ({contract.ENV_MEMORY_GB},"
+            f" the container's memory request); the most is {largest} GiB"
+        )
     if plan.allowed_machines is None:
-        return choice
-    return NoMachineFits(
-        f"{choice.reason} among the machines with the pod's GPU model ({', '.join(sorted(catalogue))})"
-    )
+        return NoMachineFits(reason)
+    return NoMachineFits(f"{reason} among the machines with the pod's GPU model ({', '.join(sorted(catalogue))})")
 
 
 def _preferred(preferred: tuple[str, ...], ordered: list[Machine], *, wanted: str) -> Candidates | NoMachineFits:

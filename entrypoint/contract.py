@@ -117,6 +117,10 @@ ANNOTATION_MACHINES: Final = ANNOTATION_PREFIX + "machines"
 # `nimbix-burst.io/max-remote-queue`, else its namespace's; the webhook writes the variable.
 ENV_MAX_REMOTE_QUEUE: Final = "NIMBIX_BURST_MAX_REMOTE_QUEUE"
 ANNOTATION_MAX_REMOTE_QUEUE: Final = ANNOTATION_PREFIX + "max-remote-queue"
+# The container's memory request in GiB, rounded up (set by the webhook from its resources): only
+# machines with at least that much `mc_ram` (read as GiB) per node are candidates. Unset: any.
+ENV_MEMORY_GB: Final = "NIMBIX_BURST_MEMORY_GB"
+BYTES_PER_GB: Final = 2**30
 # Without the annotation (or the variable): ten minutes.
 DEFAULT_MAX_REMOTE_QUEUE_SECONDS: Final = 600
 # At most a week: a longer queue is no queue to move from.

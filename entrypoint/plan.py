@@ -77,6 +77,7 @@ class RemotePlan:
     # the gang's size under the gang's label, the other ranks follow that job.
     gang: Gang | None = None
     preferred_machines: tuple[str, ...] | None = None  # the machines to use, in order (None: cheapest first)
+    memory_gb: int | None = None  # the container's memory request in GiB (None: any RAM will do)
     max_remote_queue_seconds: int = contract.DEFAULT_MAX_REMOTE_QUEUE_SECONDS  # 0: a queued job never moves
 
 
@@ -219,6 +220,7 @@ def build_plan(settings: Settings, *, attempt: int = 1) -> Plan:
         allowed_machines=remote.allowed_machines,
         gang=gang,
         preferred_machines=remote.preferred_machines,
+        memory_gb=remote.memory_gb,
         max_remote_queue_seconds=remote.max_remote_queue_seconds,
     )
 

@@ -183,6 +183,8 @@ class RemoteSettings:
     gang: Gang | None = None  # NIMBIX_BURST_GANG_*: this pod is one rank of a gang's one job
     # NIMBIX_BURST_MACHINES: the machines to use, in order (None: every one that fits, cheapest first).
     preferred_machines: tuple[str, ...] | None = None
+    # NIMBIX_BURST_MEMORY_GB: the container's memory request in GiB (None: any machine's RAM will do).
+    memory_gb: int | None = None
     # NIMBIX_BURST_MAX_REMOTE_QUEUE: how long a job may stay queued before it moves to the next machine.
     max_remote_queue_seconds: int = contract.DEFAULT_MAX_REMOTE_QUEUE_SECONDS
 
@@ -409,6 +411,7 @@ def _parse_remote(env: Mapping[str, str], *, read_file: ReadFile, problems: _Pro
         allowed_machines=_parse_allowed_machines(env, problems),
         gang=gang,
         preferred_machines=_parse_machine_order(env, problems),
+        memory_gb=_parse_int(env, contract.ENV_MEMORY_GB, problems, minimum=0),
         max_remote_queue_seconds=_parse_max_remote_queue(env, problems),
     )
 

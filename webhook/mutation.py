@@ -7,6 +7,7 @@ whole map or list when it is absent, append with `/-` otherwise (RFC 6902, RFC 6
 from __future__ import annotations
 
 import json
+import math
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -208,6 +209,7 @@ def _state_volume_ops(spec: Mapping[str, Any]) -> list[JsonPatchOp]:
 def _burst_container_ops(base: str, container: Mapping[str, Any], *, gpus: int, terms: BurstTerms) -> list[JsonPatchOp]:
     """What makes one app container a runner for its own remote job."""
     cores = format_quantity_cores(container_quantity(container, "cpu"))
+    memory = container_quantity(container, "memory")
     wanted: list[_EnvWish] = [
         (contract.ENV_REMOTE, _value(contract.ENV_REMOTE, "1"), True),
         (contract.ENV_NUM_GPUS, _value(contract.ENV_NUM_GPUS, str(gpus)), False),
@@ -238,6 +240,11 @@ def _burst_container_ops(base: str, container: Mapping[str, Any], *, gpus: int, 
     if terms.allowed_machines:
         allowed = contract.format_machine_list(terms.allowed_machines)
         wanted.append((contract.ENV_ALLOWED_MACHINES, _value(contract.ENV_ALLOWED_MACHINES, allowed), True))
+    # The machine's RAM: the runner's candidates hold at least this much per node. Not on reinvocation:
+    # the container's resources are the runner's footprint by then.
+    if memory > 0 and not terms.reinvoked:
+        memory_gb = str(math.ceil(memory / contract.BYTES_PER_GB))
+        wanted.append((contract.ENV_MEMORY_GB, _value(contract.ENV_MEMORY_GB, memory_gb), False))
     # The container's own values win (as NUM_GPUS): the budget caps every candidate whatever the order.
     if terms.machine_order:
         order = ",".join(terms.machine_order)

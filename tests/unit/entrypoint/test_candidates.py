@@ -80,6 +80,10 @@ def plan(**fields: object) -> RemotePlan:
         ({"num_gpus": 0, "num_cpus": 5}, ("n1",)),
         # A pin is the only candidate.
         ({"num_gpus": 4, "counted_gpus": 4, "machine": "ng4v"}, ("ng4v",)),
+        # RAM per node (mc_ram, GiB): 200 GiB rules out ng4 (256 is enough), 300 GiB leaves ng4v and ng4a.
+        ({"num_gpus": 4, "counted_gpus": 4, "memory_gb": 256}, ("ng4", "ng4v", "ng4a")),
+        ({"num_gpus": 4, "counted_gpus": 4, "memory_gb": 300}, ("ng4v", "ng4a")),
+        ({"num_gpus": 1, "counted_gpus": 1, "memory_gb": 100}, ("ng1a",)),
         # The namespace's order: only the machines it names, in its order, that fit within the budget.
         ({"num_gpus": 4, "counted_gpus": 4, "preferred_machines": ("ng4a", "ng8", "ng4")}, ("ng4a", "ng4")),
         ({"num_gpus": 4, "counted_gpus": 4, "preferred_machines": ("ng4v", "ng4")}, ("ng4v", "ng4")),
@@ -110,11 +114,18 @@ def test_every_fitting_machine_over_the_budget_leaves_the_cheapest_for_the_budge
             f"none of {contract.ENV_MACHINES}=ng1,ng8 offers 4 GPU(s)",
         ),
         ({"machine": "nx9"}, "JARVICE_MACHINE 'nx9' is not in /jarvice/machines"),
+        ({"num_gpus": 1, "memory_gb": 2048}, "no machine among 10 has 2048 GiB of RAM (NIMBIX_BURST_MEMORY_GB"),
     ],
 )
 def test_why_no_machine_fits(fields: dict[str, object], message: str) -> None:
     result = order_candidates(plan(**fields), CATALOGUE)
     assert isinstance(result, NoMachineFits) and message in result.reason, result
+
+
+def test_a_machine_whose_catalogue_entry_gives_no_ram_is_not_held_to_it() -> None:
+    unknown = {"ng1x": machine("ng1x", 8, 1, 0, 1.0, arch="x86_64")}
+    result = order_candidates(plan(num_gpus=1, memory_gb=64), unknown)
+    assert isinstance(result, Candidates) and result.machines == ("ng1x",)
 
 
 def test_a_pin_smaller_than_the_request_is_kept_with_a_warning() -> None:

@@ -113,3 +113,18 @@ def test_a_container_setting_its_own_keeps_it() -> None:
     raw = pod(container(gpus=2, env=[{"name": contract.ENV_MAX_REMOTE_QUEUE, "value": "1h"}]))
     _, patched = admit(sync, raw)
     assert env_of(patched)[contract.ENV_MAX_REMOTE_QUEUE] == "1h"
+
+
+@pytest.mark.parametrize(
+    ("resources", "expected"),
+    [
+        pytest.param({"requests": {"memory": "64Gi"}}, "64", id="GiB"),
+        pytest.param({"requests": {"memory": "100G"}}, "94", id="decimal GB rounded up to GiB"),
+        pytest.param({"limits": {"memory": "1Mi"}}, "1", id="from the limit, at least one"),
+        pytest.param({}, None, id="no request: any RAM"),
+    ],
+)
+def test_the_runner_is_told_the_containers_memory_request(resources: dict[str, Any], expected: str | None) -> None:
+    raw = pod(container(gpus=2, requests=resources.get("requests"), limits=resources.get("limits")))
+    _, patched = admit(make_sync(), raw)
+    assert env_of(patched).get(contract.ENV_MEMORY_GB) == expected
