@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from jarvice import contract, exitcodes
-from jarvice.model import STATUS_RUNNING, is_terminal
+from jarvice.model import STATUS_RUNNING, STATUS_TERMINATED, is_terminal
 
 Stage = Literal["submitted", "queued", "running", "succeeded", "failed"]
 STAGES: Final[tuple[Stage, ...]] = ("submitted", "queued", "running", "succeeded", "failed")
@@ -31,6 +31,9 @@ REASON_QUEUED: Final = "NimbixQueued"
 REASON_RUNNING: Final = "NimbixRunning"
 REASON_SUCCEEDED: Final = "NimbixSucceeded"
 REASON_FAILED: Final = "NimbixFailed"
+# A job that follows one of the pod's that JARVICE ended without ever starting it: the runner moved
+# the pod to its next candidate machine (entrypoint.candidates, NIMBIX_BURST_MAX_REMOTE_QUEUE).
+REASON_MOVED: Final = "NimbixMoved"
 
 # Jobs a ledger keeps (a pod whose runner retried many times): the oldest are dropped, and a job
 # older than every entry of a full ledger counts as recorded. Keeps the annotation a few hundred bytes.
@@ -208,6 +211,22 @@ def build_events(
     return events, stage
 
 
+def build_move_event(job: JobFacts, jobs: Sequence[JobFacts]) -> list[Event]:
+    """The move Event of a newly seen job whose predecessor (the pod's job just before it) ended
+    TERMINATED without ever starting: a job the runner left queued on a full machine."""
+    earlier = [other for other in jobs if other.number < job.number]
+    if not earlier:
+        return []
+    before = max(earlier, key=lambda other: other.number)
+    if before.state != STATUS_TERMINATED or before.start_time:
+        return []
+    text = (
+        f"JARVICE job {before.number} on {_where(before)} was terminated while queued (it never started, no cost);"
+        f" moved to job {job.number} on {_where(job)}"
+    )
+    return [Event(job.number, REASON_MOVED, text, "Normal")]
+
+
 # --- one pod --------------------------------------------------------------------------------------
 
 
@@ -239,6 +258,8 @@ def plan_pod(pod: BurstPod, jobs: Sequence[JobFacts], *, rates: Mapping[str, Rat
     for job in considered:
         job_events, stage = build_events(job, recorded=ledger.get(job.number), rates=rates, now=now)
         events += job_events
+        if job.number not in ledger:
+            events += build_move_event(job, jobs)
         if stage is not None:
             new_ledger[job.number] = stage
     wanted: dict[str, str] = {}

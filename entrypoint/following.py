@@ -3,9 +3,11 @@ the exit status once it ends. The remote run's shell for the "following" and "fi
 (`entrypoint.runstate` decides what happens on a failure; this module only reports it)."""
 
 import logging
-from typing import Final, Literal
+from collections.abc import Callable
+from typing import Any, Final, Literal
 
 from entrypoint import output, recovery, runsteps, walltime
+from entrypoint.candidates import QUEUED_STATUSES
 from entrypoint.progress import ShellPart
 from jarvice import exitcodes
 from jarvice.client import JobNotFound, RequestRejected
@@ -24,12 +26,19 @@ WRITE_BATCH_BYTES: Final = 64 * 1024
 
 
 class Follower(ShellPart):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Whether a queued job moves to the next machine (job, state, seconds queued; the submitter's
+        # `queued_too_long`); None: no job moves.
+        self.mover: Callable[[int, str, float], runsteps.QueuedTooLong | None] | None = None
+        self.queued_since: dict[int, float] = {}  # job -> when this runner first saw it queued (clock)
+
     @property
     def mirrors_only(self) -> bool:
         """A gang's following rank: state lines on stdout, never the job's output (rank 0 prints it)."""
         return self.plan.gang is not None and not self.plan.gang.submits
 
-    def follow(self, number: int) -> runsteps.JobEnded:
+    def follow(self, number: int) -> runsteps.JobEnded | runsteps.QueuedTooLong:
         last_state: str | None = None
         while True:
             status = self.backend.fetch_status(number)
@@ -54,9 +63,18 @@ class Follower(ShellPart):
                     )
             if status.terminal:
                 return runsteps.JobEnded(status)
+            moved = self._queued_too_long(number, status.state)
+            if moved is not None:
+                return moved
             if status.state == STATUS_RUNNING and not self.mirrors_only:
                 self._stream_tail(number)
             self.deps.sleep(self.tuning.poll_seconds * (1 + self.deps.rng.uniform(0, POLL_JITTER)))
+
+    def _queued_too_long(self, number: int, state: str) -> runsteps.QueuedTooLong | None:
+        if self.mover is None or state.strip().upper() not in QUEUED_STATUSES:
+            return None
+        since = self.queued_since.setdefault(number, self.deps.clock())
+        return self.mover(number, state, self.deps.clock() - since)
 
     def pause_before_retry(self, retry: runsteps.Retry) -> None:
         delay = recovery.retry_delay(

@@ -51,6 +51,9 @@ class RemotePlan:
     # The gang this pod is a rank of (None: a pod on its own): rank 0 submits one job of `nodes` =
     # the gang's size under the gang's label, the other ranks follow that job.
     gang: Gang | None = None
+    preferred_machines: tuple[str, ...] | None = None  # the machines to use, in order (None: cheapest first)
+    memory_gb: int | None = None  # the container's memory request in GiB (None: any RAM will do)
+    max_remote_queue_seconds: int = contract.DEFAULT_MAX_REMOTE_QUEUE_SECONDS  # 0: a queued job never moves
 
 
 Plan = LocalPlan | RemotePlan
@@ -99,6 +102,9 @@ def build_plan(settings: Settings, *, attempt: int = 1) -> Plan:
         allowed_machines=remote.allowed_machines,
         max_price=remote.max_price,
         gang=gang,
+        preferred_machines=remote.preferred_machines,
+        memory_gb=remote.memory_gb,
+        max_remote_queue_seconds=remote.max_remote_queue_seconds,
     )
 
 
@@ -210,13 +216,7 @@ def within_price(machines: Mapping[str, Machine], max_price: float | None) -> Ma
 
 
 def select_machine(plan: RemotePlan, machines: Mapping[str, Machine]) -> MachineChoice | NoMachineFits:
-    affordable = within_price(machines, plan.max_price)
-    if plan.max_price is not None and not affordable:
-        return NoMachineFits(
-            reason=f"no machine costs at most {plan.max_price} per node-hour ({contract.ENV_MAX_PRICE}, what the"
-            " namespace's cost caps counted this burst at)"
-        )
-    catalogue = restrict_machines(affordable, allowed=plan.allowed_machines, pinned=plan.machine)
+    catalogue = restrict_machines(machines, allowed=plan.allowed_machines, pinned=plan.machine)
     if isinstance(catalogue, NoMachineFits):
         return catalogue
     if plan.machine is not None:

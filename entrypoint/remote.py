@@ -92,6 +92,7 @@ class _RemoteRun:
         )
         self.submitter = Submitter(plan, deps, label=self.label, progress=self.progress, note=self._note)
         self.waiter = GangWaiter(plan, deps, label=self.label, progress=self.progress, note=self._note)
+        self.follower.mover = self.submitter.queued_too_long
 
     def run(self) -> int:
         gang = self.plan.gang
@@ -183,6 +184,10 @@ class _RemoteRun:
             return self.waiter.await_job(action)
         if isinstance(action, runsteps.Follow):
             return self.follower.follow(action.number)
+        if isinstance(action, runsteps.MoveJob):
+            moved = self.stopper.move(action)
+            self.submitter.moved(action)
+            return moved
         if isinstance(action, runsteps.Retry):
             self.follower.pause_before_retry(action)
             return None
@@ -219,6 +224,9 @@ class _RemoteRun:
             log.info(message, extra={**extra, "job_label": self.label})
         elif action.how == "reattached":
             log.warning("the job carrying this label has another number now", extra={"job": action.number})
+        if action.how in ("submitted", "resolved"):
+            # A job of this runner's own submit: it may move to the next candidate (entrypoint.candidates).
+            self.submitter.submitted_on[action.number] = self.submitter.current
         self.progress.save_job(action.number)
 
     def _log_give_up(self, action: runsteps.GiveUp) -> None:

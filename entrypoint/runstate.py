@@ -35,6 +35,10 @@ and turns what JARVICE answered into the next event. `advance(state, event)` is 
 | following   | status seen            | following   | (the failure streak ends)                                 |
 | following   | job ended              | finishing   | final output (once), exit status                          |
 | following   | label listed           | following   | terminate extras, adopt the lowest live job, follow       |
+| following   | queued too long        | moving      | terminate the queued job, poll it until it has ended      |
+| moving      | moved away, never ran  | submitting  | prepare the submit on the next candidate machine          |
+| moving      | moved away, it ran     | finishing   | final output (once), exit status (it ended meanwhile)     |
+| moving      | a call failed          | moving      | what the recovery table retries: wait, move again         |
 | finishing   | result known           | done        | exit with the job's status                                |
 | any working | signal                 | stopping    | stop the job (or look it up by the label, then stop it)   |
 | stopping    | label listed           | stopping    | terminate extras, stop the lowest live job                |
@@ -44,6 +48,9 @@ and turns what JARVICE answered into the next event. `advance(state, event)` is 
 | giving_up   | label listed           | giving_up   | terminate every new job of the label                      |
 | giving_up   | terminate answered     | done        | exit; the job may run unless every terminate was answered |
 | giving_up   | a call failed          | done        | exit; the job may run (its number cannot be told)         |
+
+A move (`entrypoint.candidates`) keeps "never two jobs": the next job is submitted only after the
+queued one was seen ended. A failure while moving gives up like any other (the job is terminated).
 
 Submit declined and resolve window closed give up ("unavailable") once the outage budget is spent.
 
@@ -86,9 +93,12 @@ from entrypoint.runsteps import (
     LabelListed,
     LeaveRunning,
     ListLabelJobs,
+    MovedAway,
+    MoveJob,
     NothingSubmitted,
     OutputPrinted,
     PrepareSubmit,
+    QueuedTooLong,
     ResolveWindowClosed,
     ResultKnown,
     Retry,
@@ -108,7 +118,7 @@ from entrypoint.runsteps import (
     TerminateExtras,
 )
 from jarvice import duplicates, exitcodes
-from jarvice.model import JobEntry, is_terminal
+from jarvice.model import STATUS_TERMINATED, JobEntry, is_terminal
 
 Phase = Literal[
     "picking_up",  # a job an earlier runner of this container started is being looked at
@@ -117,6 +127,7 @@ Phase = Literal[
     "resolving",  # a submit with an unknown outcome: its job is looked for by the label
     "awaiting",  # a gang's following rank looks for the job rank 0 submits
     "following",  # the job is known: polling, streaming, retrying, re-attaching
+    "moving",  # the job stayed queued too long: it is terminated, and seen ended, before the next submit
     "finishing",  # the job ended: its final output and exit status
     "stopping",  # a signal came: the job is being stopped
     "giving_up",  # a failure the runner cannot get past: the job is stopped before the exit
@@ -124,7 +135,7 @@ Phase = Literal[
 ]
 # Where a signal stops the run at once; while stopping or giving up it is only recorded.
 WORKING_PHASES: Final[frozenset[Phase]] = frozenset(
-    {"picking_up", "attaching", "submitting", "resolving", "awaiting", "following", "finishing"}
+    {"picking_up", "attaching", "submitting", "resolving", "awaiting", "following", "moving", "finishing"}
 )
 
 
@@ -146,6 +157,7 @@ class RunState:
     # finished job of the label only if it ended at or after `started_at` (Unix seconds).
     follower: bool = False
     started_at: int = 0
+    move: MoveJob | None = None  # while moving: the move, done again after a failure the recovery table retries
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +235,8 @@ def advance(state: RunState, event: Event) -> Step:
         return _submit_again(state, budget_spent=event.budget_spent, error=event.error)
     if phase == "following":
         return _following(state, event)
+    if phase == "moving" and isinstance(event, MovedAway):
+        return _moved(state, event)
     if phase == "finishing" and isinstance(event, ResultKnown):
         return _exit(state, event.exit_code)
     if phase == "stopping" and isinstance(event, Stopped):
@@ -267,7 +281,20 @@ def _following(state: RunState, event: Event) -> Step:
     if isinstance(event, JobEnded):
         finishing = replace(state, phase="finishing", job_may_run=False, failures=0)
         return Step(finishing, (Finish(event.status, print_output=_prints_output(state)),))
+    if isinstance(event, QueuedTooLong) and event.number == state.job:
+        move = MoveJob(event.number, event.to, event.reason)
+        return Step(replace(state, phase="moving", failures=0, move=move), (move,))
     raise UnexpectedEvent(f"{type(event).__name__} while following")
+
+
+def _moved(state: RunState, event: MovedAway) -> Step:
+    """The queued job has ended: submit on the next machine, unless it ran meanwhile (then it is the result)."""
+    status = event.status
+    if status.state == STATUS_TERMINATED and status.start_time == 0:
+        submitting = replace(state, phase="submitting", job=None, unseen=None, job_may_run=False, failures=0, move=None)
+        return Step(submitting, (PrepareSubmit(),))
+    finishing = replace(state, phase="finishing", job_may_run=False, failures=0, move=None)
+    return Step(finishing, (Finish(status, print_output=_prints_output(state)),))
 
 
 def _submit_again(state: RunState, *, budget_spent: bool, error: str) -> Step:
@@ -364,6 +391,13 @@ def _on_failure(state: RunState, event: Failed) -> Step:
         return _exit(replace(state, job_may_run=True), _decided_code(state))
     if phase == "awaiting":
         return _on_failure_awaiting(state, event)
+    if phase == "moving" and state.move is not None and state.job is not None:
+        # The terminate or the look after it failed: do the move again (terminating an ended job is harmless).
+        decision = recovery.decide_recovery(event.failure, job_known=True, failures=state.failures)
+        if decision.action == "give_up":
+            return _give_up(state, event, failures=state.failures)
+        attempt = state.failures + 1
+        return Step(replace(state, failures=attempt), (Retry(state.job, "retry", attempt, event.error), state.move))
     if phase in ("following", "finishing") and state.job is not None:
         decision = recovery.decide_recovery(event.failure, job_known=True, failures=state.failures)
         if decision.action == "give_up":

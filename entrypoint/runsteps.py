@@ -95,6 +95,23 @@ class JobEnded:
 
 
 @dataclass(frozen=True, slots=True)
+class QueuedTooLong:
+    """The job this runner submitted is still queued past NIMBIX_BURST_MAX_REMOTE_QUEUE and a next
+    candidate machine is left (`entrypoint.candidates.decide_move`)."""
+
+    number: int
+    to: str  # the next candidate
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class MovedAway:
+    """The queued job was terminated and is confirmed ended (a terminal status was seen)."""
+
+    status: JobStatus
+
+
+@dataclass(frozen=True, slots=True)
 class OutputPrinted:
     pass
 
@@ -130,6 +147,8 @@ Event = (
     | GangWaitClosed
     | StatusSeen
     | JobEnded
+    | QueuedTooLong
+    | MovedAway
     | OutputPrinted
     | ResultKnown
     | Stopped
@@ -197,6 +216,15 @@ class Follow:
 
 
 @dataclass(frozen=True, slots=True)
+class MoveJob:
+    """Terminate the queued job and poll it until it has ended; only then is the next one submitted."""
+
+    number: int
+    to: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Retry:
     number: int
     how: recovery.Action
@@ -254,6 +282,7 @@ Action = (
     | AwaitJob
     | AwaitGangJob
     | Follow
+    | MoveJob
     | Retry
     | Finish
     | StopJob

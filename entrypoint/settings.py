@@ -150,6 +150,12 @@ class RemoteSettings:
     # NIMBIX_BURST_MAX_PRICE: the dearest mc_price per node-hour the namespace's cost caps counted
     # this burst at (None: no caps, no ceiling).
     max_price: float | None = None
+    # NIMBIX_BURST_MACHINES: the machines to use, in order (None: every one that fits, cheapest first).
+    preferred_machines: tuple[str, ...] | None = None
+    # NIMBIX_BURST_MEMORY_GB: the container's memory request in GiB (None: any machine's RAM will do).
+    memory_gb: int | None = None
+    # NIMBIX_BURST_MAX_REMOTE_QUEUE: how long a job may stay queued before it moves to the next machine.
+    max_remote_queue_seconds: int = contract.DEFAULT_MAX_REMOTE_QUEUE_SECONDS
 
 
 @dataclass(frozen=True, slots=True)
@@ -374,6 +380,9 @@ def _parse_remote(env: Mapping[str, str], *, read_file: ReadFile, problems: _Pro
         allowed_machines=_parse_allowed_machines(env, problems),
         gang=gang,
         max_price=_parse_max_price(env, problems),
+        preferred_machines=_parse_machine_order(env, problems),
+        memory_gb=_parse_int(env, contract.ENV_MEMORY_GB, problems, minimum=0),
+        max_remote_queue_seconds=_parse_max_remote_queue(env, problems),
     )
 
 
@@ -390,6 +399,28 @@ def _parse_max_price(env: Mapping[str, str], problems: _Problems) -> float | Non
         problems.add(f"{contract.ENV_MAX_PRICE} must be a price per node-hour >= 0 (e.g. 3.2), got {raw!r}")
         return None
     return value
+
+
+def _parse_machine_order(env: Mapping[str, str], problems: _Problems) -> tuple[str, ...] | None:
+    raw = _get(env, contract.ENV_MACHINES)
+    if raw is None:
+        return None
+    try:
+        return contract.parse_machine_order(raw)
+    except ValueError as exc:
+        problems.add(f"{contract.ENV_MACHINES}: {exc}")
+        return None
+
+
+def _parse_max_remote_queue(env: Mapping[str, str], problems: _Problems) -> int:
+    raw = _get(env, contract.ENV_MAX_REMOTE_QUEUE)
+    if raw is None:
+        return contract.DEFAULT_MAX_REMOTE_QUEUE_SECONDS
+    try:
+        return contract.parse_duration_seconds(raw)
+    except ValueError as exc:
+        problems.add(f"{contract.ENV_MAX_REMOTE_QUEUE}: {exc}")
+        return contract.DEFAULT_MAX_REMOTE_QUEUE_SECONDS
 
 
 def _parse_allowed_machines(env: Mapping[str, str], problems: _Problems) -> tuple[str, ...] | None:

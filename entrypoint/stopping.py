@@ -103,6 +103,28 @@ class Stopper(ShellPart):
                     "could not terminate another live job carrying this label", extra={"job": number, "error": str(exc)}
                 )
 
+    def move(self, action: runsteps.MoveJob) -> runsteps.MovedAway:
+        """Terminate the job JARVICE kept queued and poll it until it has ended: only then may the next
+        job be submitted (never two jobs). A failed call raises JarviceError; the machine moves again."""
+        number = action.number
+        log.warning(
+            "job queued too long; terminating it before submitting on the next machine",
+            extra={"job": number, "machine": action.to, "reason": action.reason},
+        )
+        try:
+            self.backend.terminate(number, deadline=self.deps.clock() + TERMINATE_SECONDS)
+        except JobNotFound as exc:
+            log.info("job already ended; nothing to terminate", extra={"job": number, "error": str(exc)})
+        interval = min(CANCEL_POLL_SECONDS, self.tuning.poll_seconds)
+        while True:
+            status = self.backend.fetch_status(number)
+            if status.terminal:
+                log.info(
+                    "queued job ended", extra={"job": number, "state": status.state, "start_time": status.start_time}
+                )
+                return runsteps.MovedAway(status)
+            self.deps.sleep(interval)
+
     def terminate(self, action: runsteps.Terminate) -> runsteps.TerminateAnswered:
         """A give-up's best-effort terminate of each job; says which ones no longer run."""
         return runsteps.TerminateAnswered(tuple(self._best_effort_terminate(number) for number in action.numbers))

@@ -7,8 +7,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
-from entrypoint import budget, runsteps
-from entrypoint.plan import NoMachineFits, build_submit_body, select_machine
+from entrypoint import budget, candidates, runsteps
+from entrypoint.plan import MachineChoice, NoMachineFits, build_submit_body
 from entrypoint.progress import ShellPart
 from entrypoint.signals import CancelRequested
 from jarvice import exitcodes
@@ -29,6 +29,9 @@ class Submitter(ShellPart):
         self.first_failure: float | None = None
         self.resolve_deadline = 0.0
         self.last_error = ""  # the unanswered submit's, for a give-up after the resolve window
+        self.candidates: tuple[str, ...] = ()  # the machines to try, in order (entrypoint.candidates)
+        self.current = 0  # the candidate the next submit goes to
+        self.submitted_on: dict[int, int] = {}  # job this runner submitted -> its candidate
 
     def inspect_inherited(self, number: int) -> runsteps.InheritedJobAnswered | runsteps.InheritedJobUnknown:
         try:
@@ -55,13 +58,23 @@ class Submitter(ShellPart):
     def prepare(self) -> runsteps.NothingSubmitted | runsteps.SubmitPrepared:
         """Choose the machine, hold it to the GPU budget, build the body; save the state before the submit."""
         machines = self.backend.fetch_machines()
-        choice = select_machine(self.plan, machines)
-        if isinstance(choice, NoMachineFits):
-            log.error("no machine fits the request", extra={"reason": choice.reason})
+        if not self.candidates:
+            order = candidates.order_candidates(self.plan, machines)
+            if isinstance(order, NoMachineFits):
+                log.error("no machine fits the request", extra={"reason": order.reason})
+                return runsteps.NothingSubmitted(exitcodes.EXIT_NO_MACHINE)
+            self.candidates = order.machines
+            log.info("machine candidates", extra={"machines": list(order.machines), "reason": order.reason})
+            if order.warning:
+                log.warning(
+                    "machine smaller than requested", extra={"machine": order.machines[0], "reason": order.warning}
+                )
+        name = self.candidates[self.current]
+        if name not in machines:
+            log.error("the next candidate machine left /jarvice/machines", extra={"machine": name})
             return runsteps.NothingSubmitted(exitcodes.EXIT_NO_MACHINE)
+        choice = MachineChoice(name, f"candidate {self.current + 1} of {len(self.candidates)}")
         log.info("machine selected", extra={"machine": choice.machine, "reason": choice.reason})
-        if choice.warning:
-            log.warning("machine smaller than requested", extra={"machine": choice.machine, "reason": choice.warning})
         if self.plan.counted_gpus is None:
             log.info("no counted GPUs set: the machine is not checked against a GPU budget")
         over = budget.check_gpu_budget(
@@ -87,6 +100,28 @@ class Submitter(ShellPart):
         self.progress.save_job(None)
         before = frozenset(j.number for j in self._mine(self.backend.fetch_jobs(completed=True)))
         return runsteps.SubmitPrepared(before)
+
+    def queued_too_long(self, number: int, state: str, queued_seconds: float) -> runsteps.QueuedTooLong | None:
+        """Whether the job moves to the next candidate (`candidates.decide_move`). Only a job this
+        runner submitted moves: of an inherited or attached one, neither its machine nor its queue time is known."""
+        index = self.submitted_on.get(number)
+        if index is None:
+            return None
+        decision = candidates.decide_move(
+            state=state,
+            queued_seconds=queued_seconds,
+            max_queue_seconds=self.plan.max_remote_queue_seconds,
+            candidates=self.candidates,
+            current=index,
+            gang=self.plan.gang is not None,
+        )
+        if isinstance(decision, candidates.Stay):
+            return None
+        return runsteps.QueuedTooLong(number, decision.to, decision.reason)
+
+    def moved(self, action: runsteps.MoveJob) -> None:
+        """The queued job has ended: the next submit goes to the machine it moves to."""
+        self.current = self.candidates.index(action.to)
 
     def submit(
         self, action: runsteps.Submit

@@ -140,6 +140,59 @@ def parse_machine_list(text: str) -> tuple[str, ...]:
     return tuple(sorted(set(names)))
 
 
+# --- which machine, and moving a job JARVICE keeps queued (docs/runner.md#which-machine) ---
+
+# The machines to use and their order (comma-separated, order kept), from a namespace's annotation
+# `nimbix-burst.io/machines` (the webhook copies it) or set on the container. Unset: every machine
+# that fits, cheapest first.
+ENV_MACHINES: Final = "NIMBIX_BURST_MACHINES"
+ANNOTATION_MACHINES: Final = ANNOTATION_PREFIX + "machines"
+# How long a job may stay queued on JARVICE (not yet started) before it is terminated and submitted
+# on the next candidate machine: a duration (`30s`, `10m`, `1h`, `0` never). The pod's annotation
+# `nimbix-burst.io/max-remote-queue`, else its namespace's; the webhook writes the variable.
+ENV_MAX_REMOTE_QUEUE: Final = "NIMBIX_BURST_MAX_REMOTE_QUEUE"
+ANNOTATION_MAX_REMOTE_QUEUE: Final = ANNOTATION_PREFIX + "max-remote-queue"
+# The container's memory request in GiB, rounded up (set by the webhook from its resources): only
+# machines with at least that much `mc_ram` (read as GiB) per node are candidates. Unset: any.
+ENV_MEMORY_GB: Final = "NIMBIX_BURST_MEMORY_GB"
+BYTES_PER_GB: Final = 2**30
+# Without the annotation (or the variable): ten minutes.
+DEFAULT_MAX_REMOTE_QUEUE_SECONDS: Final = 600
+# At most a week: a longer queue is no queue to move from.
+MAX_REMOTE_QUEUE_SECONDS: Final = 7 * 24 * 3600
+_DURATION_UNITS: Final = {"s": 1, "m": 60, "h": 3600}
+
+
+def parse_machine_order(text: str) -> tuple[str, ...]:
+    """NIMBIX_BURST_MACHINES (or the namespace annotation) -> machine types in the order given,
+    without repeats. Raises ValueError naming the first entry that is no machine type."""
+    names: list[str] = []
+    for part in text.split(","):
+        name = part.strip()
+        if not is_machine_name(name):
+            raise ValueError(
+                f"{name!r} is not a JARVICE machine type (letters, digits, '_', '-', '.', at most"
+                f" {MAX_MACHINE_NAME} characters); give the machines in the order to try, e.g. ng4,ng4v"
+            )
+        if name not in names:
+            names.append(name)
+    return tuple(names)
+
+
+def parse_duration_seconds(text: str) -> int:
+    """`90s`, `10m`, `1h`, `90` (seconds) or `0` -> whole seconds, at most MAX_REMOTE_QUEUE_SECONDS.
+    Raises ValueError saying what to write."""
+    value = text.strip().lower()
+    unit = _DURATION_UNITS.get(value[-1:], 0) if value else 0
+    digits = value[:-1] if unit else value
+    if not digits.isascii() or not digits.isdigit():
+        raise ValueError(f"{text!r} is not a duration: write a whole number with s, m or h, e.g. 30s or 10m (0: never)")
+    seconds = int(digits) * (unit or 1)
+    if seconds > MAX_REMOTE_QUEUE_SECONDS:
+        raise ValueError(f"{text!r} is longer than a week ({MAX_REMOTE_QUEUE_SECONDS} s); write 0 to never move")
+    return seconds
+
+
 # --- what the controller shows of a burst pod's JARVICE jobs (`kubectl describe`, `kubectl nimbix`) ---
 
 # Its latest job (the highest number), that job's machine and node count, and the state of that job:

@@ -15,6 +15,7 @@ from typing import Any
 
 from jarvice import contract
 from webhook import data_volumes, gpu_models, mutation, spending, walltime
+from webhook import machine_terms as machine_terms_of
 from webhook.gangs import GangTerms
 from webhook.types import GpuCounts, PodNeeds, Snapshot
 
@@ -90,6 +91,7 @@ def settle(
     model: gpu_models.ModelConstraint | None = None
     machines: gpu_models.AllowedMachines | gpu_models.NoMachineOffers | None = None
     staging: tuple[tuple[str, str, str], ...] = ()
+    machine_terms = machine_terms_of.MachineTerms((), "", ())
     if not reinvoked and pod is not None:
         if gang is not None and len(pod.bursting) > 1:
             count = len(pod.bursting)
@@ -109,6 +111,9 @@ def settle(
             notes = {contract.ANNOTATION_DATA_NOT_STAGED: data.volumes} if data.volumes else {}
             return NotBurst(data.reason, notes, tuple(data.warnings))
         staging = tuple((c.container, c.env_value("in"), c.env_value("out")) for c in data.staging)
+        machine_terms = machine_terms_of.decide_machine_terms(
+            pod.annotations, snapshot.namespace_machines, namespace_name=needs.namespace
+        )
     limit, limit_warning = walltime.decide_walltime(
         active_deadline,
         namespace=needs.namespace,
@@ -123,5 +128,8 @@ def settle(
         gpu_model=gpu_models.describe_constraint(model) if model is not None else "",
         allowed_machines=machines.machines if isinstance(machines, gpu_models.AllowedMachines) else (),
         app=snapshot.app or (pod.policy.default_app if pod is not None else ""),
+        machine_order=machine_terms.order,
+        max_remote_queue=machine_terms.max_remote_queue,
+        warnings=machine_terms.warnings,
     )
     return Terms(terms, limit_warning, remote_gpus(needs.gpus))

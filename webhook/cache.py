@@ -49,6 +49,7 @@ from webhook.types import (
     FitResult,
     NamespaceBudget,
     NamespaceInfo,
+    NamespaceMachines,
     NodeInfo,
     Placement,
     PodInfo,
@@ -79,6 +80,7 @@ class NamespaceIndex:
         self.caps: dict[str, CostCaps] = {}  # namespaces with a cost cap
         self.apps: dict[str, str] = {}  # namespaces that name their JARVICE application
         self.burst_afters: dict[str, str] = {}  # namespaces with a burst-after annotation
+        self.machines: dict[str, NamespaceMachines] = {}  # namespaces with a machines or max-remote-queue annotation
         self.kube_system_uid = ""
         self.remote_in_use: dict[str, int] = {}  # namespace -> GPUs of its watched burst pods
         # (kube-system UID, cluster name) -> (identity, why unknown): worked out once, not per review.
@@ -90,6 +92,7 @@ class NamespaceIndex:
         self.caps = {}
         self.apps = {}
         self.burst_afters = {}
+        self.machines = {}
         self.kube_system_uid = ""
         for namespace in namespaces:
             self.upsert(namespace)
@@ -116,6 +119,10 @@ class NamespaceIndex:
             self.burst_afters.pop(name, None)
         else:
             self.burst_afters[name] = namespace.burst_after
+        if namespace.machines is None:
+            self.machines.pop(name, None)
+        else:
+            self.machines[name] = namespace.machines
         if name == CLUSTER_NAMESPACE:
             self.kube_system_uid = namespace.uid
 
@@ -151,6 +158,7 @@ class NamespaceIndex:
         self.caps.pop(name, None)
         self.apps.pop(name, None)
         self.burst_afters.pop(name, None)
+        self.machines.pop(name, None)
         if name == CLUSTER_NAMESPACE:
             self.kube_system_uid = ""
 
@@ -282,6 +290,7 @@ class ClusterCache:
             cluster_unknown=unknown,
             default_walltime=self.namespaces.default_walltimes.get(namespace),
             burst_after=self.namespaces.burst_afters.get(namespace),
+            namespace_machines=self.namespaces.machines.get(namespace),
         )
 
     def wall_now(self) -> float:

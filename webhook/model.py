@@ -30,6 +30,7 @@ from webhook.types import (
     CPU_MILLI,
     POD_COUNT,
     NamespaceInfo,
+    NamespaceMachines,
     NodeInfo,
     Placement,
     PodInfo,
@@ -463,6 +464,10 @@ def parse_namespace(raw: Mapping[str, Any]) -> NamespaceInfo:
     burst_after = annotations.get(contract.ANNOTATION_BURST_AFTER)
     if burst_after is not None and not isinstance(burst_after, str):
         burst_after = repr(burst_after)  # kept to be named in the pod's note, as a budget is
+    machines = NamespaceMachines(
+        machines=_annotation_text(annotations.get(contract.ANNOTATION_MACHINES)),
+        max_remote_queue=_annotation_text(annotations.get(contract.ANNOTATION_MAX_REMOTE_QUEUE)),
+    )
     return NamespaceInfo(
         name=name,
         uid=uid,
@@ -471,7 +476,15 @@ def parse_namespace(raw: Mapping[str, Any]) -> NamespaceInfo:
         cost_caps=caps,
         app=app.strip() if isinstance(app, str) else "",
         burst_after=burst_after,
+        machines=None if machines == NamespaceMachines() else machines,
     )
+
+
+def _annotation_text(value: object) -> str | None:
+    """An annotation as written; a value that is no string kept as its repr, to be named in a warning."""
+    if value is None or isinstance(value, str):
+        return value
+    return repr(value)
 
 
 def _node_ready(status: Mapping[str, Any]) -> bool:

@@ -7,6 +7,7 @@ whole map or list when it is absent, append with `/-` otherwise (RFC 6902, RFC 6
 from __future__ import annotations
 
 import json
+import math
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -71,6 +72,12 @@ class BurstTerms:
     # The JARVICE application (APP_NAME) unless the container names one: the namespace's
     # `nimbix-burst.io/jarvice-app`, else the add-on's --default-app ("": neither).
     app: str = ""
+    # The machines to use in order (NIMBIX_BURST_MACHINES; (): any that fits, cheapest first) and how
+    # long a job may stay queued before it moves to the next (NIMBIX_BURST_MAX_REMOTE_QUEUE; "": the
+    # runner's default); webhook.machine_terms. `warnings`: what kubectl shows about unreadable annotations.
+    machine_order: tuple[str, ...] = ()
+    max_remote_queue: str = ""
+    warnings: tuple[str, ...] = ()
 
 
 def escape(token: str) -> str:
@@ -245,6 +252,7 @@ def _burst_container_ops(
     pays with is written by the product (the container's own values of those are replaced); where to
     submit and as which application, unless the container says."""
     cores = format_quantity_cores(container_quantity(container, "cpu"))
+    memory = container_quantity(container, "memory")
     wanted: list[_EnvWish] = [
         (contract.ENV_REMOTE, _value(contract.ENV_REMOTE, "1"), True),
         # The machine's size is what was counted, whatever the pod said (a reinvocation keeps the first's).
@@ -292,6 +300,18 @@ def _burst_container_ops(
             "secretKeyRef": {"name": policy.credentials_secret, "key": contract.CREDENTIALS_URL_KEY, "optional": True}
         }
         wanted.append((contract.ENV_API_URL, {"name": contract.ENV_API_URL, "valueFrom": url}, False))
+    # The machine's RAM: the runner's candidates hold at least this much per node. Not on reinvocation:
+    # the container's resources are the runner's footprint by then.
+    if memory > 0 and not terms.reinvoked:
+        memory_gb = str(math.ceil(memory / contract.BYTES_PER_GB))
+        wanted.append((contract.ENV_MEMORY_GB, _value(contract.ENV_MEMORY_GB, memory_gb), False))
+    # The container's own values win (as NUM_GPUS): the budget caps every candidate whatever the order.
+    if terms.machine_order:
+        order = ",".join(terms.machine_order)
+        wanted.append((contract.ENV_MACHINES, _value(contract.ENV_MACHINES, order), False))
+    if terms.max_remote_queue:
+        queue = terms.max_remote_queue
+        wanted.append((contract.ENV_MAX_REMOTE_QUEUE, _value(contract.ENV_MAX_REMOTE_QUEUE, queue), False))
     return _env_ops(base, container, wanted)
 
 

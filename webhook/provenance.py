@@ -33,6 +33,8 @@ USER_ANNOTATIONS: Final = frozenset(
         contract.ANNOTATION_STAGE_OUT,
         contract.ANNOTATION_REMOTE_DATA,
         contract.ANNOTATION_BURST_AFTER,
+        contract.ANNOTATION_MACHINES,
+        contract.ANNOTATION_MAX_REMOTE_QUEUE,
     }
 )
 # The product's environment on a burst container; REMOTE=1 is what makes the runner submit.
@@ -49,8 +51,17 @@ def is_product_annotation(key: str) -> bool:
     return key.startswith(contract.ANNOTATION_PREFIX) and key not in USER_ANNOTATIONS
 
 
+# What a container may set itself under the product's prefix: the runner's machine preferences. None
+# of them counts or pays: the counted GPUs and the price ceiling bound every machine whatever they say.
+USER_ENV: Final = frozenset({contract.ENV_MACHINES, contract.ENV_MAX_REMOTE_QUEUE, contract.ENV_MEMORY_GB})
+
+
 def is_product_env(name: object) -> bool:
-    return isinstance(name, str) and (name in _PRODUCT_ENV or name.startswith(_PRODUCT_ENV_PREFIX))
+    return (
+        isinstance(name, str)
+        and (name in _PRODUCT_ENV or name.startswith(_PRODUCT_ENV_PREFIX))
+        and name not in USER_ENV
+    )
 
 
 def _dict(value: object) -> Mapping[str, Any]:

@@ -99,6 +99,8 @@ def respond(
         warnings += overreach.build_overreach_warnings(_mapping(pod.get("spec")), policy=policy)
         if verdict.limit_warning:
             warnings.append(verdict.limit_warning)
+        if verdict.burst is not None:
+            warnings += verdict.burst.warnings
     else:  # kept local (a budget's doing or not): it waits for local GPUs as submitted
         patch = mutation.build_kept_local_patch(pod, reason=verdict.reason, notes=verdict.notes, admission=request.uid)
         warnings = list(verdict.warnings)

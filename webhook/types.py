@@ -160,6 +160,14 @@ class NamespaceBudget:
 
 
 @dataclass(frozen=True, slots=True)
+class NamespaceMachines:
+    """A namespace's annotations on its bursts' machines, as written (None: absent); see webhook.machine_terms."""
+
+    machines: str | None = None  # `nimbix-burst.io/machines`: the machines to use, in order
+    max_remote_queue: str | None = None  # `nimbix-burst.io/max-remote-queue`: its pods' default
+
+
+@dataclass(frozen=True, slots=True)
 class NamespaceInfo:
     """The fields of a namespace the webhook reads: its UID (kube-system's names the cluster) and
     its annotations for bursting."""
@@ -171,6 +179,7 @@ class NamespaceInfo:
     cost_caps: CostCaps | None = None  # its `max-cost-per-hour`/`-month` annotations (None: neither)
     app: str = ""  # its `jarvice-app` annotation: the JARVICE application its bursts run ("": absent)
     burst_after: str | None = None  # its `burst-after` annotation as written (None: absent)
+    machines: NamespaceMachines | None = None  # None: neither machine annotation
 
 
 DecisionKind = Literal["local", "remote", "skipped"]
@@ -306,3 +315,4 @@ class Snapshot:
     spend_refusal: str = ""  # why the spend record cannot be used now ("": it can, or no caps)
     machines: Mapping[str, MachineRate] | None = None  # the record's machine rates (None: no record)
     burst_after: str | None = None  # the namespace's burst-after annotation as written (None: absent)
+    namespace_machines: NamespaceMachines | None = None  # its machine annotations (None: neither)

@@ -40,6 +40,10 @@ def default_machines() -> dict[str, dict[str, Any]]:
         "ng4": _machine(
             cores=32, gpus=4, ram=256, price=8.40, description="32 core, 256GB RAM, 4x NVIDIA V100", scale_max=8
         ),
+        # A second 4-GPU V100 machine, dearer than ng4: where a 4-GPU V100 pod moves when ng4 is full.
+        "ng4v": _machine(
+            cores=48, gpus=4, ram=384, price=10.20, description="48 core, 384GB RAM, 4x NVIDIA V100", scale_max=8
+        ),
         # One A100: the smallest machine a 1-GPU pod that selects an A100 may burst to (the budget check
         # refuses a machine with more GPUs than the pod asked for).
         "ng1a": _machine(cores=16, gpus=1, ram=128, price=3.20, description="16 core, 128GB RAM, 1x NVIDIA A100 80GB"),

@@ -25,6 +25,8 @@ class EmulatorConfig:
     appdefs: dict[str, appdef.LoadedAppDef] = field(default_factory=dict)
     # Vaults (vault.py): SFTP, /jarvice/vault, each job's /data. None: no vaults, jobs run on the host.
     vaults: vault.VaultConfig | None = None
+    # Nodes each machine type can run at once (jobs.has_room); a machine not named is unlimited.
+    machine_capacity: dict[str, int] = field(default_factory=dict)
 
     def app_commands(self) -> dict[str, frozenset[str]]:
         """Every application id (catalogue and AppDef) -> its command keys."""

@@ -1,6 +1,7 @@
 """The emulator's own controls under /_emulator/ (no credentials), for tests and demos: the fault
-plan, timing, the submissions and jobs seen, request statistics, and a reset."""
+plan, timing and machine capacity, the submissions and jobs seen, request statistics, and a reset."""
 
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -34,18 +35,46 @@ def _timing_json(timing: jobs.Timing) -> dict[str, Any]:
 
 async def handle_get_config(request: web.Request) -> web.Response:
     state = request.app[STATE]
-    return json_response({**_timing_json(state.config.timing), "tail_preamble": state.config.tail_preamble})
+    return json_response(
+        {
+            **_timing_json(state.config.timing),
+            "tail_preamble": state.config.tail_preamble,
+            "machine_capacity": dict(state.config.machine_capacity),
+        }
+    )
+
+
+def parse_machine_capacity(raw: object, machines: Mapping[str, object]) -> dict[str, int]:
+    """`{"ng4": 0, ...}`: nodes per machine type of the catalogue, each a whole number >= 0.
+    Raises ValueError saying what to fix."""
+    if not isinstance(raw, dict):
+        raise ValueError('machine_capacity: expected an object of machine type -> nodes, e.g. {"ng4": 0}')
+    capacity: dict[str, int] = {}
+    for name, nodes in raw.items():
+        if name not in machines:
+            raise ValueError(f"machine_capacity: {name!r} is not a machine of /jarvice/machines")
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 0:
+            raise ValueError(f"machine_capacity: {name}: {nodes!r} is not a whole number of nodes >= 0")
+        capacity[name] = nodes
+    return capacity
 
 
 async def handle_set_config(request: web.Request) -> web.Response:
     state = request.app[STATE]
     raw = await request.json()
     timing = state.config.timing
-    allowed = {*_timing_json(timing), "tail_preamble"}
+    allowed = {*_timing_json(timing), "tail_preamble", "machine_capacity"}
     if not isinstance(raw, dict) or set(raw) - allowed:
         return error(400, f"expected an object with keys among {sorted(allowed)}")
+    if "machine_capacity" in raw:
+        try:
+            capacity = parse_machine_capacity(raw["machine_capacity"], state.config.machines)
+        except ValueError as exc:
+            return error(400, str(exc))
     for key, value in raw.items():
-        if key == "tail_preamble":
+        if key == "machine_capacity":
+            state.config.machine_capacity = capacity  # replaces the whole map: {} makes every machine unlimited
+        elif key == "tail_preamble":
             state.config.tail_preamble = bool(value)
         elif key == "shutdown_kill_seconds" and value is None:
             timing.shutdown_kill_seconds = None
@@ -104,4 +133,5 @@ async def handle_reset(request: web.Request) -> web.Response:
     state = request.app[STATE]
     state.faults = Faults()
     state.stats = Stats()
+    state.config.machine_capacity = {}  # a test that filled a machine leaves none full for the next
     return json_response({"status": "reset"})

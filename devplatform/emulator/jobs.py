@@ -7,6 +7,11 @@ process group at once; shutdown (PROCESSING STARTING only) sends SIGTERM and, af
 `shutdown_kill_seconds`, SIGKILL; both end TERMINATED. With `cancel_fast_seconds`, jobs that end
 faster than that show CANCELED (JARVICE's known issue, reference §7).
 
+Machine capacity (`machine_capacity`, nodes per machine type; absent means unlimited): a job whose
+queue time is over stays SUBMITTED while its machine's running jobs hold the capacity, with
+`job_substatus_text` saying so (WAITING_FOR_CAPACITY_TEXT), and starts once its nodes fit (a job
+ending or a config change frees them), lowest job number first.
+
 Walltime (`application.walltime`): a job still running that long after it started (PROCESSING
 STARTING) is killed like a terminate and ends TERMINATED with `job_substatus_text` "Job exceeded its
 walltime limit". How JARVICE ends such a job is not documented: this is the emulator's assumption.
@@ -17,6 +22,7 @@ import contextlib
 import os
 import signal
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -43,6 +49,10 @@ _SCRUBBED_PREFIXES: Final = ("JARVICE_",)
 _SCRUBBED_NAMES: Final = frozenset({"APIKEY", "USERNAME"})
 # What a job stopped at its walltime says in job_substatus_text (the emulator's choice).
 WALLTIME_EXCEEDED_TEXT: Final = "Job exceeded its walltime limit"
+# What a job held back by its machine's capacity says in job_substatus_text (the emulator's choice).
+WAITING_FOR_CAPACITY_TEXT: Final = "Waiting for capacity on machine {machine}"
+# How often a job held back by capacity looks again (capacity frees when a job ends or the config changes).
+CAPACITY_POLL_SECONDS: Final = 0.2
 
 
 @dataclass
@@ -85,6 +95,7 @@ class Job:
     started_monotonic: float = 0.0
     # The job's vault at /data in a private root (see vault.py); None: the command runs on the host.
     vault: vaults.JobVault | None = None
+    waits_for_capacity: bool = False  # its queue time is over and its machine is full
 
     @property
     def output_path(self) -> Path:
@@ -182,6 +193,20 @@ def job_environment() -> dict[str, str]:
     }
 
 
+def has_room(job: "Job", others: Iterable["Job"], capacity: Mapping[str, int]) -> bool:
+    """Whether `job` may start on its machine: the machine has no capacity set, or its started live
+    jobs' nodes plus this job's fit it, and no lower-numbered job of the machine waits before it."""
+    limit = capacity.get(job.machine)
+    if limit is None:
+        return True
+    same = [other for other in others if other.machine == job.machine and other.number != job.number]
+    held = sum(other.nodes for other in same if other.status == RUNNING)
+    waiting_before = any(
+        other.status == SUBMITTED and other.waits_for_capacity and other.number < job.number for other in same
+    )
+    return not waiting_before and held + job.nodes <= limit
+
+
 def _walltime(seconds: float) -> str:
     total = max(0, int(seconds))
     return f"{total // 3600:02d}:{total % 3600 // 60:02d}:{total % 60:02d}"
@@ -229,10 +254,23 @@ def _stop_at_walltime(job: Job) -> None:
         terminate(job)
 
 
-async def run_job(job: Job, timing: Timing) -> None:
-    """The job's whole life; runs as one task per job."""
+async def _wait_for_room(job: Job, room: Callable[[Job], bool]) -> bool:
+    """Hold the job SUBMITTED until its machine has room; True if it was stopped meanwhile."""
+    while not room(job):
+        job.waits_for_capacity = True
+        job.substatus_text = WAITING_FOR_CAPACITY_TEXT.format(machine=job.machine)
+        if await _sleep_or_stop(job, CAPACITY_POLL_SECONDS):
+            return True
+    if job.waits_for_capacity:
+        job.waits_for_capacity = False
+        job.substatus_text = ""
+    return False
+
+
+async def run_job(job: Job, timing: Timing, room: Callable[[Job], bool] = lambda _job: True) -> None:
+    """The job's whole life; runs as one task per job. `room`: whether its machine can take it now."""
     try:
-        if await _sleep_or_stop(job, timing.queue_seconds):
+        if await _sleep_or_stop(job, timing.queue_seconds) or await _wait_for_room(job, room):
             _finish(job, TERMINATED, -15)
             return
         job.status = RUNNING

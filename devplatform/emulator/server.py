@@ -129,7 +129,7 @@ async def handle_submit(request: web.Request) -> web.Response:
     )
     job.vault = vault_api.job_vault(request.app, owner=owner, submission=body, workdir=workdir)
     state.jobs[number] = job
-    job.task = state.spawn(jobs.run_job(job, state.config.timing))
+    job.task = state.spawn(jobs.run_job(job, state.config.timing, state.has_room))
     faulted = fault_injection.inject_after_submit(request, state)
     if faulted is not None:
         return faulted

@@ -40,6 +40,10 @@ class EmulatorState:
         self.workdir = Path(tempfile.mkdtemp(prefix="jarvice-emulator-")) if config.workdir is None else config.workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
 
+    def has_room(self, job: jobs.Job) -> bool:
+        """Whether the job's machine can start it now (the machine capacity, `jobs.has_room`)."""
+        return jobs.has_room(job, self.jobs.values(), self.config.machine_capacity)
+
     def spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
         self.background.add(task)

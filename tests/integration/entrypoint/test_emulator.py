@@ -368,3 +368,79 @@ def test_a_job_past_its_walltime_is_stopped_terminated(api: Api, control: Emulat
         submit_body("true", application={"command": "run", "parameters": {"command": "true"}, "walltime": "1h"})
     )
     assert bad.status_code == 400 and "walltime" in bad.json()["detail"]
+
+
+# --- machine capacity --------------------------------------------------------------------------------
+
+
+def wait_status(api: Api, number: int, wanted: str, timeout: float = 10) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        entry = api.get("status", number=number).json()[str(number)]
+        if entry["job_status"] == wanted:
+            return entry
+        time.sleep(0.02)
+    raise AssertionError(f"job {number} never reached {wanted}")
+
+
+def substatus_text(api: Api, number: int, *, completed: bool = False) -> str:
+    jobs = api.get("jobs", completed="true" if completed else "false").json()
+    return str(jobs[str(number)]["job_substatus_text"])
+
+
+def test_a_job_on_a_full_machine_stays_submitted_until_capacity_frees(api: Api, control: EmulatorControl) -> None:
+    control.set_config(queue_seconds=0, machine_capacity={"ng4": 0})
+    full = api.submit(submit_body("echo on ng4", machine={"type": "ng4", "nodes": 1})).json()["number"]
+    other = api.submit(submit_body("echo on ng4a", machine={"type": "ng4a", "nodes": 1})).json()["number"]
+    assert wait_terminal(api, other)["job_status"] == "COMPLETED"  # a machine not named is unlimited
+    time.sleep(0.5)  # well past the queue time and a few capacity looks
+    assert api.get("status", number=full).json()[str(full)]["job_status"] == "SUBMITTED"
+    assert substatus_text(api, full) == "Waiting for capacity on machine ng4"
+    assert control.set_config(machine_capacity={"ng4": 1})["machine_capacity"] == {"ng4": 1}
+    final = wait_terminal(api, full)
+    assert final["job_status"] == "COMPLETED" and final["job_start_time"] > 0
+    assert substatus_text(api, full, completed=True) == ""
+
+
+def test_a_job_ending_frees_its_nodes_for_the_next_in_line(api: Api, control: EmulatorControl) -> None:
+    control.set_config(queue_seconds=0, machine_capacity={"ng2": 2})
+    body = submit_body("sleep 30", machine={"type": "ng2", "nodes": 2})
+    first = api.submit(body).json()["number"]
+    wait_status(api, first, "PROCESSING STARTING")
+    second = api.submit(submit_body("echo next", machine={"type": "ng2", "nodes": 1})).json()["number"]
+    time.sleep(0.5)
+    assert api.get("status", number=second).json()[str(second)]["job_status"] == "SUBMITTED"
+    assert api.get("terminate", number=first).json() == {"status": "terminated"}
+    assert wait_terminal(api, second)["job_status"] == "COMPLETED"
+
+
+def test_a_job_waiting_for_capacity_can_be_terminated(api: Api, control: EmulatorControl) -> None:
+    control.set_config(queue_seconds=0, machine_capacity={"ng4": 0})
+    number = api.submit(submit_body("echo never", machine={"type": "ng4", "nodes": 1})).json()["number"]
+    wait_status(api, number, "SUBMITTED")
+    time.sleep(0.3)
+    assert api.get("terminate", number=number).json() == {"status": "terminated"}
+    final = wait_terminal(api, number)
+    assert final["job_status"] == "TERMINATED" and final["job_start_time"] == 0
+
+
+@pytest.mark.parametrize(
+    ("capacity", "message"),
+    [
+        ([], "expected an object of machine type -> nodes"),
+        ({"nx99": 0}, "'nx99' is not a machine of /jarvice/machines"),
+        ({"ng4": -1}, "ng4: -1 is not a whole number of nodes >= 0"),
+        ({"ng4": True}, "ng4: True is not a whole number"),
+    ],
+)
+def test_machine_capacity_is_validated(
+    control: EmulatorControl, emulator: EmulatorThread, capacity: Any, message: str
+) -> None:
+    response = requests.post(f"{emulator.url}/_emulator/config", json={"machine_capacity": capacity}, timeout=5)
+    assert response.status_code == 400 and message in response.text
+
+
+def test_reset_makes_every_machine_unlimited_again(control: EmulatorControl) -> None:
+    control.set_config(machine_capacity={"ng4": 0})
+    control.reset()
+    assert control.set_config()["machine_capacity"] == {}

@@ -328,8 +328,10 @@ def test_machine_choice_is_logged_and_used(env: dict[str, str], control: Emulato
     env.update(NUM_GPUS="2", NUM_CPUS="4", APP_COMMAND_ARGS="true")
     code, runner = run_runner(env)
     assert code == 0
+    (order,) = [e for e in runner.logs() if e["message"] == "machine candidates"]
+    assert order["machines"] == ["ng2"] and "cheapest first of" in order["reason"]
     (chosen,) = [e for e in runner.logs() if e["message"] == "machine selected"]
-    assert chosen["machine"] == "ng2" and "smallest of" in chosen["reason"]
+    assert chosen["machine"] == "ng2" and chosen["reason"] == "candidate 1 of 1"
     (submission,) = control.submissions(label_of(env))["submissions"]
     assert submission["body"]["machine"] == {"type": "ng2", "nodes": 1}
 
@@ -339,8 +341,10 @@ def test_the_machine_is_chosen_among_those_the_gpu_model_allows(env: dict[str, s
     env.update(NUM_GPUS="1", NUM_CPUS="1", APP_COMMAND_ARGS="true", NIMBIX_BURST_ALLOWED_MACHINES="ng1a,ng4a,ng8")
     code, runner = run_runner(env)
     assert code == 0
+    (order,) = [e for e in runner.logs() if e["message"] == "machine candidates"]
+    assert order["machines"] == ["ng1a"] and "among the machines with the pod's GPU model" in order["reason"]
     (chosen,) = [e for e in runner.logs() if e["message"] == "machine selected"]
-    assert chosen["machine"] == "ng1a" and "among the machines with the pod's GPU model" in chosen["reason"]
+    assert chosen["machine"] == "ng1a"
     (submission,) = control.submissions(label_of(env))["submissions"]
     assert submission["body"]["machine"] == {"type": "ng1a", "nodes": 1}
 

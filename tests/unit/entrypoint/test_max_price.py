@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from entrypoint import plan
+from entrypoint import candidates, plan
 from entrypoint.settings import SettingsError, parse_settings
 from jarvice import contract
 from tests.unit.entrypoint.test_allowed_machines import CATALOGUE, REMOTE_OK, remote_plan
@@ -14,23 +14,22 @@ from tests.unit.entrypoint.test_allowed_machines import CATALOGUE, REMOTE_OK, re
 @pytest.mark.parametrize(
     ("gpus", "max_price", "machine", "expected"),
     [
-        (1, None, None, "ng1"),
-        (1, "3.2", None, "ng1"),  # the smallest machine is within the price
-        (2, "4.2", None, "ng2"),
-        (4, "12.8", None, "ng4a"),
+        (1, None, None, ("ng1", "ng1a-spot", "ng1a")),  # cheapest first, never a bigger machine than the first
+        (1, "2.4", None, ("ng1", "ng1a-spot")),  # the 3.20 A100 is dearer than what was counted
+        (2, "4.2", None, ("ng2",)),
         (1, "2.0", None, None),  # nothing that cheap
         (1, "2.4", "ng1a", None),  # a pin dearer than what was counted is refused
     ],
 )
 def test_the_runner_never_pays_more_than_was_counted(
-    gpus: int, max_price: str | None, machine: str | None, expected: str | None
+    gpus: int, max_price: str | None, machine: str | None, expected: tuple[str, ...] | None
 ) -> None:
     extra = {contract.ENV_MAX_PRICE: max_price} if max_price is not None else {}
-    choice = plan.select_machine(remote_plan(gpus=gpus, allowed=None, machine=machine, extra=extra), CATALOGUE)
+    chosen = candidates.order_candidates(remote_plan(gpus=gpus, allowed=None, machine=machine, extra=extra), CATALOGUE)
     if expected is None:
-        assert isinstance(choice, plan.NoMachineFits)
+        assert isinstance(chosen, plan.NoMachineFits)
     else:
-        assert isinstance(choice, plan.MachineChoice) and choice.machine == expected
+        assert isinstance(chosen, candidates.Candidates) and chosen.machines == expected
 
 
 @pytest.mark.parametrize("raw", ["cheap", "-1", "inf", "nan"])
