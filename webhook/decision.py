@@ -9,7 +9,8 @@ and, for a gang's pod, its gang's GangSnapshot; it takes the rules in the order 
      every pod of the gang fits at once);
   3. a pod that would burst gets its burst's terms, or why it may not burst (webhook.burst);
   4. its namespace's budget must hold the burst (webhook.budget): the pod's GPUs, or a gang's first
-     pod's whole gang's;
+     pod's whole gang's (and again a remote gang's rank 0 whose reservation of the gang's GPUs lapsed:
+     its runner submits the gang's job);
   5. the verdict (webhook.verdict), with what the cache then applies, once.
 """
 
@@ -63,7 +64,7 @@ def decide(
             reinvoked=reinvoked,
         )
     refusal = None
-    if isinstance(terms, burst.Terms) and not reinvoked and not follows:
+    if isinstance(terms, burst.Terms) and not reinvoked and (not follows or (part is not None and part.recount)):
         size = part.terms.size if part is not None and part.terms is not None else 0
         refusal = budget.check(
             snapshot.budget,

@@ -17,6 +17,7 @@ from typing import Literal
 from webhook.budget import ANNOTATION_BUDGET, BudgetRefusal, OverBudget
 from webhook.burst import NotBurst, Terms
 from webhook.gang_decision import GangPart
+from entrypoint.gang import SUBMITTING_RANK
 from webhook.gangs import GangKind, GangRecord, GangTerms, marker_id, open_id, taken_id
 from webhook.mutation import BurstTerms
 from webhook.placement import Choice
@@ -205,13 +206,19 @@ def _gang_verdict(
         )
     if not isinstance(terms, Terms):
         raise AssertionError("a burst is decided with its terms")
-    per_pod = terms.remote_gpus
+    # Rank 0 submits the gang's one job of `size` nodes: its reservation, then its pod, carry the whole
+    # gang's GPUs, so they stay counted as long as that pod (and its job), whichever ranks ever appear.
+    whole = terms.remote_gpus * size
+    carried = whole if rank == SUBMITTING_RANK else 0
     if first:
-        ids = (taken if each == rank else open_id(uid, each) for each in range(size))
-        remote = tuple(RemoteReservation(each, namespace, per_pod) for each in ids)
+        remote = tuple(
+            RemoteReservation(taken if each == rank else open_id(uid, each), namespace,
+                              whole if each == SUBMITTING_RANK else 0)
+            for each in range(size)
+        )  # fmt: skip
         effects = Effects(uid, remote=remote, record=GangRecord("remote", decision.reason, size, gang.expires_at))
     else:
-        effects = Effects(release=(opened,), remote=(RemoteReservation(taken, namespace, per_pod),))
+        effects = Effects(release=(opened,), remote=(RemoteReservation(taken, namespace, carried),))
     return Verdict(
         "remote",
         decision,
@@ -220,7 +227,7 @@ def _gang_verdict(
         reservation_id="" if dry_run else taken,
         burst=terms.burst,
         limit_warning=terms.limit_warning,
-        remote_gpus=per_pod,
+        remote_gpus=carried,
         gang=ranks,
         effects=NO_EFFECTS if dry_run else effects,
     )
