@@ -62,6 +62,7 @@ INSTALLED_ADDON_MODULES = {
     "test_controller_installed.py": 3,
     "test_kubectl_view.py": 4,
     "test_money_safety.py": 5,
+    "test_gang_generations.py": 6,
 }
 
 
