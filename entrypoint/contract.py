@@ -201,3 +201,6 @@ ANNOTATION_GANG_SIZE: Final = ANNOTATION_PREFIX + "gang-size"
 ANNOTATION_GANG_RANK: Final = ANNOTATION_PREFIX + "gang-rank"
 # The generation (1, 2, ...) whose identity ANNOTATION_GANG is, for people.
 ANNOTATION_GANG_GENERATION: Final = ANNOTATION_PREFIX + "gang-generation"
+# The rank whose runner submits the gang's one job (the others follow it): its pod carries the whole
+# gang's GPUs in the budget's count (its nimbix-burst.io/remote-gpus), the other ranks' pods none.
+GANG_SUBMITTING_RANK: Final = 0

@@ -27,7 +27,7 @@ DEFAULT_GANG_WAIT_SECONDS: Final = 600.0
 ENV_MASTER_PORT: Final = "MASTER_PORT"
 DEFAULT_MASTER_PORT: Final = 29500
 # The rank that submits the gang's job; its pod's logs carry the job's output.
-SUBMITTING_RANK: Final = 0
+SUBMITTING_RANK: Final = contract.GANG_SUBMITTING_RANK
 
 _UUID_RE: Final = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _GANG_VARIABLES: Final = (contract.ENV_GANG_UID, contract.ENV_GANG_SIZE, contract.ENV_GANG_RANK)

@@ -17,7 +17,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from entrypoint import contract
-from entrypoint.gang import SUBMITTING_RANK
 from webhook.gangs import GangKind, GangMember, GangSnapshot, GangTerms
 from webhook.reasons import describe_need
 from webhook.types import GpuCounts
@@ -87,10 +86,8 @@ def take_up(gang: GangSnapshot) -> GangPart:
     opened = holds.opened if holds is not None else None
     # A place reserved on a node that has gone holds nothing: the pod looks for one anew.
     node = opened.node if opened is not None and opened.local else ""
-    recount = kind == "remote" and rank == SUBMITTING_RANK and opened is None
-    return GangPart(
-        name, terms, kind, reason, terms.annotations(), node=node, expires_at=expires_at, recount=recount
-    )
+    recount = kind == "remote" and rank == contract.GANG_SUBMITTING_RANK and opened is None
+    return GangPart(name, terms, kind, reason, terms.annotations(), node=node, expires_at=expires_at, recount=recount)
 
 
 def free_rank(size: int, *, held: Iterable[int], taken: Iterable[int]) -> int | None:

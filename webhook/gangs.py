@@ -406,7 +406,9 @@ class GangIndex:
             return True
         if any(hold(marker_id(uid, kind)) is not None for kind in _MARKS):
             return True
-        return any(hold(open_id(uid, rank)) is not None or hold(taken_id(uid, rank)) is not None for rank in range(size))
+        return any(
+            hold(open_id(uid, rank)) is not None or hold(taken_id(uid, rank)) is not None for rank in range(size)
+        )
 
     def update(self, old: PodInfo | None, pod: PodInfo | None) -> None:
         """A pod's change: `old` as it was (None: new), `pod` as it is (None: gone)."""

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from entrypoint.contract import GANG_SUBMITTING_RANK
 from webhook.budget import ANNOTATION_BUDGET, BudgetRefusal, OverBudget
 from webhook.burst import NotBurst, Terms
 from webhook.gang_decision import GangPart
-from entrypoint.gang import SUBMITTING_RANK
 from webhook.gangs import GangKind, GangRecord, GangTerms, marker_id, open_id, taken_id
 from webhook.mutation import BurstTerms
 from webhook.placement import Choice
@@ -209,11 +209,11 @@ def _gang_verdict(
     # Rank 0 submits the gang's one job of `size` nodes: its reservation, then its pod, carry the whole
     # gang's GPUs, so they stay counted as long as that pod (and its job), whichever ranks ever appear.
     whole = terms.remote_gpus * size
-    carried = whole if rank == SUBMITTING_RANK else 0
+    carried = whole if rank == GANG_SUBMITTING_RANK else 0
     if first:
         remote = tuple(
             RemoteReservation(taken if each == rank else open_id(uid, each), namespace,
-                              whole if each == SUBMITTING_RANK else 0)
+                              whole if each == GANG_SUBMITTING_RANK else 0)
             for each in range(size)
         )  # fmt: skip
         effects = Effects(uid, remote=remote, record=GangRecord("remote", decision.reason, size, gang.expires_at))

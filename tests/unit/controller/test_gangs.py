@@ -114,7 +114,9 @@ def retry(index: int, **changes: Any) -> ReapView:
         ),
         pytest.param([rank(0), rank(1), retry(0), retry(1)], {}, id="both-generations-followed"),
         pytest.param([retry(0), retry(1)], {7: "pod-gone"}, id="first-generation-pods-deleted"),
-        pytest.param([rank(0, terminal=True), rank(1, terminal=True)], {7: "pod-finished", 8: "pod-gone"}, id="retry-gone"),
+        pytest.param(
+            [rank(0, terminal=True), rank(1, terminal=True)], {7: "pod-finished", 8: "pod-gone"}, id="retry-gone"
+        ),
         pytest.param([rank(0), rank(1), retry(0, terminal=True)], {8: "pod-finished"}, id="retry-failed"),
     ],
 )

@@ -426,7 +426,7 @@ def test_a_rank_0_that_comes_after_its_reservation_lapsed_must_fit_the_budget_ag
     sync.cache.expire_reservations()
     _, solo = admit(sync, pod(container(gpus=2), name="solo"), "s")
     assert solo.outcome == "remote"  # 2 of 4: rank 0's reservation no longer holds anything
-    late, result = admit(sync, job_pod(0), "u0")
+    _, result = admit(sync, job_pod(0), "u0")
     assert result.outcome == "local" and result.over_budget  # its job would bring 6 GPUs on a budget of 4
     assert "the whole gang of 2 pods" in result.reason
     assert sync.cache.remote_in_use("ns") == 2
