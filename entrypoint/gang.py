@@ -122,9 +122,10 @@ def select_gang_jobs(jobs: Iterable[JobEntry], *, started_at: int) -> tuple[JobE
     """The label's jobs a following rank may take: every live one, and the finished ones that
     ended at or after this runner started (`started_at`, Unix seconds).
 
-    A finished job that ended earlier belongs to an earlier generation of the gang's pods (a Job
-    whose failed pods were replaced reuses its UID, hence its label): following it would report
-    an old result while rank 0 submits the new job. A job that ends so fast that it is over
+    A finished job that ended earlier belongs to an earlier run: each generation of a gang has a
+    label of its own (webhook.gangs), but a generation's identity may be used again once all of its
+    pods are gone, and following such a job would report an old result while rank 0 submits the new
+    job. A job that ends so fast that it is over
     before this rank even started looks the same; the rank then waits for the gang's job and says
     so at the end of the wait.
     """
