@@ -366,32 +366,34 @@ class GangIndex:
         member = find_member(meta, namespace=namespace, cluster=cluster, jobs=self.jobs)
         if member is None:
             return None
-        if member.size is None:
+        size = member.size
+        if size is None:
             return GangSnapshot(member, None, None, {}, NOT_READ, now, ttl)
         self.book.expire(now=now)
-        member = self._generation_of(member, now=now, hold=hold)
+        member = self._generation_of(member, size, now=now, hold=hold)
         uid = member.uid
         record = self.book.get(uid, now=now)
         marked = next((kind for kind in _MARKS if hold(marker_id(uid, kind)) is not None), None)
         wide = record is None or member.rank is None
         ranks: dict[int, RankHolds] = {}
-        for rank in range(member.size) if wide else (member.rank or 0,):
+        for rank in range(size) if wide else (member.rank or 0,):
             opened, taken = hold(open_id(uid, rank)), hold(taken_id(uid, rank))
             if opened is not None or taken is not None:
                 ranks[rank] = RankHolds(opened, taken)
         seen = read_pods(self.pods(uid)) if wide else NOT_READ
         return GangSnapshot(member, record, marked, ranks, seen, now, ttl)
 
-    def _generation_of(self, member: GangMember, *, now: float, hold: Callable[[str], Hold | None]) -> GangMember:
+    def _generation_of(
+        self, member: GangMember, size: int, *, now: float, hold: Callable[[str], Hold | None]
+    ) -> GangMember:
         """The member in the gang's latest generation, or in the next one when the latest is over
         (generation_over). The latest is the highest that leaves a trace here: a record, a pod in the
         watch cache, an outstanding reservation (the previous leader's, for a generation whose pods
         the watch has not shown yet)."""
-        assert member.size is not None
         latest, generation, misses = 0, 0, 0
         while misses < GENERATION_GAP:
             generation += 1
-            if self._traced(generation_uid(member.uid, generation), member.size, now=now, hold=hold):
+            if self._traced(generation_uid(member.uid, generation), size, now=now, hold=hold):
                 latest, misses = generation, 0
             else:
                 misses += 1
