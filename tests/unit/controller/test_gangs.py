@@ -91,7 +91,7 @@ def test_assess_gang(bodies: list[dict[str, Any]], rebursts: int, verdict: str) 
 
 # --- generations: a retry of a gang (the webhook's next generation) carries an identity of its own ---
 
-NEXT = "5b1e3c4d-0f6a-5b7c-8d9e-0a1b2c3d4e5f"  # generation 2's identity (webhook.gangs.generation_uid)
+NEXT = "47e294ce-1cf8-59b2-b781-09995e455c56"  # generation 2's identity: webhook.gangs.generation_uid(GANG, 2)
 NEXT_LABEL = f"k8s-{HERE}.{NEXT}-1"
 
 
