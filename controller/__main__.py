@@ -23,7 +23,7 @@ from controller.rebursting import Reburster
 from controller.recording import JobRecorder
 from controller.settings import Credentials, Settings, SettingsError, parse_settings
 from controller.store import PodStore
-from entrypoint import jarvice
+from jarvice import client
 from kubeplumbing.background import BackgroundTask
 from kubeplumbing.lease import KubernetesLeases, LeaseElector
 from kubeplumbing.logs import configure_logging
@@ -34,11 +34,11 @@ log = logging.getLogger("controller")
 # The reaper's JARVICE calls: short per-call timeouts and a small outage budget, so one round never
 # blocks for long; the next round simply tries again.
 JARVICE_CONNECT_TIMEOUT, JARVICE_READ_TIMEOUT = 5.0, 30.0
-JARVICE_RETRY = jarvice.RetryPolicy(base_seconds=1.0, cap_seconds=10.0, outage_seconds=30.0)
+JARVICE_RETRY = client.RetryPolicy(base_seconds=1.0, cap_seconds=10.0, outage_seconds=30.0)
 
 
-def _jarvice_client(credentials: Credentials, session: requests.Session) -> jarvice.JarviceClient:
-    return jarvice.JarviceClient(
+def _jarvice_client(credentials: Credentials, session: requests.Session) -> client.JarviceClient:
+    return client.JarviceClient(
         base_url=credentials.api_url,
         username=credentials.username,
         apikey=credentials.apikey,

@@ -19,7 +19,7 @@ from kubernetes.client.rest import ApiException
 
 from controller.model import ANNOTATION_STRANDED_SINCE, PodView, ReapView
 from controller.store import PodStore
-from entrypoint import contract
+from jarvice import contract
 from kubeplumbing.watching import ListPages
 
 log = logging.getLogger(__name__)

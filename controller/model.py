@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from entrypoint import contract
+from jarvice import contract
 
 LABEL_KEY, LABEL_VALUE = "task-type", "Nimbix"
 ANNOTATION_DECISION = "nimbix-burst.io/decision"

@@ -2,7 +2,7 @@
 the end of their job recorded (pure).
 
 A job is this cluster's when its label parses as a runner label carrying this cluster's identity
-(`k8s-<cluster>.<pod uid>[-<container>]-<attempt>`, see `entrypoint.plan.build_job_label`). A
+(`k8s-<cluster>.<pod uid>[-<container>]-<attempt>`, see `jarvice.labels.build_job_label`). A
 legacy label (no cluster) or another cluster's is never acted on, only reported.
 
 A gang's job (the pods of one distributed job burst as one multi-node job) carries the gang's UID
@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from controller.model import ReapView
-from entrypoint import duplicates
-from entrypoint.model import is_terminal
-from entrypoint.plan import ParsedLabel, parse_job_label
+from jarvice import duplicates
+from jarvice.labels import ParsedLabel, parse_job_label
+from jarvice.model import is_terminal
 
 # The API server's clock sets deletionTimestamp, ours reads it: allow this much skew between them
 # (NTP keeps nodes well within it) before a terminating pod counts as past its deadline; the
@@ -122,7 +122,7 @@ def _gangs(pods: Mapping[str, ReapView]) -> dict[str, list[ReapView]]:
 
 
 def _kept_of_label(live: Iterable[Job]) -> dict[str, int]:
-    """The number of the job each label keeps: the runner's rule (entrypoint.duplicates), so both keep the same."""
+    """The number of the job each label keeps: the runner's rule (jarvice.duplicates), so both keep the same."""
     of_label: dict[str, list[Job]] = {}
     for job in live:
         of_label.setdefault(job.label, []).append(job)

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from entrypoint import contract
-from entrypoint.settings import Secret
+from jarvice import contract
+from jarvice.redaction import Secret
 from kubeplumbing import options
 from kubeplumbing.leadership import LeaseTiming
 from kubeplumbing.options import BOOLEANS, Option, OptionValues

@@ -5,10 +5,11 @@ the exit status once it ends. The remote run's shell for the "following" and "fi
 import logging
 from typing import Final, Literal
 
-from entrypoint import exitcodes, output, recovery, runsteps, walltime
-from entrypoint.jarvice import JobNotFound, RequestRejected
-from entrypoint.model import STATUS_RUNNING, JobEntry
+from entrypoint import output, recovery, runsteps, walltime
 from entrypoint.progress import ShellPart
+from jarvice import exitcodes
+from jarvice.client import JobNotFound, RequestRejected
+from jarvice.model import STATUS_RUNNING, JobEntry
 
 log = logging.getLogger(__name__)
 

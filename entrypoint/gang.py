@@ -1,7 +1,7 @@
 """Gangs: the pods of one distributed job burst as one multi-node JARVICE job. Pure.
 
 The webhook gives every burst pod of a gang the gang's UID, its size and the pod's rank
-(`entrypoint.contract`). The runner of rank 0 submits the gang's one job, with `machine.nodes` =
+(`jarvice.contract`). The runner of rank 0 submits the gang's one job, with `machine.nodes` =
 the size; the runners of the other ranks find that job by the gang's label and follow it. This
 module reads those variables (every problem said, with what to fix) and holds the rules the
 runner needs that are about gangs only: which of the label's jobs a following rank may take, and
@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from entrypoint import contract
-from entrypoint.model import JobEntry, is_terminal
+from jarvice import contract
+from jarvice.model import JobEntry, is_terminal
 
 # How long a following rank waits for rank 0's job to appear under the gang's label. Rank 0's pod
 # may start minutes after the others (scheduling, image pulls) and its runner may spend the outage

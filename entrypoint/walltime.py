@@ -9,7 +9,7 @@ text, or a TERMINATED job that ran at least its walltime (the job's own start an
 import re
 from typing import Final
 
-from entrypoint import model
+from jarvice import model
 
 # Without JARVICE_WALLTIME (a pod the webhook did not rewrite), no job runs longer than a day.
 DEFAULT_WALLTIME: Final = "24:00:00"

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from controller.jobrecords import parse_ledger
-from entrypoint import contract
+from jarvice import contract
 from webhook import budget, model, walltime
 from webhook.types import NamespaceBudget
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from entrypoint import contract
+from jarvice import contract
 from replay import accounting, cluster, objects
 from replay.accounting import PodOutcome, Policy
 from replay.history import GPU, Observation

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from devplatform.cluster import nodes
-from entrypoint import contract
+from jarvice import contract
 from replay.plan import Holder
 from replay.trace import NodeRow, PodRow
 

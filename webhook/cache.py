@@ -30,16 +30,20 @@ is then two look-ups.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from entrypoint import contract
+from jarvice import contract
 from kubeplumbing.leadership import HandedOver
 from webhook.accounting import ClaimLedger
 from webhook.fitting import CANDIDATE_CAP, best_partial_fit, find_fit
 from webhook.gangs import GangIndex, GangSnapshot
+from webhook.provenance import IssuedTokens
 from webhook.reservations import Reservations
 from webhook.scheduling import eligibility
+from webhook.spend_ledger import SpendLedger
+from webhook.spending import DEFAULT_MAX_RECORD_AGE_SECONDS, CostCaps, InUse
 from webhook.types import (
     Claim,
     ClaimMove,
@@ -70,6 +74,8 @@ class NamespaceIndex:
     def __init__(self) -> None:
         self.budgets: dict[str, NamespaceBudget] = {}  # namespaces with a max-remote-gpus annotation
         self.default_walltimes: dict[str, str] = {}  # namespaces with a default-walltime annotation
+        self.caps: dict[str, CostCaps] = {}  # namespaces with a cost cap
+        self.apps: dict[str, str] = {}  # namespaces that name their JARVICE application
         self.kube_system_uid = ""
         self.remote_in_use: dict[str, int] = {}  # namespace -> GPUs of its watched burst pods
         # (kube-system UID, cluster name) -> (identity, why unknown): worked out once, not per review.
@@ -78,6 +84,8 @@ class NamespaceIndex:
     def replace(self, namespaces: Iterable[NamespaceInfo]) -> None:
         self.budgets = {}
         self.default_walltimes = {}
+        self.caps = {}
+        self.apps = {}
         self.kube_system_uid = ""
         for namespace in namespaces:
             self.upsert(namespace)
@@ -92,6 +100,14 @@ class NamespaceIndex:
             self.default_walltimes.pop(name, None)
         else:
             self.default_walltimes[name] = namespace.default_walltime
+        if namespace.cost_caps is None:
+            self.caps.pop(name, None)
+        else:
+            self.caps[name] = namespace.cost_caps
+        if namespace.app:
+            self.apps[name] = namespace.app
+        else:
+            self.apps.pop(name, None)
         if name == CLUSTER_NAMESPACE:
             self.kube_system_uid = namespace.uid
 
@@ -124,6 +140,8 @@ class NamespaceIndex:
     def delete(self, name: str) -> None:
         self.budgets.pop(name, None)
         self.default_walltimes.pop(name, None)
+        self.caps.pop(name, None)
+        self.apps.pop(name, None)
         if name == CLUSTER_NAMESPACE:
             self.kube_system_uid = ""
 
@@ -138,6 +156,8 @@ class ClusterCache:
         scheduler_names: Collection[str] = DEFAULT_SCHEDULERS,
         max_reservations: int | None = None,
         max_reservations_per_namespace: int | None = None,
+        max_spend_record_age: float = DEFAULT_MAX_RECORD_AGE_SECONDS,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.gpu_resources = tuple(gpu_resources)
         self._scheduler_names = frozenset(scheduler_names)
@@ -153,6 +173,9 @@ class ClusterCache:
             max_reservations_per_namespace=max_reservations_per_namespace,
         )
         self._pods: dict[str, PodInfo] = {}
+        self.issued = IssuedTokens(clock=clock)  # admissions decided, pod not seen yet (webhook.provenance)
+        # The spend record says when (Unix time) JARVICE was listed: its age is read on the wall clock.
+        self.spend = SpendLedger(clock=wall_clock, max_record_age=max_spend_record_age)  # GPUs and money per namespace
         self.reservation_cap_hits = 0  # reviews decided remote because a cap was reached
         self.namespaces, self.gang_index = NamespaceIndex(), GangIndex()  # gangs: kept by webhook.sync
 
@@ -223,11 +246,23 @@ class ClusterCache:
         self.reservations.expire()
         self.ledger.settle()
         cluster, unknown = self.namespaces.cluster_identity(cluster_name)
+        budget, caps = self.namespaces.budgets.get(namespace), self.namespaces.caps.get(namespace)
+        in_use = InUse()
+        if budget is not None or caps is not None:  # counted only where something caps it
+            gpus_reserved = self.reservations.remote_gpus_in(namespace)
+            live = self.reservations.hold
+            in_use = self.spend.in_use(namespace, gpus_reserved=gpus_reserved, live=lambda rid: live(rid) is not None)
+        record = self.spend.record
         return Snapshot(
             view=self.view,
             reservation_refusal=self.reservations.refusal(namespace),
-            budget=self.namespaces.budgets.get(namespace),
-            remote_in_use=self.remote_in_use(namespace),
+            budget=budget,
+            remote_in_use=in_use.gpus if budget is not None else self.remote_in_use(namespace),
+            cost_caps=caps,
+            app=self.namespaces.apps.get(namespace, ""),
+            in_use=in_use,
+            spend_refusal=self.spend.refusal(namespace) if caps is not None else "",
+            machines=record.machines if record is not None else None,
             cluster=cluster,
             cluster_unknown=unknown,
             default_walltime=self.namespaces.default_walltimes.get(namespace),
@@ -241,6 +276,8 @@ class ClusterCache:
             self.reservation_cap_hits += 1
         if effects.release or effects.local or effects.remote:
             self.reservations.apply(release=effects.release, local=effects.local, remote=effects.remote)
+            for reservation in effects.remote:
+                self.spend.reserve(reservation)
         if effects.record is not None:
             self.gang_index.book.put(effects.gang, effects.record)
         self.ledger.settle()
@@ -337,11 +374,15 @@ class ClusterCache:
 
     def upsert_pod(self, pod: PodInfo) -> None:
         old = self._pods.get(pod.uid)
+        if pod.admission:
+            self.issued.take(pod.admission)
         if pod.reservation_id:
             self.reservations.release(pod.reservation_id)
         if old is not None:
             self.namespaces.count_remote(old, -1)
+            self.spend.count(old, -1)
         self.namespaces.count_remote(pod, 1)
+        self.spend.count(pod, 1)
         if old is not None and self._holding(old) == self._holding(pod):
             self._pods[pod.uid] = pod
         else:
@@ -357,6 +398,7 @@ class ClusterCache:
             if old.reservation_id:
                 self.reservations.release(old.reservation_id)
             self.namespaces.count_remote(old, -1)
+            self.spend.count(old, -1)
             self.ledger.drop_holding(old)
             self.ledger.settle()
 

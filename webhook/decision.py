@@ -10,13 +10,13 @@ and, for a gang's pod, its gang's GangSnapshot; it takes the rules in the order 
   3. a pod that would burst gets its burst's terms, or why it may not burst (webhook.burst);
   4. its namespace's budget must hold the burst (webhook.budget): the pod's GPUs, or a gang's first
      pod's whole gang's (and again a remote gang's rank 0 whose reservation of the gang's GPUs lapsed:
-     its runner submits the gang's job);
+     its runner submits the gang's job); and its caps in money (webhook.spending), at the burst's price;
   5. the verdict (webhook.verdict), with what the cache then applies, once.
 """
 
 from __future__ import annotations
 
-from webhook import budget, burst, gang_decision, placement
+from webhook import budget, burst, gang_decision, placement, spending
 from webhook import verdict as verdicts
 from webhook.gangs import GangSnapshot, GangTerms
 from webhook.types import PodNeeds, Snapshot
@@ -64,16 +64,32 @@ def decide(
             reinvoked=reinvoked,
         )
     refusal = None
-    if isinstance(terms, burst.Terms) and not reinvoked and (not follows or (part is not None and part.recount)):
+    price: spending.Price | None = None
+    # Counted now: a pod alone, a gang's first pod, or a remote gang's rank 0 whose count lapsed.
+    counts = not follows or (part is not None and part.recount)
+    if isinstance(terms, burst.Terms) and not reinvoked:
         size = part.terms.size if part is not None and part.terms is not None else 0
-        refusal = budget.check(
-            snapshot.budget,
-            namespace=needs.namespace,
-            in_use=snapshot.remote_in_use,
-            need=terms.remote_gpus * (size or 1),
-            gang_size=size,
-            local_refusal=local_refusal,
-        )
+        if counts:
+            refusal = budget.check(
+                snapshot.budget,
+                namespace=needs.namespace,
+                in_use=snapshot.remote_in_use,
+                need=terms.remote_gpus * (size or 1),
+                gang_size=size,
+                local_refusal=local_refusal,
+            )
+        if refusal is None and snapshot.cost_caps is not None:
+            priced = _price(snapshot, terms, nodes=size or 1)
+            if isinstance(priced, budget.BudgetRefusal):
+                refusal = priced if counts else None  # a gang that burst keeps its ranks together
+            else:
+                price = priced
+                if counts and (over := spending.over_caps(
+                    snapshot.cost_caps, namespace=needs.namespace, in_use=snapshot.in_use, price=priced
+                )):  # fmt: skip
+                    refusal = budget.BudgetRefusal(over + (f" (the whole gang of {size} pods)" if size else ""), True)
+        if price is not None and refusal is None:
+            terms = burst.with_price(terms, price)
     return verdicts.build(
         needs,
         placed,
@@ -81,8 +97,25 @@ def decide(
         refusal,
         gang=part,
         over_budget=over_budget,
-        budgeted=snapshot.budget is not None,
+        budgeted=snapshot.budget is not None or snapshot.cost_caps is not None,
         uid=uid,
         dry_run=dry_run,
         reinvoked=reinvoked,
     )
+
+
+def _price(snapshot: Snapshot, terms: burst.Terms, *, nodes: int) -> spending.Price | budget.BudgetRefusal:
+    """The burst's price from the spend record, or why it cannot be priced (never the user's doing:
+    the pod is kept local, never refused, for it)."""
+    if snapshot.spend_refusal or snapshot.machines is None:
+        return budget.BudgetRefusal(snapshot.spend_refusal or "no spend record", may_deny=False)
+    priced = spending.price_burst(
+        snapshot.machines,
+        gpus_per_node=terms.remote_gpus,
+        nodes=nodes,
+        walltime_seconds=terms.burst.limit.seconds,
+        allowed=terms.burst.allowed_machines,
+    )
+    if isinstance(priced, str):
+        return budget.BudgetRefusal(f"{priced}, so its cost cannot be counted against the namespace's caps", False)
+    return priced

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from entrypoint import contract
+from jarvice import contract
 from webhook.gangs import GangKind, GangMember, GangSnapshot, GangTerms
 from webhook.reasons import describe_need
 from webhook.types import GpuCounts

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
-from entrypoint import contract
+from jarvice import contract
 from webhook.types import (
     Hold,
     PodInfo,

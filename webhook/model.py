@@ -14,8 +14,8 @@ from typing import Any, NoReturn
 
 import orjson
 
-from entrypoint import contract
-from webhook import budget, walltime
+from jarvice import contract
+from webhook import budget, spending, walltime
 from webhook.resources import (
     QuantityError,
     effective_gpus,
@@ -300,6 +300,7 @@ def parse_pod(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> PodInfo |
         terminal=terminal,
         placement=parse_placement(spec),
         reservation_id=annotations.get(contract.ANNOTATION_RESERVATION, ""),
+        admission=annotations.get(contract.ANNOTATION_ADMISSION, ""),
         scheduler_name=_string(spec.get("schedulerName"), "spec.schedulerName") or DEFAULT_SCHEDULER,
         gated=bool(_sequence(spec.get("schedulingGates"), "spec.schedulingGates")),
         blocked_elsewhere=_blocked_elsewhere(status, gpu_resources),
@@ -325,10 +326,13 @@ def _with_gang(pod: PodInfo, meta: Mapping[str, Any], annotations: Mapping[str, 
         terminal=pod.terminal,
         placement=pod.placement,
         reservation_id=pod.reservation_id,
+        admission=pod.admission,
         scheduler_name=pod.scheduler_name,
         gated=pod.gated,
         blocked_elsewhere=pod.blocked_elsewhere,
         remote_gpus=pod.remote_gpus,
+        remote_cost=pod.remote_cost,
+        remote_worst_case=pod.remote_worst_case,
         gang=gang,
         gang_rank=rank,
         decision=annotations.get(contract.ANNOTATION_DECISION, ""),
@@ -379,9 +383,18 @@ def _burst_pod(
         terminal=terminal,
         placement=_NO_PLACEMENT,
         reservation_id=annotations.get(contract.ANNOTATION_RESERVATION, ""),
+        admission=annotations.get(contract.ANNOTATION_ADMISSION, ""),
         remote_gpus=remote_gpus,
+        remote_cost=_money(annotations.get(spending.ANNOTATION_COST_PER_HOUR)),
+        remote_worst_case=_money(annotations.get(spending.ANNOTATION_WORST_CASE)),
     )
     return _with_gang(pod, meta, annotations)
+
+
+def _money(value: str | None) -> float:
+    """A burst pod's cost annotation (written by the webhook; 0 when absent or unreadable)."""
+    parsed = spending.parse_cap(value) if value is not None else None
+    return parsed if parsed is not None else 0.0
 
 
 def parse_job_may_run(message: object) -> bool:
@@ -450,7 +463,16 @@ def parse_namespace(raw: Mapping[str, Any]) -> NamespaceInfo:
     default_walltime = annotations.get(walltime.ANNOTATION_DEFAULT_WALLTIME)
     if default_walltime is not None and not isinstance(default_walltime, str):
         default_walltime = repr(default_walltime)  # kept to be named in the warning, as a budget is
-    return NamespaceInfo(name=name, uid=uid, budget=ns_budget, default_walltime=default_walltime)
+    caps = spending.parse_caps({k: v if isinstance(v, str) else repr(v) for k, v in annotations.items()})
+    app = annotations.get(contract.ANNOTATION_JARVICE_APP)
+    return NamespaceInfo(
+        name=name,
+        uid=uid,
+        budget=ns_budget,
+        default_walltime=default_walltime,
+        cost_caps=caps,
+        app=app.strip() if isinstance(app, str) else "",
+    )
 
 
 def _node_ready(status: Mapping[str, Any]) -> bool:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from entrypoint.contract import GANG_SUBMITTING_RANK
+from jarvice.contract import GANG_SUBMITTING_RANK
 from webhook.budget import ANNOTATION_BUDGET, BudgetRefusal, OverBudget
 from webhook.burst import NotBurst, Terms
 from webhook.gang_decision import GangPart
@@ -116,7 +116,8 @@ def build(
         notes = {ANNOTATION_BUDGET: refusal.reason}
         return Verdict("over-budget", decision, reason, refusal.reason, deny, notes, warnings, effects=effects)
     counted = budgeted and not reinvoked and not dry_run
-    remote = (RemoteReservation(uid, needs.namespace, terms.remote_gpus),) if counted else ()
+    cost, worst = terms.burst.cost_per_hour, terms.burst.worst_case
+    remote = (RemoteReservation(uid, needs.namespace, terms.remote_gpus, cost, worst),) if counted else ()
     return Verdict(
         "reinvoked" if reinvoked else "remote",
         decision,
@@ -207,18 +208,23 @@ def _gang_verdict(
     if not isinstance(terms, Terms):
         raise AssertionError("a burst is decided with its terms")
     # Rank 0 submits the gang's one job of `size` nodes: its reservation, then its pod, carry the whole
-    # gang's GPUs, so they stay counted as long as that pod (and its job), whichever ranks ever appear.
+    # gang's GPUs and the job's cost (terms.burst's), so they stay counted as long as that pod (and its
+    # job), whichever ranks ever appear; the other ranks count nothing.
     whole = terms.remote_gpus * size
+    cost, worst = terms.burst.cost_per_hour, terms.burst.worst_case
     carried = whole if rank == GANG_SUBMITTING_RANK else 0
     if first:
         remote = tuple(
-            RemoteReservation(taken if each == rank else open_id(uid, each), namespace,
-                              whole if each == GANG_SUBMITTING_RANK else 0)
+            _rank_count(
+                taken if each == rank else open_id(uid, each), namespace, rank=each, gpus=whole, cost=cost, worst=worst
+            )
             for each in range(size)
-        )  # fmt: skip
+        )
         effects = Effects(uid, remote=remote, record=GangRecord("remote", decision.reason, size, gang.expires_at))
     else:
-        effects = Effects(release=(opened,), remote=(RemoteReservation(taken, namespace, carried),))
+        effects = Effects(
+            release=(opened,), remote=(_rank_count(taken, namespace, rank=rank, gpus=whole, cost=cost, worst=worst),)
+        )
     return Verdict(
         "remote",
         decision,
@@ -231,3 +237,12 @@ def _gang_verdict(
         gang=ranks,
         effects=NO_EFFECTS if dry_run else effects,
     )
+
+
+def _rank_count(
+    reservation_id: str, namespace: str, *, rank: int, gpus: int, cost: float, worst: float
+) -> RemoteReservation:
+    """A remote gang rank's reservation: the gang's GPUs and cost on the rank that submits its job, 0 on the others."""
+    if rank == GANG_SUBMITTING_RANK:
+        return RemoteReservation(reservation_id, namespace, gpus, cost, worst)
+    return RemoteReservation(reservation_id, namespace, 0)

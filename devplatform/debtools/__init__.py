@@ -5,9 +5,10 @@ promtool = debtools.ensure_tool("promtool")   # cached; a cold cache downloads t
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Literal
+
+from devplatform.gotools import run_tool_script
 
 FETCH_SCRIPT = Path(__file__).resolve().parent / "fetch.sh"
 
@@ -20,11 +21,4 @@ class DebianToolError(RuntimeError):
 
 def ensure_tool(tool: Tool) -> Path:
     """Fetches ``tool`` if the cache misses and returns the binary's path."""
-    result = subprocess.run([str(FETCH_SCRIPT), tool], stdout=subprocess.PIPE, stderr=None, text=True, check=False)
-    if result.returncode != 0:
-        raise DebianToolError(f"{FETCH_SCRIPT} {tool} exited with status {result.returncode} (its output is above)")
-    lines = result.stdout.strip().splitlines()
-    binary = Path(lines[-1]) if lines else None
-    if binary is None or not binary.is_file():
-        raise DebianToolError(f"{FETCH_SCRIPT} {tool} printed no binary path (stdout: {result.stdout.strip()!r})")
-    return binary
+    return run_tool_script(FETCH_SCRIPT, tool, error=DebianToolError)

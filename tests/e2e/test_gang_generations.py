@@ -26,7 +26,7 @@ import pytest
 
 from devplatform import demo
 from devplatform.cluster import addons, controlplane
-from entrypoint import contract
+from jarvice import contract
 from tests.support.indexed_jobs import INDEX_ANNOTATION, JOB_NAME_LABEL, PODS, real_node_indexed_job, submissions
 from tests.support.installed_controller import BUDGET, annotations_of, app_container, find_pod, pod_body
 from tests.support.webhook_replicas import create_at_once

@@ -20,7 +20,7 @@ from controller import settings as controller_settings
 from devplatform import manifests
 from devplatform.cluster import controlplane
 from devplatform.manifests import Manifest
-from entrypoint import contract
+from jarvice import contract
 from tests.support.dockerfiles import dockerfile_user_id
 from webhook import settings as webhook_settings
 

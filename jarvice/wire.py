@@ -1,15 +1,15 @@
 """What JARVICE answers, read (pure): the adapter's errors, and the answers' JSON checked and
-converted to `entrypoint.model` values (`Any` goes no further than this module).
+converted to `jarvice.model` values (`Any` goes no further than this module).
 
-Split from `entrypoint.jarvice` (the HTTP adapter, which raises these errors and calls these
+Split from `jarvice.client` (the HTTP adapter, which raises these errors and calls these
 parsers); callers import both from there.
 """
 
 import math
 from typing import Any, Final
 
-from entrypoint import contract
-from entrypoint.model import JobEntry, JobStatus, Machine, SubmitResult
+from jarvice import contract
+from jarvice.model import JobEntry, JobStatus, Machine, SubmitResult
 
 # Error texts are quoted in messages; a server that sends a whole HTML page gets truncated.
 MAX_ERROR_TEXT: Final = 300

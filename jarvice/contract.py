@@ -1,7 +1,7 @@
-"""Names shared by the webhook and the runner: the only module the webhook imports from here.
+"""Names shared by the webhook, the runner and the controller.
 
-The webhook writes these onto a pod; the runner reads them from its environment. Keeping both
-sides on one definition is what makes a rewritten pod runnable.
+The webhook writes these onto a pod; the runner reads them from its environment; the controller reads
+them back from the pod. Keeping every side on one definition is what makes a rewritten pod runnable.
 """
 
 from typing import Final
@@ -24,6 +24,10 @@ ANNOTATION_CANDIDATES: Final = ANNOTATION_PREFIX + "candidate-nodes"
 # Set on pods admitted as local: lets the cache release the GPUs it reserved for this admission
 # the moment the pod appears (its name and UID do not exist yet at admission time).
 ANNOTATION_RESERVATION: Final = ANNOTATION_PREFIX + "reservation"
+# Set on every pod the webhook decides: the admission's token. A pod that arrives carrying a decision
+# is the product's own reinvocation only while the webhook holds that token as issued and no pod has
+# taken it (webhook.provenance); a copy of a decided pod carries a token already taken.
+ANNOTATION_ADMISSION: Final = ANNOTATION_PREFIX + "admission"
 
 DECISION_LOCAL: Final = "local"
 DECISION_REMOTE: Final = "remote"
@@ -40,6 +44,18 @@ ENV_POD_NAME: Final = "POD_NAME"
 # its job's state there, so a runner restarted before it reported a result picks that job up again
 # instead of submitting it twice, and one restarted after reporting a failure retries on purpose.
 ENV_STATE_DIR: Final = "NIMBIX_BURST_STATE_DIR"
+# The namespace's JARVICE credentials, mounted by the webhook into every burst container that does not
+# bring its own (docs/install.md): the Secret's keys `username` and `apikey` as files.
+DEFAULT_CREDENTIALS_SECRET: Final = "jarvice-credentials"
+CREDENTIALS_VOLUME_NAME: Final = "nimbix-burst-jarvice-credentials"
+CREDENTIALS_MOUNT_PATH: Final = "/var/run/secrets/jarvice"
+CREDENTIALS_URL_KEY: Final = "url"  # optional: the API endpoint, when not JARVICE's public one
+ENV_USERNAME_FILE: Final = "JARVICE_USERNAME_FILE"
+ENV_APIKEY_FILE: Final = "JARVICE_APIKEY_FILE"
+ENV_APP_NAME: Final = "APP_NAME"
+ENV_API_URL: Final = "JARVICE_API_URL"
+# On a namespace: the JARVICE application its burst pods run (the add-on's --default-app otherwise).
+ANNOTATION_JARVICE_APP: Final = ANNOTATION_PREFIX + "jarvice-app"
 STATE_VOLUME_NAME: Final = "nimbix-burst-state"
 STATE_MOUNT_PATH: Final = "/var/run/nimbix-burst"
 STATE_VOLUME_SIZE_LIMIT: Final = "1Mi"
@@ -73,6 +89,9 @@ JOB_STATE_ENDED: Final = "ended"
 # among them. Unset: any machine of /jarvice/machines may be chosen.
 ENV_ALLOWED_MACHINES: Final = "NIMBIX_BURST_ALLOWED_MACHINES"
 ANNOTATION_ALLOWED_MACHINES: Final = ANNOTATION_PREFIX + "allowed-machines"
+# Set by the webhook on a burst in a namespace with cost caps: the highest price per node-hour (as
+# /jarvice/machines gives mc_price) its runner may submit at; the pod was counted at that price.
+ENV_MAX_PRICE: Final = "NIMBIX_BURST_MAX_PRICE"
 # The pod's GPU model constraint as the webhook read it; on a pod kept local because no JARVICE
 # machine offers that model, also why (the burst controller leaves such a pod alone).
 ANNOTATION_GPU_MODEL: Final = ANNOTATION_PREFIX + "gpu-model"

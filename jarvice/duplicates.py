@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from entrypoint.model import is_terminal
+from jarvice.model import is_terminal
 
 
 class NumberedJob(Protocol):

@@ -3,8 +3,8 @@ controller's reaper follows too); the other live ones are to be terminated."""
 
 import pytest
 
-from entrypoint import duplicates
-from entrypoint.model import JobEntry
+from jarvice import duplicates
+from jarvice.model import JobEntry
 
 
 def job(number: int, state: str) -> JobEntry:

@@ -8,7 +8,7 @@ status tells "the app failed" apart from "the runner could not do its job".
 from dataclasses import dataclass
 from typing import Final
 
-from entrypoint import model
+from jarvice import model
 
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1  # COMPLETED WITH ERROR without a usable job_exitcode
@@ -58,7 +58,7 @@ def normalize_job_exitcode(code: int) -> int:
 
 
 def from_job(state: str, exitcode: int | None, *, walltime_exceeded: bool = False) -> ExitDecision:
-    """The runner's exit status for a finished remote job (`walltime_exceeded`: see `entrypoint.walltime`)."""
+    """The runner's exit status for a finished remote job (`walltime_exceeded`: stopped at its wall time)."""
     status = state.strip().upper()
     if status == model.STATUS_COMPLETED:
         if exitcode:

@@ -7,7 +7,7 @@
 - Submit is never retried here. Any outcome that might have created a job raises
   SubmitOutcomeUnknown; the caller resolves it by looking the job up by its label.
 - Responses are checked: status, Content-Type (application/json or text/plain, as Nimbix's own
-  client insists) and shape. Untyped JSON is converted to `entrypoint.model` values here.
+  client insists) and shape. Untyped JSON is converted to `jarvice.model` values here.
 - The API key never leaves this module unmasked: errors carry redacted text, requests' own
   exceptions (whose messages contain the URL and so the key) are never chained.
 """
@@ -22,8 +22,10 @@ from typing import Any, Final, Literal, TypeVar
 
 import requests
 
-from entrypoint import __version__
-from entrypoint.jarvice_wire import (
+from jarvice import __version__
+from jarvice.model import JobEntry, JobStatus, Machine, SubmitBody, SubmitResult
+from jarvice.redaction import Secret, redact
+from jarvice.wire import (
     MAX_ERROR_TEXT,
     ApplicationNotFound,
     CredentialsRejected,
@@ -41,9 +43,6 @@ from entrypoint.jarvice_wire import (
     parse_status,
     parse_submit,
 )
-from entrypoint.model import JobEntry, JobStatus, Machine, SubmitBody, SubmitResult
-from entrypoint.redaction import redact
-from entrypoint.settings import Secret
 
 __all__ = [
     "ApplicationNotFound",

@@ -1,6 +1,6 @@
-"""Plain data shared by the runner's modules: JARVICE wire shapes (TypedDict) and internal values.
+"""Plain data about JARVICE shared by the runner and the controller: wire shapes (TypedDict) and values.
 
-No I/O here. The JARVICE adapter (`entrypoint.jarvice`) converts untyped responses into these
+No I/O here. The JARVICE adapter (`jarvice.client`) converts untyped responses into these
 values; everything else works on them.
 """
 

@@ -1,6 +1,6 @@
 import pytest
 
-from entrypoint.redaction import redact
+from jarvice.redaction import redact
 
 pytestmark = pytest.mark.timeout(2)
 

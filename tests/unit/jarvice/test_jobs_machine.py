@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from entrypoint.jarvice import parse_jobs
+from jarvice.client import parse_jobs
 
 
 def entry(**extra: Any) -> dict[str, Any]:

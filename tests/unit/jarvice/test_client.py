@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import requests
 
-import entrypoint
-from entrypoint import jarvice
-from entrypoint.settings import Secret
+import jarvice
+from jarvice import client
+from jarvice.redaction import Secret
 from tests.support.clocks import Clock
 
 pytestmark = pytest.mark.timeout(2)
@@ -60,16 +60,16 @@ class ScriptedSession:
         return self._next("POST", url, kwargs)
 
 
-def client(session: ScriptedSession, clock: Clock | None = None, outage: float = 10.0) -> jarvice.JarviceClient:
+def make_client(session: ScriptedSession, clock: Clock | None = None, outage: float = 10.0) -> client.JarviceClient:
     clock = clock or Clock(now=0.0)
-    return jarvice.JarviceClient(
+    return client.JarviceClient(
         base_url="https://jarvice.example/api/",
         username="alice",
         apikey=Secret(KEY),
         session=session,  # type: ignore[arg-type]
         connect_timeout=1.5,
         read_timeout=7.0,
-        retry=jarvice.RetryPolicy(base_seconds=0.5, cap_seconds=4.0, outage_seconds=outage),
+        retry=client.RetryPolicy(base_seconds=0.5, cap_seconds=4.0, outage_seconds=outage),
         sleep=clock.sleep,
         clock=clock,
         rng=random.Random(1),
@@ -81,7 +81,7 @@ STATUS_OK = {"42": {"job_name": "j", "job_status": "PROCESSING STARTING", "job_s
 
 def test_get_sends_credentials_timeouts_and_parses_status() -> None:
     session = ScriptedSession(make_response(200, STATUS_OK))
-    status = client(session).fetch_status(42)
+    status = make_client(session).fetch_status(42)
     assert (status.number, status.state, status.start_time, status.terminal) == (42, "PROCESSING STARTING", 5, False)
     method, url, kwargs = session.calls[0]
     assert (method, url) == ("GET", "https://jarvice.example/api/jarvice/status")
@@ -91,22 +91,22 @@ def test_get_sends_credentials_timeouts_and_parses_status() -> None:
 
 @pytest.mark.parametrize("content_type", ["application/json", "application/json; charset=utf-8", "Application/JSON"])
 def test_json_media_type_accepted(content_type: str) -> None:
-    status = client(ScriptedSession(make_response(200, STATUS_OK, content_type))).fetch_status(42)
+    status = make_client(ScriptedSession(make_response(200, STATUS_OK, content_type))).fetch_status(42)
     assert (status.number, status.state) == (42, "PROCESSING STARTING")
 
 
 @pytest.mark.parametrize("content_type", ["text/html", "text/plain", None, "application/jsonp"])
 def test_wrong_content_type_is_a_protocol_error(content_type: str | None) -> None:
-    with pytest.raises(jarvice.ProtocolError, match="status: expected Content-Type application/json"):
-        client(ScriptedSession(make_response(200, STATUS_OK, content_type))).fetch_status(42)
+    with pytest.raises(client.ProtocolError, match="status: expected Content-Type application/json"):
+        make_client(ScriptedSession(make_response(200, STATUS_OK, content_type))).fetch_status(42)
 
 
 def test_tail_must_be_text_plain_and_is_decoded_losslessly() -> None:
     body = "ü\n".encode() + b"\xff\n"
-    text = client(ScriptedSession(make_response(200, body, "text/plain"))).fetch_tail(42, lines=10)
+    text = make_client(ScriptedSession(make_response(200, body, "text/plain"))).fetch_tail(42, lines=10)
     assert text.encode("utf-8", errors="surrogateescape") == body
-    with pytest.raises(jarvice.ProtocolError, match="tail: expected Content-Type text/plain"):
-        client(ScriptedSession(make_response(200, b"x", "application/json"))).fetch_tail(42, lines=10)
+    with pytest.raises(client.ProtocolError, match="tail: expected Content-Type text/plain"):
+        make_client(ScriptedSession(make_response(200, b"x", "application/json"))).fetch_tail(42, lines=10)
 
 
 @pytest.mark.parametrize(
@@ -120,14 +120,14 @@ def test_tail_must_be_text_plain_and_is_decoded_losslessly() -> None:
     ],
 )
 def test_status_shape_errors_name_the_endpoint(raw: object, fragment: str) -> None:
-    with pytest.raises(jarvice.ProtocolError) as info:
-        client(ScriptedSession(make_response(200, raw))).fetch_status(42)
+    with pytest.raises(client.ProtocolError) as info:
+        make_client(ScriptedSession(make_response(200, raw))).fetch_status(42)
     assert fragment in str(info.value) and str(info.value).startswith("status: ")
 
 
 def test_invalid_json() -> None:
-    with pytest.raises(jarvice.ProtocolError, match="jobs: response is not valid JSON"):
-        client(ScriptedSession(make_response(200, b"{nope"))).fetch_jobs(completed=False)
+    with pytest.raises(client.ProtocolError, match="jobs: response is not valid JSON"):
+        make_client(ScriptedSession(make_response(200, b"{nope"))).fetch_jobs(completed=False)
 
 
 def test_parse_jobs() -> None:
@@ -136,16 +136,16 @@ def test_parse_jobs() -> None:
         "8": {"job_name": "b", "job_status": "SUBMITTED", "job_label": None, "job_exitcode": None},
         "9": {"job_name": "c", "job_status": "COMPLETED WITH ERROR", "job_exitcode": "-15"},
     }
-    jobs = jarvice.parse_jobs(raw)
+    jobs = client.parse_jobs(raw)
     assert jobs[7].state == "COMPLETED" and jobs[7].label == "k8s-x" and jobs[7].exitcode == 3
     assert jobs[8].label is None and jobs[8].exitcode is None
     assert jobs[9].exitcode == -15
-    with pytest.raises(jarvice.ProtocolError, match="jobs: expected job-number keys"):
-        jarvice.parse_jobs({"abc": {"job_status": "SUBMITTED"}})
+    with pytest.raises(client.ProtocolError, match="jobs: expected job-number keys"):
+        client.parse_jobs({"abc": {"job_status": "SUBMITTED"}})
 
 
 def test_parse_machines() -> None:
-    machines = jarvice.parse_machines(
+    machines = client.parse_machines(
         {
             "ng1": {"mc_cores": 8, "mc_gpus": 1, "mc_ram": 64, "mc_price": 2.1, "mc_arch": "x86_64", "mc_scale_max": 4},
             "odd": {"mc_cores": 2, "mc_gpus": 0, "mc_ram": "lots", "mc_scale_min": None},
@@ -154,14 +154,14 @@ def test_parse_machines() -> None:
     assert machines["ng1"].gpus == 1 and machines["ng1"].scale_max == 4 and machines["ng1"].ram_gb == 64
     assert machines["odd"].ram_gb == 0 and machines["odd"].scale_min == 1
     for bad in ({"x": {"mc_cores": "8", "mc_gpus": None}}, {"x": []}, {"x": {"mc_cores": True, "mc_gpus": 0}}):
-        with pytest.raises(jarvice.ProtocolError, match="machines: entry 'x'"):
-            jarvice.parse_machines(bad)
+        with pytest.raises(client.ProtocolError, match="machines: entry 'x'"):
+            client.parse_machines(bad)
 
 
 def test_parse_submit() -> None:
-    assert jarvice.parse_submit({"name": "n", "number": 4711}) == jarvice.SubmitResult(4711, "n")
-    with pytest.raises(jarvice.ProtocolError, match="submit: expected"):
-        jarvice.parse_submit({"name": "n", "number": "many"})
+    assert client.parse_submit({"name": "n", "number": 4711}) == client.SubmitResult(4711, "n")
+    with pytest.raises(client.ProtocolError, match="submit: expected"):
+        client.parse_submit({"name": "n", "number": "many"})
 
 
 @pytest.mark.parametrize(
@@ -170,16 +170,16 @@ def test_parse_submit() -> None:
         (
             401,
             {"error": "Not Authorized"},
-            jarvice.CredentialsRejected,
+            client.CredentialsRejected,
             "rejected the credentials (HTTP 401: Not Authorized)",
         ),
-        (404, {"error": "Job not found"}, jarvice.JobNotFound, "HTTP 404: Job not found"),
-        (400, "Required parameter(s) missing", jarvice.RequestRejected, "HTTP 400: Required parameter(s) missing"),
+        (404, {"error": "Job not found"}, client.JobNotFound, "HTTP 404: Job not found"),
+        (400, "Required parameter(s) missing", client.RequestRejected, "HTTP 400: Required parameter(s) missing"),
     ],
 )
 def test_error_statuses(status: int, body: object, error: type[Exception], fragment: str) -> None:
     with pytest.raises(error) as info:
-        client(
+        make_client(
             ScriptedSession(make_response(status, body, "text/plain" if isinstance(body, str) else "application/json"))
         ).fetch_status(42)
     assert fragment in str(info.value)
@@ -195,7 +195,7 @@ def test_retries_transient_failures_with_backoff_then_succeeds() -> None:
         make_response(502, b"<html>bad gateway</html>", "text/html"),
         make_response(200, STATUS_OK),
     )
-    assert client(session, clock).fetch_status(42).state == "PROCESSING STARTING"
+    assert make_client(session, clock).fetch_status(42).state == "PROCESSING STARTING"
     assert len(session.calls) == 6
     assert len(clock.sleeps) == 5
     # Equal jitter: each delay within [ceiling/2, ceiling], ceilings 0.5, 1, 2, 4, 4 (capped).
@@ -206,15 +206,15 @@ def test_retries_transient_failures_with_backoff_then_succeeds() -> None:
 def test_outage_budget_spans_calls_and_resets_on_success() -> None:
     clock = Clock(now=0.0)
     session = ScriptedSession(*[make_response(503, "down", "text/plain") for _ in range(50)])
-    c = client(session, clock, outage=5.0)
-    with pytest.raises(jarvice.Unavailable) as info:
+    c = make_client(session, clock, outage=5.0)
+    with pytest.raises(client.Unavailable) as info:
         c.fetch_status(42)
     message = str(info.value)
     assert message.startswith("status: JARVICE unreachable for 5.0s (budget 5s); last error: HTTP 503: down")
     assert clock.now == pytest.approx(5.0)
     # Still down: the next call gives up after a single attempt, the budget is already spent.
     calls = len(session.calls)
-    with pytest.raises(jarvice.Unavailable):
+    with pytest.raises(client.Unavailable):
         c.fetch_jobs(completed=True)
     assert len(session.calls) == calls + 1
     # A success resets it.
@@ -230,8 +230,8 @@ def test_outage_budget_spans_calls_and_resets_on_success() -> None:
 def test_deadline_bounds_retries() -> None:
     clock = Clock(now=0.0)
     session = ScriptedSession(*[make_response(503, "down", "text/plain") for _ in range(50)])
-    with pytest.raises(jarvice.Unavailable):
-        client(session, clock, outage=100.0).terminate(42, deadline=2.0)
+    with pytest.raises(client.Unavailable):
+        make_client(session, clock, outage=100.0).terminate(42, deadline=2.0)
     assert clock.now <= 2.0
 
 
@@ -240,14 +240,14 @@ def test_errors_never_carry_the_key() -> None:
     session = ScriptedSession(
         *[requests.ConnectionError(f"HTTPSConnectionPool: Max retries exceeded with url: {url}") for _ in range(30)]
     )
-    with pytest.raises(jarvice.Unavailable) as info:
-        client(session, outage=1.0).fetch_status(42)
+    with pytest.raises(client.Unavailable) as info:
+        make_client(session, outage=1.0).fetch_status(42)
     assert KEY not in str(info.value)
     assert "apikey=***" in str(info.value)
     assert info.value.__cause__ is None and info.value.__context__ is None
     echoed = ScriptedSession(make_response(400, {"error": f"bad key {KEY}"}))
-    with pytest.raises(jarvice.RequestRejected) as rejected:
-        client(echoed).fetch_status(42)
+    with pytest.raises(client.RequestRejected) as rejected:
+        make_client(echoed).fetch_status(42)
     assert KEY not in str(rejected.value)
 
 
@@ -256,7 +256,7 @@ BODY: Any = {"app": "my-app", "job_label": "k8s-1"}
 
 def test_submit_posts_once_with_credentials_in_the_body() -> None:
     session = ScriptedSession(make_response(200, {"name": "job-1", "number": 7}))
-    result = client(session).submit(BODY)
+    result = make_client(session).submit(BODY)
     assert (result.number, result.name) == (7, "job-1")
     method, url, kwargs = session.calls[0]
     assert (method, url) == ("POST", "https://jarvice.example/api/jarvice/submit")
@@ -279,8 +279,8 @@ def test_submit_posts_once_with_credentials_in_the_body() -> None:
 )
 def test_submit_outcome_unknown_is_never_retried(outcome: requests.Response | Exception, answered: bool) -> None:
     session = ScriptedSession(outcome, make_response(200, {"name": "dup", "number": 8}))
-    with pytest.raises(jarvice.SubmitOutcomeUnknown) as info:
-        client(session).submit(BODY)
+    with pytest.raises(client.SubmitOutcomeUnknown) as info:
+        make_client(session).submit(BODY)
     assert info.value.answered is answered
     assert len(session.calls) == 1
 
@@ -288,34 +288,34 @@ def test_submit_outcome_unknown_is_never_retried(outcome: requests.Response | Ex
 @pytest.mark.parametrize(
     ("status", "body", "error"),
     [
-        (401, {"error": "Not Authorized"}, jarvice.CredentialsRejected),
-        (404, {"error": "Application Not Found"}, jarvice.ApplicationNotFound),
-        (400, {"error": "Missing or Malformed API Syntax"}, jarvice.RequestRejected),
+        (401, {"error": "Not Authorized"}, client.CredentialsRejected),
+        (404, {"error": "Application Not Found"}, client.ApplicationNotFound),
+        (400, {"error": "Missing or Malformed API Syntax"}, client.RequestRejected),
     ],
 )
 def test_submit_definite_rejections(status: int, body: object, error: type[Exception]) -> None:
     with pytest.raises(error) as info:
-        client(ScriptedSession(make_response(status, body))).submit(BODY)
+        make_client(ScriptedSession(make_response(status, body))).submit(BODY)
     assert KEY not in str(info.value)
-    if error is jarvice.ApplicationNotFound:
+    if error is client.ApplicationNotFound:
         assert "does not know application 'my-app'" in str(info.value)
 
 
 def test_submit_429_is_a_refusal_never_retried() -> None:
     session = ScriptedSession(make_response(429, {"error": "Only one active job allowed per VM"}))
-    with pytest.raises(jarvice.SubmitRefused, match="Only one active job allowed per VM"):
-        client(session).submit(BODY)
+    with pytest.raises(client.SubmitRefused, match="Only one active job allowed per VM"):
+        make_client(session).submit(BODY)
     assert len(session.calls) == 1
 
 
 def test_parser_errors_quoting_the_server_are_redacted() -> None:
     echoed = ScriptedSession(make_response(200, {"error": f"key {KEY} is odd"}))
-    with pytest.raises(jarvice.ProtocolError) as info:
-        client(echoed).terminate(42)
+    with pytest.raises(client.ProtocolError) as info:
+        make_client(echoed).terminate(42)
     assert KEY not in str(info.value) and "JARVICE reported an error" in str(info.value)
 
 
 def test_user_agent_carries_the_one_version() -> None:
     version = tomllib.loads((Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())["project"]["version"]
-    assert version == entrypoint.__version__
-    assert f"nimbix-burst-runner/{version}" == jarvice.USER_AGENT
+    assert version == jarvice.__version__
+    assert f"nimbix-burst-runner/{version}" == client.USER_AGENT

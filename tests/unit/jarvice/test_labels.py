@@ -1,11 +1,12 @@
-"""Job labels that carry the cluster identity: built, parsed back, and read from the environment."""
+"""Job labels that carry the cluster identity: built and parsed back (the runner reads the identity
+from its environment: tests/unit/entrypoint/test_cluster_settings.py)."""
 
 import hashlib
 
 import pytest
 
-from entrypoint import plan
-from entrypoint.settings import PodIdentity, SettingsError, parse_settings
+from jarvice import labels
+from jarvice.labels import PodIdentity
 
 pytestmark = pytest.mark.timeout(2)
 
@@ -52,7 +53,7 @@ def pod(container: str = "", cluster: str = CLUSTER, uid: str = UID) -> PodIdent
     ],
 )
 def test_cluster_job_label(identity: PodIdentity, attempt: int, expected: str) -> None:
-    label = plan.build_job_label(identity, attempt=attempt)
+    label = labels.build_job_label(identity, attempt=attempt)
     assert label == expected
     assert len(label) <= 255
 
@@ -61,8 +62,8 @@ def test_cluster_job_label(identity: PodIdentity, attempt: int, expected: str) -
 @pytest.mark.parametrize("cluster", [CLUSTER, NAMED, LONGEST])
 @pytest.mark.parametrize("attempt", [1, 10, 99999])
 def test_cluster_labels_parse_back(container: str, cluster: str, attempt: int) -> None:
-    label = plan.build_job_label(pod(container, cluster), attempt=attempt)
-    assert plan.parse_job_label(label) == plan.ParsedLabel(
+    label = labels.build_job_label(pod(container, cluster), attempt=attempt)
+    assert labels.parse_job_label(label) == labels.ParsedLabel(
         pod_uid=UID, container=container or None, container_hashed=False, attempt=attempt, cluster=cluster
     )
 
@@ -70,18 +71,18 @@ def test_cluster_labels_parse_back(container: str, cluster: str, attempt: int) -
 @pytest.mark.parametrize(
     ("label", "expected"),
     [
-        (f"k8s-{UID}-app-1", plan.ParsedLabel(UID, "app", False, 1, None)),
-        (f"k8s-{UID}-3", plan.ParsedLabel(UID, None, False, 3, None)),
-        (f"k8s-{UID}-~1a2b3c-2", plan.ParsedLabel(UID, "~1a2b3c", True, 2, None)),
-        (f"k8s-{CLUSTER}.{UID}-app-1", plan.ParsedLabel(UID, "app", False, 1, CLUSTER)),
-        (f"k8s-{NAMED}.{UID}-1", plan.ParsedLabel(UID, None, False, 1, NAMED)),
-        (f"k8s-{NAMED}.{UID}-my-app-2-12", plan.ParsedLabel(UID, "my-app-2", False, 12, NAMED)),
-        (f"k8s-{CLUSTER}.{UID}-~abc-7", plan.ParsedLabel(UID, "~abc", True, 7, CLUSTER)),
+        (f"k8s-{UID}-app-1", labels.ParsedLabel(UID, "app", False, 1, None)),
+        (f"k8s-{UID}-3", labels.ParsedLabel(UID, None, False, 3, None)),
+        (f"k8s-{UID}-~1a2b3c-2", labels.ParsedLabel(UID, "~1a2b3c", True, 2, None)),
+        (f"k8s-{CLUSTER}.{UID}-app-1", labels.ParsedLabel(UID, "app", False, 1, CLUSTER)),
+        (f"k8s-{NAMED}.{UID}-1", labels.ParsedLabel(UID, None, False, 1, NAMED)),
+        (f"k8s-{NAMED}.{UID}-my-app-2-12", labels.ParsedLabel(UID, "my-app-2", False, 12, NAMED)),
+        (f"k8s-{CLUSTER}.{UID}-~abc-7", labels.ParsedLabel(UID, "~abc", True, 7, CLUSTER)),
     ],
     ids=["legacy", "legacy-no-container", "legacy-hashed", "cluster", "named-no-container", "digits", "hashed"],
 )
-def test_parse_job_label(label: str, expected: plan.ParsedLabel) -> None:
-    assert plan.parse_job_label(label) == expected
+def test_parse_job_label(label: str, expected: labels.ParsedLabel) -> None:
+    assert labels.parse_job_label(label) == expected
 
 
 @pytest.mark.parametrize(
@@ -115,7 +116,7 @@ def test_parse_job_label(label: str, expected: plan.ParsedLabel) -> None:
     ],
 )
 def test_parse_job_label_rejects(label: str) -> None:
-    assert plan.parse_job_label(label) is None
+    assert labels.parse_job_label(label) is None
 
 
 @pytest.mark.parametrize(
@@ -131,33 +132,6 @@ def test_parse_job_label_rejects(label: str) -> None:
     ids=["same", "other", "no-part", "hashed", "hashed-other", "short-hash"],
 )
 def test_label_names_container(label: str, container: str, expected: bool) -> None:
-    parsed = plan.parse_job_label(label)
+    parsed = labels.parse_job_label(label)
     assert parsed is not None
     assert parsed.names_container(container) is expected
-
-
-BASE_ENV = {"APP_COMMAND_ARGS": "true", "POD_UID": UID}
-
-
-def parse(env: dict[str, str]) -> PodIdentity:
-    return parse_settings(env, argv=(), read_file=lambda path: "", hostname="h").pod
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [(None, ""), ("", ""), ("  ", ""), (CLUSTER, CLUSTER), (f" {NAMED} ", NAMED)],
-    ids=["unset", "empty", "blank", "hex", "named-padded"],
-)
-def test_cluster_from_the_environment(value: str | None, expected: str) -> None:
-    env = dict(BASE_ENV) if value is None else {**BASE_ENV, "NIMBIX_BURST_CLUSTER": value}
-    assert parse(env).cluster == expected
-
-
-@pytest.mark.parametrize(
-    "value", ["prod", "0123456789AB", "prod_0123456789ab", "-0123456789ab", f"{'n' * 31}-0123456789ab"]
-)
-def test_an_invalid_cluster_is_a_settings_error(value: str) -> None:
-    with pytest.raises(SettingsError) as info:
-        parse({**BASE_ENV, "NIMBIX_BURST_CLUSTER": value})
-    (problem,) = info.value.problems
-    assert problem.startswith("NIMBIX_BURST_CLUSTER") and repr(value) in problem and "12 hex digits" in problem

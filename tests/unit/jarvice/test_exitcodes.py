@@ -1,6 +1,6 @@
 import pytest
 
-from entrypoint import exitcodes
+from jarvice import exitcodes
 
 pytestmark = pytest.mark.timeout(2)
 

@@ -1,4 +1,5 @@
-"""Keep the JARVICE API key out of anything printed. Pure.
+"""Keep the JARVICE API key out of anything printed: a `Secret` hides it in repr/str, `redact` masks it
+in text. Pure.
 
 The key travels in query strings (`apikey=...`) and in submit bodies (`"apikey": "..."`), so both
 shapes are masked, and so is the literal key wherever it appears (e.g. echoed back by a server).
@@ -36,3 +37,26 @@ def redact(text: str, secrets: Iterable[str] = ()) -> str:
         for form in sorted(forms, key=len, reverse=True):
             result = result.replace(form, MASK)
     return result
+
+
+class Secret:
+    """A string that does not show itself in repr/str (settings get logged; keys must not)."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
