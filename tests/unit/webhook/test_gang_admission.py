@@ -6,10 +6,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from tests.support.budgets import NS
 from tests.support.clocks import Clock
 from tests.support.reinvocation import patched_by, review
+from tests.unit.webhook import test_spending as spent
 from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, namespace, node, pod
-from webhook import admission, gangs, gpu_models
+from webhook import admission, gangs, gpu_models, spending
 from webhook.cache import ClusterCache
 from webhook.mutation import RewritePolicy
 from webhook.review import AdmissionRequest
@@ -430,3 +432,42 @@ def test_a_rank_0_that_comes_after_its_reservation_lapsed_must_fit_the_budget_ag
     assert result.outcome == "local" and result.over_budget  # its job would bring 6 GPUs on a budget of 4
     assert "the whole gang of 2 pods" in result.reason
     assert sync.cache.remote_in_use("ns") == 2
+
+
+def admit_in_ns(sync: CacheSync, raw: dict[str, Any], uid: str) -> tuple[dict[str, Any], admission.Admission]:
+    """Admitted in the capped namespace of tests.unit.webhook.test_spending."""
+    result = admission.admit(spent.review(raw, uid), cache=sync.cache, policy=POLICY)
+    return patched_by(raw, result), result
+
+
+def test_a_gangs_rank_0_carries_the_whole_jobs_cost_against_the_caps_in_money() -> None:
+    # Two 1-GPU ranks: one job of 2 nodes at 3.20 a node-hour (the dearest 1-GPU machine) is 6.40 an
+    # hour. Only rank 0 is ever created: past the TTL the namespace still counts 6.40, so of two 1-GPU
+    # pods (3.20 each) under a cap of 10 an hour one bursts, the other is kept.
+    clock = Clock(spent.NOW)
+    sync = spent.capped_cluster({spending.ANNOTATION_MAX_COST_PER_HOUR: "10"}, clock=clock)
+    sync.cache.spend.set_record(spending.parse_record(spent.record()))
+    raw = pod(container(gpus=1), name="w0", namespace=NS, labels={"task-type": "Nimbix", gangs.LABEL_KUEUE_GROUP: "g"})
+    raw["metadata"]["annotations"] = {gangs.ANNOTATION_KUEUE_TOTAL: "2"}
+    rank0, result = admit_in_ns(sync, raw, "u0")
+    assert result.outcome == "remote"
+    assert rank0["metadata"]["annotations"][spending.ANNOTATION_COST_PER_HOUR] == "6.4"
+    appear(sync, rank0, "pod-0")
+    clock.now += 61
+    sync.cache.expire_reservations()
+    solo = [spent.admit(sync, f"s{i}")[0] for i in range(2)]
+    assert [(r.outcome, r.over_budget) for r in solo] == [("remote", False), ("local", True)]
+
+
+def test_a_gangs_other_ranks_carry_no_cost() -> None:
+    sync = spent.capped_cluster({spending.ANNOTATION_MAX_COST_PER_HOUR: "10"}, clock=Clock(spent.NOW))
+    sync.cache.spend.set_record(spending.parse_record(spent.record()))
+    labels = {"task-type": "Nimbix", gangs.LABEL_KUEUE_GROUP: "g"}
+    costs = []
+    for i in range(2):
+        raw = pod(container(gpus=1), name=f"w{i}", namespace=NS, labels=labels)
+        raw["metadata"]["annotations"] = {gangs.ANNOTATION_KUEUE_TOTAL: "2"}
+        patched, result = admit_in_ns(sync, raw, f"u{i}")
+        assert result.outcome == "remote"
+        costs.append(patched["metadata"]["annotations"][spending.ANNOTATION_COST_PER_HOUR])
+    assert costs == ["6.4", "0"]
