@@ -8,7 +8,10 @@ legacy label (no cluster) or another cluster's is never acted on, only reported.
 A gang's job (the pods of one distributed job burst as one multi-node job) carries the gang's UID
 instead, and no container: it is wanted while at least one pod annotated `nimbix-burst.io/gang:
 <uid>` exists and every such pod can still follow it (none finished, exited for good or past its
-deletion deadline), since a distributed job cannot go on without one of its ranks.
+deletion deadline), since a distributed job cannot go on without one of its ranks. The UID is one
+generation's (webhook.gangs: a retry of the gang, after one of its burst pods finished, is a gang of
+its own), so an earlier generation's finished pods never make a later generation's job unwanted,
+and an earlier generation's job is unwanted as soon as one pod of its own can no longer follow it.
 
 One of this cluster's other live jobs is *wanted* while a pod with its UID exists whose container can
 still follow it: the pod is not terminal (Succeeded/Failed), not past its deletion deadline, and

@@ -274,8 +274,10 @@ STAGE_PATH_SEPARATOR: Final = ","
 
 # --- gangs: the pods of one distributed job burst as one multi-node JARVICE job ---
 # Set by the webhook on every burst container of a gang's pods (an Indexed Job's pods, or a Kueue
-# plain-pod group). The gang's identity is a UUID: the owning Job's UID, or for a pod group
-# uuid5(NAMESPACE_URL, "<cluster identity>/<namespace>/<group name>"). The gang's JARVICE job label is
+# plain-pod group). The gang's identity is a UUID, one per generation (the pods decided together;
+# a retry after a burst generation's pod finished is the next): generation 1's is the owning Job's
+# UID, or for a pod group uuid5(NAMESPACE_URL, "<cluster identity>/<namespace>/<group name>");
+# generation n > 1's is uuid5(<generation 1's>, "generation/<n>"). The gang's JARVICE job label is
 # build_job_label with the gang UID in place of the pod UID and no container part.
 ENV_GANG_UID: Final = "NIMBIX_BURST_GANG_UID"
 # How many pods (= JARVICE nodes) the gang has, and this pod's rank in it (0..size-1).
@@ -295,3 +297,9 @@ ANNOTATION_BURST_AFTER: Final = ANNOTATION_PREFIX + "burst-after"
 ANNOTATION_BURST_DEADLINE: Final = ANNOTATION_PREFIX + "burst-deadline"
 # Set by the webhook on a pod that asked to wait but bursts at once: why it did not wait.
 ANNOTATION_BURST_AFTER_IGNORED: Final = ANNOTATION_PREFIX + "burst-after-ignored"
+
+# The generation (1, 2, ...) whose identity ANNOTATION_GANG is, for people.
+ANNOTATION_GANG_GENERATION: Final = ANNOTATION_PREFIX + "gang-generation"
+# The rank whose runner submits the gang's one job (the others follow it): its pod carries the whole
+# gang's GPUs in the budget's count (its nimbix-burst.io/remote-gpus), the other ranks' pods none.
+GANG_SUBMITTING_RANK: Final = 0

@@ -47,9 +47,9 @@ class NotBurst:
     warnings: tuple[str, ...] = ()  # what kubectl shows ((): one naming the reason)
 
 
-def with_price(terms: Terms, price: spending.Price, *, nodes: int) -> Terms:
-    """The terms of a priced burst: the runner's price ceiling, and the cost the pod is counted for
-    (a gang's pod: its rank's share, one node of `nodes`)."""
+def with_price(terms: Terms, price: spending.Price) -> Terms:
+    """The terms of a priced burst: the runner's price ceiling, and its job's cost (a gang's: the whole
+    job's, counted on the rank that submits it, as its GPUs are: webhook.verdict, webhook.mutation)."""
     burst = terms.burst
     # Built, not dataclasses.replace(): the module is compiled with mypyc.
     priced = mutation.BurstTerms(
@@ -61,8 +61,8 @@ def with_price(terms: Terms, price: spending.Price, *, nodes: int) -> Terms:
         gpu_model=burst.gpu_model,
         allowed_machines=burst.allowed_machines,
         max_price=price.per_node_hour,
-        cost_per_hour=price.per_hour / nodes,
-        worst_case=price.worst_case / nodes,
+        cost_per_hour=price.per_hour,
+        worst_case=price.worst_case,
         app=burst.app,
     )
     return Terms(priced, terms.limit_warning, terms.remote_gpus)

@@ -9,7 +9,8 @@ and, for a gang's pod, its gang's GangSnapshot; it takes the rules in the order 
      every pod of the gang fits at once);
   3. a pod that would burst gets its burst's terms, or why it may not burst (webhook.burst);
   4. its namespace's budget must hold the burst (webhook.budget): the pod's GPUs, or a gang's first
-     pod's whole gang's; and its caps in money (webhook.spending), at the burst's price;
+     pod's whole gang's (and again a remote gang's rank 0 whose reservation of the gang's GPUs lapsed:
+     its runner submits the gang's job); and its caps in money (webhook.spending), at the burst's price;
   5. a pod that would burst, and asked to, waits for a local node first (webhook.waiting);
   6. the verdict (webhook.verdict), with what the cache then applies, once.
 """
@@ -67,9 +68,11 @@ def decide(
         )
     refusal = None
     price: spending.Price | None = None
+    # Counted now: a pod alone, a gang's first pod, or a remote gang's rank 0 whose count lapsed.
+    counts = not follows or (part is not None and part.recount)
     if isinstance(terms, burst.Terms) and not reinvoked:
         size = part.terms.size if part is not None and part.terms is not None else 0
-        if not follows:
+        if counts:
             refusal = budget.check(
                 snapshot.budget,
                 namespace=needs.namespace,
@@ -81,15 +84,15 @@ def decide(
         if refusal is None and snapshot.cost_caps is not None:
             priced = _price(snapshot, terms, nodes=size or 1)
             if isinstance(priced, budget.BudgetRefusal):
-                refusal = priced if not follows else None  # a gang that burst keeps its ranks together
+                refusal = priced if counts else None  # a gang that burst keeps its ranks together
             else:
                 price = priced
-                if not follows and (over := spending.over_caps(
+                if counts and (over := spending.over_caps(
                     snapshot.cost_caps, namespace=needs.namespace, in_use=snapshot.in_use, price=priced
                 )):  # fmt: skip
                     refusal = budget.BudgetRefusal(over + (f" (the whole gang of {size} pods)" if size else ""), True)
         if price is not None and refusal is None:
-            terms = burst.with_price(terms, price, nodes=size or 1)
+            terms = burst.with_price(terms, price)
     waits = None
     if wait is not None and isinstance(terms, burst.Terms) and refusal is None and not reinvoked and not follows:
         waits = waiting.decide(wait, gang=part is not None)

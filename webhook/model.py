@@ -280,6 +280,9 @@ def parse_pod(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> PodInfo |
                 # Finished, but its JARVICE job may still run (a runner killed before it could cancel
                 # it): the budget keeps counting it until the job is known to be gone.
                 return _burst_pod(meta, spec, remote_gpus, terminal=True)
+            if _is_gang_pod(meta):
+                # Counts nothing, but tells that its gang's generation is over (webhook.gangs).
+                return _burst_pod(meta, spec, 0, terminal=True)
     if not gpus and (terminal or not node_name):
         return None
     compute = pod_compute(spec)
@@ -337,6 +340,11 @@ def _with_gang(pod: PodInfo, meta: Mapping[str, Any], annotations: Mapping[str, 
         decision=annotations.get(contract.ANNOTATION_DECISION, ""),
         deleting=bool(meta.get("deletionTimestamp")),
     )
+
+
+def _is_gang_pod(meta: Mapping[str, Any]) -> bool:
+    annotations = meta.get("annotations")
+    return isinstance(annotations, dict) and bool(annotations.get(contract.ANNOTATION_GANG))
 
 
 def _burst_gpus(meta: Mapping[str, Any], gpu_resources: Sequence[str]) -> int | None:

@@ -508,9 +508,11 @@ def build_remote_patch(
 def _cost_annotations(terms: BurstTerms) -> dict[str, str]:
     if not terms.max_price:
         return {}
+    # A gang's job is counted on the rank that submits it (its GPUs too: webhook.verdict); the others 0.
+    carried = terms.gang is None or terms.gang.rank == contract.GANG_SUBMITTING_RANK
     return {
-        spending.ANNOTATION_COST_PER_HOUR: _price_text(terms.cost_per_hour),
-        spending.ANNOTATION_WORST_CASE: _price_text(terms.worst_case),
+        spending.ANNOTATION_COST_PER_HOUR: _price_text(terms.cost_per_hour if carried else 0.0),
+        spending.ANNOTATION_WORST_CASE: _price_text(terms.worst_case if carried else 0.0),
     }
 
 

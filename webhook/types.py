@@ -139,8 +139,10 @@ class PodInfo:
     # namespace's burst budget (see webhook.budget) until its jobs are known to be gone: a finished
     # pod keeps them while a job may still run (see model.parse_pod).
     remote_gpus: int = 0
-    # A gang's pod (see webhook.gangs): the gang's UID and this pod's rank (our annotations), the
-    # decision it carries, and whether it is being deleted (a gang whose pods are going is decided afresh).
+    # A gang's pod (see webhook.gangs): its generation's UID and this pod's rank (our annotations), the
+    # decision it carries, and whether it is being deleted (a gang whose pods are going is decided afresh;
+    # a burst generation one of whose pods finished or is going takes no pod any more). A finished
+    # burst pod of a gang is kept (counting 0) only to tell that.
     gang: str = ""
     gang_rank: int = -1
     decision: str = ""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from jarvice import contract
+from jarvice.contract import GANG_SUBMITTING_RANK
 from webhook.budget import ANNOTATION_BUDGET, BudgetRefusal, OverBudget
 from webhook.burst import NotBurst, Terms
 from webhook.gang_decision import GangPart
@@ -241,13 +242,24 @@ def _gang_verdict(
         )
     if not isinstance(terms, Terms):
         raise AssertionError("a burst is decided with its terms")
-    per_pod, cost, worst = terms.remote_gpus, terms.burst.cost_per_hour, terms.burst.worst_case
+    # Rank 0 submits the gang's one job of `size` nodes: its reservation, then its pod, carry the whole
+    # gang's GPUs and the job's cost (terms.burst's), so they stay counted as long as that pod (and its
+    # job), whichever ranks ever appear; the other ranks count nothing.
+    whole = terms.remote_gpus * size
+    cost, worst = terms.burst.cost_per_hour, terms.burst.worst_case
+    carried = whole if rank == GANG_SUBMITTING_RANK else 0
     if first:
-        ids = (taken if each == rank else open_id(uid, each) for each in range(size))
-        remote = tuple(RemoteReservation(each, namespace, per_pod, cost, worst) for each in ids)
+        remote = tuple(
+            _rank_count(
+                taken if each == rank else open_id(uid, each), namespace, rank=each, gpus=whole, cost=cost, worst=worst
+            )
+            for each in range(size)
+        )
         effects = Effects(uid, remote=remote, record=GangRecord("remote", decision.reason, size, gang.expires_at))
     else:
-        effects = Effects(release=(opened,), remote=(RemoteReservation(taken, namespace, per_pod, cost, worst),))
+        effects = Effects(
+            release=(opened,), remote=(_rank_count(taken, namespace, rank=rank, gpus=whole, cost=cost, worst=worst),)
+        )
     return Verdict(
         "remote",
         decision,
@@ -256,7 +268,16 @@ def _gang_verdict(
         reservation_id="" if dry_run else taken,
         burst=terms.burst,
         limit_warning=terms.limit_warning,
-        remote_gpus=per_pod,
+        remote_gpus=carried,
         gang=ranks,
         effects=NO_EFFECTS if dry_run else effects,
     )
+
+
+def _rank_count(
+    reservation_id: str, namespace: str, *, rank: int, gpus: int, cost: float, worst: float
+) -> RemoteReservation:
+    """A remote gang rank's reservation: the gang's GPUs and cost on the rank that submits its job, 0 on the others."""
+    if rank == GANG_SUBMITTING_RANK:
+        return RemoteReservation(reservation_id, namespace, gpus, cost, worst)
+    return RemoteReservation(reservation_id, namespace, 0)
