@@ -595,10 +595,10 @@ class _Downloader:
         try:
             os.ftruncate(fd, offset)
             async with sftp.open(item.vault, "rb", encoding=None) as src:
-                while True:
+                while offset < item.size:  # the size listed: a read past the end is wasted requests
                     self.transfer.check_stop()
                     async with self.transfer.chunks:
-                        chunk = _as_bytes(await src.read(CHUNK_BYTES, offset))
+                        chunk = _as_bytes(await src.read(min(CHUNK_BYTES, item.size - offset), offset))
                         if not chunk:
                             break
                         _write_local(fd, chunk, offset, item.local)

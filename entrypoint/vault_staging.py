@@ -99,7 +99,7 @@ class VaultStaging:
         for path in self.paths.stage_out:
             if path not in self.paths.stage_in:
                 roots.append(UploadRoot(path, path, staging.vault_path(job_dir, os.path.dirname(path)), empty=True))
-        totals = _count(roots)
+        totals = count_files(roots)
         log.info("staging in", extra={"files": totals.files, "bytes": totals.bytes, "vault_dir": job_dir})
         report = self.transfer.upload(
             roots, totals=totals, never_staged=self.never_staged, should_stop=self.should_stop_stage_in
@@ -235,7 +235,7 @@ class VaultStaging:
             log.warning("could not save the staging record", extra={"path": str(self.record_path), "error": str(exc)})
 
 
-def _count(roots: Sequence[UploadRoot]) -> Totals:
+def count_files(roots: Sequence[UploadRoot]) -> Totals:
     """The files and bytes under the roots (one walk, nothing kept), for the progress lines."""
     files = size = 0
     for root in roots:

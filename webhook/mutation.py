@@ -36,6 +36,9 @@ class RewritePolicy:
     default_walltime_seconds: int = 24 * 3600  # --default-walltime: a burst job's limit without a deadline
     gpu_model_label: str = gpu_models.DEFAULT_MODEL_LABEL  # --gpu-model-label: the node label naming the GPU model
     gpu_model_map: gpu_models.ModelMap | None = None  # --gpu-models-file (None: no mapping)
+    # --staging-cpu-limit: the CPU limit (not request) of a runner that stages data, so SSH's
+    # encryption is not throttled at remote_cpu; "" keeps remote_cpu.
+    staging_cpu_limit: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,14 +107,26 @@ def build_local_patch(
 
 
 def _resource_ops(
-    base: str, container: Mapping[str, Any], policy: RewritePolicy, original: dict[str, Any], *, shrink: bool
+    base: str,
+    container: Mapping[str, Any],
+    policy: RewritePolicy,
+    original: dict[str, Any],
+    *,
+    shrink: bool,
+    stages: bool = False,
 ) -> list[JsonPatchOp]:
-    """Remove GPUs; with `shrink`, also cut cpu/memory to the runner's footprint."""
+    """Remove GPUs; with `shrink`, also cut cpu/memory to the runner's footprint (a CPU limit of
+    policy.staging_cpu_limit for a runner that `stages` data)."""
     ops: list[JsonPatchOp] = []
     resources = container.get("resources") or {}
-    footprint = {"cpu": policy.remote_cpu, "memory": policy.remote_memory}
     saved: dict[str, dict[str, Any]] = {}
     for source in ("requests", "limits"):
+        cpu = (
+            policy.staging_cpu_limit
+            if stages and source == "limits" and policy.staging_cpu_limit
+            else policy.remote_cpu
+        )
+        footprint = {"cpu": cpu, "memory": policy.remote_memory}
         values = resources.get(source) or {}
         for resource in policy.gpu_resources:
             if resource in values:
@@ -270,7 +285,8 @@ def _container_ops(
             continue
         base = f"/spec/{list_name}/{index}"
         is_app = list_name == "containers"
-        ops += _resource_ops(base, container, policy, original.setdefault(list_name, {}), shrink=is_app)
+        stages = any(name == container.get("name") for name, *_ in terms.staging)
+        ops += _resource_ops(base, container, policy, original.setdefault(list_name, {}), shrink=is_app, stages=stages)
         if is_app:
             mount = _state_mount_ops(base, container)
             ops += _burst_container_ops(base, container, gpus=gpus, terms=terms) + mount
