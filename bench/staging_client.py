@@ -13,7 +13,7 @@ from typing import Any
 
 import asyncssh
 
-from entrypoint import local_tree, staging, vault_staging
+from entrypoint import local_tree, sftp_transfer, staging, vault_staging
 from entrypoint.settings import Secret
 from entrypoint.sftp_transfer import DownloadRoot, UploadRoot, VaultTransfer
 
@@ -35,6 +35,7 @@ class KeyTransfer(VaultTransfer):
                 client_keys=[self.key],
                 known_hosts=self.address.known_hosts,
                 agent_path=None,
+                encryption_algs=sftp_transfer.ENCRYPTION_ALGS,
             ),
             timeout=CONNECT_TIMEOUT_SECONDS,
         )

@@ -21,11 +21,13 @@ The API key is passed to asyncssh only; it is never logged.
 
 import asyncio
 import errno
+import functools
 import logging
 import os
 import posixpath
 import stat
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Final, TextIO, TypeVar
 
@@ -42,8 +44,10 @@ CHUNK_BYTES: Final = 4 * 1024 * 1024
 # Blocks held in memory at once, over every file in flight: 8 x 4 MiB.
 CHUNKS_IN_MEMORY: Final = 8
 # Files moving at once: small files are a few round trips each, so they move side by side.
-FILES_IN_FLIGHT: Final = 32
+FILES_IN_FLIGHT: Final = 64
 PART_SUFFIX: Final = staging.PART_SUFFIX
+# An upload this small is one SFTP write request (OpenSSH takes up to 255 KiB), written in place.
+IN_PLACE_BYTES: Final = 64 * 1024
 # A dropped connection is made again this many times in a row without a byte of progress.
 MAX_RECONNECTS: Final = 5
 RECONNECT_BASE_SECONDS: Final = 1.0
@@ -52,6 +56,18 @@ CONNECT_TIMEOUT_SECONDS: Final = 15.0
 PROGRESS_SECONDS: Final = 2.0
 # How many paths a report names (the counts are always whole).
 NAMED_PATHS: Final = 20
+
+# AES-GCM first: one call into OpenSSL per SSH packet, where chacha20-poly1305 (asyncssh's first
+# choice) takes four from Python; staging many small files is that per-packet cost. The rest of
+# asyncssh's choices follow, for a server without AES-GCM.
+ENCRYPTION_ALGS: Final = (
+    "aes128-gcm@openssh.com",
+    "aes256-gcm@openssh.com",
+    "chacha20-poly1305@openssh.com",
+    "aes256-ctr",
+    "aes192-ctr",
+    "aes128-ctr",
+)
 
 # What a dropped or broken connection raises (a reconnect may help); anything else is final.
 _CONNECTION_ERRORS: Final = (asyncssh.DisconnectError, asyncssh.ConnectionLost, ConnectionError, TimeoutError, OSError)
@@ -145,12 +161,18 @@ class _Pass:
 
     report: Report
     meter: _Meter
+    # The pod's disk, one call at a time in one thread: a file created on a busy disk must not
+    # stop the event loop (and every transfer in flight) while it waits.
+    disk: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="staging-disk"))
     # Per file in flight: the bytes acknowledged so far (a resume continues there; only this runner's own).
     acked: dict[str, int] = field(default_factory=dict)
     failed_in_a_row: int = 0
 
     def progress_mark(self) -> tuple[int, int]:
         return self.report.copied, self.report.copied_bytes + sum(self.acked.values())
+
+    async def on_disk(self, call: Callable[..., T], *args: object, **kwargs: object) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.disk, functools.partial(call, *args, **kwargs))
 
 
 class VaultTransfer:
@@ -192,14 +214,20 @@ class VaultTransfer:
         self.should_stop = should_stop
         state = _Pass(Report(), _Meter("stage-in", totals, clock=self.clock, out=self.progress_out))
         uploader = _Uploader(self, state, never_staged)
-        return asyncio.run(self._retrying(state, lambda sftp: uploader.run(sftp, roots)))
+        try:
+            return asyncio.run(self._retrying(state, lambda sftp: uploader.run(sftp, roots)))
+        finally:
+            state.disk.shutdown(wait=True)
 
     def download(self, roots: Sequence[DownloadRoot], *, should_stop: Callable[[], bool]) -> Report:
         """Make each stage-out path current in the pod from its vault copy (absent copies are logged)."""
         self.should_stop = should_stop
         state = _Pass(Report(), _Meter("copy-back", Totals(), clock=self.clock, out=self.progress_out))
         downloader = _Downloader(self, state)
-        return asyncio.run(self._retrying(state, lambda sftp: downloader.run(sftp, roots)))
+        try:
+            return asyncio.run(self._retrying(state, lambda sftp: downloader.run(sftp, roots)))
+        finally:
+            state.disk.shutdown(wait=True)
 
     def remove_tree(self, root: str) -> None:
         async def remove(sftp: asyncssh.SFTPClient) -> None:
@@ -221,6 +249,7 @@ class VaultTransfer:
                 client_keys=None,
                 agent_path=None,
                 preferred_auth="password,keyboard-interactive",
+                encryption_algs=ENCRYPTION_ALGS,
             ),
             timeout=CONNECT_TIMEOUT_SECONDS,
         )
@@ -326,14 +355,6 @@ def _as_bytes(data: str | bytes) -> bytes:
     return data
 
 
-def _write_local(fd: int, data: bytes, offset: int, path: str) -> None:
-    # A full disk is no connection problem: it ends the copy-back, saying where.
-    try:
-        os.pwrite(fd, data, offset)
-    except OSError as exc:
-        raise TransferFailed(f"{path} cannot be written: {exc.strerror}") from exc
-
-
 def _mtime_seconds(ns: int) -> int:
     return ns // 1_000_000_000
 
@@ -414,10 +435,14 @@ class _Uploader:
             yield _Put(f"{local_dir}/{entry.name}", real, f"{vault_dir}/{entry.name}", entry.size, mtime)
 
     async def _put(self, sftp: asyncssh.SFTPClient, item: _Put) -> None:
-        part = item.vault + PART_SUFFIX
+        # A file sent in one write request is written in place: the request lands whole or not at
+        # all, and the copy gets its source's time only after it, so a copy cut short is never
+        # current. A larger one goes through `<name>.nbpart`, renamed only once whole.
+        in_place = item.size <= IN_PLACE_BYTES
+        target = item.vault if in_place else item.vault + PART_SUFFIX
         offset = self.state.acked.get(item.local, 0)
         try:
-            fd = local_tree.open_for_reading(item.real)
+            fd = await self.state.on_disk(local_tree.open_for_reading, item.real)
         except OSError as exc:
             if exc.errno not in (errno.ENOENT, errno.ELOOP):
                 raise TransferFailed(f"{item.local} cannot be read: {exc.strerror}") from exc
@@ -426,27 +451,28 @@ class _Uploader:
             return
         self.state.acked[item.local] = offset
         try:
-            async with sftp.open(part, "r+b" if offset else "wb", encoding=None) as dst:
+            async with sftp.open(target, "r+b" if offset else "wb", encoding=None) as dst:
                 while offset < item.size:
                     self.transfer.check_stop()
                     async with self.transfer.chunks:
-                        chunk = os.pread(fd, min(CHUNK_BYTES, item.size - offset), offset)
-                        if not chunk:
-                            break
-                        await dst.write(chunk, offset)
+                        chunk = await self.state.on_disk(os.pread, fd, min(CHUNK_BYTES, item.size - offset), offset)
+                        if chunk:
+                            await dst.write(chunk, offset)
+                    if not chunk:
+                        break
                     offset += len(chunk)
                     self.state.acked[item.local] = offset
                     self.state.meter.add(size=len(chunk))
-                arrived = (await dst.stat()).size
-                if arrived != item.size:
+                if offset != item.size:
                     raise TransferFailed(
-                        f"{item.local}: the vault holds {arrived} bytes of {item.size} (the file changed while"
+                        f"{item.local}: {offset} of {item.size} bytes could be read (the file changed while"
                         " it was sent?); it will be sent again"
                     )
                 await dst.utime((item.mtime, item.mtime))
         finally:
-            os.close(fd)
-        await sftp.posix_rename(part, item.vault)
+            await self.state.on_disk(os.close, fd)
+        if not in_place:
+            await sftp.posix_rename(target, item.vault)
         del self.state.acked[item.local]
         self.state.report.copied += 1
         self.state.report.copied_bytes += item.size
@@ -504,8 +530,9 @@ class _Downloader:
         try:
             await _pool(self._todo(sftp, roots, writers), lambda item: self._get(sftp, item))
         finally:
+            # After every disk call queued before (one thread, in order): no descriptor is in use.
             for writer in writers:
-                writer.close()
+                await self.state.on_disk(writer.close)
 
     async def _todo(
         self, sftp: asyncssh.SFTPClient, roots: Sequence[DownloadRoot], writers: list[local_tree.BeneathWriter]
@@ -521,7 +548,9 @@ class _Downloader:
                 continue
             mode = attrs.permissions or 0
             try:
-                writer = local_tree.BeneathWriter(root.local if stat.S_ISDIR(mode) else os.path.dirname(root.local))
+                writer = await self.state.on_disk(
+                    local_tree.BeneathWriter, root.local if stat.S_ISDIR(mode) else os.path.dirname(root.local)
+                )
             except local_tree.UnsafePath as exc:
                 self._refuse(root.local, exc)
                 continue
@@ -529,7 +558,7 @@ class _Downloader:
             if stat.S_ISREG(mode):
                 name = os.path.basename(root.local)
                 get = _Get(writer, name, root.vault, attrs.size or 0, int(attrs.mtime or 0))
-                if self._wanted(get):
+                if await self._wanted(get):
                     yield get
                 continue
             if not stat.S_ISDIR(mode):
@@ -544,7 +573,7 @@ class _Downloader:
                 relative_dir = pending.pop()
                 directory = f"{root.vault}/{relative_dir}".rstrip("/")
                 try:
-                    writer.dir_fd(relative_dir)
+                    await self.state.on_disk(writer.dir_fd, relative_dir)
                 except local_tree.UnsafePath as exc:
                     self._refuse(f"{root.local}/{relative_dir}", exc)
                     continue
@@ -556,7 +585,7 @@ class _Downloader:
                         pending.append(relative)
                     elif stat.S_ISREG(mode) and not name.endswith(PART_SUFFIX):
                         get = _Get(writer, relative, f"{directory}/{name}", size, mtime)
-                        if self._wanted(get):
+                        if await self._wanted(get):
                             yield get
                     # links the job made in the vault are not copied back: they could lead anywhere
 
@@ -566,9 +595,9 @@ class _Downloader:
         if len(self.state.report.not_copied) < NAMED_PATHS:
             self.state.report.not_copied.append(path)
 
-    def _wanted(self, item: _Get) -> bool:
+    async def _wanted(self, item: _Get) -> bool:
         try:
-            have = item.writer.stat(item.relative)
+            have = await self.state.on_disk(item.writer.stat, item.relative)
         except local_tree.UnsafePath as exc:
             self._refuse(item.local, exc)
             return False
@@ -585,37 +614,65 @@ class _Downloader:
         return True
 
     async def _get(self, sftp: asyncssh.SFTPClient, item: _Get) -> None:
+        # The disk is reached twice for a file of one block (open and write, then close and rename):
+        # each trip to the disk's thread is a wake-up of the event loop.
         offset = self.state.acked.get(item.local, 0)
+        self.state.acked[item.local] = offset
+        fd: int | None = None
         try:
-            fd = item.writer.open_part(item.relative, resume=offset > 0)
+            try:
+                async with sftp.open(item.vault, "rb", encoding=None) as src:
+                    while offset < item.size:  # the size listed: a read past the end is wasted requests
+                        self.transfer.check_stop()
+                        async with self.transfer.chunks:
+                            chunk = _as_bytes(await src.read(min(CHUNK_BYTES, item.size - offset), offset))
+                            if not chunk:
+                                break
+                            fd = await self.state.on_disk(_write_part, item, fd, chunk, offset)
+                        offset += len(chunk)
+                        self.state.acked[item.local] = offset
+                        self.state.meter.add(size=len(chunk))
+            except BaseException:
+                if fd is not None:
+                    await self.state.on_disk(os.close, fd)
+                raise
+            await self.state.on_disk(_finish_part, item, fd, offset)
         except local_tree.UnsafePath as exc:
+            del self.state.acked[item.local]
             self._refuse(item.local, exc)
             return
-        self.state.acked[item.local] = offset
-        try:
-            os.ftruncate(fd, offset)
-            async with sftp.open(item.vault, "rb", encoding=None) as src:
-                while offset < item.size:  # the size listed: a read past the end is wasted requests
-                    self.transfer.check_stop()
-                    async with self.transfer.chunks:
-                        chunk = _as_bytes(await src.read(min(CHUNK_BYTES, item.size - offset), offset))
-                        if not chunk:
-                            break
-                        _write_local(fd, chunk, offset, item.local)
-                    offset += len(chunk)
-                    self.state.acked[item.local] = offset
-                    self.state.meter.add(size=len(chunk))
-            written = os.fstat(fd).st_size
-        finally:
-            os.close(fd)
-        if written != item.size:
-            item.writer.discard_part(item.relative)
-            raise TransferFailed(
-                f"{item.local}: {written} bytes arrived, the vault held {item.size} (the job still writing?);"
-                " it will be fetched again"
-            )
-        item.writer.commit(item.relative, mtime=item.mtime)
         del self.state.acked[item.local]
         self.state.report.copied += 1
         self.state.report.copied_bytes += item.size
         self.state.meter.add(files=1)
+
+
+def _write_part(item: _Get, fd: int | None, data: bytes, offset: int) -> int:
+    """Write `data` at `offset` of the item's partial file, opened (and cut to `offset`) if `fd` is None."""
+    if fd is None:
+        fd = item.writer.open_part(item.relative, resume=offset > 0)
+        os.ftruncate(fd, offset)
+    try:
+        os.pwrite(fd, data, offset)
+    except OSError as exc:  # a full disk is no connection problem: it ends the copy-back, saying where
+        os.close(fd)
+        raise TransferFailed(f"{item.local} cannot be written: {exc.strerror}") from exc
+    return fd
+
+
+def _finish_part(item: _Get, fd: int | None, offset: int) -> None:
+    """Close the partial file and rename it into place with the vault's time, if whole."""
+    if fd is None:  # an empty file, or a resume that had nothing left to read
+        fd = item.writer.open_part(item.relative, resume=offset > 0)
+        os.ftruncate(fd, offset)
+    try:
+        written = os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+    if written != item.size:
+        item.writer.discard_part(item.relative)
+        raise TransferFailed(
+            f"{item.local}: {written} bytes arrived, the vault held {item.size} (the job still writing?);"
+            " it will be fetched again"
+        )
+    item.writer.commit(item.relative, mtime=item.mtime)
