@@ -124,12 +124,8 @@ def open_dir_from_root(path: str) -> int:
     """A descriptor of the directory `path`, made where missing, reached from `/` one component at
     a time without following a link. Raises UnsafePath when a component is a link or not a directory."""
     fd = os.open("/", _DIR_FLAGS)
-    try:
-        for name in [part for part in path.split("/") if part]:
-            fd = _step(fd, name, path)
-    except BaseException:
-        os.close(fd)
-        raise
+    for name in [part for part in path.split("/") if part]:
+        fd = _step(fd, name, path)  # closes the parent, also when it raises
     return fd
 
 
