@@ -61,7 +61,7 @@ def resolve_root(path: str) -> str | None:
     if not os.path.islink(path):
         if not os.path.lexists(path):
             raise FileNotFoundError(path)
-        return path
+        return os.path.realpath(path)  # links among its parents are the container's own layout
     parent = os.path.dirname(path)
     real = os.path.realpath(path)
     if parent == "/" or not staging.is_inside(real, os.path.realpath(parent)):

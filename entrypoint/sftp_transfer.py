@@ -26,6 +26,7 @@ import logging
 import os
 import posixpath
 import stat
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -40,9 +41,10 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # One write or read of this size is split by asyncssh into parallel SFTP requests.
-CHUNK_BYTES: Final = 4 * 1024 * 1024
-# Blocks held in memory at once, over every file in flight: 8 x 4 MiB.
-CHUNKS_IN_MEMORY: Final = 8
+CHUNK_BYTES: Final = 2 * 1024 * 1024
+# Blocks held in memory at once, over every file in flight (a file has two in flight when one is
+# free): 6 x 2 MiB, so the runner stays under 100 MB of RSS with asyncssh's own copies.
+CHUNKS_IN_MEMORY: Final = 6
 # Files moving at once: small files are a few round trips each, so they move side by side.
 FILES_IN_FLIGHT: Final = 64
 PART_SUFFIX: Final = staging.PART_SUFFIX
@@ -391,8 +393,9 @@ class _Uploader:
                 parent = posixpath.dirname(root.vault)
                 await sftp.makedirs(parent, exist_ok=True)
                 have = await _remote_listing(sftp, parent)
-                for item in self._compare(root.local, os.path.dirname(root.real), parent, (single,), have):
-                    yield item
+                put = self._wanted(single, root.local, root.real, root.vault, have.get(posixpath.basename(root.vault)))
+                if put is not None:
+                    yield put
                 continue
             for directory in local_tree.walk_tree(root.local, root.real):
                 self.transfer.check_stop()
@@ -416,23 +419,33 @@ class _Uploader:
         have: dict[str, tuple[int, int, int]],
     ) -> Iterable[_Put]:
         for entry in files:
-            if entry.kind != "file":
-                continue
-            real = os.path.join(real_dir, entry.name)
-            if real in self.never_staged:
-                log.warning("not staging the JARVICE credentials", extra={"path": f"{local_dir}/{entry.name}"})
-                continue
-            mtime = _mtime_seconds(entry.mtime_ns)
-            copy = have.get(entry.name)
-            if (
-                copy is not None
-                and stat.S_ISREG(copy[2])
-                and staging.is_current(size=entry.size, mtime=mtime, copy=(copy[0], copy[1]))
-            ):
-                self.state.report.skipped += 1
-                self.state.meter.add(files=1, size=entry.size)
-                continue
-            yield _Put(f"{local_dir}/{entry.name}", real, f"{vault_dir}/{entry.name}", entry.size, mtime)
+            put = self._wanted(
+                entry,
+                f"{local_dir}/{entry.name}",
+                os.path.join(real_dir, entry.name),
+                f"{vault_dir}/{entry.name}",
+                have.get(entry.name),
+            )
+            if put is not None:
+                yield put
+
+    def _wanted(
+        self, entry: local_tree.LocalEntry, local: str, real: str, vault: str, copy: tuple[int, int, int] | None
+    ) -> _Put | None:
+        """The upload of one file, None when it is never staged or its vault copy is current."""
+        if real in self.never_staged:
+            log.warning("not staging the JARVICE credentials", extra={"path": local})
+            return None
+        mtime = _mtime_seconds(entry.mtime_ns)
+        if (
+            copy is not None
+            and stat.S_ISREG(copy[2])
+            and staging.is_current(size=entry.size, mtime=mtime, copy=(copy[0], copy[1]))
+        ):
+            self.state.report.skipped += 1
+            self.state.meter.add(files=1, size=entry.size)
+            return None
+        return _Put(local, real, vault, entry.size, mtime)
 
     async def _put(self, sftp: asyncssh.SFTPClient, item: _Put) -> None:
         # A file sent in one write request is written in place: the request lands whole or not at
@@ -450,25 +463,43 @@ class _Uploader:
             log.warning("not staging a file that changed into a link or vanished", extra={"path": item.local})
             return
         self.state.acked[item.local] = offset
+        writes: deque[tuple[int, int, asyncio.Task[int]]] = deque()
         try:
             async with sftp.open(target, "r+b" if offset else "wb", encoding=None) as dst:
-                while offset < item.size:
+                ahead = offset
+                # The next block is read and sent while one is in flight, when a block's memory is
+                # free; what is acknowledged in order is what a resume may skip.
+                while ahead < item.size or writes:
                     self.transfer.check_stop()
-                    async with self.transfer.chunks:
-                        chunk = await self.state.on_disk(os.pread, fd, min(CHUNK_BYTES, item.size - offset), offset)
-                        if chunk:
-                            await dst.write(chunk, offset)
-                    if not chunk:
-                        break
-                    offset += len(chunk)
+                    while ahead < item.size and (not writes or not self.transfer.chunks.locked()):
+                        await self.transfer.chunks.acquire()
+                        length = min(CHUNK_BYTES, item.size - ahead)
+                        try:
+                            chunk = await self.state.on_disk(os.pread, fd, length, ahead)
+                            if len(chunk) != length:
+                                raise TransferFailed(
+                                    f"{item.local}: {ahead + len(chunk)} of {item.size} bytes could be read (the file"
+                                    " changed while it was sent?); it will be sent again"
+                                )
+                        except BaseException:
+                            self.transfer.chunks.release()
+                            raise
+                        writes.append((ahead, length, asyncio.ensure_future(dst.write(chunk, ahead))))
+                        ahead += length
+                    at, length, write = writes.popleft()
+                    try:
+                        await write
+                    finally:
+                        self.transfer.chunks.release()
+                    offset = at + length
                     self.state.acked[item.local] = offset
-                    self.state.meter.add(size=len(chunk))
-                if offset != item.size:
-                    raise TransferFailed(
-                        f"{item.local}: {offset} of {item.size} bytes could be read (the file changed while"
-                        " it was sent?); it will be sent again"
-                    )
+                    self.state.meter.add(size=length)
                 await dst.utime((item.mtime, item.mtime))
+        except BaseException:
+            for _at, _length, write in writes:
+                write.cancel()
+                self.transfer.chunks.release()
+            raise
         finally:
             await self.state.on_disk(os.close, fd)
         if not in_place:
@@ -620,19 +651,35 @@ class _Downloader:
         self.state.acked[item.local] = offset
         fd: int | None = None
         try:
+            reads: deque[tuple[int, int, asyncio.Task[str | bytes]]] = deque()
             try:
                 async with sftp.open(item.vault, "rb", encoding=None) as src:
-                    while offset < item.size:  # the size listed: a read past the end is wasted requests
+                    ahead = offset
+                    # The size listed is read, no more (a read past the end is wasted requests). The
+                    # next block is asked for while one is written, when a block's memory is free.
+                    while ahead < item.size or reads:
                         self.transfer.check_stop()
-                        async with self.transfer.chunks:
-                            chunk = _as_bytes(await src.read(min(CHUNK_BYTES, item.size - offset), offset))
-                            if not chunk:
-                                break
-                            fd = await self.state.on_disk(_write_part, item, fd, chunk, offset)
-                        offset += len(chunk)
+                        while ahead < item.size and (not reads or not self.transfer.chunks.locked()):
+                            await self.transfer.chunks.acquire()
+                            length = min(CHUNK_BYTES, item.size - ahead)
+                            reads.append((ahead, length, asyncio.ensure_future(src.read(length, ahead))))
+                            ahead += length
+                        at, length, read = reads.popleft()
+                        try:
+                            chunk = _as_bytes(await read)
+                            if len(chunk) != length:
+                                changed = "the vault's copy changed while it was read; it will be fetched again"
+                                raise TransferFailed(f"{item.local}: {changed}")
+                            fd = await self.state.on_disk(_write_part, item, fd, chunk, at)
+                        finally:
+                            self.transfer.chunks.release()
+                        offset = at + len(chunk)
                         self.state.acked[item.local] = offset
                         self.state.meter.add(size=len(chunk))
             except BaseException:
+                for _at, _length, read in reads:
+                    read.cancel()
+                    self.transfer.chunks.release()
                 if fd is not None:
                     await self.state.on_disk(os.close, fd)
                 raise
