@@ -180,6 +180,16 @@ class BeneathWriter:
         self.dirs[relative_dir] = fd
         return fd
 
+    def list_dir(self, relative_dir: str) -> dict[str, tuple[int, int, int]]:
+        """What `relative_dir` (made where missing) holds: name -> (size, mtime in seconds, mode),
+        links not followed."""
+        found: dict[str, tuple[int, int, int]] = {}
+        with os.scandir(self.dir_fd(relative_dir)) as listing:
+            for item in listing:
+                info = item.stat(follow_symlinks=False)
+                found[item.name] = (info.st_size, info.st_mtime_ns // 1_000_000_000, info.st_mode)
+        return found
+
     def stat(self, relative: str) -> os.stat_result | None:
         """The file at `relative` as it is (a link is not followed); None when absent."""
         head, _, name = relative.rpartition("/")

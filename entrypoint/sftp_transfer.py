@@ -598,7 +598,7 @@ class _Downloader:
             if stat.S_ISREG(mode):
                 name = os.path.basename(root.local)
                 get = _Get(writer, name, root.vault, attrs.size or 0, int(attrs.mtime or 0))
-                if await self._wanted(get):
+                if not self._is_current(get, (await self.state.on_disk(writer.list_dir, "")).get(name)):
                     yield get
                 continue
             if not stat.S_ISDIR(mode):
@@ -612,8 +612,8 @@ class _Downloader:
                 self.transfer.check_stop()
                 relative_dir = pending.pop()
                 directory = f"{root.vault}/{relative_dir}".rstrip("/")
-                try:
-                    await self.state.on_disk(writer.dir_fd, relative_dir)
+                try:  # one trip to the disk per directory: what is there already
+                    here = await self.state.on_disk(writer.list_dir, relative_dir)
                 except local_tree.UnsafePath as exc:
                     self._refuse(f"{root.local}/{relative_dir}", exc)
                     continue
@@ -625,7 +625,7 @@ class _Downloader:
                         pending.append(relative)
                     elif stat.S_ISREG(mode) and not name.endswith(PART_SUFFIX):
                         get = _Get(writer, relative, f"{directory}/{name}", size, mtime)
-                        if await self._wanted(get):
+                        if not self._is_current(get, here.get(name)):
                             yield get
                     # links the job made in the vault are not copied back: they could lead anywhere
 
@@ -635,30 +635,36 @@ class _Downloader:
         if len(self.state.report.not_copied) < NAMED_PATHS:
             self.state.report.not_copied.append(path)
 
-    async def _wanted(self, item: _Get) -> bool:
-        try:
-            have = await self.state.on_disk(item.writer.stat, item.relative)
-        except local_tree.UnsafePath as exc:
-            self._refuse(item.local, exc)
+    def _is_current(self, item: _Get, have: tuple[int, int, int] | None) -> bool:
+        """Whether the pod already holds the vault's copy (same size and time); counted as done."""
+        if have is None or not stat.S_ISREG(have[2]):
             return False
-        if (
-            have is not None
-            and stat.S_ISREG(have.st_mode)
-            and staging.is_current(
-                size=have.st_size, mtime=_mtime_seconds(have.st_mtime_ns), copy=(item.size, item.mtime)
-            )
-        ):
-            self.state.report.skipped += 1
-            self.state.meter.add(files=1, size=item.size)
+        if not staging.is_current(size=have[0], mtime=have[1], copy=(item.size, item.mtime)):
             return False
+        self.state.report.skipped += 1
+        self.state.meter.add(files=1, size=item.size)
         return True
 
     async def _get(self, sftp: asyncssh.SFTPClient, item: _Get) -> None:
-        # The disk is reached twice for a file of one block (open and write, then close and rename):
-        # each trip to the disk's thread is a wake-up of the event loop.
+        # Each trip to the disk's thread wakes the event loop: a file of one block makes one.
         offset = self.state.acked.get(item.local, 0)
         self.state.acked[item.local] = offset
         fd: int | None = None
+        if offset == 0 and item.size <= CHUNK_BYTES:
+            try:
+                async with self.transfer.chunks, sftp.open(item.vault, "rb", encoding=None) as src:
+                    self.transfer.check_stop()
+                    data = _as_bytes(await src.read(item.size, 0)) if item.size else b""
+                    await self.state.on_disk(_write_whole, item, data)
+            except local_tree.UnsafePath as exc:
+                del self.state.acked[item.local]
+                self._refuse(item.local, exc)
+                return
+            del self.state.acked[item.local]
+            self.state.report.copied += 1
+            self.state.report.copied_bytes += item.size
+            self.state.meter.add(files=1, size=item.size)
+            return
         try:
             reads: deque[tuple[int, int, asyncio.Task[str | bytes]]] = deque()
             try:
@@ -714,6 +720,12 @@ def _write_part(item: _Get, fd: int | None, data: bytes, offset: int) -> int:
         os.close(fd)
         raise TransferFailed(f"{item.local} cannot be written: {exc.strerror}") from exc
     return fd
+
+
+def _write_whole(item: _Get, data: bytes) -> None:
+    """A file of one block: its partial file written, checked and renamed into place at once."""
+    fd = _write_part(item, None, data, 0) if data else None
+    _finish_part(item, fd, len(data))
 
 
 def _finish_part(item: _Get, fd: int | None, offset: int) -> None:
