@@ -20,6 +20,7 @@ The API key is passed to asyncssh only; it is never logged.
 """
 
 import asyncio
+import contextlib
 import errno
 import functools
 import logging
@@ -198,7 +199,7 @@ class VaultTransfer:
         self.clock = clock
         self.should_stop: Callable[[], bool] = lambda: False  # per operation
         self.progress_out = progress_out
-        self.chunks = asyncio.Semaphore(CHUNKS_IN_MEMORY)
+        self.chunks = _BlockMemory()
         if address.known_hosts is None:
             log.warning(
                 "the vault's host key is not checked: set NIMBIX_BURST_VAULT_KNOWN_HOSTS",
@@ -265,7 +266,7 @@ class VaultTransfer:
         return result
 
     async def _retrying(self, state: _Pass, work: Callable[[asyncssh.SFTPClient], Awaitable[None]]) -> Report:
-        self.chunks = asyncio.Semaphore(CHUNKS_IN_MEMORY)  # bound to this operation's event loop
+        self.chunks = _BlockMemory()  # bound to this operation's event loop
         report = state.report
         reconnects = 0
         while True:
@@ -353,7 +354,35 @@ async def _pool(items: AsyncIterator[T], handle: Callable[[T], Awaitable[None]])
             await queue.put(None)
 
 
-def _may_add(chunks: asyncio.Semaphore, in_flight: deque[tuple[int, int, asyncio.Task[T]]]) -> bool:
+class _BlockMemory:
+    """The blocks held in memory at once: CHUNKS_IN_MEMORY. A small file's block (at most
+    IN_PLACE_BYTES) is not counted: FILES_IN_FLIGHT of them are 4 MiB, and counting them would
+    let only CHUNKS_IN_MEMORY small files move at once."""
+
+    def __init__(self) -> None:
+        self.slots = asyncio.Semaphore(CHUNKS_IN_MEMORY)
+
+    async def acquire(self, length: int) -> None:
+        if length > IN_PLACE_BYTES:
+            await self.slots.acquire()
+
+    def release(self, length: int) -> None:
+        if length > IN_PLACE_BYTES:
+            self.slots.release()
+
+    def locked(self) -> bool:
+        return self.slots.locked()
+
+    @contextlib.asynccontextmanager
+    async def hold(self, length: int) -> AsyncIterator[None]:
+        await self.acquire(length)
+        try:
+            yield
+        finally:
+            self.release(length)
+
+
+def _may_add(chunks: _BlockMemory, in_flight: deque[tuple[int, int, asyncio.Task[T]]]) -> bool:
     """Whether a file with blocks `in_flight` takes one more: at most BLOCKS_PER_FILE, and only a
     block's memory that is free now (waiting for a second one could wait on a file waiting for us)."""
     return len(in_flight) < BLOCKS_PER_FILE and not chunks.locked()
@@ -481,8 +510,8 @@ class _Uploader:
                 while ahead < item.size or writes:
                     self.transfer.check_stop()
                     while ahead < item.size and (not writes or _may_add(self.transfer.chunks, writes)):
-                        await self.transfer.chunks.acquire()
                         length = min(CHUNK_BYTES, item.size - ahead)
+                        await self.transfer.chunks.acquire(length)
                         try:
                             chunk = await self.state.on_disk(os.pread, fd, length, ahead)
                             if len(chunk) != length:
@@ -491,7 +520,7 @@ class _Uploader:
                                     " changed while it was sent?); it will be sent again"
                                 )
                         except BaseException:
-                            self.transfer.chunks.release()
+                            self.transfer.chunks.release(length)
                             raise
                         writes.append((ahead, length, asyncio.ensure_future(dst.write(chunk, ahead))))
                         ahead += length
@@ -499,15 +528,15 @@ class _Uploader:
                     try:
                         await write
                     finally:
-                        self.transfer.chunks.release()
+                        self.transfer.chunks.release(length)
                     offset = at + length
                     self.state.acked[item.local] = offset
                     self.state.meter.add(size=length)
                 await dst.utime((item.mtime, item.mtime))
         except BaseException:
-            for _at, _length, write in writes:
+            for _at, length, write in writes:
                 write.cancel()
-                self.transfer.chunks.release()
+                self.transfer.chunks.release(length)
             raise
         finally:
             await self.state.on_disk(os.close, fd)
@@ -652,7 +681,7 @@ class _Downloader:
         fd: int | None = None
         if offset == 0 and item.size <= CHUNK_BYTES:
             try:
-                async with self.transfer.chunks, sftp.open(item.vault, "rb", encoding=None) as src:
+                async with self.transfer.chunks.hold(item.size), sftp.open(item.vault, "rb", encoding=None) as src:
                     self.transfer.check_stop()
                     data = _as_bytes(await src.read(item.size, 0)) if item.size else b""
                     await self.state.on_disk(_write_whole, item, data)
@@ -675,8 +704,8 @@ class _Downloader:
                     while ahead < item.size or reads:
                         self.transfer.check_stop()
                         while ahead < item.size and (not reads or _may_add(self.transfer.chunks, reads)):
-                            await self.transfer.chunks.acquire()
                             length = min(CHUNK_BYTES, item.size - ahead)
+                            await self.transfer.chunks.acquire(length)
                             reads.append((ahead, length, asyncio.ensure_future(src.read(length, ahead))))
                             ahead += length
                         at, length, read = reads.popleft()
@@ -687,14 +716,14 @@ class _Downloader:
                                 raise TransferFailed(f"{item.local}: {changed}")
                             fd = await self.state.on_disk(_write_part, item, fd, chunk, at)
                         finally:
-                            self.transfer.chunks.release()
+                            self.transfer.chunks.release(length)
                         offset = at + len(chunk)
                         self.state.acked[item.local] = offset
                         self.state.meter.add(size=len(chunk))
             except BaseException:
-                for _at, _length, read in reads:
+                for _at, length, read in reads:
                     read.cancel()
-                    self.transfer.chunks.release()
+                    self.transfer.chunks.release(length)
                 if fd is not None:
                     await self.state.on_disk(os.close, fd)
                 raise
