@@ -16,7 +16,19 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from bench import ab, clusters, fake_apiserver, http_load, inprocess, loadgen, procfs, profiling, report, stats
+from bench import (
+    ab,
+    clusters,
+    fake_apiserver,
+    http_load,
+    inprocess,
+    loadgen,
+    procfs,
+    profiling,
+    report,
+    staging,
+    stats,
+)
 from devplatform.cluster import addons, processes
 from webhook.model import parse_node, parse_pod
 
@@ -408,3 +420,16 @@ def test_ab_runs_two_trees_side_by_side(tmp_path: Path, capsys: pytest.CaptureFi
 def test_ab_refuses_what_is_not_a_checkout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert ab.main(["--a", str(tmp_path), "--b", str(tmp_path)]) == 2
     assert "not a checkout of nimbix-burst" in capsys.readouterr().err
+
+
+def test_the_staging_table_pairs_each_case_and_direction(tmp_path: Path) -> None:
+    measures = [
+        staging.Measure(tool, "small", direction, seconds, 4096 * 10, 10, 40.0)
+        for tool, seconds in (("openssh sftp", 1.0), ("nimbix-burst", 2.0))
+        for direction in ("up", "down")
+    ]
+    table = staging.table(measures)
+    assert "| small | stage-in | 1.0 s (0 MiB/s) | 2.0 s (0 MiB/s) | 0.50x | 40 MB |" in table
+    assert "| small | copy-back |" in table
+    files, size = staging.make_case(staging.Case("t", "t", ((3, 10), (1, 0))), tmp_path)
+    assert (files, size) == (4, 30)
