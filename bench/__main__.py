@@ -1,6 +1,6 @@
 """`make bench`: every issue 6 measurement side by side in one run, then the report.
 
-    python -m bench [--quick] [--skip-http] [--skip-real-cluster] [--skip-in-process]
+    python -m bench [--quick] [--skip-http] [--skip-real-cluster] [--skip-in-process] [--skip-staging]
 
 Phases (each prints progress; every server is started and stopped by PID, loopback only):
   1. decision cost in-process vs cluster size        (fresh subprocess)
@@ -8,6 +8,7 @@ Phases (each prints progress; every server is started and stopped by PID, loopba
      and requests a second through a serving-certificate rotation (bench.tls_rotation)
   3. HTTPS load: limit server, then the webhook on synthetic clusters and the Alibaba cluster
   4. real control plane: 1k nodes / 10k pods -> webhook sync time, naive baseline, pod CREATE
+  5. staging: stage-in and copy-back vs OpenSSH's sftp on a loopback sshd (bench.staging)
 Writes bench/results.json, bench/results.md and bench/results.png; logs go to bench/out/<run>/.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import platform
@@ -27,7 +29,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import http_load, realcluster, report
+from bench import http_load, realcluster, report, staging
 from devplatform import compiled_core
 from devplatform.cluster import processes
 
@@ -96,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-in-process", action="store_true", help="skip decision cost and cache scale")
     parser.add_argument("--skip-http", action="store_true", help="skip the HTTPS load phase")
     parser.add_argument("--skip-real-cluster", action="store_true", help="skip the control-plane phase")
+    parser.add_argument("--skip-staging", action="store_true", help="skip the staging phase (vs OpenSSH sftp)")
     parser.add_argument("--out", type=Path, default=BENCH_DIR, help="where results.{json,md,png} go")
     parser.add_argument(
         "--interpreted",
@@ -160,12 +163,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                 webhook_tree=tree,
             )
 
+    staging_table = ""
+    if not args.skip_staging:
+        with phase("staging", "staging: stage-in and copy-back vs OpenSSH sftp on a loopback sshd"):
+            when, measures = staging.run(list(staging.CASES), quick=args.quick)
+            results["staging"] = {"date": when, "measures": [dataclasses.asdict(m) for m in measures]}
+            staging_table = staging.render(when, measures)
+            (run_dir / "staging.md").write_text(staging_table)
+
     results["meta"]["loadavg_after"] = _loadavg()
     results["meta"]["duration_s"] = round(time.monotonic() - started, 1)
     args.out.mkdir(parents=True, exist_ok=True)
     markdown = report.write_all(results, args.out)
     banner(f"done; wrote {args.out / 'results.json'}, results.md, results.png", started)
     print(markdown)
+    print(staging_table)
     return 0
 
 

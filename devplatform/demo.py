@@ -185,9 +185,11 @@ def build_job(job: DemoJob, *, namespace: str, app_name: str) -> dict[str, Any]:
     return _job(job.name, namespace, build_real_node_placement({"restartPolicy": "Never", "containers": [container]}))
 
 
-def start_emulator_for_node(run_dir: Path, real_node: node.RealNode) -> addons.EmulatorProcess:
-    """The JARVICE emulator on the node's gateway address, where runners in pods reach it."""
-    return addons.start_jarvice_emulator(run_dir, host=real_node.gateway_address, args=EMULATOR_ARGS)
+def start_emulator_for_node(run_dir: Path, real_node: node.RealNode, *, vaults: bool = False) -> addons.EmulatorProcess:
+    """The JARVICE emulator on the node's gateway address, where runners in pods reach it; with
+    `vaults`, its vault too (SFTP on the same address; jobs in private roots, as root)."""
+    args = (*EMULATOR_ARGS, "--vaults-dir", str(run_dir / "vaults")) if vaults else EMULATOR_ARGS
+    return addons.start_jarvice_emulator(run_dir, host=real_node.gateway_address, args=args)
 
 
 def fetch_emulator(url: str, path: str) -> Any:
@@ -252,7 +254,7 @@ def run_demo(
     api = plane.api_client()
     try:
         config_name = addons.register_webhook(plane, webhook, name_suffix="-demo")
-        emulator = start_emulator_for_node(run_dir / "jarvice", real_node)
+        emulator = start_emulator_for_node(run_dir / "jarvice", real_node, vaults=True)
         out(f"- webhook at {webhook.url} (registered), JARVICE emulator at {emulator.url} (the node's gateway)")
         nodes.create_namespace(k8s_client.CoreV1Api(api), namespace)
         plane.kubectl("apply", "-f", "-", input=json.dumps(build_secret(emulator, namespace=namespace)))
@@ -263,7 +265,13 @@ def run_demo(
             f"{sum(j.gpus for j in JOBS)} GPUs; node {real_node.name} has {gpus}\n"
         )
         runs = _create_jobs(plane, namespace=namespace, app_name=app_name)
-        return _show(plane, real_node, emulator, runs, namespace=namespace, out=out)
+        ok = _show(plane, real_node, emulator, runs, namespace=namespace, out=out)
+        from devplatform import demo_data  # noqa: PLC0415 - it builds on this module's pod builders
+
+        return (
+            demo_data.run_data_demo(plane, emulator, run_dir=run_dir, namespace=namespace, gpus=gpus * 2, out=out)
+            and ok
+        )
     finally:
         api.close()
         if config_name:

@@ -9,14 +9,16 @@ submitted command starts with a prelude that links each path to its copy there
 (`/workspace/data -> /data/nimbix-burst/<job label>/workspace/data`) and then runs the command.
 
 What was done is kept in a small record in the state directory (an emptyDir that outlives
-container restarts), so a restarted runner never uploads twice and copies back once.
+container restarts): a few flags of constant size, whatever the number of files. Which files are
+already in place is read from the vault itself (a copy whose size and modification time equal the
+source's), so a restarted runner or a retry never uploads twice and a copy-back resumes.
 """
 
 import json
 import posixpath
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Final, Literal
 
 from jarvice import contract, exitcodes
@@ -27,7 +29,9 @@ VAULT_MOUNT: Final = "/data"
 VAULT_ROOT: Final = "nimbix-burst"
 # The prelude's exit status when a staged path cannot be made: the job fails with it.
 EXIT_LINK_FAILED: Final = exitcodes.EXIT_STAGE_LINK
-RECORD_FORMAT: Final = 1
+RECORD_FORMAT: Final = 2
+# A file being written, beside its final name; renamed into place only once whole.
+PART_SUFFIX: Final = ".nbpart"
 _CONTROL: Final = frozenset("\n\r\t\0")
 
 CopyBack = Literal["none", "pending", "done"]
@@ -144,17 +148,10 @@ def wrap_shell_command(command: str, *, prelude: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class UploadedFile:
-    size: int
-    mtime_ns: int
-    sha256: str
-
-
-@dataclass(frozen=True, slots=True)
 class StagingRecord:
+    """A few flags, never a list of files: the record's size does not grow with the data."""
+
     job_label: str
-    # Local path -> what was uploaded and verified; a file changed since is uploaded again.
-    uploaded: Mapping[str, UploadedFile] = field(default_factory=dict)
     stage_in_done: bool = False
     copy_back: CopyBack = "none"
     exit_code: int | None = None  # the job's exit status, kept while its copy-back is pending
@@ -172,17 +169,12 @@ def parse_record(text: str) -> StagingRecord:
         raw = json.loads(text)
         if not isinstance(raw, dict) or raw.get("format") != RECORD_FORMAT:
             raise StagingError("not a staging record of this format")
-        uploaded = {
-            str(path): UploadedFile(int(item["size"]), int(item["mtime_ns"]), str(item["sha256"]))
-            for path, item in dict(raw.get("uploaded") or {}).items()
-        }
         copy_back = raw.get("copy_back", "none")
         if copy_back not in ("none", "pending", "done"):
             raise StagingError(f"copy_back is {copy_back!r}")
         exit_code = raw.get("exit_code")
         return StagingRecord(
             job_label=str(raw["job_label"]),
-            uploaded=uploaded,
             stage_in_done=raw.get("stage_in_done") is True,
             copy_back=copy_back,
             exit_code=exit_code if isinstance(exit_code, int) else None,
@@ -191,10 +183,33 @@ def parse_record(text: str) -> StagingRecord:
         raise StagingError(f"unreadable staging record: {exc}") from exc
 
 
-def is_uploaded(record: StagingRecord, path: str, *, size: int, mtime_ns: int) -> bool:
-    """Whether `path` was uploaded and verified as it is now (same size and modification time)."""
-    done = record.uploaded.get(path)
-    return done is not None and done.size == size and done.mtime_ns == mtime_ns
+# The longest record: the longest job label (JARVICE's limit is 64 characters; a fallback label
+# is longer), every flag set, an exit status of 3 digits. Its temporary copy exists beside it
+# while it is replaced.
+_LONGEST_LABEL: Final = 512
+MAX_RECORD_BYTES: Final = len(
+    render_record(StagingRecord(job_label="x" * _LONGEST_LABEL, stage_in_done=True, copy_back="pending", exit_code=255))
+)
+
+
+def is_current(*, size: int, mtime: int, copy: tuple[int, int] | None) -> bool:
+    """Whether a copy (size, modification time in whole seconds, as SFTP carries it) is the file
+    as it is now: the same size and time. The copy gets the source's time only once it is whole."""
+    return copy is not None and copy == (size, mtime)
+
+
+def is_inside(path: str, tree: str) -> bool:
+    """Whether the absolute, normalised `path` is `tree` or below it."""
+    return path == tree or path.startswith(tree.rstrip("/") + "/")
+
+
+MissingAction = Literal["empty", "error"]
+
+
+def missing_stage_in(path: str, paths: StagePaths) -> MissingAction:
+    """A stage-in path that does not exist in the pod: under a stage-out path (a checkpoint
+    directory before the first checkpoint) it is staged as empty; anywhere else it is an error."""
+    return "empty" if any(is_inside(path, out) for out in paths.stage_out) else "error"
 
 
 StartAction = Literal["stage_in", "skip_stage_in", "copy_back_only"]
@@ -206,7 +221,7 @@ def decide_start(record: StagingRecord | None, *, job_label: str) -> StartAction
     - the record of an earlier runner whose copy-back is pending (its job ended): only copy back,
       then exit with the job's status, whatever this runner's label (a retry would run the job again);
     - this label's stage-in completed (a job is submitted only after it): nothing to upload;
-    - otherwise upload, skipping files the record shows uploaded unchanged.
+    - otherwise upload, skipping files whose vault copy is current.
     """
     if record is not None and record.copy_back == "pending":
         return "copy_back_only"
@@ -237,14 +252,17 @@ def format_bytes(count: float) -> str:
     raise AssertionError("unreachable")
 
 
-def format_progress(direction: str, *, done: int, total: int, seconds: float) -> str:
-    """One progress line: `stage-in 512.0 MiB of 1.0 GiB (50%), 85.3 MiB/s, ETA 6 s`."""
+def format_progress(
+    direction: str, *, done: int, total: int, seconds: float, files_done: int = 0, files: int = 0
+) -> str:
+    """One progress line:
+    `stage-in 1200 of 2400 files, 512.0 MiB of 1.0 GiB (50%), 85.3 MiB/s, ETA 6 s`."""
     share = 100 * done // total if total else 100
     rate = done / seconds if seconds > 0 else 0.0
     eta = f"{(total - done) / rate:.0f} s" if rate > 0 else "unknown"
     return (
-        f"nimbix-burst: {direction} {format_bytes(done)} of {format_bytes(total)} ({share}%),"
-        f" {format_bytes(rate)}/s, ETA {eta}"
+        f"nimbix-burst: {direction} {files_done} of {files} files, {format_bytes(done)} of {format_bytes(total)}"
+        f" ({share}%), {format_bytes(rate)}/s, ETA {eta}"
     )
 
 
@@ -285,13 +303,6 @@ def parse_vault_settings(env: Mapping[str, str], *, api_host: str) -> VaultSetti
     if keep not in ("", "0", "1"):
         raise StagingError(f"{ENV_KEEP_VAULT_DIR} must be 0 or 1, got {keep!r}")
     return VaultSettings(host=host, port=port, known_hosts=known_hosts, keep_job_dir=keep == "1")
-
-
-def local_target(path: str, *, root_vault: str, vault_file: str) -> str:
-    """The local path of a vault file found under the vault copy `root_vault` of the staged `path`."""
-    if vault_file == root_vault:
-        return path
-    return path.rstrip("/") + "/" + vault_file[len(root_vault) :].lstrip("/")
 
 
 # The runner's credential files (settings.ENV_USERNAME_FILE, ENV_APIKEY_FILE): never staged, even

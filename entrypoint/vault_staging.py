@@ -18,18 +18,16 @@ from typing import Final
 
 import asyncssh
 
-from entrypoint import staging
+from entrypoint import local_tree, staging
 from entrypoint.plan import RemotePlan
 from entrypoint.ports import EarlyExit, RemoteDeps
 from entrypoint.settings import Settings
-from entrypoint.sftp_transfer import Upload, VaultTransfer
+from entrypoint.sftp_transfer import DownloadRoot, Totals, UploadRoot, VaultTransfer
 from entrypoint.signals import CancelToken
 from jarvice import contract, exitcodes
 
 log = logging.getLogger(__name__)
 
-# How many paths a log line names (the counts are always whole).
-LOGGED_PATHS: Final = 20
 # After a signal, the copy-back stops this long before the pod's guaranteed grace period ends.
 GRACE_MARGIN_SECONDS: Final = 5.0
 RECORD_NAME: Final = "staging"
@@ -80,41 +78,34 @@ class VaultStaging:
         job_dir = staging.build_job_dir(self.job_label)
         if self.record.job_label != self.job_label:
             self.record = staging.StagingRecord(job_label=self.job_label)
-        try:
-            files, dirs = _list_local(self.paths.stage_in)
-        except FileNotFoundError as exc:
-            log.error(
-                "a stage-in path does not exist in this container",
-                extra={"path": str(exc), "job_label": self.job_label},
-            )
-            return EarlyExit(exitcodes.EXIT_CONFIG, reported=True)
-        secret = [f for f in files if os.path.realpath(f[0]) in self.never_staged]
-        if secret:
-            log.warning("not staging the JARVICE credentials", extra={"paths": [f[0] for f in secret]})
-            files = [f for f in files if f not in secret]
-        todo = [
-            Upload(local=Path(path), vault=staging.vault_path(job_dir, path), size=size)
-            for path, size, mtime_ns in files
-            if not staging.is_uploaded(self.record, path, size=size, mtime_ns=mtime_ns)
-        ]
-        vault_dirs = [staging.vault_path(job_dir, d) for d in dirs]
+        roots: list[UploadRoot] = []
+        for path in self.paths.stage_in:
+            vault = staging.vault_path(job_dir, path)
+            try:
+                real = local_tree.resolve_root(path)
+            except FileNotFoundError:
+                if staging.missing_stage_in(path, self.paths) == "error":
+                    log.error(
+                        "a stage-in path does not exist in this container",
+                        extra={"path": path, "job_label": self.job_label},
+                    )
+                    return EarlyExit(exitcodes.EXIT_CONFIG, reported=True)
+                log.info(
+                    "a stage-in path under a stage-out path does not exist yet; staged as empty", extra={"path": path}
+                )
+                roots.append(UploadRoot(path, path, vault, empty=True))
+                continue
+            if real is not None:
+                roots.append(UploadRoot(path, real, vault))
         for path in self.paths.stage_out:
             if path not in self.paths.stage_in:
-                vault_dirs.append(staging.vault_path(job_dir, os.path.dirname(path)))
-        total = sum(item.size for item in todo)
-        log.info(
-            "staging in",
-            extra={"files": len(todo), "skipped": len(files) - len(todo), "bytes": total, "vault_dir": job_dir},
+                roots.append(UploadRoot(path, path, staging.vault_path(job_dir, os.path.dirname(path)), empty=True))
+        totals = count_files(roots)
+        log.info("staging in", extra={"files": totals.files, "bytes": totals.bytes, "vault_dir": job_dir})
+        report = self.transfer.upload(
+            roots, totals=totals, never_staged=self.never_staged, should_stop=self.should_stop_stage_in
         )
-        report = self.transfer.upload(todo, dirs=vault_dirs, should_stop=self.should_stop_stage_in)
-        uploaded = dict(self.record.uploaded)
-        stats = {path: (size, mtime_ns) for path, size, mtime_ns in files}
-        for path in report.done:
-            size, mtime_ns = stats[path]
-            uploaded[path] = staging.UploadedFile(size, mtime_ns, report.digests[path])
-        self.record = staging.StagingRecord(
-            job_label=self.job_label, uploaded=uploaded, stage_in_done=report.complete and not report.stopped
-        )
+        self.record = staging.StagingRecord(job_label=self.job_label, stage_in_done=report.complete)
         self._save()
         if report.stopped:
             log.warning(
@@ -124,15 +115,18 @@ class VaultStaging:
         if not report.complete:
             log.error(
                 "stage-in failed; nothing was submitted, a restarted runner resumes the upload",
-                extra={
-                    "error": report.error,
-                    "not_copied": len(report.left),
-                    "first_not_copied": report.left[:LOGGED_PATHS],
-                    "vault_dir": job_dir,
-                },
+                extra={"error": report.error, "first_not_copied": report.not_copied, "vault_dir": job_dir},
             )
             return EarlyExit(exitcodes.EXIT_TRANSFER, reported=False)
-        log.info("stage-in complete", extra={"files": len(report.done), "vault_dir": job_dir})
+        log.info(
+            "stage-in complete",
+            extra={
+                "files": report.copied,
+                "unchanged": report.skipped,
+                "bytes": report.copied_bytes,
+                "vault_dir": job_dir,
+            },
+        )
         return None
 
     # --- after the run -------------------------------------------------------------------------
@@ -152,7 +146,6 @@ class VaultStaging:
             return exit_code
         self.record = staging.StagingRecord(
             job_label=self.job_label,
-            uploaded=self.record.uploaded,
             stage_in_done=True,
             copy_back="pending",
             exit_code=exit_code,
@@ -162,24 +155,16 @@ class VaultStaging:
 
     def _copy_back(self, label: str, *, exit_code: int, stopping_since: float | None) -> int:
         job_dir = staging.build_job_dir(label)
-        files: list[tuple[str, Path, int]] = []
-        for path in self.paths.stage_out:
-            root = staging.vault_path(job_dir, path)
-            found = self.transfer.list_files(root)
-            if found is None:
-                log.warning("the job wrote nothing at a stage-out path", extra={"path": path, "vault_path": root})
-                continue
-            files += [
-                (vault_file, Path(staging.local_target(path, root_vault=root, vault_file=vault_file)), size)
-                for vault_file, size in found
-            ]
+        roots = [DownloadRoot(staging.vault_path(job_dir, path), path) for path in self.paths.stage_out]
         if stopping_since is not None:
             self.signal_seen_at = stopping_since
-        report = self.transfer.download(files, should_stop=self.should_stop_copy_back)
+        report = self.transfer.download(roots, should_stop=self.should_stop_copy_back)
         extra: dict[str, object] = {
-            "copied": len(report.done),
-            "not_copied": len(report.left),
-            "first_not_copied": report.left[:LOGGED_PATHS],
+            "copied": report.copied,
+            "unchanged": report.skipped,
+            "bytes": report.copied_bytes,
+            "first_not_copied": report.not_copied,
+            "refused": report.refused,
             "vault_dir": job_dir,
         }
         if report.stopped:
@@ -251,29 +236,21 @@ class VaultStaging:
             log.warning("could not save the staging record", extra={"path": str(self.record_path), "error": str(exc)})
 
 
-def _list_local(paths: Sequence[str]) -> tuple[list[tuple[str, int, int]], list[str]]:
-    """(files as (path, size, mtime_ns), directories) under the staged paths; raises
-    FileNotFoundError naming a path that does not exist."""
-    files: list[tuple[str, int, int]] = []
-    dirs: list[str] = []
-    for path in paths:
-        if os.path.isfile(path):
-            info = os.stat(path)
-            files.append((path, info.st_size, info.st_mtime_ns))
+def count_files(roots: Sequence[UploadRoot]) -> Totals:
+    """The files and bytes under the roots (one walk, nothing kept), for the progress lines."""
+    files = size = 0
+    for root in roots:
+        if root.empty:
             continue
-        if not os.path.isdir(path):
-            raise FileNotFoundError(path)
-        for directory, subdirs, names in os.walk(path):
-            # A configMap or downwardAPI volume's `..data` and `..<timestamp>` are how the kubelet
-            # swaps it atomically: the files are the links beside them (followed).
-            subdirs[:] = sorted(d for d in subdirs if not d.startswith(".."))
-            dirs.append(directory)
-            for name in sorted(n for n in names if not n.startswith("..")):
-                full = os.path.join(directory, name)
-                if os.path.isfile(full):  # sockets, fifos and dangling links are not data
-                    info = os.stat(full)
-                    files.append((full, info.st_size, info.st_mtime_ns))
-    return files, dirs
+        single = local_tree.root_file(root.local, root.real)
+        if single is not None:
+            files, size = files + 1, size + single.size
+            continue
+        for directory in local_tree.walk_tree(root.local, root.real):
+            for entry in directory.entries:
+                if entry.kind == "file":
+                    files, size = files + 1, size + entry.size
+    return Totals(files, size)
 
 
 def attach(

@@ -59,7 +59,14 @@ ENV_API_URL: Final = "JARVICE_API_URL"
 ANNOTATION_JARVICE_APP: Final = ANNOTATION_PREFIX + "jarvice-app"
 STATE_VOLUME_NAME: Final = "nimbix-burst-state"
 STATE_MOUNT_PATH: Final = "/var/run/nimbix-burst"
-STATE_VOLUME_SIZE_LIMIT: Final = "1Mi"
+# What it holds, per burst container: the restart state and the staging record (a few flags each,
+# whatever the number of staged files), each beside the temporary copy that replaces it: 4 files of
+# at most STATE_FILE_MAX_BYTES (one 4 KiB block each; the runner's tests check the bound), for up
+# to STATE_VOLUME_CONTAINERS burst containers in one pod.
+STATE_FILE_MAX_BYTES: Final = 4096
+STATE_VOLUME_CONTAINERS: Final = 64
+STATE_VOLUME_BYTES: Final = 4 * STATE_FILE_MAX_BYTES * STATE_VOLUME_CONTAINERS
+STATE_VOLUME_SIZE_LIMIT: Final = f"{STATE_VOLUME_BYTES >> 20}Mi"
 
 # --- money safety: what the webhook tells the runner, and what the runner tells the cluster back ---
 

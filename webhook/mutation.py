@@ -43,6 +43,9 @@ class RewritePolicy:
     credentials_secret: str = contract.DEFAULT_CREDENTIALS_SECRET
     jarvice_api_url: str = ""
     default_app: str = ""
+    # --staging-cpu-limit: the CPU limit (not request) of a runner that stages data, so SSH's
+    # encryption is not throttled at remote_cpu; "" keeps remote_cpu.
+    staging_cpu_limit: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,14 +139,26 @@ def _token(admission: str) -> dict[str, str]:
 
 
 def _resource_ops(
-    base: str, container: Mapping[str, Any], policy: RewritePolicy, original: dict[str, Any], *, shrink: bool
+    base: str,
+    container: Mapping[str, Any],
+    policy: RewritePolicy,
+    original: dict[str, Any],
+    *,
+    shrink: bool,
+    stages: bool = False,
 ) -> list[JsonPatchOp]:
-    """Remove GPUs; with `shrink`, also cut cpu/memory to the runner's footprint."""
+    """Remove GPUs; with `shrink`, also cut cpu/memory to the runner's footprint (a CPU limit of
+    policy.staging_cpu_limit for a runner that `stages` data)."""
     ops: list[JsonPatchOp] = []
     resources = container.get("resources") or {}
-    footprint = {"cpu": policy.remote_cpu, "memory": policy.remote_memory}
     saved: dict[str, dict[str, Any]] = {}
     for source in ("requests", "limits"):
+        cpu = (
+            policy.staging_cpu_limit
+            if stages and source == "limits" and policy.staging_cpu_limit
+            else policy.remote_cpu
+        )
+        footprint = {"cpu": cpu, "memory": policy.remote_memory}
         values = resources.get(source) or {}
         for resource in policy.gpu_resources:
             if resource in values:
@@ -355,7 +370,8 @@ def _container_ops(
             continue
         base = f"/spec/{list_name}/{index}"
         is_app = list_name == "containers"
-        ops += _resource_ops(base, container, policy, original.setdefault(list_name, {}), shrink=is_app)
+        stages = any(name == container.get("name") for name, *_ in terms.staging)
+        ops += _resource_ops(base, container, policy, original.setdefault(list_name, {}), shrink=is_app, stages=stages)
         if is_app:
             credentials = bool(policy.credentials_secret) and not _sets_credentials(container)
             mounts = _mounts(container, credentials=credentials)

@@ -6,6 +6,7 @@ Every problem is collected and reported together, so one restart fixes them all.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -95,6 +96,7 @@ OPTIONS: tuple[Option, ...] = (
     ("--gpu-resources", "WEBHOOK_GPU_RESOURCES", ",".join(DEFAULT_GPU_RESOURCES), "GPU resource names"),
     ("--remote-cpu", "WEBHOOK_REMOTE_CPU", "100m", "CPU request/limit of a burst pod's runner"),
     ("--remote-memory", "WEBHOOK_REMOTE_MEMORY", "128Mi", "memory request/limit of a burst pod's runner"),
+    ("--staging-cpu-limit", "WEBHOOK_STAGING_CPU_LIMIT", "2", "CPU limit of a runner that stages data"),
     ("--strip-node-selector-keys", "WEBHOOK_STRIP_NODE_SELECTOR_KEYS", "", "nodeSelector keys removed on burst"),
     ("--strip-toleration-keys", "WEBHOOK_STRIP_TOLERATION_KEYS", "", "toleration keys removed on burst"),
     ("--strip-runtime-classes", "WEBHOOK_STRIP_RUNTIME_CLASSES", "", "runtimeClassName values removed on burst"),
@@ -192,12 +194,15 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
     for name in gpu_resources:
         if not _RESOURCE_NAME.match(name):
             problems.append(f"--gpu-resources: {name!r} is not a valid resource name")
-    for key in ("remote_cpu", "remote_memory"):
+    for key in ("remote_cpu", "remote_memory", "staging_cpu_limit"):
         try:
             if parse_quantity(raw[key]) <= 0:
                 problems.append(f"--{key.replace('_', '-')}: must be positive")
         except QuantityError as exc:
             problems.append(f"--{key.replace('_', '-')}: {exc} (examples: 100m, 128Mi)")
+    with contextlib.suppress(QuantityError):
+        if parse_quantity(raw["staging_cpu_limit"]) < parse_quantity(raw["remote_cpu"]):
+            problems.append("--staging-cpu-limit: must be at least --remote-cpu (a limit below the request is invalid)")
     max_reservations = int(number("max_reservations", minimum=1, integer=True))
     max_per_namespace = int(number("max_reservations_per_namespace", minimum=1, integer=True))
     if max_per_namespace > max_reservations:
@@ -259,6 +264,7 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
             gpu_resources=gpu_resources,
             remote_cpu=raw["remote_cpu"],
             remote_memory=raw["remote_memory"],
+            staging_cpu_limit=raw["staging_cpu_limit"],
             strip_node_selector_keys=frozenset(_csv(raw["strip_node_selector_keys"])),
             strip_toleration_keys=frozenset(_csv(raw["strip_toleration_keys"])),
             strip_runtime_classes=frozenset(_csv(raw["strip_runtime_classes"])),

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from kubernetes import client as k8s_client
 
-from devplatform import certmanager, demo, gotools, helmchart
+from devplatform import certmanager, demo, demo_data, gotools, helmchart
 from devplatform.cluster import addons, controlplane, install, node, nodes, processes
 
 STATE_FILE = "state.json"
@@ -67,7 +67,10 @@ def start_extras(
         # The webhook is no longer a host process here: install_addon (below) installs it from
         # devplatform/overlay as docs/install.md says, two pods on the real node behind the Service.
         # On the node's gateway: burst pods reach it there, and so does the host (a local address).
-        emulator = addons.start_jarvice_emulator(dev_dir / "jarvice", host=emulator_host)
+        jarvice_dir = dev_dir / "jarvice"
+        emulator = addons.start_jarvice_emulator(
+            jarvice_dir, host=emulator_host, args=("--vaults-dir", str(jarvice_dir / "vaults"))
+        )
         started.append(emulator.process)
         shutil.copyfile(emulator.env_file, dev_dir / JARVICE_ENV_FILE)
         _create_dev_nodes(control_plane)
@@ -113,13 +116,18 @@ def install_addon(
 
 def _create_demo_namespace(control_plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess) -> None:
     """Namespace `demo` with the `jarvice-credentials` Secret (username, apikey, url) for the emulator,
-    as docs/install.md step 3 has a team do: labeled Jobs there can burst at once."""
+    as docs/install.md step 3 has a team do, and the `jarvice-vault` ConfigMap (the vault's address
+    and host key) docs/data.md names: labeled Jobs there can burst, and stage data, at once."""
     api = control_plane.api_client()
     try:
         core = k8s_client.CoreV1Api(api)
         nodes.create_namespace(core, DEMO_NAMESPACE)
         nodes.ensure_default_service_account(core, DEMO_NAMESPACE)
         core.create_namespaced_secret(DEMO_NAMESPACE, demo.build_secret(emulator, namespace=DEMO_NAMESPACE))
+        # Where the vault is, as docs/data.md has a user write it: a staged Job runs unchanged.
+        core.create_namespaced_config_map(
+            DEMO_NAMESPACE, demo_data.build_vault_config(emulator, namespace=DEMO_NAMESPACE)
+        )
     finally:
         api.close()
 

@@ -2,7 +2,8 @@
 
 Prints one JSON line ({"url", "pid", ...}) on stdout once listening; optionally writes the same
 to --state-file and a shell-sourceable --env-file (JARVICE_API_URL, JARVICE_USERNAME,
-JARVICE_APIKEY, APP_NAME, APP_COMMAND). Stops on SIGTERM/SIGINT, killing every job's process group.
+JARVICE_APIKEY, APP_NAME, APP_COMMAND, and with vaults NIMBIX_BURST_VAULT_SFTP). Stops on
+SIGTERM/SIGINT, killing every job's process group.
 """
 
 import argparse
@@ -138,7 +139,8 @@ def _write_private(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def render_env_file(url: str, config: EmulatorConfig) -> str:
+def render_env_file(url: str, config: EmulatorConfig, *, vault_sftp: str | None = None) -> str:
+    """The JARVICE_* variables, and the vault's SFTP address (NIMBIX_BURST_VAULT_SFTP) with vaults."""
     username, apikey = next(iter(config.users.items()))
     app, commands = next(iter(config.app_commands().items()))
     values = {
@@ -148,6 +150,8 @@ def render_env_file(url: str, config: EmulatorConfig) -> str:
         "APP_NAME": app,
         "APP_COMMAND": "run" if "run" in commands else sorted(commands)[0],
     }
+    if vault_sftp is not None:
+        values["NIMBIX_BURST_VAULT_SFTP"] = vault_sftp
     return "".join(f"{key}={shlex.quote(value)}\n" for key, value in values.items())
 
 
@@ -177,7 +181,7 @@ async def serve(args: argparse.Namespace, config: EmulatorConfig) -> None:
         if args.state_file:
             _write_private(args.state_file, json.dumps(info) + "\n")
         if args.env_file:
-            _write_private(args.env_file, render_env_file(url, config))
+            _write_private(args.env_file, render_env_file(url, config, vault_sftp=sftp))
         sys.stdout.write(json.dumps(info) + "\n")
         sys.stdout.flush()
         await stop.wait()

@@ -33,3 +33,6 @@ def test_demo_runs_local_and_burst_jobs_through_the_kubelet(
     assert "on Nimbix (emulator)" in rows["flaky-e"] and rows["flaky-e"].split()[-3:] == ["3", "3", "ok"]
     assert rows["resnet-a"].split()[-3:] == ["0", "0", "ok"]
     assert "emulator: job" in out and "TERMINATED" in out
+    # The data step: the input went out through the vault, the output came back to the PVC.
+    assert "    read ./shards/c.txt: gamma" in out
+    assert "    shards/c.txt: GAMMA" in out and "- data came back as expected" in out

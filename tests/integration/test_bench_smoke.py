@@ -26,6 +26,7 @@ from bench import (
     procfs,
     profiling,
     report,
+    staging,
     stats,
     tls_rotation,
 )
@@ -428,3 +429,16 @@ async def test_tls_rotation_bench_reports_both_halves(tmp_path: Path) -> None:
     assert result["reloaded"] is True
     assert result["failures"] == 0
     assert set(result) >= {"requests_per_s_before", "requests_per_s_after"}
+
+
+def test_the_staging_table_pairs_each_case_and_direction(tmp_path: Path) -> None:
+    measures = [
+        staging.Measure(tool, "small", direction, seconds, 4096 * 10, 10, 40.0)
+        for tool, seconds in (("openssh sftp", 1.0), ("nimbix-burst", 2.0))
+        for direction in ("up", "down")
+    ]
+    table = staging.table(measures)
+    assert "| small | stage-in | 1.0 s (0 MiB/s) | 2.0 s (0 MiB/s) | 0.50x | 40 MB |" in table
+    assert "| small | copy-back |" in table
+    files, size = staging.make_case(staging.Case("t", "t", ((3, 10), (1, 0))), tmp_path)
+    assert (files, size) == (4, 30)

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from devplatform.emulator import EmulatorControl, EmulatorThread, Timing
+from jarvice import contract
 from tests.support import vaults
 from tests.support.runner_processes import API_KEY, APP, FAST_TIMING, ROOT, USER, base_env, label_of
 
@@ -186,3 +187,128 @@ def test_the_jarvice_credentials_are_never_staged(vault_emulator: tuple[Emulator
     assert code == 0, err
     assert "input" in out and "apikey" not in out
     assert "not staging the JARVICE credentials" in err
+
+
+# The pod's service-account token, the bait of the symlink tests: a tmpfs at its real path in the
+# runner's own mount namespace (never the host's).
+TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+TOKEN = "bait-service-account-token"
+MOUNT_TOKEN = f"mkdir -p {TOKEN_DIR} && mount -t tmpfs sa-token {TOKEN_DIR} && printf %s {TOKEN} > {TOKEN_DIR}/token"
+
+
+def vault_holds(root: Path, text: str) -> list[Path]:
+    return [p for p in root.rglob("*") if p.is_file() and not p.is_symlink() and text in p.read_text(errors="replace")]
+
+
+def test_a_link_out_of_the_staged_tree_is_never_followed_and_one_inside_is_staged_as_a_link(
+    vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path
+) -> None:
+    emu, root = vault_emulator
+    env = staged_env(
+        emu.url,
+        tmp_path,
+        NIMBIX_BURST_STAGE_IN="/srv/ws/data,/srv/ws/linked-root",
+        NIMBIX_BURST_KEEP_VAULT_DIR="1",
+        APP_COMMAND_ARGS="ls -l /srv/ws/data/; cat /srv/ws/data/inside; test -e /srv/ws/data/token || echo no-token;"
+        " test -e /srv/ws/data/tokens || echo no-tokens; test -e /srv/ws/linked-root || echo no-linked-root",
+    )
+    setup = (
+        f"{MOUNT_TOKEN} && mkdir -p /srv/ws/data && echo alpha > /srv/ws/data/a.txt"
+        f" && ln -s a.txt /srv/ws/data/inside && ln -s {TOKEN_DIR}/token /srv/ws/data/token"
+        f" && ln -s {TOKEN_DIR} /srv/ws/data/tokens && ln -s {TOKEN_DIR} /srv/ws/linked-root"
+    )
+    code, out, err = run_in_pod(env, setup=setup, collect=tmp_path / "pod")
+    assert code == 0, err
+    assert "inside -> a.txt" in out and "alpha\n" in out
+    assert "no-token\n" in out and "no-tokens\n" in out and "no-linked-root\n" in out
+    assert "not staging a link that leads out of the staged path" in err
+    assert "not staging a link that leads out of its directory" in err
+    assert TOKEN not in out + err
+    assert vault_holds(root, TOKEN) == []
+
+
+def test_the_copy_back_never_writes_through_a_link_in_the_pod_volume(
+    vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path
+) -> None:
+    emu, _root = vault_emulator
+    env = staged_env(
+        emu.url,
+        tmp_path,
+        NIMBIX_BURST_STAGE_OUT="/srv/ws/out,/srv/ws/model.pt",
+        APP_COMMAND_ARGS="mkdir -p /srv/ws/out/sub && echo overwritten > /srv/ws/out/sub/token"
+        " && echo overwritten > /srv/ws/out/token && echo result > /srv/ws/out/result.txt",
+    )
+    # The volume holds links planted before the run: a directory and a file leading to the token.
+    setup = (
+        f"{MOUNT_TOKEN} && mkdir -p /srv/ws/out && ln -s {TOKEN_DIR} /srv/ws/out/sub"
+        f" && ln -s {TOKEN_DIR}/token /srv/ws/out/token"
+    )
+    collect = tmp_path / "pod"
+    runner, copy = shlex.quote(sys.executable), shlex.quote(str(collect))
+    script = (
+        f"set -e; mount -t tmpfs pod-volume /srv; {setup}; set +e; {runner} -m entrypoint; rc=$?;"
+        f" cp -a /srv/. {copy}/; cat {TOKEN_DIR}/token > {copy}/token-after; exit $rc"
+    )
+    collect.mkdir()
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "--", "bash", "-c", script],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=RUNNER_TIMEOUT,
+        check=False,
+    )
+    err = done.stderr.decode(errors="replace")
+    assert done.returncode == 0, err
+    assert (collect / "token-after").read_text() == TOKEN
+    assert (collect / "ws" / "out" / "result.txt").read_text() == "result\n"
+    # The planted file link was replaced by the job's file, never written through.
+    assert (collect / "ws" / "out" / "token").read_text() == "overwritten\n"
+    assert (collect / "ws" / "out" / "sub").is_symlink()
+    assert "not copying back through a symbolic link" in err
+
+
+def test_a_checkpoint_directory_that_does_not_exist_yet_is_staged_as_empty(
+    vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path
+) -> None:
+    emu, _root = vault_emulator
+    env = staged_env(
+        emu.url,
+        tmp_path,
+        NIMBIX_BURST_STAGE_IN="/srv/ws/ckpt",
+        NIMBIX_BURST_STAGE_OUT="/srv/ws/ckpt",
+        APP_COMMAND_ARGS="ls -A /srv/ws/ckpt | wc -l; echo epoch-1 > /srv/ws/ckpt/epoch-1",
+    )
+    code, out, err = run_in_pod(env, setup="mkdir -p /srv/ws", collect=tmp_path / "pod")
+    assert code == 0, err
+    assert out.strip().startswith("0")
+    assert "a stage-in path under a stage-out path does not exist yet; staged as empty" in err
+    assert (tmp_path / "pod" / "ws" / "ckpt" / "epoch-1").read_text() == "epoch-1\n"
+
+
+MANY_FILES = 8000
+
+
+def test_many_files_keep_the_state_within_its_share_of_the_volume(
+    vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path
+) -> None:
+    emu, _root = vault_emulator
+    env = staged_env(
+        emu.url,
+        tmp_path,
+        NIMBIX_BURST_STAGE_IN="/srv/imagenet",
+        APP_COMMAND_ARGS="find /srv/imagenet/ -type f | wc -l",
+    )
+    # ImageNet-style paths: a class directory of files with long names.
+    setup = (
+        "mkdir -p /srv/imagenet/train/n01440764 && cd /srv/imagenet/train/n01440764"
+        f" && seq -f 'n01440764_%010g_augmented_crop_224x224.JPEG' 1 {MANY_FILES} | xargs touch"
+    )
+    code, out, err = run_in_pod(env, setup=setup, collect=tmp_path / "pod")
+    assert code == 0, err
+    assert out.split()[-1] == str(MANY_FILES)
+    state = tmp_path / "state"
+    files = list(state.iterdir())
+    assert files
+    for path in files:  # each within its share: contract.STATE_VOLUME_SIZE_LIMIT holds 4 per container
+        assert path.stat().st_size <= contract.STATE_FILE_MAX_BYTES, path.name

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from entrypoint import staging
-from entrypoint.staging import StagePaths, StagingError, StagingRecord, UploadedFile
+from entrypoint.staging import StagePaths, StagingError, StagingRecord
+from jarvice import contract
 
 LABEL = "k8s-prod-0123456789ab.6c67bbab-1abe-47db-9b2d-9e98ee17ef5b-train-1"
 
@@ -105,7 +106,6 @@ def test_the_command_follows_the_prelude_unchanged() -> None:
 
 RECORD = StagingRecord(
     job_label=LABEL,
-    uploaded={"/w/a": UploadedFile(3, 17, "ab" * 32)},
     stage_in_done=True,
     copy_back="pending",
     exit_code=3,
@@ -121,8 +121,9 @@ def test_the_record_survives_its_text() -> None:
     [
         pytest.param("not json", id="not-json"),
         pytest.param('{"format": 9, "job_label": "x"}', id="other-format"),
-        pytest.param('{"format": 1}', id="no-label"),
-        pytest.param('{"format": 1, "job_label": "x", "copy_back": "maybe"}', id="bad-copy-back"),
+        pytest.param('{"format": 2}', id="no-label"),
+        pytest.param('{"format": 2, "job_label": "x", "copy_back": "maybe"}', id="bad-copy-back"),
+        pytest.param('{"format": 1, "job_label": "x", "uploaded": {}}', id="the-old-format-with-its-file-list"),
     ],
 )
 def test_an_unreadable_record_is_an_error(text: str) -> None:
@@ -154,14 +155,50 @@ def test_decide_start(record: StagingRecord | None, label: str, action: str) -> 
     assert staging.decide_start(record, job_label=label) == action
 
 
+def test_the_record_never_outgrows_its_share_of_the_state_volume() -> None:
+    assert staging.MAX_RECORD_BYTES <= contract.STATE_FILE_MAX_BYTES
+    assert contract.STATE_VOLUME_SIZE_LIMIT == "1Mi"  # 4 files of 4 KiB for each of 64 containers
+
+
 @pytest.mark.parametrize(
-    ("size", "mtime", "uploaded"),
-    [(3, 17, True), (4, 17, False), (3, 18, False)],
-    ids=["unchanged", "size-changed", "touched"],
+    ("size", "mtime", "copy", "current"),
+    [
+        pytest.param(3, 17, (3, 17), True, id="unchanged"),
+        pytest.param(4, 17, (3, 17), False, id="size-changed"),
+        pytest.param(3, 18, (3, 17), False, id="touched"),
+        pytest.param(3, 17, None, False, id="no-copy"),
+    ],
 )
-def test_is_uploaded(size: int, mtime: int, uploaded: bool) -> None:
-    assert staging.is_uploaded(RECORD, "/w/a", size=size, mtime_ns=mtime) is uploaded
-    assert not staging.is_uploaded(RECORD, "/w/b", size=size, mtime_ns=mtime)
+def test_is_current(size: int, mtime: int, copy: tuple[int, int] | None, current: bool) -> None:
+    assert staging.is_current(size=size, mtime=mtime, copy=copy) is current
+
+
+@pytest.mark.parametrize(
+    ("path", "tree", "inside"),
+    [
+        ("/w/data", "/w/data", True),
+        ("/w/data/a/b", "/w/data", True),
+        ("/w/data2", "/w/data", False),
+        ("/var/run/secrets/kubernetes.io/serviceaccount/token", "/w/data", False),
+        ("/w/data/x", "/", True),
+    ],
+)
+def test_is_inside(path: str, tree: str, inside: bool) -> None:
+    assert staging.is_inside(path, tree) is inside
+
+
+@pytest.mark.parametrize(
+    ("path", "action"),
+    [
+        pytest.param("/w/ckpt", "empty", id="a-checkpoint-directory-in-both-lists"),
+        pytest.param("/w/out/ckpt", "empty", id="under-a-stage-out-path"),
+        pytest.param("/w/data", "error", id="an-input-elsewhere"),
+        pytest.param("/w/outside", "error", id="a-sibling-of-the-stage-out-path"),
+    ],
+)
+def test_a_missing_stage_in_path(path: str, action: str) -> None:
+    paths = StagePaths(stage_in=("/w/ckpt", "/w/out/ckpt", "/w/data", "/w/outside"), stage_out=("/w/ckpt", "/w/out"))
+    assert staging.missing_stage_in(path, paths) == action
 
 
 @pytest.mark.parametrize(
@@ -206,22 +243,17 @@ def test_parse_vault_settings_rejects(env: dict[str, str], says: str) -> None:
         staging.parse_vault_settings(env, api_host="api.example")
 
 
-def test_local_target_maps_a_vault_file_back_under_its_path() -> None:
-    root = "nimbix-burst/j/w/out"
-    assert staging.local_target("/w/out", root_vault=root, vault_file=root + "/a/b.txt") == "/w/out/a/b.txt"
-    assert staging.local_target("/w/model.pt", root_vault=root, vault_file=root) == "/w/model.pt"
-
-
 @pytest.mark.parametrize(
     ("done", "total", "seconds", "line"),
     [
-        (512 << 20, 1 << 30, 6.0, "nimbix-burst: stage-in 512.0 MiB of 1.0 GiB (50%), 85.3 MiB/s, ETA 6 s"),
-        (0, 100, 0.0, "nimbix-burst: stage-in 0 B of 100 B (0%), 0 B/s, ETA unknown"),
-        (0, 0, 1.0, "nimbix-burst: stage-in 0 B of 0 B (100%), 0 B/s, ETA unknown"),
+        (512 << 20, 1 << 30, 6.0, "1 of 2 files, 512.0 MiB of 1.0 GiB (50%), 85.3 MiB/s, ETA 6 s"),
+        (0, 100, 0.0, "1 of 2 files, 0 B of 100 B (0%), 0 B/s, ETA unknown"),
+        (0, 0, 1.0, "1 of 2 files, 0 B of 0 B (100%), 0 B/s, ETA unknown"),
     ],
 )
 def test_format_progress(done: int, total: int, seconds: float, line: str) -> None:
-    assert staging.format_progress("stage-in", done=done, total=total, seconds=seconds) == line
+    shown = staging.format_progress("stage-in", done=done, total=total, seconds=seconds, files_done=1, files=2)
+    assert shown == "nimbix-burst: stage-in " + line
 
 
 def test_credential_files_are_the_runner_s_file_variables() -> None:

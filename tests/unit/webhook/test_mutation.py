@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -332,6 +333,18 @@ def test_a_burst_container_always_gets_the_runners_footprint_as_requests_and_lim
     raw = pod({"name": "app", "image": "example/app", "resources": copy.deepcopy(resources)})
     (after,) = rewrite(raw, gpus=1)["spec"]["containers"]
     assert after["resources"] == {"requests": FOOTPRINT, "limits": FOOTPRINT}
+
+
+def test_a_runner_that_stages_data_may_use_more_cpu_while_reserving_the_same() -> None:
+    raw = pod({"name": "app", "image": "example/app", "resources": {"limits": {GPU: "1"}}})
+    policy = dataclasses.replace(POLICY, staging_cpu_limit="2")
+    terms = dataclasses.replace(TERMS, staging=(("app", "/w/data", "/w/out"),))
+    ops = build_remote_patch(raw, gpus={GPU: 1}, decision=REMOTE, policy=policy, terms=terms)
+    (after,) = jsonpatch.apply_patch(raw, ops)["spec"]["containers"]
+    assert after["resources"] == {"requests": FOOTPRINT, "limits": {"cpu": "2", "memory": "128Mi"}}
+    # A runner that stages nothing keeps the footprint as its limit.
+    plain = build_remote_patch(raw, gpus={GPU: 1}, decision=REMOTE, policy=policy, terms=TERMS)
+    assert jsonpatch.apply_patch(raw, plain)["spec"]["containers"][0]["resources"]["limits"] == FOOTPRINT
 
 
 @pytest.mark.parametrize(

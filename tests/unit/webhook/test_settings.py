@@ -47,6 +47,12 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
     assert len(caught.value.problems) == 8
 
 
+def test_a_staging_cpu_limit_below_the_runner_s_request_is_refused() -> None:
+    assert parse_settings([], {}, check_files=False).policy.staging_cpu_limit == "2"
+    with pytest.raises(SettingsError, match="--staging-cpu-limit: must be at least --remote-cpu"):
+        parse_settings(["--remote-cpu", "4", "--staging-cpu-limit", "2"], {}, check_files=False)
+
+
 def test_client_ca_file_is_off_by_default_and_read_from_the_environment(tmp_path: Path) -> None:
     assert parse_settings([], {}, check_files=False).client_ca_file is None
     ca = tmp_path / "client-ca.crt"

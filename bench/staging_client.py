@@ -1,0 +1,57 @@
+"""One stage-in or copy-back by the runner's own code, in a fresh process whose peak RSS the
+staging benchmark (bench.staging) reads: `python -m bench.staging --client SPEC`.
+
+Logs in with the benchmark's key instead of a password (the only change from the runner: the
+session is the same once it is up)."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import Any
+
+import asyncssh
+
+from entrypoint import local_tree, sftp_transfer, staging, vault_staging
+from entrypoint.sftp_transfer import DownloadRoot, UploadRoot, VaultTransfer
+from jarvice.redaction import Secret
+
+CONNECT_TIMEOUT_SECONDS = 15.0
+
+
+class KeyTransfer(VaultTransfer):
+    def __init__(self, spec: dict[str, Any]) -> None:
+        address = staging.VaultSettings("127.0.0.1", spec["port"], spec["known_hosts"], keep_job_dir=True)
+        super().__init__(address, username="root", apikey=Secret(""), clock=time.monotonic, progress_out=sys.stderr)
+        self.key = spec["key"]
+
+    async def _connect(self) -> asyncssh.SSHClientConnection:
+        return await asyncio.wait_for(
+            asyncssh.connect(
+                "127.0.0.1",
+                port=self.address.port,
+                username="root",
+                client_keys=[self.key],
+                known_hosts=self.address.known_hosts,
+                agent_path=None,
+                encryption_algs=sftp_transfer.ENCRYPTION_ALGS,
+            ),
+            timeout=CONNECT_TIMEOUT_SECONDS,
+        )
+
+
+def run(spec: dict[str, Any]) -> None:
+    transfer = KeyTransfer(spec)
+    local, remote = spec["local"], spec["remote"]
+    if spec["direction"] == "up":
+        real = local_tree.resolve_root(local)
+        if real is None:
+            raise SystemExit(f"{local} is a link out of its directory")
+        roots = [UploadRoot(local, real, remote)]
+        totals = vault_staging.count_files(roots)
+        report = transfer.upload(roots, totals=totals, never_staged=frozenset(), should_stop=lambda: False)
+    else:
+        report = transfer.download([DownloadRoot(remote, local)], should_stop=lambda: False)
+    if not report.complete:
+        raise SystemExit(f"transfer failed: {report.error}")
