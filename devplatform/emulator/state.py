@@ -16,6 +16,7 @@ from aiohttp import web
 from devplatform.emulator import jobs
 from devplatform.emulator.config import EmulatorConfig
 from devplatform.emulator.faults import Faults
+from devplatform.emulator.numbering import JobNumbers
 
 REDACTED: Final = "***"
 
@@ -33,12 +34,13 @@ class EmulatorState:
         self.faults = Faults()
         self.stats = Stats()
         self.jobs: dict[int, jobs.Job] = {}
-        self.next_number = config.first_job_number
         self.rng = random.Random(config.seed)
         self.background: set[asyncio.Task[None]] = set()
         self._owned_workdir = config.workdir is None
         self.workdir = Path(tempfile.mkdtemp(prefix="jarvice-emulator-")) if config.workdir is None else config.workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
+        # Never a number (or job directory) an earlier emulator over this workdir handed out.
+        self.numbers = JobNumbers(self.workdir, first=config.first_job_number)
 
     def spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.ensure_future(coro)
