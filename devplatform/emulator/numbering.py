@@ -6,10 +6,11 @@ the same directory (``make dev-down``, then ``make dev-up``), a new job would ap
 output and stream it as its own. So the next number is recorded in ``<workdir>/next-job-number`` at
 every submit, the existing job directories count too (a lost or stale record cannot go backwards),
 and a job's directory is created exclusively: a number whose directory exists is skipped.
+
+Pure: the directory itself is read and written by ``state.JobNumbers``.
 """
 
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Final
 
 NEXT_NUMBER_FILE: Final = "next-job-number"
@@ -26,39 +27,3 @@ def first_unused_number(first: int, *, recorded: int | None, existing: Iterable[
     job directory already there (entries whose names are not numbers are not jobs)."""
     taken = [int(name) + 1 for name in existing if name.isdigit()]
     return max([first, recorded or first, *taken])
-
-
-class JobNumbers:
-    """Hands out job numbers and their fresh directories under ``workdir``."""
-
-    def __init__(self, workdir: Path, *, first: int) -> None:
-        self.workdir = workdir
-        self._record = workdir / NEXT_NUMBER_FILE
-        try:
-            recorded = parse_recorded_number(self._record.read_text())
-        except FileNotFoundError:
-            recorded = None
-        existing = (entry.name for entry in workdir.iterdir() if entry.is_dir())
-        self._next = first_unused_number(first, recorded=recorded, existing=existing)
-
-    @property
-    def next_number(self) -> int:
-        return self._next
-
-    def allocate(self) -> tuple[int, Path]:
-        """A number never handed out over this directory, and its new, empty job directory."""
-        while True:
-            number = self._next
-            self._next += 1
-            directory = self.workdir / str(number)
-            try:
-                directory.mkdir()
-            except FileExistsError:
-                continue  # made by something this emulator does not know of: never share it
-            self._write_record()
-            return number, directory
-
-    def _write_record(self) -> None:
-        partial = self._record.with_name(NEXT_NUMBER_FILE + ".partial")
-        partial.write_text(f"{self._next}\n")
-        partial.replace(self._record)

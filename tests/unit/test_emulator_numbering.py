@@ -5,12 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from devplatform.emulator.numbering import (
-    NEXT_NUMBER_FILE,
-    JobNumbers,
-    first_unused_number,
-    parse_recorded_number,
-)
+from devplatform.emulator.numbering import NEXT_NUMBER_FILE, first_unused_number, parse_recorded_number
+from devplatform.emulator.state import JobNumbers
 
 pytestmark = pytest.mark.timeout(5)
 
