@@ -129,11 +129,17 @@ def render(
     return manifests.parse_manifests(run_helm(helm, *args, values=values).stdout)
 
 
-def install(helm: Path, kubeconfig: Path, *, values: Mapping[str, Any], namespace: str = NAMESPACE) -> str:
+def install(
+    helm: Path,
+    kubeconfig: Path,
+    *,
+    values: Mapping[str, Any],
+    namespace: str = NAMESPACE,
+    timeout_seconds: int = HELM_TIMEOUT_SECONDS,
+) -> str:
     """``helm install --wait``: returns once every Deployment is rolled out (or raises)."""
-    return run_helm(
-        helm, "install", RELEASE, str(CHART_DIR), *_cluster_args(kubeconfig, namespace), values=values
-    ).stdout
+    args = _cluster_args(kubeconfig, namespace, timeout_seconds=timeout_seconds)
+    return run_helm(helm, "install", RELEASE, str(CHART_DIR), *args, values=values).stdout
 
 
 def upgrade(helm: Path, kubeconfig: Path, *, values: Mapping[str, Any], namespace: str = NAMESPACE) -> str:
@@ -157,8 +163,8 @@ def read_history(helm: Path, kubeconfig: Path, *, namespace: str = NAMESPACE) ->
     return history
 
 
-def _cluster_args(kubeconfig: Path, namespace: str) -> list[str]:
-    return ["--kubeconfig", str(kubeconfig), "--namespace", namespace, "--wait", f"--timeout={HELM_TIMEOUT_SECONDS}s"]
+def _cluster_args(kubeconfig: Path, namespace: str, *, timeout_seconds: int = HELM_TIMEOUT_SECONDS) -> list[str]:
+    return ["--kubeconfig", str(kubeconfig), "--namespace", namespace, "--wait", f"--timeout={timeout_seconds}s"]
 
 
 def run_helm(helm: Path, *args: str, values: Mapping[str, Any] | None = None) -> subprocess.CompletedProcess[str]:

@@ -27,7 +27,7 @@ from webhook.replicas import ReplicaRouter
 from webhook.settings import LeaderElection, Settings, SettingsError, parse_settings
 from webhook.spend_feed import SpendFeed
 from webhook.sync import KINDS_WITH_JOBS, CacheSync
-from webhook.tls import ReloadingTLS
+from webhook.tls import ReloadingTLS, find_serving_problem
 from webhook.watching import Watcher
 
 log = logging.getLogger("webhook")
@@ -151,6 +151,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc, file=sys.stderr)  # noqa: T201 - before logging exists, the message is the output
         return 2
     configure_logging(settings.log_level)
+    if settings.leader_election is not None:
+        # The peer CA is the CA the API server is given too (cert-manager's ca.crt, or the Helm
+        # chart's tls.caBundle): a certificate it refuses would leave every pod admitted unchanged.
+        election = settings.leader_election
+        problem = find_serving_problem(
+            settings.tls_dir, ca_file=election.peer_ca_file, server_name=election.peer_server_name
+        )
+        if problem is not None:
+            log.error(
+                "serving certificate not trusted by its CA",
+                extra={
+                    "problem": problem,
+                    "ca_file": str(election.peer_ca_file),
+                    "server_name": election.peer_server_name,
+                },
+            )
+            return 3
     tls = ReloadingTLS(settings.tls_dir, client_ca_files=_client_ca_files(settings))
     log.info(
         "webhook starting",

@@ -243,6 +243,13 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
             "webhook client certificate, or leave it empty to accept any client)"
         )
     leader_election = _leader_election(values, port=port, tls_dir=tls_dir)
+    if check_files and leader_election is not None and not leader_election.peer_ca_file.is_file():
+        problems.append(
+            f"--peer-ca-file: {leader_election.peer_ca_file} does not exist (the CA that signed the serving "
+            "certificate, which replicas trust when they forward to the leader: ca.crt in the serving "
+            "certificate's Secret, as cert-manager writes it, or the file the Helm chart mounts from "
+            "tls.caBundle)"
+        )
     model_label = str(raw["gpu_model_label"]).strip()
     if len(model_label) > 316 or not _LABEL_KEY.match(model_label):  # 253 + "/" + 63 at most
         problems.append(f"--gpu-model-label: {model_label!r} is not a label key, e.g. {gpu_models.DEFAULT_MODEL_LABEL}")

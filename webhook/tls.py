@@ -22,6 +22,9 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
+# Handshake round trips an in-memory TLS 1.2/1.3 handshake needs at most (it takes two or three).
+_HANDSHAKE_ROUNDS = 8
+
 
 def _fingerprint(paths: Sequence[Path]) -> str:
     digest = hashlib.sha256()
@@ -75,3 +78,43 @@ class ReloadingTLS:
             except (OSError, ssl.SSLError) as exc:
                 # A rotation caught half-written: keep serving the old certificate, retry next tick.
                 log.warning("tls certificate reload failed", extra={"error": str(exc)})
+
+
+def find_serving_problem(tls_dir: Path, *, ca_file: Path, server_name: str) -> str | None:
+    """Why a client that trusts ``ca_file`` would refuse this webhook's serving certificate when it
+    connects to ``server_name``, or None when it would accept it.
+
+    Those clients are the API server (it trusts the registration's caBundle) and the other replicas
+    forwarding to the leader (they trust the peer CA): a certificate they refuse means every review
+    fails and, with failurePolicy Ignore, every pod is admitted unchanged. The check is a real TLS
+    handshake between this certificate and such a client, in memory.
+    """
+    try:
+        server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        server.load_cert_chain(tls_dir / "tls.crt", tls_dir / "tls.key")
+    except (OSError, ssl.SSLError) as exc:
+        return f"cannot load {tls_dir / 'tls.crt'} with {tls_dir / 'tls.key'}: {exc}"
+    try:
+        client = ssl.create_default_context(cafile=str(ca_file))
+    except (OSError, ssl.SSLError) as exc:
+        return f"cannot load the CA {ca_file}: {exc}"
+    to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
+    client_end = client.wrap_bio(to_client, to_server, server_hostname=server_name)
+    server_end = server.wrap_bio(to_server, to_client, server_side=True)
+    done = {"client": False, "server": False}
+    for _ in range(_HANDSHAKE_ROUNDS):
+        for side, end in (("client", client_end), ("server", server_end)):
+            if done[side]:
+                continue
+            try:
+                end.do_handshake()
+                done[side] = True
+            except ssl.SSLWantReadError:
+                pass
+            except ssl.SSLCertVerificationError as exc:
+                return f"{tls_dir / 'tls.crt'} is not trusted by {ca_file} for {server_name}: {exc.verify_message}"
+            except ssl.SSLError as exc:
+                return f"a TLS handshake with {tls_dir / 'tls.crt'} for {server_name} failed: {exc}"
+        if all(done.values()):
+            return None
+    return f"a TLS handshake with {tls_dir / 'tls.crt'} for {server_name} did not finish"

@@ -13,6 +13,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -133,12 +134,19 @@ def log_paths(plane: ControlPlane) -> dict[str, Path]:
     return {name: plane.run_dir / "logs" / f"{name}.log" for name in config.REQUIRED_BINARIES}
 
 
-def install(plane: ControlPlane, *, bin_dir: Path | None = None) -> CertManager:
+def install(
+    plane: ControlPlane,
+    *,
+    bin_dir: Path | None = None,
+    on_start: Callable[[ManagedProcess], None] | None = None,
+) -> CertManager:
     """Installs cert-manager on a running ``plane``: CRDs, then the controller and cainjector.
 
     Returns once both processes report ready. On failure, stops whatever had started and raises
     CertManagerError. ``bin_dir`` defaults to ``ensure_binaries()`` (a build on a cold cache).
+    ``on_start``: called with each process the moment it is started (dev-up records it).
     """
+    record = on_start or (lambda _proc: None)
     bin_dir = bin_dir or ensure_binaries()
     began = time.monotonic()
     names = install_crds(plane, bin_dir=bin_dir)
@@ -154,12 +162,14 @@ def install(plane: ControlPlane, *, bin_dir: Path | None = None) -> CertManager:
             log_path=logs[config.CONTROLLER],
         )
         started.append(controller)
+        record(controller)
         cainjector = processes.start_process(
             config.CAINJECTOR,
             config.build_cainjector_args(bin_dir, kubeconfig=plane.kubeconfig_path, healthz_port=cainjector_port),
             log_path=logs[config.CAINJECTOR],
         )
         started.append(cainjector)
+        record(cainjector)
         _wait_ready([(controller, controller_port), (cainjector, cainjector_port)])
     except BaseException:
         for proc in reversed(started):

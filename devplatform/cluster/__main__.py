@@ -6,9 +6,11 @@ whatever ``start_extras`` adds (the JARVICE emulator, fake GPU nodes), then ``in
 cert-manager and nimbix-burst itself, installed from deploy/ through devplatform/overlay as a user
 installs it (two webhook pods on the real node), or with ``--install helm`` from the Helm chart
 (charts/nimbix-burst) with the same local-only changes as values (``DIR/helm`` then links the helm
-it used). It saves every PID to ``DIR/state.json`` (the real node keeps its own state file, named
-there). ``down`` stops the real node and removes its host state, then stops exactly the saved PIDs.
-Nothing is ever stopped by name.
+it used). It writes ``DIR/state.json`` as each component starts (devstate.py: every PID the moment
+its process exists; the real node keeps its own state file, named there before the node starts), so a
+dev-up that fails or is killed half-way leaves what ``down`` needs; a failed ``up`` stops it itself.
+``down`` stops the real node and removes its host state, then stops exactly the saved PIDs. Nothing is
+ever stopped by name.
 
 Pods run only on the real node: the fake nodes carry the taint ``FAKE_NODE_TAINT`` (they have no
 kubelet), so a pod lands on one only if it tolerates that taint, and the webhook does not count
@@ -19,16 +21,18 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
 
 from kubernetes import client as k8s_client
 
 from devplatform import certmanager, demo, demo_data, gotools, helmchart
-from devplatform.cluster import addons, controlplane, install, node, nodes, processes
+from devplatform.cluster import addons, controlplane, devstate, install, node, nodes, processes
 
 STATE_FILE = "state.json"
 KUBECONFIG_FILE = "kubeconfig"
@@ -52,15 +56,19 @@ REAP_WAIT_SECONDS = 5.0
 
 
 def start_extras(
-    control_plane: controlplane.ControlPlane, dev_dir: Path, *, emulator_host: str
+    control_plane: controlplane.ControlPlane,
+    dev_dir: Path,
+    *,
+    emulator_host: str,
+    on_start: Callable[[processes.ManagedProcess], None],
 ) -> list[processes.ManagedProcess]:
     """Starts the processes that ``make dev-up`` runs beside the control plane and returns them.
 
     This is where the JARVICE emulator gets started (with
-    ``processes.start_process``, logs under ``dev_dir / "logs"``). Return them in start order:
-    they are saved to state.json after the control-plane components, and ``down`` stops them
-    first. If one fails to start, stop the ones this function already started, then raise; ``up``
-    then stops the control plane too.
+    ``processes.start_process``, logs under ``dev_dir / "logs"``). Give each process to ``on_start``
+    the moment it exists (state.json records it, after the control-plane components; ``down`` stops
+    them first) and return them in start order. If one fails to start, stop the ones this function
+    already started, then raise; ``up`` then stops the rest.
     """
     started: list[processes.ManagedProcess] = []
     try:
@@ -69,7 +77,7 @@ def start_extras(
         # On the node's gateway: burst pods reach it there, and so does the host (a local address).
         jarvice_dir = dev_dir / "jarvice"
         emulator = addons.start_jarvice_emulator(
-            jarvice_dir, host=emulator_host, args=("--vaults-dir", str(jarvice_dir / "vaults"))
+            jarvice_dir, host=emulator_host, args=("--vaults-dir", str(jarvice_dir / "vaults")), on_start=on_start
         )
         started.append(emulator.process)
         shutil.copyfile(emulator.env_file, dev_dir / JARVICE_ENV_FILE)
@@ -87,15 +95,19 @@ def start_extras(
 
 
 def install_addon(
-    control_plane: controlplane.ControlPlane, real_node: node.RealNode, *, helm: Path | None = None
+    control_plane: controlplane.ControlPlane,
+    real_node: node.RealNode,
+    *,
+    helm: Path | None = None,
+    on_start: Callable[[processes.ManagedProcess], None] | None = None,
 ) -> list[processes.ManagedProcess]:
     """cert-manager (docs/install.md's prerequisite), then ``kubectl apply -k devplatform/overlay`` (or,
     given ``helm``, ``helm install`` of the chart) and the install page's checks: Certificates Ready,
     caBundle injected, two webhook pods Running and Ready on the real node, the leader Lease held.
-    Returns cert-manager's processes (saved to state.json, so ``down`` stops them); if the install
-    fails they are stopped and the error is raised."""
+    Returns cert-manager's processes (each given to ``on_start`` as it starts, so state.json names
+    them and ``down`` stops them); if the install fails they are stopped and the error is raised."""
     began = time.monotonic()
-    cert_manager = certmanager.install(control_plane)
+    cert_manager = certmanager.install(control_plane, on_start=on_start)
     try:
         installed = install.install_addon(control_plane, real_node, helm=helm)
     except BaseException:
@@ -187,66 +199,88 @@ def run_up(dev_dir: Path, *, install_with: str = "kustomize") -> int:
     except node.NodeError as error:
         print(f"images: {error}", file=sys.stderr)
         return 1
-    control_plane = controlplane.ControlPlane(dev_dir / CONTROL_PLANE_DIR, bin_dir=bin_dir)
-    try:
-        control_plane.start()
-    except controlplane.ControlPlaneError as error:
-        print(f"control plane failed to start: {error}", file=sys.stderr)
-        return 1
 
-    real_node = node.RealNode(dev_dir / NODE_DIR, control_plane=control_plane, image_archives=archives)
+    _exit_through_cleanup_on_hangup()
+    record = devstate.StartRecord(state_path)
     try:
-        real_node.start()
-    except node.NodeError as error:
-        control_plane.stop()
-        print(f"real node failed to start: {error}", file=sys.stderr)
+        control_plane, real_node, extras = _start_stack(dev_dir, record, bin_dir=bin_dir, helm=helm, archives=archives)
+    except (controlplane.ControlPlaneError, node.NodeError) as error:
+        print(f"dev-up failed: {error}", file=sys.stderr)
+        _stop_after_failed_up(dev_dir)
         return 1
-
-    extras: list[processes.ManagedProcess] = []
-    try:
-        extras = start_extras(control_plane, dev_dir, emulator_host=real_node.gateway_address)
-        extras.extend(install_addon(control_plane, real_node, helm=helm))
-        kubeconfig = dev_dir / KUBECONFIG_FILE
-        shutil.copyfile(control_plane.kubeconfig_path, kubeconfig)
-        kubeconfig.chmod(0o600)
-        # The kubectl of this control plane under a fixed name: the cache may hold other versions.
-        kubectl = dev_dir / KUBECTL_LINK
-        kubectl.unlink(missing_ok=True)
-        kubectl.symlink_to(control_plane.bin_dir / "kubectl")
-        (dev_dir / HELM_LINK).unlink(missing_ok=True)
-        if helm is not None:
-            (dev_dir / HELM_LINK).symlink_to(helm)
-        timings = control_plane.startup_timings
-        processes.save_state(
-            state_path,
-            [*control_plane.processes, *extras],
-            extra={
-                "server_url": control_plane.server_url,
-                "kubeconfig": str(kubeconfig.resolve()),
-                "ca_cert": str(control_plane.ca_cert_path),
-                "run_dir": str(control_plane.run_dir),
-                "bin_dir": str(control_plane.bin_dir),
-                "readyz_seconds": f"{timings.readyz_seconds:.2f}" if timings else "",
-                "healthy_seconds": f"{timings.healthy_seconds:.2f}" if timings else "",
-                "node_state": str(real_node.state_file),
-                "node_name": real_node.name,
-                "node_gateway": real_node.gateway_address,
-                "node_seconds": f"{real_node.timings.total_seconds:.2f}" if real_node.timings else "",
-            },
-        )
     except BaseException:
-        # Leave nothing running that state.json would not know about.
-        for proc in reversed(extras):
-            processes.stop_process(proc)
-        real_node.stop()
-        control_plane.stop()
+        _stop_after_failed_up(dev_dir)
         raise
 
+    kubeconfig = dev_dir / KUBECONFIG_FILE
     _print_up_summary(control_plane, extras, kubeconfig=kubeconfig.resolve(), state_path=state_path)
     _print_node_summary(real_node)
     # Last line: the kubeconfig path alone, for scripts.
     print(kubeconfig.resolve())
     return 0
+
+
+def _start_stack(
+    dev_dir: Path,
+    record: devstate.StartRecord,
+    *,
+    bin_dir: Path,
+    helm: Path | None,
+    archives: Sequence[Path],
+) -> tuple[controlplane.ControlPlane, node.RealNode, list[processes.ManagedProcess]]:
+    """Control plane, real node, extras, the add-on: each recorded in state.json as it starts."""
+    control_plane = controlplane.ControlPlane(dev_dir / CONTROL_PLANE_DIR, bin_dir=bin_dir, on_start=record.add)
+    record.note(run_dir=str(control_plane.run_dir), bin_dir=str(bin_dir))
+    control_plane.start()
+    timings = control_plane.startup_timings
+    record.note(
+        server_url=control_plane.server_url,
+        ca_cert=str(control_plane.ca_cert_path),
+        readyz_seconds=f"{timings.readyz_seconds:.2f}" if timings else "",
+        healthy_seconds=f"{timings.healthy_seconds:.2f}" if timings else "",
+    )
+
+    real_node = node.RealNode(dev_dir / NODE_DIR, control_plane=control_plane, image_archives=archives)
+    # Before it starts: a node that was starting when dev-up died is stopped by down too.
+    record.note(node_state=str(real_node.state_file), node_name=real_node.name)
+    real_node.start()
+    record.note(
+        node_gateway=real_node.gateway_address,
+        node_seconds=f"{real_node.timings.total_seconds:.2f}" if real_node.timings else "",
+    )
+
+    extras = start_extras(control_plane, dev_dir, emulator_host=real_node.gateway_address, on_start=record.add)
+    extras.extend(install_addon(control_plane, real_node, helm=helm, on_start=record.add))
+    kubeconfig = dev_dir / KUBECONFIG_FILE
+    shutil.copyfile(control_plane.kubeconfig_path, kubeconfig)
+    kubeconfig.chmod(0o600)
+    # The kubectl of this control plane under a fixed name: the cache may hold other versions.
+    kubectl = dev_dir / KUBECTL_LINK
+    kubectl.unlink(missing_ok=True)
+    kubectl.symlink_to(control_plane.bin_dir / "kubectl")
+    (dev_dir / HELM_LINK).unlink(missing_ok=True)
+    if helm is not None:
+        (dev_dir / HELM_LINK).symlink_to(helm)
+    record.finish(kubeconfig=str(kubeconfig.resolve()))
+    return control_plane, real_node, extras
+
+
+def _stop_after_failed_up(dev_dir: Path) -> None:
+    """Stops what a failed dev-up started, from state.json as make dev-down would; if this is cut
+    short too, state.json stays for make dev-down."""
+    print("dev-up failed; stopping what it started", file=sys.stderr)
+    run_down(dev_dir)
+
+
+def _exit_through_cleanup_on_hangup() -> None:
+    """SIGTERM and SIGHUP (a closed terminal) end dev-up as Ctrl-C does, through its cleanup:
+    Python's default for them exits at once, leaving the started processes running."""
+
+    def exit_now(signum: int, _frame: FrameType | None) -> None:
+        raise SystemExit(f"dev-up: {signal.Signals(signum).name} received")
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, exit_now)
 
 
 def run_down(dev_dir: Path) -> int:
@@ -255,6 +289,8 @@ def run_down(dev_dir: Path) -> int:
         print(f"nothing to stop: {state_path} does not exist")
         return 0
     state = processes.load_state(state_path)
+    if state.extra.get(devstate.PHASE) == devstate.STARTING:
+        print("dev-up did not finish; stopping what it had started")
     node_state = Path(state.extra.get("node_state", ""))
     if node_state.is_file():
         # First, while the apiserver still answers nothing needs it: the kubelet and its containers,

@@ -16,7 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,11 +169,17 @@ class EmulatorProcess:
 
 
 def start_jarvice_emulator(
-    run_dir: Path, *, args: Sequence[str] = (), host: str = "127.0.0.1", timeout: float = READY_TIMEOUT_SECONDS
+    run_dir: Path,
+    *,
+    args: Sequence[str] = (),
+    host: str = "127.0.0.1",
+    timeout: float = READY_TIMEOUT_SECONDS,
+    on_start: Callable[[ManagedProcess], None] | None = None,
 ) -> EmulatorProcess:
     """`python -m devplatform.emulator` as its own process; returns once it is listening.
 
-    ``host``: where it listens; the real node's ``gateway_address`` for runners in pods."""
+    ``host``: where it listens; the real node's ``gateway_address`` for runners in pods.
+    ``on_start``: called with the process the moment it is started (dev-up records it)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     state_file, env_file = run_dir / "jarvice-emulator.json", run_dir / "jarvice.env"
     state_file.unlink(missing_ok=True)
@@ -186,6 +192,8 @@ def start_jarvice_emulator(
         *args,
     ]  # fmt: skip
     process = start_process("jarvice-emulator", argv, log_path=run_dir / "logs" / "jarvice-emulator.log")
+    if on_start is not None:
+        on_start(process)
     deadline = time.monotonic() + timeout
     while not state_file.exists() or not state_file.read_text().strip():
         if not is_running(process):

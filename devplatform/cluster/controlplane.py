@@ -174,8 +174,18 @@ class ControlPlane:
     started, by PID. Also a context manager.
     """
 
-    def __init__(self, run_dir: Path, *, bin_dir: Path, controller_manager: bool = True) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        bin_dir: Path,
+        controller_manager: bool = True,
+        on_start: Callable[[ManagedProcess], None] | None = None,
+    ) -> None:
+        """``on_start``: called with each component's process the moment it is started (dev-up
+        records it, so a start that never finishes can still be stopped)."""
         self._layout = _Layout(run_dir.resolve())
+        self._on_start = on_start
         self._bin_dir = bin_dir
         self._with_controller_manager = controller_manager
         self._processes: list[ManagedProcess] = []
@@ -341,6 +351,8 @@ class ControlPlane:
     def _launch(self, component: str, argv: Sequence[str]) -> ManagedProcess:
         proc = processes.start_process(component, argv, log_path=self._layout.log(component))
         self._processes.append(proc)
+        if self._on_start is not None:
+            self._on_start(proc)
         return proc
 
     def _wait_healthy(self, proc: ManagedProcess, probe: Callable[[], bool], *, timeout: float) -> None:

@@ -102,12 +102,9 @@ async def handle_submit(request: web.Request) -> web.Response:
     assert isinstance(body, dict)
     application, machine = body["application"], body["machine"]
     owner = body["user"]["username"]
-    number = state.next_number
-    state.next_number += 1
+    number, workdir = state.numbers.allocate()
     suffix = "".join(state.rng.choice(string.ascii_uppercase) for _ in range(5))
     name = f"{time.strftime('%Y%m%d%H%M%S')}-{suffix}-{body['app']}-{owner}_s1"
-    workdir = state.workdir / str(number)
-    workdir.mkdir(parents=True, exist_ok=True)
     node_names = nodes.build_node_names(int(machine.get("nodes", 1)))
     cores = int(state.config.machines[machine["type"]]["mc_cores"])
     jarvice_dir = nodes.write_jarvice_dir(workdir, nodes=node_names, cores_per_node=cores)

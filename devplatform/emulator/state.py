@@ -1,5 +1,6 @@
 """The emulator's state while it runs, shared by the JARVICE API, the fault injection and the
-/_emulator/ controls: its jobs, the fault plan, the request statistics and the random source."""
+/_emulator/ controls: its jobs (and their numbers), the fault plan, the request statistics and the
+random source."""
 
 import asyncio
 import random
@@ -16,6 +17,7 @@ from aiohttp import web
 from devplatform.emulator import jobs
 from devplatform.emulator.config import EmulatorConfig
 from devplatform.emulator.faults import Faults
+from devplatform.emulator.numbering import NEXT_NUMBER_FILE, first_unused_number, parse_recorded_number
 
 REDACTED: Final = "***"
 
@@ -27,18 +29,56 @@ class Stats:
     submit_rejected: list[dict[str, Any]] = field(default_factory=list)
 
 
+class JobNumbers:
+    """Hands out job numbers and their fresh directories under ``workdir`` (numbering.py says why
+    they never repeat over it)."""
+
+    def __init__(self, workdir: Path, *, first: int) -> None:
+        self.workdir = workdir
+        self._record = workdir / NEXT_NUMBER_FILE
+        try:
+            recorded = parse_recorded_number(self._record.read_text())
+        except FileNotFoundError:
+            recorded = None
+        existing = (entry.name for entry in workdir.iterdir() if entry.is_dir())
+        self._next = first_unused_number(first, recorded=recorded, existing=existing)
+
+    @property
+    def next_number(self) -> int:
+        return self._next
+
+    def allocate(self) -> tuple[int, Path]:
+        """A number never handed out over this directory, and its new, empty job directory."""
+        while True:
+            number = self._next
+            self._next += 1
+            directory = self.workdir / str(number)
+            try:
+                directory.mkdir()
+            except FileExistsError:
+                continue  # made by something this emulator does not know of: never share it
+            self._write_record()
+            return number, directory
+
+    def _write_record(self) -> None:
+        partial = self._record.with_name(NEXT_NUMBER_FILE + ".partial")
+        partial.write_text(f"{self._next}\n")
+        partial.replace(self._record)
+
+
 class EmulatorState:
     def __init__(self, config: EmulatorConfig) -> None:
         self.config = config
         self.faults = Faults()
         self.stats = Stats()
         self.jobs: dict[int, jobs.Job] = {}
-        self.next_number = config.first_job_number
         self.rng = random.Random(config.seed)
         self.background: set[asyncio.Task[None]] = set()
         self._owned_workdir = config.workdir is None
         self.workdir = Path(tempfile.mkdtemp(prefix="jarvice-emulator-")) if config.workdir is None else config.workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
+        # Never a number (or job directory) an earlier emulator over this workdir handed out.
+        self.numbers = JobNumbers(self.workdir, first=config.first_job_number)
 
     def has_room(self, job: jobs.Job) -> bool:
         """Whether the job's machine can start it now (the machine capacity, `jobs.has_room`)."""

@@ -180,6 +180,37 @@ def test_a_certificate_you_bring_goes_without_cert_manager(helm: Path) -> None:
         helmchart.render(helm, values={"certManager": {"enabled": False}})
 
 
+def _peer_ca(objects: Sequence[Mapping[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """The settings' WEBHOOK_PEER_CA_FILE, and the ConfigMap the webhook mounts at its directory."""
+    peer_ca_file = str(_settings(objects)["data"].get("WEBHOOK_PEER_CA_FILE", ""))
+    pod = _find(objects, "Deployment", "nimbix-burst-webhook")["spec"]["template"]["spec"]
+    mounts = {m["mountPath"]: m["name"] for m in pod["containers"][0]["volumeMounts"]}
+    volume = mounts.get(peer_ca_file.rsplit("/", 1)[0], "")
+    names = [v["configMap"]["name"] for v in pod["volumes"] if v["name"] == volume and "configMap" in v]
+    configmap = _find(objects, "ConfigMap", names[0]) if names else {}
+    return peer_ca_file, configmap
+
+
+def test_without_cert_manager_the_replicas_trust_the_ca_given_to_the_api_server(helm: Path) -> None:
+    # A Secret made with `kubectl create secret tls` has no ca.crt: the peers' CA comes from tls.caBundle.
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    without = {"certManager": {"enabled": False}, "tls": {"caBundle": pem}}
+    peer_ca_file, configmap = _peer_ca(helmchart.render(helm, values=without))
+    assert peer_ca_file == "/etc/nimbix-burst/peer-ca/ca.crt"
+    assert configmap["data"] == {"ca.crt": pem}
+    # Another CA: another ConfigMap name, so the Deployment rolls onto it.
+    other = {**without, "tls": {"caBundle": pem.replace("MIIB", "MIIC")}}
+    assert _peer_ca(helmchart.render(helm, values=other))[1]["metadata"]["name"] != configmap["metadata"]["name"]
+    # With cert-manager the peers read ca.crt from the Secret it writes, as the kustomize install does.
+    assert _peer_ca(helmchart.render(helm)) == ("", {})
+
+
+def test_a_ca_bundle_that_is_not_a_pem_certificate_fails_the_render(helm: Path) -> None:
+    encoded = base64.b64encode(b"-----BEGIN CERTIFICATE-----\n...").decode()  # base64 of it, as caBundle is in the API
+    with pytest.raises(helmchart.HelmError, match=r"tls\.caBundle: not a PEM certificate"):
+        helmchart.render(helm, values={"certManager": {"enabled": False}, "tls": {"caBundle": encoded}})
+
+
 def test_the_chart_can_create_the_jarvice_secret(helm: Path) -> None:
     values = {
         "controller": {"jarvice": {"create": True, "username": "ada", "apikey": "k3y", "url": "https://j.example/api"}}

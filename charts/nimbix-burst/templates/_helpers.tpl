@@ -21,7 +21,23 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if .Values.webhook.clientCASecret -}}
 {{- $_ := set $env "WEBHOOK_CLIENT_CA_FILE" "/etc/nimbix-burst/client-ca/ca.crt" -}}
 {{- end -}}
+{{- if not .Values.certManager.enabled -}}
+{{- /* The replicas trust the CA the API server is given (a Secret you make may carry no ca.crt). */ -}}
+{{- $_ := set $env "WEBHOOK_PEER_CA_FILE" (printf "%s/ca.crt" (include "nimbix-burst.peerCADir" .)) -}}
+{{- end -}}
 {{- toJson $env -}}
+{{- end -}}
+
+{{/* Without cert-manager: where tls.caBundle is mounted for the replicas (WEBHOOK_PEER_CA_FILE). */}}
+{{- define "nimbix-burst.peerCADir" -}}
+/etc/nimbix-burst/peer-ca
+{{- end -}}
+
+{{/* Its ConfigMap's name, with a content hash (as for the settings): a new CA rolls the webhook. */}}
+{{- define "nimbix-burst.peerCAConfigMapName" -}}
+{{- $hash := dict "data" (dict "ca.crt" .Values.tls.caBundle) "kind" "ConfigMap" "name" "" | toJson | sha256sum | trunc 10 -}}
+{{- $hash = $hash | replace "0" "g" | replace "1" "h" | replace "3" "k" | replace "a" "m" | replace "e" "t" -}}
+{{- printf "nimbix-burst-webhook-ca-%s" $hash -}}
 {{- end -}}
 
 {{/* The ConfigMap's name: kustomize's configMapGenerator name with its content hash (kustomize
