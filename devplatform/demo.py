@@ -31,7 +31,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,24 +39,58 @@ from typing import Any
 from kubernetes import client as k8s_client
 
 from devplatform import images
-from devplatform.cluster import addons, controlplane, node, nodeconfig, nodes
+from devplatform.cluster import addons, controlplane, node, nodes
+from devplatform.demo_pods import (
+    CONTAINER,
+    DECISION,
+    EMULATOR_ARGS,
+    GPU,
+    LOCAL_CPU,
+    LOCAL_MEMORY,
+    POLL_INTERVAL_SECONDS,
+    POLL_SECONDS,
+    REASON,
+    SECRET,
+    _job,
+    build_app_container,
+    build_real_node_placement,
+    build_secret,
+    fetch_emulator,
+    fetch_emulator_jobs,
+    read_exit_code,
+    read_pod,
+    secret_env,
+    start_emulator_for_node,
+    wait_for,
+)
 
-GPU = nodeconfig.GPU_RESOURCE
+# What the e2e tests, the benchmarks and the data demo take from here, defined in demo_pods.
+__all__ = [
+    "CONTAINER",
+    "DECISION",
+    "EMULATOR_ARGS",
+    "GPU",
+    "LOCAL_CPU",
+    "LOCAL_MEMORY",
+    "POLL_INTERVAL_SECONDS",
+    "POLL_SECONDS",
+    "REASON",
+    "SECRET",
+    "build_app_container",
+    "build_real_node_placement",
+    "build_secret",
+    "fetch_emulator",
+    "fetch_emulator_jobs",
+    "read_exit_code",
+    "read_pod",
+    "start_emulator_for_node",
+    "wait_for",
+]
+
 NAMESPACE = "demo"
-SECRET = "jarvice-credentials"
-CONTAINER = "train"
-DECISION = "nimbix-burst.io/decision"
-REASON = "nimbix-burst.io/reason"
-# Fast emulator timings so the demo's remote jobs start within a second.
-EMULATOR_ARGS = ("--queue-seconds", "0.5", "--init-seconds", "0.2")
-# The runner polls JARVICE this often (the default, 5 s, is for a real cloud).
-POLL_SECONDS = "0.5"
-# What a local container asks for besides GPUs: the real node has only this machine's cores.
-LOCAL_CPU, LOCAL_MEMORY = "100m", "64Mi"
 # Cold image builds and node start are bounded by node.py; these bound what the demo waits for.
 POD_TIMEOUT_SECONDS = 120.0
 DELETE_TIMEOUT_SECONDS = 60.0
-POLL_INTERVAL_SECONDS = 0.2
 # Epochs take 1.5 s each, so the local Jobs still hold their GPUs while the later Jobs are decided.
 TRAIN = (
     'echo "training started with \\"quotes\\", a $ sign and unicode: ünïcödé"; '
@@ -94,136 +127,9 @@ def say(text: str) -> None:
     print(text, flush=True)
 
 
-# -- building blocks (also used by the e2e tests) ---------------------------------------------------
-
-
-def build_real_node_placement(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """``spec`` plus the node selector and toleration that put a pod on the real node (tainted or not)."""
-    key = nodeconfig.REAL_NODE_LABEL
-    return {
-        **spec,
-        "nodeSelector": {**spec.get("nodeSelector", {}), key: "true"},
-        "tolerations": [
-            *spec.get("tolerations", []),
-            {"key": key, "operator": "Equal", "value": "true", "effect": "NoSchedule"},
-        ],
-    }
-
-
-def _secret_env() -> list[dict[str, Any]]:
-    """The runner's JARVICE credentials, from the Secret `build_secret` writes."""
-    return [
-        {"name": variable, "valueFrom": {"secretKeyRef": {"name": SECRET, "key": key}}}
-        for variable, key in (
-            ("JARVICE_USERNAME", "username"),
-            ("JARVICE_APIKEY", "apikey"),
-            ("JARVICE_API_URL", "url"),
-        )
-    ]
-
-
-def _job(name: str, namespace: str, pod_spec: dict[str, Any]) -> dict[str, Any]:
-    """A demo Job: one pod, opted in to bursting (the task-type label), never retried."""
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "backoffLimit": 0,
-            "template": {"metadata": {"labels": {"task-type": "Nimbix"}}, "spec": pod_spec},
-        },
-    }
-
-
-def build_app_container(
-    *,
-    command: str,
-    gpus: int,
-    app_name: str,
-    name: str = CONTAINER,
-    image: str = images.EXAMPLE_APP,
-    env: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """The example app's container: the runner (its ENTRYPOINT) runs APP_COMMAND_ARGS, here or on
-    JARVICE, with the credentials from the ``jarvice-credentials`` Secret."""
-    plain = {
-        "APP_COMMAND_ARGS": command,
-        "APP_NAME": app_name,
-        "APP_COMMAND": "run",
-        "JARVICE_POLL_SECONDS": POLL_SECONDS,
-    }
-    plain.update(env or {})
-    return {
-        "name": name,
-        "image": image,
-        "imagePullPolicy": "Never",
-        "env": [*({"name": key, "value": value} for key, value in plain.items()), *_secret_env()],
-        "resources": {
-            "limits": {GPU: str(gpus)},
-            "requests": {GPU: str(gpus), "cpu": LOCAL_CPU, "memory": LOCAL_MEMORY},
-        },
-    }
-
-
-def build_secret(emulator: addons.EmulatorProcess, *, namespace: str) -> dict[str, Any]:
-    """The JARVICE credentials Secret; ``url`` is the emulator on the node's gateway."""
-    creds = emulator.runner_env()
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {"name": SECRET, "namespace": namespace},
-        "stringData": {
-            "username": creds["JARVICE_USERNAME"],
-            "apikey": creds["JARVICE_APIKEY"],
-            "url": creds["JARVICE_API_URL"],
-        },
-    }
-
-
 def build_job(job: DemoJob, *, namespace: str, app_name: str) -> dict[str, Any]:
     container = build_app_container(command=job.command, gpus=job.gpus, app_name=app_name)
     return _job(job.name, namespace, build_real_node_placement({"restartPolicy": "Never", "containers": [container]}))
-
-
-def start_emulator_for_node(run_dir: Path, real_node: node.RealNode, *, vaults: bool = False) -> addons.EmulatorProcess:
-    """The JARVICE emulator on the node's gateway address, where runners in pods reach it; with
-    `vaults`, its vault too (SFTP on the same address; jobs in private roots, as root)."""
-    args = (*EMULATOR_ARGS, "--vaults-dir", str(run_dir / "vaults")) if vaults else EMULATOR_ARGS
-    return addons.start_jarvice_emulator(run_dir, host=real_node.gateway_address, args=args)
-
-
-def fetch_emulator(url: str, path: str) -> Any:
-    """GET one of the emulator's test controls (``/_emulator/jobs``, ``/_emulator/submissions``)."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(url + path, timeout=10) as response:
-        return json.loads(response.read())
-
-
-def fetch_emulator_jobs(url: str, *, pod_uid: str) -> list[dict[str, Any]]:
-    """The emulator's jobs whose label names this pod (``k8s-[<cluster>.]<uid>-...``: the UID is whole)."""
-    return [job for job in fetch_emulator(url, "/_emulator/jobs") if pod_uid in str(job.get("job_label", ""))]
-
-
-def read_pod(plane: controlplane.ControlPlane, namespace: str, name: str) -> dict[str, Any]:
-    return dict(json.loads(plane.kubectl("get", "-n", namespace, "pod", name, "-o", "json").stdout))
-
-
-def read_exit_code(pod: Mapping[str, Any]) -> int | None:
-    """``status.containerStatuses[0].state.terminated.exitCode``, or None while it runs."""
-    statuses = pod.get("status", {}).get("containerStatuses") or [{}]
-    terminated = statuses[0].get("state", {}).get("terminated")
-    return None if terminated is None else int(terminated["exitCode"])
-
-
-def wait_for(probe: Callable[[], Any], *, what: str, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"no {what} after {timeout:g} s")
-        time.sleep(POLL_INTERVAL_SECONDS)
 
 
 # -- the demo on a real node ------------------------------------------------------------------------
@@ -540,7 +446,7 @@ def fake_job_manifest(job: DemoJob) -> dict[str, Any]:
             {"name": "APP_NAME", "value": "nimbix-burst-example"},
             {"name": "APP_COMMAND", "value": "run"},
             {"name": "JARVICE_POLL_SECONDS", "value": "0.5"},
-            *_secret_env(),
+            *secret_env(),
             *downward,
         ],
         "resources": {

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from devplatform import demo
+from devplatform import demo_pods as demo
 from devplatform.cluster import addons, controlplane
 
 VAULT_CONFIG = "jarvice-vault"

@@ -1,0 +1,153 @@
+"""The demo's building blocks, also used by the e2e tests, the data demo and the benchmarks: a labelled
+GPU pod's app container (the runner, its credentials from the namespace's Secret), the placement on the
+real node, the emulator for the node, and small readers of the emulator and the pods.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from devplatform import images
+from devplatform.cluster import addons, controlplane, node, nodeconfig
+
+GPU = nodeconfig.GPU_RESOURCE
+SECRET = "jarvice-credentials"
+CONTAINER = "train"
+DECISION = "nimbix-burst.io/decision"
+REASON = "nimbix-burst.io/reason"
+# Fast emulator timings so the demo's remote jobs start within a second.
+EMULATOR_ARGS = ("--queue-seconds", "0.5", "--init-seconds", "0.2")
+# The runner polls JARVICE this often (the default, 5 s, is for a real cloud).
+POLL_SECONDS = "0.5"
+# What a local container asks for besides GPUs: the real node has only this machine's cores.
+LOCAL_CPU, LOCAL_MEMORY = "100m", "64Mi"
+POLL_INTERVAL_SECONDS = 0.2
+
+
+def build_real_node_placement(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec`` plus the node selector and toleration that put a pod on the real node (tainted or not)."""
+    key = nodeconfig.REAL_NODE_LABEL
+    return {
+        **spec,
+        "nodeSelector": {**spec.get("nodeSelector", {}), key: "true"},
+        "tolerations": [
+            *spec.get("tolerations", []),
+            {"key": key, "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+        ],
+    }
+
+
+def secret_env() -> list[dict[str, Any]]:
+    """The runner's JARVICE credentials, from the Secret `build_secret` writes."""
+    return [
+        {"name": variable, "valueFrom": {"secretKeyRef": {"name": SECRET, "key": key}}}
+        for variable, key in (
+            ("JARVICE_USERNAME", "username"),
+            ("JARVICE_APIKEY", "apikey"),
+            ("JARVICE_API_URL", "url"),
+        )
+    ]
+
+
+def _job(name: str, namespace: str, pod_spec: dict[str, Any]) -> dict[str, Any]:
+    """A demo Job: one pod, opted in to bursting (the task-type label), never retried."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {"metadata": {"labels": {"task-type": "Nimbix"}}, "spec": pod_spec},
+        },
+    }
+
+
+def build_app_container(
+    *,
+    command: str,
+    gpus: int,
+    app_name: str,
+    name: str = CONTAINER,
+    image: str = images.EXAMPLE_APP,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The example app's container: the runner (its ENTRYPOINT) runs APP_COMMAND_ARGS, here or on
+    JARVICE, with the credentials from the ``jarvice-credentials`` Secret."""
+    plain = {
+        "APP_COMMAND_ARGS": command,
+        "APP_NAME": app_name,
+        "APP_COMMAND": "run",
+        "JARVICE_POLL_SECONDS": POLL_SECONDS,
+    }
+    plain.update(env or {})
+    return {
+        "name": name,
+        "image": image,
+        "imagePullPolicy": "Never",
+        "env": [*({"name": key, "value": value} for key, value in plain.items()), *secret_env()],
+        "resources": {
+            "limits": {GPU: str(gpus)},
+            "requests": {GPU: str(gpus), "cpu": LOCAL_CPU, "memory": LOCAL_MEMORY},
+        },
+    }
+
+
+def build_secret(emulator: addons.EmulatorProcess, *, namespace: str) -> dict[str, Any]:
+    """The JARVICE credentials Secret; ``url`` is the emulator on the node's gateway."""
+    creds = emulator.runner_env()
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": SECRET, "namespace": namespace},
+        "stringData": {
+            "username": creds["JARVICE_USERNAME"],
+            "apikey": creds["JARVICE_APIKEY"],
+            "url": creds["JARVICE_API_URL"],
+        },
+    }
+
+
+def start_emulator_for_node(run_dir: Path, real_node: node.RealNode, *, vaults: bool = False) -> addons.EmulatorProcess:
+    """The JARVICE emulator on the node's gateway address, where runners in pods reach it; with
+    `vaults`, its vault too (SFTP on the same address; jobs in private roots, as root)."""
+    args = (*EMULATOR_ARGS, "--vaults-dir", str(run_dir / "vaults")) if vaults else EMULATOR_ARGS
+    return addons.start_jarvice_emulator(run_dir, host=real_node.gateway_address, args=args)
+
+
+def fetch_emulator(url: str, path: str) -> Any:
+    """GET one of the emulator's test controls (``/_emulator/jobs``, ``/_emulator/submissions``)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url + path, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def fetch_emulator_jobs(url: str, *, pod_uid: str) -> list[dict[str, Any]]:
+    """The emulator's jobs whose label names this pod (``k8s-[<cluster>.]<uid>-...``: the UID is whole)."""
+    return [job for job in fetch_emulator(url, "/_emulator/jobs") if pod_uid in str(job.get("job_label", ""))]
+
+
+def read_pod(plane: controlplane.ControlPlane, namespace: str, name: str) -> dict[str, Any]:
+    return dict(json.loads(plane.kubectl("get", "-n", namespace, "pod", name, "-o", "json").stdout))
+
+
+def read_exit_code(pod: Mapping[str, Any]) -> int | None:
+    """``status.containerStatuses[0].state.terminated.exitCode``, or None while it runs."""
+    statuses = pod.get("status", {}).get("containerStatuses") or [{}]
+    terminated = statuses[0].get("state", {}).get("terminated")
+    return None if terminated is None else int(terminated["exitCode"])
+
+
+def wait_for(probe: Callable[[], Any], *, what: str, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"no {what} after {timeout:g} s")
+        time.sleep(POLL_INTERVAL_SECONDS)
