@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 import requests
 
+from devplatform import demo_data
+from devplatform.cluster import addons
 from devplatform.emulator import Timing
 from tests.support.vaults import vault_emulator
 
@@ -100,3 +102,19 @@ def test_an_object_vault_is_written_back_only_on_a_normal_end(
         call(url, stop, number)
     wait_status(url, number, {"COMPLETED", "COMPLETED WITH ERROR", "TERMINATED", "CANCELED"})
     assert (root / USER / "objects" / name).exists() is written_back
+
+
+def test_the_dev_emulator_says_where_its_vault_is(tmp_path: Path) -> None:
+    """`make dev-up`'s emulator (its own process, with --vaults-dir): .dev/jarvice.env names the vault's
+    SFTP address, and the `jarvice-vault` ConfigMap carries it with the host key."""
+    process = addons.start_jarvice_emulator(tmp_path / "jarvice", args=demo_data.vault_args(tmp_path / "jarvice"))
+    try:
+        env = process.runner_env()
+        config = demo_data.build_vault_config(process, namespace="demo")
+    finally:
+        addons.stop_jarvice_emulator(process)
+    host, _, port = env["NIMBIX_BURST_VAULT_SFTP"].rpartition(":")
+    assert host == "127.0.0.1" and int(port) > 0
+    assert config["metadata"] == {"name": "jarvice-vault", "namespace": "demo"}
+    assert config["data"]["sftp"] == env["NIMBIX_BURST_VAULT_SFTP"]
+    assert config["data"]["known_hosts"].startswith(f"[127.0.0.1]:{port} ssh-ed25519 ")
