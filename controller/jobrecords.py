@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from jarvice import contract, exitcodes
+from jarvice.ledger import MAX_LEDGER, Stage, format_ledger, parse_ledger
 from jarvice.model import STATUS_RUNNING, STATUS_TERMINATED, is_terminal
 
-Stage = Literal["submitted", "queued", "running", "succeeded", "failed"]
-STAGES: Final[tuple[Stage, ...]] = ("submitted", "queued", "running", "succeeded", "failed")
 _RANK: Final[Mapping[str, int]] = {"submitted": 0, "queued": 1, "running": 2, "succeeded": 3, "failed": 3}
 EventType = Literal["Normal", "Warning"]
 
@@ -35,9 +34,6 @@ REASON_FAILED: Final = "NimbixFailed"
 # the pod to its next candidate machine (entrypoint.candidates, NIMBIX_BURST_MAX_REMOTE_QUEUE).
 REASON_MOVED: Final = "NimbixMoved"
 
-# Jobs a ledger keeps (a pod whose runner retried many times): the oldest are dropped, and a job
-# older than every entry of a full ledger counts as recorded. Keeps the annotation a few hundred bytes.
-MAX_LEDGER: Final = 20
 # Money is shown with this many decimals; a smaller change is not worth a patch.
 DECIMALS: Final = 2
 SECONDS_PER_HOUR: Final = 3600.0
@@ -91,35 +87,6 @@ class PodPlan:
     patch: tuple[dict[str, Any], ...]  # JSON patch ops; empty when nothing changes
     money_only: bool  # only GPU-hours/cost changed (a running job's): the shell refreshes those less often
     problem: str = ""  # an unreadable ledger, said once per plan (the shell logs it)
-
-
-# --- the ledger -----------------------------------------------------------------------------------
-
-
-def parse_ledger(text: str) -> tuple[dict[int, Stage], str]:
-    """`4711=running,4712=submitted` -> {4711: "running", 4712: "submitted"}, and a problem ("" when
-    readable). An entry that is not `<number>=<stage>` is dropped and named in the problem."""
-    ledger: dict[int, Stage] = {}
-    bad: list[str] = []
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        number, _, stage = item.partition("=")
-        named = next((s for s in STAGES if s == stage.strip()), None)
-        if not (number.strip().isascii() and number.strip().isdigit()) or named is None:
-            bad.append(item[:40])
-            continue
-        ledger[int(number)] = named
-    problem = ""
-    if bad:
-        problem = (
-            f"{contract.ANNOTATION_JOB_LEDGER}: entries {bad[:3]} are not <job number>=<stage> with a stage of"
-            f" {', '.join(STAGES)}; they are ignored (remove the annotation's bad entries)"
-        )
-    return ledger, problem
-
-
-def format_ledger(ledger: Mapping[int, Stage]) -> str:
-    kept = sorted(ledger)[-MAX_LEDGER:]
-    return ",".join(f"{number}={ledger[number]}" for number in kept)
 
 
 # --- one job --------------------------------------------------------------------------------------

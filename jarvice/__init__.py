@@ -1,4 +1,4 @@
-"""What the runner, the webhook and the controller share about Nimbix JARVICE, and that imports none of them:
+"""What the programs (runner, webhook, controller, kubectl plugin) share about Nimbix JARVICE, importing none of them:
 
 - `client`: the HTTP adapter (timeouts, retries, the API key kept out of errors); `wire` (pure): its
   errors, and JARVICE's answers checked and converted to `model` values;
@@ -7,7 +7,9 @@
 - `duplicates` (pure): the one-job-per-label rule the runner and the reaper both keep;
 - `exitcodes` (pure): a job's end as a process exit status, and the runner's own failure codes;
 - `redaction` (pure): the API key as a `Secret`, and masked wherever text is printed;
-- `contract` (pure): the names the webhook writes onto a pod and the runner and the controller read.
+- `contract` (pure): the names the webhook writes onto a pod and the runner and the controller read;
+- `gpubudget` (pure): a namespace's GPU burst budget, and the burst pods counted against it;
+- `ledger` (pure): the controller's job ledger annotation (each job's last stage), written and read.
 """
 
 from importlib import metadata

@@ -80,6 +80,8 @@ ENV_COUNTED_GPUS: Final = "NIMBIX_BURST_COUNTED_GPUS"
 # The job's walltime limit (HH:MM:SS), set by the webhook from the pod's activeDeadlineSeconds or
 # the configured default; the runner never submits without one.
 ENV_WALLTIME: Final = "JARVICE_WALLTIME"
+# On a burst pod: that limit and where it came from (webhook.walltime), for `kubectl nimbix explain`.
+ANNOTATION_WALLTIME: Final = ANNOTATION_PREFIX + "walltime"
 # Without JARVICE_WALLTIME (a pod the webhook did not rewrite), no job runs longer than a day.
 DEFAULT_WALLTIME: Final = "24:00:00"
 WALLTIME_RE: Final = re.compile(r"^(\d{1,5}):([0-5]\d):([0-5]\d)$")

@@ -12,16 +12,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
-from controller.jobrecords import parse_ledger
-from jarvice import contract
+from jarvice import contract, gpubudget
+from jarvice.gpubudget import NamespaceBudget
+from jarvice.ledger import parse_ledger
 from kubeplumbing import spendrecord
 from kubeplumbing.spendrecord import SpendRecord
-from webhook import budget, model, walltime
-from webhook.types import NamespaceBudget
 
 NONE: Final = "<none>"  # what kubectl prints for an empty cell
 COLUMN_GAP: Final = 3  # kubectl's tabwriter padding
 ANNOTATION_STRANDED_SINCE: Final = contract.ANNOTATION_PREFIX + "stranded-since"  # the controller's
+_TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
 
 def _annotations(pod: Mapping[str, Any]) -> Mapping[str, str]:
@@ -149,6 +149,51 @@ def _cap(annotations: Mapping[str, str], key: str) -> str:
     return _amount(cap.limit)
 
 
+def _object(value: object, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} must be an object")
+    return value
+
+
+def _text(value: object, where: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"{where} must be a string")
+    return value
+
+
+def read_namespace_budget(raw: Mapping[str, Any]) -> tuple[str, NamespaceBudget | None]:
+    """A namespace's name and GPU budget (None: no `max-remote-gpus` annotation), read as the webhook
+    reads them; ValueError naming the field for an object of the wrong shape."""
+    meta = _object(raw.get("metadata"), "metadata")
+    name = _text(meta.get("name"), "metadata.name")
+    if not name:
+        raise ValueError("metadata.name is missing")
+    annotations = _object(meta.get("annotations"), "metadata.annotations")
+    value = annotations.get(gpubudget.ANNOTATION_MAX_REMOTE_GPUS)
+    return name, None if value is None else gpubudget.parse_budget(value if isinstance(value, str) else repr(value))
+
+
+def read_counted_gpus(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> tuple[str, int]:
+    """A pod's namespace and the GPUs the webhook counts against its budget (0: none): a burst pod's,
+    a finished one's until its JARVICE jobs are known to be gone. ValueError naming the field for a
+    pod of the wrong shape."""
+    meta = _object(raw.get("metadata"), "metadata")
+    spec = _object(raw.get("spec"), "spec")
+    status = _object(raw.get("status"), "status")
+    if not isinstance(spec.get("containers") or [], list):
+        raise ValueError("spec.containers must be a list")
+    namespace = _text(meta.get("namespace"), "metadata.namespace")
+    terminal = _text(status.get("phase"), "status.phase") in _TERMINAL_PHASES
+    gpus = gpubudget.burst_gpus(meta, gpu_resources) or 0
+    if gpus and terminal and gpubudget.burst_job_gone(meta, spec, status):
+        return namespace, 0
+    return namespace, gpus
+
+
 def _amount(value: float) -> str:
     return f"{value:.2f}"
 
@@ -163,7 +208,7 @@ def build_budget_rows(
 ) -> tuple[list[BudgetRow], list[str]]:
     """Each namespace with a budget, a cost cap, burst pods counted or spend recorded, and the
     problems met (pods or namespaces the webhook could not read either). In use is what the webhook
-    counts from pods (model.parse_pod): a finished burst pod stays counted while its job may still
+    counts from pods (jarvice.gpubudget): a finished burst pod stays counted while its job may still
     run. The webhook also counts admissions whose pod has not appeared yet; no object shows those.
     `spend`: the controller's record (JARVICE's live and ended jobs), None when it could not be
     read; `now`: Unix seconds, for its age."""
@@ -173,26 +218,26 @@ def build_budget_rows(
     cap_keys = (spendrecord.ANNOTATION_MAX_COST_PER_HOUR, spendrecord.ANNOTATION_MAX_COST_PER_MONTH)
     for raw in namespaces:
         try:
-            info = model.parse_namespace(raw)
-        except model.ObjectError as exc:
+            name, ns_budget = read_namespace_budget(raw)
+        except ValueError as exc:
             problems.append(f"namespace {_meta(raw, 'name')}: {exc}")
             continue
-        if info.budget is not None:
-            budgets[info.name] = info.budget
+        if ns_budget is not None:
+            budgets[name] = ns_budget
         annotations = _annotations(raw)
         if any(key in annotations for key in cap_keys):
-            caps[info.name] = annotations
+            caps[name] = annotations
     in_use: dict[str, int] = {}
     counted: dict[str, int] = {}
     for raw in pods:
         try:
-            pod = model.parse_pod(raw, gpu_resources)
-        except model.ObjectError as exc:
+            pod_namespace, remote_gpus = read_counted_gpus(raw, gpu_resources)
+        except ValueError as exc:
             problems.append(f"pod {_meta(raw, 'namespace')}/{_meta(raw, 'name')}: {exc}")
             continue
-        if pod is not None and pod.remote_gpus > 0:
-            in_use[pod.namespace] = in_use.get(pod.namespace, 0) + pod.remote_gpus
-            counted[pod.namespace] = counted.get(pod.namespace, 0) + 1
+        if remote_gpus > 0:
+            in_use[pod_namespace] = in_use.get(pod_namespace, 0) + remote_gpus
+            counted[pod_namespace] = counted.get(pod_namespace, 0) + 1
     spent = spend.namespaces if spend is not None else {}
     age = None if spend is None else max(0, int(now) - spend.observed_at)
     rows = []
@@ -286,9 +331,9 @@ def explain_pod(pod: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("Reason", annotations.get(contract.ANNOTATION_REASON, "")),
         ("Asked for", _original_gpus(annotations.get(contract.ANNOTATION_ORIGINAL_RESOURCES, ""))),
         ("Candidate nodes", annotations.get(contract.ANNOTATION_CANDIDATES, "")),
-        ("Budget", annotations.get(budget.ANNOTATION_BUDGET, "")),
-        ("Remote GPUs counted", annotations.get(budget.ANNOTATION_REMOTE_GPUS, "")),
-        ("Walltime", annotations.get(walltime.ANNOTATION_WALLTIME, "")),
+        ("Budget", annotations.get(gpubudget.ANNOTATION_BUDGET, "")),
+        ("Remote GPUs counted", annotations.get(gpubudget.ANNOTATION_REMOTE_GPUS, "")),
+        ("Walltime", annotations.get(contract.ANNOTATION_WALLTIME, "")),
         ("Termination grace", annotations.get(contract.ANNOTATION_GRACE, "")),
         ("Stranded since", annotations.get(ANNOTATION_STRANDED_SINCE, "")),
         ("Bursts at", annotations.get(contract.ANNOTATION_BURST_DEADLINE, "")),

@@ -1,5 +1,7 @@
 """A namespace's burst budget: how many GPUs its pods may run on JARVICE at once (pure).
 
+The annotations and how they read are jarvice.gpubudget's (the kubectl plugin reads them too).
+
 Set on the namespace: `nimbix-burst.io/max-remote-gpus: "4"`. A pod that would burst past it stays
 local (or is denied, with --over-budget=deny). GPUs in use are counted by the cache from the burst
 pods it watches (their `nimbix-burst.io/remote-gpus` annotation; a finished pod until its jobs are
@@ -12,35 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from webhook.types import NamespaceBudget
-
-ANNOTATION_MAX_REMOTE_GPUS: Final = "nimbix-burst.io/max-remote-gpus"  # on the namespace
-ANNOTATION_REMOTE_GPUS: Final = "nimbix-burst.io/remote-gpus"  # on a burst pod: GPUs counted against the budget
-ANNOTATION_BUDGET: Final = "nimbix-burst.io/budget"  # on a pod left local because of the budget
+from jarvice.gpubudget import ANNOTATION_MAX_REMOTE_GPUS, NamespaceBudget
 
 OverBudget = Literal["local", "deny"]
 OVER_BUDGET_ACTIONS: Final = ("local", "deny")
-# More digits than any real GPU count: a longer value is a mistake, not a budget.
-_MAX_DIGITS = 9
-
-
-def parse_budget(value: str) -> NamespaceBudget:
-    """The annotation's value. Anything but a whole number >= 0 (surrounding spaces allowed) is
-    invalid and counts as a budget of 0: the annotation is there to cap spending, and a typo must
-    not lift the cap. The pods' warnings and annotations name the bad value."""
-    text = value.strip()
-    if text.isascii() and text.isdigit() and len(text) <= _MAX_DIGITS:
-        return NamespaceBudget(limit=int(text))
-    return NamespaceBudget(limit=0, invalid=value)
-
-
-def parse_remote_gpus(value: str) -> int:
-    """A burst pod's `nimbix-burst.io/remote-gpus`; -1 when absent or unreadable (the caller falls
-    back to the audit annotation's `gpus`)."""
-    text = value.strip()
-    if text.isascii() and text.isdigit() and len(text) <= _MAX_DIGITS:
-        return int(text)
-    return -1
 
 
 def over_budget(budget: NamespaceBudget | None, *, namespace: str, in_use: int, need: int) -> str:

@@ -34,6 +34,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from typing import Any
 
 from jarvice import contract
+from jarvice.gpubudget import NamespaceBudget
 from kubeplumbing.leadership import HandedOver
 from webhook.accounting import ClaimLedger
 from webhook.fitting import CANDIDATE_CAP, best_partial_fit, find_fit
@@ -47,7 +48,6 @@ from webhook.types import (
     Claim,
     ClaimMove,
     FitResult,
-    NamespaceBudget,
     NamespaceInfo,
     NamespaceMachines,
     NodeInfo,

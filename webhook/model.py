@@ -6,17 +6,14 @@ wrong shape raises ObjectError with a message naming the field, so a bad review 
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
-import orjson
-
-from jarvice import contract
+from jarvice import contract, gpubudget
 from kubeplumbing import spendrecord
-from webhook import budget, spending, walltime
+from webhook import spending, walltime
 from webhook.resources import (
     QuantityError,
     effective_gpus,
@@ -272,11 +269,11 @@ def parse_pod(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> PodInfo |
     node_name = _string(spec.get("nodeName"), "spec.nodeName")
     meta = _mapping(raw.get("metadata"), "metadata")
     if not gpus:
-        remote_gpus = _burst_gpus(meta, gpu_resources)
+        remote_gpus = gpubudget.burst_gpus(meta, gpu_resources)
         if remote_gpus is not None:
             if not terminal:
                 return _burst_pod(meta, spec, remote_gpus)
-            if remote_gpus and not _burst_job_gone(meta, spec, status):
+            if remote_gpus and not gpubudget.burst_job_gone(meta, spec, status):
                 # Finished, but its JARVICE job may still run (a runner killed before it could cancel
                 # it): the budget keeps counting it until the job is known to be gone.
                 return _burst_pod(meta, spec, remote_gpus, terminal=True)
@@ -347,27 +344,6 @@ def _is_gang_pod(meta: Mapping[str, Any]) -> bool:
     return isinstance(annotations, dict) and bool(annotations.get(contract.ANNOTATION_GANG))
 
 
-def _burst_gpus(meta: Mapping[str, Any], gpu_resources: Sequence[str]) -> int | None:
-    """A burst pod's GPUs counted against its namespace's budget; None for a pod that is not burst.
-    The explicit `remote-gpus` annotation (a whole number, cheap to read on every event) is preferred;
-    pods burst by a version without it fall back to the audit annotation's effective `gpus`."""
-    annotations = meta.get("annotations")
-    if not isinstance(annotations, dict) or annotations.get(contract.ANNOTATION_DECISION) != contract.DECISION_REMOTE:
-        return None
-    explicit = annotations.get(budget.ANNOTATION_REMOTE_GPUS)
-    if isinstance(explicit, str) and (count := budget.parse_remote_gpus(explicit)) >= 0:
-        return count
-    audit_text = annotations.get(contract.ANNOTATION_ORIGINAL_RESOURCES)
-    try:
-        audit = json.loads(audit_text) if isinstance(audit_text, str) else None
-    except ValueError:
-        audit = None
-    gpus = audit.get("gpus") if isinstance(audit, dict) else None
-    if not isinstance(gpus, dict):
-        return 0
-    return sum(v for r, v in gpus.items() if r in gpu_resources and type(v) is int and v > 0)
-
-
 def _burst_pod(
     meta: Mapping[str, Any], spec: Mapping[str, Any], remote_gpus: int, *, terminal: bool = False
 ) -> PodInfo:
@@ -401,59 +377,6 @@ def _money(value: str | None) -> float:
     return parsed.limit if parsed.invalid is None else 0.0
 
 
-def parse_job_may_run(message: object) -> bool:
-    """Whether the runner's termination message (a burst container's `state.terminated.message`)
-    leaves its JARVICE job possibly running. Only `{"nimbix_burst": {"job": N|null, "job_may_run":
-    false, ...}}` says it does not; anything else (no message, a log tail, another shape) may run."""
-    if not isinstance(message, str) or not message:
-        return True
-    try:
-        decoded = orjson.loads(message)  # refuses deep nesting itself; the kubelet caps messages at 4 KiB
-    except orjson.JSONDecodeError:
-        return True
-    payload = decoded.get(contract.TERMINATION_KEY) if isinstance(decoded, dict) else None
-    if not isinstance(payload, dict):
-        return True
-    job = payload.get("job")
-    job_known = job is None or (type(job) is int and job >= 0)
-    return not (job_known and payload.get("job_may_run") is False)
-
-
-def _runner_names(spec: Mapping[str, Any]) -> list[str]:
-    """The app containers the rewrite made runners (`REMOTE=1`, which it sets on each of them)."""
-    names = []
-    for raw in _sequence(spec.get("containers"), "spec.containers"):
-        if not isinstance(raw, dict):
-            continue
-        for variable in raw.get("env") or ():
-            if isinstance(variable, dict) and variable.get("name") == contract.ENV_REMOTE:
-                if variable.get("value") == "1":
-                    names.append(str(raw.get("name", "")))
-                break
-    return names
-
-
-def _burst_job_gone(meta: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
-    """A finished burst pod's JARVICE jobs are known to be gone: the controller recorded it (the
-    job-state annotation), or every runner's termination message says so. Read defensively: whatever
-    cannot be read means a job may run, and the GPUs stay counted."""
-    annotations = meta.get("annotations")
-    if isinstance(annotations, dict) and annotations.get(contract.ANNOTATION_JOB_STATE) == contract.JOB_STATE_ENDED:
-        return True
-    runners = _runner_names(spec)
-    if not runners:
-        return False
-    messages: dict[str, object] = {}
-    statuses = status.get("containerStatuses")
-    for raw in statuses if isinstance(statuses, list) else ():
-        state = raw.get("state") if isinstance(raw, dict) else None
-        terminated = state.get("terminated") if isinstance(state, dict) else None
-        if isinstance(terminated, dict):
-            messages[str(raw.get("name", ""))] = terminated.get("message")
-    ended = [name for name in runners if name in messages and not parse_job_may_run(messages[name])]
-    return len(ended) == len(runners)
-
-
 def parse_namespace(raw: Mapping[str, Any]) -> NamespaceInfo:
     """A watched namespace: its name, UID and burst budget (None: no `max-remote-gpus` annotation)."""
     meta = _mapping(raw.get("metadata"), "metadata")
@@ -462,8 +385,8 @@ def parse_namespace(raw: Mapping[str, Any]) -> NamespaceInfo:
         raise ObjectError("metadata.name is missing")
     uid = _string(meta.get("uid"), "metadata.uid")
     annotations = _mapping(meta.get("annotations"), "metadata.annotations")
-    value = annotations.get(budget.ANNOTATION_MAX_REMOTE_GPUS)
-    ns_budget = None if value is None else budget.parse_budget(value if isinstance(value, str) else repr(value))
+    value = annotations.get(gpubudget.ANNOTATION_MAX_REMOTE_GPUS)
+    ns_budget = None if value is None else gpubudget.parse_budget(value if isinstance(value, str) else repr(value))
     default_walltime = annotations.get(walltime.ANNOTATION_DEFAULT_WALLTIME)
     if default_walltime is not None and not isinstance(default_walltime, str):
         default_walltime = repr(default_walltime)  # kept to be named in the warning, as a budget is

@@ -15,8 +15,8 @@ from typing import Any
 
 import orjson
 
-from jarvice import contract
-from webhook import budget, gpu_model_patch, gpu_models, spending, walltime
+from jarvice import contract, gpubudget
+from webhook import gpu_model_patch, gpu_models, spending, walltime
 from webhook.gangs import GangTerms
 from webhook.resources import all_containers, container_gpus, container_quantity, format_quantity_cores
 from webhook.types import Decision, GpuCounts
@@ -505,9 +505,9 @@ def build_remote_patch(
             contract.ANNOTATION_DECISION: contract.DECISION_REMOTE,
             contract.ANNOTATION_REASON: decision.reason,
             contract.ANNOTATION_ORIGINAL_RESOURCES: _audit_json(audit),
-            walltime.ANNOTATION_WALLTIME: _walltime_note(spec, policy, terms.limit),
+            contract.ANNOTATION_WALLTIME: _walltime_note(spec, policy, terms.limit),
             # What the namespace's burst budget counts while the pod runs (see webhook.budget).
-            budget.ANNOTATION_REMOTE_GPUS: str(sum(gpus.values()) if remote_gpus is None else remote_gpus),
+            gpubudget.ANNOTATION_REMOTE_GPUS: str(sum(gpus.values()) if remote_gpus is None else remote_gpus),
             # Set when the GPUs are reserved against a budget: the pod's appearance releases them.
             **({contract.ANNOTATION_RESERVATION: reservation_id} if reservation_id else {}),
             **({contract.ANNOTATION_GRACE: grace_note} if grace_note else {}),

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from jarvice import contract
-from webhook import budget, mutation, overreach, spending
+from jarvice import contract, gpubudget
+from webhook import mutation, overreach, spending
 from webhook.provenance import Cleared
 from webhook.review import AdmissionRequest, build_denial, build_response
 from webhook.types import GpuCounts
@@ -120,7 +120,7 @@ def _mapping(value: object) -> Mapping[str, Any]:
 
 def _denial(request: AdmissionRequest, verdict: Verdict) -> str:
     """Why a pod over its namespace's budget (--over-budget=deny) is refused, and what to do about it."""
-    namespace, limit = request.namespace, budget.ANNOTATION_MAX_REMOTE_GPUS
+    namespace, limit = request.namespace, gpubudget.ANNOTATION_MAX_REMOTE_GPUS
     if verdict.gang is not None:
         return (
             f"nimbix-burst: the burst budget of namespace {namespace} does not allow this pod's gang:"

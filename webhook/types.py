@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, final
 
+from jarvice.gpubudget import NamespaceBudget
 from kubeplumbing.spendrecord import MachineRate
 from webhook.spending import NOTHING_IN_USE, CostCaps, InUse
 
@@ -151,14 +152,6 @@ class PodInfo:
     # A burst pod in a namespace with cost caps: what it was counted for (webhook.spending).
     remote_cost: float = 0.0  # per hour
     remote_worst_case: float = 0.0  # over its walltime
-
-
-@dataclass(frozen=True, slots=True)
-class NamespaceBudget:
-    """A namespace's `nimbix-burst.io/max-remote-gpus`: how many GPUs its pods may burst at once."""
-
-    limit: int
-    invalid: str | None = None  # the annotation's value when it is not a whole number >= 0 (then limit is 0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,8 @@ from typing import Literal
 
 from jarvice import contract
 from jarvice.contract import GANG_SUBMITTING_RANK
-from webhook.budget import ANNOTATION_BUDGET, BudgetRefusal, OverBudget
+from jarvice.gpubudget import ANNOTATION_BUDGET
+from webhook.budget import BudgetRefusal, OverBudget
 from webhook.burst import NotBurst, Terms
 from webhook.gang_decision import GangPart
 from webhook.gangs import GangKind, GangRecord, GangTerms, marker_id, open_id, taken_id

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Final
 
 ANNOTATION_DEFAULT_WALLTIME: Final = "nimbix-burst.io/default-walltime"  # on a namespace: HH:MM:SS
-ANNOTATION_WALLTIME: Final = "nimbix-burst.io/walltime"  # on a burst pod: the limit and its source
 DEFAULT_WALLTIME: Final = "24:00:00"
 # The runner accepts at most 5 digits of hours (entrypoint.settings): 99999:59:59.
 MAX_HOURS: Final = 99999

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from jarvice import contract
+from jarvice.gpubudget import ANNOTATION_MAX_REMOTE_GPUS, ANNOTATION_REMOTE_GPUS
 from tests.support.clocks import Clock
 from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, node, pod
-from webhook.budget import ANNOTATION_MAX_REMOTE_GPUS, ANNOTATION_REMOTE_GPUS
 from webhook.cache import ClusterCache
 from webhook.sync import CacheSync
 

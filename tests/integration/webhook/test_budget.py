@@ -10,11 +10,11 @@ from typing import Any
 
 from aiohttp.test_utils import TestClient
 
+from jarvice.gpubudget import ANNOTATION_BUDGET, ANNOTATION_MAX_REMOTE_GPUS, ANNOTATION_REMOTE_GPUS
 from tests.support.clocks import Clock
 from tests.support.webhook_app import ClientFactory, review_body, write_serving_cert
 from tests.unit.webhook.builders import KUBE_SYSTEM, container, node, pod
 from webhook.app import create_app
-from webhook.budget import ANNOTATION_BUDGET, ANNOTATION_MAX_REMOTE_GPUS, ANNOTATION_REMOTE_GPUS
 from webhook.cache import ClusterCache
 from webhook.settings import parse_settings
 from webhook.sync import CacheSync

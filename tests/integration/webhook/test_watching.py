@@ -16,11 +16,10 @@ import kubernetes
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from jarvice.gpubudget import ANNOTATION_MAX_REMOTE_GPUS, NamespaceBudget
 from tests.unit.webhook.builders import container, node, pod
-from webhook.budget import ANNOTATION_MAX_REMOTE_GPUS
 from webhook.cache import ClusterCache
 from webhook.sync import CacheSync
-from webhook.types import NamespaceBudget
 from webhook.watching import Watcher
 
 

@@ -9,16 +9,8 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from controller.jobrecords import (
-    MAX_LEDGER,
-    BurstPod,
-    JobFacts,
-    Rate,
-    needs_finished_jobs,
-    parse_burst_pod,
-    parse_ledger,
-    plan_pod,
-)
+from controller.jobrecords import BurstPod, JobFacts, Rate, needs_finished_jobs, parse_burst_pod, plan_pod
+from jarvice.ledger import MAX_LEDGER, parse_ledger
 
 UID = "4f1c2a9e-7b1d-4c55-9d0e-2a6b8c1e3f70"
 START = 1_700_000_000

@@ -210,6 +210,22 @@ def test_an_unreadable_pod_is_a_problem_not_a_crash() -> None:
     assert [r.in_use for r in rows] == [0] and len(problems) == 1 and "team/train-0" in problems[0]
 
 
+def test_a_finished_burst_pod_whose_runner_says_its_job_ended_is_not_counted() -> None:
+    done = pod(annotations=RUNNING, phase="Failed")
+    done["spec"]["containers"] = [{"name": "c", "env": [{"name": "REMOTE", "value": "1"}]}]
+    message = json.dumps({"nimbix_burst": {"job": 4711, "job_may_run": False, "exit_code": 1}})
+    done["status"]["containerStatuses"] = [{"name": "c", "state": {"terminated": {"message": message}}}]
+    rows, problems = views.build_budget_rows([namespace("team", "8")], [done], gpu_resources=GPUS)
+    assert [(r.in_use, r.burst_pods) for r in rows] == [(0, 0)] and problems == []
+
+
+def test_an_unreadable_namespace_is_a_problem_naming_the_field() -> None:
+    bad = namespace("team", "8")
+    bad["metadata"]["annotations"] = ["not", "an", "object"]
+    rows, problems = views.build_budget_rows([bad], [], gpu_resources=GPUS)
+    assert rows == [] and problems == ["namespace team: metadata.annotations must be an object"]
+
+
 @pytest.mark.parametrize(
     ("raw", "present", "absent"),
     [

@@ -12,19 +12,23 @@ from typing import Any
 
 import pytest
 
-from jarvice import contract
+from jarvice import contract, gpubudget
+from jarvice.gpubudget import (
+    ANNOTATION_BUDGET,
+    ANNOTATION_MAX_REMOTE_GPUS,
+    ANNOTATION_REMOTE_GPUS,
+    NamespaceBudget,
+)
 from kubeplumbing import leadership
 from tests.support.budgets import NS, burst_pod, make_sync, namespace
 from tests.support.clocks import Clock
 from tests.support.reinvocation import patched_by
 from tests.unit.webhook.builders import GPU, container, pod
 from webhook import admission, budget
-from webhook.budget import ANNOTATION_BUDGET, ANNOTATION_MAX_REMOTE_GPUS, ANNOTATION_REMOTE_GPUS
 from webhook.model import parse_pod
 from webhook.mutation import RewritePolicy
 from webhook.review import AdmissionRequest
 from webhook.sync import CacheSync
-from webhook.types import NamespaceBudget
 
 POLICY = RewritePolicy(gpu_resources=(GPU,), remote_cpu="100m", remote_memory="128Mi")
 
@@ -64,7 +68,7 @@ def admit(
     ],
 )
 def test_budget_values(value: str, limit: int, invalid: bool) -> None:
-    parsed = budget.parse_budget(value)
+    parsed = gpubudget.parse_budget(value)
     assert parsed.limit == limit
     assert (parsed.invalid is not None) is invalid
 

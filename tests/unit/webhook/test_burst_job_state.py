@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from jarvice import contract
+from jarvice import contract, gpubudget
 from tests.support.budgets import NS, burst_pod, make_sync
 from tests.unit.webhook.builders import container, pod
 from webhook import model
@@ -49,7 +49,7 @@ def _message(job: object = 7, job_may_run: object = False, **extra: object) -> s
     ],
 )
 def test_the_termination_message_says_whether_the_job_may_run(message: object, may_run: bool) -> None:
-    assert model.parse_job_may_run(message) is may_run
+    assert gpubudget.parse_job_may_run(message) is may_run
 
 
 def _terminated(raw: dict[str, Any], phase: str, messages: dict[str, object]) -> dict[str, Any]:

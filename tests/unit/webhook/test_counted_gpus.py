@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from jarvice import contract
+from jarvice.gpubudget import ANNOTATION_REMOTE_GPUS
 from tests.support.reinvocation import add_gpu, admit, env_of, first_pass, make_cache
 from tests.unit.webhook.builders import container, pod
 from webhook import overreach
-from webhook.budget import ANNOTATION_REMOTE_GPUS
 
 
 def _env(**values: str) -> list[dict[str, Any]]:

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from jarvice.gpubudget import NamespaceBudget
 from tests.support.cluster_views import GPU, Node, view_of
 from webhook.budget import OverBudget
 from webhook.decision import decide
-from webhook.types import NamespaceBudget, Placement, PodNeeds, RemoteReservation, Snapshot
+from webhook.types import Placement, PodNeeds, RemoteReservation, Snapshot
 from webhook.verdict import Route
 
 CLUSTER = "prod-0123456789ab"

@@ -10,9 +10,10 @@ from typing import Any
 import jsonpatch
 import pytest
 
+from jarvice import gpubudget
 from tests.unit.webhook.builders import GPU, container, pod
 from tests.unit.webhook.patch_terms import POLICY, REMOTE, TERMS
-from webhook import budget, mutation
+from webhook import mutation
 from webhook.types import Decision
 
 LOCAL = Decision(kind="local", reason="1 candidate", node="a", candidates=1)
@@ -33,7 +34,7 @@ def _kept_local(raw: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _over_budget(raw: dict[str, Any]) -> list[dict[str, Any]]:
     # As the response for an over-budget verdict builds it: kept local, the budget recorded in the notes.
-    return mutation.build_kept_local_patch(raw, reason="budget", notes={budget.ANNOTATION_BUDGET: "4 of 4 in use"})
+    return mutation.build_kept_local_patch(raw, reason="budget", notes={gpubudget.ANNOTATION_BUDGET: "4 of 4 in use"})
 
 
 def _with_labels(raw: dict[str, Any], labels: dict[str, str] | None) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from jarvice.gpubudget import NamespaceBudget
 from tests.support.cluster_views import GPU, Node, view_of
 from tests.unit.webhook.builders import container
 from webhook.budget import OverBudget
@@ -20,7 +21,7 @@ from webhook.burst import BurstAsk
 from webhook.decision import decide
 from webhook.gangs import GangKind, GangMember, GangRecord, GangSnapshot, RankHolds, SeenGang
 from webhook.mutation import RewritePolicy
-from webhook.types import Hold, LocalReservation, NamespaceBudget, Placement, PodNeeds, RemoteReservation, Snapshot
+from webhook.types import Hold, LocalReservation, Placement, PodNeeds, RemoteReservation, Snapshot
 from webhook.verdict import Effects, Verdict
 
 POLICY = RewritePolicy(gpu_resources=(GPU,), remote_cpu="100m", remote_memory="128Mi")

@@ -15,12 +15,12 @@ import jsonpatch
 import pytest
 
 from jarvice import contract
+from jarvice.gpubudget import ANNOTATION_REMOTE_GPUS
 from tests.support.budgets import NS, make_sync
 from tests.support.clocks import Clock
 from tests.support.reinvocation import env_of, patched_by
 from tests.unit.webhook.builders import GPU, container, pod
 from webhook import admission, provenance
-from webhook.budget import ANNOTATION_REMOTE_GPUS
 from webhook.mutation import RewritePolicy
 from webhook.review import AdmissionRequest
 from webhook.sync import CacheSync

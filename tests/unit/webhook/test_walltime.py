@@ -117,7 +117,7 @@ def test_every_burst_container_gets_the_limit_and_a_shorter_own_one_is_kept() ->
     assert walltimes(b) == ["00:30:00"]  # shorter than the deadline allows: kept
     assert walltimes(c) == walltimes(d) == walltimes(e) == ["02:00:00"]  # replaced, the whole entry
     assert walltimes(log) == []
-    note = patched["metadata"]["annotations"][walltime.ANNOTATION_WALLTIME]
+    note = patched["metadata"]["annotations"][contract.ANNOTATION_WALLTIME]
     assert note.startswith("02:00:00 from activeDeadlineSeconds 7200")
     assert "b keeps its own 00:30:00" in note
 
