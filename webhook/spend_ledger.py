@@ -35,11 +35,14 @@ class SpendLedger:
     def count(self, pod: PodInfo, sign: int) -> None:
         if not pod.remote_gpus and not pod.remote_cost:
             return
+        # Keyed as JARVICE's job label names its owner, so the record's entry and ours meet: a pod's
+        # UID, or for a gang's pod (its submitting rank carries the gang's count) the gang's identity.
+        owner = pod.gang or pod.uid
         held = self._own.setdefault(pod.namespace, {})
         if sign > 0:
-            held[pod.uid] = OwnBurst(pod.remote_gpus, pod.remote_cost, pod.remote_worst_case)
+            held[owner] = OwnBurst(pod.remote_gpus, pod.remote_cost, pod.remote_worst_case)
         else:
-            held.pop(pod.uid, None)
+            held.pop(owner, None)
             if not held:
                 del self._own[pod.namespace]
 

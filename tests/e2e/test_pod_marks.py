@@ -119,11 +119,12 @@ def test_copies_of_a_running_burst_pod_never_pass_the_budget(
     live = _live_jobs(node_emulator, original["metadata"]["uid"])
     row = fault_matrix.record(
         Row(
-            "three copies of a running burst pod's YAML (budget 1)",
-            submitted=1 + submitted,
+            "three copies of a running burst pod's YAML, by an edit-role user (budget 1)",
+            submitted=len(live),  # the original's one job; the copies' jobs are counted in over_budget
             completed=0,
             billing_late=0,
-            over_budget=submitted,
+            over_budget=submitted,  # each copy's job would hold 1 GPU past the budget
+            note=f"{submitted} job(s) for the 3 copies; the copies ran here without REMOTE",
         )
     )
     assert len(live) == 1 and row.over_budget == 0, row

@@ -56,7 +56,7 @@ def table(rows: list[Row]) -> list[str]:
     """The rows as the Markdown table of docs/money-safety.md."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in rows:
-        cells = (row.fault, row.submitted, row.completed, row.billing_late)
+        cells: tuple[object, ...] = (row.fault, row.submitted, row.completed, row.billing_late)
         cells += (row.others_stopped, row.promised_twice, row.over_budget, row.note)
         lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
     return lines

@@ -252,3 +252,31 @@ def test_a_burst_pod_counts_what_it_was_priced_at_once_it_appears() -> None:
     assert sync.apply_event("pods", "ADDED", stored) is None
     assert admit(sync, "b")[0].outcome == "remote"  # 3.2 + 3.2 <= 7
     assert admit(sync, "c")[0].over_budget  # 9.6 > 7
+
+
+def test_a_gangs_job_in_the_record_meets_its_submitting_ranks_count() -> None:
+    """JARVICE's label names a gang's job by the gang's identity, not a pod's: the record's entry and the
+    submitting rank's own count are one job, counted once (the larger of the two)."""
+    clock = Clock(NOW)
+    sync = capped_cluster({spending.ANNOTATION_MAX_COST_PER_HOUR: "100"}, clock=clock, max_remote="10")
+    rank0 = pod(
+        container(requests={"cpu": "100m"}),
+        annotations={
+            contract.ANNOTATION_DECISION: "remote",
+            "nimbix-burst.io/remote-gpus": "8",
+            contract.ANNOTATION_GANG: "gang-uid-g2",
+            contract.ANNOTATION_GANG_SIZE: "2",
+            contract.ANNOTATION_GANG_RANK: "0",
+        },
+        uid="pod-0",
+        name="w0",
+        namespace=NS,
+        node_name="cpu",
+        phase="Running",
+    )
+    assert sync.apply_event("pods", "ADDED", rank0) is None
+    job = {"gpus": 8, "cost_per_hour": 6.4, "worst_case": 10.0}
+    sync.cache.spend.set_record(parsed(record({NS: entry(pods={"gang-uid-g2": job}, cost_per_hour=6.4)})))
+    kept, patched = admit(sync, "a", gpus=4)
+    assert kept.over_budget  # 8 (one job) + 4 > 10; counted twice it would say 16
+    assert "8 of 10 remote GPUs in use" in patched["metadata"]["annotations"]["nimbix-burst.io/budget"]
