@@ -11,11 +11,12 @@ export NO_PROXY := 127.0.0.1,localhost
 export no_proxy := 127.0.0.1,localhost
 unexport http_proxy https_proxy HTTP_PROXY HTTPS_PROXY
 
-.PHONY: help venv controlplane certmanager helm promtool lint unit e2e test dev-up dev-down demo bench replay clean
+.PHONY: help venv controlplane certmanager helm promtool lint unit e2e test test-order dev-up dev-down demo bench replay clean
 
 help:
 	@echo "make demo      run the whole thing on an embedded local control plane"
-	@echo "make test      set everything up, lint, and run unit + integration + e2e tests"
+	@echo "make test      set everything up, lint, and run unit + integration (random order) + e2e tests"
+	@echo "make test-order  unit + integration in two random orders, then each e2e module alone"
 	@echo "make dev-up    start control plane + real node + webhook + JARVICE emulator in the background (.dev/)"
 	@echo "                (INSTALL=helm: install the add-on with the Helm chart; links .dev/helm)"
 	@echo "make dev-down  stop everything dev-up started"
@@ -42,13 +43,15 @@ node: controlplane
 certmanager:
 	@devplatform/certmanager/build.sh >/dev/null
 
-# helm and promtool, built from their Go modules (devplatform/gotools/<tool>/go.mod pins the
-# version; cached like cert-manager, keyed by version, Go version and the wrapper's go.sum).
+# helm, built from its Go module (devplatform/gotools/helm/go.mod pins the version; cached like
+# cert-manager, keyed by version, Go version and the wrapper's go.sum).
 helm:
 	@devplatform/gotools/build.sh helm >/dev/null
 
+# promtool, taken from Debian's prometheus package (extracted, not installed; cached by the
+# package's version).
 promtool:
-	@devplatform/gotools/build.sh promtool >/dev/null
+	@devplatform/debtools/fetch.sh promtool >/dev/null
 
 lint: venv
 	$(BIN)/ruff check .
@@ -56,14 +59,30 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# Unit and integration tests run in a random order (pytest-randomly): the seed is printed first, and
+# SEED=<n> repeats an order. The e2e tier runs in file order (one control plane and real node for the
+# session); each of its modules passes alone (make test-order).
+RANDOM_ORDER = seed=$${SEED:-$$RANDOM}; echo "unit + integration in random order: seed $$seed (SEED=$$seed repeats it)"; \
+	$(BIN)/pytest tests/unit tests/integration -q -p randomly --randomly-seed=$$seed
+
 unit: venv helm promtool
-	$(BIN)/pytest tests/unit tests/integration -q
+	@$(RANDOM_ORDER)
 
 e2e: venv controlplane certmanager helm
-	$(BIN)/pytest tests/e2e -q
+	$(BIN)/pytest tests/e2e -q -p no:randomly
 
 test: venv controlplane certmanager helm promtool lint
-	$(BIN)/pytest -q
+	@$(RANDOM_ORDER)
+	$(BIN)/pytest tests/e2e -q -p no:randomly
+
+# Order independence: unit + integration in two random orders, then every e2e module alone in a session
+# of its own (a control plane and the real node each).
+test-order: venv controlplane certmanager helm promtool
+	@for run in 1 2; do $(RANDOM_ORDER); done
+	@for module in tests/e2e/test_*.py; do \
+		echo "== $$module alone"; \
+		$(BIN)/pytest "$$module" -q -p no:randomly; \
+	done
 
 # INSTALL=kustomize (the default: kubectl apply -k devplatform/overlay) or INSTALL=helm (the chart).
 INSTALL ?= kustomize
@@ -79,8 +98,9 @@ demo: venv controlplane
 bench: venv controlplane
 	$(BIN)/python -m bench
 
+# make replay BURST_AFTER=0,5m,30m: the webhook once per burst-after setting; REPLAY_ARGS: any other option.
 replay: venv controlplane
-	$(BIN)/python -m replay
+	$(BIN)/python -m replay $(if $(BURST_AFTER),--burst-after $(BURST_AFTER)) $(REPLAY_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DEV_DIR) .test-runs .mypy_cache .ruff_cache .pytest_cache

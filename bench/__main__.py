@@ -5,6 +5,7 @@
 Phases (each prints progress; every server is started and stopped by PID, loopback only):
   1. decision cost in-process vs cluster size        (fresh subprocess)
   2. cache scale: initial sync of 5k nodes / 150k pods (fresh subprocesses: today's watcher path, the old one)
+     and requests a second through a serving-certificate rotation (bench.tls_rotation)
   3. HTTPS load: limit server, then the webhook on synthetic clusters and the Alibaba cluster
   4. real control plane: 1k nodes / 10k pods -> webhook sync time, naive baseline, pod CREATE
 Writes bench/results.json, bench/results.md and bench/results.png; logs go to bench/out/<run>/.
@@ -136,6 +137,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 for mode, flags in (("watcher", ()), ("held", ("--held",)))
             }
+
+        with phase("tls_rotation", "requests a second through a serving-certificate rotation"):
+            results["tls_rotation"] = run_json_subprocess(
+                "bench.tls_rotation", "--seconds", "2" if args.quick else "6", webhook_tree=tree
+            )
 
     if not args.skip_http:
         with phase("http", "HTTPS load: limit server and the real webhook process"):

@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             variants.append(Variant(name, hook))
         for variant in variants:
             addons.wait_ready(variant.webhook, timeout=http_load.WEBHOOK_READY_TIMEOUT_SECONDS)
-        time.sleep(SETTLE_SECONDS)
+        time.sleep(args.settle_seconds)
         return measure(run_dir, variants, args.rounds, args.seconds)
     finally:
         for variant in variants:
@@ -103,6 +103,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--compiled", action="store_true", help="run both trees with their core compiled (mypyc)")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=2.5, help="saturation seconds per variant per round")
+    parser.add_argument(
+        "--settle-seconds",
+        type=float,
+        default=SETTLE_SECONDS,
+        help="wait after both are ready, before the first round (the initial list's garbage goes)",
+    )
     parser.add_argument("--out", default=str(REPO_ROOT / "bench" / "out" / "ab"), help="logs and bodies")
     return parser
 

@@ -16,14 +16,16 @@ from aiohttp import web
 
 from controller import identity, stranding
 from controller.app import create_app, every
+from controller.homecomer import Homecomer
 from controller.kube import Kube, PodFeed
 from controller.metrics import Metrics
 from controller.reaping import Reaper
 from controller.rebursting import Reburster
 from controller.recording import JobRecorder
 from controller.settings import Credentials, Settings, SettingsError, parse_settings
+from controller.spendkeeping import SpendKeeper
 from controller.store import PodStore
-from entrypoint import jarvice
+from jarvice import client
 from kubeplumbing.background import BackgroundTask
 from kubeplumbing.lease import KubernetesLeases, LeaseElector
 from kubeplumbing.logs import configure_logging
@@ -34,11 +36,11 @@ log = logging.getLogger("controller")
 # The reaper's JARVICE calls: short per-call timeouts and a small outage budget, so one round never
 # blocks for long; the next round simply tries again.
 JARVICE_CONNECT_TIMEOUT, JARVICE_READ_TIMEOUT = 5.0, 30.0
-JARVICE_RETRY = jarvice.RetryPolicy(base_seconds=1.0, cap_seconds=10.0, outage_seconds=30.0)
+JARVICE_RETRY = client.RetryPolicy(base_seconds=1.0, cap_seconds=10.0, outage_seconds=30.0)
 
 
-def _jarvice_client(credentials: Credentials, session: requests.Session) -> jarvice.JarviceClient:
-    return jarvice.JarviceClient(
+def _jarvice_client(credentials: Credentials, session: requests.Session) -> client.JarviceClient:
+    return client.JarviceClient(
         base_url=credentials.api_url,
         username=credentials.username,
         apikey=credentials.apikey,
@@ -92,23 +94,38 @@ async def _build(settings: Settings) -> web.Application:
         )
         background.append(every(settings.scan_seconds, reburster.scan, name="reburst"))
     session = requests.Session()
-    if settings.reap_orphans and settings.credentials is not None:
+    # The cluster identity tells this cluster's jobs from others': read once, the reaper and the
+    # spend record wait for it (and a gauge says while it is not known).
+    cluster_known = asyncio.Event()
+    cluster_holder: list[str] = []
+    reaping = settings.reap_orphans and settings.credentials is not None
+
+    async def know_cluster() -> None:
+        cluster = await identity.resolve_cluster_identity(
+            kube.read_namespace_uid,
+            name=settings.cluster_name,
+            on_failure=metrics.errors.labels(kind="kubernetes-identity").inc,
+        )
+        cluster_holder.append(cluster)
+        metrics.cluster.labels(cluster=cluster).set(1)
+        metrics.cluster_identity_known.set(1)
+        metrics.reaper_running.set(1 if reaping and not settings.orphan_dry_run else 0)
+        log.info("cluster identity", extra={"cluster": cluster, "cluster_name": settings.cluster_name})
+        cluster_known.set()
+
+    metrics.cluster_identity_known.set(0)
+    metrics.reaper_running.set(0)
+    background.append(know_cluster)
+    if reaping and settings.credentials is not None:
         credentials = settings.credentials
 
         async def reap() -> None:
-            # Which jobs are this cluster's is known only once the identity is: the reaper waits for it.
-            cluster = await identity.resolve_cluster_identity(
-                kube.read_namespace_uid,
-                name=settings.cluster_name,
-                on_failure=metrics.errors.labels(kind="kubernetes-identity").inc,
-            )
-            metrics.cluster.labels(cluster=cluster).set(1)
-            log.info("cluster identity", extra={"cluster": cluster, "cluster_name": settings.cluster_name})
+            await cluster_known.wait()
             reaper = Reaper(
                 store=store,
                 jarvice=_jarvice_client(credentials, session),
                 kube=kube,
-                cluster=cluster,
+                cluster=cluster_holder[0],
                 grace=settings.orphan_grace_seconds,
                 interval=settings.orphan_interval_seconds,
                 dry_run=settings.orphan_dry_run,
@@ -123,6 +140,38 @@ async def _build(settings: Settings) -> web.Application:
         background.append(reap)
     else:
         log.warning("orphan reaper off", extra={"reason": settings.reap_disabled_reason})
+    spend_session = requests.Session()  # its own: each loop runs in its own worker thread
+    if settings.credentials is not None:
+        keeper = SpendKeeper(
+            store=store,
+            jarvice=_jarvice_client(settings.credentials, spend_session),
+            kube=kube,
+            namespace=settings.lease_namespace,
+            cluster=lambda: cluster_holder[0] if cluster_holder else None,
+            metrics=metrics,
+            is_leader=is_leader,
+            interval=settings.spend_interval_seconds,
+            refresh=settings.spend_refresh_seconds,
+            machines_refresh=settings.machines_refresh_seconds,
+            stale_after=settings.watch_stale_seconds,
+            clock=time.monotonic,
+            wall_clock=time.time,
+        )
+        background.append(every(settings.spend_interval_seconds, keeper.round, name="spend"))
+    else:
+        log.warning("spend record off", extra={"reason": "no JARVICE credentials"})
+    homecoming_session = requests.Session()  # its own: each loop runs in its own worker thread
+    if settings.homecoming and settings.credentials is not None:
+        homecomer = Homecomer(
+            store=store,
+            jarvice=_jarvice_client(settings.credentials, homecoming_session),
+            kube=kube,
+            metrics=metrics,
+            is_leader=is_leader,
+            interval=settings.homecoming_seconds,
+            stale_after=settings.watch_stale_seconds,
+        )
+        background.append(every(settings.homecoming_seconds, homecomer.round, name="homecoming"))
     records_session = requests.Session()  # its own: the reaper's runs in another worker thread
     if settings.job_events and settings.credentials is not None:
         recorder = JobRecorder(
@@ -147,6 +196,8 @@ async def _build(settings: Settings) -> web.Application:
         watcher.stop()
         session.close()
         records_session.close()
+        spend_session.close()
+        homecoming_session.close()
 
     log.info(
         "controller starting",
@@ -164,6 +215,7 @@ async def _build(settings: Settings) -> web.Application:
             "cluster_name": settings.cluster_name,
             "job_events": settings.job_events,
             "job_events_interval_s": settings.job_events_interval_seconds,
+            "homecoming": settings.homecoming,
         },
     )
     return create_app(

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from controller.kube import Forbidden
-from entrypoint import contract
+from jarvice import contract
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from entrypoint import contract, exitcodes
-from entrypoint.model import STATUS_RUNNING, STATUS_TERMINATED, is_terminal
+from jarvice import contract, exitcodes
+from jarvice.model import STATUS_RUNNING, STATUS_TERMINATED, is_terminal
 
 Stage = Literal["submitted", "queued", "running", "succeeded", "failed"]
 STAGES: Final[tuple[Stage, ...]] = ("submitted", "queued", "running", "succeeded", "failed")
@@ -134,7 +134,7 @@ def job_stage(job: JobFacts) -> Stage:
 
 
 def exit_code(job: JobFacts) -> int:
-    """The exit status the pod's runner reports for this ended job (entrypoint.exitcodes)."""
+    """The exit status the pod's runner reports for this ended job (jarvice.exitcodes)."""
     return exitcodes.from_job(job.state, job.exitcode).code
 
 

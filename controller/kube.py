@@ -19,7 +19,7 @@ from kubernetes.client.rest import ApiException
 
 from controller.model import ANNOTATION_STRANDED_SINCE, PodView, ReapView
 from controller.store import PodStore
-from entrypoint import contract
+from jarvice import contract
 from kubeplumbing.watching import ListPages
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,10 @@ class PodGone(PodChangedOrGone):
 class PodChanged(PodChangedOrGone):
     """The API server refused a write guarded by what we read: 409 (a resourceVersion or uid
     precondition failed) or, for a patch carrying the pod's uid, 422 (another pod of that name)."""
+
+
+class ConfigMapChanged(Exception):
+    """409: the ConfigMap was written (or created) by someone else since it was read."""
 
 
 class Forbidden(Exception):
@@ -162,6 +166,15 @@ class Kube:
         parsed: Mapping[str, Any] = json.loads(response.data)
         return parsed
 
+    def dry_run_create_pod(self, namespace: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Create `body` with dryRun=All: admission (the webhook included) runs, nothing is stored.
+        Returns the pod as admission left it."""
+        response = self._core.create_namespaced_pod(
+            namespace, body, dry_run="All", _preload_content=False, _request_timeout=CALL_TIMEOUT
+        )
+        parsed: Mapping[str, Any] = json.loads(response.data)
+        return parsed
+
     def delete_pod(self, pod: PodView) -> None:
         """Delete exactly the pod we read: a precondition on uid and resourceVersion makes the API
         server refuse (409) if anything changed it since, a bind included."""
@@ -190,6 +203,57 @@ class Kube:
         except ApiException as exc:
             _raise_if_changed_or_gone(exc, pod.namespace, pod.name, changed=(HTTP_CONFLICT,))
             raise
+
+    def read_configmap(self, namespace: str, name: str) -> tuple[Mapping[str, str], str] | None:
+        """The ConfigMap's data and resourceVersion, or None when there is none."""
+        try:
+            response = self._core.read_namespaced_config_map(
+                name, namespace, _preload_content=False, _request_timeout=CALL_TIMEOUT
+            )
+        except ApiException as exc:
+            if exc.status == HTTP_NOT_FOUND:
+                return None
+            raise
+        parsed: Mapping[str, Any] = json.loads(response.data)
+        data = parsed.get("data") or {}
+        return {str(k): str(v) for k, v in data.items()}, str(
+            (parsed.get("metadata") or {}).get("resourceVersion") or ""
+        )
+
+    def write_configmap(self, namespace: str, name: str, data: Mapping[str, str], *, resource_version: str) -> None:
+        """Create the ConfigMap (`resource_version` ""), or replace the one of that resourceVersion:
+        a write planned from an older read is refused (409) and raises ConfigMapChanged."""
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace, "labels": {"app.kubernetes.io/name": EVENT_SOURCE}},
+            "data": dict(data),
+        }
+        try:
+            if resource_version:
+                body["metadata"]["resourceVersion"] = resource_version
+                self._core.replace_namespaced_config_map(
+                    name, namespace, body, _preload_content=False, _request_timeout=CALL_TIMEOUT
+                )
+            else:
+                self._core.create_namespaced_config_map(
+                    namespace, body, _preload_content=False, _request_timeout=CALL_TIMEOUT
+                )
+        except ApiException as exc:
+            if exc.status == HTTP_CONFLICT:
+                raise ConfigMapChanged(f"configmap {namespace}/{name} changed since it was read") from exc
+            raise
+
+    def list_namespace_annotations(self) -> dict[str, Mapping[str, str]]:
+        """Every namespace's annotations, by name."""
+        response = self._core.list_namespace(_preload_content=False, _request_timeout=CALL_TIMEOUT)
+        parsed: Mapping[str, Any] = json.loads(response.data)
+        namespaces: dict[str, Mapping[str, str]] = {}
+        for item in parsed.get("items") or ():
+            metadata = item.get("metadata") or {}
+            annotations = metadata.get("annotations") or {}
+            namespaces[str(metadata.get("name") or "")] = {str(k): str(v) for k, v in annotations.items()}
+        return namespaces
 
     def record_event(
         self,

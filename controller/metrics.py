@@ -18,6 +18,11 @@ class Metrics:
         self.rebursts = Counter(
             "nimbix_burst_controller_rebursts", "Stranded local pods deleted so their Job recreates them", registry=r
         )
+        self.homecomings = Counter(
+            "nimbix_burst_controller_homecomings",
+            "Burst pods brought home: deleted (their Job recreates them locally) while their JARVICE job was queued",
+            registry=r,
+        )
         self.stranded_noted = Counter(
             "nimbix_burst_controller_stranded_noted",
             "Stranded local pods reported (Event + annotation) but not deleted",
@@ -82,10 +87,68 @@ class Metrics:
             "Orphaned JARVICE jobs that would have been terminated (dry run)",
             registry=r,
         )
+        self.cluster_identity_known = Gauge(
+            "nimbix_burst_controller_cluster_identity_known",
+            "1 once the cluster identity (kube-system's UID) was read; until then no job of this cluster is"
+            " told from another's: the reaper stops nothing and the spend record waits",
+            registry=r,
+        )
+        self.reaper_running = Gauge(
+            "nimbix_burst_controller_reaper_running",
+            "1 while the orphan reaper terminates orphaned jobs: on, with JARVICE credentials, not a dry run,"
+            " the cluster identity known",
+            registry=r,
+        )
+        self.spend_record_observed = Gauge(
+            "nimbix_burst_controller_spend_record_observed",
+            "Unix time of the JARVICE listing the spend record this leader last built summarizes",
+            registry=r,
+        )
+        self.namespace_cost_per_hour = Gauge(
+            "nimbix_burst_namespace_cost_per_hour",
+            "What the namespace's live JARVICE jobs cost per hour (mc_price x nodes), as the leader last counted",
+            ["namespace"],
+            registry=r,
+        )
+        self.namespace_month_cost = Gauge(
+            "nimbix_burst_namespace_month_cost",
+            "The namespace's cost this UTC month in the worst case: ended jobs' cost plus every live job's"
+            " price x nodes x walltime",
+            ["namespace"],
+            registry=r,
+        )
+        self.namespace_remote_gpus = Gauge(
+            "nimbix_burst_namespace_remote_gpus_live",
+            "GPUs the namespace's live JARVICE jobs hold (machine GPUs x nodes)",
+            ["namespace"],
+            registry=r,
+        )
+        self.namespace_cap_per_hour = Gauge(
+            "nimbix_burst_namespace_cost_cap_per_hour",
+            "The namespace's nimbix-burst.io/max-cost-per-hour (an invalid value caps at 0)",
+            ["namespace"],
+            registry=r,
+        )
+        self.namespace_cap_per_month = Gauge(
+            "nimbix_burst_namespace_cost_cap_per_month",
+            "The namespace's nimbix-burst.io/max-cost-per-month (an invalid value caps at 0)",
+            ["namespace"],
+            registry=r,
+        )
+        self.unattributed_jobs = Gauge(
+            "nimbix_burst_unattributed_jobs",
+            "Live JARVICE jobs with this cluster's label whose pod's namespace is not known",
+            registry=r,
+        )
+        self.unattributed_cost_per_hour = Gauge(
+            "nimbix_burst_unattributed_cost_per_hour",
+            "What the unattributed live jobs cost per hour",
+            registry=r,
+        )
         self.errors = Counter(
             "nimbix_burst_controller_errors",
             "Failed actions, by kind (kubernetes, kubernetes-identity, jarvice-list, jarvice-history,"
-            " jarvice-machines, jarvice-terminate)",
+            " jarvice-machines, jarvice-terminate, spend-record)",
             ["kind"],
             registry=r,
         )

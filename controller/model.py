@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from entrypoint import contract
+from jarvice import contract
 
 LABEL_KEY, LABEL_VALUE = "task-type", "Nimbix"
 ANNOTATION_DECISION = "nimbix-burst.io/decision"
@@ -56,6 +56,8 @@ class PodView:
     gang: str = ""  # the webhook's nimbix-burst.io/gang: the pods of one distributed job share it
     # Kept local because no JARVICE machine offers its GPU model: its replacement would be too.
     held_by_model: bool = False
+    # Kept local to wait for a node until then (the webhook's burst-deadline, epoch s; None: not waiting).
+    burst_deadline: float | None = None
 
 
 def parse_time(text: object) -> float | None:
@@ -115,6 +117,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
         scheduled_since=parse_time(scheduled.get("lastTransitionTime")),
         gang=str(annotations.get(contract.ANNOTATION_GANG) or ""),
         held_by_model=annotations.get(ANNOTATION_DECISION) == "local" and bool(annotations.get(ANNOTATION_GPU_MODEL)),
+        burst_deadline=parse_time(annotations.get(contract.ANNOTATION_BURST_DEADLINE)),
     )
 
 

@@ -2,13 +2,16 @@
 the end of their job recorded (pure).
 
 A job is this cluster's when its label parses as a runner label carrying this cluster's identity
-(`k8s-<cluster>.<pod uid>[-<container>]-<attempt>`, see `entrypoint.plan.build_job_label`). A
+(`k8s-<cluster>.<pod uid>[-<container>]-<attempt>`, see `jarvice.labels.build_job_label`). A
 legacy label (no cluster) or another cluster's is never acted on, only reported.
 
 A gang's job (the pods of one distributed job burst as one multi-node job) carries the gang's UID
 instead, and no container: it is wanted while at least one pod annotated `nimbix-burst.io/gang:
 <uid>` exists and every such pod can still follow it (none finished, exited for good or past its
-deletion deadline), since a distributed job cannot go on without one of its ranks.
+deletion deadline), since a distributed job cannot go on without one of its ranks. The UID is one
+generation's (webhook.gangs: a retry of the gang, after one of its burst pods finished, is a gang of
+its own), so an earlier generation's finished pods never make a later generation's job unwanted,
+and an earlier generation's job is unwanted as soon as one pod of its own can no longer follow it.
 
 One of this cluster's other live jobs is *wanted* while a pod with its UID exists whose container can
 still follow it: the pod is not terminal (Succeeded/Failed), not past its deletion deadline, and
@@ -26,9 +29,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from controller.model import ReapView
-from entrypoint import duplicates
-from entrypoint.model import is_terminal
-from entrypoint.plan import ParsedLabel, parse_job_label
+from jarvice import duplicates
+from jarvice.labels import ParsedLabel, parse_job_label
+from jarvice.model import is_terminal
 
 # The API server's clock sets deletionTimestamp, ours reads it: allow this much skew between them
 # (NTP keeps nodes well within it) before a terminating pod counts as past its deadline; the
@@ -119,7 +122,7 @@ def _gangs(pods: Mapping[str, ReapView]) -> dict[str, list[ReapView]]:
 
 
 def _kept_of_label(live: Iterable[Job]) -> dict[str, int]:
-    """The number of the job each label keeps: the runner's rule (entrypoint.duplicates), so both keep the same."""
+    """The number of the job each label keeps: the runner's rule (jarvice.duplicates), so both keep the same."""
     of_label: dict[str, list[Job]] = {}
     for job in live:
         of_label.setdefault(job.label, []).append(job)

@@ -19,8 +19,8 @@ from controller.kube import PodChangedOrGone
 from controller.metrics import Metrics
 from controller.model import ReapView
 from controller.store import PodStore
-from entrypoint.jarvice import JarviceError, JobNotFound
-from entrypoint.model import JobEntry
+from jarvice.client import JarviceError, JobNotFound
+from jarvice.model import JobEntry
 
 log = logging.getLogger(__name__)
 

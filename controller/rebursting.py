@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 REASON_REBURST = "NimbixReBurst"
 REASON_STRANDED = "NimbixStranded"
 REASON_CAP = "NimbixReBurstCapReached"
+REASON_BURST_AFTER = "NimbixBurstAfterWait"  # a pod that waited for a node in vain (burst-after) was replaced
 
 
 class KubeWrites(Protocol):
@@ -165,6 +166,14 @@ class Reburster:
         self.rebursts_by_owner[pod.owner.uid] = count
         self._metrics.rebursts.inc()
         waited = self._now() - (fresh.scheduled_since or self._now())
+        if fresh.burst_deadline is not None:  # waited for a node until its deadline (burst-after), in vain
+            message = stranding.build_burst_after_message(fresh, waited=waited, count=count, cap=self._policy.cap)
+            log.info(
+                "waiting pod burst after its deadline",
+                extra=_context(fresh, owner=pod.owner.name, count=count, waited_s=round(waited, 1)),
+            )
+            self._event_on_owner(pod, reason=REASON_BURST_AFTER, message=message)
+            return
         message = stranding.build_reburst_message(fresh, waited=waited, count=count, cap=self._policy.cap)
         log.info(
             "stranded pod re-burst",

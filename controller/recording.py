@@ -20,10 +20,10 @@ from controller import jobrecords
 from controller.kube import PodChangedOrGone
 from controller.metrics import Metrics
 from controller.store import PodStore
-from entrypoint import contract
-from entrypoint.jarvice import JarviceError
-from entrypoint.model import JobEntry, Machine
-from entrypoint.plan import parse_job_label
+from jarvice import contract
+from jarvice.client import JarviceError
+from jarvice.labels import parse_job_label
+from jarvice.model import JobEntry, Machine
 
 log = logging.getLogger(__name__)
 

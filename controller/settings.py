@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from entrypoint import contract
-from entrypoint.settings import Secret
+from jarvice import contract
+from jarvice.redaction import Secret
 from kubeplumbing import options
 from kubeplumbing.leadership import LeaseTiming
 from kubeplumbing.options import BOOLEANS, Option, OptionValues
@@ -68,6 +68,13 @@ class Settings:
     job_events_interval_seconds: float = 15.0
     cost_refresh_seconds: float = 300.0
     machines_refresh_seconds: float = 3600.0
+    # The spend record (controller.spendkeeping): how often JARVICE's jobs are counted, and how old
+    # an unchanged record may grow before it is written again (its age tells readers it is current).
+    spend_interval_seconds: float = 15.0
+    spend_refresh_seconds: float = 60.0
+    # Burst pods whose jobs are still queued come home when a local node can run them (controller.homecoming).
+    homecoming: bool = False
+    homecoming_seconds: float = 10.0
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -96,6 +103,10 @@ OPTIONS: tuple[Option, ...] = (
     ("--job-events-interval-seconds", "CONTROLLER_JOB_EVENTS_INTERVAL_SECONDS", "15", "how often jobs are looked at"),
     ("--cost-refresh-seconds", "CONTROLLER_COST_REFRESH_SECONDS", "300", "running jobs' cost re-annotated"),
     ("--machines-refresh-seconds", "CONTROLLER_MACHINES_REFRESH_SECONDS", "3600", "machine prices cached"),
+    ("--spend-interval-seconds", "CONTROLLER_SPEND_INTERVAL_SECONDS", "15", "how often spend is counted"),
+    ("--spend-refresh-seconds", "CONTROLLER_SPEND_REFRESH_SECONDS", "60", "an unchanged spend record rewritten"),
+    ("--homecoming", "CONTROLLER_HOMECOMING", "true", "false: burst pods whose jobs are queued never come home"),
+    ("--homecoming-seconds", "CONTROLLER_HOMECOMING_SECONDS", "10", "how often queued burst jobs are looked at"),
 )
 
 
@@ -220,6 +231,10 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, read_file: Ca
         job_events_interval_seconds=number("job_events_interval_seconds", minimum=1),
         cost_refresh_seconds=number("cost_refresh_seconds", minimum=0),
         machines_refresh_seconds=number("machines_refresh_seconds", minimum=60),
+        spend_interval_seconds=number("spend_interval_seconds", minimum=1),
+        spend_refresh_seconds=number("spend_refresh_seconds", minimum=1),
+        homecoming=values.boolean("homecoming") and credentials is not None,
+        homecoming_seconds=number("homecoming_seconds", minimum=1),
     )
     if problems:
         raise SettingsError(problems)

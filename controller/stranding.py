@@ -20,6 +20,11 @@ not model (inter-pod affinity, topology spread, ...).
   its peers could never reach them. The whole gang is re-burst instead (`assess_gang`: every pod of
   it deleted, so that the webhook decides the gang afresh) when one Job owns all of its pods; otherwise
   the stranded pods are reported.
+
+A pod the webhook kept local to *wait* for a node before bursting (its `burst-deadline` annotation,
+from the user's `burst-after`) is not judged by the threshold: it may wait, unschedulable, until its
+deadline; if no node has taken it by then, it is deleted as a re-burst deletes (its Job recreates it,
+and the webhook bursts the replacement at once). The same cap bounds it.
 """
 
 from __future__ import annotations
@@ -68,8 +73,40 @@ def may_reburst_owner(pod: PodView) -> bool:
     return pod.owner is not None and (pod.owner.api_version, pod.owner.kind) in REBURST_OWNERS
 
 
+def is_waiting(pod: PodView) -> bool:
+    """Kept local to wait for a node until its burst deadline, not bound, not going away."""
+    return (
+        pod.burst_deadline is not None
+        and pod.labeled
+        and pod.decision == "local"
+        and not pod.deleting
+        and not pod.node_name
+        and pod.phase in ("Pending", "")
+    )
+
+
+def _assess_waiting(pod: PodView, deadline: float, *, now: float, policy: Policy, rebursts: int) -> Assessment:
+    """A waiting pod: left alone until its deadline (bound or not, the scheduler may still place
+    it), then burst through its Job, or reported when nothing would recreate it."""
+    if now < deadline:
+        return Assessment("wait", "waits for a local node until its burst deadline", due_at=deadline)
+    if pod.stranded_since:
+        return Assessment("ignore", "already reported as stranded")
+    if pod.gang:
+        return Assessment("gang", "one pod of a gang: burst only with all of its pods", stranded_since=deadline)
+    if not may_reburst_owner(pod):
+        owner = "no owner" if pod.owner is None else f"owner {pod.owner.kind} does not recreate it for us"
+        return Assessment("note", owner, stranded_since=deadline)
+    if rebursts >= policy.cap:
+        kind = pod.owner.kind if pod.owner else "owner"
+        return Assessment("cap-hit", f"its {kind} was re-burst {rebursts} times (cap {policy.cap})", deadline)
+    return Assessment("reburst", "no node took it by its burst deadline; its Job recreates it", deadline)
+
+
 def assess(pod: PodView, *, now: float, policy: Policy, rebursts: int) -> Assessment:
     """What to do with `pod` now; `rebursts` is how many times its owner's pods were re-burst."""
+    if pod.burst_deadline is not None and is_waiting(pod):
+        return _assess_waiting(pod, pod.burst_deadline, now=now, policy=policy, rebursts=rebursts)
     if not is_stranded_candidate(pod):
         return Assessment("ignore", "not a local pod marked Unschedulable")
     if pod.scheduled_since is None:
@@ -135,6 +172,13 @@ def build_reburst_message(pod: PodView, *, waited: float, count: int, cap: int) 
     return (
         f"pod {pod.name} was decided local but stayed unschedulable for {waited:.0f}s; deleted so that its "
         f"replacement is decided again (re-burst {count} of {cap})"
+    )
+
+
+def build_burst_after_message(pod: PodView, *, waited: float, count: int, cap: int) -> str:
+    return (
+        f"pod {pod.name} waited {waited:.0f}s for a local node (burst-after) and none took it by its deadline;"
+        f" deleted so that its replacement bursts to Nimbix (re-burst {count} of {cap})"
     )
 
 

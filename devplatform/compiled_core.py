@@ -1,7 +1,7 @@
 """The webhook's decision core compiled with mypyc, as images/webhook ships it, for what runs the
 webhook from a checkout and should run the shipped code: the benchmark and the compiled-core test.
 
-`build(tree)` copies the tree's `webhook/`, `entrypoint/` and `kubeplumbing/` packages into
+`build(tree)` copies the tree's `webhook/`, `jarvice/` and `kubeplumbing/` packages into
 ${NIMBIX_BURST_CACHE:-~/.cache/nimbix-burst}/compiled/<key>/ and runs images/webhook/compile-core.sh
 there with this Python's mypyc; the key hashes the copied sources, the script and the Python and mypy
 versions, so an unchanged tree costs nothing (a cold build ~40 s on 2 cores). Run `python -m webhook`
@@ -22,7 +22,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path("images/webhook/compile-core.sh")
-PACKAGES = ("webhook", "entrypoint", "kubeplumbing")  # what the compiled modules import
+PACKAGES = ("webhook", "jarvice", "kubeplumbing")  # what the compiled modules import
 COMPILE_TIMEOUT_SECONDS = 600
 KEPT_BUILDS = 6
 

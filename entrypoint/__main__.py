@@ -20,23 +20,11 @@ from typing import Any, Final, NoReturn
 import requests
 from pythonjsonlogger.json import JsonFormatter
 
-from entrypoint import (
-    contract,
-    exitcodes,
-    gang,
-    jarvice,
-    local,
-    plan,
-    ports,
-    remote,
-    restart,
-    signals,
-    staging,
-    statefile,
-    termination,
-)
-from entrypoint.redaction import redact
+from entrypoint import gang, local, plan, ports, remote, restart, signals, staging, statefile, termination
 from entrypoint.settings import Settings, SettingsError, Tuning, parse_settings
+from jarvice import contract, exitcodes
+from jarvice.client import JarviceClient, RetryPolicy
+from jarvice.redaction import redact
 
 log = logging.getLogger("entrypoint")
 
@@ -143,14 +131,14 @@ def open_remote_deps(settings: Settings, *, tuning: Tuning, journal: ports.Journ
     for sig in REMOTE_CANCEL_SIGNALS:
         signal.signal(sig, lambda signum, _frame: token.request(signum))
     with requests.Session() as session:
-        client = jarvice.JarviceClient(
+        client = JarviceClient(
             base_url=settings.remote.api_url,
             username=creds.username,
             apikey=creds.apikey,
             session=session,
             connect_timeout=tuning.connect_timeout,
             read_timeout=tuning.read_timeout,
-            retry=jarvice.RetryPolicy(
+            retry=RetryPolicy(
                 base_seconds=tuning.retry_base_seconds,
                 cap_seconds=tuning.retry_cap_seconds,
                 outage_seconds=tuning.outage_seconds,

@@ -12,8 +12,8 @@ the master's `mc_gpus` plus `mc_slave_gpus` for each further node.
 
 from dataclasses import dataclass
 
-from entrypoint import contract
-from entrypoint.model import Machine
+from jarvice import contract
+from jarvice.model import Machine
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,8 @@ what the best-fitting machine holds (a fallback is never a bigger machine than t
 would have been). A fallback keeps the CPU architecture of the first candidate when JARVICE_ARCH does
 not name one (an image built for one does not run on the other). NIMBIX_BURST_MACHINES (a
 namespace's `nimbix-burst.io/machines`) names the machines to use and their order; JARVICE_MACHINE
-pins one.
+pins one. NIMBIX_BURST_MAX_PRICE (a namespace with cost caps) leaves out every machine dearer than
+what the burst was counted at.
 
 The move (docs/runner.md#moving-a-queued-job): a job this runner submitted that is still queued
 (SUBMITTED or SEQUENTIALLY QUEUED, never started) after NIMBIX_BURST_MAX_REMOTE_QUEUE is moved to
@@ -20,15 +21,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from entrypoint import budget, contract
-from entrypoint.model import STATUS_SEQUENTIALLY_QUEUED, STATUS_SUBMITTED, Machine
+from entrypoint import budget
 from entrypoint.plan import (
     NoMachineFits,
     RemotePlan,
     check_pinned_machine,
     choose_machine,
     restrict_machines,
+    within_price,
 )
+from jarvice import contract
+from jarvice.model import STATUS_SEQUENTIALLY_QUEUED, STATUS_SUBMITTED, Machine
 
 # The statuses of a job JARVICE has not started: only such a job moves (it has cost nothing yet).
 QUEUED_STATUSES: Final = frozenset({STATUS_SUBMITTED, STATUS_SEQUENTIALLY_QUEUED})
@@ -70,8 +73,15 @@ def _within(machine: Machine, *, nodes: int, cap: int | None) -> bool:
 
 
 def order_candidates(plan: RemotePlan, machines: Mapping[str, Machine]) -> Candidates | NoMachineFits:
-    """The machines to try for `plan`, in order (see the module docstring), or why none fits."""
-    catalogue = restrict_machines(machines, allowed=plan.allowed_machines, pinned=plan.machine)
+    """The machines to try for `plan`, in order (see the module docstring), or why none fits. Never
+    one dearer than the namespace's cost caps counted the burst at (NIMBIX_BURST_MAX_PRICE)."""
+    affordable = within_price(machines, plan.max_price)
+    if plan.max_price is not None and not affordable:
+        return NoMachineFits(
+            reason=f"no machine costs at most {plan.max_price} per node-hour ({contract.ENV_MAX_PRICE}, what the"
+            " namespace's cost caps counted this burst at)"
+        )
+    catalogue = restrict_machines(affordable, allowed=plan.allowed_machines, pinned=plan.machine)
     if isinstance(catalogue, NoMachineFits):
         return catalogue
     if plan.machine is not None:

@@ -26,7 +26,8 @@ from typing import Final, NoReturn
 
 from pythonjsonlogger.json import JsonFormatter
 
-from entrypoint import exitcodes, fanout
+from entrypoint import fanout
+from jarvice import exitcodes
 
 log = logging.getLogger("entrypoint.fanning")
 

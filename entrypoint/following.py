@@ -6,11 +6,12 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
-from entrypoint import exitcodes, output, recovery, runsteps, walltime
+from entrypoint import output, recovery, runsteps, walltime
 from entrypoint.candidates import QUEUED_STATUSES
-from entrypoint.jarvice import JobNotFound, RequestRejected
-from entrypoint.model import STATUS_RUNNING, JobEntry
 from entrypoint.progress import ShellPart
+from jarvice import exitcodes
+from jarvice.client import JobNotFound, RequestRejected
+from jarvice.model import STATUS_RUNNING, JobEntry
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Gangs: the pods of one distributed job burst as one multi-node JARVICE job. Pure.
 
 The webhook gives every burst pod of a gang the gang's UID, its size and the pod's rank
-(`entrypoint.contract`). The runner of rank 0 submits the gang's one job, with `machine.nodes` =
+(`jarvice.contract`). The runner of rank 0 submits the gang's one job, with `machine.nodes` =
 the size; the runners of the other ranks find that job by the gang's label and follow it. This
 module reads those variables (every problem said, with what to fix) and holds the rules the
 runner needs that are about gangs only: which of the label's jobs a following rank may take, and
@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from entrypoint import contract
-from entrypoint.model import JobEntry, is_terminal
+from jarvice import contract
+from jarvice.model import JobEntry, is_terminal
 
 # How long a following rank waits for rank 0's job to appear under the gang's label. Rank 0's pod
 # may start minutes after the others (scheduling, image pulls) and its runner may spend the outage
@@ -27,7 +27,7 @@ DEFAULT_GANG_WAIT_SECONDS: Final = 600.0
 ENV_MASTER_PORT: Final = "MASTER_PORT"
 DEFAULT_MASTER_PORT: Final = 29500
 # The rank that submits the gang's job; its pod's logs carry the job's output.
-SUBMITTING_RANK: Final = 0
+SUBMITTING_RANK: Final = contract.GANG_SUBMITTING_RANK
 
 _UUID_RE: Final = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _GANG_VARIABLES: Final = (contract.ENV_GANG_UID, contract.ENV_GANG_SIZE, contract.ENV_GANG_RANK)
@@ -122,9 +122,10 @@ def select_gang_jobs(jobs: Iterable[JobEntry], *, started_at: int) -> tuple[JobE
     """The label's jobs a following rank may take: every live one, and the finished ones that
     ended at or after this runner started (`started_at`, Unix seconds).
 
-    A finished job that ended earlier belongs to an earlier generation of the gang's pods (a Job
-    whose failed pods were replaced reuses its UID, hence its label): following it would report
-    an old result while rank 0 submits the new job. A job that ends so fast that it is over
+    A finished job that ended earlier belongs to an earlier run: each generation of a gang has a
+    label of its own (webhook.gangs), but a generation's identity may be used again once all of its
+    pods are gone, and following such a job would report an old result while rank 0 submits the new
+    job. A job that ends so fast that it is over
     before this rank even started looks the same; the rank then waits for the gang's job and says
     so at the end of the wait.
     """

@@ -8,7 +8,8 @@ from collections.abc import Mapping
 from types import FrameType
 from typing import Final
 
-from entrypoint import exitcodes, plan
+from entrypoint import plan
+from jarvice import exitcodes
 
 log = logging.getLogger(__name__)
 

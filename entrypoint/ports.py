@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Protocol
 
 from entrypoint import restart
-from entrypoint.model import JobEntry, JobStatus, Machine, SubmitBody, SubmitResult
 from entrypoint.signals import CancelToken
+from jarvice.model import JobEntry, JobStatus, Machine, SubmitBody, SubmitResult
 
 
 class JobBackend(Protocol):
-    """What the runner needs from JARVICE (`entrypoint.jarvice.JarviceClient` implements it)."""
+    """What the runner needs from JARVICE (`jarvice.client.JarviceClient` implements it)."""
 
     def fetch_machines(self) -> Mapping[str, Machine]: ...
 

@@ -21,7 +21,8 @@ import time
 from types import FrameType
 from typing import Final, NoReturn
 
-from entrypoint import exitcodes, fanning, fanout
+from entrypoint import fanning, fanout
+from jarvice import exitcodes
 
 log = logging.getLogger("entrypoint.rankguard")
 

@@ -11,7 +11,7 @@ is terminated (best effort) before the runner exits.
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from entrypoint import exitcodes
+from jarvice import exitcodes
 
 Failure = Literal[
     "unavailable",  # JARVICE unreachable past the outage budget (the retries are already spent)

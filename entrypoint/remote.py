@@ -13,7 +13,14 @@ from typing import Final
 from entrypoint import restart, runstate, runsteps, termination
 from entrypoint.awaiting import GangWaiter
 from entrypoint.following import Follower
-from entrypoint.jarvice import (
+from entrypoint.plan import RemotePlan
+from entrypoint.ports import RemoteDeps
+from entrypoint.progress import Progress
+from entrypoint.recovery import Failure
+from entrypoint.signals import CancelRequested, signal_name
+from entrypoint.stopping import TERMINATE_SECONDS, Stopper
+from entrypoint.submitting import Submitter
+from jarvice.client import (
     ApplicationNotFound,
     CredentialsRejected,
     JarviceError,
@@ -24,13 +31,6 @@ from entrypoint.jarvice import (
     SubmitRefused,
     Unavailable,
 )
-from entrypoint.plan import RemotePlan
-from entrypoint.ports import RemoteDeps
-from entrypoint.progress import Progress
-from entrypoint.recovery import Failure
-from entrypoint.signals import CancelRequested, signal_name
-from entrypoint.stopping import TERMINATE_SECONDS, Stopper
-from entrypoint.submitting import Submitter
 
 log = logging.getLogger(__name__)
 

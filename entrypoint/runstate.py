@@ -2,7 +2,7 @@
 actions out. Pure.
 
 The runner keeps two promises, and this module is where a reviewer checks them:
-- never two jobs: one job per label is followed (the lowest-numbered live one, `entrypoint.duplicates`);
+- never two jobs: one job per label is followed (the lowest-numbered live one, `jarvice.duplicates`);
   every other live job of the label is terminated at once; a submit whose outcome is unknown is
   resolved by looking for its job by the label before anything is submitted again;
 - never an abandoned job: a job that may be ours is followed to its end, stopped, or left reported as
@@ -72,8 +72,7 @@ A gang's following rank (ranks 1.., `entrypoint.gang`) never submits: rank 0 doe
 from dataclasses import dataclass, replace
 from typing import Final, Literal
 
-from entrypoint import duplicates, exitcodes, gang, recovery, restart
-from entrypoint.model import STATUS_TERMINATED, JobEntry, is_terminal
+from entrypoint import gang, recovery, restart
 from entrypoint.runsteps import (
     Action,
     Adopt,
@@ -118,6 +117,8 @@ from entrypoint.runsteps import (
     TerminateAnswered,
     TerminateExtras,
 )
+from jarvice import duplicates, exitcodes
+from jarvice.model import STATUS_TERMINATED, JobEntry, is_terminal
 
 Phase = Literal[
     "picking_up",  # a job an earlier runner of this container started is being looked at

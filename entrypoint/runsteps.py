@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from entrypoint import recovery
-from entrypoint.model import JobEntry, JobStatus
+from jarvice.model import JobEntry, JobStatus
 
 # --- events: what the shell saw ---------------------------------------------------------------
 

@@ -11,21 +11,24 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from entrypoint import contract, walltime
+from entrypoint import walltime
 from entrypoint.gang import DEFAULT_GANG_WAIT_SECONDS, ENV_GANG_WAIT_SECONDS, Gang, parse_gang
-from entrypoint.model import Mode
+from jarvice import contract
+from jarvice.labels import PodIdentity
+from jarvice.model import Mode
+from jarvice.redaction import Secret
 
-# Variable names (the shared ones live in `entrypoint.contract`).
+# Variable names (the shared ones live in `jarvice.contract`).
 ENV_COMMAND_ARGS: Final = "APP_COMMAND_ARGS"
-ENV_API_URL: Final = "JARVICE_API_URL"
+ENV_API_URL: Final = contract.ENV_API_URL
 ENV_USERNAME: Final = "JARVICE_USERNAME"
 ENV_APIKEY: Final = "JARVICE_APIKEY"
-ENV_USERNAME_FILE: Final = "JARVICE_USERNAME_FILE"
-ENV_APIKEY_FILE: Final = "JARVICE_APIKEY_FILE"
+ENV_USERNAME_FILE: Final = contract.ENV_USERNAME_FILE
+ENV_APIKEY_FILE: Final = contract.ENV_APIKEY_FILE
 # The original IBM entrypoint's names, accepted as fallbacks (reference §11).
 ENV_LEGACY_USERNAME: Final = "USERNAME"
 ENV_LEGACY_APIKEY: Final = "APIKEY"
-ENV_APP_NAME: Final = "APP_NAME"
+ENV_APP_NAME: Final = contract.ENV_APP_NAME
 ENV_APP_COMMAND: Final = "APP_COMMAND"
 ENV_COMMAND_PARAMETER: Final = "JARVICE_COMMAND_PARAMETER"
 ENV_MACHINE: Final = "JARVICE_MACHINE"
@@ -75,8 +78,6 @@ DEFAULT_RETRY_CAP_SECONDS: Final = 30.0
 # created before concluding it did not and submitting again.
 DEFAULT_SUBMIT_RESOLVE_SECONDS: Final = 30.0
 DEFAULT_NODES: Final = 1
-# Older JARVICE releases cap job_label at 50 characters (reference §5, J7 JAR-4699).
-MAX_JOB_LABEL: Final = 50
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR")
 DEFAULT_LOG_LEVEL: Final = "WARNING"
 
@@ -84,29 +85,6 @@ _GEOMETRY_RE: Final = re.compile(r"^\d+x\d+$")
 _MILLICORES_RE: Final = re.compile(r"^(\d+)m$")
 # A container name is a DNS-1123 label (Kubernetes validation).
 _CONTAINER_NAME_RE: Final = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-
-
-class Secret:
-    """A string that does not show itself in repr/str (settings get logged; keys must not)."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,18 +109,6 @@ class Credentials:
     username: str
     apikey: Secret
     source: str  # which variables they came from, for logs ("JARVICE_USERNAME/JARVICE_APIKEY_FILE")
-
-
-@dataclass(frozen=True, slots=True)
-class PodIdentity:
-    uid: str
-    namespace: str
-    name: str
-    hostname: str
-    container: str = ""  # NIMBIX_BURST_CONTAINER: the burst container this runner runs in
-    # NIMBIX_BURST_CLUSTER: the cluster's identity (contract.cluster_identity), carried in the job
-    # label so that only this cluster's reaper may stop the job; "" when the webhook did not set it.
-    cluster: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,6 +147,9 @@ class RemoteSettings:
     # NIMBIX_BURST_ALLOWED_MACHINES: the machine types the pod's GPU model allows (None: any).
     allowed_machines: tuple[str, ...] | None = None
     gang: Gang | None = None  # NIMBIX_BURST_GANG_*: this pod is one rank of a gang's one job
+    # NIMBIX_BURST_MAX_PRICE: the dearest mc_price per node-hour the namespace's cost caps counted
+    # this burst at (None: no caps, no ceiling).
+    max_price: float | None = None
     # NIMBIX_BURST_MACHINES: the machines to use, in order (None: every one that fits, cheapest first).
     preferred_machines: tuple[str, ...] | None = None
     # NIMBIX_BURST_MEMORY_GB: the container's memory request in GiB (None: any machine's RAM will do).
@@ -410,10 +379,26 @@ def _parse_remote(env: Mapping[str, str], *, read_file: ReadFile, problems: _Pro
         counted_gpus=_parse_int(env, contract.ENV_COUNTED_GPUS, problems, minimum=0),
         allowed_machines=_parse_allowed_machines(env, problems),
         gang=gang,
+        max_price=_parse_max_price(env, problems),
         preferred_machines=_parse_machine_order(env, problems),
         memory_gb=_parse_int(env, contract.ENV_MEMORY_GB, problems, minimum=0),
         max_remote_queue_seconds=_parse_max_remote_queue(env, problems),
     )
+
+
+def _parse_max_price(env: Mapping[str, str], problems: _Problems) -> float | None:
+    raw = _get(env, contract.ENV_MAX_PRICE)
+    if raw is None:
+        return None
+    text = raw.strip()
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not text or not (value >= 0) or value == float("inf"):
+        problems.add(f"{contract.ENV_MAX_PRICE} must be a price per node-hour >= 0 (e.g. 3.2), got {raw!r}")
+        return None
+    return value
 
 
 def _parse_machine_order(env: Mapping[str, str], problems: _Problems) -> tuple[str, ...] | None:

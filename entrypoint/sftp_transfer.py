@@ -26,7 +26,7 @@ from typing import BinaryIO, Final, TextIO, TypeVar
 import asyncssh
 
 from entrypoint import staging
-from entrypoint.settings import Secret
+from jarvice.redaction import Secret
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Final, Literal
 
-from entrypoint import contract, exitcodes
+from jarvice import contract, exitcodes
 
 # Where JARVICE mounts the job's vault on every node.
 VAULT_MOUNT: Final = "/data"

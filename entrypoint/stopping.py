@@ -7,9 +7,9 @@ from typing import Any, Final
 
 from entrypoint import runsteps, termination
 from entrypoint.following import Follower
-from entrypoint.jarvice import JarviceError, JobNotFound
-from entrypoint.model import STATUS_RUNNING, JobStatus
 from entrypoint.progress import ShellPart
+from jarvice.client import JarviceError, JobNotFound
+from jarvice.model import STATUS_RUNNING, JobStatus
 
 log = logging.getLogger(__name__)
 

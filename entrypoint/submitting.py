@@ -7,12 +7,13 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
-from entrypoint import budget, candidates, exitcodes, runsteps
-from entrypoint.jarvice import JobNotFound, SubmitOutcomeUnknown, SubmitRefused
-from entrypoint.model import JobEntry, SubmitBody, SubmitResult
+from entrypoint import budget, candidates, runsteps
 from entrypoint.plan import MachineChoice, NoMachineFits, build_submit_body
 from entrypoint.progress import ShellPart
 from entrypoint.signals import CancelRequested
+from jarvice import exitcodes
+from jarvice.client import JobNotFound, SubmitOutcomeUnknown, SubmitRefused
+from jarvice.model import JobEntry, SubmitBody, SubmitResult
 
 log = logging.getLogger(__name__)
 

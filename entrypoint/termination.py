@@ -8,8 +8,8 @@ the job ended). A runner killed with SIGKILL writes nothing, and its pod stays c
 import json
 from typing import Final
 
-from entrypoint import contract
 from entrypoint.settings import Tuning
+from jarvice import contract
 
 # After the cancel grace, what is left for the terminate call itself.
 TERMINATE_SECONDS: Final = 5.0

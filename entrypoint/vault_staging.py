@@ -18,12 +18,13 @@ from typing import Final
 
 import asyncssh
 
-from entrypoint import contract, exitcodes, staging
+from entrypoint import staging
 from entrypoint.plan import RemotePlan
 from entrypoint.ports import EarlyExit, RemoteDeps
 from entrypoint.settings import Settings
 from entrypoint.sftp_transfer import Upload, VaultTransfer
 from entrypoint.signals import CancelToken
+from jarvice import contract, exitcodes
 
 log = logging.getLogger(__name__)
 

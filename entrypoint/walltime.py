@@ -6,26 +6,21 @@ which ends TERMINATED with a substatus text naming the walltime. The runner trus
 text, or a TERMINATED job that ran at least its walltime (the job's own start and end times).
 """
 
-import re
 from typing import Final
 
-from entrypoint import model
+from jarvice import model
+from jarvice.contract import DEFAULT_WALLTIME, WALLTIME_RE, parse_walltime_seconds
 
-# Without JARVICE_WALLTIME (a pod the webhook did not rewrite), no job runs longer than a day.
-DEFAULT_WALLTIME: Final = "24:00:00"
-WALLTIME_RE: Final = re.compile(r"^(\d{1,5}):([0-5]\d):([0-5]\d)$")
+__all__ = [
+    "DEFAULT_WALLTIME",
+    "WALLTIME_RE",
+    "WALLTIME_SLACK_SECONDS",
+    "decide_walltime_stop",
+    "parse_walltime_seconds",
+]
 # JARVICE's end time may be stamped a little before the full limit (seconds resolution, a kill
 # that takes a moment): this much short of the walltime still counts as reaching it.
 WALLTIME_SLACK_SECONDS: Final = 2
-
-
-def parse_walltime_seconds(text: str) -> int | None:
-    """`HH:MM:SS` (hours up to 5 digits) to seconds; None for anything else."""
-    match = WALLTIME_RE.match(text.strip())
-    if match is None:
-        return None
-    hours, minutes, seconds = (int(part) for part in match.groups())
-    return hours * 3600 + minutes * 60 + seconds
 
 
 def decide_walltime_stop(

@@ -1,20 +1,22 @@
 """`kubectl nimbix` (console script `kubectl-nimbix`): argument parsing, the reads, the output.
 
     kubectl nimbix status [-n NS | -A] [--remote] [-o table|json]
-    kubectl nimbix budget [-o table|json]
+    kubectl nimbix budget [--addon-namespace NS] [-o table|json]
     kubectl nimbix explain POD [-n NS] [-o table|json]
 
 It reads only the API server (no JARVICE credentials): what the webhook and the controller wrote
-on the pods, and the namespaces' budgets.
+on the pods, the namespaces' budgets and cost caps, and the controller's spend record.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Sequence
 
 from kubectl_nimbix import views
+from kubeplumbing import spendrecord
 
 EXIT_ERROR = 1  # as kubectl exits on an error
 
@@ -50,10 +52,31 @@ def build_parser() -> argparse.ArgumentParser:
         default="nvidia.com/gpu,alpha.kubernetes.io/nvidia-gpu",
         help="the webhook's --gpu-resources (for pods burst before it recorded remote-gpus)",
     )
+    budget.add_argument(
+        "--addon-namespace",
+        default="nimbix-burst",
+        help="the add-on's namespace, where the controller keeps the spend record (ConfigMap nimbix-burst-spend)",
+    )
     explain = commands.add_parser("explain", parents=[common], help="why a pod was decided as it was")
     explain.add_argument("pod", help="the pod's name")
     explain.add_argument("-n", "--namespace", default="", help="its namespace (default: the context's)")
     return parser
+
+
+def _read_spend(api: object, *, namespace: str) -> tuple[spendrecord.SpendRecord | None, str]:
+    """The controller's spend record, or None and why not."""
+    from kubectl_nimbix import kubeapi  # noqa: PLC0415
+
+    try:
+        data = kubeapi.read_configmap_data(api, namespace=namespace, name=spendrecord.CONFIGMAP_NAME)
+    except kubeapi.ApiError as exc:
+        return None, str(exc)
+    if spendrecord.RECORD_KEY not in data:
+        return None, f"configmap {namespace}/{spendrecord.CONFIGMAP_NAME} has no {spendrecord.RECORD_KEY}"
+    try:
+        return spendrecord.parse_spend_record(data[spendrecord.RECORD_KEY]), ""
+    except spendrecord.SpendRecordError as exc:
+        return None, str(exc)
 
 
 def run(args: argparse.Namespace) -> str:
@@ -74,14 +97,21 @@ def run(args: argparse.Namespace) -> str:
         return views.format_status(rows, all_namespaces=args.all_namespaces)
     if args.command == "budget":
         resources = [r.strip() for r in args.gpu_resources.split(",") if r.strip()]
+        spend, spend_problem = _read_spend(api, namespace=args.addon_namespace)
         budget_rows, problems = views.build_budget_rows(
-            kubeapi.list_namespaces(api), kubeapi.list_burst_pods(api, namespace=""), gpu_resources=resources
+            kubeapi.list_namespaces(api),
+            kubeapi.list_burst_pods(api, namespace=""),
+            gpu_resources=resources,
+            spend=spend,
+            now=time.time(),
         )
-        for problem in problems:
+        for problem in [*problems, *([f"spend record: {spend_problem}"] if spend_problem else [])]:
             print(f"warning: {problem}", file=sys.stderr)  # noqa: T201 - the plugin's output is its interface
         if as_json:
             return views.format_json(budget_rows)
-        return views.format_budget(budget_rows) if budget_rows else "No namespace has a budget or burst pods.\n"
+        if not budget_rows:
+            return "No namespace has a budget, a cost cap, burst pods or spend.\n"
+        return views.format_budget(budget_rows, spend=spend, spend_problem=spend_problem)
     namespace = args.namespace or kubeapi.current_namespace(kubeconfig=args.kubeconfig, context=args.context)
     fields = views.explain_pod(kubeapi.read_pod(api, namespace=namespace, name=args.pod))
     return views.explain_json(fields) if as_json else views.format_explain(fields)

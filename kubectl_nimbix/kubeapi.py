@@ -73,3 +73,11 @@ def current_namespace(*, kubeconfig: str, context: str) -> str:
         raise ApiError(f"cannot load the kubeconfig: {exc}") from exc
     chosen = next((c for c in contexts if c.get("name") == context), None) if context else active
     return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
+
+
+def read_configmap_data(api_client: Any, *, namespace: str, name: str) -> Mapping[str, str]:
+    """The ConfigMap's data (ApiError when it cannot be read, e.g. 403 without the add-on's read role)."""
+    core = kubernetes.client.CoreV1Api(api_client)
+    obj = _read(core.read_namespaced_config_map, name, namespace, what=f"configmap {namespace}/{name}")
+    data = obj.get("data") or {}
+    return {str(k): str(v) for k, v in data.items()}

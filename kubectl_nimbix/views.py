@@ -13,7 +13,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from controller.jobrecords import parse_ledger
-from entrypoint import contract
+from jarvice import contract
+from kubeplumbing import spendrecord
+from kubeplumbing.spendrecord import SpendRecord
 from webhook import budget, model, walltime
 from webhook.types import NamespaceBudget
 
@@ -52,7 +54,9 @@ class StatusRow:
     name: str
     decision: str
     job: str  # the latest JARVICE job number, "" before one is known
-    state: str  # submitted, queued, running, succeeded, failed, ended; "" before a job is known
+    # submitted, queued, running, succeeded, failed, ended; "" before a job is known; a local pod
+    # still waiting for a node before it bursts (burst-after): "waiting until <deadline>"
+    state: str
     machine: str  # "ng4 x2"
     gpu_hours: str
     cost: str
@@ -76,17 +80,26 @@ def build_status_row(pod: Mapping[str, Any]) -> StatusRow | None:
         return None
     machine = annotations.get(contract.ANNOTATION_JOB_MACHINE, "")
     nodes = annotations.get(contract.ANNOTATION_JOB_NODES, "")
+    phase = str((pod.get("status") or {}).get("phase") or "")
+    state = job_state(annotations)
+    deadline = annotations.get(contract.ANNOTATION_BURST_DEADLINE, "")
+    if decision == contract.DECISION_LOCAL and deadline and phase in ("Pending", "") and not _node(pod):
+        state = f"waiting until {deadline}"
     return StatusRow(
         namespace=_meta(pod, "namespace"),
         name=_meta(pod, "name"),
         decision=decision,
         job=annotations.get(contract.ANNOTATION_JOB_NUMBER, ""),
-        state=job_state(annotations),
+        state=state,
         machine=f"{machine} x{nodes}" if machine and nodes else machine,
         gpu_hours=annotations.get(contract.ANNOTATION_GPU_HOURS, ""),
         cost=annotations.get(contract.ANNOTATION_COST, ""),
-        phase=str((pod.get("status") or {}).get("phase") or ""),
+        phase=phase,
     )
+
+
+def _node(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
 
 
 def build_status_rows(pods: Iterable[Mapping[str, Any]], *, remote_only: bool = False) -> list[StatusRow]:
@@ -117,17 +130,47 @@ class BudgetRow:
     in_use: int  # GPUs the webhook counts for the namespace's burst pods
     free: str  # budget - in use ("" without a budget)
     burst_pods: int  # the pods counted
+    # From the controller's spend record (JARVICE's live jobs); "" when there is no record.
+    jarvice_gpus: str = ""  # GPUs the namespace's live JARVICE jobs hold
+    cost_per_hour: str = ""  # what they cost per hour
+    cap_per_hour: str = ""  # nimbix-burst.io/max-cost-per-hour: "none", the cap, or the invalid value
+    month_cost: str = ""  # this month's worst case: ended jobs' cost + live jobs' price x nodes x walltime
+    cap_per_month: str = ""  # nimbix-burst.io/max-cost-per-month
+    spend_age_seconds: int | None = None  # how old the spend record is (None: no record)
+
+
+def _cap(annotations: Mapping[str, str], key: str) -> str:
+    if key not in annotations:
+        return "none"
+    cap = spendrecord.parse_cost_cap(annotations[key])
+    if cap.invalid is not None:
+        shown = cap.invalid if len(cap.invalid) <= 20 else cap.invalid[:17] + "..."
+        return f"{shown!r} (invalid: 0)"
+    return _amount(cap.limit)
+
+
+def _amount(value: float) -> str:
+    return f"{value:.2f}"
 
 
 def build_budget_rows(
-    namespaces: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]], *, gpu_resources: Sequence[str]
+    namespaces: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    *,
+    gpu_resources: Sequence[str],
+    spend: SpendRecord | None = None,
+    now: float = 0.0,
 ) -> tuple[list[BudgetRow], list[str]]:
-    """Each namespace with a budget or with burst pods counted, and the problems met (pods or
-    namespaces the webhook could not read either). In use is what the webhook counts from pods
-    (model.parse_pod): a finished burst pod stays counted while its job may still run. The webhook
-    also counts admissions whose pod has not appeared yet; no object shows those."""
+    """Each namespace with a budget, a cost cap, burst pods counted or spend recorded, and the
+    problems met (pods or namespaces the webhook could not read either). In use is what the webhook
+    counts from pods (model.parse_pod): a finished burst pod stays counted while its job may still
+    run. The webhook also counts admissions whose pod has not appeared yet; no object shows those.
+    `spend`: the controller's record (JARVICE's live and ended jobs), None when it could not be
+    read; `now`: Unix seconds, for its age."""
     problems: list[str] = []
     budgets: dict[str, NamespaceBudget] = {}
+    caps: dict[str, Mapping[str, str]] = {}
+    cap_keys = (spendrecord.ANNOTATION_MAX_COST_PER_HOUR, spendrecord.ANNOTATION_MAX_COST_PER_MONTH)
     for raw in namespaces:
         try:
             info = model.parse_namespace(raw)
@@ -136,6 +179,9 @@ def build_budget_rows(
             continue
         if info.budget is not None:
             budgets[info.name] = info.budget
+        annotations = _annotations(raw)
+        if any(key in annotations for key in cap_keys):
+            caps[info.name] = annotations
     in_use: dict[str, int] = {}
     counted: dict[str, int] = {}
     for raw in pods:
@@ -147,13 +193,19 @@ def build_budget_rows(
         if pod is not None and pod.remote_gpus > 0:
             in_use[pod.namespace] = in_use.get(pod.namespace, 0) + pod.remote_gpus
             counted[pod.namespace] = counted.get(pod.namespace, 0) + 1
+    spent = spend.namespaces if spend is not None else {}
+    age = None if spend is None else max(0, int(now) - spend.observed_at)
     rows = []
-    for namespace in sorted(set(budgets) | set(in_use)):
+    for namespace in sorted(set(budgets) | set(in_use) | set(caps) | set(spent)):
         limit = budgets.get(namespace)
         used = in_use.get(namespace, 0)
         shown = "none" if limit is None else str(limit.limit)
         if limit is not None and limit.invalid is not None:
             shown = f"{limit.invalid!r} (invalid: 0)"
+        figures = spent.get(namespace)
+        annotations = caps.get(namespace, {})
+        if spend is not None and figures is None:
+            figures = spendrecord.NamespaceSpend(cost_per_hour=0.0, month_recorded=0.0, month_worst_case=0.0, gpus=0)
         rows.append(
             BudgetRow(
                 namespace=namespace,
@@ -161,14 +213,41 @@ def build_budget_rows(
                 in_use=used,
                 free="" if limit is None else str(max(0, limit.limit - used)),
                 burst_pods=counted.get(namespace, 0),
+                jarvice_gpus="" if figures is None else str(figures.gpus),
+                cost_per_hour="" if figures is None else _amount(figures.cost_per_hour),
+                cap_per_hour=_cap(annotations, spendrecord.ANNOTATION_MAX_COST_PER_HOUR),
+                month_cost="" if figures is None else _amount(figures.month_worst_case),
+                cap_per_month=_cap(annotations, spendrecord.ANNOTATION_MAX_COST_PER_MONTH),
+                spend_age_seconds=age,
             )
         )
     return rows, problems
 
 
-def format_budget(rows: Sequence[BudgetRow]) -> str:
-    cells = [[row.namespace, row.budget, str(row.in_use), row.free or NONE, str(row.burst_pods)] for row in rows]
-    return format_table(["NAMESPACE", "BUDGET", "IN-USE", "FREE", "BURST-PODS"], cells)
+def format_budget(rows: Sequence[BudgetRow], *, spend: SpendRecord | None = None, spend_problem: str = "") -> str:
+    """The table, then where the spend figures come from and how old they are."""
+    cells = [
+        [
+            row.namespace,
+            row.budget,
+            str(row.in_use),
+            row.free or NONE,
+            str(row.burst_pods),
+            row.jarvice_gpus or NONE,
+            row.cost_per_hour or NONE,
+            row.cap_per_hour,
+            row.month_cost or NONE,
+            row.cap_per_month,
+        ]
+        for row in rows
+    ]
+    headers = ["NAMESPACE", "BUDGET", "IN-USE", "FREE", "BURST-PODS", "JARVICE-GPUS", "COST/H", "CAP/H"]
+    table = format_table([*headers, "MONTH", "CAP/MONTH"], cells)
+    if spend is None:
+        return table + f"Spend: no record ({spend_problem or 'not read'}).\n"
+    age = rows[0].spend_age_seconds if rows else None
+    when = f"{age}s ago" if age is not None else "at an unknown time"
+    return table + f"Spend as JARVICE listed it {when} (month {spend.month} UTC, MONTH = worst case).\n"
 
 
 # --- explain --------------------------------------------------------------------------------------
@@ -212,6 +291,8 @@ def explain_pod(pod: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("Walltime", annotations.get(walltime.ANNOTATION_WALLTIME, "")),
         ("Termination grace", annotations.get(contract.ANNOTATION_GRACE, "")),
         ("Stranded since", annotations.get(ANNOTATION_STRANDED_SINCE, "")),
+        ("Bursts at", annotations.get(contract.ANNOTATION_BURST_DEADLINE, "")),
+        ("Did not wait", annotations.get(contract.ANNOTATION_BURST_AFTER_IGNORED, "")),
         ("JARVICE job", annotations.get(contract.ANNOTATION_JOB_NUMBER, "")),
         ("Job state", job_state(annotations)),
         ("Machine", row.machine if row is not None else ""),

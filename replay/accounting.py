@@ -26,6 +26,31 @@ POLICY_TITLES: Mapping[Policy, str] = {
     "webhook": "nimbix-burst webhook",
 }
 SECONDS_PER_HOUR = 3600.0
+
+
+def format_trace_duration(seconds: float) -> str:
+    """A burst-after setting as a person writes it: 0, 90 s, 5 min, 1.5 h."""
+    if seconds <= 0:
+        return "0"
+    if seconds < 60:
+        return f"{seconds:g} s"
+    if seconds < SECONDS_PER_HOUR:
+        return f"{seconds / 60:g} min"
+    return f"{seconds / SECONDS_PER_HOUR:g} h"
+
+
+def run_title(policy: Policy, burst_after: float | None) -> str:
+    """A run's column title: the policy's, and for the webhook with a burst-after setting, that too."""
+    if burst_after is None:
+        return POLICY_TITLES[policy]
+    return f"{POLICY_TITLES[policy]}, burst-after {format_trace_duration(burst_after)}"
+
+
+def run_key(policy: Policy, burst_after: float | None) -> str:
+    """A run's name in files and namespaces: the policy's, `webhook-ba300` with a burst-after setting."""
+    return policy if burst_after is None else f"{policy}-ba{burst_after:g}".replace(".", "p")
+
+
 # The timeline is sampled at this many points: enough for a smooth PNG, small in the JSON.
 TIMELINE_POINTS = 400
 
@@ -48,8 +73,10 @@ class PodOutcome:
     create_error: str = ""
     decision: str = ""  # the webhook's annotation in the CREATE response ("" = none)
     reason: str = ""
-    burst_seen: float | None = None  # on-failure: the watch showed it Unschedulable for GPUs
-    burst_done: float | None = None  # on-failure: the GPU-less copy was created
+    # on-failure: the watch showed it Unschedulable for GPUs; burst-after: the watch showed the
+    # controller's delete of the pod that waited in vain
+    burst_seen: float | None = None
+    burst_done: float | None = None  # on-failure: the GPU-less copy was created; burst-after: the replacement, burst
     burst_key: str = ""
     burst_error: str = ""
     deleted: float | None = None  # delete call returned (the trace's deletion time)
@@ -79,6 +106,7 @@ class RunRecord:
     notes: tuple[str, ...] = ()
     # namespace/pod -> what the webhook's log says of its decision (view and order)
     views: Mapping[str, AdmissionView] = field(default_factory=dict)
+    burst_after: float | None = None  # webhook: the burst-after setting its pods carried (trace seconds)
 
     def trace_time(self, wall: float) -> float:
         return self.trace_start + (wall - self.wall_start) * self.compression
@@ -92,12 +120,14 @@ class Distribution:
     p99: float
     max: float
     mean: float
+    p95: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         return {
             "count": self.count,
             "p50": self.p50,
             "p90": self.p90,
+            "p95": self.p95,
             "p99": self.p99,
             "max": self.max,
             "mean": self.mean,
@@ -123,6 +153,7 @@ def distribution(values: Iterable[float]) -> Distribution:
         p99=percentile(ordered, 99),
         max=float(ordered[-1]),
         mean=sum(ordered) / len(ordered),
+        p95=percentile(ordered, 95),
     )
 
 
@@ -363,6 +394,17 @@ class PolicySummary:
     remote_timeline: Series = field(default_factory=list)
     waiting_timeline: Series = field(default_factory=list)
     examples: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    burst_after: float | None = None  # webhook: the burst-after setting its pods carried (trace seconds)
+    # Every GPU pod's wait for GPUs (0 for one never Pending): what the trade-off picture weighs cost against
+    waited_trace_seconds: Distribution = field(default_factory=lambda: distribution([]))
+
+    @property
+    def title(self) -> str:
+        return run_title(self.policy, self.burst_after)
+
+    @property
+    def key(self) -> str:
+        return run_key(self.policy, self.burst_after)
 
 
 def summarize(
@@ -381,6 +423,7 @@ def summarize(
     unprovidable_all = set(judgement.unprovidable_local_all)
 
     pending: list[float] = []
+    waited: dict[str, float] = {}
     still_pending = 0
     pending_unprovidable = 0
     pending_unprovidable_all = 0
@@ -394,6 +437,7 @@ def summarize(
             end = min(ends) if ends else run.wall_end
             still_pending += not ends
             pending.append((end - sent) * run.compression)
+            waited[pod.key] = pending[-1]
             pending_unprovidable += pod.key in unprovidable
             pending_unprovidable_all += pod.key in unprovidable_all
         if pod.decision == "remote" or pod.burst_seen is not None:
@@ -464,4 +508,6 @@ def summarize(
             "unprovidable_local": sorted(unprovidable)[:10],
             "unprovidable_local_all_resources": sorted(unprovidable_all)[:10],
         },
+        burst_after=run.burst_after,
+        waited_trace_seconds=distribution(waited.get(p.key, 0.0) for p in gpu),
     )

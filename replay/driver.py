@@ -1,6 +1,11 @@
 """Plays one policy: creations and deletions at their compressed trace times, and for the
 "on-failure" policy the small controller that bursts pods the scheduler could not place (I/O).
 
+With a burst-after setting (the webhook policy), each GPU pod is created owned by a Job of its own
+(made inert beforehand: no kube-controller-manager runs here) and carries the setting, and the
+driver plays the Job controller's one part that matters: when the real burst controller deletes a
+pod that waited in vain, the driver creates its replacement, which the webhook decides again.
+
 A dispatcher thread sleeps until each event is due and hands it to a pool of workers, so a slow
 API call never delays the next event. A pod's deletion waits for its own creation to finish.
 """
@@ -16,7 +21,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from entrypoint import contract
+from jarvice import contract
 from replay import accounting, cluster, objects
 from replay.accounting import PodOutcome, Policy
 from replay.history import GPU, Observation
@@ -53,8 +58,14 @@ class Driver:
         model_label: str,
         stranded_timeout: float,
         say: Callable[[str], None],
+        burst_after: str = "",
+        jobs: Mapping[str, str] | None = None,
     ) -> None:
+        """`burst_after`: the annotation's value (wall time) on the GPU pods ("": none); `jobs`: pod name ->
+        the UID of the Job made for it (objects.build_inert_job), its controller."""
         self._core = core
+        self._burst_after = burst_after
+        self._jobs = dict(jobs or {})
         self._plan = plan
         self._policy = policy
         self._namespace = namespace
@@ -78,7 +89,11 @@ class Driver:
     # -- the on-failure controller ------------------------------------------------------------------
 
     def on_pod(self, observation: Observation) -> None:
-        """Recorder callback (its watch thread): burst pods the scheduler failed for lack of GPUs."""
+        """Recorder callback (its watch thread): burst pods the scheduler failed for lack of GPUs;
+        with a burst-after setting, replace the pods the burst controller deleted."""
+        if self._burst_after and observation.kind == "pod-deleted":
+            self._on_deleted(observation)
+            return
         if self._policy != "on-failure" or observation.pod is None:
             return
         pod = observation.pod
@@ -117,13 +132,55 @@ class Driver:
         with self._stats_lock:
             self._counts["remote"] += 1
 
+    # -- the Job controller's part (burst-after) -----------------------------------------------------
+
+    def _on_deleted(self, observation: Observation) -> None:
+        namespace, _, name = observation.name.partition("/")
+        outcome = self.outcomes.get(name)
+        if namespace != self._namespace or outcome is None or name not in self._jobs:
+            return
+        with self._stats_lock:
+            if outcome.burst_seen is not None or self._closing.is_set() or name in self._deleted:
+                return  # the trace's own deletion (marked before its call), or replaced already
+            outcome.burst_seen = observation.at
+            self._pool.submit(self._replace, name)
+
+    def _replace(self, name: str) -> None:
+        """The Job's replacement of a pod the controller deleted: decided afresh by the webhook."""
+        outcome = self.outcomes[name]
+        with self._locks[name]:
+            if name in self._deleted:
+                outcome.burst_seen = None  # the trace deleted it meanwhile: nothing to replace
+                return
+            copy = f"{name}-r"
+            try:
+                created = cluster.create_pod(self._core, self._namespace, self._body(outcome, copy))
+            except ApiException as error:
+                outcome.burst_error = f"{error.status} {error.reason}"
+                return
+            outcome.burst_key = f"{self._namespace}/{copy}"
+            annotations: Mapping[str, str] = (created.get("metadata") or {}).get("annotations") or {}
+            if annotations.get(contract.ANNOTATION_DECISION) != contract.DECISION_REMOTE:
+                return  # local GPUs freed meanwhile: the replacement stays here
+            outcome.burst_done = time.monotonic()
+        with self._stats_lock:
+            self._counts["remote"] += 1
+
+    def _body(self, outcome: PodOutcome, name: str) -> dict[str, Any]:
+        body = objects.build_replay_pod(
+            outcome.row, name=name, namespace=self._namespace, model_label=self._model_label
+        )
+        job = self._jobs.get(outcome.name)
+        if job is not None:
+            body["metadata"]["annotations"][contract.ANNOTATION_BURST_AFTER] = self._burst_after
+            body["metadata"]["ownerReferences"] = [objects.job_owner_reference(outcome.name, job)]
+        return body
+
     # -- events -------------------------------------------------------------------------------------
 
     def _create(self, name: str) -> None:
         outcome = self.outcomes[name]
-        body = objects.build_replay_pod(
-            outcome.row, name=name, namespace=self._namespace, model_label=self._model_label
-        )
+        body = self._body(outcome, name)
         outcome.create_sent = time.monotonic()
         try:
             created = cluster.create_pod(self._core, self._namespace, body)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from devplatform.cluster import nodes
-from entrypoint import contract
+from jarvice import contract
 from replay.plan import Holder
 from replay.trace import NodeRow, PodRow
 
@@ -175,3 +175,24 @@ def build_burst_copy(row: PodRow, *, name: str, namespace: str, reason: str) -> 
         },
         env=((contract.ENV_REMOTE, "1"), (contract.ENV_NUM_GPUS, str(row.gpus))),
     )
+
+
+def build_inert_job(name: str, *, namespace: str) -> Json:
+    """A Job that owns one replayed pod under a burst-after setting: only what the webhook and the
+    burst controller read of it (its UID, not finished, not suspended). Nothing runs it here (no
+    kube-controller-manager): the driver creates its pod, and the replacement of a pod the controller
+    deletes."""
+    template = build_pod("unused", namespace=namespace, cpu="", memory="", gpus=0, labels={ROLE_LABEL: "replay"})
+    del template["metadata"]["name"], template["metadata"]["namespace"]
+    template["spec"]["restartPolicy"] = "Never"
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": namespace, "labels": {ROLE_LABEL: "replay"}},
+        "spec": {"template": {"metadata": template["metadata"], "spec": template["spec"]}, "backoffLimit": 6},
+    }
+
+
+def job_owner_reference(name: str, uid: str) -> Json:
+    """The controller reference of a pod its Job (build_inert_job) owns."""
+    return {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid, "controller": True}

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from replay.accounting import POLICY_TITLES, Distribution, PolicySummary
+from replay.accounting import Distribution, PolicySummary, format_trace_duration
 
 HOUR = 3600.0
 
@@ -86,7 +86,7 @@ ROWS: tuple[Row, ...] = (
 
 def build_table(summaries: Sequence[PolicySummary]) -> str:
     """A Markdown table, one column per policy (also readable in a terminal)."""
-    header = ["", *(POLICY_TITLES[s.policy] for s in summaries)]
+    header = ["", *(s.title for s in summaries)]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for title, cell in ROWS:
         lines.append("| " + " | ".join([title, *(cell(s) for s in summaries)]) + " |")
@@ -95,7 +95,7 @@ def build_table(summaries: Sequence[PolicySummary]) -> str:
 
 def _summary_dict(summary: PolicySummary) -> dict[str, Any]:
     data = asdict(summary)
-    data["title"] = POLICY_TITLES[summary.policy]
+    data["title"] = summary.title
     return data
 
 
@@ -105,7 +105,7 @@ def build_document(
     return {
         "config": dict(config),
         "setup": dict(setup),
-        "policies": {s.policy: _summary_dict(s) for s in summaries},
+        "policies": {s.key: _summary_dict(s) for s in summaries},
     }
 
 
@@ -145,7 +145,7 @@ def write_png(path: Path, summaries: Sequence[PolicySummary], *, free_gpus: int,
         ):
             if series:
                 xs = [(t - trace_start) / HOUR for t, _ in series]
-                axis.step(xs, [v for _, v in series], where="post", label=POLICY_TITLES[s.policy])
+                axis.step(xs, [v for _, v in series], where="post", label=s.title)
     local_axis.axhline(free_gpus, color="grey", linestyle="--", linewidth=1, label="GPUs left by the background")
     local_axis.set_ylabel("local GPUs allocated\n(replayed pods)")
     local_axis.legend(loc="upper left", fontsize=8)
@@ -158,6 +158,65 @@ def write_png(path: Path, summaries: Sequence[PolicySummary], *, free_gpus: int,
     remote_axis.legend(loc="upper left", fontsize=8)
     remote_axis.grid(alpha=0.3)
     figure.suptitle("What-if replay: GPU allocation over (trace) time")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    pyplot.close(figure)
+
+
+TRADEOFF_HEADER = (
+    "burst-after",
+    "pods burst",
+    "GPU-hours to Nimbix",
+    "cost (USD)",
+    "pods ever Pending for GPUs",
+    "their wait p50 / p95 / max (trace)",
+    "p95 wait, every GPU pod",
+    "wrong bursts",
+    "stranded",
+)
+
+
+def _tradeoff_row(s: PolicySummary) -> list[str]:
+    wait = s.pending_trace_seconds
+    waited = f"{_hours(wait.p50)} / {_hours(wait.p95)} / {_hours(wait.max)}" if wait.count else "-"
+    return [
+        format_trace_duration(s.burst_after or 0.0),
+        _percent(s.burst, s.gpu_pods),
+        f"{s.remote_gpu_hours:,.1f}",
+        f"{s.remote_cost:,.0f}",
+        _percent(s.pending_for_gpus, s.gpu_pods),
+        waited,
+        _hours(s.waited_trace_seconds.p95),
+        str(s.wrong_bursts),
+        str(s.stranded),
+    ]
+
+
+def build_tradeoff_table(summaries: Sequence[PolicySummary]) -> str:
+    """The burst-after settings side by side: what each sends to Nimbix, and how long pods wait for it."""
+    lines = ["| " + " | ".join(TRADEOFF_HEADER) + " |", "|" + "---|" * len(TRADEOFF_HEADER)]
+    lines += ["| " + " | ".join(_tradeoff_row(s)) + " |" for s in summaries]
+    return "\n".join(lines)
+
+
+def write_tradeoff_png(path: Path, summaries: Sequence[PolicySummary]) -> None:
+    """Cost sent to Nimbix against the p95 wait for local GPUs, a point per burst-after setting."""
+    import matplotlib  # noqa: PLC0415 - heavy; only needed here
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot  # noqa: PLC0415
+
+    figure, axis = pyplot.subplots(figsize=(6, 4.5))
+    xs = [s.waited_trace_seconds.p95 / 60 for s in summaries]
+    ys = [s.remote_cost for s in summaries]
+    axis.plot(xs, ys, marker="o", linestyle=":", color="tab:blue")
+    for x, y, s in zip(xs, ys, summaries, strict=True):
+        axis.annotate(f"burst-after {format_trace_duration(s.burst_after or 0.0)}", (x, y), textcoords="offset points",
+                      xytext=(6, 6), fontsize=8)  # fmt: skip
+    axis.set_xlabel("p95 wait for GPUs over every GPU pod (trace minutes; 0 for a pod never Pending)")
+    axis.set_ylabel("cost sent to Nimbix (USD)")
+    axis.grid(alpha=0.3)
+    figure.suptitle("What-if replay: burst-after, cost against waiting")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     pyplot.close(figure)

@@ -19,8 +19,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from kubernetes import client as k8s_client
+from kubernetes.client.exceptions import ApiException
+
 from devplatform.cluster import addons
 from devplatform.cluster.controlplane import ControlPlane
+from devplatform.cluster.processes import ManagedProcess, free_port, start_process, stop_process
 from replay import accounting, cluster, objects, record_file, report
 from replay.accounting import Policy, PolicySummary, RunRecord
 from replay.driver import WORKERS, Driver
@@ -41,6 +45,11 @@ WEBHOOK_ARGS = ("--reservation-ttl-seconds", "10", "--gpu-resources", objects.GP
 ANALYSIS_RESERVE_SECONDS = 45.0
 # Per policy, besides the replay itself: namespace, preload, watch list, (webhook), wipe.
 POLICY_OVERHEAD_SECONDS = 15.0
+# The burst controller under a burst-after setting: as deployed, except that it scans often (one
+# scan interval is `compression` times as long in trace time) and talks to no JARVICE.
+CONTROLLER_NAMESPACE = "replay-controller"
+CONTROLLER_SCAN_SECONDS = 0.1
+CONTROLLER_READY_TIMEOUT = 60.0
 
 
 def say(message: str) -> None:
@@ -86,6 +95,46 @@ def _wait_webhook_active(core: Any, namespace: str) -> None:
             return
         time.sleep(0.2)
     raise RuntimeError(f"webhook registered but not called after {WEBHOOK_ACTIVE_TIMEOUT:g}s")
+
+
+def _controller_leads(port: int) -> bool:
+    import urllib.request  # noqa: PLC0415 - only for the burst-after runs
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+            text = response.read().decode()
+    except OSError:
+        return False
+    return "nimbix_burst_controller_leader 1.0" in text
+
+
+def start_controller(plane: ControlPlane, core: Any) -> ManagedProcess:
+    """`python -m controller` on the replay's cluster, leading, bursting the pods that waited in vain."""
+    try:
+        cluster.create_namespace(core, CONTROLLER_NAMESPACE)
+    except ApiException as error:
+        if error.status != 409:  # already there from an earlier setting
+            raise
+    port = free_port()
+    argv = [
+        sys.executable, "-m", "controller",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--kubeconfig", str(plane.kubeconfig_path),
+        "--pod-name", "replay-controller",
+        "--lease-namespace", CONTROLLER_NAMESPACE,
+        "--scan-seconds", str(CONTROLLER_SCAN_SECONDS),
+        "--reap-orphans", "false", "--job-events", "false", "--homecoming", "false",
+        "--lease-duration-seconds", "4", "--lease-renew-deadline-seconds", "3", "--lease-retry-seconds", "0.5",
+    ]  # fmt: skip
+    process = start_process("controller", argv, log_path=plane.run_dir / "controller" / "controller.log")
+    deadline = time.monotonic() + CONTROLLER_READY_TIMEOUT
+    while not _controller_leads(port):
+        if time.monotonic() > deadline:
+            stop_process(process)
+            raise RuntimeError(f"the burst controller did not lead within {CONTROLLER_READY_TIMEOUT:g}s")
+        time.sleep(0.2)
+    return process
 
 
 def _admission_entries(lines: Sequence[str]) -> Iterator[dict[str, Any]]:
@@ -139,11 +188,25 @@ class Replay:
         budget = self.deadline - ANALYSIS_RESERVE_SECONDS - now - POLICY_OVERHEAD_SECONDS * policies_left
         return now + max(budget / policies_left, 0.0) + POLICY_OVERHEAD_SECONDS
 
-    def run_policy(self, policy: Policy, *, policies_left: int) -> RunRecord:
+    def create_jobs(self, namespace: str) -> dict[str, str]:
+        """An inert Job per replayed GPU pod (objects.build_inert_job); pod name -> the Job's UID."""
+        names = [name for name in self.plan.replay if self.plan.pods[name].row.gpus > 0]
+        cluster.kubectl_bulk(self.plane, ["create"], [objects.build_inert_job(n, namespace=namespace) for n in names])
+        batch = k8s_client.BatchV1Api(self.core.api_client)
+        listed = json.loads(batch.list_namespaced_job(namespace, _preload_content=False).data)
+        uids = {item["metadata"]["name"]: item["metadata"]["uid"] for item in listed["items"]}
+        missing = [n for n in names if n not in uids]
+        if missing:
+            raise RuntimeError(f"{len(missing)} Jobs not created, e.g. {missing[:3]}")
+        return uids
+
+    def run_policy(self, policy: Policy, *, policies_left: int, burst_after: float | None = None) -> RunRecord:
         settings, plan = self.settings, self.plan
-        namespace = f"replay-{policy}"
+        namespace = f"replay-{accounting.run_key(policy, burst_after)}"
         deadline = self._policy_deadline(policies_left)
         cluster.create_namespace(self.core, namespace)
+        waits = bool(burst_after)  # 0: the webhook as today, bursting at once
+        jobs = self.create_jobs(namespace) if waits else {}
         preload = [
             objects.build_preload_pod(
                 plan.pods[name].row,
@@ -165,14 +228,21 @@ class Replay:
             model_label=settings.model_label,
             stranded_timeout=settings.stranded_timeout,
             say=say,
+            # In wall time: the webhook and the controller run on the wall clock.
+            burst_after=f"{burst_after / settings.compression:.6g}s" if burst_after else "",
+            jobs=jobs,
         )
         recorder = Recorder(self.core, on_pod=driver.on_pod)
         recorder.start()
         hook: addons.WebhookProcess | None = None
+        controller: ManagedProcess | None = None
         config_name = ""
         notes: list[str] = []
         try:
             recorder.wait_synced(WATCH_SYNC_TIMEOUT)
+            if waits:
+                controller = start_controller(self.plane, self.core)
+                say(f"  burst controller pid {controller.pid} leads; log {controller.log_path}")
             if policy == "webhook":
                 run_dir = self.plane.run_dir / "webhook"
                 # The log is appended to across runs; admission latencies are read from it.
@@ -188,6 +258,8 @@ class Replay:
                 self.plane.kubectl("delete", "mutatingwebhookconfiguration", config_name, "--ignore-not-found")
             if hook is not None:
                 addons.stop_webhook(hook)
+            if controller is not None:
+                stop_process(controller)
         latencies: list[float] = []
         views: dict[str, AdmissionView] = {}
         if hook is not None:
@@ -215,18 +287,19 @@ class Replay:
             truncated=result.truncated,
             preload_pods=len(plan.preload),
             notes=tuple(notes),
+            burst_after=burst_after,
         )
 
 
-def history_path(out: Path, policy: Policy) -> Path:
-    return out / f"history-{policy}.jsonl.gz"
+def history_path(out: Path, policy: Policy, burst_after: float | None = None) -> Path:
+    return out / f"history-{accounting.run_key(policy, burst_after)}.jsonl.gz"
 
 
 def save_history(settings: Settings, record: RunRecord) -> None:
     """Written as soon as the policy ends, so a later policy's failure does not lose it."""
     began = time.monotonic()
     saved = record_file.SavedRun(record, model_label=settings.model_label, race_window=settings.race_window)
-    path = history_path(settings.out, record.policy)
+    path = history_path(settings.out, record.policy, record.burst_after)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(record_file.encode(saved))
     say(f"  history saved to {path} ({path.stat().st_size / 1e6:.1f} MB in {time.monotonic() - began:.1f}s)")
@@ -251,10 +324,20 @@ def build_notes(settings: Settings, plan: Plan, runs: Sequence[RunRecord]) -> li
         f"Stranded: kept its GPU request (no burst) and not bound within {settings.stranded_timeout:g} wall seconds "
         "of its creation, among pods that lived at least that long.",
     ]
+    if settings.burst_after:
+        notes.append(
+            "burst-after: each GPU pod of those runs is owned by a Job of its own and carries the setting (in wall"
+            f" time: trace time / {c:g}); the real webhook keeps it local until its deadline and the real burst"
+            f" controller (scanning every {CONTROLLER_SCAN_SECONDS:g} s, {CONTROLLER_SCAN_SECONDS * c / 60:.0f} trace"
+            " min) deletes it then; the replay creates the replacement, as its Job would, at once (a real Job waits"
+            " its failure back-off, 10 s, first), which the webhook decides again. 'creation -> burst delay' is the"
+            " wait; the waiting pods count in 'kept local, no node had GPUs' (they were kept local on purpose)."
+        )
     for run in runs:
-        notes += [f"{run.policy}: {note}" for note in run.notes]
+        title = accounting.run_title(run.policy, run.burst_after)
+        notes += [f"{title}: {note}" for note in run.notes]
         if run.truncated:
-            notes.append(f"{run.policy}: stopped early by --max-wall-seconds (not every pod was replayed)")
+            notes.append(f"{title}: stopped early by --max-wall-seconds (not every pod was replayed)")
     return notes
 
 
@@ -271,8 +354,20 @@ def summarize_runs(settings: Settings, runs: Sequence[RunRecord], *, say: Callab
                 stranded_timeout=settings.stranded_timeout,
             )
         )
-        say(f"  judged {run.policy}: {len(run.history)} observations in {time.monotonic() - began:.1f}s")
+        title = accounting.run_title(run.policy, run.burst_after)
+        say(f"  judged {title}: {len(run.history)} observations in {time.monotonic() - began:.1f}s")
     return summaries
+
+
+def plan_runs(settings: Settings) -> list[tuple[Policy, float | None]]:
+    """The runs in order: each policy once, the webhook once per burst-after setting when given."""
+    runs: list[tuple[Policy, float | None]] = []
+    for policy in settings.policies:
+        if policy == "webhook" and settings.burst_after:
+            runs += [(policy, value) for value in settings.burst_after]
+        else:
+            runs.append((policy, None))
+    return runs
 
 
 def run(settings: Settings) -> int:
@@ -321,9 +416,10 @@ def run(settings: Settings) -> int:
             "trace_end": plan.end,
             "events": len(plan.events),
         }
-        for i, policy in enumerate(settings.policies):
-            say(f"policy {policy} ({accounting.POLICY_TITLES[policy]})")
-            runs.append(replay.run_policy(policy, policies_left=len(settings.policies) - i))
+        variants = plan_runs(settings)
+        for i, (policy, burst_after) in enumerate(variants):
+            say(f"policy {policy} ({accounting.run_title(policy, burst_after)})")
+            runs.append(replay.run_policy(policy, policies_left=len(variants) - i, burst_after=burst_after))
             if settings.save_history:
                 save_history(settings, runs[-1])
     finally:
@@ -350,12 +446,13 @@ def run(settings: Settings) -> int:
         "stranded_timeout_seconds": settings.stranded_timeout,
         "race_window_seconds": settings.race_window,
         "max_wall_seconds": settings.max_wall_seconds,
+        "burst_after_seconds": list(settings.burst_after),
     }
     notes = build_notes(settings, plan, runs)
     for summary in summaries:
         if summary.create_errors or summary.webhook_fail_open:
             notes.append(
-                f"{summary.policy}: {summary.create_errors} pod CREATEs failed, "
+                f"{summary.title}: {summary.create_errors} pod CREATEs failed, "
                 f"{summary.webhook_fail_open} GPU pods admitted without a webhook decision (failed open)"
             )
     table = report.build_table(summaries)
@@ -364,6 +461,11 @@ def run(settings: Settings) -> int:
     markdown = report.build_markdown(table, config=config, setup=setup, notes=notes)
     report.write_files(settings.out, document=document, markdown=markdown)
     report.write_png(settings.out / "timeline.png", summaries, free_gpus=plan.free_gpus, trace_start=plan.start)
+    tradeoff = [s for s in summaries if s.burst_after is not None]
+    if tradeoff:
+        report.write_tradeoff_png(settings.out / "tradeoff.png", tradeoff)
+        say("")
+        say(report.build_tradeoff_table(tradeoff))
     say("")
     say(table)
     say("")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from replay.accounting import POLICIES, Policy
 from replay.objects import DEFAULT_MODEL_LABEL
+from webhook.waiting import DurationError, parse_duration
 
 # The Alibaba openb trace ships with the checkout (data/alibaba-gpu-2023, public data with its README),
 # so `make replay` runs wherever the repository is cloned.
@@ -58,6 +59,8 @@ class Settings:
     stranded_timeout: float
     race_window: float
     save_history: bool = False  # write <out>/history-<policy>.jsonl.gz after each policy
+    # The webhook policy once per setting (trace seconds; 0: today's, at once); (): once, no setting.
+    burst_after: tuple[float, ...] = ()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,7 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policies", default=",".join(POLICIES), help=f"comma-separated, from {', '.join(POLICIES)}")
     p.add_argument("--price-per-gpu-hour", type=float, default=DEFAULT_PRICE, help="USD; an assumption")
     p.add_argument("--out", type=Path, default=Path("replay/out"), help="report directory")
-    p.add_argument("--max-wall-seconds", type=float, default=DEFAULT_MAX_WALL_SECONDS, help="whole-run budget")
+    p.add_argument(
+        "--max-wall-seconds",
+        type=float,
+        default=None,
+        help=f"whole-run budget (default {DEFAULT_MAX_WALL_SECONDS:g} for three runs, in proportion for more)",
+    )
     p.add_argument("--free-gpus", type=int, default=DEFAULT_FREE_GPUS, help="GPUs the background leaves free")
     p.add_argument("--no-background", action="store_true", help="no background load (a complete history)")
     p.add_argument("--background-gpus-only", action="store_true", help="background holds GPUs only, no CPU or memory")
@@ -81,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-model-label", default=DEFAULT_MODEL_LABEL, help="node label holding the GPU model")
     p.add_argument("--stranded-timeout", type=float, default=DEFAULT_STRANDED_TIMEOUT, help="wall seconds")
     p.add_argument("--race-window", type=float, default=DEFAULT_RACE_WINDOW, help="wall seconds (see replay/README.md)")
+    p.add_argument(
+        "--burst-after",
+        default="",
+        help="comma-separated trace durations such as 0,5m,30m: the webhook policy runs once per value, its"
+        " GPU pods owned by Jobs and waiting that long for a local node before they burst (docs/replay.md)",
+    )
     p.add_argument(
         "--save-history",
         action="store_true",
@@ -106,10 +120,22 @@ def parse_settings(argv: Sequence[str]) -> Settings:
         problems.append("--start-index must be at least 0")
     if args.free_gpus < 0:
         problems.append("--free-gpus must be at least 0 (use --no-background for none)")
-    if args.max_wall_seconds <= 0:
+    if args.max_wall_seconds is not None and args.max_wall_seconds <= 0:
         problems.append("--max-wall-seconds must be positive")
+    burst_after: list[float] = []
+    for text in filter(None, (part.strip() for part in str(args.burst_after).split(","))):
+        try:
+            burst_after.append(parse_duration(text))
+        except DurationError as exc:
+            problems.append(f"--burst-after: {exc}")
+    if burst_after and "webhook" not in policies:
+        problems.append("--burst-after needs the webhook policy (--policies ...,webhook)")
+    if len(set(burst_after)) != len(burst_after):
+        problems.append("--burst-after: each value once")
     if problems:
         raise SettingsError("; ".join(problems))
+    runs = len(policies) + (len(burst_after) - 1 if burst_after else 0)
+    max_wall = args.max_wall_seconds or DEFAULT_MAX_WALL_SECONDS * max(runs, 3) / 3
     return Settings(
         nodes=args.nodes,
         pods=args.pods,
@@ -119,7 +145,7 @@ def parse_settings(argv: Sequence[str]) -> Settings:
         policies=tuple(p for p in POLICIES if p in policies),  # always in the same order
         price_per_gpu_hour=args.price_per_gpu_hour,
         out=args.out,
-        max_wall_seconds=args.max_wall_seconds,
+        max_wall_seconds=max_wall,
         free_gpus=None if args.no_background else args.free_gpus,
         background_gpus_only=args.background_gpus_only,
         seed=args.seed,
@@ -127,4 +153,5 @@ def parse_settings(argv: Sequence[str]) -> Settings:
         stranded_timeout=args.stranded_timeout,
         race_window=args.race_window,
         save_history=args.save_history,
+        burst_after=tuple(burst_after),
     )

@@ -25,6 +25,7 @@ from webhook.cache import ClusterCache
 from webhook.forwarding import Forwarder, build_client_context
 from webhook.replicas import ReplicaRouter
 from webhook.settings import LeaderElection, Settings, SettingsError, parse_settings
+from webhook.spend_feed import SpendFeed
 from webhook.sync import KINDS_WITH_JOBS, CacheSync
 from webhook.tls import ReloadingTLS
 from webhook.watching import Watcher
@@ -41,15 +42,23 @@ async def _build(settings: Settings, tls: ReloadingTLS) -> web.Application:
         scheduler_names=settings.scheduler_names,
         max_reservations=settings.max_reservations,
         max_reservations_per_namespace=settings.max_reservations_per_namespace,
+        max_spend_record_age=settings.spend_max_age_seconds,
+        wall_clock=time.time,
     )
     sync = CacheSync(cache, clock=clock, kinds=KINDS_WITH_JOBS)
-    watcher = Watcher(load_api_client(settings.kubeconfig), sync)
+    api_client = load_api_client(settings.kubeconfig)
+    watcher = Watcher(api_client, sync)
     app: web.Application
 
     async def reload_tls() -> None:
         await tls.watch(settings.tls_reload_seconds, on_reload=app[METRICS].tls_reloads.inc)
 
     background: list[BackgroundTask] = [watcher.run, reload_tls]
+    if settings.spend_namespace:
+        spend = SpendFeed(
+            api_client, sync, namespace=settings.spend_namespace, poll_seconds=settings.spend_poll_seconds
+        )
+        background.append(spend.run)
     router: ReplicaRouter | None = None
     elector: LeaseElector | None = None
     if settings.leader_election is not None:

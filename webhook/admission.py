@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from entrypoint import contract
-from webhook import budget, gangs, mutation, responses
+from jarvice import contract
+from webhook import budget, gangs, mutation, provenance, responses, waiting
 from webhook import decision as decisions
 from webhook.burst import BurstAsk
 from webhook.cache import ClusterCache
@@ -61,16 +61,38 @@ def admit(
             request, f"pod is not labeled {contract.LABEL_TASK_TYPE}={contract.LABEL_TASK_TYPE_VALUE}"
         )
     annotations = _mapping(meta.get("annotations"))
-    spec = _mapping(pod.get("spec"))
-    # Reinvocation (a later webhook changed the pod), or a pod copied from one we rewrote: never
-    # decide twice, but a burst pod must not keep GPUs someone added since.
-    reinvoked = contract.ANNOTATION_DECISION in annotations
+    # The product's own reinvocation (a later webhook changed the pod we rewrote moments ago), proven
+    # by our record of the admission's token, not by the pod: never decided twice, but a burst pod
+    # must not keep GPUs someone added since. Any other pod carrying our marks (a copy of a decided
+    # pod, a decision written by hand) has them cleared and is decided afresh (webhook.provenance).
+    reinvoked = contract.ANNOTATION_DECISION in annotations and cache.issued.holds(
+        str(annotations.get(contract.ANNOTATION_ADMISSION, ""))
+    )
     if reinvoked and annotations[contract.ANNOTATION_DECISION] != contract.DECISION_REMOTE:
         return responses.skip(request, f"already decided: {annotations[contract.ANNOTATION_DECISION]}")
+    cleared: provenance.Cleared | None = None
+    if not reinvoked and (marks := provenance.carried_marks(pod)):
+        cleared = provenance.clear(pod, marks)
+        pod = cleared.pod
+        # Built, not dataclasses.replace(): the module is compiled with mypyc.
+        request = AdmissionRequest(
+            uid=request.uid,
+            operation=request.operation,
+            kind=request.kind,
+            group=request.group,
+            namespace=request.namespace,
+            dry_run=request.dry_run,
+            object=pod,
+        )
+        meta = _mapping(pod.get("metadata"))
+        annotations = _mapping(meta.get("annotations"))
+    spec = _mapping(pod.get("spec"))
     try:
         gpus = pod_gpus(spec, policy.gpu_resources, checked=True)  # on reinvocation: what the patch reads
         placement = Placement() if reinvoked else parse_placement(spec)
         if not gpus and not reinvoked:
+            if cleared is not None:
+                return responses.cleared_only(request, cleared, "pod requests no GPU")
             return responses.skip(request, "pod requests no GPU")
         requests = gpus if reinvoked else {**gpus, **pod_compute(spec)}
         bursting = burst_container_names(spec, policy.gpu_resources)  # the containers a burst would run
@@ -101,9 +123,28 @@ def admit(
         pod=BurstAsk(spec=spec, annotations=annotations, policy=policy, bursting=bursting),
         uid=request.uid,
         dry_run=request.dry_run,
+        wait=_wait_ask(meta, annotations, snapshot.burst_after, cache),
     )
     cache.apply(verdict.effects)
-    return responses.respond(request, verdict, gpus=needs.gpus, policy=policy)
+    if not request.dry_run and verdict.route != "reinvoked":
+        cache.issued.issue(request.uid)  # the token the patch writes: it proves a reinvocation
+    return responses.respond(request, verdict, gpus=needs.gpus, policy=policy, cleared=cleared)
+
+
+def _wait_ask(
+    meta: Mapping[str, Any], annotations: Mapping[str, Any], namespace_setting: str | None, cache: ClusterCache
+) -> waiting.WaitAsk | None:
+    """What the pod's wait before bursting is decided from (None: neither it nor its namespace asks)."""
+    setting = annotations.get(contract.ANNOTATION_BURST_AFTER)
+    if setting is None and namespace_setting is None:
+        return None
+    return waiting.WaitAsk(
+        setting=setting if setting is None or isinstance(setting, str) else repr(setting),
+        namespace_setting=namespace_setting,
+        job_uid=waiting.controlling_job(meta),
+        now=cache.wall_now(),
+        deadlines=cache.burst_deadlines(),
+    )
 
 
 def decide_placement(requests: Requests, placement: Placement, cache: ClusterCache, *, namespace: str = "") -> Decision:

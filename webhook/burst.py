@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from entrypoint import contract
-from webhook import data_volumes, gpu_models, mutation, walltime
+from jarvice import contract
+from webhook import data_volumes, gpu_models, mutation, spending, walltime
 from webhook import machine_terms as machine_terms_of
 from webhook.gangs import GangTerms
 from webhook.types import GpuCounts, PodNeeds, Snapshot
@@ -45,6 +45,27 @@ class NotBurst:
     reason: str
     notes: Mapping[str, str]  # annotations beside the decision and reason
     warnings: tuple[str, ...] = ()  # what kubectl shows ((): one naming the reason)
+
+
+def with_price(terms: Terms, price: spending.Price) -> Terms:
+    """The terms of a priced burst: the runner's price ceiling, and its job's cost (a gang's: the whole
+    job's, counted on the rank that submits it, as its GPUs are: webhook.verdict, webhook.mutation)."""
+    burst = terms.burst
+    # Built, not dataclasses.replace(): the module is compiled with mypyc.
+    priced = mutation.BurstTerms(
+        cluster=burst.cluster,
+        limit=burst.limit,
+        reinvoked=burst.reinvoked,
+        gang=burst.gang,
+        staging=burst.staging,
+        gpu_model=burst.gpu_model,
+        allowed_machines=burst.allowed_machines,
+        max_price=price.per_node_hour,
+        cost_per_hour=price.per_hour,
+        worst_case=price.worst_case,
+        app=burst.app,
+    )
+    return Terms(priced, terms.limit_warning, terms.remote_gpus)
 
 
 def remote_gpus(gpus: GpuCounts) -> int:
@@ -106,6 +127,7 @@ def settle(
         staging=staging,
         gpu_model=gpu_models.describe_constraint(model) if model is not None else "",
         allowed_machines=machines.machines if isinstance(machines, gpu_models.AllowedMachines) else (),
+        app=snapshot.app or (pod.policy.default_app if pod is not None else ""),
         machine_order=machine_terms.order,
         max_remote_queue=machine_terms.max_remote_queue,
         warnings=machine_terms.warnings,

@@ -33,13 +33,16 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from entrypoint import contract
+from jarvice import contract
 from kubeplumbing.leadership import HandedOver
 from webhook.accounting import ClaimLedger
 from webhook.fitting import CANDIDATE_CAP, best_partial_fit, find_fit
 from webhook.gangs import GangIndex, GangSnapshot
+from webhook.provenance import IssuedTokens
 from webhook.reservations import Reservations
 from webhook.scheduling import eligibility
+from webhook.spend_ledger import SpendLedger
+from webhook.spending import DEFAULT_MAX_RECORD_AGE_SECONDS, CostCaps, InUse
 from webhook.types import (
     Claim,
     ClaimMove,
@@ -61,6 +64,9 @@ __all__ = ["CANDIDATE_CAP", "CLUSTER_NAMESPACE", "DEFAULT_SCHEDULERS", "Claim", 
 DEFAULT_SCHEDULERS = ("default-scheduler",)
 # Every cluster has it and it is never deleted: its UID names the cluster (contract.cluster_identity).
 CLUSTER_NAMESPACE = "kube-system"
+# How long a Job's wait deadline is remembered after it passed: its replacement pods, created within
+# seconds of the controller's scan, burst at once; a pod the Job creates much later may wait again.
+WAIT_MEMORY_SECONDS = 3600.0
 _NO_KUBE_SYSTEM = "the kube-system namespace is not in the webhook's cache, so the cluster's identity is unknown"
 
 
@@ -71,6 +77,9 @@ class NamespaceIndex:
     def __init__(self) -> None:
         self.budgets: dict[str, NamespaceBudget] = {}  # namespaces with a max-remote-gpus annotation
         self.default_walltimes: dict[str, str] = {}  # namespaces with a default-walltime annotation
+        self.caps: dict[str, CostCaps] = {}  # namespaces with a cost cap
+        self.apps: dict[str, str] = {}  # namespaces that name their JARVICE application
+        self.burst_afters: dict[str, str] = {}  # namespaces with a burst-after annotation
         self.machines: dict[str, NamespaceMachines] = {}  # namespaces with a machines or max-remote-queue annotation
         self.kube_system_uid = ""
         self.remote_in_use: dict[str, int] = {}  # namespace -> GPUs of its watched burst pods
@@ -80,6 +89,9 @@ class NamespaceIndex:
     def replace(self, namespaces: Iterable[NamespaceInfo]) -> None:
         self.budgets = {}
         self.default_walltimes = {}
+        self.caps = {}
+        self.apps = {}
+        self.burst_afters = {}
         self.machines = {}
         self.kube_system_uid = ""
         for namespace in namespaces:
@@ -95,6 +107,18 @@ class NamespaceIndex:
             self.default_walltimes.pop(name, None)
         else:
             self.default_walltimes[name] = namespace.default_walltime
+        if namespace.cost_caps is None:
+            self.caps.pop(name, None)
+        else:
+            self.caps[name] = namespace.cost_caps
+        if namespace.app:
+            self.apps[name] = namespace.app
+        else:
+            self.apps.pop(name, None)
+        if namespace.burst_after is None:
+            self.burst_afters.pop(name, None)
+        else:
+            self.burst_afters[name] = namespace.burst_after
         if namespace.machines is None:
             self.machines.pop(name, None)
         else:
@@ -131,6 +155,9 @@ class NamespaceIndex:
     def delete(self, name: str) -> None:
         self.budgets.pop(name, None)
         self.default_walltimes.pop(name, None)
+        self.caps.pop(name, None)
+        self.apps.pop(name, None)
+        self.burst_afters.pop(name, None)
         self.machines.pop(name, None)
         if name == CLUSTER_NAMESPACE:
             self.kube_system_uid = ""
@@ -146,7 +173,15 @@ class ClusterCache:
         scheduler_names: Collection[str] = DEFAULT_SCHEDULERS,
         max_reservations: int | None = None,
         max_reservations_per_namespace: int | None = None,
+        max_spend_record_age: float = DEFAULT_MAX_RECORD_AGE_SECONDS,
+        wall_clock: Callable[[], float] | None = None,
     ) -> None:
+        """`clock`: for reservations (monotonic); `wall_clock`: epoch seconds, for the deadlines of
+        pods waiting to burst (None: `clock`)."""
+        self._wall_clock = wall_clock or clock
+        # Job UID -> the deadline its pods wait until before bursting (webhook.waiting). In memory:
+        # a new leader gives a Job a new wait (the controller's re-burst cap bounds the repeats).
+        self.waits: dict[str, float] = {}
         self.gpu_resources = tuple(gpu_resources)
         self._scheduler_names = frozenset(scheduler_names)
         # The view's structures are mutated in place, never rebound: the view stays valid.
@@ -161,6 +196,9 @@ class ClusterCache:
             max_reservations_per_namespace=max_reservations_per_namespace,
         )
         self._pods: dict[str, PodInfo] = {}
+        self.issued = IssuedTokens(clock=clock)  # admissions decided, pod not seen yet (webhook.provenance)
+        # The spend record says when (Unix time) JARVICE was listed: its age is read on the wall clock.
+        self.spend = SpendLedger(clock=self._wall_clock, max_record_age=max_spend_record_age)  # GPUs, money
         self.reservation_cap_hits = 0  # reviews decided remote because a cap was reached
         self.namespaces, self.gang_index = NamespaceIndex(), GangIndex()  # gangs: kept by webhook.sync
 
@@ -231,16 +269,40 @@ class ClusterCache:
         self.reservations.expire()
         self.ledger.settle()
         cluster, unknown = self.namespaces.cluster_identity(cluster_name)
+        budget, caps = self.namespaces.budgets.get(namespace), self.namespaces.caps.get(namespace)
+        in_use = InUse()
+        if budget is not None or caps is not None:  # counted only where something caps it
+            gpus_reserved = self.reservations.remote_gpus_in(namespace)
+            live = self.reservations.hold
+            in_use = self.spend.in_use(namespace, gpus_reserved=gpus_reserved, live=lambda rid: live(rid) is not None)
+        record = self.spend.record
         return Snapshot(
             view=self.view,
             reservation_refusal=self.reservations.refusal(namespace),
-            budget=self.namespaces.budgets.get(namespace),
-            remote_in_use=self.remote_in_use(namespace),
+            budget=budget,
+            remote_in_use=in_use.gpus if budget is not None else self.remote_in_use(namespace),
+            cost_caps=caps,
+            app=self.namespaces.apps.get(namespace, ""),
+            in_use=in_use,
+            spend_refusal=self.spend.refusal(namespace) if caps is not None else "",
+            machines=record.machines if record is not None else None,
             cluster=cluster,
             cluster_unknown=unknown,
             default_walltime=self.namespaces.default_walltimes.get(namespace),
+            burst_after=self.namespaces.burst_afters.get(namespace),
             namespace_machines=self.namespaces.machines.get(namespace),
         )
+
+    def wall_now(self) -> float:
+        """Epoch seconds: a waiting pod's deadline is written on it, so it is wall-clock time."""
+        return self._wall_clock()
+
+    def burst_deadlines(self) -> Mapping[str, float]:
+        """The deadlines Jobs' pods wait until (webhook.waiting), those long past forgotten first."""
+        forget = self._wall_clock() - WAIT_MEMORY_SECONDS
+        for key in [key for key, deadline in self.waits.items() if deadline < forget]:
+            del self.waits[key]
+        return self.waits
 
     def apply(self, effects: Effects) -> None:
         """An admission's verdict, applied at once (see verdict.Effects): its claim moves, a cap it
@@ -250,8 +312,13 @@ class ClusterCache:
             self.reservation_cap_hits += 1
         if effects.release or effects.local or effects.remote:
             self.reservations.apply(release=effects.release, local=effects.local, remote=effects.remote)
+            for reservation in effects.remote:
+                self.spend.reserve(reservation)
         if effects.record is not None:
             self.gang_index.book.put(effects.gang, effects.record)
+        if effects.wait is not None:
+            key, deadline = effects.wait
+            self.waits[key] = deadline
         self.ledger.settle()
 
     def gang_snapshot_for(self, meta: Mapping[str, Any], *, namespace: str, cluster: str) -> GangSnapshot | None:
@@ -346,11 +413,15 @@ class ClusterCache:
 
     def upsert_pod(self, pod: PodInfo) -> None:
         old = self._pods.get(pod.uid)
+        if pod.admission:
+            self.issued.take(pod.admission)
         if pod.reservation_id:
             self.reservations.release(pod.reservation_id)
         if old is not None:
             self.namespaces.count_remote(old, -1)
+            self.spend.count(old, -1)
         self.namespaces.count_remote(pod, 1)
+        self.spend.count(pod, 1)
         if old is not None and self._holding(old) == self._holding(pod):
             self._pods[pod.uid] = pod
         else:
@@ -366,6 +437,7 @@ class ClusterCache:
             if old.reservation_id:
                 self.reservations.release(old.reservation_id)
             self.namespaces.count_remote(old, -1)
+            self.spend.count(old, -1)
             self.ledger.drop_holding(old)
             self.ledger.settle()
 

@@ -23,7 +23,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from entrypoint import contract
+from jarvice import contract
 
 VolumeRole = Literal["config", "secret", "scratch", "data"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from entrypoint import contract
+from jarvice import contract
 from webhook.gangs import GangKind, GangMember, GangSnapshot, GangTerms
 from webhook.reasons import describe_need
 from webhook.types import GpuCounts
@@ -33,6 +33,10 @@ class GangPart:
     notes: Mapping[str, str]  # annotations: the gang's UID, size and rank (what is known of them)
     node: str = ""  # a later pod of a local gang: its rank's reserved node ("": none, or gone)
     expires_at: float = 0.0  # until when a record of the gang's decision is kept
+    # A later pod of a remote gang that submits its job (rank 0) and whose rank's reservation has
+    # lapsed (or was never handed over): the gang's GPUs are counted for it no more, so its budget is
+    # asked again before it bursts.
+    recount: bool = False
 
 
 def describe(member: GangMember) -> str:
@@ -67,7 +71,7 @@ def take_up(gang: GangSnapshot) -> GangPart:
     expires_at = gang.now + gang.ttl
     kind, why = (gang.record.kind, gang.record.reason) if gang.record is not None else _recall(member, gang)
     if kind is None:
-        terms = GangTerms(member.uid, size, member.rank if member.rank is not None else 0)
+        terms = GangTerms(member.uid, size, member.rank if member.rank is not None else 0, member.generation)
         return GangPart(name, terms, None, "", terms.annotations(), expires_at=expires_at)
     rank = member.rank
     if rank is None:
@@ -76,12 +80,14 @@ def take_up(gang: GangSnapshot) -> GangPart:
     if rank is None:
         reason = f"all {size} ranks of {name} are held by live pods; this extra pod is kept local"
         return GangPart(name, None, "kept", reason, {})
-    terms = GangTerms(member.uid, size, rank)
+    terms = GangTerms(member.uid, size, rank, member.generation)
     reason = f"{name} ({size} pods) is {_shown(kind)}, as decided at its first pod: {why}"
     holds = gang.ranks.get(rank)
+    opened = holds.opened if holds is not None else None
     # A place reserved on a node that has gone holds nothing: the pod looks for one anew.
-    node = holds.opened.node if holds is not None and holds.opened is not None and holds.opened.local else ""
-    return GangPart(name, terms, kind, reason, terms.annotations(), node=node, expires_at=expires_at)
+    node = opened.node if opened is not None and opened.local else ""
+    recount = kind == "remote" and rank == contract.GANG_SUBMITTING_RANK and opened is None
+    return GangPart(name, terms, kind, reason, terms.annotations(), node=node, expires_at=expires_at, recount=recount)
 
 
 def free_rank(size: int, *, held: Iterable[int], taken: Iterable[int]) -> int | None:

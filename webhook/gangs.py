@@ -15,6 +15,14 @@ decision is kept where a new leader finds it:
     rank's GPUs against the namespace's burst budget; `gang.<uid>.kept` / `.denied` mark a gang
     kept local or refused without reserving anything;
   - on the gang's pods themselves (their decision and gang annotations), once the watch shows them.
+Each generation of a gang is a gang of its own, with an identity of its own (generation_uid): a
+burst generation is over once one of its pods has finished or is being deleted (its JARVICE job is
+then not wanted: controller.orphans), so the pod that comes next (an Indexed Job's retry, a reused
+pod group name) starts the next generation, decided afresh, and its job never shares a label with
+the old one. The generations are told apart by what every replica can read alike: the gang's pods
+in the watch cache (finished burst pods included) and the outstanding reservations, both keyed by
+the generation's identity (see GangIndex.snapshot). A local generation has no job: a replacement
+pod joins it, as before.
 This module holds the rules and what the cache keeps of gangs (GangIndex, GangBook); it hands a gang's
 pod's decision (webhook.decision, which takes the pod up in its gang with webhook.gang_decision) one
 GangSnapshot, and what that decision reserves and remembers comes back as its Effects (webhook.verdict),
@@ -25,10 +33,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
-from entrypoint import contract
+from jarvice import contract
 from webhook.types import (
     Hold,
     PodInfo,
@@ -40,6 +48,9 @@ ANNOTATION_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
 JOB_API_VERSION: Final = "batch/v1"
 RESERVATION_PREFIX: Final = "gang."
 _TAKEN: Final = ".pod"
+# How many generations in a row may leave no trace (all their pods deleted) before the search for the
+# latest one stops: generations are few (a Job's backoffLimit), and each probe is a few lookups.
+GENERATION_GAP: Final = 2
 
 GangSource = Literal["job", "pod-group"]
 GangKind = Literal["local", "remote", "kept", "denied"]
@@ -71,11 +82,12 @@ class JobInfo:
 class GangMember:
     """A pod of a gang, as its admission review shows it."""
 
-    uid: str  # the gang's identity: the Job's UID, or the pod group's uuid5
+    uid: str  # the generation's identity: generation 1's is the Job's UID or the pod group's uuid5
     source: GangSource
     name: str  # the Job's or the group's name, for people
     size: int | None  # None: the pod's Job is not in the webhook's cache
     rank: int | None  # an Indexed Job's completion index; None for a pod group (assigned at admission)
+    generation: int = 1  # which generation of the gang the pod is in (see generation_uid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +97,14 @@ class GangTerms:
     uid: str
     size: int
     rank: int
+    generation: int = 1
 
     def annotations(self) -> dict[str, str]:
         return {
             contract.ANNOTATION_GANG: self.uid,
             contract.ANNOTATION_GANG_SIZE: str(self.size),
             contract.ANNOTATION_GANG_RANK: str(self.rank),
+            contract.ANNOTATION_GANG_GENERATION: str(self.generation),
         }
 
 
@@ -119,6 +133,18 @@ def parse_job(raw: Mapping[str, Any]) -> JobInfo | None:
 def pod_group_uid(cluster: str, namespace: str, group: str) -> str:
     """A Kueue pod group's identity (the contract's rule): the same for every pod of the group."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{cluster}/{namespace}/{group}"))
+
+
+def generation_uid(gang_uid: str, generation: int) -> str:
+    """The identity of a gang's generation (the contract's rule): generation 1's is the gang's own
+    (the Job's UID, the pod group's uuid5), a later one's a uuid5 of it, the same on every replica."""
+    if generation == 1:
+        return gang_uid
+    try:
+        space = uuid.UUID(gang_uid)
+    except ValueError:  # a Job's UID is a UUID; anything else still names one generation alone
+        space = uuid.uuid5(uuid.NAMESPACE_URL, gang_uid)
+    return str(uuid.uuid5(space, f"generation/{generation}"))
 
 
 def _controller_job(meta: Mapping[str, Any]) -> tuple[str, str] | None:
@@ -222,9 +248,16 @@ def parse_terms(annotations: Mapping[str, Any]) -> GangTerms | None:
     try:
         size = _whole(annotations.get(contract.ANNOTATION_GANG_SIZE), "size", minimum=1)
         rank = _whole(annotations.get(contract.ANNOTATION_GANG_RANK), "rank", minimum=0)
+        generation = _whole(annotations.get(contract.ANNOTATION_GANG_GENERATION, "1"), "generation", minimum=1)
     except GangError:
         return None
-    return GangTerms(uid, size, rank) if rank < size else None
+    return GangTerms(uid, size, rank, generation) if rank < size else None
+
+
+def generation_over(pods: Iterable[PodInfo]) -> bool:
+    """Whether a generation's pods say no pod may join it any more: one of its burst pods finished
+    or is being deleted, so its JARVICE job is not wanted (controller.orphans) and will not be followed."""
+    return any((p.terminal or p.deleting) and p.decision == contract.DECISION_REMOTE for p in pods)
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,20 +366,51 @@ class GangIndex:
         member = find_member(meta, namespace=namespace, cluster=cluster, jobs=self.jobs)
         if member is None:
             return None
-        if member.size is None:
+        size = member.size
+        if size is None:
             return GangSnapshot(member, None, None, {}, NOT_READ, now, ttl)
-        uid = member.uid
         self.book.expire(now=now)
+        member = self._generation_of(member, size, now=now, hold=hold)
+        uid = member.uid
         record = self.book.get(uid, now=now)
         marked = next((kind for kind in _MARKS if hold(marker_id(uid, kind)) is not None), None)
         wide = record is None or member.rank is None
         ranks: dict[int, RankHolds] = {}
-        for rank in range(member.size) if wide else (member.rank or 0,):
+        for rank in range(size) if wide else (member.rank or 0,):
             opened, taken = hold(open_id(uid, rank)), hold(taken_id(uid, rank))
             if opened is not None or taken is not None:
                 ranks[rank] = RankHolds(opened, taken)
         seen = read_pods(self.pods(uid)) if wide else NOT_READ
         return GangSnapshot(member, record, marked, ranks, seen, now, ttl)
+
+    def _generation_of(
+        self, member: GangMember, size: int, *, now: float, hold: Callable[[str], Hold | None]
+    ) -> GangMember:
+        """The member in the gang's latest generation, or in the next one when the latest is over
+        (generation_over). The latest is the highest that leaves a trace here: a record, a pod in the
+        watch cache, an outstanding reservation (the previous leader's, for a generation whose pods
+        the watch has not shown yet)."""
+        latest, generation, misses = 0, 0, 0
+        while misses < GENERATION_GAP:
+            generation += 1
+            if self._traced(generation_uid(member.uid, generation), size, now=now, hold=hold):
+                latest, misses = generation, 0
+            else:
+                misses += 1
+        if latest == 0:
+            return member
+        if generation_over(self.pods(generation_uid(member.uid, latest))):
+            latest += 1
+        return replace(member, uid=generation_uid(member.uid, latest), generation=latest)
+
+    def _traced(self, uid: str, size: int, *, now: float, hold: Callable[[str], Hold | None]) -> bool:
+        if uid in self._pods or self.book.get(uid, now=now) is not None:
+            return True
+        if any(hold(marker_id(uid, kind)) is not None for kind in _MARKS):
+            return True
+        return any(
+            hold(open_id(uid, rank)) is not None or hold(taken_id(uid, rank)) is not None for rank in range(size)
+        )
 
     def update(self, old: PodInfo | None, pod: PodInfo | None) -> None:
         """A pod's change: `old` as it was (None: new), `pod` as it is (None: gone)."""

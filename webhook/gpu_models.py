@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from entrypoint import contract
+from jarvice import contract
 from webhook.scheduling import requirement_matches
 from webhook.types import Placement, SelectorRequirement
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from entrypoint import contract
+from jarvice import contract
 from webhook.types import NamespaceMachines
 
 

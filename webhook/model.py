@@ -14,8 +14,9 @@ from typing import Any, NoReturn
 
 import orjson
 
-from entrypoint import contract
-from webhook import budget, walltime
+from jarvice import contract
+from kubeplumbing import spendrecord
+from webhook import budget, spending, walltime
 from webhook.resources import (
     QuantityError,
     effective_gpus,
@@ -279,6 +280,9 @@ def parse_pod(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> PodInfo |
                 # Finished, but its JARVICE job may still run (a runner killed before it could cancel
                 # it): the budget keeps counting it until the job is known to be gone.
                 return _burst_pod(meta, spec, remote_gpus, terminal=True)
+            if _is_gang_pod(meta):
+                # Counts nothing, but tells that its gang's generation is over (webhook.gangs).
+                return _burst_pod(meta, spec, 0, terminal=True)
     if not gpus and (terminal or not node_name):
         return None
     compute = pod_compute(spec)
@@ -298,6 +302,7 @@ def parse_pod(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> PodInfo |
         terminal=terminal,
         placement=parse_placement(spec),
         reservation_id=annotations.get(contract.ANNOTATION_RESERVATION, ""),
+        admission=annotations.get(contract.ANNOTATION_ADMISSION, ""),
         scheduler_name=_string(spec.get("schedulerName"), "spec.schedulerName") or DEFAULT_SCHEDULER,
         gated=bool(_sequence(spec.get("schedulingGates"), "spec.schedulingGates")),
         blocked_elsewhere=_blocked_elsewhere(status, gpu_resources),
@@ -323,15 +328,23 @@ def _with_gang(pod: PodInfo, meta: Mapping[str, Any], annotations: Mapping[str, 
         terminal=pod.terminal,
         placement=pod.placement,
         reservation_id=pod.reservation_id,
+        admission=pod.admission,
         scheduler_name=pod.scheduler_name,
         gated=pod.gated,
         blocked_elsewhere=pod.blocked_elsewhere,
         remote_gpus=pod.remote_gpus,
+        remote_cost=pod.remote_cost,
+        remote_worst_case=pod.remote_worst_case,
         gang=gang,
         gang_rank=rank,
         decision=annotations.get(contract.ANNOTATION_DECISION, ""),
         deleting=bool(meta.get("deletionTimestamp")),
     )
+
+
+def _is_gang_pod(meta: Mapping[str, Any]) -> bool:
+    annotations = meta.get("annotations")
+    return isinstance(annotations, dict) and bool(annotations.get(contract.ANNOTATION_GANG))
 
 
 def _burst_gpus(meta: Mapping[str, Any], gpu_resources: Sequence[str]) -> int | None:
@@ -372,9 +385,20 @@ def _burst_pod(
         terminal=terminal,
         placement=_NO_PLACEMENT,
         reservation_id=annotations.get(contract.ANNOTATION_RESERVATION, ""),
+        admission=annotations.get(contract.ANNOTATION_ADMISSION, ""),
         remote_gpus=remote_gpus,
+        remote_cost=_money(annotations.get(spending.ANNOTATION_COST_PER_HOUR)),
+        remote_worst_case=_money(annotations.get(spending.ANNOTATION_WORST_CASE)),
     )
     return _with_gang(pod, meta, annotations)
+
+
+def _money(value: str | None) -> float:
+    """A burst pod's cost annotation (written by the webhook; 0 when absent or unreadable)."""
+    if value is None:
+        return 0.0
+    parsed = spendrecord.parse_cost_cap(value)
+    return parsed.limit if parsed.invalid is None else 0.0
 
 
 def parse_job_may_run(message: object) -> bool:
@@ -443,6 +467,11 @@ def parse_namespace(raw: Mapping[str, Any]) -> NamespaceInfo:
     default_walltime = annotations.get(walltime.ANNOTATION_DEFAULT_WALLTIME)
     if default_walltime is not None and not isinstance(default_walltime, str):
         default_walltime = repr(default_walltime)  # kept to be named in the warning, as a budget is
+    caps = spending.parse_caps({k: v if isinstance(v, str) else repr(v) for k, v in annotations.items()})
+    app = annotations.get(contract.ANNOTATION_JARVICE_APP)
+    burst_after = annotations.get(contract.ANNOTATION_BURST_AFTER)
+    if burst_after is not None and not isinstance(burst_after, str):
+        burst_after = repr(burst_after)  # kept to be named in the pod's note, as a budget is
     machines = NamespaceMachines(
         machines=_annotation_text(annotations.get(contract.ANNOTATION_MACHINES)),
         max_remote_queue=_annotation_text(annotations.get(contract.ANNOTATION_MAX_REMOTE_QUEUE)),
@@ -452,6 +481,9 @@ def parse_namespace(raw: Mapping[str, Any]) -> NamespaceInfo:
         uid=uid,
         budget=ns_budget,
         default_walltime=default_walltime,
+        cost_caps=caps,
+        app=app.strip() if isinstance(app, str) else "",
+        burst_after=burst_after,
         machines=None if machines == NamespaceMachines() else machines,
     )
 

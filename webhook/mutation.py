@@ -15,8 +15,8 @@ from typing import Any
 
 import orjson
 
-from entrypoint import contract
-from webhook import budget, gpu_model_patch, gpu_models, walltime
+from jarvice import contract
+from webhook import budget, gpu_model_patch, gpu_models, spending, walltime
 from webhook.gangs import GangTerms
 from webhook.resources import all_containers, container_gpus, container_quantity, format_quantity_cores
 from webhook.types import Decision, GpuCounts
@@ -37,6 +37,12 @@ class RewritePolicy:
     default_walltime_seconds: int = 24 * 3600  # --default-walltime: a burst job's limit without a deadline
     gpu_model_label: str = gpu_models.DEFAULT_MODEL_LABEL  # --gpu-model-label: the node label naming the GPU model
     gpu_model_map: gpu_models.ModelMap | None = None  # --gpu-models-file (None: no mapping)
+    # What a burst pod needs to reach JARVICE, written by the webhook so users need not: the Secret in
+    # the pod's namespace with the credentials (--credentials-secret; "": none mounted), the API URL
+    # (--jarvice-api-url) and the application when the namespace names none (--default-app).
+    credentials_secret: str = contract.DEFAULT_CREDENTIALS_SECRET
+    jarvice_api_url: str = ""
+    default_app: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +64,14 @@ class BurstTerms:
     # machine types it allows: the constraint leaves the pod and becomes the runner's machine choice.
     gpu_model: str = ""
     allowed_machines: tuple[str, ...] = ()
+    # A priced burst (its namespace has cost caps; webhook.spending): the dearest price per node-hour
+    # its runner may pay, and what the pod is counted for (per hour, worst case over its walltime).
+    max_price: float = 0.0
+    cost_per_hour: float = 0.0
+    worst_case: float = 0.0
+    # The JARVICE application (APP_NAME) unless the container names one: the namespace's
+    # `nimbix-burst.io/jarvice-app`, else the add-on's --default-app ("": neither).
+    app: str = ""
     # The machines to use in order (NIMBIX_BURST_MACHINES; (): any that fits, cheapest first) and how
     # long a job may stay queued before it moves to the next (NIMBIX_BURST_MAX_REMOTE_QUEUE; "": the
     # runner's default); webhook.machine_terms. `warnings`: what kubectl shows about unreadable annotations.
@@ -94,11 +108,17 @@ def _decision_label_ops(meta: Mapping[str, Any], decision: str) -> list[JsonPatc
 
 
 def build_local_patch(
-    pod: Mapping[str, Any], *, decision: Decision, reservation_id: str, notes: Mapping[str, str] | None = None
+    pod: Mapping[str, Any],
+    *,
+    decision: Decision,
+    reservation_id: str,
+    notes: Mapping[str, str] | None = None,
+    admission: str = "",
 ) -> list[JsonPatchOp]:
-    """Local: annotations (decision, reason, candidate count, reservation id, and `notes`) and the
-    decision label."""
+    """Local: annotations (decision, reason, candidate count, reservation id, the admission's token
+    and `notes`) and the decision label."""
     values = {
+        **_token(admission),
         contract.ANNOTATION_DECISION: contract.DECISION_LOCAL,
         contract.ANNOTATION_REASON: decision.reason,
         contract.ANNOTATION_CANDIDATES: str(decision.candidates),
@@ -108,6 +128,11 @@ def build_local_patch(
     values = {**values, **(notes or {})}
     meta = pod.get("metadata") or {}
     return _annotation_ops(meta, values) + _decision_label_ops(meta, contract.DECISION_LOCAL)
+
+
+def _token(admission: str) -> dict[str, str]:
+    """The admission's token (webhook.provenance): what proves a reinvocation is the product's own."""
+    return {contract.ANNOTATION_ADMISSION: admission} if admission else {}
 
 
 def _resource_ops(
@@ -171,53 +196,74 @@ def _field_ref(name: str, field_path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
 
 
-_STATE_DIR_NAME = posixpath.basename(contract.STATE_MOUNT_PATH)
-
-
-def _mounts_state_path(container: Mapping[str, Any]) -> bool:
+def _mounts_path(container: Mapping[str, Any], wanted: str) -> bool:
+    name = posixpath.basename(wanted)
     for mount in container.get("volumeMounts") or ():
         path = str(mount.get("mountPath", ""))
         # normpath only drops ".", "..", and repeated or trailing slashes: a path without the last
         # component's name cannot normalise to it, and most mounts are skipped without it.
-        if _STATE_DIR_NAME in path and posixpath.normpath(path) == contract.STATE_MOUNT_PATH:
+        if name in path and posixpath.normpath(path) == wanted:
             return True
     return False
 
 
-def _state_mount_ops(base: str, container: Mapping[str, Any]) -> list[JsonPatchOp]:
-    """Mount the state volume unless something is already mounted at that path: two mounts at one
-    path are invalid, and what is there (a re-created burst pod carries ours) becomes the state dir."""
-    if _mounts_state_path(container):
+def _append_ops(path: str, existing: object, items: Sequence[Mapping[str, Any]]) -> list[JsonPatchOp]:
+    """Add `items` to the list at `path`: the whole list when there is none, appended otherwise."""
+    if not items:
         return []
-    mount = {"name": contract.STATE_VOLUME_NAME, "mountPath": contract.STATE_MOUNT_PATH}
-    if not container.get("volumeMounts"):
-        return [{"op": "add", "path": f"{base}/volumeMounts", "value": [mount]}]
-    return [{"op": "add", "path": f"{base}/volumeMounts/-", "value": mount}]
+    if not existing:
+        return [{"op": "add", "path": path, "value": list(items)}]
+    return [{"op": "add", "path": f"{path}/-", "value": item} for item in items]
 
 
-def _state_volume_ops(spec: Mapping[str, Any]) -> list[JsonPatchOp]:
-    """One emptyDir per pod; a pod volume already of that name is used as is (it must be writable)."""
+def _mounts(container: Mapping[str, Any], *, credentials: bool) -> list[dict[str, Any]]:
+    """What a burst container mounts: the state volume, and the namespace's JARVICE credentials
+    (`credentials`), each unless something is already mounted at its path: two mounts at one path are
+    invalid, and what is there (a re-created burst pod carries ours) is used instead."""
+    mounts: list[dict[str, Any]] = []
+    if not _mounts_path(container, contract.STATE_MOUNT_PATH):
+        mounts.append({"name": contract.STATE_VOLUME_NAME, "mountPath": contract.STATE_MOUNT_PATH})
+    if credentials and not _mounts_path(container, contract.CREDENTIALS_MOUNT_PATH):
+        mount = {"name": contract.CREDENTIALS_VOLUME_NAME, "mountPath": contract.CREDENTIALS_MOUNT_PATH}
+        mounts.append({**mount, "readOnly": True})
+    return mounts
+
+
+def _volume_ops(spec: Mapping[str, Any], used: set[str], credentials_secret: str) -> list[JsonPatchOp]:
+    """The pod volumes its burst containers mount (`used`); a pod volume already of that name is used
+    as is. The state is one emptyDir per pod; the credentials, the namespace's Secret, readable by
+    whatever user the image runs as, optional so a namespace without it gets the runner's own error."""
     volumes = spec.get("volumes") or []
-    if any(v.get("name") == contract.STATE_VOLUME_NAME for v in volumes):
-        return []
-    volume = {"name": contract.STATE_VOLUME_NAME, "emptyDir": {"sizeLimit": contract.STATE_VOLUME_SIZE_LIMIT}}
-    if not volumes:
-        return [{"op": "add", "path": "/spec/volumes", "value": [volume]}]
-    return [{"op": "add", "path": "/spec/volumes/-", "value": volume}]
+    have = {v.get("name") for v in volumes}
+    wanted: list[dict[str, Any]] = []
+    if contract.STATE_VOLUME_NAME in used and contract.STATE_VOLUME_NAME not in have:
+        state = {"sizeLimit": contract.STATE_VOLUME_SIZE_LIMIT}
+        wanted.append({"name": contract.STATE_VOLUME_NAME, "emptyDir": state})
+    if contract.CREDENTIALS_VOLUME_NAME in used and contract.CREDENTIALS_VOLUME_NAME not in have:
+        secret = {"secretName": credentials_secret, "defaultMode": 0o444, "optional": True}
+        wanted.append({"name": contract.CREDENTIALS_VOLUME_NAME, "secret": secret})
+    return _append_ops("/spec/volumes", volumes, wanted)
 
 
-def _burst_container_ops(base: str, container: Mapping[str, Any], *, gpus: int, terms: BurstTerms) -> list[JsonPatchOp]:
-    """What makes one app container a runner for its own remote job."""
+def _burst_container_ops(
+    base: str, container: Mapping[str, Any], *, gpus: int, terms: BurstTerms, policy: RewritePolicy, credentials: bool
+) -> list[JsonPatchOp]:
+    """What makes one app container a runner for its own remote job: what the product counted and
+    pays with is written by the product (the container's own values of those are replaced); where to
+    submit and as which application, unless the container says."""
     cores = format_quantity_cores(container_quantity(container, "cpu"))
     memory = container_quantity(container, "memory")
     wanted: list[_EnvWish] = [
         (contract.ENV_REMOTE, _value(contract.ENV_REMOTE, "1"), True),
-        (contract.ENV_NUM_GPUS, _value(contract.ENV_NUM_GPUS, str(gpus)), False),
+        # The machine's size is what was counted, whatever the pod said (a reinvocation keeps the first's).
+        (contract.ENV_NUM_GPUS, _value(contract.ENV_NUM_GPUS, str(gpus)), not terms.reinvoked),
         (contract.ENV_NUM_CPUS, _value(contract.ENV_NUM_CPUS, str(cores)), False),
         (contract.ENV_CONTAINER_NAME, _value(contract.ENV_CONTAINER_NAME, str(container.get("name", ""))), True),
-        (contract.ENV_POD_UID, _field_ref(contract.ENV_POD_UID, "metadata.uid"), False),
-        (contract.ENV_POD_NAMESPACE, _field_ref(contract.ENV_POD_NAMESPACE, "metadata.namespace"), False),
-        (contract.ENV_POD_NAME, _field_ref(contract.ENV_POD_NAME, "metadata.name"), False),
+        # The job's pod identity comes from the API server, never from a value the pod sets: the
+        # reaper and the spend record attribute the job by it.
+        (contract.ENV_POD_UID, _field_ref(contract.ENV_POD_UID, "metadata.uid"), True),
+        (contract.ENV_POD_NAMESPACE, _field_ref(contract.ENV_POD_NAMESPACE, "metadata.namespace"), True),
+        (contract.ENV_POD_NAME, _field_ref(contract.ENV_POD_NAME, "metadata.name"), True),
         (contract.ENV_STATE_DIR, _value(contract.ENV_STATE_DIR, contract.STATE_MOUNT_PATH), True),
     ]
     if terms.cluster:
@@ -240,6 +286,20 @@ def _burst_container_ops(base: str, container: Mapping[str, Any], *, gpus: int, 
     if terms.allowed_machines:
         allowed = contract.format_machine_list(terms.allowed_machines)
         wanted.append((contract.ENV_ALLOWED_MACHINES, _value(contract.ENV_ALLOWED_MACHINES, allowed), True))
+    if terms.max_price:
+        wanted.append((contract.ENV_MAX_PRICE, _value(contract.ENV_MAX_PRICE, _price_text(terms.max_price)), True))
+    if credentials:
+        for name, file in ((contract.ENV_USERNAME_FILE, "username"), (contract.ENV_APIKEY_FILE, "apikey")):
+            wanted.append((name, _value(name, posixpath.join(contract.CREDENTIALS_MOUNT_PATH, file)), False))
+    if terms.app:
+        wanted.append((contract.ENV_APP_NAME, _value(contract.ENV_APP_NAME, terms.app), False))
+    if policy.jarvice_api_url:
+        wanted.append((contract.ENV_API_URL, _value(contract.ENV_API_URL, policy.jarvice_api_url), False))
+    elif credentials:  # the Secret may name the endpoint (its optional `url` key); else the runner's default
+        url = {
+            "secretKeyRef": {"name": policy.credentials_secret, "key": contract.CREDENTIALS_URL_KEY, "optional": True}
+        }
+        wanted.append((contract.ENV_API_URL, {"name": contract.ENV_API_URL, "valueFrom": url}, False))
     # The machine's RAM: the runner's candidates hold at least this much per node. Not on reinvocation:
     # the container's resources are the runner's footprint by then.
     if memory > 0 and not terms.reinvoked:
@@ -253,6 +313,11 @@ def _burst_container_ops(base: str, container: Mapping[str, Any], *, gpus: int, 
         queue = terms.max_remote_queue
         wanted.append((contract.ENV_MAX_REMOTE_QUEUE, _value(contract.ENV_MAX_REMOTE_QUEUE, queue), False))
     return _env_ops(base, container, wanted)
+
+
+def _price_text(value: float) -> str:
+    """Money as the annotations and the runner read it: at most 4 decimals, no exponent."""
+    return f"{value:.4f}".rstrip("0").rstrip(".") or "0"
 
 
 def _own_walltime(container: Mapping[str, Any], limit: walltime.Walltime) -> str:
@@ -283,7 +348,7 @@ def _container_ops(
     containers lose only their GPUs and run here; everything else is untouched. Idempotent: a
     container already rewritten and without GPUs yields no op."""
     ops: list[JsonPatchOp] = []
-    mounted = False
+    used: set[str] = set()
     for list_name, index, container in all_containers(spec):
         gpus = container_gpus(container, policy.gpu_resources)
         if not gpus:
@@ -292,12 +357,22 @@ def _container_ops(
         is_app = list_name == "containers"
         ops += _resource_ops(base, container, policy, original.setdefault(list_name, {}), shrink=is_app)
         if is_app:
-            mount = _state_mount_ops(base, container)
-            ops += _burst_container_ops(base, container, gpus=gpus, terms=terms) + mount
-            mounted |= bool(mount)
-    if mounted:  # an unused volume would only confuse
-        ops += _state_volume_ops(spec)
-    return ops
+            credentials = bool(policy.credentials_secret) and not _sets_credentials(container)
+            mounts = _mounts(container, credentials=credentials)
+            ops += _burst_container_ops(base, container, gpus=gpus, terms=terms, policy=policy, credentials=credentials)
+            ops += _append_ops(f"{base}/volumeMounts", container.get("volumeMounts"), mounts)
+            used |= {mount["name"] for mount in mounts}
+    return ops + _volume_ops(spec, used, policy.credentials_secret)  # an unused volume would only confuse
+
+
+# The runner's credential variables: a container that sets any of them brings its own credentials.
+_CREDENTIAL_ENV = frozenset(
+    {"JARVICE_USERNAME", "JARVICE_APIKEY", contract.ENV_USERNAME_FILE, contract.ENV_APIKEY_FILE}
+)
+
+
+def _sets_credentials(container: Mapping[str, Any]) -> bool:
+    return any(item.get("name") in _CREDENTIAL_ENV for item in container.get("env") or ())
 
 
 _GRACE = "terminationGracePeriodSeconds"
@@ -336,12 +411,13 @@ def _audit_json(audit: Mapping[str, Any]) -> str:
 
 
 def build_kept_local_patch(
-    pod: Mapping[str, Any], *, reason: str, notes: Mapping[str, str] | None = None
+    pod: Mapping[str, Any], *, reason: str, notes: Mapping[str, str] | None = None, admission: str = ""
 ) -> list[JsonPatchOp]:
     """A pod that would burst but may not (its namespace's budget, an unknown cluster identity) stays
     as submitted and waits for local GPUs: only annotations (decision local, why, and `notes`). No
     reservation: nothing local was promised, the pod claims GPUs like any pending pod."""
     values = {
+        **_token(admission),
         contract.ANNOTATION_DECISION: contract.DECISION_LOCAL,
         contract.ANNOTATION_REASON: reason,
         **(notes or {}),
@@ -359,8 +435,11 @@ def build_remote_patch(
     terms: BurstTerms,
     remote_gpus: int | None = None,
     reservation_id: str = "",
+    admission: str = "",
+    notes: Mapping[str, str] | None = None,
 ) -> list[JsonPatchOp]:
-    """Burst each app container that asked for GPUs, strip GPUs everywhere, and record what changed."""
+    """Burst each app container that asked for GPUs, strip GPUs everywhere, and record what changed
+    (and `notes`: annotations beside the decision, such as why it did not wait first)."""
     spec: Mapping[str, Any] = pod.get("spec") or {}
     original_resources: dict[str, dict[str, Any]] = {}
     ops = _container_ops(spec, policy, original_resources, terms)
@@ -406,6 +485,7 @@ def build_remote_patch(
     ops += _annotation_ops(
         pod.get("metadata") or {},
         {
+            **_token(admission),
             contract.ANNOTATION_DECISION: contract.DECISION_REMOTE,
             contract.ANNOTATION_REASON: decision.reason,
             contract.ANNOTATION_ORIGINAL_RESOURCES: _audit_json(audit),
@@ -417,10 +497,23 @@ def build_remote_patch(
             **({contract.ANNOTATION_GRACE: grace_note} if grace_note else {}),
             **(terms.gang.annotations() if terms.gang is not None else {}),
             **_model_annotations(terms),
+            **_cost_annotations(terms),
+            **(notes or {}),
         },
     )
     ops += _decision_label_ops(pod.get("metadata") or {}, contract.DECISION_REMOTE)
     return ops
+
+
+def _cost_annotations(terms: BurstTerms) -> dict[str, str]:
+    if not terms.max_price:
+        return {}
+    # A gang's job is counted on the rank that submits it (its GPUs too: webhook.verdict); the others 0.
+    carried = terms.gang is None or terms.gang.rank == contract.GANG_SUBMITTING_RANK
+    return {
+        spending.ANNOTATION_COST_PER_HOUR: _price_text(terms.cost_per_hour if carried else 0.0),
+        spending.ANNOTATION_WORST_CASE: _price_text(terms.worst_case if carried else 0.0),
+    }
 
 
 def _model_annotations(terms: BurstTerms) -> dict[str, str]:

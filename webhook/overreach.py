@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from entrypoint import contract
+from jarvice import contract
 from webhook.mutation import RewritePolicy
 from webhook.resources import container_gpus
 

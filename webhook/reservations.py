@@ -112,7 +112,8 @@ class Reservations:
         self.release(reservation_id)
         expires_at = self._clock() + (self.ttl if ttl is None else ttl)
         self._remote[reservation_id] = (namespace, gpus, expires_at)
-        self._remote_gpus_in[namespace] = self._remote_gpus_in.get(namespace, 0) + gpus
+        if gpus:
+            self._remote_gpus_in[namespace] = self._remote_gpus_in.get(namespace, 0) + gpus
 
     def apply(
         self, *, release: Sequence[str], local: Sequence[LocalReservation], remote: Sequence[RemoteReservation]
@@ -130,11 +131,11 @@ class Reservations:
         remote = self._remote.pop(reservation_id, None)
         if remote is not None:
             namespace, gpus = remote[0], remote[1]
-            left = self._remote_gpus_in[namespace] - gpus
+            left = self._remote_gpus_in.get(namespace, 0) - gpus  # a gang's other ranks hold 0
             if left:
                 self._remote_gpus_in[namespace] = left
             else:
-                del self._remote_gpus_in[namespace]
+                self._remote_gpus_in.pop(namespace, None)
         if self._local.pop(reservation_id, None) is not None:
             self._ledger.remove_claim("res:" + reservation_id)
             namespace = self._namespace_of.pop(reservation_id)

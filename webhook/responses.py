@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from entrypoint import contract
-from webhook import budget, mutation, overreach
+from jarvice import contract
+from webhook import budget, mutation, overreach, spending
+from webhook.provenance import Cleared
 from webhook.review import AdmissionRequest, build_denial, build_response
 from webhook.types import GpuCounts
 from webhook.verdict import Verdict
@@ -46,10 +47,24 @@ def build_error_response(uid: str) -> dict[str, Any]:
     )
 
 
+def cleared_only(request: AdmissionRequest, cleared: Cleared, reason: str) -> Admission:
+    """A pod that carried the product's marks but is not ours to decide now (it asks for no GPU):
+    admitted with the marks removed, so nothing it says is counted or run remotely."""
+    response = build_response(request.uid, patch=list(cleared.ops), warnings=[cleared.warning])
+    return Admission(response, "skipped", f"{reason}; removed the burst marks it carried")
+
+
 def respond(
-    request: AdmissionRequest, verdict: Verdict, *, gpus: GpuCounts, policy: mutation.RewritePolicy
+    request: AdmissionRequest,
+    verdict: Verdict,
+    *,
+    gpus: GpuCounts,
+    policy: mutation.RewritePolicy,
+    cleared: Cleared | None = None,
 ) -> Admission:
-    """The answer for a pod's verdict (a pod alone's or a gang's pod's)."""
+    """The answer for a pod's verdict (a pod alone's or a gang's pod's). `cleared`: the pod carried
+    marks only the product writes and was decided afresh: `request.object` is the pod without them,
+    and their removal goes first in the patch."""
     pod = request.object
     route, decision, gang = verdict.route, verdict.decision, verdict.gang
     if route in ("remote", "reinvoked") and verdict.burst is None:
@@ -64,7 +79,7 @@ def respond(
     warnings: list[str] = []
     if route == "local":
         patch = mutation.build_local_patch(
-            pod, decision=decision, reservation_id=verdict.reservation_id, notes=verdict.notes
+            pod, decision=decision, reservation_id=verdict.reservation_id, notes=verdict.notes, admission=request.uid
         )
     elif route == "remote" and verdict.burst is not None:
         patch = mutation.build_remote_patch(
@@ -75,6 +90,8 @@ def respond(
             terms=verdict.burst,
             remote_gpus=verdict.remote_gpus,
             reservation_id=verdict.reservation_id,
+            admission=request.uid,
+            notes=verdict.burst_notes,
         )
         outcome = "remote"
         where = f" as rank {gang.rank} of {gang.size} of one multi-node job" if gang is not None else ""
@@ -85,8 +102,11 @@ def respond(
         if verdict.burst is not None:
             warnings += verdict.burst.warnings
     else:  # kept local (a budget's doing or not): it waits for local GPUs as submitted
-        patch = mutation.build_kept_local_patch(pod, reason=verdict.reason, notes=verdict.notes)
+        patch = mutation.build_kept_local_patch(pod, reason=verdict.reason, notes=verdict.notes, admission=request.uid)
         warnings = list(verdict.warnings)
+    if cleared is not None:
+        patch = [*cleared.ops, *patch]
+        warnings = [cleared.warning, *warnings]
     response = build_response(request.uid, patch=patch, warnings=warnings)
     return Admission(
         response, outcome, verdict.reason, decision.node if route == "local" else "", route == "over-budget"
@@ -112,7 +132,8 @@ def _denial(request: AdmissionRequest, verdict: Verdict) -> str:
         f"nimbix-burst: the burst budget of namespace {namespace} does not allow this pod: {verdict.refusal}, "
         f"and no local node can host it now ({verdict.decision.reason}). Create it again when burst pods in "
         f"{namespace} have finished, ask for fewer GPUs, or ask an administrator to raise (or fix) "
-        f"the namespace's {limit} annotation"
+        f"the namespace's {limit} annotation (or its cost caps, {spending.ANNOTATION_MAX_COST_PER_HOUR} and "
+        f"{spending.ANNOTATION_MAX_COST_PER_MONTH})"
     )
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml  # type: ignore[import-untyped]  # PyYAML ships no stubs
 
-from entrypoint import contract
+from jarvice import contract
 from kubeplumbing import options
 from kubeplumbing.leadership import LeaseTiming
 from kubeplumbing.options import Option, OptionValues
@@ -75,6 +75,10 @@ class Settings:
     client_ca_file: Path | None = None
     # A pod that would burst past its namespace's budget: left local (waits for GPUs) or denied.
     over_budget: OverBudget = "local"
+    # Where the controller's spend record is read ("": nowhere, so namespaces with cost caps never burst).
+    spend_namespace: str = ""
+    spend_poll_seconds: float = 5.0
+    spend_max_age_seconds: float = 300.0
 
     @property
     def gpu_resources(self) -> tuple[str, ...]:
@@ -110,6 +114,15 @@ OPTIONS: tuple[Option, ...] = (
     ("--over-budget", "WEBHOOK_OVER_BUDGET", "local", "past a namespace's burst budget: local (wait) or deny"),
     # The same name the controller is given: both make the cluster identity from it (contract.cluster_identity).
     ("--cluster-name", "NIMBIX_BURST_CLUSTER_NAME", "", "readable prefix of the cluster identity in job labels"),
+    # What a burst pod needs to reach JARVICE, written by the webhook (docs/install.md, "What a burst pod needs").
+    (
+        "--credentials-secret",
+        "WEBHOOK_CREDENTIALS_SECRET",
+        contract.DEFAULT_CREDENTIALS_SECRET,
+        "Secret in each namespace mounted into burst containers ('' for none)",
+    ),
+    ("--jarvice-api-url", "WEBHOOK_JARVICE_API_URL", "", "JARVICE_API_URL for burst containers that set none"),
+    ("--default-app", "WEBHOOK_DEFAULT_APP", "", "APP_NAME for bursts whose namespace names no jarvice-app"),
     (
         "--default-walltime",
         "WEBHOOK_DEFAULT_WALLTIME",
@@ -138,6 +151,20 @@ OPTIONS: tuple[Option, ...] = (
     ("--peer-ca-file", "WEBHOOK_PEER_CA_FILE", "", "CA that signed the serving certificate (default <tls-dir>/ca.crt)"),
     ("--lease-duration-seconds", "WEBHOOK_LEASE_DURATION_SECONDS", "8", "takeover delay after a leader dies"),
     ("--lease-renew-deadline-seconds", "WEBHOOK_LEASE_RENEW_DEADLINE_SECONDS", "5", "leader stops if not renewed"),
+    # The controller's spend record (docs/money-safety.md): what JARVICE holds, and the machines' prices.
+    (
+        "--spend-namespace",
+        "WEBHOOK_SPEND_NAMESPACE",
+        "",
+        "namespace of the ConfigMap nimbix-burst-spend (default: the webhook's own, POD_NAMESPACE)",
+    ),
+    ("--spend-poll-seconds", "WEBHOOK_SPEND_POLL_SECONDS", "5", "how often the spend record is read"),
+    (
+        "--spend-max-age-seconds",
+        "WEBHOOK_SPEND_MAX_AGE_SECONDS",
+        "300",
+        "an older spend record stops bursts in namespaces with cost caps",
+    ),
     ("--lease-retry-seconds", "WEBHOOK_LEASE_RETRY_SECONDS", "0.5", "Lease read/renew interval"),
     ("--leader-wait-seconds", "WEBHOOK_LEADER_WAIT_SECONDS", "3", "how long a review waits for a leader"),
 )
@@ -239,11 +266,17 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
             default_walltime_seconds=default_walltime or 0,
             gpu_model_label=model_label,
             gpu_model_map=models,
+            credentials_secret=str(raw["credentials_secret"]).strip(),
+            jarvice_api_url=str(raw["jarvice_api_url"]).strip(),
+            default_app=str(raw["default_app"]).strip(),
         ),
         leader_election=leader_election,
         client_ca_file=client_ca_file,
         over_budget=over_budget,
         drain_seconds=number("drain_seconds", minimum=0),
+        spend_namespace=str(raw["spend_namespace"]).strip() or str(raw["lease_namespace"]).strip(),
+        spend_poll_seconds=number("spend_poll_seconds", minimum=0.5),
+        spend_max_age_seconds=number("spend_max_age_seconds", minimum=10),
     )
     if problems:
         raise SettingsError(problems)

@@ -10,6 +10,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, final
 
+from kubeplumbing.spendrecord import MachineRate
+from webhook.spending import NOTHING_IN_USE, CostCaps, InUse
+
 GpuCounts = Mapping[str, int]
 """Resource name -> whole-device count, e.g. {"nvidia.com/gpu": 4}."""
 
@@ -136,12 +139,18 @@ class PodInfo:
     # namespace's burst budget (see webhook.budget) until its jobs are known to be gone: a finished
     # pod keeps them while a job may still run (see model.parse_pod).
     remote_gpus: int = 0
-    # A gang's pod (see webhook.gangs): the gang's UID and this pod's rank (our annotations), the
-    # decision it carries, and whether it is being deleted (a gang whose pods are going is decided afresh).
+    # A gang's pod (see webhook.gangs): its generation's UID and this pod's rank (our annotations), the
+    # decision it carries, and whether it is being deleted (a gang whose pods are going is decided afresh;
+    # a burst generation one of whose pods finished or is going takes no pod any more). A finished
+    # burst pod of a gang is kept (counting 0) only to tell that.
     gang: str = ""
     gang_rank: int = -1
     decision: str = ""
     deleting: bool = False
+    admission: str = ""  # our annotation: the token of the admission that decided it (webhook.provenance)
+    # A burst pod in a namespace with cost caps: what it was counted for (webhook.spending).
+    remote_cost: float = 0.0  # per hour
+    remote_worst_case: float = 0.0  # over its walltime
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +178,9 @@ class NamespaceInfo:
     uid: str
     budget: NamespaceBudget | None  # None: no `max-remote-gpus` annotation
     default_walltime: str | None = None  # its `default-walltime` annotation as written (None: absent)
+    cost_caps: CostCaps | None = None  # its `max-cost-per-hour`/`-month` annotations (None: neither)
+    app: str = ""  # its `jarvice-app` annotation: the JARVICE application its bursts run ("": absent)
+    burst_after: str | None = None  # its `burst-after` annotation as written (None: absent)
     machines: NamespaceMachines | None = None  # None: neither machine annotation
 
 
@@ -282,6 +294,8 @@ class RemoteReservation:
     reservation_id: str
     namespace: str
     gpus: int
+    cost_per_hour: float = 0.0  # a priced burst (a namespace with cost caps): what it may cost
+    worst_case: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,4 +311,10 @@ class Snapshot:
     cluster: str  # the cluster's identity (contract.cluster_identity), "" when unknown
     cluster_unknown: str  # why it is unknown ("" when known): no identity, no burst
     default_walltime: str | None  # the namespace's default-walltime annotation as written (None: absent)
+    cost_caps: CostCaps | None = None  # the namespace's caps in money (None: none)
+    app: str = ""  # the namespace's JARVICE application ("": the add-on's default)
+    in_use: InUse = NOTHING_IN_USE  # what it holds now, GPUs and money (webhook.spending.reconcile)
+    spend_refusal: str = ""  # why the spend record cannot be used now ("": it can, or no caps)
+    machines: Mapping[str, MachineRate] | None = None  # the record's machine rates (None: no record)
+    burst_after: str | None = None  # the namespace's burst-after annotation as written (None: absent)
     namespace_machines: NamespaceMachines | None = None  # its machine annotations (None: neither)

@@ -10,10 +10,13 @@ remembered (claim moves excepted: they only say where claims sit).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from jarvice import contract
+from jarvice.contract import GANG_SUBMITTING_RANK
 from webhook.budget import ANNOTATION_BUDGET, BudgetRefusal, OverBudget
 from webhook.burst import NotBurst, Terms
 from webhook.gang_decision import GangPart
@@ -21,6 +24,7 @@ from webhook.gangs import GangKind, GangRecord, GangTerms, marker_id, open_id, t
 from webhook.mutation import BurstTerms
 from webhook.placement import Choice
 from webhook.types import ClaimMove, Decision, LocalReservation, PodNeeds, RemoteReservation
+from webhook.waiting import NoWait, Wait, format_deadline
 
 Route = Literal["local", "remote", "kept-local", "over-budget", "reinvoked"]
 
@@ -38,6 +42,7 @@ class Effects:
     remote: tuple[RemoteReservation, ...] = ()
     record: GangRecord | None = None
     capped: bool = False
+    wait: tuple[str, float] | None = None  # a Job's UID and the deadline its pods wait until (webhook.waiting)
 
 
 NO_EFFECTS = Effects()
@@ -66,6 +71,7 @@ class Verdict:
     remote_gpus: int = 0  # remote, reinvoked: what the burst counts against its namespace's budget
     gang: GangTerms | None = None  # a gang's pod that has a rank in it
     effects: Effects = NO_EFFECTS
+    burst_notes: Mapping[str, str] | None = None  # remote: annotations beside the burst (why it did not wait)
 
 
 def _kept(reason: str) -> tuple[str, ...]:
@@ -84,13 +90,16 @@ def build(
     uid: str,
     dry_run: bool,
     reinvoked: bool,
+    wait: Wait | NoWait | None = None,
 ) -> Verdict:
     """The verdict of what the steps found: `placed`; `terms` (None when the pod does not burst);
     `refusal`, the budget's (None: it allows the burst, or was not asked). `budgeted`: the namespace
     has a budget, so a pod's burst is reserved against it; `uid`: the admission's, the pod's
-    reservation id; `reinvoked`: decided remote before (its burst counted then)."""
+    reservation id; `reinvoked`: decided remote before (its burst counted then); `wait`: whether a
+    pod that would burst waits for a local node first (webhook.waiting; None: not asked)."""
     if gang is not None:
-        return _gang_verdict(needs, placed, terms, refusal, gang=gang, over_budget=over_budget, dry_run=dry_run)
+        verdict = _gang_verdict(needs, placed, terms, refusal, gang=gang, over_budget=over_budget, dry_run=dry_run)
+        return _noted(verdict, wait)
     decision, moves = placed.decision, placed.moves
     if decision.kind == "local":
         if dry_run:
@@ -114,9 +123,12 @@ def build(
         warnings = (f"nimbix-burst: kept local by the burst budget: {refusal.reason}",)
         notes = {ANNOTATION_BUDGET: refusal.reason}
         return Verdict("over-budget", decision, reason, refusal.reason, deny, notes, warnings, effects=effects)
+    if isinstance(wait, Wait):
+        return _waiting(decision, wait, effects=effects, dry_run=dry_run)
     counted = budgeted and not reinvoked and not dry_run
-    remote = (RemoteReservation(uid, needs.namespace, terms.remote_gpus),) if counted else ()
-    return Verdict(
+    cost, worst = terms.burst.cost_per_hour, terms.burst.worst_case
+    remote = (RemoteReservation(uid, needs.namespace, terms.remote_gpus, cost, worst),) if counted else ()
+    verdict = Verdict(
         "reinvoked" if reinvoked else "remote",
         decision,
         decision.reason,
@@ -126,6 +138,31 @@ def build(
         remote_gpus=terms.remote_gpus,
         effects=Effects(moves=moves, remote=remote, capped=decision.capped),
     )
+    return _noted(verdict, wait)
+
+
+def _waiting(decision: Decision, wait: Wait, *, effects: Effects, dry_run: bool) -> Verdict:
+    """A pod that would burst kept local to wait for a node until its deadline (the controller
+    bursts it then); nothing is reserved, its Job's deadline is remembered (not for a dry run)."""
+    why = wait.reason()
+    notes = {contract.ANNOTATION_BURST_DEADLINE: format_deadline(wait.deadline)}
+    remembered = effects if dry_run else dataclasses.replace(effects, wait=(wait.key, wait.deadline))
+    return Verdict(
+        "kept-local",
+        decision,
+        f"{decision.reason}; {why}",
+        why,
+        notes=notes,
+        warnings=(f"nimbix-burst: kept local for now: {why}",),
+        effects=remembered,
+    )
+
+
+def _noted(verdict: Verdict, wait: Wait | NoWait | None) -> Verdict:
+    """A burst pod that asked to wait and may not: why, on its burst-after-ignored annotation."""
+    if verdict.route != "remote" or not isinstance(wait, NoWait) or not wait.reason:
+        return verdict
+    return dataclasses.replace(verdict, burst_notes={contract.ANNOTATION_BURST_AFTER_IGNORED: wait.reason})
 
 
 def _gang_verdict(
@@ -205,13 +242,24 @@ def _gang_verdict(
         )
     if not isinstance(terms, Terms):
         raise AssertionError("a burst is decided with its terms")
-    per_pod = terms.remote_gpus
+    # Rank 0 submits the gang's one job of `size` nodes: its reservation, then its pod, carry the whole
+    # gang's GPUs and the job's cost (terms.burst's), so they stay counted as long as that pod (and its
+    # job), whichever ranks ever appear; the other ranks count nothing.
+    whole = terms.remote_gpus * size
+    cost, worst = terms.burst.cost_per_hour, terms.burst.worst_case
+    carried = whole if rank == GANG_SUBMITTING_RANK else 0
     if first:
-        ids = (taken if each == rank else open_id(uid, each) for each in range(size))
-        remote = tuple(RemoteReservation(each, namespace, per_pod) for each in ids)
+        remote = tuple(
+            _rank_count(
+                taken if each == rank else open_id(uid, each), namespace, rank=each, gpus=whole, cost=cost, worst=worst
+            )
+            for each in range(size)
+        )
         effects = Effects(uid, remote=remote, record=GangRecord("remote", decision.reason, size, gang.expires_at))
     else:
-        effects = Effects(release=(opened,), remote=(RemoteReservation(taken, namespace, per_pod),))
+        effects = Effects(
+            release=(opened,), remote=(_rank_count(taken, namespace, rank=rank, gpus=whole, cost=cost, worst=worst),)
+        )
     return Verdict(
         "remote",
         decision,
@@ -220,7 +268,16 @@ def _gang_verdict(
         reservation_id="" if dry_run else taken,
         burst=terms.burst,
         limit_warning=terms.limit_warning,
-        remote_gpus=per_pod,
+        remote_gpus=carried,
         gang=ranks,
         effects=NO_EFFECTS if dry_run else effects,
     )
+
+
+def _rank_count(
+    reservation_id: str, namespace: str, *, rank: int, gpus: int, cost: float, worst: float
+) -> RemoteReservation:
+    """A remote gang rank's reservation: the gang's GPUs and cost on the rank that submits its job, 0 on the others."""
+    if rank == GANG_SUBMITTING_RANK:
+        return RemoteReservation(reservation_id, namespace, gpus, cost, worst)
+    return RemoteReservation(reservation_id, namespace, 0)

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# Builds one Go command-line tool (helm or promtool) from its upstream Go module, through the
+# Builds one Go command-line tool (helm) from its upstream Go module, through the
 # wrapper module in <tool>/ (a go.mod whose `tool` directive names the command and whose go.sum
 # pins every dependency), into a cache directory keyed by (tool version, Go version, hash of the
 # wrapper's go.mod and go.sum). A warm cache means no build at all.
 #
-# Usage: build.sh helm|promtool
+# Usage: build.sh helm
 # Progress goes to stderr; the last line of stdout is the binary's path.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # shellcheck source=../gobuild.sh
 . "$here/../gobuild.sh"
-tool="${1:?usage: build.sh helm|promtool}"
+tool="${1:?usage: build.sh helm}"
 wrap="$here/$tool"
 if [[ ! -f "$wrap/go.mod" || ! -f "$wrap/version.txt" ]]; then
   echo "gotools: no wrapper module for '$tool' (expected $wrap/go.mod and version.txt)" >&2
@@ -44,7 +44,6 @@ case "$tool" in
       ldflags+=" -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$k8sminor"
     done
     ;;
-  promtool) ldflags="-X github.com/prometheus/common/version.Version=${version#v} -X github.com/prometheus/common/version.Branch=module" ;;
   *) ldflags="" ;;
 esac
 

@@ -184,11 +184,12 @@ main() {
   local build_key=$LAST_KEY
   local archives=()
   build_image localhost/nimbix-burst/base:$VERSION images/base/Dockerfile "$python_key" \
-    "PYTHON_IMAGE=$PYTHON_IMAGE" images/base pyproject.toml README.md entrypoint
+    "PYTHON_IMAGE=$PYTHON_IMAGE" images/base pyproject.toml README.md jarvice entrypoint
   local base_key=$LAST_KEY
   archives+=("$LAST_ARCHIVE")
   build_image localhost/nimbix-burst-webhook:$VERSION images/webhook/Dockerfile "$python_key-$build_key" \
-    "PYTHON_IMAGE=$PYTHON_IMAGE BUILD_IMAGE=$BUILD_IMAGE" images/webhook pyproject.toml README.md webhook entrypoint controller
+    "PYTHON_IMAGE=$PYTHON_IMAGE BUILD_IMAGE=$BUILD_IMAGE" images/webhook pyproject.toml README.md \
+    jarvice webhook entrypoint controller kubeplumbing kubectl_nimbix
   archives+=("$LAST_ARCHIVE")
   # The example app needs the base in the store, even when the base's archive came from the cache.
   ensure_image localhost/nimbix-burst/base:$VERSION "${archives[0]}"

@@ -32,6 +32,7 @@ from kubernetes.client.exceptions import ApiException
 
 from devplatform import certmanager, demo
 from devplatform.cluster import addons, controlplane, install, node, nodeconfig, nodes
+from tests.support.fault_matrix import FaultMatrix, table
 from tests.support.gpus import GPU
 from tests.support.installed_controller import (
     CONTROLLER,
@@ -51,18 +52,8 @@ MAX_NAME_LENGTH = 63
 # Another session (or make dev-up) may own the machine's one real node (a session holds it until it
 # ends: the whole e2e suite takes ~11 min here); wait this long for it.
 REAL_NODE_CLAIM_WAIT_SECONDS = 1800
-# The modules that use the installed add-on, in the order they run (after every other module).
-# test_helm_chart.py comes first: it installs the same objects with the Helm chart and uninstalls
-# them (namespace included) before the kustomize-installed add-on of the others is set up. Every
-# module that uses the installed add-on (or its controller) must be listed: one left out runs earlier,
-# installs the add-on before the chart, and the chart's uninstall then takes the add-on's objects.
-INSTALLED_ADDON_MODULES = {
-    "test_helm_chart.py": 1,
-    "test_addon_installed.py": 2,
-    "test_controller_installed.py": 3,
-    "test_kubectl_view.py": 4,
-    "test_money_safety.py": 5,
-}
+# The fixture through which a module uses the kustomize-installed add-on (directly or through another).
+INSTALLED_ADDON = "installed_addon"
 
 
 @dataclass
@@ -81,6 +72,40 @@ class _RunRecord:
 
 
 _RUN_RECORD = pytest.StashKey[_RunRecord]()
+_FAULT_MATRIX = pytest.StashKey[FaultMatrix]()
+
+
+@dataclass
+class _AddonSlot:
+    """The kustomize-installed add-on of the session: installed by the first module that uses it, kept
+    for the next one that does, uninstalled (docs/install.md's order) before a module that does not (its
+    webhook answers for every namespace, its controller acts on every burst pod; test_helm_chart.py
+    installs the same objects with the chart) and at the session's end. So each module meets the cluster
+    it needs whatever ran before it, alone, under -k or in any order."""
+
+    plane: controlplane.ControlPlane
+    node: node.RealNode
+    installed: install.Installed | None = None
+    applied: bool = False  # anything of it may be in the cluster (an install that failed half-way too)
+
+    def ensure_installed(self) -> install.Installed:
+        if self.installed is None:
+            self.applied = True
+            self.installed = install.install_addon(self.plane, self.node)
+        return self.installed
+
+    def ensure_uninstalled(self) -> None:
+        if self.applied:
+            self.installed = None
+            install.uninstall(self.plane)
+            self.applied = False
+
+
+_ADDON_SLOT = pytest.StashKey[_AddonSlot]()
+
+
+def _uses_installed_addon(item: pytest.Item) -> bool:
+    return INSTALLED_ADDON in getattr(item, "fixturenames", ())
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -88,13 +113,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.path.is_relative_to(E2E_DIR):
             item.add_marker(pytest.mark.e2e)
-    # The installed add-on (cert-manager's Certificates in nimbix-burst, a webhook for every namespace,
-    # the controller) goes last, so no other module shares the cluster with it; its modules share one
-    # install, and the one that reconfigures the controller runs after the other.
-    items.sort(key=lambda item: INSTALLED_ADDON_MODULES.get(item.path.name, 0))
+    # Only to install the add-on once, not for correctness (_AddonSlot: each module sets up the cluster it
+    # needs): the modules that use it run after the others. A stable sort: the order within each part is
+    # what collection (or pytest-randomly's shuffle) gave.
+    addon_modules = {item.path for item in items if _uses_installed_addon(item)}
+    items.sort(key=lambda item: item.path in addon_modules)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
+    matrix = config.stash.get(_FAULT_MATRIX, None)
+    if matrix is not None and matrix.rows:
+        terminalreporter.section("money-safety fault matrix (real node, installed add-on)")
+        for line in table(matrix.rows):
+            terminalreporter.write_line(line)
     record = config.stash.get(_RUN_RECORD, None)
     if record is None:
         return
@@ -113,6 +144,13 @@ def e2e_run_root(pytestconfig: pytest.Config) -> Path:
     root.mkdir(parents=True)
     pytestconfig.stash[_RUN_RECORD] = _RunRecord(run_root=root)
     return root
+
+
+@pytest.fixture(scope="session")
+def fault_matrix(pytestconfig: pytest.Config) -> FaultMatrix:
+    """The money-safety rows of this session: each row's test records (and checks) its own; the terminal
+    summary prints the table of those that ran."""
+    return pytestconfig.stash.setdefault(_FAULT_MATRIX, FaultMatrix())
 
 
 @pytest.fixture(scope="session")
@@ -308,17 +346,34 @@ def cert_manager(
 # at the end.
 
 
-@pytest.fixture(scope="session")  # its modules run last (pytest_collection_modifyitems): no later pods meet it
-def installed_addon(
+@pytest.fixture(scope="session")
+def addon_slot(
+    pytestconfig: pytest.Config,
     control_plane: controlplane.ControlPlane,
     real_node: node.RealNode,
     cert_manager: certmanager.CertManager,
-) -> Iterator[install.Installed]:
-    installed = install.install_addon(control_plane, real_node)
+) -> Iterator[_AddonSlot]:
+    slot = pytestconfig.stash[_ADDON_SLOT] = _AddonSlot(control_plane, real_node)
     try:
-        yield installed
+        yield slot
     finally:
-        install.uninstall(control_plane)
+        slot.ensure_uninstalled()
+
+
+@pytest.fixture(scope="module")
+def installed_addon(addon_slot: _AddonSlot) -> install.Installed:
+    """The add-on as a user installs it, for this module (installed now unless the module before used it too)."""
+    return addon_slot.ensure_installed()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _addon_only_where_used(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> None:
+    """Uninstalls the add-on an earlier module left before a module none of whose tests uses it."""
+    slot = pytestconfig.stash.get(_ADDON_SLOT, None)
+    if slot is None:
+        return
+    if not any(_uses_installed_addon(item) for item in request.session.items if item.path == request.path):
+        slot.ensure_uninstalled()
 
 
 # --- the installed controller (test_controller_installed.py, test_money_safety.py) -----------------

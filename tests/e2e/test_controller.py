@@ -33,7 +33,7 @@ from devplatform.cluster import addons, nodes
 from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.processes import ManagedProcess, free_port, start_process, stop_process
 from devplatform.emulator.harness import EmulatorControl
-from entrypoint import contract
+from jarvice import contract
 from tests.support.gpus import GPU, GPU_TAINT, GPU_TOLERATION
 
 HOLD = "nimbix-burst.io/e2e-hold"

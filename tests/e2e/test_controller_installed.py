@@ -42,6 +42,7 @@ from tests.support.installed_controller import (
     create_pod,
     find_pod,
     pod_body,
+    wait_admitted_as,
 )
 from tests.support.real_node_pods import runner_pid, wait_log
 
@@ -268,7 +269,18 @@ def test_a_budget_of_four_gpus_bursts_four_and_keeps_the_fifth_local(
     warning kubectl prints, and the controller reports it (never deletes it) once it strands."""
     control_plane.kubectl("annotate", "namespace", ns, f"{BUDGET}=4", "--overwrite")
     gpus_gone()
-    time.sleep(2)  # the webhook's watch sees the annotation and the node (it reads no API on a review)
+    # The webhook reads no API on a review: wait until its watch has seen the node and the annotation.
+    probe = app_container(node_emulator, "echo probe", gpus=1)
+    wait_admitted_as(control_plane, ns, pod_body("seen-probe", probe, gated=False), decision="remote", what="no GPUs")
+    over = app_container(node_emulator, "echo probe", gpus=5)
+    wait_admitted_as(
+        control_plane,
+        ns,
+        pod_body("seen-probe", over, gated=False),
+        decision="local",
+        warning="kept local by the burst budget",
+        what="the namespace's budget of 4 GPUs",
+    )
     warnings = {}
     for i in range(1, 6):
         body = pod_body(f"p{i}", app_container(node_emulator, f'echo "burst {i}"; sleep 120', gpus=1), gated=False)

@@ -3,10 +3,11 @@
 `helm install` with cert-manager issuing, `helm upgrade` with a changed value, `helm rollback`,
 `helm uninstall`.
 
-The chart installs the same objects (same names) as the kustomize install that the modules of
-conftest.INSTALLED_ADDON_MODULES share, so this module runs before them (its order there) and
-uninstalls its release and deletes the namespace before they install theirs: the two installs never
-meet. The real node is the session's; a control plane of its own would have no node to run the pods.
+The chart installs the same objects (same names) as the kustomize install that other modules share
+(conftest's `installed_addon`), so the two installs never meet: that one is uninstalled before this
+module runs (this module uses no `installed_addon`), and this one uninstalls its release and deletes
+the namespace before its test ends. The real node is the session's; a control plane of its own would
+have no node to run the pods.
 """
 
 from __future__ import annotations

@@ -153,5 +153,5 @@ def test_webhook_image_runs_the_webhook_as_non_root(archives: dict[str, images.I
     config = image_config(images.WEBHOOK)
     assert config["Entrypoint"] == ["python", "-m", "webhook"]
     assert config["User"] == "65532:65532"
-    result = run_in(images.WEBHOOK, ["python", "-c", "import webhook.app, entrypoint.contract; print('ok')"])
+    result = run_in(images.WEBHOOK, ["python", "-c", "import webhook.app, jarvice.contract; print('ok')"])
     assert (result.returncode, result.stdout) == (0, "ok\n"), result.stderr

@@ -20,7 +20,7 @@ from controller import settings as controller_settings
 from devplatform import manifests
 from devplatform.cluster import controlplane
 from devplatform.manifests import Manifest
-from entrypoint import contract
+from jarvice import contract
 from tests.support.dockerfiles import dockerfile_user_id
 from webhook import settings as webhook_settings
 
@@ -664,7 +664,8 @@ def _grants(role: Mapping[str, Any]) -> set[tuple[str, str, str, tuple[str, ...]
 
 def test_controller_cluster_role_is_least_privilege(objs: list[Manifest]) -> None:
     role = manifests.find_object(objs, kind="ClusterRole", name=CONTROLLER)
-    pods = {("", "pods", v, ()) for v in ("get", "list", "watch", "delete", "patch")}
+    # create: only with dryRun=All, to ask the webhook whether a queued burst pod could come home
+    pods = {("", "pods", v, ()) for v in ("get", "list", "watch", "delete", "patch", "create")}
     events = {("", "events", v, ()) for v in ("create", "patch")}
     identity = {("", "namespaces", "get", ("kube-system",))}  # the cluster identity: kube-system's UID
     assert _grants(role) == pods | events | identity | {("batch", "jobs", "get", ())}

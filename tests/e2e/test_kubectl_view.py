@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,7 @@ from tests.support.installed_controller import (
 from tests.support.real_node_pods import wait_log
 
 WAIT_SECONDS = 120.0
+JOB_SECONDS = 15  # what the burst pod's command sleeps
 PLUGIN = Path(sys.executable).parent / "kubectl-nimbix"
 
 
@@ -52,6 +55,15 @@ def _job_events_counted(pod: dict[str, Any]) -> float:
     )
 
 
+def _jarvice(emulator: addons.EmulatorProcess, endpoint: str, **params: str) -> Any:
+    """A JARVICE API call as the controller makes it, with the runners' credentials."""
+    env = emulator.runner_env()
+    query = urllib.parse.urlencode({"username": env["JARVICE_USERNAME"], "apikey": env["JARVICE_APIKEY"], **params})
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"{env['JARVICE_API_URL'].rstrip('/')}/jarvice/{endpoint}?{query}", timeout=10) as response:
+        return json.loads(response.read())
+
+
 def _plugin(plane: controlplane.ControlPlane, *args: str) -> str:
     result = subprocess.run(
         [str(PLUGIN), *args, "--kubeconfig", str(plane.kubeconfig_path)],
@@ -69,7 +81,8 @@ def test_a_burst_pods_events_name_its_jarvice_job_and_kubectl_nimbix_shows_it(
 ) -> None:
     control_plane.kubectl("annotate", "namespace", ns, f"{BUDGET}=16")
     # More GPUs than the node has: remote. Long enough to be seen running, then it succeeds.
-    app = app_container(node_emulator, 'echo "viewed started"; sleep 15; echo "viewed done"', gpus=8)
+    app = app_container(node_emulator, f'echo "viewed started"; sleep {JOB_SECONDS}; echo "viewed done"', gpus=8)
+    began = time.time()
     create_pod(control_plane, ns, pod_body("viewed", app, gated=False))
     wait_log(control_plane, ns, "viewed", "viewed started")
 
@@ -85,14 +98,20 @@ def test_a_burst_pods_events_name_its_jarvice_job_and_kubectl_nimbix_shows_it(
         what="a NimbixRunning Event on the pod",
         timeout=WAIT_SECONDS,
     )
-    budget = json.loads(_plugin(control_plane, "budget", "-o", "json"))
-    assert {"namespace": ns, "budget": "16", "in_use": 8, "free": "8", "burst_pods": 1} in budget
+    (row,) = [r for r in json.loads(_plugin(control_plane, "budget", "-o", "json")) if r["namespace"] == ns]
+    assert {key: row[key] for key in ("budget", "in_use", "free", "burst_pods")} == {
+        "budget": "16",
+        "in_use": 8,
+        "free": "8",
+        "burst_pods": 1,
+    }
 
     demo.wait_for(
         lambda: "NimbixSucceeded" in {e["reason"] for e in _events(control_plane, ns, "viewed")},
         what="a NimbixSucceeded Event on the pod",
         timeout=WAIT_SECONDS,
     )
+    ended = time.time()
     events = {e["reason"]: e for e in _events(control_plane, ns, "viewed")}
     assert sorted(events) == ["NimbixRunning", "NimbixSubmitted", "NimbixSucceeded"]
     assert all(e.get("count", 1) == 1 for e in events.values())
@@ -104,8 +123,27 @@ def test_a_burst_pods_events_name_its_jarvice_job_and_kubectl_nimbix_shows_it(
     annotations = annotations_of(find_pod(control_plane, ns, "viewed") or {"metadata": {}})
     assert annotations["nimbix-burst.io/job-number"] == str(number)
     assert annotations["nimbix-burst.io/jobs"] == f"{number}=succeeded"
-    assert float(annotations["nimbix-burst.io/gpu-hours"]) >= 0
-    assert float(annotations["nimbix-burst.io/cost"]) >= 0
+    # The job's GPU-hours and cost: its machine's GPUs and price (JARVICE's machine list) times the hours
+    # JARVICE says it ran, which the command's sleep and this test's own clock bound (whole seconds).
+    status = _jarvice(node_emulator, "status", number=str(number))[str(number)]
+    ran = status["job_end_time"] - status["job_start_time"]
+    assert JOB_SECONDS - 1 <= ran <= ended - began + 1, (status, ended - began)
+    machine = _jarvice(node_emulator, "machines", name=job["machine"])[job["machine"]]
+    hours = ran / 3600
+    money = {
+        "nimbix-burst.io/gpu-hours": f"{machine['mc_gpus'] * hours:.2f}",
+        "nimbix-burst.io/cost": f"{machine['mc_price'] * hours:.2f}",
+    }
+    assert all(float(figure) > 0 for figure in money.values()), (money, machine)
+    demo.wait_for(
+        lambda: all(
+            annotations_of(find_pod(control_plane, ns, "viewed") or {"metadata": {}}).get(key) == figure
+            for key, figure in money.items()
+        ),
+        what=f"the pod's GPU-hours and cost {money}",
+        timeout=30,
+    )
+    annotations = annotations_of(find_pod(control_plane, ns, "viewed") or {"metadata": {}})
 
     (row,) = json.loads(_plugin(control_plane, "status", "-n", ns, "-o", "json"))
     assert (row["name"], row["decision"], row["job"], row["state"]) == ("viewed", "remote", str(number), "succeeded")

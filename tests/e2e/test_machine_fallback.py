@@ -26,7 +26,7 @@ import pytest
 
 from devplatform import demo
 from devplatform.cluster import addons, controlplane
-from entrypoint import contract
+from jarvice import contract
 from tests.support.installed_controller import annotations_of, app_container, create_pod, find_pod, pod_body
 
 LABEL = "nvidia.com/gpu.product"

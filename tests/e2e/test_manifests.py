@@ -23,7 +23,7 @@ import pytest
 from devplatform import certmanager, manifests
 from devplatform.cluster import controlplane
 from devplatform.manifests import Manifest
-from entrypoint import contract
+from jarvice import contract
 
 NAMESPACE = "nimbix-burst"
 CERT_MANAGER_GROUP = "cert-manager.io"

@@ -22,9 +22,8 @@ from devplatform.cluster import addons
 from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.tcpproxy import CuttableProxy
 from tests.support.gpus import GPU, GPU_TOLERATION
-from tests.support.webhook_group import LEGACY, Group, annotations_of, assert_remote, env
+from tests.support.webhook_group import LEGACY, WEBHOOK_ARGS, Group, annotations_of, assert_remote, env
 
-WEBHOOK_ARGS = ["--strip-toleration-keys", GPU, "--watch-stale-seconds", "5"]
 ADMISSION_LATENCIES_MS: list[float] = []
 
 
@@ -215,27 +214,3 @@ def test_decisions_stay_correct_across_a_watch_interruption(
     demo.wait_for(lambda: webhook.get("/readyz")[0] == 200, timeout=60, what="the watch to recover")
     pod, stderr = group.create(group.pod(1))
     assert_remote(pod, stderr, 1)
-
-
-def test_decisions_stay_correct_after_a_webhook_restart(
-    group: Group, control_plane: ControlPlane, webhook: addons.WebhookProcess, proxy: CuttableProxy
-) -> None:
-    gpu = group.gpu_node(2)
-    group.cpu_node()
-    first = group.pod(1)
-    group.create(first)
-    assert group.bound_node(first["metadata"]["name"]) == gpu
-    addons.stop_webhook(webhook)
-    restarted = addons.start_webhook(
-        control_plane.run_dir / "webhook",
-        kubeconfig=control_plane.run_dir / "webhook" / "kubeconfig",
-        args=WEBHOOK_ARGS,
-        port=int(webhook.url.rsplit(":", 1)[1]),
-        ca=webhook.ca,
-    )
-    assert restarted.url == webhook.url
-    second, _ = group.create(group.pod(1))
-    assert annotations_of(second)["nimbix-burst.io/decision"] == "local"
-    third, stderr = group.create(group.pod(1))
-    assert_remote(third, stderr, 1)
-    object.__setattr__(webhook, "process", restarted.process)  # the module fixture stops this one

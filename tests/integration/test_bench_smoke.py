@@ -16,7 +16,19 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from bench import ab, clusters, fake_apiserver, http_load, inprocess, loadgen, procfs, profiling, report, stats
+from bench import (
+    ab,
+    clusters,
+    fake_apiserver,
+    http_load,
+    inprocess,
+    loadgen,
+    procfs,
+    profiling,
+    report,
+    stats,
+    tls_rotation,
+)
 from devplatform.cluster import addons, processes
 from webhook.model import parse_node, parse_pod
 
@@ -391,7 +403,8 @@ def test_ab_runs_two_trees_side_by_side(tmp_path: Path, capsys: pytest.CaptureFi
     """bench.ab on one tree twice (B with --log-level WARNING): real processes, a paired ratio per case."""
     repo = Path(__file__).resolve().parents[2]
     argv = ["--a", str(repo), "--b", str(repo), "--b-arg=--log-level=WARNING", "--cluster", "synthetic:100"]
-    assert ab.main([*argv, "--rounds", "2", "--seconds", "0.5", "--out", str(tmp_path)]) == 0
+    # No settling: this checks what the run reports, not the figures.
+    assert ab.main([*argv, "--rounds", "2", "--seconds", "0.5", "--settle-seconds", "0", "--out", str(tmp_path)]) == 0
     result = json.loads(capsys.readouterr().out)
     assert set(result) == {"local", "remote"}
     for figures in result.values():
@@ -408,3 +421,10 @@ def test_ab_runs_two_trees_side_by_side(tmp_path: Path, capsys: pytest.CaptureFi
 def test_ab_refuses_what_is_not_a_checkout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert ab.main(["--a", str(tmp_path), "--b", str(tmp_path)]) == 2
     assert "not a checkout of nimbix-burst" in capsys.readouterr().err
+
+
+async def test_tls_rotation_bench_reports_both_halves(tmp_path: Path) -> None:
+    result = await tls_rotation.measure(tmp_path, seconds=0.4, connections=2)
+    assert result["reloaded"] is True
+    assert result["failures"] == 0
+    assert set(result) >= {"requests_per_s_before", "requests_per_s_after"}

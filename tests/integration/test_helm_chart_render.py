@@ -195,6 +195,7 @@ def test_optional_parts_can_be_left_out(helm: Path) -> None:
         "webhook": {"podDisruptionBudget": {"enabled": False}},
         "priorityClass": {"create": False, "name": ""},
         "budgetPolicy": {"enabled": False},
+        "podMarksPolicy": {"enabled": False},
         "networkPolicy": {"enabled": False},
         "controller": {"enabled": False},
     }

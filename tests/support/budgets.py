@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from entrypoint import contract
+from jarvice import contract
 from tests.support.clocks import Clock
 from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, node, pod
 from webhook.budget import ANNOTATION_MAX_REMOTE_GPUS, ANNOTATION_REMOTE_GPUS

@@ -27,6 +27,10 @@ CONTROLLER_ENV = {
     "CONTROLLER_REAP_ORPHANS": "true",  # fail the rollout, rather than reap nothing, if the Secret is not mounted
     "CONTROLLER_JOB_EVENTS": "true",  # likewise for the Events of burst pods' jobs
     "CONTROLLER_JOB_EVENTS_INTERVAL_SECONDS": "2",
+    "CONTROLLER_SPEND_INTERVAL_SECONDS": "2",
+    # Off but where a module turns it on (test_burst_after.py): the other modules' burst pods whose jobs
+    # queue for a moment must not come home under them when the real node's GPUs are back.
+    "CONTROLLER_HOMECOMING": "false",
 }
 
 
@@ -67,3 +71,46 @@ def create_pod(plane: controlplane.ControlPlane, namespace: str, body: dict[str,
 def find_pod(plane: controlplane.ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
     result = plane.kubectl("-n", namespace, "get", "pod", name, "-o", "json", check=False)
     return json.loads(result.stdout) if result.returncode == 0 else None
+
+
+# A probe the API server admits but never stores (`kubectl create --dry-run=server`): the webhook decides it
+# as it would the real pod (sideEffects None: no reservation, nothing counted), so it shows what the
+# webhook's cache has seen, e.g. a namespace's new annotation or a node's changed GPUs.
+SEEN_TIMEOUT_SECONDS = 60.0
+
+
+def dry_run_admission(
+    plane: controlplane.ControlPlane, namespace: str, body: dict[str, Any]
+) -> tuple[dict[str, Any], str]:
+    """The pod as the admission left it, and kubectl's stderr (its warnings); nothing is created."""
+    result = plane.kubectl(
+        "-n", namespace, "create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(body)
+    )
+    return json.loads(result.stdout), result.stderr
+
+
+def wait_admitted_as(
+    plane: controlplane.ControlPlane,
+    namespace: str,
+    body: dict[str, Any],
+    *,
+    decision: str,
+    what: str,
+    warning: str = "",
+    annotation: tuple[str, str] = ("", ""),
+) -> None:
+    """Polls dry-run admissions of `body` until the webhook decides `decision` (with `warning` among
+    kubectl's warnings and `annotation`'s value containing its text, when given): the webhook's watch has
+    seen `what`."""
+    key, text = annotation
+
+    def admitted_as_wanted() -> bool:
+        pod, warnings = dry_run_admission(plane, namespace, body)
+        annotations = annotations_of(pod)
+        return (
+            annotations.get("nimbix-burst.io/decision") == decision
+            and warning in warnings
+            and (not key or text in annotations.get(key, ""))
+        )
+
+    demo.wait_for(admitted_as_wanted, what=f"the webhook's watch seeing {what}", timeout=SEEN_TIMEOUT_SECONDS)

@@ -14,9 +14,14 @@ import sys
 import tomllib
 from pathlib import Path
 
+import jsonpatch
+
 from devplatform import manifests
-from entrypoint import contract
+from jarvice import contract
 from tests.support.dockerfiles import DOCKERFILE, dockerfile_stages, dockerfile_user_id, stage_instructions
+from webhook.mutation import BurstTerms, RewritePolicy, build_remote_patch
+from webhook.types import Decision
+from webhook.walltime import Walltime
 
 EXAMPLES_DIR = manifests.DEPLOY_DIR / "examples"
 
@@ -86,6 +91,7 @@ def _declared(*extras: str) -> set[str]:
 def _imported_distributions(*directories: str) -> set[str]:
     """The distributions that the third-party top-level imports under `directories` come from."""
     local = {
+        "jarvice",
         "webhook",
         "entrypoint",
         "controller",
@@ -113,7 +119,7 @@ def _imported_distributions(*directories: str) -> set[str]:
 def test_the_webhook_extra_covers_every_third_party_import_of_the_webhook() -> None:
     """The image installs core deps + the webhook extra: anything else the webhook imports would be
     missing at run time, which no test in this checkout (where the test extra is installed) would see."""
-    needed = _imported_distributions("webhook", "kubeplumbing")  # the webhook runs the shared plumbing
+    needed = _imported_distributions("webhook", "kubeplumbing", "jarvice")  # the webhook runs what it shares
     declared = _declared("webhook")
     assert needed <= declared, needed - declared
 
@@ -131,7 +137,7 @@ def test_the_webhook_extra_holds_only_what_the_product_imports() -> None:
     """Every package in the webhook image is attack surface and weight: nothing only tests use."""
     project = tomllib.loads((manifests.REPO_ROOT / "pyproject.toml").read_text())["project"]
     extra = {_normalize(re.split(r"[<>=\[; ]", r)[0]) for r in project["optional-dependencies"]["webhook"]}
-    unused = extra - _imported_distributions("webhook", "entrypoint", "kubeplumbing")
+    unused = extra - _imported_distributions("webhook", "entrypoint", "kubeplumbing", "jarvice")
     assert not unused, f"in the webhook extra but imported only by tests or tools: {unused}"
 
 
@@ -146,34 +152,41 @@ def test_the_test_extra_covers_every_third_party_import_of_the_tests_and_tools()
 # --- examples -----------------------------------------------------------------------------------
 
 
-def test_example_job_bursts_with_credentials_from_files_and_the_downward_api() -> None:
+def test_example_job_holds_only_what_a_user_decides_and_the_webhook_writes_the_rest() -> None:
+    """The example is the label, the image, the command and the GPU request; bursting it, the webhook
+    mounts the Secret the credentials example creates and points the runner at its files."""
     (job,) = manifests.parse_manifests((EXAMPLES_DIR / "job.yaml").read_text())
     assert (job["apiVersion"], job["kind"]) == ("batch/v1", "Job")
     assert job["spec"]["backoffLimit"] == 0
     template = job["spec"]["template"]
-    assert template["metadata"]["labels"][contract.LABEL_TASK_TYPE] == contract.LABEL_TASK_TYPE_VALUE
-    assert contract.LABEL_TASK_TYPE not in job["metadata"].get("labels", {})  # not copied to pods anyway
+    assert template["metadata"]["labels"] == {contract.LABEL_TASK_TYPE: contract.LABEL_TASK_TYPE_VALUE}
     (app,) = template["spec"]["containers"]
-    assert app["image"] == "example.com/my-app:latest"
-    env = {e["name"]: e for e in app["env"]}
-    assert env[contract.ENV_NUM_GPUS]["value"] == str(app["resources"]["limits"]["nvidia.com/gpu"])
-    assert contract.ENV_REMOTE not in env  # the webhook's to set
-    downward = {"POD_UID": "metadata.uid", "POD_NAMESPACE": "metadata.namespace", "POD_NAME": "metadata.name"}
-    for name, field in downward.items():
-        assert env[name]["valueFrom"] == {"fieldRef": {"fieldPath": field}}
-    assert "JARVICE_USERNAME" not in env and "JARVICE_APIKEY" not in env  # never literal credentials
+    assert set(app) == {"name", "image", "args", "resources"}
+    assert app["resources"] == {"limits": {"nvidia.com/gpu": 2}}
+    assert "volumes" not in template["spec"] and "securityContext" not in template["spec"]
+
+    pod = {"metadata": {"name": "p", "namespace": "my-team", **template["metadata"]}, "spec": template["spec"]}
+    pod = json.loads(json.dumps(pod).replace('"nvidia.com/gpu": 2', '"nvidia.com/gpu": "2"'))
+    policy = RewritePolicy(gpu_resources=("nvidia.com/gpu",), remote_cpu="100m", remote_memory="128Mi")
+    terms = BurstTerms(cluster="c-0f1e2d3c4b5a", limit=Walltime(3600, "default"), app="team-app")
+    decision = Decision(kind="remote", reason="no node has 2 free nvidia.com/gpu")
+    ops = build_remote_patch(pod, gpus={"nvidia.com/gpu": 2}, decision=decision, policy=policy, terms=terms)
+    burst = jsonpatch.apply_patch(pod, ops)
+    (runner,) = burst["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in runner["env"]}
+    assert env[contract.ENV_NUM_GPUS] == "2" and env[contract.ENV_REMOTE] == "1" and env["APP_NAME"] == "team-app"
     (secret_example,) = manifests.parse_manifests((EXAMPLES_DIR / "jarvice-credentials.yaml.example").read_text())
-    volumes = {v["name"]: v for v in template["spec"]["volumes"]}
-    (mount,) = app["volumeMounts"]
+    volumes = {v["name"]: v for v in burst["spec"]["volumes"]}
+    (mount,) = [m for m in runner["volumeMounts"] if m["name"] == contract.CREDENTIALS_VOLUME_NAME]
     assert volumes[mount["name"]]["secret"]["secretName"] == secret_example["metadata"]["name"]
     assert mount["readOnly"] is True
     for name in ("JARVICE_USERNAME_FILE", "JARVICE_APIKEY_FILE"):
-        path = Path(env[name]["value"])
+        path = Path(str(env[name]))
         assert path.parent == Path(mount["mountPath"])
         assert path.name in secret_example["stringData"]
 
 
 def test_the_webhook_extra_covers_every_third_party_import_of_the_controller() -> None:
     """The controller runs from the webhook image (core deps + the webhook extra)."""
-    needed = _imported_distributions("controller", "kubeplumbing")  # so does the controller
+    needed = _imported_distributions("controller", "kubeplumbing", "jarvice")  # so does the controller
     assert needed <= _declared("webhook"), needed - _declared("webhook")

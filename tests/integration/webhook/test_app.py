@@ -64,17 +64,18 @@ async def test_reservations_are_held_across_requests_but_not_for_dry_run(client:
     assert ['"remote"' in k for k in kinds] == [False, False, False, True]
 
 
-async def test_unlabeled_and_cpu_only_and_decided_pods_are_untouched(client: TestClient[Any, Any]) -> None:
-    for raw in (
-        pod(container(gpus=8), labels={"app": "x"}),
-        pod(container()),
-        # Decided local: a reinvocation leaves it alone (a remote one gets new GPUs stripped, see
-        # tests/unit/webhook/test_admission_reinvocation.py).
-        pod(container(gpus=8), annotations={"nimbix-burst.io/decision": "local"}),
-    ):
+async def test_unlabeled_and_cpu_only_pods_are_untouched(client: TestClient[Any, Any]) -> None:
+    for raw in (pod(container(gpus=8), labels={"app": "x"}), pod(container())):
         status, answer = await post(client, review_body(raw))
         assert status == 200
         assert answer["response"] == {"uid": "req-1", "allowed": True}
+    # A decision the webhook did not make (no admission token it issued) is no decision: the pod is
+    # decided afresh (the product's own reinvocation: tests/unit/webhook/test_provenance.py).
+    status, answer = await post(
+        client, review_body(pod(container(gpus=8), annotations={"nimbix-burst.io/decision": "local"}))
+    )
+    assert status == 200 and "patch" in answer["response"]
+    assert "carried marks only nimbix-burst writes" in answer["response"]["warnings"][0]
     status, answer = await post(client, review_body(pod(container(gpus=8)), operation="UPDATE"))
     assert answer["response"] == {"uid": "req-1", "allowed": True}
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -158,24 +159,61 @@ async def test_listed_objects_are_frozen_out_of_the_collector() -> None:
         gc.unfreeze()  # the test process's other objects go back to the collector
 
 
+class CountedLock:
+    """The cache's lock, counting the threads blocked on it: a watch thread waiting here has read its event
+    and holds it, so a test can wait for that instead of sleeping."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counting = threading.Lock()
+        self._waiting = 0
+
+    @property
+    def waiting(self) -> int:
+        with self._counting:
+            return self._waiting
+
+    def acquire(self) -> bool:
+        with self._counting:
+            self._waiting += 1
+        try:
+            return self._lock.acquire()
+        finally:
+            with self._counting:
+                self._waiting -= 1
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 async def test_events_wait_for_the_cache_lock() -> None:
     """The watch threads apply what they read themselves, under CacheSync.lock, which the loop holds
     around each admission: an event that arrives during one changes nothing until it is done."""
     api = ScriptedApiServer()
-    async with Watching(api) as watching:
-        cache, sync = watching.cache, watching.sync
-        await watching.until(lambda: "u-new" in cache.pods())
-        # An admission in progress holds the lock from before the event is sent until well after the
-        # watch thread has read it. (Taking the lock only once the event was written raced with the
-        # watch thread, which could apply it first.)
-        sync.lock.acquire()
+    watching = Watching(api)
+    lock = CountedLock()
+    watching.sync.lock = lock  # type: ignore[assignment]
+    async with watching:
+        cache = watching.cache
+        # Every event but the later pod's applied: from here only that one can want the lock.
+        await watching.until(lambda: "u-new" in cache.pods() and cache.budget("last") is not None)
+        # An admission in progress holds the lock from before the event is sent until the watch thread
+        # has read it and waits for the lock. (Taking the lock only once the event was written raced with
+        # the watch thread, which could apply it first.)
+        lock.acquire()
         try:
             api.send_later.set()
             await asyncio.wait_for(api.later_sent.wait(), timeout=10)  # written: on its way to the watch thread
-            await asyncio.sleep(0.5)  # the watch thread reads it meanwhile, and waits for the lock
+            await watching.until(lambda: lock.waiting == 1)  # the watch thread read it and waits
             assert "u-later" not in cache.pods()
         finally:
-            sync.lock.release()
+            lock.release()
         await watching.until(lambda: "u-later" in cache.pods())
         assert cache.free("a")["nvidia.com/gpu"] == -3
 

@@ -31,8 +31,11 @@ def pod(
     budget: str = "",
     gang: str = "",
     gpu_model: str = "",
+    burst_deadline: str = "",
 ) -> dict[str, Any]:
     annotations = {}
+    if burst_deadline:  # the webhook's: kept local to wait for a node until then (burst-after)
+        annotations["nimbix-burst.io/burst-deadline"] = burst_deadline
     if gang:  # the webhook's: the pods of one distributed job share it
         annotations["nimbix-burst.io/gang"] = gang
     if decision is not None:

@@ -87,3 +87,53 @@ def test_assess_gang(bodies: list[dict[str, Any]], rebursts: int, verdict: str) 
     policy = stranding.Policy(threshold=120, cap=3)
     assessment = stranding.assess_gang(members(*bodies), stranded_since=T0, policy=policy, rebursts=rebursts)
     assert assessment.verdict == verdict
+
+
+# --- generations: a retry of a gang (the webhook's next generation) carries an identity of its own ---
+
+NEXT = "47e294ce-1cf8-59b2-b781-09995e455c56"  # generation 2's identity: webhook.gangs.generation_uid(GANG, 2)
+NEXT_LABEL = f"k8s-{HERE}.{NEXT}-1"
+
+
+def retry(index: int, **changes: Any) -> ReapView:
+    return rank(index, uid=f"retry-{index}", name=f"train-{index}-retry", gang=NEXT, **changes)
+
+
+@pytest.mark.parametrize(
+    ("views", "reasons"),
+    [
+        pytest.param(
+            [rank(0, terminal=True), rank(1, terminal=True), retry(0), retry(1)],
+            {7: "pod-finished"},
+            id="failed-first-generation-and-its-retry-running",
+        ),
+        pytest.param(
+            [rank(0, terminal=True), rank(1), retry(0)],
+            {7: "pod-finished"},
+            id="a-rank-of-the-first-still-stopping-while-the-retry-starts",
+        ),
+        pytest.param([rank(0), rank(1), retry(0), retry(1)], {}, id="both-generations-followed"),
+        pytest.param([retry(0), retry(1)], {7: "pod-gone"}, id="first-generation-pods-deleted"),
+        pytest.param(
+            [rank(0, terminal=True), rank(1, terminal=True)], {7: "pod-finished", 8: "pod-gone"}, id="retry-gone"
+        ),
+        pytest.param([rank(0), rank(1), retry(0, terminal=True)], {8: "pod-finished"}, id="retry-failed"),
+    ],
+)
+def test_each_generations_job_is_wanted_by_its_own_pods_only(views: list[ReapView], reasons: dict[int, str]) -> None:
+    planned = plan_round(
+        [Job(7, GANG_LABEL, "PROCESSING STARTING"), Job(8, NEXT_LABEL, "PROCESSING STARTING")],
+        pods={v.uid: v for v in views},
+        cluster=HERE,
+        first_seen={},
+        now=0,
+        wall_now=WALL,
+        grace=0,
+    )
+    assert {o.number: o.reason for o in planned.orphans} == reasons
+
+
+def test_a_finished_generations_pods_are_recorded_while_the_next_generations_job_runs() -> None:
+    done = {v.uid: v for v in (rank(0, terminal=True), rank(1, terminal=True))}
+    records = plan_records(done, pods_now=done, carried_uids=frozenset({NEXT}), wall_now=WALL, limit=5)
+    assert sorted(v.uid for v in records) == ["pod-0", "pod-1"]

@@ -11,8 +11,8 @@ from controller.metrics import Metrics
 from controller.model import ReapView
 from controller.reaping import Reaper
 from controller.store import PodStore
-from entrypoint.jarvice import JobNotFound, Unavailable
-from entrypoint.model import JobEntry
+from jarvice.client import JobNotFound, Unavailable
+from jarvice.model import JobEntry
 from tests.support.clocks import Clock
 
 LIVE = "4f1c2a9e-7b1d-4c55-9d0e-2a6b8c1e3f70"

@@ -220,3 +220,19 @@ def test_a_stranded_gang_pod_bound_meanwhile_stops_the_re_burst() -> None:
     kube.pods["train-0"] = pod(uid="a", name="train-0", gang=GANG, node_name="n2")
     reburster.scan()
     assert kube.deleted == []
+
+
+def test_a_pod_that_waited_in_vain_is_replaced_at_its_deadline_with_its_own_event() -> None:
+    waiting = pod(burst_deadline="2023-11-14T22:18:00Z")  # T0 + 280: NOW is past it
+    reburster, kube, _ = make(waiting)
+    reburster.scan()
+    assert kube.deleted == [("train-abcde", waiting["metadata"]["uid"], "42")]
+    assert kube.events == [("Job", "train", "NimbixBurstAfterWait")]
+    assert reburster.rebursts_by_owner == {JOB_UID: 1}
+
+
+def test_a_pod_still_within_its_wait_is_left_alone_past_the_threshold() -> None:
+    reburster, kube, _ = make(pod(burst_deadline="2023-11-14T22:30:00Z"))  # T0 + 1000: NOW is before it
+    reburster.scan()
+    assert kube.deleted == []
+    assert kube.events == []

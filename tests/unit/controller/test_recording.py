@@ -16,8 +16,8 @@ from controller.kube import PodChanged
 from controller.metrics import Metrics
 from controller.recording import JobRecorder
 from controller.store import PodStore
-from entrypoint.jarvice import Unavailable
-from entrypoint.model import JobEntry, Machine
+from jarvice.client import Unavailable
+from jarvice.model import JobEntry, Machine
 from tests.support.clocks import Clock
 
 UID = "4f1c2a9e-7b1d-4c55-9d0e-2a6b8c1e3f70"

@@ -82,3 +82,45 @@ def test_cap_zero_never_rebursts() -> None:
 )
 def test_check_owner(owner: dict[str, Any] | None, why: str) -> None:
     assert stranding.check_owner(parse_pod(pod()), parse_job(owner)) == why
+
+
+# ----- a pod waiting for a node before bursting (the webhook's burst-deadline) -------------------
+
+DEADLINE_TEXT = "2023-11-14T22:23:20Z"  # T0 + 600: the pod waits ten minutes, past the 120 s threshold
+DEADLINE = T0 + 600
+
+
+@pytest.mark.parametrize(
+    ("body", "now", "rebursts", "verdict"),
+    [
+        # unschedulable past the threshold, but its deadline is later: it waits, never re-burst early
+        pytest.param(pod(burst_deadline=DEADLINE_TEXT), LATER, 0, "wait", id="waiting-past-threshold"),
+        pytest.param(pod(burst_deadline=DEADLINE_TEXT), DEADLINE - 1, 0, "wait", id="waiting-just-before"),
+        pytest.param(pod(burst_deadline=DEADLINE_TEXT), DEADLINE, 0, "reburst", id="deadline-reached"),
+        # the scheduler has not marked it yet: the deadline still decides
+        pytest.param(pod(burst_deadline=DEADLINE_TEXT, scheduled=None), DEADLINE, 0, "reburst", id="no-condition"),
+        pytest.param(pod(burst_deadline=DEADLINE_TEXT), DEADLINE, 3, "cap-hit", id="cap-bounds-it-too"),
+        pytest.param(pod(burst_deadline=DEADLINE_TEXT, owners=[]), DEADLINE, 0, "note", id="bare-pod-reported"),
+        pytest.param(pod(burst_deadline=DEADLINE_TEXT, gang="g-1"), DEADLINE, 0, "gang", id="gang-pod"),
+        # a node took it, or it is going: nothing to do
+        pytest.param(pod(burst_deadline=DEADLINE_TEXT, node_name="gpu-1"), DEADLINE, 0, "ignore", id="bound"),
+        pytest.param(pod(burst_deadline=DEADLINE_TEXT, phase="Running"), DEADLINE, 0, "ignore", id="running"),
+        pytest.param(pod(burst_deadline=DEADLINE_TEXT, deleting=True), DEADLINE, 0, "ignore", id="deleting"),
+        pytest.param(pod(burst_deadline=DEADLINE_TEXT, decision="remote"), DEADLINE, 0, "ignore", id="burst"),
+        # an unreadable deadline is no deadline: the threshold rule applies as before
+        pytest.param(pod(burst_deadline="soon"), LATER, 0, "reburst", id="unreadable-deadline"),
+    ],
+)
+def test_assess_a_waiting_pod(body: dict[str, Any], now: float, rebursts: int, verdict: str) -> None:
+    assert stranding.assess(parse_pod(body), now=now, policy=POLICY, rebursts=rebursts).verdict == verdict
+
+
+def test_a_waiting_pod_is_due_at_its_deadline() -> None:
+    assessment = stranding.assess(parse_pod(pod(burst_deadline=DEADLINE_TEXT)), now=LATER, policy=POLICY, rebursts=0)
+    assert assessment.due_at == DEADLINE
+
+
+def test_a_deadline_in_milliseconds_is_kept_to_the_millisecond() -> None:
+    body = pod(burst_deadline="2023-11-14T22:23:20.250Z")  # T0 + 600.25: a replay's compressed wait
+    assert stranding.assess(parse_pod(body), now=DEADLINE + 0.2, policy=POLICY, rebursts=0).verdict == "wait"
+    assert stranding.assess(parse_pod(body), now=DEADLINE + 0.25, policy=POLICY, rebursts=0).verdict == "reburst"

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from entrypoint import contract, plan
-from entrypoint.model import Machine
+from entrypoint import plan
 from entrypoint.settings import SettingsError, parse_settings
+from jarvice import contract
+from jarvice.model import Machine
 
 pytestmark = pytest.mark.timeout(2)
 
@@ -40,9 +41,14 @@ A100 = ("ng1a", "ng4a", "ng8")
 
 
 def remote_plan(
-    *, gpus: int, cpus: int = 1, allowed: tuple[str, ...] | None, machine: str | None = None
+    *,
+    gpus: int,
+    cpus: int = 1,
+    allowed: tuple[str, ...] | None,
+    machine: str | None = None,
+    extra: dict[str, str] | None = None,
 ) -> plan.RemotePlan:
-    env = {**REMOTE_OK, "NUM_GPUS": str(gpus), "NUM_CPUS": str(cpus)}
+    env = {**REMOTE_OK, "NUM_GPUS": str(gpus), "NUM_CPUS": str(cpus), **(extra or {})}
     if allowed is not None:
         env[contract.ENV_ALLOWED_MACHINES] = ",".join(allowed)
     if machine is not None:

@@ -3,7 +3,7 @@
 import pytest
 
 from entrypoint import budget
-from entrypoint.model import Machine
+from jarvice.model import Machine
 
 ONE = Machine("ng1", cores=8, gpus=1)
 EIGHT = Machine("ng8", cores=64, gpus=8)

@@ -6,11 +6,12 @@ import dataclasses
 
 import pytest
 
-from entrypoint import candidates, contract
+from entrypoint import candidates
 from entrypoint.candidates import Candidates, Move, Stay, decide_move, order_candidates
-from entrypoint.model import Machine
 from entrypoint.plan import NoMachineFits, RemotePlan
 from entrypoint.settings import Tuning
+from jarvice import contract
+from jarvice.model import Machine
 
 pytestmark = pytest.mark.timeout(2)
 

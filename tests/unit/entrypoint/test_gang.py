@@ -4,7 +4,7 @@ import pytest
 
 from entrypoint import gang
 from entrypoint.gang import Gang, carries_data
-from entrypoint.model import JobEntry
+from jarvice.model import JobEntry
 
 pytestmark = pytest.mark.timeout(2)
 

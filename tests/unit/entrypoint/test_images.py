@@ -78,7 +78,7 @@ def test_base_image_installs_the_distribution_without_extras() -> None:
     assert installs == ["/opt/venv/bin/pip install ."]
     copies = [shlex.split(c) for c in only(BASE, "COPY") if not c.startswith("--from")]
     sources = {src.rstrip("/") for copy in copies for src in copy[:-1]} - set(BASE_JARVICE_FILES)
-    assert sources == {"pyproject.toml", "README.md", "entrypoint"}
+    assert sources == {"pyproject.toml", "README.md", "entrypoint", "jarvice"}  # the runner and what it imports
     for source in sources:
         assert (ROOT / source).exists(), source
     assert pyproject()["project"]["readme"] == "README.md"
@@ -190,8 +190,9 @@ def test_the_webhook_image_installs_and_compiles_from_every_package_the_project_
     assert packages <= sources, packages - sources
     (compile_run,) = [r for r in only(WEBHOOK, "RUN") if "compile-core.sh" in r]
     copied_for_mypyc = set(compile_run.split("cp -r ", 1)[1].split(" /compile/", 1)[0].split())
-    # Neither is on a review's path: the controller runs rounds, the plugin runs on a laptop.
-    not_compiled = {"controller", "kubectl_nimbix"}
+    # None is on a review's path: the controller runs rounds, the plugin runs on a laptop, the runner in
+    # the applications' images.
+    not_compiled = {"controller", "kubectl_nimbix", "entrypoint"}
     assert copied_for_mypyc == packages - not_compiled == set(compiled_core.PACKAGES)
 
 

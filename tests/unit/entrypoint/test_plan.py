@@ -4,8 +4,10 @@ import json
 import pytest
 
 from entrypoint import plan
-from entrypoint.model import Machine
-from entrypoint.settings import ArgvCommand, PodIdentity, ShellCommand, parse_settings
+from entrypoint.settings import ArgvCommand, ShellCommand, parse_settings
+from jarvice import labels
+from jarvice.labels import PodIdentity
+from jarvice.model import Machine
 
 pytestmark = pytest.mark.timeout(2)
 
@@ -154,7 +156,7 @@ LONG_HASH = hashlib.sha256(LONG.encode()).hexdigest()
     ],
 )
 def test_job_label(pod: PodIdentity, attempt: int, expected: str) -> None:
-    label = plan.build_job_label(pod, attempt=attempt)
+    label = labels.build_job_label(pod, attempt=attempt)
     assert label == expected
     assert len(label) <= 50
 
@@ -162,10 +164,10 @@ def test_job_label(pod: PodIdentity, attempt: int, expected: str) -> None:
 @pytest.mark.parametrize("container", ["", "a", "trainer", "seven-7", LONG, "x" * 63])
 @pytest.mark.parametrize("attempt", [1, 9, 10, 99, 100, 99999])
 def test_uid_labels_fit_and_parse_back(container: str, attempt: int) -> None:
-    label = plan.build_job_label(PodIdentity(UID, "ns", "p", "h", container), attempt=attempt)
+    label = labels.build_job_label(PodIdentity(UID, "ns", "p", "h", container), attempt=attempt)
     assert len(label) <= 50
     assert label[4:40] == UID  # the documented fixed position of the UID
-    parsed = plan.parse_job_label(label)
+    parsed = labels.parse_job_label(label)
     assert parsed is not None
     assert (parsed.pod_uid, parsed.attempt) == (UID, attempt)
     if not container:
@@ -177,24 +179,24 @@ def test_uid_labels_fit_and_parse_back(container: str, attempt: int) -> None:
 
 
 def test_two_containers_of_one_pod_get_different_labels() -> None:
-    a = plan.build_job_label(PodIdentity(UID, "ns", "p", "h", "gpu-worker-a"))
-    b = plan.build_job_label(PodIdentity(UID, "ns", "p", "h", "gpu-worker-b"))
+    a = labels.build_job_label(PodIdentity(UID, "ns", "p", "h", "gpu-worker-a"))
+    b = labels.build_job_label(PodIdentity(UID, "ns", "p", "h", "gpu-worker-b"))
     assert a != b
 
 
 @pytest.mark.parametrize("text", ["k8s-team-a/train-0-c-1", "hello", f"k8s-{UID}", f"k8s-{UID}-Bad_Name-1"])
 def test_parse_job_label_rejects_other_text(text: str) -> None:
-    assert plan.parse_job_label(text) is None
+    assert labels.parse_job_label(text) is None
 
 
 def test_long_job_label_is_shortened_deterministically() -> None:
     pod = PodIdentity("", "a-very-long-namespace-name-indeed", "and-an-even-longer-pod-name-xyz-12345", "h")
-    label = plan.build_job_label(pod)
+    label = labels.build_job_label(pod)
     assert len(label) == 50
     assert label.startswith("k8s-a-very-long-namespace")
-    assert label == plan.build_job_label(pod)
+    assert label == labels.build_job_label(pod)
     other = PodIdentity("", "a-very-long-namespace-name-indeed", "and-an-even-longer-pod-name-xyz-12346", "h")
-    assert plan.build_job_label(other) != label
+    assert labels.build_job_label(other) != label
 
 
 def _remote_settings(**env: str):

@@ -4,9 +4,10 @@ GPU budget over every node, the further nodes with `mc_slave_gpus`."""
 import pytest
 
 from entrypoint import budget, plan
-from entrypoint.jarvice import parse_jobs, parse_machines
-from entrypoint.model import Machine
 from entrypoint.settings import parse_settings
+from jarvice import labels
+from jarvice.client import parse_jobs, parse_machines
+from jarvice.model import Machine
 
 pytestmark = pytest.mark.timeout(2)
 
@@ -45,7 +46,7 @@ def remote_plan(**env: str) -> plan.RemotePlan:
 def test_the_gangs_one_job_label(env: dict[str, str], label: str) -> None:
     built = remote_plan(**env)
     assert built.job_label == label
-    parsed = plan.parse_job_label(label)
+    parsed = labels.parse_job_label(label)
     assert parsed is not None and parsed.pod_uid == GANG and parsed.container is None and parsed.attempt == 2
 
 

@@ -2,8 +2,9 @@
 
 import pytest
 
-from entrypoint import exitcodes, recovery
+from entrypoint import recovery
 from entrypoint.recovery import MAX_FOLLOW_RETRIES as MAX
+from jarvice import exitcodes
 
 pytestmark = pytest.mark.timeout(2)
 

@@ -9,8 +9,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from entrypoint import exitcodes, ports, remote, restart, signals
-from entrypoint.jarvice import (
+from entrypoint import ports, remote, restart, signals
+from entrypoint.output import SEPARATOR
+from entrypoint.plan import RemotePlan
+from entrypoint.settings import Tuning
+from jarvice import exitcodes
+from jarvice.client import (
     CredentialsRejected,
     JobNotFound,
     ProtocolError,
@@ -19,10 +23,7 @@ from entrypoint.jarvice import (
     SubmitRefused,
     Unavailable,
 )
-from entrypoint.model import JobEntry, JobStatus, Machine, SubmitBody, SubmitResult
-from entrypoint.output import SEPARATOR
-from entrypoint.plan import RemotePlan
-from entrypoint.settings import Tuning
+from jarvice.model import JobEntry, JobStatus, Machine, SubmitBody, SubmitResult
 from tests.support.clocks import Clock
 
 pytestmark = pytest.mark.timeout(5)

@@ -9,8 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from entrypoint import exitcodes, restart, runstate, runsteps
-from entrypoint.model import JobEntry, JobStatus
+from entrypoint import restart, runstate, runsteps
 from entrypoint.runstate import RunState, Step
 from entrypoint.runsteps import (
     Adopt,
@@ -48,6 +47,8 @@ from entrypoint.runsteps import (
     TerminateAnswered,
     TerminateExtras,
 )
+from jarvice import exitcodes
+from jarvice.model import JobEntry, JobStatus
 
 pytestmark = pytest.mark.timeout(2)
 

@@ -6,8 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from entrypoint import exitcodes, restart, runstate, runsteps
-from entrypoint.model import JobEntry, JobStatus
+from entrypoint import restart, runstate, runsteps
 from entrypoint.runstate import RunState, Step
 from entrypoint.runsteps import (
     Adopt,
@@ -26,6 +25,8 @@ from entrypoint.runsteps import (
     StopJob,
     TerminateExtras,
 )
+from jarvice import exitcodes
+from jarvice.model import JobEntry, JobStatus
 
 pytestmark = pytest.mark.timeout(2)
 

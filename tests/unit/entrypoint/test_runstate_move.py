@@ -6,8 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from entrypoint import exitcodes, runstate, runsteps
-from entrypoint.model import JobStatus
+from entrypoint import runstate, runsteps
 from entrypoint.runstate import RunState, Step, UnexpectedEvent
 from entrypoint.runsteps import (
     Exit,
@@ -23,6 +22,8 @@ from entrypoint.runsteps import (
     StopJob,
     Terminate,
 )
+from jarvice import exitcodes
+from jarvice.model import JobStatus
 
 pytestmark = pytest.mark.timeout(2)
 

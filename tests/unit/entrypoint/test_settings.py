@@ -3,13 +3,13 @@ import pytest
 from entrypoint.settings import (
     DEFAULT_API_URL,
     ArgvCommand,
-    Secret,
     SettingsError,
     ShellCommand,
     parse_cpus,
     parse_mode,
     parse_settings,
 )
+from jarvice.redaction import Secret
 
 pytestmark = pytest.mark.timeout(2)
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from entrypoint import contract, termination
+from entrypoint import termination
 from entrypoint.settings import (
     DEFAULT_CANCEL_GRACE_SECONDS,
     DEFAULT_CONNECT_TIMEOUT,
@@ -12,6 +12,7 @@ from entrypoint.settings import (
     Tuning,
 )
 from entrypoint.stopping import CANCEL_POLL_SECONDS
+from jarvice import contract
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from kubectl_nimbix import views
+from kubeplumbing.spendrecord import parse_spend_record
 
 P = "nimbix-burst.io/"
 GPUS = ("nvidia.com/gpu",)
@@ -139,8 +140,66 @@ def test_budget_rows_count_as_the_webhook_counts(
 
 def test_budget_table() -> None:
     rows, _ = views.build_budget_rows([namespace("team", "8")], [pod(annotations=RUNNING)], gpu_resources=GPUS)
-    assert views.format_budget(rows) == (
-        "NAMESPACE   BUDGET   IN-USE   FREE   BURST-PODS\nteam        8        4        4      1\n"
+    assert views.format_budget(rows, spend_problem="configmap nimbix-burst/nimbix-burst-spend not found") == (
+        "NAMESPACE   BUDGET   IN-USE   FREE   BURST-PODS   JARVICE-GPUS   COST/H   CAP/H   MONTH    CAP/MONTH\n"
+        "team        8        4        4      1            <none>         <none>   none    <none>   none\n"
+        "Spend: no record (configmap nimbix-burst/nimbix-burst-spend not found).\n"
+    )
+
+
+SPEND = json.dumps(
+    {
+        "version": 1,
+        "observed_at": 1_800_000_000,
+        "month": "2027-01",
+        "machines": {"n1": {"gpus": 1, "price": 2.1}},
+        "namespaces": {
+            "team": {
+                "pods": {"uid-team-train-0": {"gpus": 4, "cost_per_hour": 8.4, "worst_case": 16.8}},
+                "cost_per_hour": 8.4,
+                "month_recorded": 3.0,
+                "month_worst_case": 19.8,
+            },
+            "gone": {"pods": {}, "cost_per_hour": 0.0, "month_recorded": 1.25, "month_worst_case": 1.25},
+        },
+        "unattributed": {"jobs": 0, "cost_per_hour": 0.0},
+    }
+)
+
+
+def capped(name: str, *, hour: str | None = None, month: str | None = None) -> dict[str, Any]:
+    raw = namespace(name, "8")
+    if hour is not None:
+        raw["metadata"]["annotations"][P + "max-cost-per-hour"] = hour
+    if month is not None:
+        raw["metadata"]["annotations"][P + "max-cost-per-month"] = month
+    return raw
+
+
+def test_budget_shows_spend_against_both_caps_with_the_records_age() -> None:
+    spend = parse_spend_record(SPEND)
+    rows, problems = views.build_budget_rows(
+        [capped("team", hour="10", month="x"), capped("idle", hour="5")],
+        [pod(annotations=RUNNING)],
+        gpu_resources=GPUS,
+        spend=spend,
+        now=1_800_000_042,
+    )
+    assert problems == []
+    by_name = {row.namespace: row for row in rows}
+    team = by_name["team"]
+    assert (team.jarvice_gpus, team.cost_per_hour, team.cap_per_hour, team.month_cost, team.cap_per_month) == (
+        "4",
+        "8.40",
+        "10.00",
+        "19.80",
+        "'x' (invalid: 0)",
+    )
+    assert (by_name["idle"].cost_per_hour, by_name["idle"].cap_per_hour) == ("0.00", "5.00")
+    assert by_name["gone"].month_cost == "1.25"  # spend recorded this month, no pod left
+    assert team.spend_age_seconds == 42
+    assert views.format_budget(rows, spend=spend).endswith(
+        "Spend as JARVICE listed it 42s ago (month 2027-01 UTC, MONTH = worst case).\n"
     )
 
 
@@ -198,3 +257,28 @@ def test_explain_says_why_an_unlabelled_pod_was_not_decided() -> None:
 def test_explain_text_aligns_the_values() -> None:
     text = views.format_explain([("Pod", "team/a"), ("Decision", "local")])
     assert text == "Pod:      team/a\nDecision: local\n"
+
+
+WAITING = {P + "decision": "local", P + "burst-deadline": "2026-11-27T17:01:00Z"}
+
+
+@pytest.mark.parametrize(
+    ("raw", "state"),
+    [
+        pytest.param(pod(annotations=WAITING, phase="Pending"), "waiting until 2026-11-27T17:01:00Z", id="waiting"),
+        # a node took it in time: it runs here, nothing left to wait for
+        pytest.param(pod(annotations=WAITING, phase="Running"), "", id="a-node-took-it"),
+        pytest.param({**pod(annotations=WAITING, phase="Pending"), "spec": {"nodeName": "gpu-1"}}, "", id="bound"),
+    ],
+)
+def test_a_pod_waiting_before_it_bursts_says_until_when(raw: dict[str, Any], state: str) -> None:
+    row = views.build_status_row(raw)
+    assert row is not None
+    assert row.state == state
+
+
+def test_explain_names_the_deadline_and_why_a_pod_did_not_wait() -> None:
+    fields = dict(views.explain_pod(pod(annotations=WAITING, phase="Pending")))
+    assert fields["Bursts at"] == "2026-11-27T17:01:00Z"
+    burst = {P + "decision": "remote", P + "burst-after-ignored": "only a Job's pod can wait"}
+    assert dict(views.explain_pod(pod(annotations=burst)))["Did not wait"] == "only a Job's pod can wait"

@@ -15,6 +15,7 @@ POLICY = RewritePolicy(
     strip_node_selector_keys=frozenset({"gpu-model"}),
     strip_toleration_keys=frozenset({"nvidia.com/gpu"}),
     strip_runtime_classes=frozenset({"nvidia"}),
+    credentials_secret="",  # the credentials mount has its own table (test_burst_essentials)
 )
 REMOTE = Decision(kind="remote", reason="needs 4 nvidia.com/gpu; best node a has 2 free")
 TERMS = BurstTerms(cluster="prod-0f1e2d3c4b5a", limit=Walltime(3600, "activeDeadlineSeconds 3600"))

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from entrypoint import contract
+from jarvice import contract
 from kubeplumbing import leadership
 from tests.support.budgets import NS, burst_pod, make_sync, namespace
 from tests.support.clocks import Clock

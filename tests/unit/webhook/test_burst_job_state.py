@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from entrypoint import contract
+from jarvice import contract
 from tests.support.budgets import NS, burst_pod, make_sync
 from tests.unit.webhook.builders import container, pod
 from webhook import model

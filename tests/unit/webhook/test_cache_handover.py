@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from entrypoint import contract
+from jarvice import contract
 from kubeplumbing import leadership
 from tests.support.clocks import Clock
 from tests.support.decisions import decide_pod

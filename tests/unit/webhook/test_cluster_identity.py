@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from entrypoint import contract
+from jarvice import contract
 from tests.support.clocks import Clock
 from tests.support.reinvocation import patched_by, review
 from tests.unit.webhook.builders import CLUSTER_ID, GPU, KUBE_SYSTEM, KUBE_SYSTEM_UID, container, namespace, node, pod

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from entrypoint import contract
+from jarvice import contract
 from tests.support.reinvocation import add_gpu, admit, env_of, first_pass, make_cache
 from tests.unit.webhook.builders import container, pod
 from webhook import overreach

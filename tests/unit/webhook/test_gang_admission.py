@@ -6,10 +6,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from tests.support.budgets import NS
 from tests.support.clocks import Clock
 from tests.support.reinvocation import patched_by, review
+from tests.unit.webhook import test_spending as spent
 from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, namespace, node, pod
-from webhook import admission, gangs, gpu_models
+from webhook import admission, gangs, gpu_models, spending
 from webhook.cache import ClusterCache
 from webhook.mutation import RewritePolicy
 from webhook.review import AdmissionRequest
@@ -92,7 +94,8 @@ def test_three_two_gpu_pods_on_two_nodes_with_two_free_each_all_burst_as_one_gan
         assert env["NUM_GPUS"] == "2"  # per node
         notes = patched["metadata"]["annotations"]
         assert (notes[DECISION], notes[GANG], notes[SIZE], notes[RANK]) == ("remote", JOB_UID, "3", str(index))
-        assert notes["nimbix-burst.io/remote-gpus"] == "2"
+        # Rank 0 submits the whole gang's job: it carries the gang's count, the others none.
+        assert notes["nimbix-burst.io/remote-gpus"] == ("6" if index == 0 else "0")
     # Nothing was reserved locally: the two nodes stay free for others.
     assert sync.cache.free("n0")[GPU] == 2 and sync.cache.free("n1")[GPU] == 2
 
@@ -291,3 +294,180 @@ def test_a_gang_whose_gpu_model_no_machine_offers_is_kept_local_whole() -> None:
     assert [r.outcome for _, r in results] == ["local", "local"]
     assert all("not burst" in r.reason for _, r in results)
     assert sync.cache.remote_in_use("ns") == 0
+
+
+# --- generations: a gang's retry is a gang of its own; a gang's budget lives with its rank 0 -------
+
+GENERATION = "nimbix-burst.io/gang-generation"
+REMOTE_GPUS = "nimbix-burst.io/remote-gpus"
+
+
+def finish(sync: CacheSync, patched: dict[str, Any], uid: str, *, job_ended: bool) -> None:
+    """The watch shows the pod Failed; `job_ended`: its runner said its JARVICE job no longer runs."""
+    shown = copy.deepcopy(patched)
+    shown["metadata"]["uid"] = uid
+    shown["status"] = {"phase": "Failed"}
+    if job_ended:
+        shown["metadata"]["annotations"]["nimbix-burst.io/job-state"] = "ended"
+    assert sync.apply_event("pods", "MODIFIED", shown) is None
+
+
+def burst_generation(sync: CacheSync, prefix: str) -> list[dict[str, Any]]:
+    """Both pods of the 2-rank Job admitted (remote) and shown by the watch."""
+    admitted = [admit(sync, job_pod(i), f"{prefix}{i}") for i in range(2)]
+    assert [r.outcome for _, r in admitted] == ["remote", "remote"]
+    for i, (patched, _) in enumerate(admitted):
+        appear(sync, patched, f"{prefix}-pod-{i}")
+    return [patched for patched, _ in admitted]
+
+
+def test_a_jobs_retry_after_its_burst_pods_failed_is_a_generation_of_its_own() -> None:
+    clock = Clock()
+    sync = make_sync(2, jobs=(indexed_job(2),), clock=clock)
+    first = burst_generation(sync, "a")
+    assert [p["metadata"]["annotations"][GANG] for p in first] == [JOB_UID, JOB_UID]
+    assert [p["metadata"]["annotations"][GENERATION] for p in first] == ["1", "1"]
+    finish(sync, first[0], "a-pod-0", job_ended=True)
+    finish(sync, first[1], "a-pod-1", job_ended=True)
+    clock.now += 5  # within the reservations' TTL: the first generation's record is still kept
+    second = burst_generation(sync, "b")
+    uids = {p["metadata"]["annotations"][GANG] for p in second}
+    assert len(uids) == 1 and JOB_UID not in uids
+    assert [p["metadata"]["annotations"][GENERATION] for p in second] == ["2", "2"]
+    assert {env_of(p)["NIMBIX_BURST_GANG_UID"] for p in second} == uids
+    # And a third, long after every reservation and record lapsed: the failed pods still tell.
+    for i, patched in enumerate(second):
+        finish(sync, patched, f"b-pod-{i}", job_ended=True)
+    clock.now += 600
+    third = burst_generation(sync, "c")
+    assert [p["metadata"]["annotations"][GENERATION] for p in third] == ["3", "3"]
+    assert {p["metadata"]["annotations"][GANG] for p in third}.isdisjoint(uids | {JOB_UID})
+
+
+def test_a_rank_replaced_while_its_burst_generation_still_runs_starts_the_next_generation() -> None:
+    sync = make_sync(2, jobs=(indexed_job(2),))
+    first = burst_generation(sync, "a")
+    finish(sync, first[1], "a-pod-1", job_ended=False)  # rank 1 failed; rank 0 still follows the job
+    replacement, result = admit(sync, job_pod(1), "b1")
+    assert result.outcome == "remote"
+    notes = replacement["metadata"]["annotations"]
+    assert (notes[GENERATION], notes[RANK]) == ("2", "1") and notes[GANG] != JOB_UID
+
+
+def test_a_local_gangs_replacement_joins_its_gang() -> None:
+    sync = make_sync(2, 2, jobs=(indexed_job(2),))
+    admitted = [admit(sync, job_pod(i), f"u{i}") for i in range(2)]
+    for i, (patched, _) in enumerate(admitted):
+        appear(sync, patched, f"pod-{i}")
+    finish(sync, admitted[1][0], "pod-1", job_ended=False)
+    replacement, result = admit(sync, job_pod(1), "u9")
+    assert result.outcome == "local"  # no JARVICE job to keep apart: the gang stays one
+    assert replacement["metadata"]["annotations"][GANG] == JOB_UID
+
+
+def test_the_next_leader_follows_a_new_generation_from_the_handed_over_reservations() -> None:
+    leader = make_sync(2, jobs=(indexed_job(2),))
+    first = burst_generation(leader, "a")
+    for i, patched in enumerate(first):
+        finish(leader, patched, f"a-pod-{i}", job_ended=True)
+    second, _ = admit(leader, job_pod(0), "b0")
+    successor = make_sync(8, jobs=(indexed_job(2),))  # room for both now: only the record keeps them remote
+    for i, patched in enumerate(first):
+        appear(successor, patched, f"a-pod-{i}")
+        finish(successor, patched, f"a-pod-{i}", job_ended=True)
+    successor.cache.adopt_reservations(leader.cache.export_reservations())
+    follower, result = admit(successor, job_pod(1), "b1")
+    assert result.outcome == "remote" and "recorded by the previous leader" in result.reason
+    assert follower["metadata"]["annotations"][GANG] == second["metadata"]["annotations"][GANG]
+
+
+def test_a_reused_pod_group_name_whose_old_burst_pods_remain_is_a_generation_of_its_own() -> None:
+    sync = make_sync(1, jobs=())
+    old = [admit(sync, group_pod(f"w{i}", total=2), f"u{i}")[0] for i in range(2)]
+    for i, patched in enumerate(old):
+        appear(sync, patched, f"pod-{i}")
+        finish(sync, patched, f"pod-{i}", job_ended=True)
+    new = [admit(sync, group_pod(f"v{i}", total=2), f"v{i}")[0] for i in range(2)]
+    assert [p["metadata"]["annotations"][RANK] for p in new] == ["0", "1"]
+    assert len({p["metadata"]["annotations"][GANG] for p in new}) == 1
+    assert new[0]["metadata"]["annotations"][GANG] != old[0]["metadata"]["annotations"][GANG]
+
+
+def test_a_gangs_rank_0_carries_the_whole_gangs_gpus_so_the_count_outlives_the_reservations() -> None:
+    # Budget 8, a group of 8 one-GPU pods of which only rank 0 is ever created: its runner submits
+    # one job of 8 nodes, so 8 GPUs stay counted for as long as that pod is there, not a TTL.
+    clock = Clock()
+    sync = make_sync(1, budget="8", clock=clock)
+    rank0, result = admit(sync, group_pod("w0", total=8), "u0")
+    assert result.outcome == "remote" and rank0["metadata"]["annotations"][REMOTE_GPUS] == "8"
+    appear(sync, rank0, "pod-0")
+    clock.now += 600
+    sync.cache.expire_reservations()
+    assert sync.cache.remote_in_use("ns") == 8
+    burst = [admit(sync, pod(container(gpus=2), name=f"solo-{i}"), f"s{i}")[1] for i in range(7)]
+    assert [r.outcome for r in burst] == ["local"] * 7 and all(r.over_budget for r in burst)
+
+
+def test_a_gangs_other_ranks_count_nothing_of_their_own() -> None:
+    sync = make_sync(1, jobs=(indexed_job(3),), budget="6")
+    results = [admit(sync, job_pod(i), f"u{i}") for i in (2, 0, 1)]  # any order: rank 0 carries the gang
+    assert [r.outcome for _, r in results] == ["remote"] * 3
+    assert [p["metadata"]["annotations"][REMOTE_GPUS] for p, _ in results] == ["0", "6", "0"]
+    for i, (patched, _) in enumerate(results):
+        appear(sync, patched, f"pod-{i}")
+    assert sync.cache.remote_in_use("ns") == 6 and sync.cache.reservation_count == 0
+
+
+def test_a_rank_0_that_comes_after_its_reservation_lapsed_must_fit_the_budget_again() -> None:
+    clock = Clock()
+    sync = make_sync(1, jobs=(indexed_job(2),), budget="4", clock=clock)
+    rank1, first = admit(sync, job_pod(1), "u1")  # decides the gang: rank 0's place holds the gang's 4 GPUs
+    assert first.outcome == "remote"
+    appear(sync, rank1, "pod-1")
+    clock.now += 61
+    sync.cache.expire_reservations()
+    _, solo = admit(sync, pod(container(gpus=2), name="solo"), "s")
+    assert solo.outcome == "remote"  # 2 of 4: rank 0's reservation no longer holds anything
+    _, result = admit(sync, job_pod(0), "u0")
+    assert result.outcome == "local" and result.over_budget  # its job would bring 6 GPUs on a budget of 4
+    assert "the whole gang of 2 pods" in result.reason
+    assert sync.cache.remote_in_use("ns") == 2
+
+
+def admit_in_ns(sync: CacheSync, raw: dict[str, Any], uid: str) -> tuple[dict[str, Any], admission.Admission]:
+    """Admitted in the capped namespace of tests.unit.webhook.test_spending."""
+    result = admission.admit(spent.review(raw, uid), cache=sync.cache, policy=POLICY)
+    return patched_by(raw, result), result
+
+
+def test_a_gangs_rank_0_carries_the_whole_jobs_cost_against_the_caps_in_money() -> None:
+    # Two 1-GPU ranks: one job of 2 nodes at 3.20 a node-hour (the dearest 1-GPU machine) is 6.40 an
+    # hour. Only rank 0 is ever created: past the TTL the namespace still counts 6.40, so of two 1-GPU
+    # pods (3.20 each) under a cap of 10 an hour one bursts, the other is kept.
+    clock = Clock(spent.NOW)
+    sync = spent.capped_cluster({spending.ANNOTATION_MAX_COST_PER_HOUR: "10"}, clock=clock)
+    sync.cache.spend.set_record(spent.parsed(spent.record()))
+    raw = pod(container(gpus=1), name="w0", namespace=NS, labels={"task-type": "Nimbix", gangs.LABEL_KUEUE_GROUP: "g"})
+    raw["metadata"]["annotations"] = {gangs.ANNOTATION_KUEUE_TOTAL: "2"}
+    rank0, result = admit_in_ns(sync, raw, "u0")
+    assert result.outcome == "remote"
+    assert rank0["metadata"]["annotations"][spending.ANNOTATION_COST_PER_HOUR] == "6.4"
+    appear(sync, rank0, "pod-0")
+    clock.now += 61
+    sync.cache.expire_reservations()
+    solo = [spent.admit(sync, f"s{i}")[0] for i in range(2)]
+    assert [(r.outcome, r.over_budget) for r in solo] == [("remote", False), ("local", True)]
+
+
+def test_a_gangs_other_ranks_carry_no_cost() -> None:
+    sync = spent.capped_cluster({spending.ANNOTATION_MAX_COST_PER_HOUR: "10"}, clock=Clock(spent.NOW))
+    sync.cache.spend.set_record(spent.parsed(spent.record()))
+    labels = {"task-type": "Nimbix", gangs.LABEL_KUEUE_GROUP: "g"}
+    costs = []
+    for i in range(2):
+        raw = pod(container(gpus=1), name=f"w{i}", namespace=NS, labels=labels)
+        raw["metadata"]["annotations"] = {gangs.ANNOTATION_KUEUE_TOTAL: "2"}
+        patched, result = admit_in_ns(sync, raw, f"u{i}")
+        assert result.outcome == "remote"
+        costs.append(patched["metadata"]["annotations"][spending.ANNOTATION_COST_PER_HOUR])
+    assert costs == ["6.4", "0"]

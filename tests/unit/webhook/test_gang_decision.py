@@ -102,7 +102,7 @@ CASES = (
         reason=(NO_FIT,),
         reservation_id=f"gang.{UID}.0.pod",
         effects=Effects(
-            UID, remote=(remote(f"gang.{UID}.0.pod"), remote(f"gang.{UID}.1")), record=record("remote", NO_FIT)
+            UID, remote=(remote(f"gang.{UID}.0.pod", 4), remote(f"gang.{UID}.1", 0)), record=record("remote", NO_FIT)
         ),
     ),
     Case(
@@ -113,7 +113,7 @@ CASES = (
         reservation_id=f"gang.{UID}.0.pod",
         effects=Effects(
             UID,
-            remote=(remote(f"gang.{UID}.0.pod"), remote(f"gang.{UID}.1")),
+            remote=(remote(f"gang.{UID}.0.pod", 4), remote(f"gang.{UID}.1", 0)),
             record=record(
                 "remote", "pod group ddp needs 2 x 2 nvidia.com/gpu at once; only 1 of its 2 pods fit on the nodes now"
             ),
@@ -189,7 +189,7 @@ CASES = (
         record=record("remote", "decided"),
         reason=("Indexed Job train (2 pods) is remote, as decided at its first pod: decided",),
         reservation_id=f"gang.{UID}.1.pod",
-        effects=Effects(release=(f"gang.{UID}.1",), remote=(remote(f"gang.{UID}.1.pod"),)),
+        effects=Effects(release=(f"gang.{UID}.1",), remote=(remote(f"gang.{UID}.1.pod", 0),)),
         rank=1,
     ),
     Case(
@@ -225,7 +225,7 @@ CASES = (
         seen=SeenGang("remote", frozenset({0})),
         reason=("is remote, as decided at its first pod: as its pods already running or waiting were decided",),
         reservation_id=f"gang.{UID}.1.pod",
-        effects=Effects(release=(f"gang.{UID}.1",), remote=(remote(f"gang.{UID}.1.pod"),)),
+        effects=Effects(release=(f"gang.{UID}.1",), remote=(remote(f"gang.{UID}.1.pod", 0),)),
         rank=1,
     ),
     Case(
@@ -236,7 +236,7 @@ CASES = (
         ranks={1: RankHolds(None, Hold(local=False))},
         reason=("pod group ddp (3 pods) is remote",),
         reservation_id=f"gang.{UID}.2.pod",
-        effects=Effects(release=(f"gang.{UID}.2",), remote=(remote(f"gang.{UID}.2.pod"),)),
+        effects=Effects(release=(f"gang.{UID}.2",), remote=(remote(f"gang.{UID}.2.pod", 0),)),
         rank=2,
     ),
     Case(
@@ -352,7 +352,8 @@ def test_decide_gang(case: Case) -> None:
         assert verdict.burst is not None and verdict.burst.gang == verdict.gang
         assert verdict.gang is not None and verdict.gang.rank == case.rank and verdict.gang.uid == UID
         assert verdict.burst.cluster == CLUSTER and verdict.burst.limit.seconds == 24 * 3600
-        assert verdict.remote_gpus == 2
+        # rank 0 submits the gang's job of 2 nodes: it carries the whole gang's GPUs, the others none
+        assert verdict.remote_gpus == (4 if case.rank == 0 else 0)
 
 
 def test_a_size_unknown_pod_carries_its_gang_and_rank_and_nothing_else() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from entrypoint.gang import parse_gang
 from tests.unit.webhook.builders import GPU, node
 from webhook import gang_decision, gangs, placement
 from webhook.cache import ClusterCache
@@ -242,3 +243,34 @@ def test_reservation_ids_of_a_rank_differ_before_and_after_its_pod_is_admitted()
     assert gangs.open_id("g", 1) == "gang.g.1"
     assert gangs.taken_id("g", 1) == "gang.g.1.pod"
     assert gangs.marker_id("g", "kept") == "gang.g.kept"
+
+
+def test_a_generations_identity_is_the_gangs_for_the_first_and_its_own_for_each_later_one() -> None:
+    later = [gangs.generation_uid(JOB_UID, n) for n in (2, 3)]
+    assert gangs.generation_uid(JOB_UID, 1) == JOB_UID
+    assert later == [gangs.generation_uid(JOB_UID, n) for n in (2, 3)]  # every replica computes the same
+    assert len({JOB_UID, *later}) == 3
+    assert later[0] == str(uuid.uuid5(uuid.UUID(JOB_UID), "generation/2"))  # the contract's rule
+    for uid in later:  # what the runner accepts as a gang's identity
+        env = {"NIMBIX_BURST_GANG_UID": uid, "NIMBIX_BURST_GANG_SIZE": "2", "NIMBIX_BURST_GANG_RANK": "0"}
+        assert parse_gang(env, nodes=None)[1] == []
+    assert gangs.generation_uid("not-a-uuid", 2) != gangs.generation_uid("not-a-uuid", 3)
+
+
+def pod_of(generation: str, *, terminal: bool = False, deleting: bool = False, decision: str = "remote") -> PodInfo:
+    return PodInfo("p", "ns", "p", "", "", {}, terminal, Placement(), "", gang=generation, gang_rank=0,
+                   decision=decision, deleting=deleting)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("pods", "over"),
+    [
+        pytest.param([pod_of("g"), pod_of("g")], False, id="every-burst-pod-follows"),
+        pytest.param([pod_of("g"), pod_of("g", terminal=True)], True, id="a-burst-pod-finished"),
+        pytest.param([pod_of("g", deleting=True)], True, id="a-burst-pod-being-deleted"),
+        pytest.param([pod_of("g", terminal=True, decision="local")], False, id="a-local-pod-finished-no-job"),
+        pytest.param([], False, id="no-pod"),
+    ],
+)
+def test_a_burst_generation_is_over_once_one_of_its_pods_finished(pods: list[PodInfo], over: bool) -> None:
+    assert gangs.generation_over(pods) is over

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from entrypoint import contract
+from jarvice import contract
 from tests.support.reinvocation import admit, first_pass, make_cache
 from tests.unit.webhook.builders import container, pod
 

@@ -168,15 +168,24 @@ def test_burst_container_gets_identity_and_state_dir() -> None:
     assert "volumeMounts" not in log and "env" not in log
 
 
-def test_identity_the_container_already_defines_is_kept() -> None:
+def test_identity_comes_from_the_api_server_whatever_the_container_says() -> None:
+    """The job's pod identity is what the reaper and the spend record attribute the job by: a value
+    the pod sets (an empty or foreign POD_UID) would make a job nobody attributes."""
     mine: list[dict[str, Any]] = [
         {"name": "POD_NAME", "value": "fixed"},
-        {"name": "POD_UID", "valueFrom": {"fieldRef": {"fieldPath": "x"}}},
+        {"name": "POD_UID", "value": ""},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "x"}}},
     ]
     env = env_of(rewrite(pod(container("app", gpus=1, env=mine)))["spec"]["containers"][0])
-    assert env["POD_NAME"] == "fixed"
-    assert env["POD_UID"] == {"fieldRef": {"fieldPath": "x"}}
+    assert env["POD_NAME"] == DOWNWARD["POD_NAME"]
+    assert env["POD_UID"] == DOWNWARD["POD_UID"]
     assert env["POD_NAMESPACE"] == DOWNWARD["POD_NAMESPACE"]
+
+
+def test_machine_size_is_what_was_counted_not_what_the_container_says() -> None:
+    mine: list[dict[str, Any]] = [{"name": "NUM_GPUS", "value": "8"}]
+    env = env_of(rewrite(pod(container("app", gpus=1, env=mine)))["spec"]["containers"][0])
+    assert env["NUM_GPUS"] == "1"
 
 
 def test_state_volume_is_added_once_and_appended_to_existing_lists() -> None:
@@ -240,10 +249,10 @@ def test_pod_level_resources_are_removed_and_recorded() -> None:
     assert audit["resources"] == pod_resources
 
 
-def test_existing_num_gpus_and_num_cpus_are_kept() -> None:
+def test_num_gpus_is_the_counted_request_and_num_cpus_is_kept() -> None:
     raw = pod(container(gpus=4, env=[{"name": "NUM_GPUS", "value": "8"}, {"name": "NUM_CPUS", "value": "2"}]))
     env = env_of(rewrite(raw)["spec"]["containers"][0])
-    assert env["NUM_GPUS"] == "8"
+    assert env["NUM_GPUS"] == "4"
     assert env["NUM_CPUS"] == "2"
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from entrypoint import contract
+from jarvice import contract
 from tests.support.clocks import Clock
 from tests.support.reinvocation import patched_by, review
 from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, namespace, node, pod

@@ -1,0 +1,163 @@
+"""Brings burst pods home while their JARVICE jobs are still queued (I/O shell around `homecoming`).
+
+Acts only while this replica leads and its pod watch is fresh. One round lists the account's live
+jobs (only when some Job's burst pod is live), and for each pod whose jobs have not started asks the
+webhook, through a dry-run create of the pod its Job would create, whether a local node could run it
+now. If one could: the pod is read again and the jobs listed again (a job that started meanwhile
+keeps the pod where it is), the pod is deleted (preconditions on its uid and resourceVersion), its
+jobs are terminated (its runner, stopping, terminates them too), and an Event on the Job says so.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+from controller import homecoming, stranding
+from controller.kube import PodChangedOrGone
+from controller.metrics import Metrics
+from controller.model import PodView, parse_job, parse_pod
+from controller.store import PodStore
+from jarvice.labels import parse_job_label
+from jarvice.model import JobEntry
+
+log = logging.getLogger(__name__)
+
+REASON_CAME_HOME = "NimbixCameHome"
+
+
+class JobsApi(Protocol):
+    def fetch_jobs(self, *, completed: bool, deadline: float | None = None) -> dict[int, JobEntry]: ...
+    def terminate(self, number: int, *, deadline: float | None = None) -> None: ...
+
+
+class KubeCalls(Protocol):
+    def read_pod(self, namespace: str, name: str) -> Mapping[str, Any]: ...
+    def read_job(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
+    def dry_run_create_pod(self, namespace: str, body: Mapping[str, Any]) -> Mapping[str, Any]: ...
+    def delete_pod(self, pod: PodView) -> None: ...
+    def patch_pod_json(self, namespace: str, name: str, ops: Sequence[Mapping[str, Any]]) -> None: ...
+    def record_event(
+        self, *, namespace: str, involved: Mapping[str, str], reason: str, message: str, event_type: str = ...
+    ) -> None: ...
+
+
+def jobs_by_pod(jobs: Mapping[int, JobEntry]) -> dict[str, list[JobEntry]]:
+    """Live jobs by the pod UID their label carries (a pod's UID is unique: whichever cluster part)."""
+    found: dict[str, list[JobEntry]] = {}
+    for job in jobs.values():
+        parsed = parse_job_label(job.label or "")
+        if parsed is None:
+            continue
+        found.setdefault(parsed.pod_uid, []).append(job)
+    return found
+
+
+class Homecomer:
+    def __init__(
+        self,
+        *,
+        store: PodStore,
+        jarvice: JobsApi,
+        kube: KubeCalls,
+        metrics: Metrics,
+        is_leader: Callable[[], bool],
+        interval: float,
+        stale_after: float,
+    ) -> None:
+        self._store = store
+        self._jarvice = jarvice
+        self._kube = kube
+        self._metrics = metrics
+        self._is_leader = is_leader
+        self._interval = interval
+        self._stale_after = stale_after
+        self.came_home: set[str] = set()  # Job UIDs a pod came home for: at most once per Job
+        self._noted: set[str] = set()  # pod UIDs whose "stays, its job started" was looked at
+
+    def round(self) -> float:
+        if not self._is_leader():
+            return self._interval
+        fresh, why = self._store.fresh(stale_after=self._stale_after)
+        if not fresh:
+            log.warning("homecoming round skipped", extra={"reason": why})
+            return self._interval
+        pods = [pod for pod in self._store.labeled() if homecoming.is_candidate(pod)]
+        self._noted &= {pod.uid for pod in pods}
+        if not pods:
+            return self._interval
+        try:
+            live = jobs_by_pod(self._jarvice.fetch_jobs(completed=False))
+        except Exception:  # JARVICE unreachable: nothing comes home this round
+            self._metrics.errors.labels(kind="jarvice-list").inc()
+            log.warning("homecoming round failed", exc_info=True)
+            return self._interval
+        for pod in pods:
+            owner = pod.owner.uid if pod.owner else ""
+            assessment = homecoming.assess(pod, live.get(pod.uid, []), came_home_before=owner in self.came_home)
+            if assessment.verdict == "ignore" or (assessment.verdict == "stay" and pod.uid in self._noted):
+                continue
+            try:
+                self._consider(pod, assessment)
+            except PodChangedOrGone as exc:
+                log.info("homecoming pod changed before we acted", extra=_context(pod, reason=str(exc)))
+            except Exception:  # a failed call costs this pod one round, not the loop
+                self._metrics.errors.labels(kind="kubernetes").inc()
+                log.warning("homecoming action failed", extra=_context(pod), exc_info=True)
+        return self._interval
+
+    def _consider(self, pod: PodView, assessment: homecoming.Assessment) -> None:
+        assert pod.owner is not None  # is_candidate(): a Job controls it
+        if assessment.verdict == "stay":
+            self._noted.add(pod.uid)  # looked at once: a started job never goes back to the queue
+        job = self._kube.read_job(pod.namespace, pod.owner.name)
+        if job is None or stranding.check_owner(pod, parse_job(job)):
+            return  # the Job would not recreate it: it stays where it is
+        decided = self._kube.dry_run_create_pod(pod.namespace, homecoming.dry_run_pod(job, pod))
+        fits, reason = homecoming.fits_locally(decided)
+        if not fits:
+            return
+        if assessment.verdict == "stay":
+            note = homecoming.started_note(assessment, reason=reason)
+            ops = [{"op": "add", "path": "/metadata/annotations/nimbix-burst.io~1homecoming", "value": note}]
+            self._kube.patch_pod_json(pod.namespace, pod.name, ops)
+            log.info("burst pod stays: its job started", extra=_context(pod, reason=assessment.reason))
+            return
+        self._bring_home(pod, reason=reason)
+
+    def _bring_home(self, pod: PodView, *, reason: str) -> None:
+        assert pod.owner is not None
+        # Decided again on what the API server and JARVICE say now: a job that started meanwhile stays.
+        fresh = parse_pod(self._kube.read_pod(pod.namespace, pod.name))
+        jobs = jobs_by_pod(self._jarvice.fetch_jobs(completed=False)).get(pod.uid, [])
+        again = homecoming.assess(fresh, jobs, came_home_before=pod.owner.uid in self.came_home)
+        if fresh.uid != pod.uid or again.verdict != "check":
+            log.info("homecoming given up on a second look", extra=_context(pod, reason=again.reason))
+            return
+        self._kube.delete_pod(fresh)  # precondition: this uid and resourceVersion
+        self.came_home.add(pod.owner.uid)
+        for number in again.jobs:  # its runner terminates them too on SIGTERM; this makes sure
+            try:
+                self._jarvice.terminate(number)
+            except Exception:  # the runner's stop and the orphan reaper still end it
+                self._metrics.errors.labels(kind="jarvice-terminate").inc()
+                log.warning("homecoming terminate failed", extra=_context(pod, job=number), exc_info=True)
+        self._metrics.homecomings.inc()
+        log.info("burst pod came home", extra=_context(pod, owner=pod.owner.name, jobs=list(again.jobs)))
+        self._kube.record_event(
+            namespace=pod.namespace,
+            involved={
+                "apiVersion": pod.owner.api_version,
+                "kind": pod.owner.kind,
+                "name": pod.owner.name,
+                "uid": pod.owner.uid,
+            },
+            reason=REASON_CAME_HOME,
+            message=homecoming.build_message(pod, jobs=again.jobs, reason=reason),
+            event_type="Normal",
+        )
+
+
+def _context(pod: PodView, **extra: object) -> dict[str, object]:
+    return {"namespace": pod.namespace, "pod": pod.name, "uid": pod.uid, **extra}

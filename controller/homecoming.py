@@ -1,0 +1,125 @@
+"""Which burst pods come home: a JARVICE job not started yet, for a pod a local node could now run (pure).
+
+A burst pod whose JARVICE job is still queued (SUBMITTED or SEQUENTIALLY QUEUED, no start time) has
+cost nothing yet. When local GPUs free meanwhile, it is cheaper to run it here: the controller deletes
+the pod (its Job recreates it, and the webhook decides the replacement afresh: local, as it now fits)
+and terminates the job, which then ends without ever having run.
+
+"Could run locally now" is exactly the webhook's rule, asked of the webhook itself: the controller
+creates the pod its Job would create (the Job's template) with `dryRun=All`, the API server calls
+the webhook as for any pod, the webhook decides it without reserving anything, and the answer says
+`decision: local` with its candidate nodes, or not (`fits_locally`). No copy of the fit rule.
+
+- Only a pod a Job controls (the Job recreates it) comes home; not a gang's pod (its ranks are one
+  multi-node job), not a bare pod, not a ReplicaSet's.
+- Never when its job has started (any of its live jobs running, or past the queue): it stays, and
+  `started_note` says so on the pod once.
+- At most once per Job: the controller remembers the Jobs a pod came home for (in the leader's
+  memory, as the re-burst count), so a replacement that strands and bursts again stays remote.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from controller.model import PodView
+from controller.stranding import may_reburst_owner
+from jarvice import contract
+from jarvice.model import STATUS_SEQUENTIALLY_QUEUED, STATUS_SUBMITTED, JobEntry
+
+# A job in one of these states, with no start time, has not run and has cost nothing.
+NOT_STARTED: Final = frozenset({STATUS_SUBMITTED, STATUS_SEQUENTIALLY_QUEUED})
+# Set by the controller on a burst pod that a local node could run but whose job had started.
+ANNOTATION_HOMECOMING: Final = contract.ANNOTATION_PREFIX + "homecoming"
+
+Verdict = Literal["ignore", "stay", "check"]
+
+
+@dataclass(frozen=True, slots=True)
+class Assessment:
+    verdict: Verdict  # ignore; stay (its job started); check (ask the webhook whether it fits here)
+    reason: str
+    jobs: tuple[int, ...] = ()  # its live jobs' numbers (check: the ones to terminate)
+
+
+def is_candidate(pod: PodView) -> bool:
+    """A burst pod of a Job, not a gang's, not going away, not finished."""
+    return (
+        pod.labeled
+        and pod.decision == contract.DECISION_REMOTE
+        and not pod.deleting
+        and pod.phase in ("Pending", "Running", "")
+        and not pod.gang
+        and may_reburst_owner(pod)
+    )
+
+
+def has_started(job: JobEntry) -> bool:
+    return job.state.strip().upper() not in NOT_STARTED or job.start_time > 0
+
+
+def assess(pod: PodView, jobs: Sequence[JobEntry], *, came_home_before: bool) -> Assessment:
+    """What to do with a burst pod, from its live JARVICE jobs (those whose label carries its UID).
+    `came_home_before`: its Job already had a pod come home (at most once per Job)."""
+    if not is_candidate(pod):
+        return Assessment("ignore", "not a Job's burst pod that is still live")
+    if came_home_before:
+        return Assessment("ignore", "its Job already had a pod come home")
+    if not jobs:
+        return Assessment("ignore", "no live JARVICE job (not submitted yet, or ended)")
+    numbers = tuple(sorted(job.number for job in jobs))
+    started = [job for job in jobs if has_started(job)]
+    if started:
+        job = min(started, key=lambda j: j.number)
+        return Assessment("stay", f"its JARVICE job {job.number} has started ({job.state})", numbers)
+    return Assessment("check", f"its JARVICE job{'s' if len(numbers) > 1 else ''} has not started", numbers)
+
+
+# Metadata a dry-run create may not carry over from a template, or that the API server sets itself.
+_DROPPED_METADATA: Final = ("name", "uid", "resourceVersion", "creationTimestamp", "generateName", "ownerReferences")
+
+
+def dry_run_pod(job: Mapping[str, Any], pod: PodView) -> dict[str, Any]:
+    """The pod `job` would create next (its template), for the webhook to decide with `dryRun=All`.
+    Controlled by the Job as the real one would be (the webhook reads that), under a name of its own."""
+    template = (job.get("spec") or {}).get("template") or {}
+    meta = {k: v for k, v in dict(template.get("metadata") or {}).items() if k not in _DROPPED_METADATA}
+    assert pod.owner is not None  # is_candidate(): a Job controls it
+    owner = {
+        "apiVersion": pod.owner.api_version,
+        "kind": pod.owner.kind,
+        "name": pod.owner.name,
+        "uid": pod.owner.uid,
+        "controller": True,
+    }
+    meta.update(generateName=f"{pod.owner.name}-homecoming-", namespace=pod.namespace, ownerReferences=[owner])
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": dict(template.get("spec") or {})}
+
+
+def fits_locally(decided: Mapping[str, Any]) -> tuple[bool, str]:
+    """Whether the webhook decided the dry-run pod local on a node (True, its reason), or not (False,
+    why). A pod kept local without a node (a budget, a wait before bursting) does not fit: only a
+    local decision names candidate nodes."""
+    annotations = (decided.get("metadata") or {}).get("annotations") or {}
+    decision = annotations.get(contract.ANNOTATION_DECISION, "")
+    reason = str(annotations.get(contract.ANNOTATION_REASON, ""))
+    if decision == contract.DECISION_LOCAL and annotations.get(contract.ANNOTATION_CANDIDATES):
+        return True, reason
+    if not decision:
+        return False, "the webhook did not decide it (not installed, or it skipped the pod)"
+    return False, reason or f"decided {decision}"
+
+
+def build_message(pod: PodView, *, jobs: Sequence[int], reason: str) -> str:
+    numbers = ", ".join(str(n) for n in jobs)
+    return (
+        f"pod {pod.name} came home: its JARVICE job {numbers} had not started and a local node can run it now"
+        f" ({reason}); the pod was deleted so that its replacement runs here, and the job terminated"
+    )
+
+
+def started_note(assessment: Assessment, *, reason: str) -> str:
+    """The pod's homecoming annotation when a local node could run it but its job had started."""
+    return f"stays on Nimbix: {assessment.reason} (a local node could run it now: {reason})"

@@ -1,0 +1,290 @@
+"""Waiting before bursting (`nimbix-burst.io/burst-after`) and coming home while still queued, on the
+real node with the installed add-on (webhook and controller as `kubectl apply -k` installs them),
+driven through kubectl and the JARVICE emulator's controls only.
+
+The local GPUs that are "full" are the real node's: its capacity and allocatable `nvidia.com/gpu` are
+lowered to 0 (as a device plugin reporting them unhealthy does) and raised again to free them. A job
+"held SUBMITTED" is the emulator's queue made long (`POST /_emulator/config {"queue_seconds": 600}`,
+its documented control): JARVICE keeps a job queued, as when its machines are busy.
+
+Besides its assertions, the homecoming test records a row in the money-safety form of
+docs/money-safety.md (submitted, completed, billed late, run twice) and holds it to the goal.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from devplatform import demo
+from devplatform.cluster import addons, controlplane, install, node
+from jarvice import contract
+from tests.support.gpus import GPU
+from tests.support.installed_controller import (
+    CONTROLLER,
+    CONTROLLER_SELECTOR,
+    annotations_of,
+    app_container,
+    controller_leader,
+    pod_body,
+)
+
+BURST_AFTER_SECONDS = 60
+HOMECOMING_SECONDS = 2
+WAIT_SECONDS = 180.0
+HELD_QUEUE_SECONDS = 600.0
+NODE_QUEUE_SECONDS = 0.5  # demo.EMULATOR_ARGS: what the module's emulator runs with otherwise
+MEASURED: dict[str, float] = {}
+
+
+# --- fixtures ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def homecoming(controller: None, control_plane: controlplane.ControlPlane) -> Iterator[None]:
+    """The installed controller with homecoming on and looked at every 2 s (`kubectl set env`, as
+    docs/controller.md says); the next module's `controller` fixture sets its own values again."""
+    deployment = f"deployment/{CONTROLLER}"
+    env = {"CONTROLLER_HOMECOMING": "true", "CONTROLLER_HOMECOMING_SECONDS": str(HOMECOMING_SECONDS)}
+    control_plane.kubectl("-n", install.NAMESPACE, "set", "env", deployment, *(f"{k}={v}" for k, v in env.items()))
+    control_plane.kubectl("-n", install.NAMESPACE, "rollout", "status", deployment, "--timeout=180s")
+    demo.wait_for(
+        lambda: len(install.read_serving_pods(control_plane, CONTROLLER_SELECTOR)) == 2,
+        what="two controller pods Ready",
+        timeout=60,
+    )
+    demo.wait_for(lambda: controller_leader(control_plane), what="a controller leader", timeout=60)
+    yield
+
+
+@pytest.fixture
+def node_gpus(control_plane: controlplane.ControlPlane, real_node: node.RealNode) -> Iterator[Callable[[int], None]]:
+    """Sets the real node's GPUs (0: full); they are back to what the node has after the test."""
+
+    def set_gpus(count: int) -> None:
+        value = {GPU: str(count)}
+        patch = {"status": {"capacity": value, "allocatable": value}}
+        control_plane.kubectl("patch", "node", real_node.name, "--subresource=status", "-p", json.dumps(patch))
+
+    try:
+        yield set_gpus
+    finally:
+        set_gpus(real_node.settings.gpus)
+
+
+@pytest.fixture
+def held_queue(node_emulator: addons.EmulatorProcess) -> Iterator[None]:
+    """JARVICE keeps the jobs submitted from now on queued (SUBMITTED) for ten minutes."""
+    _post(node_emulator.url + "/_emulator/config", {"queue_seconds": HELD_QUEUE_SECONDS})
+    try:
+        yield
+    finally:
+        _post(node_emulator.url + "/_emulator/config", {"queue_seconds": NODE_QUEUE_SECONDS})
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _post(url: str, body: Any) -> Any:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
+    )
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(request, timeout=10) as response:
+        return json.loads(response.read() or b"null")
+
+
+def _get(plane: controlplane.ControlPlane, *args: str) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(plane.kubectl(*args, "-o", "json").stdout)
+    return document
+
+
+def _create_job(
+    plane: controlplane.ControlPlane,
+    namespace: str,
+    node_emulator: addons.EmulatorProcess,
+    *,
+    command: str,
+    annotations: dict[str, str] | None = None,
+) -> str:
+    name = f"train-{uuid.uuid4().hex[:6]}"
+    template = pod_body("", app_container(node_emulator, command, gpus=1), gated=False)
+    del template["metadata"]["name"]
+    template["metadata"]["annotations"] = dict(annotations or {})
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {"backoffLimit": 6, "template": {"metadata": template["metadata"], "spec": template["spec"]}},
+    }
+    plane.kubectl("-n", namespace, "create", "-f", "-", input=json.dumps(job))
+    return name
+
+
+def _job_pods(plane: controlplane.ControlPlane, namespace: str, job: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = _get(plane, "-n", namespace, "get", "pods", "-l", f"job-name={job}")["items"]
+    return sorted(items, key=lambda pod: pod["metadata"]["creationTimestamp"])
+
+
+def _jobs_of(node_emulator: addons.EmulatorProcess, pod_uids: set[str]) -> list[dict[str, Any]]:
+    return [job for uid in sorted(pod_uids) for job in demo.fetch_emulator_jobs(node_emulator.url, pod_uid=uid)]
+
+
+def _succeeded(plane: controlplane.ControlPlane, namespace: str, job: str) -> bool:
+    return (_get(plane, "-n", namespace, "get", "job", job)["status"].get("succeeded") or 0) >= 1
+
+
+def _events(plane: controlplane.ControlPlane, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
+    selector = f"involvedObject.name={name},reason={reason}"
+    items: list[dict[str, Any]] = _get(plane, "-n", namespace, "get", "events", "--field-selector", selector)["items"]
+    return items
+
+
+# --- waiting before bursting ---------------------------------------------------------------------
+
+
+def test_a_job_pod_on_a_full_cluster_waits_then_bursts_at_its_deadline(
+    homecoming: None,
+    control_plane: controlplane.ControlPlane,
+    node_emulator: addons.EmulatorProcess,
+    ns: str,
+    node_gpus: Callable[[int], None],
+) -> None:
+    """burst-after 60s, no local GPU: no JARVICE job for the first 50 s, burst by 120 s, completed remotely."""
+    node_gpus(0)
+    began = time.monotonic()
+    job = _create_job(
+        control_plane,
+        ns,
+        node_emulator,
+        command='echo "trained remotely"',
+        annotations={contract.ANNOTATION_BURST_AFTER: f"{BURST_AFTER_SECONDS}s"},
+    )
+    (first,) = demo.wait_for(lambda: _job_pods(control_plane, ns, job), what="the Job's first pod", timeout=30)
+    notes = annotations_of(first)
+    assert notes[contract.ANNOTATION_DECISION] == "local", notes
+    assert notes.get(contract.ANNOTATION_BURST_DEADLINE), notes
+    assert "waits for a local node until" in notes[contract.ANNOTATION_REASON], notes
+    seen: set[str] = {first["metadata"]["uid"]}
+    while time.monotonic() - began < 50:  # the whole wait: a pod of the Job, and no job on JARVICE
+        seen |= {pod["metadata"]["uid"] for pod in _job_pods(control_plane, ns, job)}
+        assert _jobs_of(node_emulator, seen) == [], "a JARVICE job before the deadline"
+        time.sleep(1)
+    assert seen == {first["metadata"]["uid"]}, "the waiting pod was replaced before its deadline"
+
+    def burst_pod() -> dict[str, Any] | None:
+        pods = _job_pods(control_plane, ns, job)
+        decided = [p for p in pods if annotations_of(p).get(contract.ANNOTATION_DECISION) == "remote"]
+        return decided[0] if decided else None
+
+    second = demo.wait_for(burst_pod, what="the replacement decided remote", timeout=120 - (time.monotonic() - began))
+    MEASURED["created_to_burst_s"] = round(time.monotonic() - began, 1)
+    assert "its Job waited until" in annotations_of(second)[contract.ANNOTATION_BURST_AFTER_IGNORED]
+    demo.wait_for(lambda: _succeeded(control_plane, ns, job), what="the Job complete", timeout=WAIT_SECONDS)
+    assert "trained remotely" in control_plane.kubectl("-n", ns, "logs", second["metadata"]["name"]).stdout
+    uids = {pod["metadata"]["uid"] for pod in _job_pods(control_plane, ns, job)} | seen
+    assert [j["status"] for j in _jobs_of(node_emulator, uids)] == ["COMPLETED"]  # one job, the replacement's
+    (event,) = _events(control_plane, ns, job, "NimbixBurstAfterWait")
+    assert first["metadata"]["name"] in event["message"]
+    print(f"\nburst-after {BURST_AFTER_SECONDS}s: created -> burst {MEASURED['created_to_burst_s']}s")
+
+
+def test_gpus_freed_within_the_wait_run_the_pod_locally_with_no_jarvice_job(
+    homecoming: None,
+    control_plane: controlplane.ControlPlane,
+    real_node: node.RealNode,
+    node_emulator: addons.EmulatorProcess,
+    ns: str,
+    node_gpus: Callable[[int], None],
+) -> None:
+    """burst-after 60s, the local GPUs freed after 20 s: it runs here, and nothing is ever submitted."""
+    node_gpus(0)
+    job = _create_job(
+        control_plane,
+        ns,
+        node_emulator,
+        command='echo "trained locally"',
+        annotations={contract.ANNOTATION_BURST_AFTER: f"{BURST_AFTER_SECONDS}s"},
+    )
+    (first,) = demo.wait_for(lambda: _job_pods(control_plane, ns, job), what="the Job's first pod", timeout=30)
+    assert annotations_of(first).get(contract.ANNOTATION_BURST_DEADLINE), annotations_of(first)
+    time.sleep(20)
+    node_gpus(1)
+    demo.wait_for(lambda: _succeeded(control_plane, ns, job), what="the Job complete", timeout=WAIT_SECONDS)
+    pods = _job_pods(control_plane, ns, job)
+    assert [p["metadata"]["uid"] for p in pods] == [first["metadata"]["uid"]]  # never replaced
+    assert pods[0]["spec"]["nodeName"] == real_node.name
+    assert "trained locally" in control_plane.kubectl("-n", ns, "logs", pods[0]["metadata"]["name"]).stdout
+    assert _jobs_of(node_emulator, {first["metadata"]["uid"]}) == []
+    assert _events(control_plane, ns, job, "NimbixBurstAfterWait") == []
+
+
+# --- coming home while still queued --------------------------------------------------------------
+
+
+def test_a_burst_job_pod_held_submitted_comes_home_when_local_gpus_free(
+    homecoming: None,
+    control_plane: controlplane.ControlPlane,
+    real_node: node.RealNode,
+    node_emulator: addons.EmulatorProcess,
+    ns: str,
+    node_gpus: Callable[[int], None],
+    held_queue: None,
+) -> None:
+    """Its job ends TERMINATED without ever running, and the replacement completes on the local node."""
+    node_gpus(0)
+    job = _create_job(control_plane, ns, node_emulator, command='echo "came home"')
+    (first,) = demo.wait_for(lambda: _job_pods(control_plane, ns, job), what="the Job's first pod", timeout=30)
+    first_uid = first["metadata"]["uid"]
+    assert annotations_of(first)[contract.ANNOTATION_DECISION] == "remote", annotations_of(first)
+    demo.wait_for(
+        lambda: [j["status"] for j in _jobs_of(node_emulator, {first_uid})] == ["SUBMITTED"],
+        what="its JARVICE job held SUBMITTED",
+        timeout=60,
+    )
+    freed = time.monotonic()
+    node_gpus(1)
+
+    def replacement() -> dict[str, Any] | None:
+        pods = [p for p in _job_pods(control_plane, ns, job) if p["metadata"]["uid"] != first_uid]
+        return pods[0] if pods else None
+
+    second = demo.wait_for(replacement, what="the pod's replacement", timeout=60)
+    MEASURED["freed_to_replaced_s"] = round(time.monotonic() - freed, 1)
+    assert annotations_of(second)[contract.ANNOTATION_DECISION] == "local", annotations_of(second)
+    demo.wait_for(lambda: _succeeded(control_plane, ns, job), what="the Job complete", timeout=WAIT_SECONDS)
+    assert demo.read_pod(control_plane, ns, second["metadata"]["name"])["spec"]["nodeName"] == real_node.name
+    assert "came home" in control_plane.kubectl("-n", ns, "logs", second["metadata"]["name"]).stdout
+    demo.wait_for(
+        lambda: [j["status"] for j in _jobs_of(node_emulator, {first_uid})] == ["TERMINATED"],
+        what="the held job terminated",
+        timeout=30,
+    )
+    (held,) = _jobs_of(node_emulator, {first_uid})
+    assert held["pid"] is None, "the held job ran"  # the emulator starts a process only when a job runs
+    assert _jobs_of(node_emulator, {second["metadata"]["uid"]}) == []
+    (event,) = _events(control_plane, ns, job, "NimbixCameHome")
+    assert first["metadata"]["name"] in event["message"]
+
+    # Exactly once: one homecoming, one job ever, and it never ran.
+    time.sleep(HOMECOMING_SECONDS * 3)
+    uids = {pod["metadata"]["uid"] for pod in _job_pods(control_plane, ns, job)} | {first_uid}
+    submitted = _jobs_of(node_emulator, uids)
+    row = {
+        "fault": "burst job held SUBMITTED, local GPUs freed (homecoming)",
+        "submitted": len(submitted),
+        "completed": sum(j["status"] == "COMPLETED" for j in submitted),
+        "billing late": sum(j["status"] not in ("TERMINATED", "COMPLETED") for j in submitted),
+        "ran": sum(j["pid"] is not None for j in submitted),
+    }
+    print(
+        f"\nmoney-safety row | {row['fault']} | submitted {row['submitted']} | completed {row['completed']} |"
+        f" billing late {row['billing late']} | ran {row['ran']} | freed -> replaced {MEASURED['freed_to_replaced_s']}s"
+    )
+    assert (row["submitted"], row["completed"], row["billing late"], row["ran"]) == (1, 0, 0, 0)

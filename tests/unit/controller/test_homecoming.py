@@ -1,0 +1,269 @@
+"""A burst pod comes home while its JARVICE job is queued: the pure rules (controller.homecoming) as
+tables, then Homecomer.round against a fake API and a fake JARVICE (what it deletes, terminates and
+says). The rules are those of docs/controller.md ("Come home while still queued")."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from controller import homecoming
+from controller.homecomer import Homecomer
+from controller.kube import PodChanged, PodGone
+from controller.metrics import Metrics
+from controller.model import PodView, parse_pod
+from controller.store import PodStore
+from jarvice.model import JobEntry
+from tests.unit.controller.builders import JOB_UID, UID, job, job_owner, pod
+
+CLUSTER = "dev-0f1e2d3c4b5a"
+
+
+def burst(**kwargs: Any) -> dict[str, Any]:
+    """A Job's pod the webhook burst: its runner runs here on a CPU node, its job on JARVICE."""
+    kwargs.setdefault("phase", "Running")
+    kwargs.setdefault("node_name", "cpu-1")
+    kwargs.setdefault("scheduled", ("True", ""))
+    return pod(decision="remote", **kwargs)
+
+
+def entry(number: int = 4711, state: str = "SUBMITTED", *, uid: str = UID, started: int = 0) -> JobEntry:
+    return JobEntry(
+        number=number,
+        name=f"job-{number}",
+        state=state,
+        label=f"k8s-{CLUSTER}.{uid}-app-1",
+        exitcode=None,
+        start_time=started,
+    )
+
+
+# ----- the rule, as a table ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "jobs", "before", "verdict"),
+    [
+        pytest.param(burst(), [entry()], False, "check", id="submitted"),
+        pytest.param(burst(), [entry(state="SEQUENTIALLY QUEUED")], False, "check", id="queued"),
+        pytest.param(burst(phase="Pending", node_name=""), [entry()], False, "check", id="runner-not-started"),
+        # its job has started: it stays, whatever a local node could do
+        pytest.param(burst(), [entry(state="PROCESSING STARTING")], False, "stay", id="running"),
+        pytest.param(burst(), [entry(started=1_700_000_000)], False, "stay", id="submitted-with-a-start-time"),
+        pytest.param(burst(), [entry(4711), entry(4712, "PROCESSING STARTING")], False, "stay", id="one-started"),
+        # nothing to bring home
+        pytest.param(burst(), [], False, "ignore", id="no-live-job"),
+        pytest.param(burst(), [entry()], True, "ignore", id="its-job-came-home-once"),
+        pytest.param(burst(owners=[]), [entry()], False, "ignore", id="bare-pod"),
+        pytest.param(burst(owners=[job_owner(kind="ReplicaSet", api="apps/v1")]), [entry()], False, "ignore", id="rs"),
+        pytest.param(burst(gang="g-1"), [entry()], False, "ignore", id="gang-pod"),
+        pytest.param(burst(deleting=True), [entry()], False, "ignore", id="deleting"),
+        pytest.param(burst(phase="Succeeded"), [entry()], False, "ignore", id="finished"),
+        pytest.param(pod(), [entry()], False, "ignore", id="decided-local"),
+        pytest.param(burst(labeled=False), [entry()], False, "ignore", id="unlabeled"),
+    ],
+)
+def test_assess(body: dict[str, Any], jobs: list[JobEntry], before: bool, verdict: str) -> None:
+    assert homecoming.assess(parse_pod(body), jobs, came_home_before=before).verdict == verdict
+
+
+def decided(annotations: Mapping[str, str]) -> dict[str, Any]:
+    return {"metadata": {"annotations": dict(annotations)}}
+
+
+@pytest.mark.parametrize(
+    ("answer", "fits"),
+    [
+        (decided({"nimbix-burst.io/decision": "local", "nimbix-burst.io/candidate-nodes": "1"}), True),
+        # kept local without a node: a budget, a wait before bursting, an unknown cluster
+        (decided({"nimbix-burst.io/decision": "local", "nimbix-burst.io/budget": "4 of 4"}), False),
+        (decided({"nimbix-burst.io/decision": "local", "nimbix-burst.io/burst-deadline": "x"}), False),
+        (decided({"nimbix-burst.io/decision": "remote"}), False),
+        (decided({}), False),  # the webhook did not answer (failurePolicy Ignore)
+        ({}, False),
+    ],
+)
+def test_only_a_local_decision_on_a_node_fits(answer: dict[str, Any], fits: bool) -> None:
+    assert homecoming.fits_locally(answer)[0] is fits
+
+
+def test_the_dry_run_pod_is_the_jobs_next_pod_under_a_name_of_its_own() -> None:
+    template = {
+        "metadata": {"labels": {"task-type": "Nimbix"}, "annotations": {"a": "b"}, "name": "x"},
+        "spec": {"containers": [{"name": "app", "image": "train"}], "restartPolicy": "Never"},
+    }
+    body = homecoming.dry_run_pod({**job(), "spec": {"template": template}}, parse_pod(burst()))
+    assert body["metadata"] == {
+        "labels": {"task-type": "Nimbix"},
+        "annotations": {"a": "b"},
+        "generateName": "train-homecoming-",
+        "namespace": "team",
+        "ownerReferences": [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": JOB_UID, "controller": True}
+        ],
+    }
+    assert body["spec"] == template["spec"]
+
+
+# ----- Homecomer.round against fakes -------------------------------------------------------------
+
+LOCAL = decided(
+    {
+        "nimbix-burst.io/decision": "local",
+        "nimbix-burst.io/candidate-nodes": "1",
+        "nimbix-burst.io/reason": "fits gpu-1",
+    }
+)
+
+
+@dataclass
+class FakeJarvice:
+    jobs: dict[int, JobEntry] = field(default_factory=dict)
+    then: dict[int, JobEntry] | None = None  # what the second listing shows (None: the same)
+    terminated: list[int] = field(default_factory=list)
+    listings: int = 0
+
+    def fetch_jobs(self, *, completed: bool, deadline: float | None = None) -> dict[int, JobEntry]:
+        assert not completed
+        self.listings += 1
+        return self.then if self.listings > 1 and self.then is not None else self.jobs
+
+    def terminate(self, number: int, *, deadline: float | None = None) -> None:
+        self.terminated.append(number)
+
+
+@dataclass
+class FakeKube:
+    pods: dict[str, dict[str, Any]]
+    answer: dict[str, Any]
+    jobs: dict[str, dict[str, Any]] = field(default_factory=lambda: {"train": job()})
+    dry_runs: list[dict[str, Any]] = field(default_factory=list)
+    deleted: list[tuple[str, str]] = field(default_factory=list)
+    patched: list[tuple[str, Any]] = field(default_factory=list)
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    delete_conflict: bool = False
+
+    def read_pod(self, namespace: str, name: str) -> Mapping[str, Any]:
+        if name not in self.pods:
+            raise PodGone(name)
+        return self.pods[name]
+
+    def read_job(self, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self.jobs.get(name)
+
+    def dry_run_create_pod(self, namespace: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        self.dry_runs.append(dict(body))
+        return self.answer
+
+    def delete_pod(self, pod: PodView) -> None:
+        if self.delete_conflict:
+            raise PodChanged("409")
+        self.deleted.append((pod.name, pod.resource_version))
+
+    def patch_pod_json(self, namespace: str, name: str, ops: Any) -> None:
+        self.patched.append((name, ops))
+
+    def record_event(
+        self, *, namespace: str, involved: Mapping[str, str], reason: str, message: str, event_type: str = "Warning"
+    ) -> None:
+        self.events.append((involved["kind"], involved["name"], reason))
+
+
+def make(
+    body: dict[str, Any], jarvice: FakeJarvice, *, answer: dict[str, Any] = LOCAL, leader: bool = True
+) -> tuple[Homecomer, FakeKube, Metrics]:
+    store = PodStore(clock=lambda: 0.0)
+    store.replace([body])
+    kube = FakeKube(pods={body["metadata"]["name"]: body}, answer=answer)
+    metrics = Metrics(is_leader=lambda: leader)
+    homecomer = Homecomer(
+        store=store, jarvice=jarvice, kube=kube, metrics=metrics, is_leader=lambda: leader, interval=10, stale_after=60
+    )
+    return homecomer, kube, metrics
+
+
+def test_a_queued_burst_pod_that_fits_here_is_deleted_its_job_terminated_and_the_job_told() -> None:
+    jarvice = FakeJarvice({4711: entry()})
+    homecomer, kube, metrics = make(burst(), jarvice)
+    assert homecomer.round() == 10
+    assert kube.dry_runs[0]["metadata"]["generateName"] == "train-homecoming-"
+    assert kube.deleted == [("train-abcde", "42")]
+    assert jarvice.terminated == [4711]
+    assert kube.events == [("Job", "train", "NimbixCameHome")]
+    assert metrics.registry.get_sample_value("nimbix_burst_controller_homecomings_total") == 1.0
+
+
+def test_a_pod_comes_home_at_most_once_per_job() -> None:
+    jarvice = FakeJarvice({4711: entry()})
+    homecomer, kube, _ = make(burst(), jarvice)
+    homecomer.round()
+    replacement = burst(uid="22222222-3333-4444-5555-666666666666", name="train-fghij")
+    homecomer._store.replace([replacement])  # the replacement strands, bursts again, queues again
+    jarvice.jobs = {4800: entry(4800, uid=replacement["metadata"]["uid"])}
+    homecomer.round()
+    assert kube.deleted == [("train-abcde", "42")]
+    assert jarvice.terminated == [4711]
+
+
+def test_a_pod_that_does_not_fit_here_stays_and_nothing_is_terminated() -> None:
+    jarvice = FakeJarvice({4711: entry()})
+    homecomer, kube, _ = make(burst(), jarvice, answer=decided({"nimbix-burst.io/decision": "remote"}))
+    homecomer.round()
+    assert len(kube.dry_runs) == 1
+    assert kube.deleted == []
+    assert jarvice.terminated == []
+
+
+def test_a_job_that_starts_before_the_second_look_keeps_its_pod() -> None:
+    jarvice = FakeJarvice({4711: entry()}, then={4711: entry(state="PROCESSING STARTING", started=1)})
+    homecomer, kube, _ = make(burst(), jarvice)
+    homecomer.round()
+    assert kube.deleted == []
+    assert jarvice.terminated == []
+
+
+def test_a_pod_changed_before_the_delete_keeps_its_job() -> None:
+    jarvice = FakeJarvice({4711: entry()})
+    homecomer, kube, _ = make(burst(), jarvice)
+    kube.delete_conflict = True
+    homecomer.round()
+    assert jarvice.terminated == []
+    assert homecomer.came_home == set()
+
+
+def test_a_started_job_keeps_its_pod_and_the_pod_says_so_once() -> None:
+    jarvice = FakeJarvice({4711: entry(state="PROCESSING STARTING", started=1)})
+    homecomer, kube, _ = make(burst(), jarvice)
+    homecomer.round()
+    homecomer.round()
+    assert kube.deleted == []
+    assert jarvice.terminated == []
+    assert len(kube.dry_runs) == 1
+    ((name, ops),) = kube.patched
+    assert name == "train-abcde"
+    assert ops[0]["path"] == "/metadata/annotations/nimbix-burst.io~1homecoming"
+    assert ops[0]["value"].startswith("stays on Nimbix: its JARVICE job 4711 has started")
+
+
+@pytest.mark.parametrize(
+    "the_job",
+    [None, job(uid="another-uid"), job(suspend=True), job(conditions=[{"type": "Complete", "status": "True"}])],
+)
+def test_a_job_that_would_not_recreate_the_pod_keeps_it_burst(the_job: dict[str, Any] | None) -> None:
+    jarvice = FakeJarvice({4711: entry()})
+    homecomer, kube, _ = make(burst(), jarvice)
+    kube.jobs = {"train": the_job} if the_job is not None else {}
+    homecomer.round()
+    assert kube.dry_runs == []
+    assert kube.deleted == []
+
+
+def test_a_follower_does_nothing() -> None:
+    jarvice = FakeJarvice({4711: entry()})
+    homecomer, kube, _ = make(burst(), jarvice, leader=False)
+    homecomer.round()
+    assert jarvice.listings == 0
+    assert kube.deleted == []

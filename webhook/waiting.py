@@ -1,0 +1,140 @@
+"""Waiting before bursting (pure): whether a pod that would burst waits for a local node first, until when.
+
+`nimbix-burst.io/burst-after` (on the pod, or on its namespace as the default; "0", the default,
+bursts at once) keeps a pod that would burst local for up to that long: GPUs that free in time run
+it here and nothing is submitted. If no node has taken it by its deadline, the controller replaces
+it (as its re-burst does) and the replacement bursts at once.
+
+Only a pod something recreates can wait: one a Job controls (the Job recreates the pod the
+controller deletes). A bare pod, or a ReplicaSet's, bursts at once, and says why on its
+`burst-after-ignored` annotation; so does a gang's pod (its gang is decided as one, not yet with a
+wait). One Job waits once: the webhook remembers the deadline it gave the Job's first waiting pod
+(ClusterCache.waits, by the Job's UID), its later pods wait until that same deadline, and a pod
+admitted after it bursts at once, which is how the replacement of a pod that waited in vain bursts.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from jarvice import contract
+
+# A week: longer is a typo, or a wish never to burst (leave the pod unlabeled for that).
+MAX_SECONDS: Final = 7 * 24 * 3600
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT_SECONDS: Final = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+JOB_API_VERSION: Final = "batch/v1"
+
+
+class DurationError(ValueError):
+    """A burst-after value that is not a duration; the message says what to write instead."""
+
+
+def parse_duration(text: str) -> float:
+    """ "90s", "10m", "1h30m", "250ms", "0" -> seconds; raises DurationError for anything else."""
+    value = text.strip()
+    if value == "0":
+        return 0.0
+    if not value or _PART.sub("", value):
+        raise DurationError(
+            f"{value!r} is not a duration: write a number with a unit, such as 90s, 10m or 1h30m (0: burst at once)"
+        )
+    seconds = sum(float(number) * _UNIT_SECONDS[unit] for number, unit in _PART.findall(value))
+    if seconds > MAX_SECONDS:
+        raise DurationError(f"{value!r} is longer than a week (168h), the most a pod may wait before bursting")
+    return seconds
+
+
+def format_deadline(epoch: float) -> str:
+    """Epoch seconds -> RFC 3339 UTC with milliseconds, rounded up (a deadline is never shown early;
+    milliseconds, so that a short wait, such as a replay's compressed one, is kept as it is)."""
+    millis = -(-round(epoch * 1e6) // 1000)  # whole microseconds first: 0.1 + 0.2 is not 0.3000
+    moment = datetime.datetime.fromtimestamp(millis // 1000, datetime.UTC)
+    return f"{moment.strftime('%Y-%m-%dT%H:%M:%S')}.{millis % 1000:03d}Z"
+
+
+@dataclass(frozen=True, slots=True)
+class WaitAsk:
+    """What the wait is decided from: the pod's setting (or its namespace's), its Job and the clock."""
+
+    setting: str | None  # the pod's burst-after annotation as written (None: absent)
+    namespace_setting: str | None  # its namespace's (None: absent)
+    job_uid: str  # the UID of the Job that controls the pod ("": none)
+    now: float  # wall clock, epoch seconds
+    deadlines: Mapping[str, float]  # Job UID -> the deadline given to its first waiting pod
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """The pod waits for a local node until `deadline`; `key` is its Job's UID, remembered with it."""
+
+    key: str
+    deadline: float
+    seconds: float  # the setting it waits by
+    source: str  # "pod" or "namespace"
+
+    def reason(self) -> str:
+        return (
+            f"waits for a local node until {format_deadline(self.deadline)} ({contract.ANNOTATION_BURST_AFTER}"
+            f" {self.seconds:g}s, from the {self.source}), then bursts"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NoWait:
+    """The pod bursts at once; `reason` says why when it asked to wait ("": it did not ask)."""
+
+    reason: str = ""
+
+
+NO_WAIT = NoWait()
+
+
+def controlling_job(meta: Mapping[str, Any]) -> str:
+    """The UID of the Job that controls the pod (its controller ownerReference), "" when none does."""
+    for ref in meta.get("ownerReferences") or ():
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            if ref.get("apiVersion") == JOB_API_VERSION and ref.get("kind") == "Job":
+                uid = ref.get("uid")
+                return uid if isinstance(uid, str) else ""
+            return ""
+    return ""
+
+
+def _setting(ask: WaitAsk) -> tuple[float, str] | NoWait:
+    """(seconds, where from), or NoWait when none applies or it cannot be read."""
+    for text, source in ((ask.setting, "pod"), (ask.namespace_setting, "namespace")):
+        if text is None:
+            continue
+        try:
+            return parse_duration(text), source
+        except DurationError as exc:
+            return NoWait(f"the {source}'s {contract.ANNOTATION_BURST_AFTER} is ignored: {exc}")
+    return NO_WAIT
+
+
+def decide(ask: WaitAsk, *, gang: bool) -> Wait | NoWait:
+    """Whether a pod that would burst now waits first (see the module's rules). `gang`: a gang's pod."""
+    setting = _setting(ask)
+    if isinstance(setting, NoWait):
+        return setting
+    seconds, source = setting
+    if seconds <= 0:
+        return NO_WAIT
+    if gang:
+        return NoWait(f"{contract.ANNOTATION_BURST_AFTER} is ignored: a gang's pods burst as one, without waiting")
+    if not ask.job_uid:
+        return NoWait(
+            f"{contract.ANNOTATION_BURST_AFTER} is ignored: only a Job's pod can wait (the Job recreates it to burst"
+            " later); this pod bursts at once"
+        )
+    deadline = ask.deadlines.get(ask.job_uid)
+    if deadline is None:
+        return Wait(ask.job_uid, ask.now + seconds, seconds, source)
+    if ask.now < deadline:
+        return Wait(ask.job_uid, deadline, seconds, source)
+    return NoWait(f"its Job waited until {format_deadline(deadline)} for a local node and none took its pod")
