@@ -23,7 +23,7 @@ from tests.support.installed_controller import annotations_of, app_container, po
 from tests.support.webhook_replicas import create_at_once
 
 CAP = "nimbix-burst.io/max-cost-per-hour"
-LIVE = ("PROCESSING", "STARTING", "SUBMITTED")
+LIVE = ("SUBMITTED", "PROCESSING STARTING")  # JARVICE job_status values of a job not ended
 WAIT_SECONDS = 120.0
 
 

@@ -34,7 +34,7 @@ from tests.support.installed_controller import (
 from tests.support.real_node_pods import wait_log
 
 USER = "dev"
-LIVE = ("PROCESSING", "STARTING")
+LIVE = ("SUBMITTED", "PROCESSING STARTING")  # JARVICE job_status values of a job not ended
 WAIT_SECONDS = 120.0
 
 
