@@ -60,7 +60,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $any := join " || " $tests -}}
 {{- $one := printf "  has(c.resources) && has(c.resources.limits) &&\n  (%s)))" $any -}}
 {{- /* The blank line after "exists(c," is what kustomize makes of the folded scalar in deploy/. */ -}}
-{{- printf "(has(object.spec.containers) && object.spec.containers.exists(c,\n\n%s\n|| (has(object.spec.initContainers) && object.spec.initContainers.exists(c,\n\n%s" $one $one -}}
+{{- /* A pod that carries what only nimbix-burst writes reaches the webhook too, GPUs or not: a copy of a
+burst pod asks for none, and its marks must be cleared (docs/decision.md, "What a pod cannot say"). */ -}}
+{{- $marks := "(has(object.metadata.annotations) && object.metadata.annotations.exists(k, k.startsWith('nimbix-burst.io/'))) || (has(object.metadata.labels) && 'nimbix-burst.io/decision' in object.metadata.labels) || object.spec.containers.exists(c, has(c.env) && c.env.exists(e, e.name == 'REMOTE' || e.name.startsWith('NIMBIX_BURST_')))" -}}
+{{- printf "(has(object.spec.containers) && object.spec.containers.exists(c,\n\n%s\n|| (has(object.spec.initContainers) && object.spec.initContainers.exists(c,\n\n%s\n|| %s" $one $one $marks -}}
 {{- end -}}
 
 
