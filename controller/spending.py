@@ -23,7 +23,8 @@ The ledger (persisted beside the record, so restarts and a new leader count noth
 jobs live at the last listing (number -> namespace, machine, nodes, start), the namespaces of the
 UIDs they carry, and this month's ended jobs: those that ended in the last hour one by one (an
 ended job is counted only when it was live at the last listing or ended after it, and not already
-counted), older ones folded into a sum per namespace.
+counted), older ones folded into a sum per namespace. A job is known by its number and the UID its
+label carries together: a number alone may come back from another JARVICE account.
 """
 
 from __future__ import annotations
@@ -92,13 +93,18 @@ class Counted:
     ended_at: int
 
 
+JobKey = tuple[int, str]
+
+
 @dataclass(frozen=True, slots=True)
 class Ledger:
     month: str
     observed_at: int
     owners: Mapping[str, str] = field(default_factory=dict)  # UID a live job carries -> namespace
     live: Mapping[int, LiveSeen] = field(default_factory=dict)
-    counted: Mapping[int, Counted] = field(default_factory=dict)
+    # (job number, the UID its label carries) -> its cost: a number alone could come back from
+    # another JARVICE account (a changed Secret), a pod UID never does.
+    counted: Mapping[JobKey, Counted] = field(default_factory=dict)
     folded: Mapping[str, float] = field(default_factory=dict)  # namespace -> this month's older ended jobs
 
 
@@ -135,11 +141,14 @@ def this_clusters_jobs(entries: Iterable[JobEntry], *, cluster: str) -> list[Spe
     return jobs
 
 
-def needs_history(previous: Ledger | None, live: Iterable[int]) -> bool:
+def needs_history(previous: Ledger | None, live: Iterable[SpendJob]) -> bool:
     """Whether the ended jobs must be listed this round: a job of the last listing is not live any
     more (its cost is read from the history), or there is no ledger yet (this month's ended jobs
     are read once)."""
-    return previous is None or bool(set(previous.live) - set(live))
+    if previous is None:
+        return True
+    now_live = {(job.number, job.owner) for job in live}
+    return any((number, seen.owner) not in now_live for number, seen in previous.live.items())
 
 
 def _rate(machine: str, machines: Mapping[str, Rate]) -> Rate:
@@ -170,9 +179,9 @@ def worst_case(job: SpendJob, machines: Mapping[str, Rate], *, now: int) -> floa
 
 
 def _count_ended(
-    live: Mapping[int, SpendJob],
+    live: Mapping[JobKey, SpendJob],
     ended: Sequence[SpendJob],
-    counted: dict[int, Counted],
+    counted: dict[JobKey, Counted],
     *,
     machines: Mapping[str, Rate],
     owners: Mapping[str, str],
@@ -180,12 +189,13 @@ def _count_ended(
     month: str,
     now: int,
 ) -> None:
-    history = {job.number: job for job in ended if job.number not in live}
+    history = {(job.number, job.owner): job for job in ended if (job.number, job.owner) not in live}
     if previous is not None:
         for number, seen in previous.live.items():
-            if number in live or number in counted:
+            key = (number, seen.owner)
+            if key in live or key in counted:
                 continue
-            facts = history.get(number)
+            facts = history.get(key)
             if facts is not None and facts.end_time > 0:
                 cost, end = ended_cost(facts, machines), facts.end_time
             else:  # forgotten by JARVICE: it ran at most until this listing
@@ -193,24 +203,25 @@ def _count_ended(
                 end = now
             namespace = seen.namespace or owners.get(seen.owner, "")
             if namespace and month_of(end) == month:
-                counted[number] = Counted(namespace=namespace, cost=cost, ended_at=end)
-    for number, job in history.items():
-        if number in counted or job.end_time <= 0 or month_of(job.end_time) != month:
+                counted[key] = Counted(namespace=namespace, cost=cost, ended_at=end)
+    for key, job in history.items():
+        if key in counted or job.end_time <= 0 or month_of(job.end_time) != month:
             continue
-        if previous is not None and (number in previous.live or job.end_time <= previous.observed_at - SKEW_SECONDS):
+        was_live = previous is not None and key[0] in previous.live and previous.live[key[0]].owner == key[1]
+        if was_live or (previous is not None and job.end_time <= previous.observed_at - SKEW_SECONDS):
             continue  # counted above, or ended before the last listing: counted then (or folded since)
         namespace = owners.get(job.owner, "")
         if namespace:
-            counted[number] = Counted(namespace=namespace, cost=ended_cost(job, machines), ended_at=job.end_time)
+            counted[key] = Counted(namespace=namespace, cost=ended_cost(job, machines), ended_at=job.end_time)
 
 
-def _fold(counted: dict[int, Counted], folded: dict[str, float], *, now: int) -> None:
+def _fold(counted: dict[JobKey, Counted], folded: dict[str, float], *, now: int) -> None:
     by_age = sorted(counted.items(), key=lambda item: (item[1].ended_at, item[0]))
     excess = len(by_age) - MAX_COUNTED
-    for index, (number, entry) in enumerate(by_age):
+    for index, (key, entry) in enumerate(by_age):
         if index < excess or entry.ended_at < now - KEEP_SECONDS:
             folded[entry.namespace] = folded.get(entry.namespace, 0.0) + entry.cost
-            del counted[number]
+            del counted[key]
 
 
 def _money(value: float) -> float:
@@ -235,10 +246,8 @@ def build(
     counted = dict(previous.counted) if previous is not None and same_month else {}
     folded = dict(previous.folded) if previous is not None and same_month else {}
     owners = {**(previous.owners if previous is not None else {}), **pod_namespaces}
-    live_by_number = {job.number: job for job in live}
-    _count_ended(
-        live_by_number, ended, counted, machines=machines, owners=owners, previous=previous, month=month, now=now
-    )
+    live_by_key = {(job.number, job.owner): job for job in live}
+    _count_ended(live_by_key, ended, counted, machines=machines, owners=owners, previous=previous, month=month, now=now)
     _fold(counted, folded, now=now)
 
     namespaces: dict[str, dict[str, Any]] = {}
@@ -313,7 +322,9 @@ def ledger_to_text(ledger: Ledger) -> str:
             "live": {
                 str(n): [s.namespace, s.owner, s.machine, s.nodes, s.start_time] for n, s in sorted(ledger.live.items())
             },
-            "counted": {str(n): [c.namespace, _money(c.cost), c.ended_at] for n, c in sorted(ledger.counted.items())},
+            "counted": [
+                [n, o, c.namespace, _money(c.cost), c.ended_at] for (n, o), c in sorted(ledger.counted.items())
+            ],
             "folded": {name: _money(cost) for name, cost in sorted(ledger.folded.items())},
         },
         separators=(",", ":"),
@@ -329,7 +340,7 @@ def parse_ledger(text: str) -> Ledger:
     try:
         raw = json.loads(text)
         live = {int(n): LiveSeen(str(v[0]), str(v[1]), str(v[2]), int(v[3]), int(v[4])) for n, v in raw["live"].items()}
-        counted = {int(n): Counted(str(v[0]), float(v[1]), int(v[2])) for n, v in raw["counted"].items()}
+        counted = {(int(v[0]), str(v[1])): Counted(str(v[2]), float(v[3]), int(v[4])) for v in raw["counted"]}
         return Ledger(
             month=str(raw["month"]),
             observed_at=int(raw["observed_at"]),

@@ -107,7 +107,7 @@ class SpendKeeper:
         data, resource_version = stored if stored is not None else ({}, "")
         previous = self._previous_ledger(data)
         ended: list[spending.SpendJob] = []
-        if spending.needs_history(previous, (job.number for job in live)):
+        if spending.needs_history(previous, live):
             history = self._jarvice.fetch_jobs(completed=True)
             ended = spending.this_clusters_jobs(history.values(), cluster=cluster)
         self._refresh_rates()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ NOV_1 = int(datetime.datetime(2026, 11, 1, tzinfo=datetime.UTC).timestamp())
 PODS = {POD_A: "team-a", POD_B: "team-b"}
 
 
-def job(number: int, owner: str = POD_A, **fields: object) -> SpendJob:
+def job(number: int, owner: str = POD_A, **fields: Any) -> SpendJob:
     base: dict[str, object] = {"machine": "n1", "nodes": 1, "walltime_limit": 2 * HOUR}
     base.update(fields)
     return SpendJob(number, owner, **base)  # type: ignore[arg-type]
@@ -69,7 +70,7 @@ def test_a_live_job_counts_its_gpus_its_cost_per_hour_and_its_worst_case() -> No
         ({"machine": "unknown"}, 8.0 * 2),  # a machine not in the catalogue: the dearest one
     ],
 )
-def test_worst_case_edges(fields: dict[str, object], worst: float) -> None:
+def test_worst_case_edges(fields: dict[str, Any], worst: float) -> None:
     pod = build([job(1, **fields)]).record["namespaces"]["team-a"]["pods"][POD_A]
     assert pod["worst_case"] == pytest.approx(worst)
 
@@ -98,7 +99,7 @@ def test_a_job_counts_until_jarvice_ends_it_even_after_its_pod_is_deleted() -> N
         ({"job_price": None, "nodes": 2}, 2.1 * 2 * 1.5),
     ],
 )
-def test_an_ended_job_costs_its_job_price_else_price_times_hours(ended: dict[str, object], cost: float) -> None:
+def test_an_ended_job_costs_its_job_price_else_price_times_hours(ended: dict[str, Any], cost: float) -> None:
     start = NOW - 2 * HOUR
     before = build([job(7, start_time=start, nodes=int(str(ended.get("nodes", 1))))], now=NOW - HOUR)
     facts = {"start_time": start, "end_time": start + 3 * HOUR // 2, **ended}
@@ -154,7 +155,7 @@ def test_the_month_figures_reset_at_the_start_of_the_utc_month() -> None:
         observed_at=NOV_1 - 30,
         owners={POD_A: "team-a"},
         live={5: LiveSeen("team-a", POD_A, "n1", 1, NOV_1 - HOUR)},
-        counted={4: Counted("team-a", 9.0, NOV_1 - 100)},
+        counted={(4, POD_A): Counted("team-a", 9.0, NOV_1 - 100)},
         folded={"team-a": 50.0},
     )
     record = build([job(5, start_time=NOV_1 - HOUR)], previous=october, now=NOV_1 + 30).record
@@ -194,8 +195,9 @@ def test_the_record_reads_back_with_the_shared_reader() -> None:
 def test_needs_history_when_a_job_went_or_there_is_no_ledger() -> None:
     ledger = build([job(1)]).ledger
     assert spending.needs_history(None, [])
-    assert not spending.needs_history(ledger, [1, 2])
-    assert spending.needs_history(ledger, [2])
+    assert not spending.needs_history(ledger, [job(1), job(2)])
+    assert spending.needs_history(ledger, [job(2)])
+    assert spending.needs_history(ledger, [job(1, POD_B)])  # the same number, another job
 
 
 def test_worth_writing_when_changed_or_old() -> None:
@@ -220,3 +222,17 @@ def test_only_this_clusters_runner_labels_are_counted() -> None:
     ]
     jobs = spending.this_clusters_jobs(entries, cluster=HERE)
     assert [(j.number, j.owner, j.nodes, j.walltime_limit) for j in jobs] == [(1, POD_A, 2, 60), (5, POD_B, 2, 60)]
+
+
+def test_a_job_number_seen_before_under_another_uid_is_another_job() -> None:
+    """Job numbers may come back (another JARVICE account after a changed Secret): a job is its
+    number and the UID its label carries together."""
+    first = build([job(1000, start_time=NOW - 600)], now=NOW - 300)
+    ended_a = job(1000, start_time=NOW - 600, end_time=NOW - 200, job_price=1.0)
+    second = build([], [ended_a], previous=first.ledger, now=NOW - 100)
+    assert second.record["namespaces"]["team-a"]["month_recorded"] == 1.0
+    third = build([job(1000, POD_B, start_time=NOW - 90)], previous=second.ledger, now=NOW - 60)
+    ended_b = job(1000, POD_B, start_time=NOW - 90, end_time=NOW - 30, job_price=2.0)
+    fourth = build([], [ended_a, ended_b], previous=third.ledger)
+    assert fourth.record["namespaces"]["team-b"]["month_recorded"] == 2.0
+    assert fourth.record["namespaces"]["team-a"]["month_recorded"] == 1.0
