@@ -3,7 +3,7 @@
 A namespace may cap what its bursts cost, in the account's price unit:
 - `nimbix-burst.io/max-cost-per-hour`: the sum of `mc_price` x nodes over its live jobs;
 - `nimbix-burst.io/max-cost-per-month`: the cost recorded this calendar month (UTC) plus the worst
-  case of every live job (price x nodes x the walltime it has left).
+  case of every live job (price x nodes x its walltime: what it may cost in all).
 A burst that would pass either stays local with a reason that names the cap and the figures (the
 same path as the GPU budget: `--over-budget=deny` refuses it).
 
