@@ -2,7 +2,7 @@
 
 What a namespace spends is counted from what the product itself decided, never from what a pod
 says. A pod can arrive carrying the product's marks: a `nimbix-burst.io/decision`, a counted GPU
-figure, `REMOTE=1` and the runner's `NIMBIX_BURST_*` environment. Two very different pods do:
+figure, `REMOTE=1` and the runner's environment the webhook writes (`_PRODUCT_ENV`). Two very different pods do:
 
 - the product's own reinvocation: the webhook rewrote this very pod moments ago and a later webhook
   changed it. The proof is the product's record, not the pod: the admission's token (the pod's
@@ -12,8 +12,9 @@ figure, `REMOTE=1` and the runner's `NIMBIX_BURST_*` environment. Two very diffe
   written with a decision of its own. Its marks are cleared and it is decided afresh, like any pod.
 
 What a user may set on a pod (`USER_ANNOTATIONS`: the data to stage, and the like) is kept; every
-other `nimbix-burst.io/` annotation, the decision label, `REMOTE` and every `NIMBIX_BURST_*` variable
-are the product's to write. `POD_UID`, `POD_NAMESPACE` and `POD_NAME` are rewritten from the API
+other `nimbix-burst.io/` annotation, the decision label, and the variables the webhook writes on a burst
+(`REMOTE`, the counted GPUs, the price ceiling, the cluster, the gang, the staged paths) are the
+product's to write. `POD_UID`, `POD_NAMESPACE` and `POD_NAME` are rewritten from the API
 server's own fields on every burst container (webhook.mutation), whatever the pod says.
 """
 
@@ -37,9 +38,25 @@ USER_ANNOTATIONS: Final = frozenset(
         contract.ANNOTATION_MAX_REMOTE_QUEUE,
     }
 )
-# The product's environment on a burst container; REMOTE=1 is what makes the runner submit.
-_PRODUCT_ENV_PREFIX: Final = "NIMBIX_BURST_"
-_PRODUCT_ENV: Final = frozenset({contract.ENV_REMOTE})
+# The environment the webhook writes on a burst container: what makes the runner submit (REMOTE), what
+# it was counted for and may pay, and who it is. Other NIMBIX_BURST_* variables are the container's own
+# settings (the vault's address, machine preferences, ...), which it may set itself.
+_PRODUCT_ENV: Final = frozenset(
+    {
+        contract.ENV_REMOTE,
+        contract.ENV_CONTAINER_NAME,
+        contract.ENV_STATE_DIR,
+        contract.ENV_CLUSTER,
+        contract.ENV_COUNTED_GPUS,
+        contract.ENV_MAX_PRICE,
+        contract.ENV_ALLOWED_MACHINES,
+        contract.ENV_STAGE_IN,
+        contract.ENV_STAGE_OUT,
+        contract.ENV_GANG_UID,
+        contract.ENV_GANG_SIZE,
+        contract.ENV_GANG_RANK,
+    }
+)
 _CONTAINER_LISTS: Final = ("initContainers", "containers")
 # How many marks a warning names before it says "and N more".
 _SHOWN: Final = 4
@@ -51,17 +68,8 @@ def is_product_annotation(key: str) -> bool:
     return key.startswith(contract.ANNOTATION_PREFIX) and key not in USER_ANNOTATIONS
 
 
-# What a container may set itself under the product's prefix: the runner's machine preferences. None
-# of them counts or pays: the counted GPUs and the price ceiling bound every machine whatever they say.
-USER_ENV: Final = frozenset({contract.ENV_MACHINES, contract.ENV_MAX_REMOTE_QUEUE, contract.ENV_MEMORY_GB})
-
-
 def is_product_env(name: object) -> bool:
-    return (
-        isinstance(name, str)
-        and (name in _PRODUCT_ENV or name.startswith(_PRODUCT_ENV_PREFIX))
-        and name not in USER_ENV
-    )
+    return isinstance(name, str) and name in _PRODUCT_ENV
 
 
 def _dict(value: object) -> Mapping[str, Any]:

@@ -74,6 +74,9 @@ def full_budget(limit: int = 4) -> tuple[CacheSync, dict[str, Any]]:
         pytest.param({}, [], (), id="a-pod-as-users-write-it"),
         pytest.param({contract.ANNOTATION_STAGE_IN: "/data"}, [], (), id="what-users-set-is-no-mark"),
         pytest.param({"example.com/x": "1"}, [{"name": "NUM_GPUS", "value": "1"}], (), id="others-and-num-gpus"),
+        pytest.param(
+            {}, [{"name": "NIMBIX_BURST_VAULT_SFTP", "value": "vault:22"}], (), id="the-containers-own-settings"
+        ),
         pytest.param({DECISION: "remote"}, [], (f"annotation {DECISION}",), id="a-decision"),
         pytest.param({ANNOTATION_REMOTE_GPUS: "0"}, [], (f"annotation {ANNOTATION_REMOTE_GPUS}",), id="a-count"),
         pytest.param({}, [{"name": "REMOTE", "value": "1"}], ("env app/REMOTE",), id="remote-env"),
@@ -93,7 +96,12 @@ def test_marks_only_the_product_writes(
 
 
 def test_clearing_keeps_everything_but_the_marks() -> None:
-    env = [{"name": "A", "value": "1"}, {"name": "REMOTE", "value": "1"}, {"name": "NIMBIX_BURST_X", "value": "2"}]
+    env = [
+        {"name": "A", "value": "1"},
+        {"name": "REMOTE", "value": "1"},
+        {"name": "NIMBIX_BURST_COUNTED_GPUS", "value": "2"},
+        {"name": "NIMBIX_BURST_VAULT_SFTP", "value": "v"},
+    ]
     raw = pod(
         container(gpus=1, env=env),
         annotations={DECISION: "remote", contract.ANNOTATION_STAGE_OUT: "/out", "example.com/x": "y"},
@@ -103,7 +111,10 @@ def test_clearing_keeps_everything_but_the_marks() -> None:
     assert jsonpatch.apply_patch(copy.deepcopy(raw), list(cleared.ops)) == cleared.pod
     assert cleared.pod["metadata"]["annotations"] == {contract.ANNOTATION_STAGE_OUT: "/out", "example.com/x": "y"}
     assert cleared.pod["metadata"]["labels"] == {"task-type": "Nimbix", "team": "a"}
-    assert cleared.pod["spec"]["containers"][0]["env"] == [{"name": "A", "value": "1"}]
+    assert cleared.pod["spec"]["containers"][0]["env"] == [
+        {"name": "A", "value": "1"},
+        {"name": "NIMBIX_BURST_VAULT_SFTP", "value": "v"},
+    ]
     assert "env app/REMOTE" in cleared.warning
 
 
