@@ -176,6 +176,8 @@ def test_kustomize_builds_the_install(objs: list[Manifest]) -> None:
             ("NetworkPolicy", APP),
             ("ValidatingAdmissionPolicy", "nimbix-burst-budget"),
             ("ValidatingAdmissionPolicyBinding", "nimbix-burst-budget"),
+            ("ValidatingAdmissionPolicy", "nimbix-burst-pod-marks"),
+            ("ValidatingAdmissionPolicyBinding", "nimbix-burst-pod-marks"),
             ("ServiceAccount", CONTROLLER),
             ("ClusterRole", CONTROLLER),
             ("ClusterRoleBinding", CONTROLLER),
@@ -190,7 +192,7 @@ def test_kustomize_builds_the_install(objs: list[Manifest]) -> None:
     assert re.fullmatch(rf"{APP}-[a-z0-9]{{10}}", config_maps[1])
 
 
-def test_the_only_write_is_the_webhooks_own_lease(objs: list[Manifest]) -> None:
+def test_the_only_write_is_the_webhooks_own_lease_and_it_reads_only_the_spend_record(objs: list[Manifest]) -> None:
     role = manifests.find_object(objs, kind="Role", name=f"{APP}-leader")
     granted = {
         (g, r, v, tuple(rule.get("resourceNames", ())))
@@ -201,7 +203,8 @@ def test_the_only_write_is_the_webhooks_own_lease(objs: list[Manifest]) -> None:
     }
     lease = ("coordination.k8s.io", "leases")
     own = (f"{APP}-leader",)
-    assert granted == {(*lease, "create", ()), (*lease, "get", own), (*lease, "update", own)}
+    spend = ("", "configmaps", "get", ("nimbix-burst-spend",))
+    assert granted == {(*lease, "create", ()), (*lease, "get", own), (*lease, "update", own), spend}
     binding = manifests.find_object(objs, kind="RoleBinding", name=f"{APP}-leader")
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": APP, "namespace": NAMESPACE}]
@@ -668,7 +671,8 @@ def test_controller_cluster_role_is_least_privilege(objs: list[Manifest]) -> Non
     pods = {("", "pods", v, ()) for v in ("get", "list", "watch", "delete", "patch", "create")}
     events = {("", "events", v, ()) for v in ("create", "patch")}
     identity = {("", "namespaces", "get", ("kube-system",))}  # the cluster identity: kube-system's UID
-    assert _grants(role) == pods | events | identity | {("batch", "jobs", "get", ())}
+    caps = {("", "namespaces", v, ()) for v in ("list", "watch")}  # the namespaces' cost caps, for the metrics
+    assert _grants(role) == pods | events | identity | caps | {("batch", "jobs", "get", ())}
     assert "aggregationRule" not in role
     binding = manifests.find_object(objs, kind="ClusterRoleBinding", name=CONTROLLER)
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CONTROLLER}
@@ -678,7 +682,9 @@ def test_controller_cluster_role_is_least_privilege(objs: list[Manifest]) -> Non
 def test_controller_lease_role_is_its_own_lease_only(objs: list[Manifest]) -> None:
     role = manifests.find_object(objs, kind="Role", name=f"{CONTROLLER}-leader")
     lease, own = ("coordination.k8s.io", "leases"), (f"{CONTROLLER}-leader",)
-    assert _grants(role) == {(*lease, "create", ()), (*lease, "get", own), (*lease, "update", own)}
+    spend = {("", "configmaps", "create", ()), ("", "configmaps", "get", ("nimbix-burst-spend",))}
+    spend |= {("", "configmaps", "update", ("nimbix-burst-spend",))}  # the spend record, its one write
+    assert _grants(role) == {(*lease, "create", ()), (*lease, "get", own), (*lease, "update", own)} | spend
     binding = manifests.find_object(objs, kind="RoleBinding", name=f"{CONTROLLER}-leader")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": CONTROLLER, "namespace": NAMESPACE}]
 
