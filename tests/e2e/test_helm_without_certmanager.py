@@ -184,7 +184,8 @@ def test_a_certificate_the_ca_did_not_sign_fails_the_install_and_the_pods_say_wh
             logs += plane.kubectl(
                 "-n", release_namespace, "logs", "-l", install.APP_SELECTOR, which, "--tail=20", check=False
             ).stdout
-        return next((line for line in logs.splitlines() if REFUSAL in line), "")
+        # The JSON log line, whatever kubectl puts before it (a pod prefix when it reads several pods).
+        return next((line[line.index("{") :] for line in logs.splitlines() if REFUSAL in line and "{" in line), "")
 
     line = json.loads(demo.wait_for(refusal_logged, what="the webhook's refusal in its log", timeout=30))
     assert "unable to get local issuer certificate" in line["problem"]
