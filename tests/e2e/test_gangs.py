@@ -143,9 +143,11 @@ def test_a_kueue_pod_group_is_never_split(webhook: addons.WebhookProcess, group:
 # --- two replicas: a gang's pods sent to both still get one decision ------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def two_replicas(control_plane: ControlPlane, core: Any) -> Iterator[str]:
-    """Two webhook processes with leader election behind one address; yields their Lease's namespace."""
+    """Two webhook processes with leader election behind one address; yields their Lease's namespace.
+    Per test: left registered, they are a second webhook in every later admission, one that never made
+    the first one's decisions, so it clears their marks (docs/decision.md, "What a pod cannot say")."""
     with serving_replicas(control_plane, core, name="gangs-ha") as replicas:
         yield replicas.namespace
 
