@@ -18,6 +18,7 @@ from controller import identity, stranding
 from controller.app import create_app, every
 from controller.homecomer import Homecomer
 from controller.kube import Kube, PodFeed
+from controller.machinerates import MachineRates
 from controller.metrics import Metrics
 from controller.reaping import Reaper
 from controller.rebursting import Reburster
@@ -140,8 +141,19 @@ async def _build(settings: Settings) -> web.Application:
         background.append(reap)
     else:
         log.warning("orphan reaper off", extra={"reason": settings.reap_disabled_reason})
+    rates_session = requests.Session()  # its own: the loops that cost jobs list the machines from their threads
+    machine_rates = (
+        MachineRates(
+            fetch=_jarvice_client(settings.credentials, rates_session).fetch_machines,
+            refresh=settings.machines_refresh_seconds,
+            clock=time.monotonic,
+            on_error=metrics.errors.labels(kind="jarvice-machines").inc,
+        )
+        if settings.credentials is not None
+        else None
+    )
     spend_session = requests.Session()  # its own: each loop runs in its own worker thread
-    if settings.credentials is not None:
+    if settings.credentials is not None and machine_rates is not None:
         keeper = SpendKeeper(
             store=store,
             jarvice=_jarvice_client(settings.credentials, spend_session),
@@ -152,7 +164,7 @@ async def _build(settings: Settings) -> web.Application:
             is_leader=is_leader,
             interval=settings.spend_interval_seconds,
             refresh=settings.spend_refresh_seconds,
-            machines_refresh=settings.machines_refresh_seconds,
+            rates=machine_rates,
             stale_after=settings.watch_stale_seconds,
             clock=time.monotonic,
             wall_clock=time.time,
@@ -173,7 +185,7 @@ async def _build(settings: Settings) -> web.Application:
         )
         background.append(every(settings.homecoming_seconds, homecomer.round, name="homecoming"))
     records_session = requests.Session()  # its own: the reaper's runs in another worker thread
-    if settings.job_events and settings.credentials is not None:
+    if settings.job_events and settings.credentials is not None and machine_rates is not None:
         recorder = JobRecorder(
             store=store,
             jarvice=_jarvice_client(settings.credentials, records_session),
@@ -182,7 +194,7 @@ async def _build(settings: Settings) -> web.Application:
             is_leader=is_leader,
             interval=settings.job_events_interval_seconds,
             cost_refresh=settings.cost_refresh_seconds,
-            machines_refresh=settings.machines_refresh_seconds,
+            rates=machine_rates,
             stale_after=settings.watch_stale_seconds,
             clock=time.monotonic,
             wall_clock=time.time,  # JARVICE's job times are Unix seconds
@@ -197,6 +209,7 @@ async def _build(settings: Settings) -> web.Application:
         session.close()
         records_session.close()
         spend_session.close()
+        rates_session.close()
         homecoming_session.close()
 
     log.info(

@@ -18,6 +18,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from controller.pricing import Rate
 from jarvice import contract, exitcodes
 from jarvice.ledger import MAX_LEDGER, Stage, format_ledger, parse_ledger
 from jarvice.model import STATUS_RUNNING, STATUS_TERMINATED, is_terminal
@@ -51,14 +52,6 @@ class JobFacts:
     nodes: int
     start_time: int  # Unix seconds, 0 while not started
     end_time: int  # Unix seconds, 0 while not ended
-
-
-@dataclass(frozen=True, slots=True)
-class Rate:
-    """A machine's GPUs and price per node-hour (/jarvice/machines `mc_gpus`, `mc_price`)."""
-
-    gpus: int
-    price: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,8 @@ jobs (and, only when a pod needs it, the ended ones), matches them to burst pods
 their label, and applies at most `pods_per_round` pod plans: the annotation patch first (it tests
 the ledger it was planned from), then the Events. A refused patch costs the pod a round and no
 Event; an Event that fails after its patch is lost rather than repeated (the annotations still say
-what happened). The machines' rates are cached: listed at start, again after `machines_refresh`
-seconds or when a job names a machine not in the cache (at most once a minute then).
+what happened). The machines' rates come from the controller's one listing (`MachineRates`), listed
+again when a job names a machine it lacks.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ from typing import Any, Protocol
 
 from controller import jobrecords
 from controller.kube import PodChangedOrGone
+from controller.machinerates import MachineRates
 from controller.metrics import Metrics
 from controller.store import PodStore
 from jarvice import contract
 from jarvice.client import JarviceError
 from jarvice.labels import parse_job_label
-from jarvice.model import JobEntry, Machine
+from jarvice.model import JobEntry
 
 log = logging.getLogger(__name__)
 
@@ -32,13 +33,10 @@ log = logging.getLogger(__name__)
 PODS_PER_ROUND = 50
 # A pod looked up in the job history without a change is looked up again after this, doubling to the cap.
 HISTORY_WAIT_SECONDS, HISTORY_WAIT_CAP_SECONDS = 60.0, 3600.0
-# A machine a job names that is not in the cache is looked for again at most this often.
-UNKNOWN_MACHINE_RETRY_SECONDS = 60.0
 
 
 class JobsApi(Protocol):
     def fetch_jobs(self, *, completed: bool, deadline: float | None = None) -> dict[int, JobEntry]: ...
-    def fetch_machines(self) -> dict[str, Machine]: ...
 
 
 class PodWriter(Protocol):
@@ -72,7 +70,7 @@ class JobRecorder:
         is_leader: Callable[[], bool],
         interval: float,
         cost_refresh: float,
-        machines_refresh: float,
+        rates: MachineRates,
         stale_after: float,
         clock: Callable[[], float],
         wall_clock: Callable[[], float],
@@ -85,13 +83,11 @@ class JobRecorder:
         self._is_leader = is_leader
         self._interval = interval
         self._cost_refresh = cost_refresh
-        self._machines_refresh = machines_refresh
+        self._machine_rates = rates
         self._stale_after = stale_after
         self._clock = clock
         self._wall_clock = wall_clock
         self._pods_per_round = pods_per_round
-        self._rates: dict[str, jobrecords.Rate] = {}
-        self._rates_at: float | None = None
         self._ended: dict[int, tuple[str, jobrecords.JobFacts]] = {}  # ended jobs never change: pod UID, facts
         # pod UID -> (the ledger it was looked up in the history with, not again before, the next wait)
         self._searched: dict[str, tuple[str, float, float]] = {}
@@ -133,8 +129,9 @@ class JobRecorder:
         for number, (uid, job) in self._ended.items():
             if number not in live:
                 jobs_of.setdefault(uid, []).append(job)
-        self._refresh_rates(jobs_of)
-        plans = jobrecords.plan_round(pods, jobs_of, rates=self._rates, now=self._wall_clock())
+        named = {job.machine for jobs in jobs_of.values() for job in jobs if job.machine}
+        rates = self._machine_rates.current(named=named)
+        plans = jobrecords.plan_round(pods, jobs_of, rates=rates, now=self._wall_clock())
         applied = 0
         for plan in plans:
             if applied >= self._pods_per_round:
@@ -184,23 +181,6 @@ class JobRecorder:
             if parsed is not None and parsed.pod_uid in uids:
                 jobs_of.setdefault(parsed.pod_uid, []).append(to_facts(entry))
         return jobs_of
-
-    def _refresh_rates(self, jobs_of: Mapping[str, Sequence[jobrecords.JobFacts]]) -> None:
-        now = self._clock()
-        named = {job.machine for jobs in jobs_of.values() for job in jobs if job.machine}
-        age = None if self._rates_at is None else now - self._rates_at
-        missing = bool(named - set(self._rates))
-        if age is not None and age < self._machines_refresh and not (missing and age >= UNKNOWN_MACHINE_RETRY_SECONDS):
-            return
-        self._rates_at = now
-        try:
-            machines = self._jarvice.fetch_machines()
-        except JarviceError as exc:
-            self._metrics.errors.labels(kind="jarvice-machines").inc()
-            log.warning("JARVICE machines not listed", extra={"error": str(exc)})
-            return
-        self._rates = {name: jobrecords.Rate(gpus=m.gpus, price=m.price) for name, m in machines.items()}
-        log.info("JARVICE machines listed", extra={"count": len(self._rates)})
 
     def _apply(self, plan: jobrecords.PodPlan) -> None:
         pod = plan.pod

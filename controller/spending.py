@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from controller.pricing import Rate
 from jarvice.contract import DEFAULT_WALLTIME, parse_walltime_seconds
 from jarvice.labels import parse_job_label
 from jarvice.model import JobEntry
@@ -65,12 +66,6 @@ class SpendJob:
     end_time: int = 0  # Unix seconds; 0 while not ended
     walltime_limit: int | None = None  # seconds; None when JARVICE did not echo one
     job_price: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Rate:
-    gpus: int  # mc_gpus
-    price: float  # mc_price per node-hour
 
 
 @dataclass(frozen=True, slots=True)

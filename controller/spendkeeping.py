@@ -22,10 +22,11 @@ from prometheus_client import Gauge
 
 from controller import spending
 from controller.kube import ConfigMapChanged
+from controller.machinerates import MachineRates
 from controller.metrics import Metrics
 from controller.store import PodStore
 from jarvice.client import JarviceError
-from jarvice.model import JobEntry, Machine
+from jarvice.model import JobEntry
 from kubeplumbing import spendrecord
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,6 @@ LEDGER_KEY = "ledger.json"  # beside spend.json: what the next round needs to co
 
 class JobsApi(Protocol):
     def fetch_jobs(self, *, completed: bool, deadline: float | None = None) -> dict[int, JobEntry]: ...
-    def fetch_machines(self) -> dict[str, Machine]: ...
 
 
 class ConfigMaps(Protocol):
@@ -57,7 +57,7 @@ class SpendKeeper:
         is_leader: Callable[[], bool],
         interval: float,
         refresh: float,
-        machines_refresh: float,
+        rates: MachineRates,
         stale_after: float,
         clock: Callable[[], float],
         wall_clock: Callable[[], float],
@@ -71,12 +71,10 @@ class SpendKeeper:
         self._is_leader = is_leader
         self._interval = interval
         self._refresh = refresh
-        self._machines_refresh = machines_refresh
+        self._machine_rates = rates
         self._stale_after = stale_after
         self._clock = clock
         self._wall_clock = wall_clock
-        self._rates: dict[str, spending.Rate] = {}
-        self._rates_at: float | None = None
         self._shown: dict[object, set[str]] = {}  # gauge -> the namespaces it has a value for
 
     def round(self) -> float:
@@ -110,14 +108,14 @@ class SpendKeeper:
         if spending.needs_history(previous, live):
             history = self._jarvice.fetch_jobs(completed=True)
             ended = spending.this_clusters_jobs(history.values(), cluster=cluster)
-        self._refresh_rates()
-        if not self._rates:  # no prices: every figure would read 0, and a cap would not hold
+        rates = self._machine_rates.current()
+        if not rates:  # no prices: every figure would read 0, and a cap would not hold
             log.warning("spend record not updated: no JARVICE machine prices yet", extra={"live_jobs": len(live)})
             return
         outcome = spending.build(
             live=live,
             ended=ended,
-            machines=self._rates,
+            machines=rates,
             pod_namespaces=self._pod_namespaces(),
             previous=previous,
             now=now,
@@ -164,19 +162,6 @@ class SpendKeeper:
             if view.gang:
                 owners[view.gang] = view.namespace
         return owners
-
-    def _refresh_rates(self) -> None:
-        now = self._clock()
-        if self._rates_at is not None and now - self._rates_at < self._machines_refresh and self._rates:
-            return
-        self._rates_at = now
-        try:
-            machines = self._jarvice.fetch_machines()
-        except JarviceError as exc:
-            self._metrics.errors.labels(kind="jarvice-machines").inc()
-            log.warning("JARVICE machines not listed", extra={"error": str(exc)})
-            return
-        self._rates = {name: spending.Rate(gpus=m.gpus, price=m.price) for name, m in machines.items()}
 
     def _export(self, record: Mapping[str, Any]) -> None:
         caps = self._kube.list_namespace_annotations()

@@ -9,7 +9,8 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from controller.jobrecords import BurstPod, JobFacts, Rate, needs_finished_jobs, parse_burst_pod, plan_pod
+from controller.jobrecords import BurstPod, JobFacts, needs_finished_jobs, parse_burst_pod, plan_pod
+from controller.pricing import Rate
 from jarvice.ledger import MAX_LEDGER, parse_ledger
 
 UID = "4f1c2a9e-7b1d-4c55-9d0e-2a6b8c1e3f70"

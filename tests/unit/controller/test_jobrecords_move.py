@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.jobrecords import REASON_MOVED, BurstPod, JobFacts, Rate, plan_pod
+from controller.jobrecords import REASON_MOVED, BurstPod, JobFacts, plan_pod
+from controller.pricing import Rate
 
 pytestmark = pytest.mark.timeout(2)
 

@@ -13,6 +13,7 @@ from typing import Any
 import jsonpatch
 
 from controller.kube import PodChanged
+from controller.machinerates import MachineRates
 from controller.metrics import Metrics
 from controller.recording import JobRecorder
 from controller.store import PodStore
@@ -110,7 +111,7 @@ def recorder(
         is_leader=lambda: leader,
         interval=15,
         cost_refresh=300,
-        machines_refresh=3600,
+        rates=MachineRates(fetch=jarvice.fetch_machines, refresh=3600, clock=clock, on_error=lambda: None),
         stale_after=60,
         clock=clock,
         wall_clock=lambda: float(WALL + 3600),

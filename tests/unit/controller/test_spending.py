@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from controller import spending
-from controller.spending import Counted, Ledger, LiveSeen, Rate, SpendJob
+from controller.pricing import Rate
+from controller.spending import Counted, Ledger, LiveSeen, SpendJob
 from jarvice.model import JobEntry
 from kubeplumbing.spendrecord import parse_spend_record
 

@@ -12,6 +12,7 @@ from typing import Any
 from prometheus_client import generate_latest
 
 from controller.kube import ConfigMapChanged
+from controller.machinerates import MachineRates
 from controller.metrics import Metrics
 from controller.spendkeeping import SpendKeeper
 from controller.store import PodStore
@@ -98,7 +99,7 @@ def keeper(
         is_leader=lambda: leading[0],
         interval=15,
         refresh=60,
-        machines_refresh=3600,
+        rates=MachineRates(fetch=jarvice.fetch_machines, refresh=3600, clock=Clock(), on_error=lambda: None),
         stale_after=60,
         clock=Clock(),
         wall_clock=wall,
