@@ -130,6 +130,8 @@ def _outcome(p: PodOutcome) -> dict[str, Any]:
                 "burst_key",
                 "burst_error",
                 "deleted",
+                "budget",
+                "cost_per_hour",
             )
         },
     }
@@ -304,6 +306,9 @@ def _decode_outcome(raw: Mapping[str, Any]) -> PodOutcome:
         burst_key=_get(raw, "burst_key", str),
         burst_error=_get(raw, "burst_error", str),
         deleted=_optional_number(raw, "deleted"),
+        # Files written before the cost caps took part lack these two: nothing held back, nothing priced.
+        budget=str(raw.get("budget", "")),
+        cost_per_hour=float(raw.get("cost_per_hour", 0.0)),
     )
 
 
