@@ -16,6 +16,7 @@ from typing import Literal
 
 from kubeplumbing.spendrecord import ANNOTATION_MAX_COST_PER_HOUR, ANNOTATION_MAX_COST_PER_MONTH
 from replay import checker, reference
+from replay.gang_check import GangQuestion, judge_gangs
 from replay.gangs import Gang, GangOutcome, job_hours, membership, tally
 from replay.history import CPU, GPU, MEMORY, AdmissionView, Decision, Observation, Placement, Requirement
 from replay.trace import PodRow
@@ -340,6 +341,9 @@ class Judgement:
     view_lags: list[float] = field(default_factory=list)
     watch_lags: list[float] = field(default_factory=list)
     inexact: int = 0  # decisions judged partly by greedy best-fit (the exact search ran too long)
+    # Burst gangs whose pods all fit here at once when the first was decided, claims ignored (an upper
+    # bound; replay.gang_check). A gang's pods are judged as the gang, never one by one.
+    gangs_fitting: list[str] = field(default_factory=list)
 
     @property
     def wrong_rate(self) -> float:
@@ -353,19 +357,53 @@ def judge_run(run: RunRecord, *, model_label: str, race_window: float) -> tuple[
     gpu_verdicts = checker.judge(run.history, decisions, race_window=race_window, resources=reference.GPU_ONLY)
     remote = [d for d in decisions if d.kind == "remote"]
     full = checker.judge(run.history, decisions, race_window=race_window, resources=reference.ALL_RESOURCES)
+    in_gangs = {f"{run.namespace}/{m}" for g in run.gangs for m in g.members}
+    alone = [v for v in full if v.decision.key not in in_gangs]
+    gpu_alone = [v for v in gpu_verdicts if v.decision.key not in in_gangs]
     judgement = Judgement(
         bursts=len(remote),
-        wrong=sum(v.wrong_burst for v in full),
-        wrong_gpu_only=sum(v.wrong_burst for v in gpu_verdicts),
-        wrong_upper_bound=sum(v.wrong_burst_upper_bound for v in gpu_verdicts),
+        wrong=sum(v.wrong_burst for v in alone),
+        wrong_gpu_only=sum(v.wrong_burst for v in gpu_alone),
+        wrong_upper_bound=sum(v.wrong_burst_upper_bound for v in gpu_alone),
         unprovidable_local=[v.decision.key for v in gpu_verdicts if v.unprovidable_local],
         unprovidable_local_all=[v.decision.key for v in full if v.unprovidable_local],
-        wrong_keys=[v.decision.key for v in full if v.wrong_burst],
+        wrong_keys=[v.decision.key for v in alone if v.wrong_burst],
         view_lags=[v.view_lag for v in full if v.decision.view is not None],
         watch_lags=[v.watch_lag for v in full if v.decision.view is not None],
         inexact=sum(not v.exact for v in full) + sum(not v.exact for v in gpu_verdicts),
+        gangs_fitting=burst_gangs_fitting(run, model_label=model_label),
     )
     return judgement, gpu_verdicts
+
+
+def gang_questions(run: RunRecord, *, model_label: str) -> list[tuple[str, GangQuestion]]:
+    """(gang name, question) for each gang all of whose pods burst: asked when its first pod's decision
+    finished (the earliest answered CREATE among its pods)."""
+    by_name = {p.name: p for p in run.pods}
+    questions: list[tuple[str, GangQuestion]] = []
+    for gang in run.gangs:
+        pods = [by_name[m] for m in gang.members if m in by_name]
+        if len(pods) != gang.size or not all(p.burst for p in pods):
+            continue
+        answered = [p.create_done for p in pods if p.create_done is not None]
+        if not answered:
+            continue
+        first = pods[0].row
+        question = GangQuestion(
+            at=min(answered),
+            size=gang.size,
+            requests=pod_requests(first),
+            placement=pod_placement(first, model_label=model_label),
+        )
+        questions.append((gang.name, question))
+    return questions
+
+
+def burst_gangs_fitting(run: RunRecord, *, model_label: str) -> list[str]:
+    """The burst gangs whose pods all fit here at once when decided (claims ignored: an upper bound)."""
+    asked = gang_questions(run, model_label=model_label)
+    answers = judge_gangs(run.history, [q for _, q in asked])
+    return [name for (name, _), fitted in zip(asked, answers, strict=True) if fitted]
 
 
 def held_by_cost_cap(budget: str) -> bool:
@@ -473,6 +511,7 @@ class PolicySummary:
     gangs: GangOutcome = field(default_factory=GangOutcome)
     cost_cap: float | None = None  # webhook: the namespace's max-cost-per-hour (None: none)
     caps: CapOutcome = field(default_factory=CapOutcome)
+    gangs_fitting: int = 0  # burst gangs whose pods all fit here at once (claims ignored: an upper bound)
 
     @property
     def title(self) -> str:
@@ -583,11 +622,13 @@ def summarize(
             "wrong_bursts": sorted(judgement.wrong_keys)[:10],
             "unprovidable_local": sorted(unprovidable)[:10],
             "unprovidable_local_all_resources": sorted(unprovidable_all)[:10],
+            "gangs_burst_though_they_fit": sorted(judgement.gangs_fitting)[:10],
         },
         burst_after=run.burst_after,
         waited_trace_seconds=distribution(waited.get(p.key, 0.0) for p in gpu),
         gangs=tally(run.gangs, {p.name: p.burst for p in gpu}, {p.name: p.row for p in gpu}, end=run.trace_end),
         cost_cap=run.cost_cap,
+        gangs_fitting=len(judgement.gangs_fitting),
         caps=_cap_outcome(run, gpu, waited, stranded=set(stranded)),
     )
 

@@ -25,6 +25,7 @@ from kubernetes.client.exceptions import ApiException
 from devplatform.cluster import addons
 from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.processes import ManagedProcess, free_port, start_process, stop_process
+from jarvice.gpubudget import ANNOTATION_BUDGET
 from kubeplumbing.spendrecord import ANNOTATION_MAX_COST_PER_HOUR
 from replay import accounting, cluster, gangs, objects, record_file, report
 from replay.accounting import Policy, PolicySummary, RunRecord
@@ -156,17 +157,25 @@ def start_controller(plane: ControlPlane, core: Any, *, jarvice_env: Mapping[str
     return process
 
 
-def _wait_spend_record_usable(hook: addons.WebhookProcess) -> None:
-    """Until the webhook logs that it read a usable spend record: before that, a namespace with a cost cap
-    keeps every pod local, which is the setup's doing, not the cap's."""
+def _wait_spend_record_read(core: Any, namespace: str) -> None:
+    """Until the webhook has read the controller's spend record: before that, a namespace with a cost cap
+    keeps every pod local, which would be the setup's doing, not the cap's. Asked with a dry-run create of
+    a GPU pod no node can host (a node selector nothing carries), so the webhook prices its burst: the
+    answer says "spend record" only while there is none to price it from."""
+    probe = objects.build_pod(
+        "spend-probe", namespace=namespace, cpu="1", memory="1Gi", gpus=1, labels={"task-type": "Nimbix"}
+    )
+    probe["spec"]["nodeSelector"] = {objects.ROLE_LABEL: "spend-probe"}
     deadline = time.monotonic() + SPEND_RECORD_TIMEOUT
+    budget = ""
     while time.monotonic() < deadline:
-        if '"spend record usable"' in hook.process.log_path.read_text():
+        response = core.create_namespaced_pod(namespace, probe, dry_run="All", _preload_content=False)
+        annotations = (json.loads(response.data).get("metadata") or {}).get("annotations") or {}
+        budget = annotations.get(ANNOTATION_BUDGET, "")
+        if annotations.get("nimbix-burst.io/decision") and not accounting.held_for_want_of_record(budget):
             return
         time.sleep(0.2)
-    raise RuntimeError(
-        f"the webhook read no usable spend record within {SPEND_RECORD_TIMEOUT:g}s; see {hook.process.log_path}"
-    )
+    raise RuntimeError(f"the webhook read no usable spend record within {SPEND_RECORD_TIMEOUT:g}s: {budget}")
 
 
 def _admission_entries(lines: Sequence[str]) -> Iterator[dict[str, Any]]:
@@ -309,7 +318,7 @@ class Replay:
                 config_name = addons.register_webhook(self.plane, hook, name_suffix="-replay")
                 _wait_webhook_active(self.core, namespace)
                 if capped:
-                    _wait_spend_record_usable(hook)
+                    _wait_spend_record_read(self.core, namespace)
                 say(f"  webhook pid {hook.process.pid} registered ({config_name}); log {hook.process.log_path}")
             result = driver.run(recorder, deadline=deadline)
         finally:
@@ -539,7 +548,8 @@ def run(settings: Settings) -> int:
     markdown = report.build_markdown(table, config=config, setup=setup, notes=notes)
     report.write_files(settings.out, document=document, markdown=markdown)
     report.write_png(settings.out / "timeline.png", summaries, free_gpus=plan.free_gpus, trace_start=plan.start)
-    tradeoff = [s for s in summaries if s.burst_after is not None or s.cost_cap is not None]
+    # A row per (burst-after, cap) setting: every webhook run, the uncapped one ("none") included.
+    tradeoff = [s for s in summaries if s.policy == "webhook"] if settings.burst_after or settings.cost_caps else []
     if tradeoff:
         report.write_tradeoff_png(settings.out / "tradeoff.png", tradeoff)
         say("")

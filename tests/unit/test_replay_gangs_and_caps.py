@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
-from replay import accounting, gangs, record_file, report
+from replay import accounting, gang_check, gangs, record_file, report
 from replay.accounting import PodOutcome, RunRecord
+from replay.gang_check import GangQuestion
 from replay.gangs import Gang, GangOutcome
+from replay.history import NodeSeen, Observation, Placement, PodSeen, Requirement
 from replay.plan import build_plan
 from replay.settings import parse_settings
 from replay.trace import NodeRow, PodRow
@@ -307,3 +309,94 @@ def test_a_history_file_from_before_the_caps_still_reads() -> None:
         older.append(json.dumps(item))
     pod = record_file.decode_lines(older).record.pods[0]
     assert (pod.budget, pod.cost_per_hour) == ("", 0.0)
+
+
+# -- a burst gang judged as a gang ----------------------------------------------------------------------
+
+GPU = "nvidia.com/gpu"
+POD_NEED = {GPU: 1, "cpu": 8000, "memory": 16384}
+
+
+def _node(name: str, *, gpus: int, cpu: int = 64000, memory: int = 262144, at: float = 0.0, **kw: Any) -> Observation:
+    labels = kw.get("labels", {"m": "G2"})
+    seen = NodeSeen(name, labels, {GPU: gpus, "cpu": cpu, "memory": memory}, (), kw.get("unschedulable", False))
+    return Observation(at, "node", name, node=seen)
+
+
+def _bound(name: str, node: str, *, gpus: int, at: float = 0.0) -> Observation:
+    key = f"ns/{name}"
+    seen = PodSeen(key, node, {GPU: gpus, "cpu": 1000, "memory": 1024}, False, Placement())
+    return Observation(at, "pod", key, pod=seen)
+
+
+@pytest.mark.parametrize(
+    ("room", "need", "expected"),
+    [
+        ({GPU: 3, "cpu": 64000, "memory": 262144}, POD_NEED, 3),
+        ({GPU: 8, "cpu": 20000, "memory": 262144}, POD_NEED, 2),  # CPU for two
+        ({GPU: 8, "cpu": 64000, "memory": 20000}, POD_NEED, 1),  # memory for one
+        ({GPU: 0, "cpu": 64000, "memory": 262144}, POD_NEED, 0),
+        ({GPU: -1, "cpu": 64000, "memory": 262144}, POD_NEED, 0),  # overcommitted
+    ],
+)
+def test_how_many_pods_a_node_holds(room: dict[str, int], need: dict[str, int], expected: int) -> None:
+    assert gang_check.copies(room, need, ("nvidia.com/gpu", "cpu", "memory")) == expected
+
+
+ANYWHERE = Placement()
+
+
+def _question(size: int, *, at: float = 1.0, placement: Placement = ANYWHERE) -> GangQuestion:
+    return GangQuestion(at=at, size=size, requests=POD_NEED, placement=placement)
+
+
+G2_ONLY = Placement(terms=((Requirement("m", "In", ("G2",)),),))
+
+
+@pytest.mark.parametrize(
+    ("history", "question", "fits"),
+    [
+        pytest.param([_node("a", gpus=2)], _question(2), True, id="one-node-holds-both"),
+        pytest.param([_node("a", gpus=1), _node("b", gpus=1)], _question(2), True, id="a-pod-on-each-node"),
+        pytest.param([_node("a", gpus=1)], _question(2), False, id="room-for-one-pod-only"),
+        pytest.param([_node("a", gpus=2), _bound("x", "a", gpus=1)], _question(2), False, id="a-gpu-taken"),
+        pytest.param([_node("a", gpus=2, cpu=12000)], _question(2), False, id="cpu-for-one"),
+        pytest.param([_node("a", gpus=2, unschedulable=True)], _question(2), False, id="cordoned"),
+        pytest.param(
+            [_node("a", gpus=1), _node("b", gpus=1, labels={"m": "T4"})],
+            _question(2, placement=G2_ONLY),
+            False,
+            id="one-node-of-the-model",
+        ),
+        pytest.param([_node("a", gpus=1), _node("b", gpus=1, at=2.0)], _question(2), False, id="node-came-later"),
+    ],
+)
+def test_a_gang_fits_when_all_its_pods_do_at_once(
+    history: list[Observation], question: GangQuestion, fits: bool
+) -> None:
+    assert gang_check.judge_gangs(history, [question]) == [fits]
+
+
+def test_gangs_are_judged_each_at_its_own_moment() -> None:
+    history = [_node("a", gpus=2), _bound("x", "a", gpus=1, at=5.0)]
+    assert gang_check.judge_gangs(history, [_question(2, at=6.0), _question(2, at=1.0)]) == [False, True]
+
+
+def _burst(row: PodRow) -> PodOutcome:
+    return PodOutcome(row.name, f"ns/{row.name}", row, 1.0, 1.01, decision="remote")
+
+
+@pytest.mark.parametrize(
+    ("nodes", "wrong", "gangs_fitting"),
+    [
+        # Each pod of the gang fits alone on the one free GPU, but not both: the gang's burst is right.
+        pytest.param([_node("a", gpus=1)], 0, [], id="a-gang-that-did-not-fit-is-no-wrong-burst"),
+        pytest.param([_node("a", gpus=2)], 0, ["gang-p0"], id="a-gang-that-fit-is-counted-as-a-gang"),
+    ],
+)
+def test_a_gangs_pods_are_not_judged_one_by_one(nodes: list[Observation], wrong: int, gangs_fitting: list[str]) -> None:
+    run = dataclasses.replace(_run([_burst(_row(0)), _burst(_row(1))], cap=None, gang_list=(G,)), history=nodes)
+    judgement, _ = accounting.judge_run(run, model_label="m", race_window=0.25)
+    assert (judgement.wrong, judgement.gangs_fitting) == (wrong, gangs_fitting)
+    alone = dataclasses.replace(run, gangs=())  # the same pods judged one by one: each fit alone
+    assert accounting.judge_run(alone, model_label="m", race_window=0.25)[0].wrong == 2
