@@ -400,3 +400,34 @@ def test_a_gangs_pods_are_not_judged_one_by_one(nodes: list[Observation], wrong:
     assert (judgement.wrong, judgement.gangs_fitting) == (wrong, gangs_fitting)
     alone = dataclasses.replace(run, gangs=())  # the same pods judged one by one: each fit alone
     assert accounting.judge_run(alone, model_label="m", race_window=0.25)[0].wrong == 2
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"cost_cap": 20.0, "gangs": (G, Gang("gang-p5", ("p5", "p6", "p7"))), "burst_after": 300.0},
+        {"cost_cap": None, "gangs": (), "burst_after": None},
+    ],
+)
+def test_the_history_file_keeps_the_runs_setting_and_gangs(changes: dict[str, Any]) -> None:
+    saved = record_file.SavedRun(dataclasses.replace(_run([], cap=None), **changes), model_label="m", race_window=0.25)
+    assert record_file.decode(record_file.encode(saved)) == saved
+
+
+def test_a_history_file_without_the_runs_setting_and_gangs_still_reads() -> None:
+    saved = record_file.SavedRun(_run([], cap=7.0, gang_list=(G,)), model_label="m", race_window=0.25)
+    header, *rest = record_file.encode_lines(saved)
+    item = json.loads(header)
+    for key in ("burst_after", "cost_cap", "gangs"):
+        del item["run"][key]
+    record = record_file.decode_lines([json.dumps(item), *rest]).record
+    assert (record.burst_after, record.cost_cap, record.gangs) == (None, None, ())
+
+
+def test_a_garbled_gang_is_named() -> None:
+    saved = record_file.SavedRun(_run([], cap=None), model_label="m", race_window=0.25)
+    header, *rest = record_file.encode_lines(saved)
+    item = json.loads(header)
+    item["run"]["gangs"] = ["gang-p0"]
+    with pytest.raises(record_file.RecordFileError, match=r"garbled header .*a gang is str"):
+        record_file.decode_lines([json.dumps(item), *rest])
