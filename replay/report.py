@@ -244,6 +244,14 @@ def build_tradeoff_table(summaries: Sequence[PolicySummary]) -> str:
     return "\n".join(lines)
 
 
+def group_by_cap(summaries: Sequence[PolicySummary]) -> dict[float | None, list[PolicySummary]]:
+    """The runs per cost cap (no cap first), each in burst-after order."""
+    groups: dict[float | None, list[PolicySummary]] = {}
+    for s in sorted(summaries, key=lambda s: (s.cost_cap is not None, s.cost_cap or 0.0, s.burst_after or 0.0)):
+        groups.setdefault(s.cost_cap, []).append(s)
+    return groups
+
+
 def write_tradeoff_png(path: Path, summaries: Sequence[PolicySummary]) -> None:
     """Cost sent to Nimbix against the p95 wait for local GPUs, a point per (burst-after, cost cap) setting."""
     import matplotlib  # noqa: PLC0415 - heavy; only needed here
@@ -252,13 +260,17 @@ def write_tradeoff_png(path: Path, summaries: Sequence[PolicySummary]) -> None:
     from matplotlib import pyplot  # noqa: PLC0415
 
     figure, axis = pyplot.subplots(figsize=(6, 4.5))
-    xs = [s.waited_trace_seconds.p95 / 60 for s in summaries]
-    ys = [s.remote_cost for s in summaries]
-    axis.plot(xs, ys, marker="o", linestyle=":", color="tab:blue")
-    for x, y, s in zip(xs, ys, summaries, strict=True):
-        label = f"burst-after {format_trace_duration(s.burst_after or 0.0)}"
-        label += "" if s.cost_cap is None else f", cap {format_cap(s.cost_cap)}/h"
-        axis.annotate(label, (x, y), textcoords="offset points", xytext=(6, 6), fontsize=8)
+    # A line per cost cap, through its burst-after settings: the lines compare caps, the points waits.
+    for cap, series in group_by_cap(summaries).items():
+        xs = [s.waited_trace_seconds.p95 / 60 for s in series]
+        ys = [s.remote_cost for s in series]
+        shown = "no cost cap" if cap is None else f"max-cost-per-hour {format_cap(cap)}"
+        axis.plot(xs, ys, marker="o", linestyle=":", label=shown)
+        for x, y, s in zip(xs, ys, series, strict=True):
+            label = f"burst-after {format_trace_duration(s.burst_after or 0.0)}"
+            axis.annotate(label, (x, y), textcoords="offset points", xytext=(6, 6), fontsize=8)
+    if any(s.cost_cap is not None for s in summaries):
+        axis.legend(loc="upper right", fontsize=8)
     axis.set_xlabel("p95 wait for GPUs over every GPU pod (trace minutes; 0 for a pod never Pending)")
     axis.set_ylabel("cost sent to Nimbix (USD)")
     axis.grid(alpha=0.3)

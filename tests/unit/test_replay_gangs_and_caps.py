@@ -431,3 +431,16 @@ def test_a_garbled_gang_is_named() -> None:
     item["run"]["gangs"] = ["gang-p0"]
     with pytest.raises(record_file.RecordFileError, match=r"garbled header .*a gang is str"):
         record_file.decode_lines([json.dumps(item), *rest])
+
+
+def test_the_picture_draws_a_line_per_cap_through_its_settings() -> None:
+    runs = [
+        _summary(burst_after=300.0, cost_cap=20.0),
+        _summary(burst_after=0.0),
+        _summary(burst_after=0.0, cost_cap=20.0),
+        _summary(burst_after=300.0),
+        _summary(burst_after=0.0, cost_cap=5.0),
+    ]
+    groups = report.group_by_cap(runs)
+    assert list(groups) == [None, 5.0, 20.0]
+    assert [[s.burst_after for s in series] for series in groups.values()] == [[0.0, 300.0], [0.0], [0.0, 300.0]]
