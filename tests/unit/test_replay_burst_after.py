@@ -141,7 +141,6 @@ def test_the_trade_off_table_has_a_row_per_setting() -> None:
     ).splitlines()
     assert table[0].startswith("| burst-after | max-cost-per-hour | pods burst | gangs burst | GPU-hours to Nimbix |")
     assert table[2] == "| 0 | none | 30 (30.0 %) | - | 40.0 | 100 | - | - | 0 (0.0 %) | - | 0 min | 0 | 0 |"
-    assert (
-        table[3]
-        == "| 5 min | none | 12 (12.0 %) | - | 20.0 | 50 | - | - | 20 (20.0 %) | 5 min / 5 min / 1.0 h | 5 min | 0 | 0 |"
+    assert table[3] == (
+        "| 5 min | none | 12 (12.0 %) | - | 20.0 | 50 | - | - | 20 (20.0 %) | 5 min / 5 min / 1.0 h | 5 min | 0 | 0 |"
     )
