@@ -357,7 +357,9 @@ def judge_run(run: RunRecord, *, model_label: str, race_window: float) -> tuple[
     gpu_verdicts = checker.judge(run.history, decisions, race_window=race_window, resources=reference.GPU_ONLY)
     remote = [d for d in decisions if d.kind == "remote"]
     full = checker.judge(run.history, decisions, race_window=race_window, resources=reference.ALL_RESOURCES)
-    in_gangs = {f"{run.namespace}/{m}" for g in run.gangs for m in g.members}
+    # Only the webhook decides a gang as one; the burst-on-failure controller bursts each pod alone.
+    gangs = run.gangs if run.policy == "webhook" else ()
+    in_gangs = {f"{run.namespace}/{m}" for g in gangs for m in g.members}
     alone = [v for v in full if v.decision.key not in in_gangs]
     gpu_alone = [v for v in gpu_verdicts if v.decision.key not in in_gangs]
     judgement = Judgement(
@@ -371,7 +373,7 @@ def judge_run(run: RunRecord, *, model_label: str, race_window: float) -> tuple[
         view_lags=[v.view_lag for v in full if v.decision.view is not None],
         watch_lags=[v.watch_lag for v in full if v.decision.view is not None],
         inexact=sum(not v.exact for v in full) + sum(not v.exact for v in gpu_verdicts),
-        gangs_fitting=burst_gangs_fitting(run, model_label=model_label),
+        gangs_fitting=burst_gangs_fitting(run, model_label=model_label) if gangs else [],
     )
     return judgement, gpu_verdicts
 

@@ -45,10 +45,12 @@ def _gangs(s: PolicySummary) -> str:
 
 
 def _gangs_fitting(s: PolicySummary) -> str:
-    return str(s.gangs_fitting) if s.gangs.gangs else "-"
+    return str(s.gangs_fitting) if s.gangs.gangs and s.policy == "webhook" else "-"
 
 
 def _cap(s: PolicySummary) -> str:
+    if s.policy != "webhook":
+        return "-"
     return "none" if s.cost_cap is None else format_cap(s.cost_cap)
 
 
@@ -86,10 +88,7 @@ ROWS: tuple[Row, ...] = (
     ("cost estimate (USD)", lambda s: f"{s.remote_cost:,.0f}"),
     ("gangs (multi-pod trace jobs): burst / split", _gangs),
     ("  their GPU-hours to Nimbix (as jobs)", lambda s: f"{s.gangs.gpu_hours:,.1f}" if s.gangs.gangs else "-"),
-    (
-        "  burst though all their pods fit at once (claims ignored)",
-        lambda s: str(s.gangs_fitting) if s.gangs.gangs else "-",
-    ),
+    ("  burst though all their pods fit at once (claims ignored)", _gangs_fitting),
     ("max-cost-per-hour (namespace cap)", _cap),
     ("  cost at the counted machine prices", _machine_cost),
     ("  kept local by the cap (Pending, their wait)", _held_by_cap),

@@ -444,3 +444,20 @@ def test_the_picture_draws_a_line_per_cap_through_its_settings() -> None:
     groups = report.group_by_cap(runs)
     assert list(groups) == [None, 5.0, 20.0]
     assert [[s.burst_after for s in series] for series in groups.values()] == [[0.0, 300.0], [0.0], [0.0, 300.0]]
+
+
+def test_the_burst_on_failure_controller_bursts_a_gangs_pods_alone_and_is_judged_so() -> None:
+    run = dataclasses.replace(
+        _run([_burst(_row(0)), _burst(_row(1))], cap=None, gang_list=(G,)), history=[_node("a", gpus=2)]
+    )
+    on_failure = dataclasses.replace(run, policy="on-failure")
+    judgement, _ = accounting.judge_run(on_failure, model_label="m", race_window=0.25)
+    assert (judgement.wrong, judgement.gangs_fitting) == (2, [])
+    summary = _summarize(on_failure)
+    cells = dict(
+        [c.strip() for c in line.strip("|").split("|")] for line in report.build_table([summary]).splitlines()[2:]
+    )
+    assert (
+        cells["max-cost-per-hour (namespace cap)"],
+        cells["burst though all their pods fit at once (claims ignored)"],
+    ) == ("-", "-")
