@@ -514,6 +514,7 @@ class PolicySummary:
     cost_cap: float | None = None  # webhook: the namespace's max-cost-per-hour (None: none)
     caps: CapOutcome = field(default_factory=CapOutcome)
     gangs_fitting: int = 0  # burst gangs whose pods all fit here at once (claims ignored: an upper bound)
+    gang_cost: float = 0.0  # the burst gangs' GPU-hours x the assumed price per GPU-hour
 
     @property
     def title(self) -> str:
@@ -535,6 +536,7 @@ def summarize(
     gpu = [p for p in created if p.row.gpus > 0]
     burst = [p for p in gpu if p.burst]
     remote_hours = remote_gpu_hours(gpu, run.gangs, end=run.trace_end)
+    gangs = tally(run.gangs, {p.name: p.burst for p in gpu}, {p.name: p.row for p in gpu}, end=run.trace_end)
     times = pod_times(run.history, [p.key for p in gpu])
     unprovidable = set(judgement.unprovidable_local)
     unprovidable_all = set(judgement.unprovidable_local_all)
@@ -628,7 +630,8 @@ def summarize(
         },
         burst_after=run.burst_after,
         waited_trace_seconds=distribution(waited.get(p.key, 0.0) for p in gpu),
-        gangs=tally(run.gangs, {p.name: p.burst for p in gpu}, {p.name: p.row for p in gpu}, end=run.trace_end),
+        gangs=gangs,
+        gang_cost=gangs.gpu_hours * price_per_gpu_hour,
         cost_cap=run.cost_cap,
         gangs_fitting=len(judgement.gangs_fitting),
         caps=_cap_outcome(run, gpu, waited, stranded=set(stranded)),

@@ -44,6 +44,10 @@ def _gangs(s: PolicySummary) -> str:
     return f"{g.burst} of {g.gangs} / {g.split}" if g.gangs else "-"
 
 
+def _gang_hours(s: PolicySummary) -> str:
+    return f"{s.gangs.gpu_hours:,.1f} / {s.gang_cost:,.0f}" if s.gangs.gangs else "-"
+
+
 def _gangs_fitting(s: PolicySummary) -> str:
     return str(s.gangs_fitting) if s.gangs.gangs and s.policy == "webhook" else "-"
 
@@ -87,7 +91,7 @@ ROWS: tuple[Row, ...] = (
     ("GPU-hours sent to Nimbix", lambda s: f"{s.remote_gpu_hours:,.1f}"),
     ("cost estimate (USD)", lambda s: f"{s.remote_cost:,.0f}"),
     ("gangs (multi-pod trace jobs): burst / split", _gangs),
-    ("  their GPU-hours to Nimbix (as jobs)", lambda s: f"{s.gangs.gpu_hours:,.1f}" if s.gangs.gangs else "-"),
+    ("  their GPU-hours to Nimbix (as jobs) / cost (USD)", _gang_hours),
     ("  burst though all their pods fit at once (claims ignored)", _gangs_fitting),
     ("max-cost-per-hour (namespace cap)", _cap),
     ("  cost at the counted machine prices", _machine_cost),

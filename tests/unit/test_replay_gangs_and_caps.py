@@ -232,6 +232,7 @@ def test_a_capped_run_counts_what_the_cap_kept_local_and_the_cost_at_machine_pri
     assert summary.title == "nimbix-burst webhook, max-cost-per-hour 5"
     assert summary.key == "webhook-cap5"
     assert summary.gangs == GangOutcome(gangs=1, burst=1, split=0, gpu_hours=6.0)
+    assert summary.gang_cost == pytest.approx(6.0 * 2.5)
     assert summary.remote_gpu_hours == pytest.approx(6.0)
     assert (summary.caps.held, summary.caps.no_record) == (1, 1)
     assert summary.caps.machine_cost == pytest.approx(6.4 * 3)
@@ -279,11 +280,13 @@ def test_the_trade_off_table_shows_the_cap_and_the_gangs() -> None:
 
 
 def test_the_report_rows_for_gangs_and_caps() -> None:
-    capped = _summary(cost_cap=5.0, gangs=GangOutcome(2, 1, 0, 3.0), caps=accounting.CapOutcome(held=3, no_record=1))
+    capped = _summary(
+        cost_cap=5.0, gangs=GangOutcome(2, 1, 0, 3.0), gang_cost=7.5, caps=accounting.CapOutcome(held=3, no_record=1)
+    )
     cells = [[c.strip() for c in line.strip("|").split("|")] for line in report.build_table([capped]).splitlines()[2:]]
     rows = {title: value for title, value in cells}
     assert rows["gangs (multi-pod trace jobs): burst / split"] == "1 of 2 / 0"
-    assert rows["their GPU-hours to Nimbix (as jobs)"] == "3.0"
+    assert rows["their GPU-hours to Nimbix (as jobs) / cost (USD)"] == "3.0 / 8"
     assert rows["max-cost-per-hour (namespace cap)"] == "5"
     assert rows["kept local by the cap (Pending, their wait)"] == "3 (Pending 0)"
     assert rows["kept local for want of a spend record"] == "1"
