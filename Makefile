@@ -98,9 +98,11 @@ demo: venv controlplane
 bench: venv controlplane
 	$(BIN)/python -m bench
 
-# make replay BURST_AFTER=0,5m,30m: the webhook once per burst-after setting; REPLAY_ARGS: any other option.
+# make replay BURST_AFTER=0,5m,30m: the webhook once per burst-after setting; MAX_COST_PER_HOUR=none,20: and
+# per cost cap; REPLAY_ARGS: any other option.
 replay: venv controlplane
-	$(BIN)/python -m replay $(if $(BURST_AFTER),--burst-after $(BURST_AFTER)) $(REPLAY_ARGS)
+	$(BIN)/python -m replay $(if $(BURST_AFTER),--burst-after $(BURST_AFTER)) \
+		$(if $(MAX_COST_PER_HOUR),--max-cost-per-hour $(MAX_COST_PER_HOUR)) $(REPLAY_ARGS)
 
 clean:
 	rm -rf $(VENV) $(DEV_DIR) .test-runs .mypy_cache .ruff_cache .pytest_cache

@@ -14,7 +14,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from kubeplumbing.spendrecord import ANNOTATION_MAX_COST_PER_HOUR, ANNOTATION_MAX_COST_PER_MONTH
 from replay import checker, reference
+from replay.gang_check import GangQuestion, judge_gangs
+from replay.gangs import Gang, GangOutcome, job_hours, membership, tally
 from replay.history import CPU, GPU, MEMORY, AdmissionView, Decision, Observation, Placement, Requirement
 from replay.trace import PodRow
 
@@ -39,16 +42,28 @@ def format_trace_duration(seconds: float) -> str:
     return f"{seconds / SECONDS_PER_HOUR:g} h"
 
 
-def run_title(policy: Policy, burst_after: float | None) -> str:
-    """A run's column title: the policy's, and for the webhook with a burst-after setting, that too."""
-    if burst_after is None:
-        return POLICY_TITLES[policy]
-    return f"{POLICY_TITLES[policy]}, burst-after {format_trace_duration(burst_after)}"
+def format_cap(cap: float) -> str:
+    return f"{cap:g}"
 
 
-def run_key(policy: Policy, burst_after: float | None) -> str:
-    """A run's name in files and namespaces: the policy's, `webhook-ba300` with a burst-after setting."""
-    return policy if burst_after is None else f"{policy}-ba{burst_after:g}".replace(".", "p")
+def run_title(policy: Policy, burst_after: float | None, cost_cap: float | None = None) -> str:
+    """A run's column title: the policy's, and for the webhook with a burst-after setting or a cost
+    cap, those too."""
+    title = POLICY_TITLES[policy]
+    if burst_after is not None:
+        title += f", burst-after {format_trace_duration(burst_after)}"
+    if cost_cap is not None:
+        title += f", max-cost-per-hour {format_cap(cost_cap)}"
+    return title
+
+
+def run_key(policy: Policy, burst_after: float | None, cost_cap: float | None = None) -> str:
+    """A run's name in files and namespaces: the policy's, `webhook-ba300` with a burst-after setting,
+    `webhook-ba300-cap12p8` with a cost cap too."""
+    key = policy if burst_after is None else f"{policy}-ba{burst_after:g}"
+    if cost_cap is not None:
+        key += f"-cap{format_cap(cost_cap)}"
+    return key.replace(".", "p")
 
 
 # The timeline is sampled at this many points: enough for a smooth PNG, small in the JSON.
@@ -80,6 +95,8 @@ class PodOutcome:
     burst_key: str = ""
     burst_error: str = ""
     deleted: float | None = None  # delete call returned (the trace's deletion time)
+    budget: str = ""  # the webhook's nimbix-burst.io/budget: why a budget or cost cap kept it local
+    cost_per_hour: float = 0.0  # what a burst was counted for (only in a namespace with a cost cap)
 
     @property
     def burst(self) -> bool:
@@ -107,6 +124,8 @@ class RunRecord:
     # namespace/pod -> what the webhook's log says of its decision (view and order)
     views: Mapping[str, AdmissionView] = field(default_factory=dict)
     burst_after: float | None = None  # webhook: the burst-after setting its pods carried (trace seconds)
+    cost_cap: float | None = None  # webhook: its namespace's nimbix-burst.io/max-cost-per-hour (None: no cap)
+    gangs: tuple[Gang, ...] = ()  # the trace jobs replayed as gangs
 
     def trace_time(self, wall: float) -> float:
         return self.trace_start + (wall - self.wall_start) * self.compression
@@ -322,6 +341,9 @@ class Judgement:
     view_lags: list[float] = field(default_factory=list)
     watch_lags: list[float] = field(default_factory=list)
     inexact: int = 0  # decisions judged partly by greedy best-fit (the exact search ran too long)
+    # Burst gangs whose pods all fit here at once when the first was decided, claims ignored (an upper
+    # bound; replay.gang_check). A gang's pods are judged as the gang, never one by one.
+    gangs_fitting: list[str] = field(default_factory=list)
 
     @property
     def wrong_rate(self) -> float:
@@ -335,19 +357,110 @@ def judge_run(run: RunRecord, *, model_label: str, race_window: float) -> tuple[
     gpu_verdicts = checker.judge(run.history, decisions, race_window=race_window, resources=reference.GPU_ONLY)
     remote = [d for d in decisions if d.kind == "remote"]
     full = checker.judge(run.history, decisions, race_window=race_window, resources=reference.ALL_RESOURCES)
+    # Only the webhook decides a gang as one; the burst-on-failure controller bursts each pod alone.
+    gangs = run.gangs if run.policy == "webhook" else ()
+    in_gangs = {f"{run.namespace}/{m}" for g in gangs for m in g.members}
+    alone = [v for v in full if v.decision.key not in in_gangs]
+    gpu_alone = [v for v in gpu_verdicts if v.decision.key not in in_gangs]
     judgement = Judgement(
         bursts=len(remote),
-        wrong=sum(v.wrong_burst for v in full),
-        wrong_gpu_only=sum(v.wrong_burst for v in gpu_verdicts),
-        wrong_upper_bound=sum(v.wrong_burst_upper_bound for v in gpu_verdicts),
+        wrong=sum(v.wrong_burst for v in alone),
+        wrong_gpu_only=sum(v.wrong_burst for v in gpu_alone),
+        wrong_upper_bound=sum(v.wrong_burst_upper_bound for v in gpu_alone),
         unprovidable_local=[v.decision.key for v in gpu_verdicts if v.unprovidable_local],
         unprovidable_local_all=[v.decision.key for v in full if v.unprovidable_local],
-        wrong_keys=[v.decision.key for v in full if v.wrong_burst],
+        wrong_keys=[v.decision.key for v in alone if v.wrong_burst],
         view_lags=[v.view_lag for v in full if v.decision.view is not None],
         watch_lags=[v.watch_lag for v in full if v.decision.view is not None],
         inexact=sum(not v.exact for v in full) + sum(not v.exact for v in gpu_verdicts),
+        gangs_fitting=burst_gangs_fitting(run, model_label=model_label) if gangs else [],
     )
     return judgement, gpu_verdicts
+
+
+def gang_questions(run: RunRecord, *, model_label: str) -> list[tuple[str, GangQuestion]]:
+    """(gang name, question) for each gang all of whose pods burst: asked when its first pod's decision
+    finished (the earliest answered CREATE among its pods)."""
+    by_name = {p.name: p for p in run.pods}
+    questions: list[tuple[str, GangQuestion]] = []
+    for gang in run.gangs:
+        pods = [by_name[m] for m in gang.members if m in by_name]
+        if len(pods) != gang.size or not all(p.burst for p in pods):
+            continue
+        answered = [p.create_done for p in pods if p.create_done is not None]
+        if not answered:
+            continue
+        first = pods[0].row
+        question = GangQuestion(
+            at=min(answered),
+            size=gang.size,
+            requests=pod_requests(first),
+            placement=pod_placement(first, model_label=model_label),
+        )
+        questions.append((gang.name, question))
+    return questions
+
+
+def burst_gangs_fitting(run: RunRecord, *, model_label: str) -> list[str]:
+    """The burst gangs whose pods all fit here at once when decided (claims ignored: an upper bound)."""
+    asked = gang_questions(run, model_label=model_label)
+    answers = judge_gangs(run.history, [q for _, q in asked])
+    return [name for (name, _), fitted in zip(asked, answers, strict=True) if fitted]
+
+
+def held_by_cost_cap(budget: str) -> bool:
+    """Did the webhook keep the pod local because a cost cap would be passed (its budget annotation names
+    the cap and the figures)?"""
+    return ANNOTATION_MAX_COST_PER_HOUR in budget or ANNOTATION_MAX_COST_PER_MONTH in budget
+
+
+def held_for_want_of_record(budget: str) -> bool:
+    """Kept local because no fresh spend record could vouch for the caps (the replay's setup failing)."""
+    return "spend record" in budget and not held_by_cost_cap(budget)
+
+
+@dataclass(frozen=True, slots=True)
+class CapOutcome:
+    """What a cost cap did in a run."""
+
+    held: int = 0  # GPU pods kept local because a burst would pass the cap
+    held_pending: int = 0  # ... of which went Pending for GPUs (the waits the cap causes)
+    held_waits: Distribution = field(default_factory=lambda: distribution([]))  # their wait (trace s)
+    held_stranded: int = 0  # ... kept local and not bound in time
+    no_record: int = 0  # kept local because the spend record was missing or stale
+    machine_cost: float = 0.0  # sum of what each burst was counted for x its life in hours (mc_price)
+
+
+def machine_cost(pods: Sequence[PodOutcome], gangs: Sequence[Gang], *, end: float) -> float:
+    """Cost of the bursts at the prices the webhook counted them for (the emulator's `mc_price` x nodes):
+    a lone pod for its trace life, a gang (its submitting rank carries the whole job's price) for the
+    job's life, until its last pod ends."""
+    gang_of = membership(gangs)
+    rows = {p.name: p.row for p in pods}
+    total = 0.0
+    for pod in pods:
+        if not pod.burst or pod.cost_per_hour <= 0:
+            continue
+        gang = gang_of.get(pod.name)
+        if gang is None:
+            hours = pod.row.duration(end=end) / SECONDS_PER_HOUR
+        else:
+            members = [rows[m] for m in gang.members if m in rows]
+            gpus = sum(r.gpus for r in members)
+            hours = job_hours(members, end=end) / gpus if gpus else 0.0
+        total += pod.cost_per_hour * hours
+    return total
+
+
+def remote_gpu_hours(pods: Sequence[PodOutcome], gangs: Sequence[Gang], *, end: float) -> float:
+    """GPU-hours sent to Nimbix: each lone burst pod's GPUs x its trace life, and each burst gang as one
+    job (replay.gangs.job_hours); a split gang's burst pods (the webhook must never split one) alone."""
+    burst = {p.name: p.burst for p in pods}
+    rows = {p.name: p.row for p in pods}
+    whole = tally(gangs, burst, rows, end=end)
+    in_whole_gangs = {m for g in gangs if all(burst.get(x, False) for x in g.members) for m in g.members}
+    alone = sum(p.row.gpus * p.row.duration(end=end) for p in pods if p.burst and p.name not in in_whole_gangs)
+    return alone / SECONDS_PER_HOUR + whole.gpu_hours
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,14 +510,19 @@ class PolicySummary:
     burst_after: float | None = None  # webhook: the burst-after setting its pods carried (trace seconds)
     # Every GPU pod's wait for GPUs (0 for one never Pending): what the trade-off picture weighs cost against
     waited_trace_seconds: Distribution = field(default_factory=lambda: distribution([]))
+    gangs: GangOutcome = field(default_factory=GangOutcome)
+    cost_cap: float | None = None  # webhook: the namespace's max-cost-per-hour (None: none)
+    caps: CapOutcome = field(default_factory=CapOutcome)
+    gangs_fitting: int = 0  # burst gangs whose pods all fit here at once (claims ignored: an upper bound)
+    gang_cost: float = 0.0  # the burst gangs' GPU-hours x the assumed price per GPU-hour
 
     @property
     def title(self) -> str:
-        return run_title(self.policy, self.burst_after)
+        return run_title(self.policy, self.burst_after, self.cost_cap)
 
     @property
     def key(self) -> str:
-        return run_key(self.policy, self.burst_after)
+        return run_key(self.policy, self.burst_after, self.cost_cap)
 
 
 def summarize(
@@ -417,7 +535,8 @@ def summarize(
     created = [p for p in run.pods if p.create_done is not None and not p.create_error]
     gpu = [p for p in created if p.row.gpus > 0]
     burst = [p for p in gpu if p.burst]
-    remote_hours = sum(p.row.gpus * p.row.duration(end=run.trace_end) for p in burst) / SECONDS_PER_HOUR
+    remote_hours = remote_gpu_hours(gpu, run.gangs, end=run.trace_end)
+    gangs = tally(run.gangs, {p.name: p.burst for p in gpu}, {p.name: p.row for p in gpu}, end=run.trace_end)
     times = pod_times(run.history, [p.key for p in gpu])
     unprovidable = set(judgement.unprovidable_local)
     unprovidable_all = set(judgement.unprovidable_local_all)
@@ -507,7 +626,28 @@ def summarize(
             "wrong_bursts": sorted(judgement.wrong_keys)[:10],
             "unprovidable_local": sorted(unprovidable)[:10],
             "unprovidable_local_all_resources": sorted(unprovidable_all)[:10],
+            "gangs_burst_though_they_fit": sorted(judgement.gangs_fitting)[:10],
         },
         burst_after=run.burst_after,
         waited_trace_seconds=distribution(waited.get(p.key, 0.0) for p in gpu),
+        gangs=gangs,
+        gang_cost=gangs.gpu_hours * price_per_gpu_hour,
+        cost_cap=run.cost_cap,
+        gangs_fitting=len(judgement.gangs_fitting),
+        caps=_cap_outcome(run, gpu, waited, stranded=set(stranded)),
+    )
+
+
+def _cap_outcome(
+    run: RunRecord, gpu: Sequence[PodOutcome], waited: Mapping[str, float], *, stranded: set[str]
+) -> CapOutcome:
+    held = [p for p in gpu if not p.burst and held_by_cost_cap(p.budget)]
+    waits = [waited[p.key] for p in held if p.key in waited]
+    return CapOutcome(
+        held=len(held),
+        held_pending=len(waits),
+        held_waits=distribution(waits),
+        held_stranded=sum(1 for p in held if p.key in stranded),
+        no_record=sum(1 for p in gpu if held_for_want_of_record(p.budget)),
+        machine_cost=machine_cost(gpu, run.gangs, end=run.trace_end),
     )

@@ -12,9 +12,10 @@ API call never delays the next event. A pod's deletion waits for its own creatio
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -22,11 +23,14 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from jarvice import contract
-from replay import accounting, cluster, objects
+from jarvice.gpubudget import ANNOTATION_BUDGET
+from replay import accounting, cluster, gangs, objects
 from replay.accounting import PodOutcome, Policy
+from replay.gangs import Gang
 from replay.history import GPU, Observation
 from replay.plan import Plan
 from replay.recorder import Recorder
+from webhook.spending import ANNOTATION_COST_PER_HOUR
 
 # Enough workers for the trace's densest bursts of arrivals (about 100 creations in one wall
 # second at the default compression) while each CREATE waits a few ms on the API server.
@@ -46,6 +50,14 @@ class DriverResult:
     create_latencies_ms: list[float]
 
 
+def _note_money(outcome: PodOutcome, annotations: Mapping[str, str]) -> None:
+    """What the webhook's answer says of money: why a burst was held back by a budget or cost cap,
+    and the price per hour a burst was counted for (only where the namespace has a cost cap)."""
+    outcome.budget = annotations.get(ANNOTATION_BUDGET, "") or outcome.budget
+    with contextlib.suppress(ValueError):  # not a figure: nothing counted for it
+        outcome.cost_per_hour = float(annotations.get(ANNOTATION_COST_PER_HOUR, "") or outcome.cost_per_hour)
+
+
 class Driver:
     def __init__(
         self,
@@ -60,10 +72,13 @@ class Driver:
         say: Callable[[str], None],
         burst_after: str = "",
         jobs: Mapping[str, str] | None = None,
+        gang_list: Sequence[Gang] = (),
     ) -> None:
         """`burst_after`: the annotation's value (wall time) on the GPU pods ("": none); `jobs`: pod name ->
-        the UID of the Job made for it (objects.build_inert_job), its controller."""
+        the UID of the Job made for it (objects.build_inert_job), its controller; `gang_list`: the trace's
+        multi-pod jobs, whose pods are created as a pod group (replay.gangs)."""
         self._core = core
+        self._gangs = gangs.membership(gang_list)
         self._burst_after = burst_after
         self._jobs = dict(jobs or {})
         self._plan = plan
@@ -160,6 +175,7 @@ class Driver:
                 return
             outcome.burst_key = f"{self._namespace}/{copy}"
             annotations: Mapping[str, str] = (created.get("metadata") or {}).get("annotations") or {}
+            _note_money(outcome, annotations)
             if annotations.get(contract.ANNOTATION_DECISION) != contract.DECISION_REMOTE:
                 return  # local GPUs freed meanwhile: the replacement stays here
             outcome.burst_done = time.monotonic()
@@ -170,6 +186,11 @@ class Driver:
         body = objects.build_replay_pod(
             outcome.row, name=name, namespace=self._namespace, model_label=self._model_label
         )
+        gang = self._gangs.get(outcome.name)
+        if gang is not None:
+            labels, annotations = gangs.pod_group_marks(gang)
+            body["metadata"]["labels"].update(labels)
+            body["metadata"]["annotations"].update(annotations)
         job = self._jobs.get(outcome.name)
         if job is not None:
             body["metadata"]["annotations"][contract.ANNOTATION_BURST_AFTER] = self._burst_after
@@ -193,6 +214,7 @@ class Driver:
         annotations: Mapping[str, str] = (created.get("metadata") or {}).get("annotations") or {}
         outcome.decision = annotations.get(contract.ANNOTATION_DECISION, "")
         outcome.reason = annotations.get(contract.ANNOTATION_REASON, "")
+        _note_money(outcome, annotations)
         with self._stats_lock:
             self._create_latencies.append((outcome.create_done - outcome.create_sent) * 1000)
             self._counts["created"] += 1

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from replay.gangs import Gang, group_gangs
 from replay.trace import NodeRow, PodRow
 
 # Sizes of the free-GPU fragments the background leaves, and how often each occurs. Mostly single
@@ -74,6 +75,7 @@ class Plan:
     total_gpus: int
     free_gpus: int  # GPUs the background leaves to the trace (all of them without background)
     preload_skipped: int  # running at the start but no room left for them
+    gangs: tuple[Gang, ...] = ()  # replayed pods of one trace job, replayed as a pod group (replay.gangs)
 
 
 def k8s_names(rows: Sequence[PodRow]) -> dict[int, str]:
@@ -204,10 +206,11 @@ def build_plan(
     free_gpus: int | None,
     seed: int,
     background_gpus_only: bool = False,
+    gangs: bool = True,
 ) -> Plan:
     """`free_gpus` None: no background (replaying a complete history of your own cluster).
     `background_gpus_only`: holders take GPUs but no CPU or memory (an experiment: what if only
-    GPUs were ever scarce?)."""
+    GPUs were ever scarce?). `gangs`: replay a multi-pod trace job as one gang (False: pod by pod)."""
     if not 0 <= start_index < len(pods):
         raise PlanError(f"--start-index {start_index} is outside the pod list (0..{len(pods) - 1})")
     if count < 1:
@@ -246,4 +249,5 @@ def build_plan(
         total_gpus=total_gpus,
         free_gpus=total_gpus - sum(h.gpus for h in background),
         preload_skipped=skipped,
+        gangs=group_gangs((p.name, p.row) for p in planned if p.role == "replay") if gangs else (),
     )

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, cast, get_args
 
 from replay.accounting import POLICIES, PodOutcome, Policy, RunRecord
+from replay.gangs import Gang
 from replay.history import (
     AdmissionView,
     NodeSeen,
@@ -130,6 +131,8 @@ def _outcome(p: PodOutcome) -> dict[str, Any]:
                 "burst_key",
                 "burst_error",
                 "deleted",
+                "budget",
+                "cost_per_hour",
             )
         },
     }
@@ -155,6 +158,9 @@ def encode_lines(saved: SavedRun) -> list[str]:
             "truncated": r.truncated,
             "preload_pods": r.preload_pods,
             "notes": list(r.notes),
+            "burst_after": r.burst_after,
+            "cost_cap": r.cost_cap,
+            "gangs": [{"name": g.name, "members": list(g.members)} for g in r.gangs],
         },
         "settings": {"model_label": saved.model_label, "race_window": saved.race_window},
     }
@@ -304,7 +310,16 @@ def _decode_outcome(raw: Mapping[str, Any]) -> PodOutcome:
         burst_key=_get(raw, "burst_key", str),
         burst_error=_get(raw, "burst_error", str),
         deleted=_optional_number(raw, "deleted"),
+        # Files written before the cost caps took part lack these two: nothing held back, nothing priced.
+        budget=str(raw.get("budget", "")),
+        cost_per_hour=float(raw.get("cost_per_hour", 0.0)),
     )
+
+
+def _decode_gang(raw: object) -> Gang:
+    if not isinstance(raw, dict):
+        raise _Shape(f"a gang is {type(raw).__name__}, not an object")
+    return Gang(name=_get(raw, "name", str), members=tuple(str(m) for m in _get(raw, "members", list)))
 
 
 def _decode_header(raw: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
@@ -393,6 +408,10 @@ def _build(
             preload_pods=_get(run, "preload_pods", int),
             notes=tuple(str(n) for n in _get(run, "notes", list)),
             views=dict(views),
+            # Files written before these were recorded: no setting, no cap, no gangs.
+            burst_after=_optional_number(run, "burst_after") if "burst_after" in run else None,
+            cost_cap=_optional_number(run, "cost_cap") if "cost_cap" in run else None,
+            gangs=tuple(_decode_gang(g) for g in run.get("gangs", [])),
         )
         return SavedRun(
             record=record, model_label=_get(settings, "model_label", str), race_window=_number(settings, "race_window")

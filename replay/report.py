@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from replay.accounting import Distribution, PolicySummary, format_trace_duration
+from replay.accounting import Distribution, PolicySummary, format_cap, format_trace_duration
 
 HOUR = 3600.0
 
@@ -39,6 +39,38 @@ def _percent(part: int, whole: int) -> str:
     return f"{part} ({100.0 * part / whole:.1f} %)" if whole else str(part)
 
 
+def _gangs(s: PolicySummary) -> str:
+    g = s.gangs
+    return f"{g.burst} of {g.gangs} / {g.split}" if g.gangs else "-"
+
+
+def _gang_hours(s: PolicySummary) -> str:
+    return f"{s.gangs.gpu_hours:,.1f} / {s.gang_cost:,.0f}" if s.gangs.gangs else "-"
+
+
+def _gangs_fitting(s: PolicySummary) -> str:
+    return str(s.gangs_fitting) if s.gangs.gangs and s.policy == "webhook" else "-"
+
+
+def _cap(s: PolicySummary) -> str:
+    if s.policy != "webhook":
+        return "-"
+    return "none" if s.cost_cap is None else format_cap(s.cost_cap)
+
+
+def _held_by_cap(s: PolicySummary) -> str:
+    """Pods the cap kept local: how many, how many then waited Pending for GPUs, their p95 wait."""
+    if s.cost_cap is None:
+        return "-"
+    c = s.caps
+    wait = f", p95 {_hours(c.held_waits.p95)}" if c.held_waits.count else ""
+    return f"{c.held} (Pending {c.held_pending}{wait})"
+
+
+def _machine_cost(s: PolicySummary) -> str:
+    return "-" if s.cost_cap is None else f"{s.caps.machine_cost:,.0f}"
+
+
 def _view_lag(s: PolicySummary) -> str:
     """Of the decisions logged with the webhook's view: those whose view was older than the race
     window allows, and those whose view the replay's own watch showed only later (each judged from
@@ -58,6 +90,13 @@ ROWS: tuple[Row, ...] = (
     ("pods burst to Nimbix", lambda s: _percent(s.burst, s.gpu_pods)),
     ("GPU-hours sent to Nimbix", lambda s: f"{s.remote_gpu_hours:,.1f}"),
     ("cost estimate (USD)", lambda s: f"{s.remote_cost:,.0f}"),
+    ("gangs (multi-pod trace jobs): burst / split", _gangs),
+    ("  their GPU-hours to Nimbix (as jobs) / cost (USD)", _gang_hours),
+    ("  burst though all their pods fit at once (claims ignored)", _gangs_fitting),
+    ("max-cost-per-hour (namespace cap)", _cap),
+    ("  cost at the counted machine prices", _machine_cost),
+    ("  kept local by the cap (Pending, their wait)", _held_by_cap),
+    ("  kept local for want of a spend record", lambda s: "-" if s.cost_cap is None else str(s.caps.no_record)),
     ("peak / mean local GPUs in use", lambda s: f"{s.local_gpus_peak:.0f} / {s.local_gpus_mean:.1f}"),
     ("peak Nimbix GPUs in use", lambda s: f"{s.remote_gpus_peak:.0f}"),
     ("peak GPU pods waiting unbound", lambda s: f"{s.waiting_peak:.0f}"),
@@ -165,9 +204,13 @@ def write_png(path: Path, summaries: Sequence[PolicySummary], *, free_gpus: int,
 
 TRADEOFF_HEADER = (
     "burst-after",
+    "max-cost-per-hour",
     "pods burst",
+    "gangs burst",
     "GPU-hours to Nimbix",
     "cost (USD)",
+    "cost at machine prices",
+    "kept local by the cap",
     "pods ever Pending for GPUs",
     "their wait p50 / p95 / max (trace)",
     "p95 wait, every GPU pod",
@@ -181,9 +224,13 @@ def _tradeoff_row(s: PolicySummary) -> list[str]:
     waited = f"{_hours(wait.p50)} / {_hours(wait.p95)} / {_hours(wait.max)}" if wait.count else "-"
     return [
         format_trace_duration(s.burst_after or 0.0),
+        _cap(s),
         _percent(s.burst, s.gpu_pods),
+        _gangs(s),
         f"{s.remote_gpu_hours:,.1f}",
         f"{s.remote_cost:,.0f}",
+        _machine_cost(s),
+        _held_by_cap(s),
         _percent(s.pending_for_gpus, s.gpu_pods),
         waited,
         _hours(s.waited_trace_seconds.p95),
@@ -193,30 +240,44 @@ def _tradeoff_row(s: PolicySummary) -> list[str]:
 
 
 def build_tradeoff_table(summaries: Sequence[PolicySummary]) -> str:
-    """The burst-after settings side by side: what each sends to Nimbix, and how long pods wait for it."""
+    """The (burst-after, cost cap) settings side by side: what each sends to Nimbix, and how long pods
+    wait for it. Gangs: burst of replayed / split (a split gang would be the webhook's fault)."""
     lines = ["| " + " | ".join(TRADEOFF_HEADER) + " |", "|" + "---|" * len(TRADEOFF_HEADER)]
     lines += ["| " + " | ".join(_tradeoff_row(s)) + " |" for s in summaries]
     return "\n".join(lines)
 
 
+def group_by_cap(summaries: Sequence[PolicySummary]) -> dict[float | None, list[PolicySummary]]:
+    """The runs per cost cap (no cap first), each in burst-after order."""
+    groups: dict[float | None, list[PolicySummary]] = {}
+    for s in sorted(summaries, key=lambda s: (s.cost_cap is not None, s.cost_cap or 0.0, s.burst_after or 0.0)):
+        groups.setdefault(s.cost_cap, []).append(s)
+    return groups
+
+
 def write_tradeoff_png(path: Path, summaries: Sequence[PolicySummary]) -> None:
-    """Cost sent to Nimbix against the p95 wait for local GPUs, a point per burst-after setting."""
+    """Cost sent to Nimbix against the p95 wait for local GPUs, a point per (burst-after, cost cap) setting."""
     import matplotlib  # noqa: PLC0415 - heavy; only needed here
 
     matplotlib.use("Agg")
     from matplotlib import pyplot  # noqa: PLC0415
 
     figure, axis = pyplot.subplots(figsize=(6, 4.5))
-    xs = [s.waited_trace_seconds.p95 / 60 for s in summaries]
-    ys = [s.remote_cost for s in summaries]
-    axis.plot(xs, ys, marker="o", linestyle=":", color="tab:blue")
-    for x, y, s in zip(xs, ys, summaries, strict=True):
-        axis.annotate(f"burst-after {format_trace_duration(s.burst_after or 0.0)}", (x, y), textcoords="offset points",
-                      xytext=(6, 6), fontsize=8)  # fmt: skip
+    # A line per cost cap, through its burst-after settings: the lines compare caps, the points waits.
+    for cap, series in group_by_cap(summaries).items():
+        xs = [s.waited_trace_seconds.p95 / 60 for s in series]
+        ys = [s.remote_cost for s in series]
+        shown = "no cost cap" if cap is None else f"max-cost-per-hour {format_cap(cap)}"
+        axis.plot(xs, ys, marker="o", linestyle=":", label=shown)
+        for x, y, s in zip(xs, ys, series, strict=True):
+            label = f"burst-after {format_trace_duration(s.burst_after or 0.0)}"
+            axis.annotate(label, (x, y), textcoords="offset points", xytext=(6, 6), fontsize=8)
+    if any(s.cost_cap is not None for s in summaries):
+        axis.legend(loc="upper right", fontsize=8)
     axis.set_xlabel("p95 wait for GPUs over every GPU pod (trace minutes; 0 for a pod never Pending)")
     axis.set_ylabel("cost sent to Nimbix (USD)")
     axis.grid(alpha=0.3)
-    figure.suptitle("What-if replay: burst-after, cost against waiting")
+    figure.suptitle("What-if replay: burst-after and cost caps, cost against waiting")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
     pyplot.close(figure)

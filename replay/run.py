@@ -15,7 +15,7 @@ import os
 import pickle
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,9 @@ from kubernetes.client.exceptions import ApiException
 from devplatform.cluster import addons
 from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.processes import ManagedProcess, free_port, start_process, stop_process
-from replay import accounting, cluster, objects, record_file, report
+from jarvice.gpubudget import ANNOTATION_BUDGET
+from kubeplumbing.spendrecord import ANNOTATION_MAX_COST_PER_HOUR
+from replay import accounting, cluster, gangs, objects, record_file, report
 from replay.accounting import Policy, PolicySummary, RunRecord
 from replay.driver import WORKERS, Driver
 from replay.history import AdmissionView
@@ -41,6 +43,8 @@ WEBHOOK_ACTIVE_TIMEOUT = 30.0
 # as soon as its pod shows up in the watch, which takes milliseconds here; the TTL only matters
 # for pods that never appear) and only the GPU resource the replay uses.
 WEBHOOK_ARGS = ("--reservation-ttl-seconds", "10", "--gpu-resources", objects.GPU_RESOURCE)
+# With a cost cap: where the controller writes its spend record, read often (the run is short).
+SPEND_ARGS = ("--spend-namespace", "replay-controller", "--spend-poll-seconds", "0.5")
 # Kept back from --max-wall-seconds for judging, accounting and writing the report.
 ANALYSIS_RESERVE_SECONDS = 45.0
 # Per policy, besides the replay itself: namespace, preload, watch list, (webhook), wipe.
@@ -50,6 +54,10 @@ POLICY_OVERHEAD_SECONDS = 15.0
 CONTROLLER_NAMESPACE = "replay-controller"
 CONTROLLER_SCAN_SECONDS = 0.1
 CONTROLLER_READY_TIMEOUT = 60.0
+# Cost caps: the webhook reads the controller's spend record this often (wall seconds), and the run
+# waits this long for the first usable one.
+SPEND_POLL_SECONDS = 0.5
+SPEND_RECORD_TIMEOUT = 60.0
 
 
 def say(message: str) -> None:
@@ -59,6 +67,11 @@ def say(message: str) -> None:
 
 def _read(path: Path) -> str:
     return path.read_text(encoding="utf-8")
+
+
+def _jarvice_credentials(emulator: addons.EmulatorProcess) -> dict[str, str]:
+    env = emulator.runner_env()
+    return {k: env[k] for k in ("JARVICE_API_URL", "JARVICE_USERNAME", "JARVICE_APIKEY") if k in env}
 
 
 def describe_plan(plan: Plan, settings: Settings) -> list[str]:
@@ -72,6 +85,9 @@ def describe_plan(plan: Plan, settings: Settings) -> list[str]:
         f"leave {plan.free_gpus} GPUs free; preload: {len(plan.preload)} pods running at the slice start"
         + (f" ({plan.preload_skipped} did not fit)" if plan.preload_skipped else ""),
         f"events: {len(plan.events)} (creations and deletions)",
+        f"gangs: {len(plan.gangs)} trace jobs of {sum(g.size for g in plan.gangs)} pods, each replayed as a pod group"
+        if settings.gangs
+        else "gangs: off (--no-gangs), every pod alone",
     ]
 
 
@@ -109,8 +125,10 @@ def _controller_leads(port: int) -> bool:
     return "nimbix_burst_controller_leader 1.0" in text
 
 
-def start_controller(plane: ControlPlane, core: Any) -> ManagedProcess:
-    """`python -m controller` on the replay's cluster, leading, bursting the pods that waited in vain."""
+def start_controller(plane: ControlPlane, core: Any, *, jarvice_env: Mapping[str, str] | None = None) -> ManagedProcess:
+    """`python -m controller` on the replay's cluster, leading, bursting the pods that waited in vain.
+    With `jarvice_env` (the emulator's credentials) it also keeps the spend record the webhook prices
+    bursts and counts cost caps from (its ConfigMap in CONTROLLER_NAMESPACE, rewritten every second)."""
     try:
         cluster.create_namespace(core, CONTROLLER_NAMESPACE)
     except ApiException as error:
@@ -126,8 +144,10 @@ def start_controller(plane: ControlPlane, core: Any) -> ManagedProcess:
         "--scan-seconds", str(CONTROLLER_SCAN_SECONDS),
         "--reap-orphans", "false", "--job-events", "false", "--homecoming", "false",
         "--lease-duration-seconds", "4", "--lease-renew-deadline-seconds", "3", "--lease-retry-seconds", "0.5",
+        "--spend-interval-seconds", "1",
     ]  # fmt: skip
-    process = start_process("controller", argv, log_path=plane.run_dir / "controller" / "controller.log")
+    env = {**os.environ, **jarvice_env} if jarvice_env else None
+    process = start_process("controller", argv, log_path=plane.run_dir / "controller" / "controller.log", env=env)
     deadline = time.monotonic() + CONTROLLER_READY_TIMEOUT
     while not _controller_leads(port):
         if time.monotonic() > deadline:
@@ -135,6 +155,27 @@ def start_controller(plane: ControlPlane, core: Any) -> ManagedProcess:
             raise RuntimeError(f"the burst controller did not lead within {CONTROLLER_READY_TIMEOUT:g}s")
         time.sleep(0.2)
     return process
+
+
+def _wait_spend_record_read(core: Any, namespace: str) -> None:
+    """Until the webhook has read the controller's spend record: before that, a namespace with a cost cap
+    keeps every pod local, which would be the setup's doing, not the cap's. Asked with a dry-run create of
+    a GPU pod no node can host (a node selector nothing carries), so the webhook prices its burst: the
+    answer says "spend record" only while there is none to price it from."""
+    probe = objects.build_pod(
+        "spend-probe", namespace=namespace, cpu="1", memory="1Gi", gpus=1, labels={"task-type": "Nimbix"}
+    )
+    probe["spec"]["nodeSelector"] = {objects.ROLE_LABEL: "spend-probe"}
+    deadline = time.monotonic() + SPEND_RECORD_TIMEOUT
+    budget = ""
+    while time.monotonic() < deadline:
+        response = core.create_namespaced_pod(namespace, probe, dry_run="All", _preload_content=False)
+        annotations = (json.loads(response.data).get("metadata") or {}).get("annotations") or {}
+        budget = annotations.get(ANNOTATION_BUDGET, "")
+        if annotations.get("nimbix-burst.io/decision") and not accounting.held_for_want_of_record(budget):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"the webhook read no usable spend record within {SPEND_RECORD_TIMEOUT:g}s: {budget}")
 
 
 def _admission_entries(lines: Sequence[str]) -> Iterator[dict[str, Any]]:
@@ -168,8 +209,19 @@ def parse_admission_views(lines: Sequence[str]) -> dict[str, AdmissionView]:
 
 
 class Replay:
-    def __init__(self, settings: Settings, *, plan: Plan, plane: ControlPlane, core: Any, deadline: float) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        plan: Plan,
+        plane: ControlPlane,
+        core: Any,
+        deadline: float,
+        jarvice_env: Mapping[str, str] | None = None,
+    ) -> None:
+        """`jarvice_env`: the JARVICE emulator's credentials, for the controller's spend record (cost caps)."""
         self.settings = settings
+        self.jarvice_env = jarvice_env
         self.plan = plan
         self.plane = plane
         self.core = core
@@ -190,7 +242,8 @@ class Replay:
 
     def create_jobs(self, namespace: str) -> dict[str, str]:
         """An inert Job per replayed GPU pod (objects.build_inert_job); pod name -> the Job's UID."""
-        names = [name for name in self.plan.replay if self.plan.pods[name].row.gpus > 0]
+        in_gangs = gangs.membership(self.plan.gangs)  # a pod group's pods burst as one, at once: no Job
+        names = [n for n in self.plan.replay if self.plan.pods[n].row.gpus > 0 and n not in in_gangs]
         cluster.kubectl_bulk(self.plane, ["create"], [objects.build_inert_job(n, namespace=namespace) for n in names])
         batch = k8s_client.BatchV1Api(self.core.api_client)
         listed = json.loads(batch.list_namespaced_job(namespace, _preload_content=False).data)
@@ -200,11 +253,22 @@ class Replay:
             raise RuntimeError(f"{len(missing)} Jobs not created, e.g. {missing[:3]}")
         return uids
 
-    def run_policy(self, policy: Policy, *, policies_left: int, burst_after: float | None = None) -> RunRecord:
+    def run_policy(
+        self,
+        policy: Policy,
+        *,
+        policies_left: int,
+        burst_after: float | None = None,
+        cost_cap: float | None = None,
+    ) -> RunRecord:
         settings, plan = self.settings, self.plan
-        namespace = f"replay-{accounting.run_key(policy, burst_after)}"
+        namespace = f"replay-{accounting.run_key(policy, burst_after, cost_cap)}"
         deadline = self._policy_deadline(policies_left)
         cluster.create_namespace(self.core, namespace)
+        capped = cost_cap is not None
+        if capped:
+            annotations = {ANNOTATION_MAX_COST_PER_HOUR: accounting.format_cap(cost_cap or 0.0)}
+            self.core.patch_namespace(namespace, {"metadata": {"annotations": annotations}})
         waits = bool(burst_after)  # 0: the webhook as today, bursting at once
         jobs = self.create_jobs(namespace) if waits else {}
         preload = [
@@ -231,6 +295,7 @@ class Replay:
             # In wall time: the webhook and the controller run on the wall clock.
             burst_after=f"{burst_after / settings.compression:.6g}s" if burst_after else "",
             jobs=jobs,
+            gang_list=plan.gangs,
         )
         recorder = Recorder(self.core, on_pod=driver.on_pod)
         recorder.start()
@@ -240,16 +305,20 @@ class Replay:
         notes: list[str] = []
         try:
             recorder.wait_synced(WATCH_SYNC_TIMEOUT)
-            if waits:
-                controller = start_controller(self.plane, self.core)
+            if waits or capped:
+                jarvice_env = self.jarvice_env if capped else None
+                controller = start_controller(self.plane, self.core, jarvice_env=jarvice_env)
                 say(f"  burst controller pid {controller.pid} leads; log {controller.log_path}")
             if policy == "webhook":
                 run_dir = self.plane.run_dir / "webhook"
                 # The log is appended to across runs; admission latencies are read from it.
                 (run_dir / "logs" / "webhook.log").unlink(missing_ok=True)
-                hook = addons.start_webhook(run_dir, kubeconfig=self.plane.kubeconfig_path, args=WEBHOOK_ARGS)
+                args = (*WEBHOOK_ARGS, *(SPEND_ARGS if capped else ()))
+                hook = addons.start_webhook(run_dir, kubeconfig=self.plane.kubeconfig_path, args=args)
                 config_name = addons.register_webhook(self.plane, hook, name_suffix="-replay")
                 _wait_webhook_active(self.core, namespace)
+                if capped:
+                    _wait_spend_record_read(self.core, namespace)
                 say(f"  webhook pid {hook.process.pid} registered ({config_name}); log {hook.process.log_path}")
             result = driver.run(recorder, deadline=deadline)
         finally:
@@ -288,18 +357,20 @@ class Replay:
             preload_pods=len(plan.preload),
             notes=tuple(notes),
             burst_after=burst_after,
+            cost_cap=cost_cap,
+            gangs=plan.gangs,
         )
 
 
-def history_path(out: Path, policy: Policy, burst_after: float | None = None) -> Path:
-    return out / f"history-{accounting.run_key(policy, burst_after)}.jsonl.gz"
+def history_path(out: Path, policy: Policy, burst_after: float | None = None, cost_cap: float | None = None) -> Path:
+    return out / f"history-{accounting.run_key(policy, burst_after, cost_cap)}.jsonl.gz"
 
 
 def save_history(settings: Settings, record: RunRecord) -> None:
     """Written as soon as the policy ends, so a later policy's failure does not lose it."""
     began = time.monotonic()
     saved = record_file.SavedRun(record, model_label=settings.model_label, race_window=settings.race_window)
-    path = history_path(settings.out, record.policy, record.burst_after)
+    path = history_path(settings.out, record.policy, record.burst_after, record.cost_cap)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(record_file.encode(saved))
     say(f"  history saved to {path} ({path.stat().st_size / 1e6:.1f} MB in {time.monotonic() - began:.1f}s)")
@@ -334,7 +405,7 @@ def build_notes(settings: Settings, plan: Plan, runs: Sequence[RunRecord]) -> li
             " wait; the waiting pods count in 'kept local, no node had GPUs' (they were kept local on purpose)."
         )
     for run in runs:
-        title = accounting.run_title(run.policy, run.burst_after)
+        title = accounting.run_title(run.policy, run.burst_after, run.cost_cap)
         notes += [f"{title}: {note}" for note in run.notes]
         if run.truncated:
             notes.append(f"{title}: stopped early by --max-wall-seconds (not every pod was replayed)")
@@ -354,19 +425,22 @@ def summarize_runs(settings: Settings, runs: Sequence[RunRecord], *, say: Callab
                 stranded_timeout=settings.stranded_timeout,
             )
         )
-        title = accounting.run_title(run.policy, run.burst_after)
+        title = accounting.run_title(run.policy, run.burst_after, run.cost_cap)
         say(f"  judged {title}: {len(run.history)} observations in {time.monotonic() - began:.1f}s")
     return summaries
 
 
-def plan_runs(settings: Settings) -> list[tuple[Policy, float | None]]:
-    """The runs in order: each policy once, the webhook once per burst-after setting when given."""
-    runs: list[tuple[Policy, float | None]] = []
+def plan_runs(settings: Settings) -> list[tuple[Policy, float | None, float | None]]:
+    """The runs in order, as (policy, burst-after, cost cap): each policy once, the webhook once per
+    burst-after setting and cost cap when given (every pair: a row of the trade-off table each)."""
+    runs: list[tuple[Policy, float | None, float | None]] = []
     for policy in settings.policies:
-        if policy == "webhook" and settings.burst_after:
-            runs += [(policy, value) for value in settings.burst_after]
+        if policy == "webhook" and (settings.burst_after or settings.cost_caps):
+            waits: tuple[float | None, ...] = settings.burst_after or (None,)
+            caps: tuple[float | None, ...] = settings.cost_caps or (None,)
+            runs += [(policy, wait, cap) for wait in waits for cap in caps]
         else:
-            runs.append((policy, None))
+            runs.append((policy, None, None))
     return runs
 
 
@@ -383,6 +457,7 @@ def run(settings: Settings) -> int:
         free_gpus=settings.free_gpus,
         seed=settings.seed,
         background_gpus_only=settings.background_gpus_only,
+        gangs=settings.gangs,
     )
     for line in describe_plan(plan, settings):
         say(line)
@@ -391,7 +466,13 @@ def run(settings: Settings) -> int:
     plane = cluster.start_control_plane(run_dir)
     setup: dict[str, Any] = {"nodes": len(nodes), "total_gpus": plan.total_gpus, "free_gpus": plan.free_gpus}
     runs: list[RunRecord] = []
+    emulator: addons.EmulatorProcess | None = None
     try:
+        if any(cap is not None for cap in settings.cost_caps):
+            # Prices for the cost caps: the emulator's machine list (mc_price), through the controller's
+            # spend record, as the webhook reads them from JARVICE's in production. No job reaches it.
+            emulator = addons.start_jarvice_emulator(run_dir / "jarvice")
+            say(f"JARVICE emulator pid {emulator.process.pid} at {emulator.url} (machine prices for the cost caps)")
         core = cluster.core_api(plane, pool_size=WORKERS + 4)
         timings = cluster.create_nodes(plane, nodes, model_label=settings.model_label)
         problems = cluster.check_nodes(core, nodes)
@@ -401,7 +482,8 @@ def run(settings: Settings) -> int:
             f"created {timings.count} nodes in {timings.total_seconds:.1f}s "
             f"(create {timings.create_seconds:.1f}s, status+untaint {timings.status_and_untaint_seconds:.1f}s)"
         )
-        replay = Replay(settings, plan=plan, plane=plane, core=core, deadline=deadline)
+        jarvice_env = _jarvice_credentials(emulator) if emulator is not None else None
+        replay = Replay(settings, plan=plan, plane=plane, core=core, deadline=deadline, jarvice_env=jarvice_env)
         background_seconds = replay.build_background()
         say(f"background: {len(plan.background)} holder pods in {background_seconds:.1f}s")
         setup |= {
@@ -417,12 +499,15 @@ def run(settings: Settings) -> int:
             "events": len(plan.events),
         }
         variants = plan_runs(settings)
-        for i, (policy, burst_after) in enumerate(variants):
-            say(f"policy {policy} ({accounting.run_title(policy, burst_after)})")
-            runs.append(replay.run_policy(policy, policies_left=len(variants) - i, burst_after=burst_after))
+        for i, (policy, burst_after, cost_cap) in enumerate(variants):
+            say(f"policy {policy} ({accounting.run_title(policy, burst_after, cost_cap)})")
+            left = len(variants) - i
+            runs.append(replay.run_policy(policy, policies_left=left, burst_after=burst_after, cost_cap=cost_cap))
             if settings.save_history:
                 save_history(settings, runs[-1])
     finally:
+        if emulator is not None:
+            addons.stop_jarvice_emulator(emulator)
         plane.stop()
     if os.environ.get("REPLAY_DUMP"):
         with (settings.out / "runs.pickle").open("wb") as handle:
@@ -447,6 +532,8 @@ def run(settings: Settings) -> int:
         "race_window_seconds": settings.race_window,
         "max_wall_seconds": settings.max_wall_seconds,
         "burst_after_seconds": list(settings.burst_after),
+        "max_cost_per_hour": list(settings.cost_caps),
+        "gangs": settings.gangs,
     }
     notes = build_notes(settings, plan, runs)
     for summary in summaries:
@@ -461,7 +548,8 @@ def run(settings: Settings) -> int:
     markdown = report.build_markdown(table, config=config, setup=setup, notes=notes)
     report.write_files(settings.out, document=document, markdown=markdown)
     report.write_png(settings.out / "timeline.png", summaries, free_gpus=plan.free_gpus, trace_start=plan.start)
-    tradeoff = [s for s in summaries if s.burst_after is not None]
+    # A row per (burst-after, cap) setting: every webhook run, the uncapped one ("none") included.
+    tradeoff = [s for s in summaries if s.policy == "webhook"] if settings.burst_after or settings.cost_caps else []
     if tradeoff:
         report.write_tradeoff_png(settings.out / "tradeoff.png", tradeoff)
         say("")

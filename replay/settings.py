@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kubeplumbing.spendrecord import parse_cost_cap
 from replay.accounting import POLICIES, Policy
 from replay.objects import DEFAULT_MODEL_LABEL
 from webhook.waiting import DurationError, parse_duration
@@ -61,6 +62,9 @@ class Settings:
     save_history: bool = False  # write <out>/history-<policy>.jsonl.gz after each policy
     # The webhook policy once per setting (trace seconds; 0: today's, at once); (): once, no setting.
     burst_after: tuple[float, ...] = ()
+    # The webhook policy once per cap (and burst-after setting): its namespace's max-cost-per-hour; None: no cap.
+    cost_caps: tuple[float | None, ...] = ()
+    gangs: bool = True  # a multi-pod trace job replayed as one gang (replay.gangs); False: pod by pod
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,6 +98,18 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="comma-separated trace durations such as 0,5m,30m: the webhook policy runs once per value, its"
         " GPU pods owned by Jobs and waiting that long for a local node before they burst (docs/replay.md)",
+    )
+    p.add_argument(
+        "--max-cost-per-hour",
+        default="",
+        help="comma-separated caps such as none,10,40 (the account's price unit per hour; none: no cap): the webhook"
+        " policy runs once per cap (and burst-after setting) with its namespace annotated"
+        " nimbix-burst.io/max-cost-per-hour, priced by the JARVICE emulator's machines (docs/replay.md)",
+    )
+    p.add_argument(
+        "--no-gangs",
+        action="store_true",
+        help="replay every pod alone (default: a multi-pod trace job is a gang, a Kueue pod group)",
     )
     p.add_argument(
         "--save-history",
@@ -132,9 +148,13 @@ def parse_settings(argv: Sequence[str]) -> Settings:
         problems.append("--burst-after needs the webhook policy (--policies ...,webhook)")
     if len(set(burst_after)) != len(burst_after):
         problems.append("--burst-after: each value once")
+    caps = _parse_caps(str(args.max_cost_per_hour), problems)
+    if caps and "webhook" not in policies:
+        problems.append("--max-cost-per-hour needs the webhook policy (--policies ...,webhook)")
     if problems:
         raise SettingsError("; ".join(problems))
-    runs = len(policies) + (len(burst_after) - 1 if burst_after else 0)
+    webhook_runs = max(len(burst_after), 1) * max(len(caps), 1)
+    runs = len(policies) + (webhook_runs - 1 if "webhook" in policies else 0)
     max_wall = args.max_wall_seconds or DEFAULT_MAX_WALL_SECONDS * max(runs, 3) / 3
     return Settings(
         nodes=args.nodes,
@@ -154,4 +174,23 @@ def parse_settings(argv: Sequence[str]) -> Settings:
         race_window=args.race_window,
         save_history=args.save_history,
         burst_after=tuple(burst_after),
+        cost_caps=tuple(caps),
+        gangs=not args.no_gangs,
     )
+
+
+def _parse_caps(text: str, problems: list[str]) -> list[float | None]:
+    """`none,10,40` -> [None, 10.0, 40.0]; a value the webhook would not read as a cap is a problem."""
+    caps: list[float | None] = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if part.lower() == "none":
+            caps.append(None)
+            continue
+        cap = parse_cost_cap(part)
+        if cap.invalid is not None:
+            problems.append(f"--max-cost-per-hour: {part!r} is not a number >= 0 (or none)")
+            continue
+        caps.append(cap.limit)
+    if len(set(caps)) != len(caps):
+        problems.append("--max-cost-per-hour: each value once")
+    return caps

@@ -15,15 +15,35 @@ from replay.settings import DEFAULT_MAX_WALL_SECONDS, SettingsError, parse_setti
 @pytest.mark.parametrize(
     ("argv", "runs"),
     [
-        ([], [("no-bursting", None), ("on-failure", None), ("webhook", None)]),
+        ([], [("no-bursting", None, None), ("on-failure", None, None), ("webhook", None, None)]),
         (
             ["--burst-after", "0,5m,30m"],
-            [("no-bursting", None), ("on-failure", None), ("webhook", 0.0), ("webhook", 300.0), ("webhook", 1800.0)],
+            [
+                ("no-bursting", None, None),
+                ("on-failure", None, None),
+                ("webhook", 0.0, None),
+                ("webhook", 300.0, None),
+                ("webhook", 1800.0, None),
+            ],
         ),
-        (["--policies", "webhook", "--burst-after", "90s, 1h"], [("webhook", 90.0), ("webhook", 3600.0)]),
+        (["--policies", "webhook", "--burst-after", "90s, 1h"], [("webhook", 90.0, None), ("webhook", 3600.0, None)]),
+        (
+            ["--policies", "webhook", "--max-cost-per-hour", "none,12.8"],
+            [("webhook", None, None), ("webhook", None, 12.8)],
+        ),
+        (
+            ["--policies", "no-bursting,webhook", "--burst-after", "0,5m", "--max-cost-per-hour", "none, 20"],
+            [
+                ("no-bursting", None, None),
+                ("webhook", 0.0, None),
+                ("webhook", 0.0, 20.0),
+                ("webhook", 300.0, None),
+                ("webhook", 300.0, 20.0),
+            ],
+        ),
     ],
 )
-def test_the_webhook_runs_once_per_setting(argv: list[str], runs: list[tuple[str, float | None]]) -> None:
+def test_the_webhook_runs_once_per_setting(argv: list[str], runs: list[tuple[str, float | None, float | None]]) -> None:
     assert plan_runs(parse_settings(argv)) == runs
 
 
@@ -31,6 +51,8 @@ def test_the_wall_budget_grows_with_the_runs_unless_given() -> None:
     assert parse_settings([]).max_wall_seconds == DEFAULT_MAX_WALL_SECONDS
     assert parse_settings(["--burst-after", "0,5m,30m"]).max_wall_seconds == DEFAULT_MAX_WALL_SECONDS * 5 / 3
     assert parse_settings(["--burst-after", "0,5m", "--max-wall-seconds", "100"]).max_wall_seconds == 100
+    four_webhook_runs = ["--burst-after", "0,5m", "--max-cost-per-hour", "none,10"]
+    assert parse_settings(four_webhook_runs).max_wall_seconds == DEFAULT_MAX_WALL_SECONDS * 6 / 3
 
 
 @pytest.mark.parametrize(
@@ -39,6 +61,10 @@ def test_the_wall_budget_grows_with_the_runs_unless_given() -> None:
         (["--burst-after", "5 minutes"], "--burst-after: '5 minutes' is not a duration"),
         (["--burst-after", "5m", "--policies", "on-failure"], "needs the webhook policy"),
         (["--burst-after", "5m,300s"], "each value once"),
+        (["--max-cost-per-hour", "ten"], "--max-cost-per-hour: 'ten' is not a number >= 0"),
+        (["--max-cost-per-hour", "-5"], "--max-cost-per-hour: '-5' is not a number >= 0"),
+        (["--max-cost-per-hour", "10,10.0"], "--max-cost-per-hour: each value once"),
+        (["--max-cost-per-hour", "10", "--policies", "no-bursting"], "--max-cost-per-hour needs the webhook policy"),
     ],
 )
 def test_a_bad_setting_says_what_to_fix(argv: list[str], says: str) -> None:
@@ -113,6 +139,8 @@ def test_the_trade_off_table_has_a_row_per_setting() -> None:
             _summary(300.0, burst=12, hours=20.0, pending=[300.0] * 19 + [3600.0]),
         ]
     ).splitlines()
-    assert table[0].startswith("| burst-after | pods burst | GPU-hours to Nimbix | cost (USD) |")
-    assert table[2] == "| 0 | 30 (30.0 %) | 40.0 | 100 | 0 (0.0 %) | - | 0 min | 0 | 0 |"
-    assert table[3] == "| 5 min | 12 (12.0 %) | 20.0 | 50 | 20 (20.0 %) | 5 min / 5 min / 1.0 h | 5 min | 0 | 0 |"
+    assert table[0].startswith("| burst-after | max-cost-per-hour | pods burst | gangs burst | GPU-hours to Nimbix |")
+    assert table[2] == "| 0 | none | 30 (30.0 %) | - | 40.0 | 100 | - | - | 0 (0.0 %) | - | 0 min | 0 | 0 |"
+    assert table[3] == (
+        "| 5 min | none | 12 (12.0 %) | - | 20.0 | 50 | - | - | 20 (20.0 %) | 5 min / 5 min / 1.0 h | 5 min | 0 | 0 |"
+    )
