@@ -63,7 +63,7 @@ lint: venv
 # SEED=<n> repeats an order. The e2e tier runs in file order (one control plane and real node for the
 # session); each of its modules passes alone (make test-order).
 RANDOM_ORDER = seed=$${SEED:-$$RANDOM}; echo "unit + integration in random order: seed $$seed (SEED=$$seed repeats it)"; \
-	$(BIN)/pytest tests/unit tests/integration -q -p randomly --randomly-seed=$$seed
+	$(BIN)/pytest tests/unit tests/integration -q -p randomly -p no:cacheprovider --randomly-seed=$$seed
 
 unit: venv helm promtool
 	@$(RANDOM_ORDER)
@@ -71,9 +71,19 @@ unit: venv helm promtool
 e2e: venv controlplane certmanager helm
 	$(BIN)/pytest tests/e2e -q -p no:randomly
 
-test: venv controlplane certmanager helm promtool lint
-	@$(RANDOM_ORDER)
-	$(BIN)/pytest tests/e2e -q -p no:randomly
+# The e2e tier mostly waits (for pods, jobs, deadlines; a fifth of one core on average): lint and the unit +
+# integration tiers run beside it, their output kept and printed after it. Either failing fails the target.
+FAST_TIERS_LOG := .test-runs/lint-unit-integration.log
+test: venv controlplane certmanager helm promtool
+	@mkdir -p $(dir $(FAST_TIERS_LOG))
+	@echo "lint and unit + integration run beside the e2e tier; their output follows it ($(FAST_TIERS_LOG))"
+	@( $(MAKE) --no-print-directory lint && { $(RANDOM_ORDER); } ) > $(FAST_TIERS_LOG) 2>&1 & fast=$$!; \
+	e2e=0; $(BIN)/pytest tests/e2e -q -p no:randomly -p no:cacheprovider || e2e=$$?; \
+	lint_unit=0; wait $$fast || lint_unit=$$?; \
+	echo "== lint, unit + integration (ran beside the e2e tier)"; cat $(FAST_TIERS_LOG); \
+	if [ $$lint_unit -ne 0 ] || [ $$e2e -ne 0 ]; then \
+		echo "make test: FAILED (lint/unit+integration exit $$lint_unit, e2e exit $$e2e)"; exit 1; fi; \
+	echo "make test: all tiers passed"
 
 # Order independence: unit + integration in two random orders, then every e2e module alone in a session
 # of its own (a control plane and the real node each).

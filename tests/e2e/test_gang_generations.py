@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from devplatform import demo
-from devplatform.cluster import addons, controlplane
+from devplatform.cluster import addons, controlplane, install
 from jarvice import contract
 from tests.support.fault_matrix import FaultMatrix, Row
 from tests.support.indexed_jobs import INDEX_ANNOTATION, JOB_NAME_LABEL, PODS, real_node_indexed_job, submissions
@@ -35,8 +35,6 @@ from tests.support.webhook_replicas import create_at_once
 
 # One pod fits the real node's 4 GPUs, two do not: the gang bursts as one job of 2 nodes x 4 GPUs.
 RANK_GPUS = 4
-# The installed webhook's WEBHOOK_RESERVATION_TTL_SECONDS (deploy/webhook.env).
-RESERVATION_TTL_SECONDS = 120
 WAIT_SECONDS = 300.0
 LIVE = "PROCESSING STARTING"
 KUEUE_GROUP = "kueue.x-k8s.io/pod-group-name"
@@ -52,6 +50,21 @@ def marker() -> Iterator[Path]:
     finally:
         if path.exists():
             path.rmdir()
+
+
+def _reservation_ttl(control_plane: controlplane.ControlPlane) -> float:
+    """The installed webhook's WEBHOOK_RESERVATION_TTL_SECONDS (deploy/webhook.env, as the overlay sets it)."""
+
+    def read(kind: str, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = json.loads(
+            control_plane.kubectl("-n", install.NAMESPACE, "get", kind, name, "-o", "json").stdout
+        )
+        return found
+
+    (container,) = read("deployment", install.DEPLOYMENT)["spec"]["template"]["spec"]["containers"]
+    # The settings' ConfigMap carries a content hash in its name (kustomize's configMapGenerator).
+    (settings,) = [ref["configMapRef"]["name"] for ref in container["envFrom"] if "configMapRef" in ref]
+    return float(read("configmap", settings)["data"]["WEBHOOK_RESERVATION_TTL_SECONDS"])
 
 
 def _jobs(emulator: addons.EmulatorProcess, gang: str) -> list[dict[str, Any]]:
@@ -188,7 +201,7 @@ def test_a_gang_with_ranks_missing_holds_its_budget(
     (submitted,) = submissions(node_emulator, str(_jobs(node_emulator, gang)[0]["job_label"]))
     assert submitted["body"]["machine"]["nodes"] == PODS  # the whole gang's GPUs, rank 1 or not
     # Past the reservation TTL: rank 1's reservation (were it counted) would have lapsed by now.
-    time.sleep(max(0.0, admitted_at + RESERVATION_TTL_SECONDS + 5 - time.monotonic()))
+    time.sleep(max(0.0, admitted_at + _reservation_ttl(control_plane) + 5 - time.monotonic()))
     bodies = [pod_body(f"solo-{i}", app_container(node_emulator, "sleep 60", gpus=1), gated=False) for i in range(3)]
     for body in bodies:
         body["metadata"]["namespace"] = ns
