@@ -16,8 +16,10 @@ A gang (webhook.gangs) waits as one. An Indexed Job's pods wait until the Job's 
 setting: every pod's admission computes the same deadline from what they all share, whenever it comes
 and whichever replica decides it, with nothing remembered; at the deadline the controller replaces
 the whole gang (its pods scheduled here meanwhile too: a gang runs as one) and the replacements,
-admitted after the deadline, burst as one multi-node job. A Kueue pod group's pods are not recreated
-when deleted, so a pod group bursts at once, and says why.
+admitted after the deadline, burst as one multi-node job. A gang whose Job's creation is not known
+(a pod group whose pods a Job controls) waits by the deadline remembered for that Job, as a Job's pods
+alone do. A Kueue pod group's pods are not recreated when deleted: such a pod group bursts at once,
+and says why.
 """
 
 from __future__ import annotations
@@ -139,8 +141,9 @@ def decide(ask: WaitAsk, *, gang: bool, gang_since: float | None = None) -> Wait
     seconds, source = setting
     if seconds <= 0:
         return NO_WAIT
-    if gang:
+    if gang and (gang_since is not None or not ask.job_uid):
         return _gang_wait(seconds, source, now=ask.now, since=gang_since)
+    # A gang whose Job's creation is not known waits as one Job's pods do: by the deadline remembered.
     if not ask.job_uid:
         return NoWait(
             f"{contract.ANNOTATION_BURST_AFTER} is ignored: only a Job's pod can wait (the Job recreates it to burst"
@@ -158,8 +161,8 @@ def _gang_wait(seconds: float, source: str, *, now: float, since: float | None) 
     """A gang's pod: the gang waits until its Job's creation + the setting, computed alike at every pod."""
     if since is None:
         return NoWait(
-            f"{contract.ANNOTATION_BURST_AFTER} is ignored: only an Indexed Job's gang can wait (the Job recreates"
-            " its pods to burst later); a pod group's pods are not recreated, so its gang bursts as one at once"
+            f"{contract.ANNOTATION_BURST_AFTER} is ignored: only a gang whose pods a Job controls can wait (the Job"
+            " recreates them to burst later); nothing recreates this pod group's pods, so it bursts as one at once"
         )
     deadline = since + seconds
     if now < deadline:

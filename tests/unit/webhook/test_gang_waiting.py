@@ -36,9 +36,9 @@ DEADLINE = "2026-09-21T14:14:00.000Z"  # CREATED + 60 s
 NOW = 5000.0
 
 
-def ask(setting: str | None = "60s", *, ns: str | None = None) -> waiting.WaitAsk:
+def ask(setting: str | None = "60s", *, ns: str | None = None, job: str = "job-1") -> waiting.WaitAsk:
     # A gang's deadline comes from its Job's creation: what the single pods' memory holds is not read.
-    return waiting.WaitAsk(setting, ns, "job-1", NOW, {"job-1": NOW + 5})
+    return waiting.WaitAsk(setting, ns, job, NOW, {"job-1": NOW + 5})
 
 
 @pytest.mark.parametrize(
@@ -48,25 +48,27 @@ def ask(setting: str | None = "60s", *, ns: str | None = None) -> waiting.WaitAs
         (ask("60s"), NOW - 20, waiting.Wait("", NOW + 40, 60, "pod")),
         (ask(None, ns="5m"), NOW - 20, waiting.Wait("", NOW + 280, 300, "namespace")),
         (ask("60s"), NOW - 59.5, waiting.Wait("", NOW + 0.5, 60, "pod")),
+        # its Job's creation unknown: the deadline remembered for the Job, as for a Job's pods alone
+        (ask("60s"), None, waiting.Wait("job-1", NOW + 5, 60, "pod")),
         # 0, or nothing asked: at once, nothing to say
         (ask("0"), NOW - 20, waiting.NO_WAIT),
         (ask(None), NOW - 20, waiting.NO_WAIT),
     ],
 )
-def test_a_gangs_wait(the_ask: waiting.WaitAsk, since: float, expected: waiting.Wait | waiting.NoWait) -> None:
+def test_a_gangs_wait(the_ask: waiting.WaitAsk, since: float | None, expected: waiting.Wait | waiting.NoWait) -> None:
     assert waiting.decide(the_ask, gang=True, gang_since=since) == expected
 
 
 @pytest.mark.parametrize(
-    ("since", "says"),
+    ("since", "job", "says"),
     [
-        (NOW - 60, "its gang's wait ended at 1970-01-01T01:23:20.000Z (its Job's creation + 60s)"),
-        (NOW - 3600, "its gang's wait ended at 1970-01-01T00:24:20.000Z"),
-        (None, "only an Indexed Job's gang can wait"),
+        (NOW - 60, "job-1", "its gang's wait ended at 1970-01-01T01:23:20.000Z (its Job's creation + 60s)"),
+        (NOW - 3600, "job-1", "its gang's wait ended at 1970-01-01T00:24:20.000Z"),
+        (None, "", "only a gang whose pods a Job controls can wait"),
     ],
 )
-def test_a_gang_that_bursts_at_once_says_why(since: float | None, says: str) -> None:
-    decided = waiting.decide(ask("60s"), gang=True, gang_since=since)
+def test_a_gang_that_bursts_at_once_says_why(since: float | None, job: str, says: str) -> None:
+    decided = waiting.decide(ask("60s", job=job), gang=True, gang_since=since)
     assert isinstance(decided, waiting.NoWait)
     assert says in decided.reason
 
@@ -223,4 +225,6 @@ def test_a_pod_group_bursts_at_once_and_says_why() -> None:
     raw["metadata"]["annotations"] = {gangs.ANNOTATION_KUEUE_TOTAL: "2", contract.ANNOTATION_BURST_AFTER: "60s"}
     patched, result = admit(sync, raw, "g0")
     assert result.outcome == "remote"
-    assert "only an Indexed Job's gang can wait" in notes_of(patched)[contract.ANNOTATION_BURST_AFTER_IGNORED]
+    assert (
+        "only a gang whose pods a Job controls can wait" in notes_of(patched)[contract.ANNOTATION_BURST_AFTER_IGNORED]
+    )
