@@ -138,6 +138,16 @@ class Reburster:
         count = self.rebursts_by_owner.get(first.owner.uid, 0) + 1
         self.rebursts_by_owner[first.owner.uid] = count
         self._metrics.rebursts.inc()
+        if any(pod.burst_deadline is not None for pod in stranded):  # waited until its deadline (burst-after), in vain
+            message = stranding.build_gang_burst_after_message(
+                first, size=len(members), count=count, cap=self._policy.cap
+            )
+            log.info(
+                "waiting gang burst after its deadline",
+                extra=_context(first, gang=first.gang, owner=first.owner.name, deleted=deleted, count=count),
+            )
+            self._event_on_owner(first, reason=REASON_BURST_AFTER, message=message)
+            return
         message = stranding.build_gang_reburst_message(first, size=len(members), count=count, cap=self._policy.cap)
         log.info(
             "stranded gang re-burst",

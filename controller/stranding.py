@@ -24,7 +24,10 @@ not model (inter-pod affinity, topology spread, ...).
 A pod the webhook kept local to *wait* for a node before bursting (its `burst-deadline` annotation,
 from the user's `burst-after`) is not judged by the threshold: it may wait, unschedulable, until its
 deadline; if no node has taken it by then, it is deleted as a re-burst deletes (its Job recreates it,
-and the webhook bursts the replacement at once). The same cap bounds it.
+and the webhook bursts the replacement at once). The same cap bounds it. A gang waits as one (all its
+pods carry the same deadline): at the deadline, if any of its pods is still pending, the whole gang is
+deleted as above, its pods a node took meanwhile too (a gang runs as one: never some ranks here and the
+others on Nimbix), and its replacements burst as one job.
 """
 
 from __future__ import annotations
@@ -186,6 +189,14 @@ def build_gang_reburst_message(pod: PodView, *, size: int, count: int, cap: int)
     return (
         f"pod {pod.name} of a gang of {size} pods was decided local but stayed unschedulable; every pod of the gang"
         f" was deleted so that the gang is decided again as one (re-burst {count} of {cap})"
+    )
+
+
+def build_gang_burst_after_message(pod: PodView, *, size: int, count: int, cap: int) -> str:
+    return (
+        f"pod {pod.name} of a gang of {size} pods waited for local nodes (burst-after) until its deadline and none"
+        f" took it; every pod of the gang was deleted (those scheduled here meanwhile too: a gang runs as one), so"
+        f" that its replacements burst to Nimbix as one job (re-burst {count} of {cap})"
     )
 
 

@@ -11,7 +11,8 @@ and, for a gang's pod, its gang's GangSnapshot; it takes the rules in the order 
   4. its namespace's budget must hold the burst (webhook.budget): the pod's GPUs, or a gang's first
      pod's whole gang's (and again a remote gang's rank 0 whose reservation of the gang's GPUs lapsed:
      its runner submits the gang's job); and its caps in money (webhook.spending), at the burst's price;
-  5. a pod that would burst, and asked to, waits for a local node first (webhook.waiting);
+  5. a pod that would burst, and asked to, waits for a local node first (webhook.waiting): a gang's
+     first pod for the whole gang, which then decides nothing yet (each of its pods decides again);
   6. the verdict (webhook.verdict), with what the cache then applies, once.
 """
 
@@ -95,7 +96,8 @@ def decide(
             terms = burst.with_price(terms, price)
     waits = None
     if wait is not None and isinstance(terms, burst.Terms) and refusal is None and not reinvoked and not follows:
-        waits = waiting.decide(wait, gang=part is not None)
+        since = gang.member.since if gang is not None else None  # an Indexed Job gang's: when the Job was created
+        waits = waiting.decide(wait, gang=part is not None, gang_since=since)
     return verdicts.build(
         needs,
         placed,

@@ -31,6 +31,7 @@ which the cache applies (ClusterCache.apply).
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -69,6 +70,9 @@ class JobInfo:
     name: str
     parallelism: int
     completions: int | None
+    # metadata.creationTimestamp (epoch s; None: unreadable): what every pod of the gang shares, so
+    # each pod's admission counts the gang's wait before bursting from it alike (webhook.waiting).
+    created: float | None = None
 
     @property
     def gang_size(self) -> int | None:
@@ -88,6 +92,7 @@ class GangMember:
     size: int | None  # None: the pod's Job is not in the webhook's cache
     rank: int | None  # an Indexed Job's completion index; None for a pod group (assigned at admission)
     generation: int = 1  # which generation of the gang the pod is in (see generation_uid)
+    since: float | None = None  # an Indexed Job's: when the Job was created (epoch s; None: a pod group, or unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +132,19 @@ def parse_job(raw: Mapping[str, Any]) -> JobInfo | None:
         name=name,
         parallelism=parallelism if type(parallelism) is int else 1,
         completions=completions if type(completions) is int else None,
+        created=_epoch(meta.get("creationTimestamp")),
     )
+
+
+def _epoch(text: object) -> float | None:
+    """An RFC 3339 time as the API server writes it ("2026-01-02T03:04:05Z") -> epoch seconds (None: unreadable)."""
+    if not isinstance(text, str) or not text:
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return (moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)).timestamp()
 
 
 def pod_group_uid(cluster: str, namespace: str, group: str) -> str:
@@ -196,7 +213,7 @@ def find_member(
     size = job.gang_size
     if size is None or index >= size:
         return None  # completions != parallelism: a work queue of indexes, decided pod by pod
-    return GangMember(job_uid, "job", job_name, size, index)
+    return GangMember(job_uid, "job", job_name, size, index, since=job.created)
 
 
 # ----- what the cache tells of a gang ------------------------------------------------------------
@@ -227,10 +244,14 @@ class SeenGang:
 
 def read_pods(pods: Iterable[PodInfo]) -> SeenGang:
     """The decision of the gang's live pods (not finished, not being deleted: a gang whose pods are all
-    gone or going is decided afresh), the lowest rank's first; and the ranks they hold."""
+    gone or going is decided afresh), the lowest rank's first; and the ranks they hold. A pod kept
+    local to wait before bursting (webhook.waiting) carries no decision of its gang: each of a waiting
+    gang's pods decides it again (to wait until the same deadline, or to follow a gang now local)."""
     live = sorted((p for p in pods if not p.terminal and not p.deleting), key=lambda p: p.gang_rank)
     kind: Literal["local", "remote"] | None = None
     for pod in live:
+        if pod.waiting:
+            continue
         if pod.decision == contract.DECISION_REMOTE:
             kind = "remote"
             break

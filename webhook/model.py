@@ -336,6 +336,7 @@ def _with_gang(pod: PodInfo, meta: Mapping[str, Any], annotations: Mapping[str, 
         gang_rank=rank,
         decision=annotations.get(contract.ANNOTATION_DECISION, ""),
         deleting=bool(meta.get("deletionTimestamp")),
+        waiting=contract.ANNOTATION_BURST_DEADLINE in annotations,
     )
 
 

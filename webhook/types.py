@@ -148,6 +148,7 @@ class PodInfo:
     gang_rank: int = -1
     decision: str = ""
     deleting: bool = False
+    waiting: bool = False  # a gang's pod kept local to wait before bursting (its burst-deadline annotation)
     admission: str = ""  # our annotation: the token of the admission that decided it (webhook.provenance)
     # A burst pod in a namespace with cost caps: what it was counted for (webhook.spending).
     remote_cost: float = 0.0  # per hour

@@ -99,6 +99,9 @@ def build(
     reservation id; `reinvoked`: decided remote before (its burst counted then); `wait`: whether a
     pod that would burst waits for a local node first (webhook.waiting; None: not asked)."""
     if gang is not None:
+        if isinstance(wait, Wait) and gang.terms is not None and placed.decision.kind == "remote":
+            # The gang would burst and waits first: nothing reserved, nothing recorded of its decision.
+            return _waiting(placed.decision, wait, effects=NO_EFFECTS, dry_run=dry_run, gang=gang)
         verdict = _gang_verdict(needs, placed, terms, refusal, gang=gang, over_budget=over_budget, dry_run=dry_run)
         return _noted(verdict, wait)
     decision, moves = placed.decision, placed.moves
@@ -142,12 +145,18 @@ def build(
     return _noted(verdict, wait)
 
 
-def _waiting(decision: Decision, wait: Wait, *, effects: Effects, dry_run: bool) -> Verdict:
+def _waiting(
+    decision: Decision, wait: Wait, *, effects: Effects, dry_run: bool, gang: GangPart | None = None
+) -> Verdict:
     """A pod that would burst kept local to wait for a node until its deadline (the controller
-    bursts it then); nothing is reserved, its Job's deadline is remembered (not for a dry run)."""
+    bursts it then); nothing is reserved, its Job's deadline is remembered (not for a dry run, nor for
+    a gang's pod: its deadline is the Job's creation + the setting, the same at each of its pods). A
+    gang's pod carries its gang's annotations, so the controller replaces the gang as one."""
     why = wait.reason()
     notes = {contract.ANNOTATION_BURST_DEADLINE: format_deadline(wait.deadline)}
-    remembered = effects if dry_run else dataclasses.replace(effects, wait=(wait.key, wait.deadline))
+    if gang is not None:
+        notes = {**gang.notes, **notes}
+    remembered = effects if dry_run or not wait.key else dataclasses.replace(effects, wait=(wait.key, wait.deadline))
     return Verdict(
         "kept-local",
         decision,
@@ -155,6 +164,7 @@ def _waiting(decision: Decision, wait: Wait, *, effects: Effects, dry_run: bool)
         why,
         notes=notes,
         warnings=(f"nimbix-burst: kept local for now: {why}",),
+        gang=gang.terms if gang is not None else None,
         effects=remembered,
     )
 

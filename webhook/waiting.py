@@ -7,10 +7,19 @@ it (as its re-burst does) and the replacement bursts at once.
 
 Only a pod something recreates can wait: one a Job controls (the Job recreates the pod the
 controller deletes). A bare pod, or a ReplicaSet's, bursts at once, and says why on its
-`burst-after-ignored` annotation; so does a gang's pod (its gang is decided as one, not yet with a
-wait). One Job waits once: the webhook remembers the deadline it gave the Job's first waiting pod
-(ClusterCache.waits, by the Job's UID), its later pods wait until that same deadline, and a pod
-admitted after it bursts at once, which is how the replacement of a pod that waited in vain bursts.
+`burst-after-ignored` annotation. One Job waits once: the webhook remembers the deadline it gave the
+Job's first waiting pod (ClusterCache.waits, by the Job's UID), its later pods wait until that same
+deadline, and a pod admitted after it bursts at once, which is how the replacement of a pod that
+waited in vain bursts.
+
+A gang (webhook.gangs) waits as one. An Indexed Job's pods wait until the Job's creation + the
+setting: every pod's admission computes the same deadline from what they all share, whenever it comes
+and whichever replica decides it, with nothing remembered; at the deadline the controller replaces
+the whole gang (its pods scheduled here meanwhile too: a gang runs as one) and the replacements,
+admitted after the deadline, burst as one multi-node job. A gang whose Job's creation is not known
+(a pod group whose pods a Job controls) waits by the deadline remembered for that Job, as a Job's pods
+alone do. A Kueue pod group's pods are not recreated when deleted: such a pod group bursts at once,
+and says why.
 """
 
 from __future__ import annotations
@@ -70,7 +79,8 @@ class WaitAsk:
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    """The pod waits for a local node until `deadline`; `key` is its Job's UID, remembered with it."""
+    """The pod waits for a local node until `deadline`; `key` is its Job's UID, remembered with it
+    ("": a gang's pod, whose deadline is computed again at each of its pods, never remembered)."""
 
     key: str
     deadline: float
@@ -78,6 +88,11 @@ class Wait:
     source: str  # "pod" or "namespace"
 
     def reason(self) -> str:
+        if not self.key:
+            return (
+                f"its gang waits for local nodes until {format_deadline(self.deadline)} (its Job's creation +"
+                f" {contract.ANNOTATION_BURST_AFTER} {self.seconds:g}s, from the {self.source}), then bursts as one"
+            )
         return (
             f"waits for a local node until {format_deadline(self.deadline)} ({contract.ANNOTATION_BURST_AFTER}"
             f" {self.seconds:g}s, from the {self.source}), then bursts"
@@ -117,16 +132,18 @@ def _setting(ask: WaitAsk) -> tuple[float, str] | NoWait:
     return NO_WAIT
 
 
-def decide(ask: WaitAsk, *, gang: bool) -> Wait | NoWait:
-    """Whether a pod that would burst now waits first (see the module's rules). `gang`: a gang's pod."""
+def decide(ask: WaitAsk, *, gang: bool, gang_since: float | None = None) -> Wait | NoWait:
+    """Whether a pod that would burst now waits first (see the module's rules). `gang`: a gang's pod;
+    `gang_since`: an Indexed Job gang's creation (epoch s; None: a pod group's pod)."""
     setting = _setting(ask)
     if isinstance(setting, NoWait):
         return setting
     seconds, source = setting
     if seconds <= 0:
         return NO_WAIT
-    if gang:
-        return NoWait(f"{contract.ANNOTATION_BURST_AFTER} is ignored: a gang's pods burst as one, without waiting")
+    if gang and (gang_since is not None or not ask.job_uid):
+        return _gang_wait(seconds, source, now=ask.now, since=gang_since)
+    # A gang whose Job's creation is not known waits as one Job's pods do: by the deadline remembered.
     if not ask.job_uid:
         return NoWait(
             f"{contract.ANNOTATION_BURST_AFTER} is ignored: only a Job's pod can wait (the Job recreates it to burst"
@@ -138,3 +155,19 @@ def decide(ask: WaitAsk, *, gang: bool) -> Wait | NoWait:
     if ask.now < deadline:
         return Wait(ask.job_uid, deadline, seconds, source)
     return NoWait(f"its Job waited until {format_deadline(deadline)} for a local node and none took its pod")
+
+
+def _gang_wait(seconds: float, source: str, *, now: float, since: float | None) -> Wait | NoWait:
+    """A gang's pod: the gang waits until its Job's creation + the setting, computed alike at every pod."""
+    if since is None:
+        return NoWait(
+            f"{contract.ANNOTATION_BURST_AFTER} is ignored: only a gang whose pods a Job controls can wait (the Job"
+            " recreates them to burst later); nothing recreates this pod group's pods, so it bursts as one at once"
+        )
+    deadline = since + seconds
+    if now < deadline:
+        return Wait("", deadline, seconds, source)
+    return NoWait(
+        f"its gang's wait ended at {format_deadline(deadline)} (its Job's creation + {seconds:g}s) with no local"
+        " nodes for all of its pods; it bursts as one"
+    )

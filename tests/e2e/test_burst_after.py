@@ -25,7 +25,9 @@ import pytest
 from devplatform import demo
 from devplatform.cluster import addons, controlplane, install, node
 from jarvice import contract
+from tests.support.fault_matrix import FaultMatrix, Row
 from tests.support.gpus import GPU
+from tests.support.indexed_jobs import real_node_indexed_job, submissions
 from tests.support.installed_controller import (
     CONTROLLER,
     CONTROLLER_SELECTOR,
@@ -33,9 +35,13 @@ from tests.support.installed_controller import (
     app_container,
     controller_leader,
     pod_body,
+    wait_admitted_as,
 )
+from tests.support.webhook_group import env
 
 BURST_AFTER_SECONDS = 60
+GANG_BURST_AFTER_SECONDS = 30
+GANG_GPUS = 4  # per pod: the emulator's ng4 runs the gang as one job of 2 nodes
 HOMECOMING_SECONDS = 2
 WAIT_SECONDS = 180.0
 HELD_QUEUE_SECONDS = 600.0
@@ -223,6 +229,85 @@ def test_gpus_freed_within_the_wait_run_the_pod_locally_with_no_jarvice_job(
     assert "trained locally" in control_plane.kubectl("-n", ns, "logs", pods[0]["metadata"]["name"]).stdout
     assert _jobs_of(node_emulator, {first["metadata"]["uid"]}) == []
     assert _events(control_plane, ns, job, "NimbixBurstAfterWait") == []
+
+
+def test_an_indexed_job_gang_on_a_full_cluster_waits_as_one_then_bursts_as_one_multi_node_job(
+    homecoming: None,
+    control_plane: controlplane.ControlPlane,
+    node_emulator: addons.EmulatorProcess,
+    ns: str,
+    node_gpus: Callable[[int], None],
+    fault_matrix: FaultMatrix,
+) -> None:
+    """burst-after 30s on a 2-pod Indexed Job, no local GPU: both pods wait with one deadline, no JARVICE
+    job for the first 25 s, then the gang is replaced whole and bursts as one job of 2 nodes by 90 s."""
+    node_gpus(0)
+    probe = pod_body(f"probe-{uuid.uuid4().hex[:6]}", app_container(node_emulator, "true", gpus=1), gated=False)
+    wait_admitted_as(control_plane, ns, probe, decision="remote", what="the real node's GPUs taken away")
+    name = f"ddp-{uuid.uuid4().hex[:6]}"
+    body = real_node_indexed_job(
+        name, app_container(node_emulator, 'echo "gang ran remotely"', gpus=GANG_GPUS), labels={"task-type": "Nimbix"}
+    )
+    body["spec"]["backoffLimit"] = 6  # each replaced pod counts as one of the Job's failures
+    body["spec"]["template"]["metadata"]["annotations"] = {
+        contract.ANNOTATION_BURST_AFTER: f"{GANG_BURST_AFTER_SECONDS}s"
+    }
+    began = time.monotonic()
+    created = control_plane.kubectl("-n", ns, "create", "-o", "json", "-f", "-", input=json.dumps(body)).stdout
+    gang = str(json.loads(created)["metadata"]["uid"])  # the gang's identity: its Job's UID
+    waiting = demo.wait_for(
+        lambda: pods if len(pods := _job_pods(control_plane, ns, name)) == 2 else None,
+        what="the gang's two pods",
+        timeout=30,
+    )
+    deadlines = set()
+    for pod in waiting:
+        notes = annotations_of(pod)
+        assert (notes[contract.ANNOTATION_DECISION], notes[contract.ANNOTATION_GANG]) == ("local", gang), notes
+        assert "its gang waits for local nodes until" in notes[contract.ANNOTATION_REASON], notes
+        deadlines.add(notes[contract.ANNOTATION_BURST_DEADLINE])
+    assert len(deadlines) == 1, deadlines  # one deadline for the whole gang
+    seen = {pod["metadata"]["uid"] for pod in waiting}
+    while time.monotonic() - began < GANG_BURST_AFTER_SECONDS - 5:  # the wait: its pods, no job on JARVICE
+        seen |= {pod["metadata"]["uid"] for pod in _job_pods(control_plane, ns, name)}
+        assert demo.fetch_emulator_jobs(node_emulator.url, pod_uid=gang) == [], "a gang's job before the deadline"
+        assert _jobs_of(node_emulator, seen) == [], "a JARVICE job before the deadline"
+        time.sleep(1)
+    assert seen == {pod["metadata"]["uid"] for pod in waiting}, "a waiting pod was replaced before the deadline"
+
+    def burst_pods() -> list[dict[str, Any]] | None:
+        pods = _job_pods(control_plane, ns, name)
+        burst = [p for p in pods if annotations_of(p).get(contract.ANNOTATION_DECISION) == "remote"]
+        return burst if len(burst) == 2 else None
+
+    replacements = demo.wait_for(
+        burst_pods, what="the gang's replacements decided remote", timeout=90 - (time.monotonic() - began)
+    )
+    MEASURED["gang_created_to_burst_s"] = round(time.monotonic() - began, 1)
+    assert not seen & {pod["metadata"]["uid"] for pod in replacements}, "a waiting pod burst in place"
+    ranks = sorted(annotations_of(pod)[contract.ANNOTATION_GANG_RANK] for pod in replacements)
+    assert ranks == ["0", "1"] and {annotations_of(pod)[contract.ANNOTATION_GANG] for pod in replacements} == {gang}
+    demo.wait_for(
+        lambda: (_get(control_plane, "-n", ns, "get", "job", name)["status"].get("succeeded") or 0) == 2,
+        what="the gang's Job complete",
+        timeout=WAIT_SECONDS,
+    )
+    jobs = demo.fetch_emulator_jobs(node_emulator.url, pod_uid=gang) + _jobs_of(node_emulator, seen)
+    fault_matrix.record(  # held to the goal there: one job for the whole gang, never two, none billing late
+        Row(
+            fault=f"a 2-pod gang that waited in vain (burst-after {GANG_BURST_AFTER_SECONDS}s): replaced, burst as one",
+            submitted=len(jobs),
+            completed=sum(j["status"] == "COMPLETED" for j in jobs),
+            billing_late=sum(j["status"] not in ("COMPLETED", "TERMINATED") for j in jobs),
+            note=f"burst as one 2-node job {MEASURED['gang_created_to_burst_s']}s after the Job was created",
+        )
+    )
+    assert [job["status"] for job in jobs] == ["COMPLETED"]  # the pods that waited submitted nothing
+    (submission,) = submissions(node_emulator, f"k8s-{env(replacements[0])['NIMBIX_BURST_CLUSTER']}.{gang}-1")
+    assert submission["body"]["machine"]["nodes"] == 2
+    (event,) = _events(control_plane, ns, name, "NimbixBurstAfterWait")
+    assert "of a gang of 2 pods waited for local nodes" in event["message"]
+    print(f"\ngang burst-after {GANG_BURST_AFTER_SECONDS}s: created -> burst {MEASURED['gang_created_to_burst_s']}s")
 
 
 # --- coming home while still queued --------------------------------------------------------------

@@ -236,3 +236,62 @@ def test_a_pod_still_within_its_wait_is_left_alone_past_the_threshold() -> None:
     reburster.scan()
     assert kube.deleted == []
     assert kube.events == []
+
+
+# --- a gang that waited before bursting (burst-after): replaced whole at its deadline -------------
+
+PAST, AHEAD = "2023-11-14T22:18:00Z", "2023-11-14T22:30:00Z"  # T0 + 280 (NOW is past it), T0 + 1000
+
+
+def test_a_waiting_gang_is_replaced_whole_at_its_deadline_a_rank_scheduled_here_meanwhile_too() -> None:
+    """Never half a gang here and half on Nimbix: the rank a node took goes with the one none did."""
+    pending = pod(uid="a", name="train-0", gang=GANG, burst_deadline=PAST)
+    placed = pod(
+        uid="b", name="train-1", gang=GANG, burst_deadline=PAST, node_name="n1", phase="Running", scheduled=("True", "")
+    )
+    reburster, kube, _ = make(pending, placed)
+    reburster.scan()
+    assert sorted(name for name, _, _ in kube.deleted) == ["train-0", "train-1"]
+    assert kube.events == [("Job", "train", "NimbixBurstAfterWait")]
+    assert reburster.rebursts_by_owner == {JOB_UID: 1}
+    reburster.scan()  # the watch has not shown the deletions yet: nothing twice
+    assert len(kube.deleted) == 2
+
+
+def test_a_waiting_gang_within_its_wait_or_all_scheduled_here_is_left_alone() -> None:
+    within = [pod(uid=u, name=f"train-{i}", gang=GANG, burst_deadline=AHEAD) for i, u in enumerate("ab")]
+    scheduled = [
+        pod(uid=u, name=f"train-{i}", gang=GANG, burst_deadline=PAST, node_name="n1", scheduled=("True", ""))
+        for i, u in enumerate("ab")
+    ]
+    for bodies in (within, scheduled):
+        reburster, kube, _ = make(*bodies)
+        reburster.scan()
+        assert (kube.deleted, kube.events) == ([], [])
+
+
+def test_the_waiting_gangs_event_says_it_waited_and_bursts_as_one() -> None:
+    pods = [pod(uid=u, name=f"train-{i}", gang=GANG, burst_deadline=PAST) for i, u in enumerate("ab")]
+    store = PodStore(clock=lambda: 0.0)
+    store.replace(pods)
+    messages: list[str] = []
+
+    class Recording(FakeKube):
+        def record_event(
+            self, *, namespace: str, involved: Mapping[str, str], reason: str, message: str, event_type: str = "Warning"
+        ) -> None:
+            messages.append(message)
+
+    kube = Recording(pods={b["metadata"]["name"]: b for b in pods}, jobs={"train": job()})
+    reburster = Reburster(
+        store=store,
+        kube=kube,
+        policy=stranding.Policy(threshold=120, cap=3),
+        metrics=Metrics(is_leader=lambda: True),
+        is_leader=lambda: True,
+        wall_clock=lambda: NOW,
+    )
+    reburster.scan()
+    (message,) = messages
+    assert "a gang of 2 pods waited for local nodes (burst-after) until its deadline" in message
+    assert "its replacements burst to Nimbix as one job (re-burst 1 of 3)" in message

@@ -3,7 +3,8 @@
 Expected values are written from the rules in docs/decision.md ("Waiting before bursting"), never by
 calling the code under test: a Job's pod that would burst waits for a local node until its Job's
 deadline (admission time + the setting, the pod's own or its namespace's); any other pod bursts at
-once and says why; a pod of a Job whose deadline has passed bursts at once.
+once and says why; a pod of a Job whose deadline has passed bursts at once. A gang's wait:
+tests/unit/webhook/test_gang_waiting.py.
 """
 
 from __future__ import annotations
@@ -101,7 +102,6 @@ def test_the_wait(the_ask: waiting.WaitAsk, gang: bool, expected: waiting.Wait |
     ("the_ask", "gang", "says"),
     [
         (ask("60s", job=""), False, "only a Job's pod can wait"),
-        (ask("60s"), True, "a gang's pods burst as one"),
         (ask("sixty"), False, "the pod's nimbix-burst.io/burst-after is ignored: 'sixty' is not a duration"),
         (ask(None, ns="soon"), False, "the namespace's nimbix-burst.io/burst-after is ignored"),
         (ask("60s", deadlines={"job-1": NOW}), False, "its Job waited until 1970-01-01T01:23:20.000Z"),
