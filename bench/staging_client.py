@@ -14,6 +14,7 @@ from typing import Any
 import asyncssh
 
 from entrypoint import local_tree, sftp_transfer, staging, vault_staging
+from entrypoint.batched_socket import BatchedTCP
 from entrypoint.sftp_transfer import DownloadRoot, UploadRoot, VaultTransfer
 from jarvice.redaction import Secret
 
@@ -36,6 +37,7 @@ class KeyTransfer(VaultTransfer):
                 known_hosts=self.address.known_hosts,
                 agent_path=None,
                 encryption_algs=sftp_transfer.ENCRYPTION_ALGS,
+                tunnel=BatchedTCP(),
             ),
             timeout=CONNECT_TIMEOUT_SECONDS,
         )
