@@ -79,12 +79,17 @@ class _Relay(asyncio.Protocol):
 
     def __init__(self, inner: asyncio.Protocol) -> None:
         self.inner = inner
+        self.writes: _BatchedWrites | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.inner.connection_made(_BatchedWrites(cast(asyncio.Transport, transport)))
+        self.writes = _BatchedWrites(cast(asyncio.Transport, transport))
+        self.inner.connection_made(self.writes)
 
     def data_received(self, data: bytes) -> None:
         self.inner.data_received(data)
+        # What reading wrote (a window adjust, above all) leaves now: the server may be waiting for it.
+        if self.writes is not None:
+            self.writes.flush()
 
     def eof_received(self) -> bool | None:
         return self.inner.eof_received()

@@ -134,7 +134,7 @@ def test_what_one_loop_turn_writes_leaves_in_one_send_in_order() -> None:
         theirs.setblocking(False)
         loop = asyncio.get_running_loop()
         transport, _protocol = await loop.create_connection(asyncio.Protocol, sock=ours)
-        batched = batched_socket._BatchedWrites(transport)  # type: ignore[arg-type]
+        batched = batched_socket._BatchedWrites(transport)
         try:
             batched.write(b"one ")
             batched.write(b"two ")
@@ -150,6 +150,33 @@ def test_what_one_loop_turn_writes_leaves_in_one_send_in_order() -> None:
             theirs.setblocking(True)
             assert theirs.recv(100) == b"last"
         finally:
+            theirs.close()
+
+    asyncio.run(scenario())
+
+
+def test_what_handling_received_data_writes_leaves_at_once() -> None:
+    """A window adjust written while reading must not wait for the loop's next turn: the server may
+    be waiting for it before it sends more."""
+
+    class Answering(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            assert isinstance(self.transport, asyncio.WriteTransport)
+            self.transport.write(b"adjust")
+
+    async def scenario() -> None:
+        ours, theirs = socket.socketpair()
+        theirs.setblocking(False)
+        relay = batched_socket._Relay(Answering())
+        transport, _protocol = await asyncio.get_running_loop().create_connection(lambda: relay, sock=ours)
+        try:
+            relay.data_received(b"data")
+            assert theirs.recv(100) == b"adjust"  # no turn of the loop in between
+        finally:
+            transport.close()
             theirs.close()
 
     asyncio.run(scenario())
