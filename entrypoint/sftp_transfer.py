@@ -4,15 +4,19 @@ JARVICE has no REST upload: its own clients use SFTP to the vault host, user = t
 password = the API key. Every transfer here is:
 - concurrent: FILES_IN_FLIGHT files move at once over one session (SFTP requests are pipelined), and
   a large file moves in CHUNK_BYTES blocks that asyncssh splits into parallel requests; at most
-  CHUNKS_IN_MEMORY blocks are held at a time, so memory does not grow with the data;
+  CHUNKS_IN_MEMORY blocks are held at a time, so memory does not grow with the data. A small file
+  (IN_PLACE_BYTES) is one round trip after its open: write, time and close (or read and close) are
+  sent together, and the SSH connection sends a loop turn's packets at once (batched_socket);
 - streamed: the trees are walked one directory at a time on both sides (local `os.scandir`, remote
   `readdir`), so a million files take the memory of one directory's listing;
 - incremental: a file whose copy already has its size and modification time (seconds, as SFTP
   carries it) is skipped; a copy gets the source's time only once it is whole;
 - never trusting a partial file: a file is written to `<name>.nbpart`, its size checked, its time
-  set, and only then renamed into place. After a dropped connection (made again up to MAX_RECONNECTS
-  times without progress) a file resumes from the bytes this runner saw acknowledged; a partial
-  file left by an earlier runner is written again from the start;
+  set, and only then renamed into place (a small upload, and a copied-back file of one block new to
+  the pod, are written in place with their time set last, so a copy cut short never looks current).
+  After a dropped connection (made again up to MAX_RECONNECTS times without progress) a file resumes
+  from the bytes this runner saw acknowledged; a partial file left by an earlier runner is written
+  again from the start;
 - reported: a progress line (files, bytes, rate, ETA) on stderr every PROGRESS_SECONDS.
 
 Stopping early (`should_stop`, polled between blocks) is not a failure: the report says what was done.
