@@ -117,6 +117,15 @@ def open_for_reading(path: str) -> int:
     return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
 
 
+def read_small(path: str, size: int) -> bytes:
+    """The first `size` bytes of a small staged file, in one trip (opened as open_for_reading does)."""
+    fd = open_for_reading(path)
+    try:
+        return os.pread(fd, size, 0)
+    finally:
+        os.close(fd)
+
+
 # --- copy-back ------------------------------------------------------------------------------------
 
 
@@ -208,6 +217,16 @@ class BeneathWriter:
             if exc.errno == errno.ELOOP:
                 raise UnsafePath(f"{self.root}/{relative}{staging.PART_SUFFIX} is a symbolic link") from exc
             raise
+
+    def create_new(self, relative: str) -> int | None:
+        """A new file at `relative` for writing; None when the name is taken by anything (O_EXCL:
+        a link there is neither followed nor replaced; the caller goes through a partial file)."""
+        head, _, name = relative.rpartition("/")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            return os.open(name, flags, 0o644, dir_fd=self.dir_fd(head))
+        except FileExistsError:
+            return None
 
     def commit(self, relative: str, *, mtime: float | None) -> None:
         """Rename the verified partial file into place (a link there is replaced, never followed)."""

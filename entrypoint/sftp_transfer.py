@@ -4,15 +4,19 @@ JARVICE has no REST upload: its own clients use SFTP to the vault host, user = t
 password = the API key. Every transfer here is:
 - concurrent: FILES_IN_FLIGHT files move at once over one session (SFTP requests are pipelined), and
   a large file moves in CHUNK_BYTES blocks that asyncssh splits into parallel requests; at most
-  CHUNKS_IN_MEMORY blocks are held at a time, so memory does not grow with the data;
+  CHUNKS_IN_MEMORY blocks are held at a time, so memory does not grow with the data. A small file
+  (IN_PLACE_BYTES) is one round trip after its open: write, time and close (or read and close) are
+  sent together, and the SSH connection sends a loop turn's packets at once (batched_socket);
 - streamed: the trees are walked one directory at a time on both sides (local `os.scandir`, remote
   `readdir`), so a million files take the memory of one directory's listing;
 - incremental: a file whose copy already has its size and modification time (seconds, as SFTP
   carries it) is skipped; a copy gets the source's time only once it is whole;
 - never trusting a partial file: a file is written to `<name>.nbpart`, its size checked, its time
-  set, and only then renamed into place. After a dropped connection (made again up to MAX_RECONNECTS
-  times without progress) a file resumes from the bytes this runner saw acknowledged; a partial
-  file left by an earlier runner is written again from the start;
+  set, and only then renamed into place (a small upload, and a copied-back file of one block new to
+  the pod, are written in place with their time set last, so a copy cut short never looks current).
+  After a dropped connection (made again up to MAX_RECONNECTS times without progress) a file resumes
+  from the bytes this runner saw acknowledged; a partial file left by an earlier runner is written
+  again from the start;
 - reported: a progress line (files, bytes, rate, ETA) on stderr every PROGRESS_SECONDS.
 
 Stopping early (`should_stop`, polled between blocks) is not a failure: the report says what was done.
@@ -31,11 +35,12 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Final, TextIO, TypeVar
+from typing import Final, TextIO, TypeVar, cast
 
 import asyncssh
 
 from entrypoint import local_tree, staging
+from entrypoint.batched_socket import BatchedTCP
 from jarvice.redaction import Secret
 
 log = logging.getLogger(__name__)
@@ -256,6 +261,7 @@ class VaultTransfer:
                 agent_path=None,
                 preferred_auth="password,keyboard-interactive",
                 encryption_algs=ENCRYPTION_ALGS,
+                tunnel=BatchedTCP(),
             ),
             timeout=CONNECT_TIMEOUT_SECONDS,
         )
@@ -486,19 +492,16 @@ class _Uploader:
         return _Put(local, real, vault, entry.size, mtime)
 
     async def _put(self, sftp: asyncssh.SFTPClient, item: _Put) -> None:
-        # A file sent in one write request is written in place: the request lands whole or not at
-        # all, and the copy gets its source's time only after it, so a copy cut short is never
-        # current. A larger one goes through `<name>.nbpart`, renamed only once whole.
-        in_place = item.size <= IN_PLACE_BYTES
-        target = item.vault if in_place else item.vault + PART_SUFFIX
+        if item.size <= IN_PLACE_BYTES:
+            await self._put_small(sftp, item)
+            return
+        # A larger file goes through `<name>.nbpart`, renamed only once whole.
+        target = item.vault + PART_SUFFIX
         offset = self.state.acked.get(item.local, 0)
         try:
             fd = await self.state.on_disk(local_tree.open_for_reading, item.real)
         except OSError as exc:
-            if exc.errno not in (errno.ENOENT, errno.ELOOP):
-                raise TransferFailed(f"{item.local} cannot be read: {exc.strerror}") from exc
-            # Removed, or replaced by a link, since the walk: not data to stage now.
-            log.warning("not staging a file that changed into a link or vanished", extra={"path": item.local})
+            _vanished(item, exc)
             return
         self.state.acked[item.local] = offset
         writes: deque[tuple[int, int, asyncio.Task[int]]] = deque()
@@ -540,12 +543,53 @@ class _Uploader:
             raise
         finally:
             await self.state.on_disk(os.close, fd)
-        if not in_place:
-            await sftp.posix_rename(target, item.vault)
+        await sftp.posix_rename(target, item.vault)
         del self.state.acked[item.local]
         self.state.report.copied += 1
         self.state.report.copied_bytes += item.size
         self.state.meter.add(files=1)
+
+    async def _put_small(self, sftp: asyncssh.SFTPClient, item: _Put) -> None:
+        # A file sent in one write request is written in place: the request lands whole or not at
+        # all, and the copy gets its source's time only after it, so a copy cut short is never
+        # current. Read in one trip to the disk; the write, the time and the close go out together
+        # (the server does a handle's requests in order), one round trip after the open.
+        try:
+            data = await self.state.on_disk(local_tree.read_small, item.real, item.size)
+        except OSError as exc:
+            _vanished(item, exc)
+            return
+        if len(data) != item.size:
+            raise TransferFailed(
+                f"{item.local}: {len(data)} of {item.size} bytes could be read (the file changed while it"
+                " was sent?); it will be sent again"
+            )
+        self.transfer.check_stop()
+        # block_size=0: one request per call, without asyncssh's parallel-I/O tasks.
+        dst = await sftp.open(item.vault, "wb", encoding=None, block_size=0)
+        writes = [dst.write(data, 0)] if data else []
+        await _pipelined(*writes, dst.utime((item.mtime, item.mtime)), dst.close())
+        self.state.report.copied += 1
+        self.state.report.copied_bytes += item.size
+        self.state.meter.add(files=1, size=item.size)
+
+
+def _vanished(item: _Put, exc: OSError) -> None:
+    """A file that could not be opened: gone or a link now (logged, not staged), or a failure."""
+    if exc.errno not in (errno.ENOENT, errno.ELOOP):
+        raise TransferFailed(f"{item.local} cannot be read: {exc.strerror}") from exc
+    # Removed, or replaced by a link, since the walk: not data to stage now.
+    log.warning("not staging a file that changed into a link or vanished", extra={"path": item.local})
+
+
+async def _pipelined(*requests: Awaitable[object]) -> list[object]:
+    """SFTP requests sent at once (in this order) and awaited together: their results, or the
+    first error once every one has its answer."""
+    results = await asyncio.gather(*requests, return_exceptions=True)
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+    return results
 
 
 async def _put_link(sftp: asyncssh.SFTPClient, vault: str, target: str, have: tuple[int, int, int] | None) -> None:
@@ -583,6 +627,7 @@ class _Get:
     vault: str
     size: int
     mtime: int
+    fresh: bool = False  # nothing had its name in the pod when listed: written in place if still so
 
     @property
     def local(self) -> str:
@@ -626,8 +671,9 @@ class _Downloader:
             writers.append(writer)
             if stat.S_ISREG(mode):
                 name = os.path.basename(root.local)
-                get = _Get(writer, name, root.vault, attrs.size or 0, int(attrs.mtime or 0))
-                if not self._is_current(get, (await self.state.on_disk(writer.list_dir, "")).get(name)):
+                have = (await self.state.on_disk(writer.list_dir, "")).get(name)
+                get = _Get(writer, name, root.vault, attrs.size or 0, int(attrs.mtime or 0), fresh=have is None)
+                if not self._is_current(get, have):
                     yield get
                 continue
             if not stat.S_ISDIR(mode):
@@ -653,8 +699,9 @@ class _Downloader:
                     if stat.S_ISDIR(mode):
                         pending.append(relative)
                     elif stat.S_ISREG(mode) and not name.endswith(PART_SUFFIX):
-                        get = _Get(writer, relative, f"{directory}/{name}", size, mtime)
-                        if not self._is_current(get, here.get(name)):
+                        have = here.get(name)
+                        get = _Get(writer, relative, f"{directory}/{name}", size, mtime, fresh=have is None)
+                        if not self._is_current(get, have):
                             yield get
                     # links the job made in the vault are not copied back: they could lead anywhere
 
@@ -681,9 +728,9 @@ class _Downloader:
         fd: int | None = None
         if offset == 0 and item.size <= CHUNK_BYTES:
             try:
-                async with self.transfer.chunks.hold(item.size), sftp.open(item.vault, "rb", encoding=None) as src:
+                async with self.transfer.chunks.hold(item.size):
                     self.transfer.check_stop()
-                    data = _as_bytes(await src.read(item.size, 0)) if item.size else b""
+                    data = await _read_whole(sftp, item)
                     await self.state.on_disk(_write_whole, item, data)
             except local_tree.UnsafePath as exc:
                 del self.state.acked[item.local]
@@ -738,6 +785,21 @@ class _Downloader:
         self.state.meter.add(files=1)
 
 
+async def _read_whole(sftp: asyncssh.SFTPClient, item: _Get) -> bytes:
+    """A vault file of at most one block. One within a single read request (IN_PLACE_BYTES) is read
+    and closed together, one round trip after the open; a larger one in asyncssh's parallel reads."""
+    small = item.size <= IN_PLACE_BYTES
+    src = await sftp.open(item.vault, "rb", encoding=None, block_size=0 if small else -1)
+    if not small:
+        async with src:
+            return _as_bytes(await src.read(item.size, 0))
+    if not item.size:
+        await src.close()
+        return b""
+    data, _closed = await _pipelined(src.read(item.size, 0), src.close())
+    return _as_bytes(cast(bytes, data))
+
+
 def _write_part(item: _Get, fd: int | None, data: bytes, offset: int) -> int:
     """Write `data` at `offset` of the item's partial file, opened (and cut to `offset`) if `fd` is None."""
     if fd is None:
@@ -752,9 +814,29 @@ def _write_part(item: _Get, fd: int | None, data: bytes, offset: int) -> int:
 
 
 def _write_whole(item: _Get, data: bytes) -> None:
-    """A file of one block: its partial file written, checked and renamed into place at once."""
+    """A file of one block, in one trip to the disk. New to the pod: written in place, the vault's
+    time set last (a copy cut short never looks current, and no earlier version is lost). Else its
+    partial file is written, checked and renamed into place."""
+    if item.fresh and len(data) == item.size and _write_new(item, data):
+        return
     fd = _write_part(item, None, data, 0) if data else None
     _finish_part(item, fd, len(data))
+
+
+def _write_new(item: _Get, data: bytes) -> bool:
+    """Write `data` as a file new to the pod; False (nothing written) when its name has been taken."""
+    fd = item.writer.create_new(item.relative)
+    if fd is None:
+        return False
+    try:
+        if os.pwrite(fd, data, 0) != len(data):
+            raise TransferFailed(f"{item.local}: the disk took part of it; it will be fetched again")
+        os.utime(fd, (item.mtime, item.mtime))
+    except OSError as exc:  # a full disk is no connection problem: it ends the copy-back, saying where
+        raise TransferFailed(f"{item.local} cannot be written: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+    return True
 
 
 def _finish_part(item: _Get, fd: int | None, offset: int) -> None:

@@ -442,3 +442,19 @@ def test_the_staging_table_pairs_each_case_and_direction(tmp_path: Path) -> None
     assert "| small | copy-back |" in table
     files, size = staging.make_case(staging.Case("t", "t", ((3, 10), (1, 0))), tmp_path)
     assert (files, size) == (4, 30)
+
+
+def test_the_staging_table_counts_each_tools_best_round() -> None:
+    measures = [
+        staging.Measure(tool, "small", direction, seconds, 4096 * 10, 10, 40.0, round_)
+        for round_, (ours, theirs) in enumerate(((4.0, 1.0), (2.0, 3.0)))
+        for tool, seconds in (("nimbix-burst", ours), ("openssh sftp", theirs))
+        for direction in ("up", "down")
+    ]
+    assert "| small | stage-in | 1.0 s (0 MiB/s) | 2.0 s (0 MiB/s) | 0.50x | 40 MB |" in staging.table(measures)
+
+
+def test_the_many_files_table_names_the_rate_memory_and_record() -> None:
+    measures = [staging.ManyMeasure(1_000_000, 100, "up", 500.0, 48.0, 94)]
+    rendered = staging.render_many("2026-11-27 20:00 UTC", measures)
+    assert "| 1,000,000 x 100 B | stage-in | 500 s | 2,000 | 48 MB | 94 bytes |" in rendered

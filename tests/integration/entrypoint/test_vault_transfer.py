@@ -1,0 +1,182 @@
+"""The runner's SFTP transfers (entrypoint.sftp_transfer) against the emulator's vault, in process:
+small files go up and come back whole with their times, a second pass moves nothing, a file new to
+the pod is written in place and one the pod holds is replaced whole, and nothing is written through
+a link. The SSH connection's writes go through entrypoint.batched_socket (also tested alone)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from devplatform.emulator import EmulatorControl, Timing
+from entrypoint import batched_socket, local_tree, sftp_transfer, staging
+from entrypoint.sftp_transfer import DownloadRoot, UploadRoot, VaultTransfer
+from jarvice.redaction import Secret
+from tests.support import vaults
+from tests.support.runner_processes import API_KEY, APP, FAST_TIMING, USER
+
+SMALL = 300  # more files than are in flight at once
+OLD = 1_500_000_000  # a modification time no file made now has
+
+
+@pytest.fixture(scope="module")
+def vault(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[staging.VaultSettings, Path]]:
+    """The vault's SFTP address (host key checked) and the directory it stores the user's files in."""
+    root = tmp_path_factory.mktemp("vaults")
+    with vaults.vault_emulator(root, user=USER, apikey=API_KEY, app=APP, timing=Timing(**FAST_TIMING)) as emu:
+        with EmulatorControl(emu.url) as ctl:
+            info = ctl.session.get(f"{emu.url}/_emulator/vault", timeout=5).json()
+        known_hosts = root / "known_hosts"
+        known_hosts.write_text(info["known_hosts"])
+        host, _, port = info["sftp"].rpartition(":")
+        yield (
+            staging.VaultSettings(host, int(port), str(known_hosts), keep_job_dir=True),
+            root / USER / "drop.jarvice.com",
+        )
+
+
+def transfer(address: staging.VaultSettings) -> VaultTransfer:
+    return VaultTransfer(
+        address, username=USER, apikey=Secret(API_KEY), clock=time.monotonic, progress_out=io.StringIO()
+    )
+
+
+def small_tree(top: Path) -> dict[str, bytes]:
+    """SMALL files of a few hundred bytes to 64 KiB (one write request each), in two directories, with old times."""
+    made: dict[str, bytes] = {}
+    for i in range(SMALL):
+        relative = f"d{i % 2}/f{i:04d}.bin"
+        data = os.urandom((i * 211) % (sftp_transfer.IN_PLACE_BYTES + 1))
+        path = top / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        os.utime(path, (OLD + i, OLD + i))
+        made[relative] = data
+    return made
+
+
+def upload(address: staging.VaultSettings, local: Path, vault_path: str) -> sftp_transfer.Report:
+    roots = [UploadRoot(str(local), str(local), vault_path)]
+    return transfer(address).upload(
+        roots, totals=sftp_transfer.Totals(), never_staged=frozenset(), should_stop=lambda: False
+    )
+
+
+def test_small_files_go_up_whole_with_their_times_and_a_second_pass_moves_nothing(
+    vault: tuple[staging.VaultSettings, Path], tmp_path: Path
+) -> None:
+    address, stored = vault
+    made = small_tree(tmp_path / "data")
+    report = upload(address, tmp_path / "data", "up-small")
+    assert report.complete, report.error
+    assert (report.copied, report.skipped) == (SMALL, 0)
+    for relative, data in made.items():
+        copy = stored / "up-small" / relative
+        assert copy.read_bytes() == data, relative
+        assert copy.stat().st_mtime == (tmp_path / "data" / relative).stat().st_mtime, relative
+    again = upload(address, tmp_path / "data", "up-small")
+    assert (again.copied, again.skipped) == (0, SMALL)
+
+
+def test_copy_back_writes_new_files_in_place_and_replaces_a_file_the_pod_holds_whole(
+    vault: tuple[staging.VaultSettings, Path], tmp_path: Path
+) -> None:
+    address, _stored = vault
+    made = small_tree(tmp_path / "data")
+    assert upload(address, tmp_path / "data", "down-small").complete
+    pod = tmp_path / "pod" / "out"
+    (pod / "d0").mkdir(parents=True)
+    (pod / "d0" / "f0000.bin").write_bytes(b"an older version")
+    report = transfer(address).download([DownloadRoot("down-small", str(pod))], should_stop=lambda: False)
+    assert report.complete, report.error
+    assert (report.copied, report.skipped) == (SMALL, 0)
+    for relative, data in made.items():
+        assert (pod / relative).read_bytes() == data, relative
+        assert (pod / relative).stat().st_mtime == (tmp_path / "data" / relative).stat().st_mtime, relative
+    assert not list(pod.rglob("*" + staging.PART_SUFFIX))
+    again = transfer(address).download([DownloadRoot("down-small", str(pod))], should_stop=lambda: False)
+    assert (again.copied, again.skipped) == (0, SMALL)
+
+
+def test_a_link_planted_at_a_new_files_name_after_the_listing_is_replaced_never_written_through(
+    tmp_path: Path,
+) -> None:
+    bait = tmp_path / "secrets" / "token"
+    bait.parent.mkdir()
+    bait.write_text("bait")
+    out = tmp_path / "out"
+    out.mkdir()
+    writer = local_tree.BeneathWriter(str(out))
+    try:
+        # Listed as absent (fresh), then a link appears at its name before the write.
+        (out / "token").symlink_to(bait)
+        item = sftp_transfer._Get(writer, "token", "vault/token", 6, OLD, fresh=True)
+        sftp_transfer._write_whole(item, b"output")
+        assert writer.create_new("token") is None
+    finally:
+        writer.close()
+    assert bait.read_text() == "bait"
+    assert not (out / "token").is_symlink()
+    assert (out / "token").read_bytes() == b"output"
+    assert (out / "token").stat().st_mtime == OLD
+
+
+def test_what_one_loop_turn_writes_leaves_in_one_send_in_order() -> None:
+    async def scenario() -> None:
+        ours, theirs = socket.socketpair()
+        theirs.setblocking(False)
+        loop = asyncio.get_running_loop()
+        transport, _protocol = await loop.create_connection(asyncio.Protocol, sock=ours)
+        batched = batched_socket._BatchedWrites(transport)
+        try:
+            batched.write(b"one ")
+            batched.write(b"two ")
+            batched.write(b"three")
+            with pytest.raises(BlockingIOError):  # nothing sent within the turn
+                theirs.recv(100)
+            assert batched.get_write_buffer_size() == len(b"one two three")
+            await asyncio.sleep(0)  # the loop's next turn
+            assert theirs.recv(100) == b"one two three"
+            batched.write(b"last")
+            batched.close()  # what is held is sent before the close
+            await asyncio.sleep(0)
+            theirs.setblocking(True)
+            assert theirs.recv(100) == b"last"
+        finally:
+            theirs.close()
+
+    asyncio.run(scenario())
+
+
+def test_what_handling_received_data_writes_leaves_at_once() -> None:
+    """A window adjust written while reading must not wait for the loop's next turn: the server may
+    be waiting for it before it sends more."""
+
+    class Answering(asyncio.Protocol):
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            assert isinstance(self.transport, asyncio.WriteTransport)
+            self.transport.write(b"adjust")
+
+    async def scenario() -> None:
+        ours, theirs = socket.socketpair()
+        theirs.setblocking(False)
+        relay = batched_socket._Relay(Answering())
+        transport, _protocol = await asyncio.get_running_loop().create_connection(lambda: relay, sock=ours)
+        try:
+            relay.data_received(b"data")
+            assert theirs.recv(100) == b"adjust"  # no turn of the loop in between
+        finally:
+            transport.close()
+            theirs.close()
+
+    asyncio.run(scenario())
