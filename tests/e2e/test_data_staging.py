@@ -384,3 +384,15 @@ def test_a_job_that_fails_after_a_checkpoint_is_resumed_by_its_retry(
     assert len(list((host_dir / "out").iterdir())) == SMALL_FILES
     assert (host_dir / "ckpt" / "epoch-1").read_text() == "epoch-1\n"
     assert all(0 < peak < RSS_GOAL_BYTES / (1 << 20) for peak in peaks.values()), peaks
+    # The retry found the Job's vault directory as the failed pod left it: every input already there.
+    staged = stage_in_complete(retry)
+    assert staged["unchanged"] >= SMALL_FILES + 1 and staged["bytes"] < (1 << 20), staged
+    assert "keeping the Job's vault directory for a retry" in first
+
+
+def stage_in_complete(text: str) -> dict[str, Any]:
+    """The runner's `stage-in complete` log line."""
+    for line in text.splitlines():
+        if line.startswith("{") and '"stage-in complete"' in line:
+            return dict(json.loads(line))
+    raise AssertionError(f"no stage-in complete line:\n{text[-3000:]}")
