@@ -212,6 +212,9 @@ ANNOTATION_JOB_NODES: Final = ANNOTATION_PREFIX + "job-nodes"
 # All its jobs together, so far: GPU-hours, and cost from each machine's mc_price (per node-hour).
 ANNOTATION_GPU_HOURS: Final = ANNOTATION_PREFIX + "gpu-hours"
 ANNOTATION_COST: Final = ANNOTATION_PREFIX + "cost"
+# The pod's stage, as the controller derives it each round (controller.stages): staging-in,
+# submitting, queued, running, copying-back, finishing, ended; none on a gang's pods.
+ANNOTATION_STAGE: Final = ANNOTATION_PREFIX + "stage"
 # The controller's ledger, `4711=running,4712=submitted`: the last stage each job's Events reached.
 # A restarted controller reads it, so no Event is recorded twice.
 ANNOTATION_JOB_LEDGER: Final = ANNOTATION_PREFIX + "jobs"
