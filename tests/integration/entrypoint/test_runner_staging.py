@@ -412,3 +412,32 @@ def test_a_data_key_not_from_the_webhook_is_refused(
     code, _out, err = run_in_pod(env, setup="mkdir -p /srv/ws/data", collect=tmp_path / "pod")
     assert code == 78, err
     assert "NIMBIX_BURST_DATA_KEY must be job-<Job UID>" in err
+
+
+def configmap_layout(stamp: str) -> str:
+    """How the kubelet lays out a configMap volume at /srv/cfg (a new timestamped directory per pod)."""
+    return (
+        f"mkdir -p /srv/cfg/..{stamp} && echo 'epochs: 3' > /srv/cfg/..{stamp}/config.yaml"
+        f" && ln -s ..{stamp} /srv/cfg/..data && ln -s ..data/config.yaml /srv/cfg/config.yaml"
+    )
+
+
+def test_a_retry_s_new_configmap_layout_replaces_the_links_of_the_failed_pod_s(
+    vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path
+) -> None:
+    emu, _root = vault_emulator
+    data_key = f"job-{uuid.uuid4()}"
+    command = "cat /srv/cfg/config.yaml; test -f /srv/ws/out/o && exit 0; echo first > /srv/ws/out/o; exit 3"
+    runs = []
+    for run, stamp in (("first", "2026_11_27_20_30_00.1"), ("retry", "2026_11_27_20_32_00.2")):
+        env = job_pod_env(emu.url, tmp_path / run, data_key=data_key)
+        env["NIMBIX_BURST_STAGE_IN"] = "/srv/ws/data,/srv/cfg"
+        env["APP_COMMAND_ARGS"] = command
+        setup = f"mkdir -p /srv/ws/data /srv/ws/out && {configmap_layout(stamp)}"
+        if run == "retry":
+            setup = f"cp -a {shlex.quote(str(tmp_path / 'first' / 'pod' / 'ws'))} /srv/ && {setup}"
+        runs.append(run_in_pod(env, setup=setup, collect=tmp_path / run / "pod"))
+    (first_code, first_out, first_err), (code, out, err) = runs
+    assert first_code == 3 and "epochs: 3" in first_out, first_err
+    assert code == 0, err
+    assert "epochs: 3" in out
