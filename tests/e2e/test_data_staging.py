@@ -386,6 +386,9 @@ def test_a_job_that_fails_after_a_checkpoint_is_resumed_by_its_retry(
     assert all(0 < peak < RSS_GOAL_BYTES / (1 << 20) for peak in peaks.values()), peaks
     # The retry found the Job's vault directory as the failed pod left it: every input already there.
     staged = stage_in_complete(retry)
+    print(
+        f"the retry's stage-in: {staged['files']} files sent, {staged['unchanged']} unchanged, {staged['bytes']} bytes"
+    )
     assert staged["unchanged"] >= SMALL_FILES + 1 and staged["bytes"] < (1 << 20), staged
     assert "keeping the Job's vault directory for a retry" in first
 
