@@ -234,7 +234,9 @@ def test_a_dropped_sftp_connection_resumes(
     (host_dir / "data" / "shard.bin").write_bytes(data)
     session = requests.Session()
     session.trust_env = False
-    session.post(f"{emulator.url}/_emulator/vault-faults", json={"after_bytes": 2 << 20, "sessions": 1}, timeout=10)
+    # The runner's first session takes the Job's vault directory (its lease: a few bytes, never cut);
+    # the second uploads and is cut after 2 MiB.
+    session.post(f"{emulator.url}/_emulator/vault-faults", json={"after_bytes": 2 << 20, "sessions": 2}, timeout=10)
     cut_before = vault_info(emulator)["faults"]["cut"]
     annotations = {STAGE_IN: "/workspace/data"}
     template = train_pod(emulator, "sha256sum /workspace/data/shard.bin", annotations=annotations)
