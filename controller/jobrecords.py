@@ -18,6 +18,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
+from controller import stages
 from controller.pricing import Rate
 from jarvice import contract, exitcodes
 from jarvice.ledger import MAX_LEDGER, Stage, format_ledger, parse_ledger
@@ -63,6 +64,8 @@ class BurstPod:
     name: str
     terminal: bool  # phase Succeeded or Failed: its jobs are over, or orphans the reaper will end
     annotations: Mapping[str, str]
+    stages_in: bool = False  # a burst container stages data in (NIMBIX_BURST_STAGE_IN)
+    stages_out: bool = False  # ... or out (NIMBIX_BURST_STAGE_OUT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +246,10 @@ def plan_pod(pod: BurstPod, jobs: Sequence[JobFacts], *, rates: Mapping[str, Rat
                 # every job listed the total is exact (a running job's estimate ran to our clock).
                 if shown is None or complete or round(value, DECIMALS) > shown:
                     wanted[key] = _money_text(value)
+    stage_events, pod_stage = _stage(pod, jobs, recorded_jobs=bool(ledger))
+    events += stage_events
+    if pod_stage is not None:
+        wanted[contract.ANNOTATION_STAGE] = pod_stage
     changed = {key: value for key, value in wanted.items() if annotations.get(key) != value}
     money_keys = {contract.ANNOTATION_GPU_HOURS, contract.ANNOTATION_COST}
     return PodPlan(
@@ -252,6 +259,24 @@ def plan_pod(pod: BurstPod, jobs: Sequence[JobFacts], *, rates: Mapping[str, Rat
         money_only=bool(changed) and set(changed) <= money_keys,
         problem=problem,
     )
+
+
+def _stage(pod: BurstPod, jobs: Sequence[JobFacts], *, recorded_jobs: bool) -> tuple[list[Event], str | None]:
+    """The pod's stage (controller.stages) and the Event of a data stage it moved into."""
+    seen = [stages.JobSeen(job.number, job.state, job.start_time > 0) for job in jobs]
+    latest = stages.latest_job(seen)
+    view = stages.StagedPod(
+        terminal=pod.terminal,
+        stages_in=pod.stages_in,
+        stages_out=pod.stages_out,
+        gang=contract.ANNOTATION_GANG in pod.annotations,
+        recorded_jobs=recorded_jobs,
+    )
+    stage = stages.pod_stage(view, latest)
+    event = stages.stage_event(pod.annotations.get(contract.ANNOTATION_STAGE, ""), stage, latest)
+    if event is None:
+        return [], stage
+    return [Event(latest.number if latest is not None else 0, event.reason, event.message, "Normal")], stage
 
 
 def build_patch(pod: BurstPod, values: Mapping[str, str]) -> tuple[dict[str, Any], ...]:
@@ -310,6 +335,8 @@ _RECORDED_KEYS: Final = (
     contract.ANNOTATION_JOB_NODES,
     contract.ANNOTATION_GPU_HOURS,
     contract.ANNOTATION_COST,
+    contract.ANNOTATION_STAGE,
+    contract.ANNOTATION_GANG,
 )
 _TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})
 
@@ -320,10 +347,15 @@ def parse_burst_pod(obj: Mapping[str, Any]) -> BurstPod | None:
     annotations = metadata.get("annotations") or {}
     if annotations.get(contract.ANNOTATION_DECISION) != contract.DECISION_REMOTE:
         return None
+    spec = obj.get("spec") or {}
+    containers = spec.get("containers") if isinstance(spec, dict) else None
+    containers = [c for c in containers if isinstance(c, dict)] if isinstance(containers, list) else []
     return BurstPod(
         uid=str(metadata.get("uid") or ""),
         namespace=str(metadata.get("namespace") or ""),
         name=str(metadata.get("name") or ""),
         terminal=(obj.get("status") or {}).get("phase") in _TERMINAL_PHASES,
         annotations={key: str(annotations[key]) for key in _RECORDED_KEYS if key in annotations},
+        stages_in=stages.stages_data(containers, contract.ENV_STAGE_IN),
+        stages_out=stages.stages_data(containers, contract.ENV_STAGE_OUT),
     )

@@ -78,6 +78,10 @@ class DataStage(Protocol):
 
     def prepare(self) -> EarlyExit | None: ...
 
+    def command(self, shell_command: str) -> str:
+        """The command to submit: where the data is was settled by prepare()."""
+        ...
+
     def finish(self, *, job: int | None, job_may_run: bool, exit_code: int, stopping_since: float | None) -> int: ...
 
 

@@ -67,6 +67,10 @@ CONNECT_TIMEOUT_SECONDS: Final = 15.0
 PROGRESS_SECONDS: Final = 2.0
 # How many paths a report names (the counts are always whole).
 NAMED_PATHS: Final = 20
+# A lease file is a line of JSON; more than this is not one of ours. Created or read again this many
+# times when it is released between the two.
+MAX_LEASE_BYTES: Final = 4096
+LEASE_TRIES: Final = 3
 
 # AES-GCM first: one call into OpenSSL per SSH packet, where chacha20-poly1305 (asyncssh's first
 # choice) takes four from Python; staging many small files is that per-packet cost. The rest of
@@ -244,6 +248,43 @@ class VaultTransfer:
         async def remove(sftp: asyncssh.SFTPClient) -> None:
             if await sftp.exists(root):
                 await sftp.rmtree(root)
+
+        asyncio.run(self._once(remove))
+
+    # --- a lease: one small file, created only where none is (the vault's O_EXCL) ---------------
+
+    def take_lease(self, path: str, text: str) -> str | None:
+        """Create `path` holding `text` unless it exists: None when created, else what it holds."""
+
+        async def take(sftp: asyncssh.SFTPClient) -> str | None:
+            await sftp.makedirs(posixpath.dirname(path), exist_ok=True)
+            for _ in range(LEASE_TRIES):
+                try:
+                    async with sftp.open(path, "xb", encoding=None) as created:
+                        await created.write(text.encode())
+                    return None
+                except asyncssh.SFTPError:
+                    pass  # it exists (SFTP v3 says only "failure"): read it
+                try:
+                    async with sftp.open(path, "rb", encoding=None) as held:
+                        return _as_bytes(await held.read(MAX_LEASE_BYTES)).decode(errors="replace")
+                except asyncssh.SFTPNoSuchFile:
+                    continue  # released in between: try to create it again
+            raise TransferFailed(f"{path}: neither created nor readable")
+
+        return asyncio.run(self._once(take))
+
+    def write_file(self, path: str, text: str) -> None:
+        async def write(sftp: asyncssh.SFTPClient) -> None:
+            async with sftp.open(path, "wb", encoding=None) as out:
+                await out.write(text.encode())
+
+        asyncio.run(self._once(write))
+
+    def remove_file(self, path: str) -> None:
+        async def remove(sftp: asyncssh.SFTPClient) -> None:
+            with contextlib.suppress(asyncssh.SFTPNoSuchFile):
+                await sftp.remove(path)
 
         asyncio.run(self._once(remove))
 

@@ -2,11 +2,17 @@
 and when to copy it back. Pure.
 
 The webhook gives a burst container's runner two lists of absolute paths (NIMBIX_BURST_STAGE_IN,
-NIMBIX_BURST_STAGE_OUT, see `webhook.data_volumes`). The runner keeps every staged path of one job
-under a per-job directory of the vault, at the path itself: `/workspace/data` becomes
-`<vault>/nimbix-burst/<job label>/workspace/data`. JARVICE mounts the vault at `/data`, so the
+NIMBIX_BURST_STAGE_OUT, see `webhook.data_volumes`). The runner keeps every staged path of one
+container's work under one directory of the vault, at the path itself: `/workspace/data` becomes
+`<vault>/nimbix-burst/<work>/workspace/data`. JARVICE mounts the vault at `/data`, so the
 submitted command starts with a prelude that links each path to its copy there
-(`/workspace/data -> /data/nimbix-burst/<job label>/workspace/data`) and then runs the command.
+(`/workspace/data -> /data/nimbix-burst/<work>/workspace/data`) and then runs the command.
+
+The work is the pod's Job (NIMBIX_BURST_DATA_KEY, written by the webhook): a Job's retry finds in
+the vault what its failed pod uploaded and sends only what changed. Pods of one Job may overlap (a
+replacement is made while the old pod still copies back, or its node was lost with its job still
+running), so a pod takes the Job's directory only through a lease beside it that no other pod holds;
+otherwise it stages into a directory of its own (`pod-<pod UID>`), as any pod no Job owns does.
 
 What was done is kept in a small record in the state directory (an emptyDir that outlives
 container restarts): a few flags of constant size, whatever the number of files. Which files are
@@ -16,6 +22,7 @@ source's), so a restarted runner or a retry never uploads twice and a copy-back 
 
 import json
 import posixpath
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -30,6 +37,15 @@ VAULT_ROOT: Final = "nimbix-burst"
 # The prelude's exit status when a staged path cannot be made: the job fails with it.
 EXIT_LINK_FAILED: Final = exitcodes.EXIT_STAGE_LINK
 RECORD_FORMAT: Final = 2
+# Beside the work directories, one lease file per shared directory: the pod that stages into it.
+LEASES_DIR: Final = f"{VAULT_ROOT}/.leases"
+# The pod's own directory, when no Job's is used: `pod-<pod UID>`.
+POD_KEY_PREFIX: Final = "pod-"
+# Between the work and the container in a directory's name: in neither a key nor a container name.
+CONTAINER_SEPARATOR: Final = "."
+_UUID_RE: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+_DATA_KEY_RE: Final = re.compile(rf"^{contract.DATA_KEY_JOB_PREFIX}{_UUID_RE.pattern}(?:-(?:0|[1-9][0-9]{{0,8}}))?$")
+_CONTAINER_RE: Final = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 # A file being written, beside its final name; renamed into place only once whole.
 PART_SUFFIX: Final = ".nbpart"
 _CONTROL: Final = frozenset("\n\r\t\0")
@@ -86,6 +102,87 @@ def build_job_dir(job_label: str) -> str:
     """
     safe = "".join(ch if ch.isalnum() or ch in "-._~" else "_" for ch in job_label)
     return f"{VAULT_ROOT}/{safe.lstrip('.') or 'job'}"
+
+
+def parse_data_key(env: Mapping[str, str]) -> str | None:
+    """NIMBIX_BURST_DATA_KEY as the webhook writes it (`job-<Job UID>` or `job-<Job UID>-<index>`);
+    None when unset. Raises StagingError naming what to fix."""
+    raw = env.get(contract.ENV_DATA_KEY)
+    if raw is None or not raw.strip():
+        return None
+    key = raw.strip()
+    if not _DATA_KEY_RE.match(key):
+        raise StagingError(
+            f"{contract.ENV_DATA_KEY} must be job-<Job UID> or job-<Job UID>-<completion index>, as the"
+            f" nimbix-burst webhook writes it, got {key!r}; remove it from the pod to key its data by the pod"
+        )
+    return key
+
+
+@dataclass(frozen=True, slots=True)
+class WorkDirs:
+    """Where one burst container's data lives in the vault (relative to its root).
+
+    `shared`: the Job's directory (None: no Job's), used only under its lease; `own`: the pod's."""
+
+    own: str
+    shared: str | None = None
+
+    @property
+    def lease(self) -> str | None:
+        return f"{LEASES_DIR}/{posixpath.basename(self.shared)}" if self.shared else None
+
+
+def build_work_dirs(*, data_key: str | None, pod_uid: str, container: str, job_label: str) -> WorkDirs:
+    """The Job's directory `nimbix-burst/<data key>.<container>` (with a data key) and the pod's own
+    `nimbix-burst/pod-<pod UID>.<container>` (the container left out when the runner was not told
+    it). Without a pod UID (a runner the webhook did not set up) only the job label's directory,
+    as `build_job_dir`."""
+    if not _UUID_RE.fullmatch(pod_uid):
+        return WorkDirs(own=build_job_dir(job_label))
+    tail = f"{CONTAINER_SEPARATOR}{container}" if _CONTAINER_RE.match(container) else ""
+    own = f"{VAULT_ROOT}/{POD_KEY_PREFIX}{pod_uid}{tail}"
+    return WorkDirs(own=own, shared=f"{VAULT_ROOT}/{data_key}{tail}" if data_key else None)
+
+
+# --- the lease: which pod stages into a Job's directory ---------------------------------------------
+
+LEASE_FORMAT: Final = 1
+
+
+def render_lease(*, pod_uid: str, job_label: str) -> str:
+    return json.dumps({"format": LEASE_FORMAT, "pod": pod_uid, "job_label": job_label}, sort_keys=True) + "\n"
+
+
+def lease_holder(text: str) -> str | None:
+    """The pod UID a lease names; None for text that is no lease of this format (held by someone unknown)."""
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(raw, dict) or raw.get("format") != LEASE_FORMAT:
+        return None
+    pod = raw.get("pod")
+    return pod if isinstance(pod, str) and _UUID_RE.fullmatch(pod) else None
+
+
+LeaseAction = Literal["take", "own_dir"]
+
+
+def decide_lease(existing: str | None, *, pod_uid: str) -> LeaseAction:
+    """Whether a pod takes its Job's directory, given the lease found (None: there was none, and
+    this pod's was created). Only a lease of this very pod is taken over (its own runner restarted:
+    the runners of one container of one pod never overlap); any other holder, readable or not, may
+    still be copying back or have a job writing there, so the pod stages into its own directory."""
+    if existing is None or lease_holder(existing) == pod_uid:
+        return "take"
+    return "own_dir"
+
+
+def removes_work_dir(*, shared: bool, exit_code: int) -> bool:
+    """After a complete copy-back: the pod's own directory goes whatever the end (no later pod reads
+    it); the Job's only after a success (a failed run's retry sends only what changed)."""
+    return not shared or exit_code == 0
 
 
 def vault_path(job_dir: str, path: str) -> str:
@@ -155,6 +252,13 @@ class StagingRecord:
     stage_in_done: bool = False
     copy_back: CopyBack = "none"
     exit_code: int | None = None  # the job's exit status, kept while its copy-back is pending
+    # The vault directory the data went to ("": `build_job_dir(job_label)`, as runners before it wrote).
+    vault_dir: str = ""
+    shared: bool = False  # vault_dir is the Job's, taken under its lease
+
+    @property
+    def work_dir(self) -> str:
+        return self.vault_dir or build_job_dir(self.job_label)
 
 
 def render_record(record: StagingRecord) -> str:
@@ -173,11 +277,16 @@ def parse_record(text: str) -> StagingRecord:
         if copy_back not in ("none", "pending", "done"):
             raise StagingError(f"copy_back is {copy_back!r}")
         exit_code = raw.get("exit_code")
+        vault_dir = raw.get("vault_dir", "")
+        if not isinstance(vault_dir, str) or (vault_dir and not vault_dir.startswith(f"{VAULT_ROOT}/")):
+            raise StagingError(f"vault_dir is {vault_dir!r}")
         return StagingRecord(
             job_label=str(raw["job_label"]),
             stage_in_done=raw.get("stage_in_done") is True,
             copy_back=copy_back,
             exit_code=exit_code if isinstance(exit_code, int) else None,
+            vault_dir=vault_dir,
+            shared=raw.get("shared") is True,
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise StagingError(f"unreadable staging record: {exc}") from exc
@@ -187,8 +296,19 @@ def parse_record(text: str) -> StagingRecord:
 # is longer), every flag set, an exit status of 3 digits. Its temporary copy exists beside it
 # while it is replaced.
 _LONGEST_LABEL: Final = 512
+# The longest work directory: a data key with the longest index and the longest container name.
+_LONGEST_WORK_DIR: Final = f"{VAULT_ROOT}/{contract.DATA_KEY_JOB_PREFIX}{'0' * 36}-{'9' * 9}.{'c' * 63}"
 MAX_RECORD_BYTES: Final = len(
-    render_record(StagingRecord(job_label="x" * _LONGEST_LABEL, stage_in_done=True, copy_back="pending", exit_code=255))
+    render_record(
+        StagingRecord(
+            job_label="x" * _LONGEST_LABEL,
+            stage_in_done=True,
+            copy_back="pending",
+            exit_code=255,
+            vault_dir=_LONGEST_WORK_DIR,
+            shared=True,
+        )
+    )
 )
 
 

@@ -3,6 +3,7 @@ GPU budget, the submit POST (sent once, held against signals until its outcome i
 off within the outage budget) and the resolve window after an unanswered one. The remote run's
 shell for the "picking_up", "attaching", "submitting" and "resolving" phases."""
 
+import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import Any, Final
@@ -92,7 +93,10 @@ class Submitter(ShellPart):
                 },
             )
             return runsteps.NothingSubmitted(exitcodes.EXIT_OVER_BUDGET)
-        body = build_submit_body(self.plan, machine=choice.machine)
+        plan = self.plan
+        if self.deps.data is not None:  # the staged paths linked to their vault copies first
+            plan = dataclasses.replace(plan, shell_command=self.deps.data.command(plan.shell_command))
+        body = build_submit_body(plan, machine=choice.machine)
         body["job_label"] = self.label
         self.body = body
         # Saved before the submit: a runner killed between submit and the next save is resolved

@@ -22,7 +22,7 @@ from entrypoint import local_tree, staging
 from entrypoint.plan import RemotePlan
 from entrypoint.ports import EarlyExit, RemoteDeps
 from entrypoint.settings import Settings
-from entrypoint.sftp_transfer import DownloadRoot, Totals, UploadRoot, VaultTransfer
+from entrypoint.sftp_transfer import DownloadRoot, Totals, TransferFailed, UploadRoot, VaultTransfer
 from entrypoint.signals import CancelToken
 from jarvice import contract, exitcodes
 
@@ -39,6 +39,8 @@ class VaultStaging:
         paths: staging.StagePaths,
         *,
         job_label: str,
+        dirs: staging.WorkDirs,
+        pod_uid: str,
         transfer: VaultTransfer,
         state_dir: Path | None,
         container: str,
@@ -46,11 +48,15 @@ class VaultStaging:
         cancel: CancelToken,
         clock: Callable[[], float],
         never_staged: frozenset[str] = frozenset(),
+        out_files: Sequence[str] = (),
     ) -> None:
         self.paths = paths
         # The credential files, as the kernel names them (a Secret volume's files are links).
         self.never_staged = frozenset(os.path.realpath(path) for path in never_staged)
         self.job_label = job_label
+        self.dirs = dirs
+        self.pod_uid = pod_uid
+        self.out_files = tuple(out_files)
         self.transfer = transfer
         self.record_path = state_dir / f"{RECORD_NAME}-{container or 'runner'}.json" if state_dir else None
         self.keep_job_dir = keep_job_dir
@@ -58,6 +64,9 @@ class VaultStaging:
         self.clock = clock
         self.signal_seen_at: float | None = None
         self.record = self._load() or staging.StagingRecord(job_label=job_label)
+        # Where this run's data is: chosen by prepare() (an earlier runner's, or under the Job's lease).
+        self.job_dir = self.record.work_dir
+        self.shared = self.record.shared
 
     # --- before the run ------------------------------------------------------------------------
 
@@ -74,10 +83,59 @@ class VaultStaging:
             return None
         return self._stage_in()
 
+    def command(self, shell_command: str) -> str:
+        """The job's command: the prelude that links each staged path to its copy, then `shell_command`."""
+        prelude = staging.build_prelude(self.paths, job_dir=self.job_dir, out_files=self.out_files)
+        return staging.wrap_shell_command(shell_command, prelude=prelude)
+
+    def _choose_dir(self) -> str | None:
+        """The Job's directory when its lease is free or this pod's, else the pod's own; an error
+        text when the vault could not be asked."""
+        self.job_dir, self.shared = self.dirs.own, False
+        if self.dirs.shared is None or self.dirs.lease is None:
+            return None
+        lease = staging.render_lease(pod_uid=self.pod_uid, job_label=self.job_label)
+        try:
+            existing = self.transfer.take_lease(self.dirs.lease, lease)
+        except (OSError, asyncssh.Error, TransferFailed) as exc:
+            return str(exc)
+        if staging.decide_lease(existing, pod_uid=self.pod_uid) == "own_dir":
+            holder = staging.lease_holder(existing or "")
+            log.warning(
+                "another pod holds the Job's vault directory; staging into this pod's own (everything is sent)",
+                extra={"vault_dir": self.dirs.shared, "held_by_pod": holder, "own_vault_dir": self.dirs.own},
+            )
+            return None
+        if existing is not None:  # this pod's own lease, from an earlier runner: ours again, with our label
+            try:
+                self.transfer.write_file(self.dirs.lease, lease)
+            except (OSError, asyncssh.Error) as exc:
+                return str(exc)
+        self.job_dir, self.shared = self.dirs.shared, True
+        return None
+
+    def _release(self) -> None:
+        """Give the Job's directory back (its lease), when this run holds it: a retry may take it."""
+        if not self.shared or self.dirs.lease is None:
+            return
+        try:
+            self.transfer.remove_file(self.dirs.lease)
+        except (OSError, asyncssh.Error) as exc:  # held for good: a retry stages into its own directory
+            log.warning(
+                "could not release the Job's vault directory", extra={"vault_dir": self.job_dir, "error": str(exc)}
+            )
+
     def _stage_in(self) -> EarlyExit | None:
-        job_dir = staging.build_job_dir(self.job_label)
         if self.record.job_label != self.job_label:
             self.record = staging.StagingRecord(job_label=self.job_label)
+        failed = self._choose_dir()
+        job_dir = self.job_dir
+        if failed is not None:
+            log.error(
+                "stage-in failed; nothing was submitted, a restarted runner resumes the upload",
+                extra={"error": failed, "first_not_copied": [], "vault_dir": self.dirs.shared},
+            )
+            return EarlyExit(exitcodes.EXIT_TRANSFER, reported=False)
         roots: list[UploadRoot] = []
         for path in self.paths.stage_in:
             vault = staging.vault_path(job_dir, path)
@@ -89,6 +147,7 @@ class VaultStaging:
                         "a stage-in path does not exist in this container",
                         extra={"path": path, "job_label": self.job_label},
                     )
+                    self._release()
                     return EarlyExit(exitcodes.EXIT_CONFIG, reported=True)
                 log.info(
                     "a stage-in path under a stage-out path does not exist yet; staged as empty", extra={"path": path}
@@ -101,12 +160,17 @@ class VaultStaging:
             if path not in self.paths.stage_in:
                 roots.append(UploadRoot(path, path, staging.vault_path(job_dir, os.path.dirname(path)), empty=True))
         totals = count_files(roots)
-        log.info("staging in", extra={"files": totals.files, "bytes": totals.bytes, "vault_dir": job_dir})
+        log.info(
+            "staging in",
+            extra={"files": totals.files, "bytes": totals.bytes, "vault_dir": job_dir, "shared": self.shared},
+        )
         report = self.transfer.upload(
             roots, totals=totals, never_staged=self.never_staged, should_stop=self.should_stop_stage_in
         )
-        self.record = staging.StagingRecord(job_label=self.job_label, stage_in_done=report.complete)
+        self.record = self._record(stage_in_done=report.complete)
         self._save()
+        if not report.complete:  # nothing is submitted: nothing writes there
+            self._release()
         if report.stopped:
             log.warning(
                 "signal received during the stage-in; nothing was submitted", extra={"job_label": self.job_label}
@@ -133,28 +197,37 @@ class VaultStaging:
 
     def finish(self, *, job: int | None, job_may_run: bool, exit_code: int, stopping_since: float | None) -> int:
         """Copy back what the job wrote (within the grace period after a signal); the exit status."""
-        job_dir = staging.build_job_dir(self.job_label)
+        job_dir = self.job_dir
         if staging.decide_end(job_may_run=job_may_run, job_known=job is not None) == "leave":
-            if job_may_run:
+            if job_may_run:  # the job still writes there: the directory stays this pod's
                 log.warning(
                     "the job may still run: nothing copied back; a restarted runner copies back after it ends",
                     extra={"job": job, "vault_dir": job_dir},
                 )
+            else:  # no job ran: what was uploaded stays for a retry
+                self._release()
             return exit_code
         if not self.paths.stage_out:
-            self._remove_job_dir(job_dir)
+            self._done_with_work_dir(exit_code)
             return exit_code
-        self.record = staging.StagingRecord(
-            job_label=self.job_label,
-            stage_in_done=True,
-            copy_back="pending",
-            exit_code=exit_code,
-        )
+        self.record = self._record(stage_in_done=True, copy_back="pending", exit_code=exit_code)
         self._save()
         return self._copy_back(self.job_label, exit_code=exit_code, stopping_since=stopping_since)
 
+    def _record(
+        self, *, stage_in_done: bool, copy_back: staging.CopyBack = "none", exit_code: int | None = None
+    ) -> staging.StagingRecord:
+        return staging.StagingRecord(
+            job_label=self.job_label,
+            stage_in_done=stage_in_done,
+            copy_back=copy_back,
+            exit_code=exit_code,
+            vault_dir=self.job_dir,
+            shared=self.shared,
+        )
+
     def _copy_back(self, label: str, *, exit_code: int, stopping_since: float | None) -> int:
-        job_dir = staging.build_job_dir(label)
+        job_dir = self.job_dir
         roots = [DownloadRoot(staging.vault_path(job_dir, path), path) for path in self.paths.stage_out]
         if stopping_since is not None:
             self.signal_seen_at = stopping_since
@@ -176,19 +249,28 @@ class VaultStaging:
             )
             return exitcodes.EXIT_TRANSFER
         log.info("copy-back complete", extra=extra)
-        self.record = staging.StagingRecord(job_label=label, stage_in_done=True, copy_back="done", exit_code=exit_code)
+        self.record = dataclasses.replace(
+            self.record, job_label=label, stage_in_done=True, copy_back="done", exit_code=exit_code
+        )
         self._save()
-        self._remove_job_dir(job_dir)
+        self._done_with_work_dir(exit_code)
         return exit_code
 
-    def _remove_job_dir(self, job_dir: str) -> None:
+    def _done_with_work_dir(self, exit_code: int) -> None:
+        """Everything is home: remove the directory (the Job's only after a success), give its lease back."""
+        job_dir = self.job_dir
         if self.keep_job_dir:
             log.info("keeping the job's vault directory", extra={"vault_dir": job_dir})
-            return
-        try:
-            self.transfer.remove_tree(job_dir)
-        except (OSError, asyncssh.Error) as exc:  # the data is home: a leftover directory is only untidy
-            log.warning("could not remove the job's vault directory", extra={"vault_dir": job_dir, "error": str(exc)})
+        elif not staging.removes_work_dir(shared=self.shared, exit_code=exit_code):
+            log.info("keeping the Job's vault directory for a retry", extra={"vault_dir": job_dir})
+        else:
+            try:
+                self.transfer.remove_tree(job_dir)
+            except (OSError, asyncssh.Error) as exc:  # the data is home: a leftover directory is only untidy
+                log.warning(
+                    "could not remove the job's vault directory", extra={"vault_dir": job_dir, "error": str(exc)}
+                )
+        self._release()
 
     # --- the stop rule the transfers poll ------------------------------------------------------
 
@@ -256,16 +338,17 @@ def count_files(roots: Sequence[UploadRoot]) -> Totals:
 def attach(
     env: Mapping[str, str], settings: Settings, plan: RemotePlan, deps: RemoteDeps, *, paths: staging.StagePaths
 ) -> tuple[RemotePlan, RemoteDeps]:
-    """The plan with the staging prelude and the deps with a VaultStaging for the staged `paths`.
-    Raises StagingError for a variable to fix."""
+    """The plan, and the deps with a VaultStaging for the staged `paths` (it adds the staging prelude
+    to the submitted command). Raises StagingError for a variable to fix."""
     logging.getLogger("asyncssh").setLevel(logging.WARNING)  # its INFO is a line per SSH step
     assert settings.remote is not None
     api_host = urllib.parse.urlsplit(settings.remote.api_url).hostname or ""
     vault = staging.parse_vault_settings(env, api_host=api_host)
-    job_dir = staging.build_job_dir(plan.job_label)
+    pod = settings.pod
+    dirs = staging.build_work_dirs(
+        data_key=staging.parse_data_key(env), pod_uid=pod.uid, container=pod.container, job_label=plan.job_label
+    )
     out_files = [path for path in paths.stage_out if os.path.isfile(path)]
-    prelude = staging.build_prelude(paths, job_dir=job_dir, out_files=out_files)
-    wrapped = dataclasses.replace(plan, shell_command=staging.wrap_shell_command(plan.shell_command, prelude=prelude))
     creds = settings.remote.credentials
     transfer = VaultTransfer(
         vault, username=creds.username, apikey=creds.apikey, clock=deps.clock, progress_out=sys.stderr
@@ -273,6 +356,8 @@ def attach(
     stage = VaultStaging(
         paths,
         job_label=plan.job_label,
+        dirs=dirs,
+        pod_uid=pod.uid,
         transfer=transfer,
         state_dir=Path(settings.state_dir) if settings.state_dir else None,
         container=settings.pod.container,
@@ -280,9 +365,15 @@ def attach(
         cancel=deps.cancel,
         clock=deps.clock,
         never_staged=staging.credential_files(env),
+        out_files=out_files,
     )
     log.info(
         "data staging",
-        extra={"stage_in": list(paths.stage_in), "stage_out": list(paths.stage_out), "vault_host": vault.host},
+        extra={
+            "stage_in": list(paths.stage_in),
+            "stage_out": list(paths.stage_out),
+            "vault_host": vault.host,
+            "jobs_vault_dir": dirs.shared,
+        },
     )
-    return wrapped, dataclasses.replace(deps, data=stage)
+    return plan, dataclasses.replace(deps, data=stage)

@@ -212,6 +212,9 @@ ANNOTATION_JOB_NODES: Final = ANNOTATION_PREFIX + "job-nodes"
 # All its jobs together, so far: GPU-hours, and cost from each machine's mc_price (per node-hour).
 ANNOTATION_GPU_HOURS: Final = ANNOTATION_PREFIX + "gpu-hours"
 ANNOTATION_COST: Final = ANNOTATION_PREFIX + "cost"
+# The pod's stage, as the controller derives it each round (controller.stages): staging-in,
+# submitting, queued, running, copying-back, finishing, ended; none on a gang's pods.
+ANNOTATION_STAGE: Final = ANNOTATION_PREFIX + "stage"
 # The controller's ledger, `4711=running,4712=submitted`: the last stage each job's Events reached.
 # A restarted controller reads it, so no Event is recorded twice.
 ANNOTATION_JOB_LEDGER: Final = ANNOTATION_PREFIX + "jobs"
@@ -280,6 +283,12 @@ ANNOTATION_DATA_NOT_STAGED: Final = ANNOTATION_PREFIX + "data-not-staged"
 ENV_STAGE_IN: Final = "NIMBIX_BURST_STAGE_IN"
 ENV_STAGE_OUT: Final = "NIMBIX_BURST_STAGE_OUT"
 STAGE_PATH_SEPARATOR: Final = ","
+# What a burst container's staged data belongs to: the work, not the pod, so a Job's retry finds in
+# the vault what the failed pod uploaded. Set by the webhook on a pod a Job controls: `job-<Job UID>`,
+# or `job-<Job UID>-<completion index>` for an Indexed Job's pod; unset for any other pod (the runner
+# then keys by the pod's UID). The runner checks its form (entrypoint.staging.parse_data_key).
+ENV_DATA_KEY: Final = "NIMBIX_BURST_DATA_KEY"
+DATA_KEY_JOB_PREFIX: Final = "job-"
 
 # --- gangs: the pods of one distributed job burst as one multi-node JARVICE job ---
 # Set by the webhook on every burst container of a gang's pods (an Indexed Job's pods, or a Kueue

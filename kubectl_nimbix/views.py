@@ -55,12 +55,18 @@ class StatusRow:
     decision: str
     job: str  # the latest JARVICE job number, "" before one is known
     # submitted, queued, running, succeeded, failed, ended; "" before a job is known; a local pod
-    # still waiting for a node before it bursts (burst-after): "waiting until <deadline>"
+    # still waiting for a node before it bursts (burst-after): "waiting until <deadline>"; a burst pod
+    # whose runner moves data: staging-in, copying-back
     state: str
     machine: str  # "ng4 x2"
     gpu_hours: str
     cost: str
     phase: str
+
+
+# The controller's stages (controller.stages) in which the runner moves data rather than a job running:
+# the STATE column shows them instead of the job's state.
+DATA_STAGES: Final = frozenset({"staging-in", "copying-back"})
 
 
 def job_state(annotations: Mapping[str, str]) -> str:
@@ -82,6 +88,9 @@ def build_status_row(pod: Mapping[str, Any]) -> StatusRow | None:
     nodes = annotations.get(contract.ANNOTATION_JOB_NODES, "")
     phase = str((pod.get("status") or {}).get("phase") or "")
     state = job_state(annotations)
+    stage = annotations.get(contract.ANNOTATION_STAGE, "")
+    if stage in DATA_STAGES and phase not in ("Succeeded", "Failed"):  # the runner moves data: no job runs
+        state = stage
     deadline = annotations.get(contract.ANNOTATION_BURST_DEADLINE, "")
     if decision == contract.DECISION_LOCAL and deadline and phase in ("Pending", "") and not _node(pod):
         state = f"waiting until {deadline}"

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jarvice import contract
-from webhook import budget, gangs, mutation, provenance, responses, waiting
+from webhook import budget, data_volumes, gangs, mutation, provenance, responses, waiting
 from webhook import decision as decisions
 from webhook.burst import BurstAsk
 from webhook.cache import ClusterCache
@@ -120,7 +120,13 @@ def admit(
         over_budget=over_budget,
         reinvoked=reinvoked,
         carried=carried,
-        pod=BurstAsk(spec=spec, annotations=annotations, policy=policy, bursting=bursting),
+        pod=BurstAsk(
+            spec=spec,
+            annotations=annotations,
+            policy=policy,
+            bursting=bursting,
+            data_key=data_volumes.data_key(meta),
+        ),
         uid=request.uid,
         dry_run=request.dry_run,
         wait=_wait_ask(meta, annotations, snapshot.burst_after, cache),

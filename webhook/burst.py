@@ -29,6 +29,7 @@ class BurstAsk:
     annotations: Mapping[str, Any]
     policy: mutation.RewritePolicy
     bursting: tuple[str, ...]  # the app containers that would burst (resources.burst_container_names)
+    data_key: str = ""  # whose staged data it is (data_volumes.data_key): "" for the pod's own
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,10 @@ def with_price(terms: Terms, price: spending.Price) -> Terms:
         cost_per_hour=price.per_hour,
         worst_case=price.worst_case,
         app=burst.app,
+        machine_order=burst.machine_order,
+        max_remote_queue=burst.max_remote_queue,
+        warnings=burst.warnings,
+        data_key=burst.data_key,
     )
     return Terms(priced, terms.limit_warning, terms.remote_gpus)
 
@@ -91,6 +96,7 @@ def settle(
     model: gpu_models.ModelConstraint | None = None
     machines: gpu_models.AllowedMachines | gpu_models.NoMachineOffers | None = None
     staging: tuple[tuple[str, str, str], ...] = ()
+    data_key = ""
     machine_terms = machine_terms_of.MachineTerms((), "", ())
     if not reinvoked and pod is not None:
         if gang is not None and len(pod.bursting) > 1:
@@ -111,6 +117,7 @@ def settle(
             notes = {contract.ANNOTATION_DATA_NOT_STAGED: data.volumes} if data.volumes else {}
             return NotBurst(data.reason, notes, tuple(data.warnings))
         staging = tuple((c.container, c.env_value("in"), c.env_value("out")) for c in data.staging)
+        data_key = pod.data_key if staging else ""
         machine_terms = machine_terms_of.decide_machine_terms(
             pod.annotations, snapshot.namespace_machines, namespace_name=needs.namespace
         )
@@ -125,6 +132,7 @@ def settle(
         limit=limit,
         gang=gang,
         staging=staging,
+        data_key=data_key,
         gpu_model=gpu_models.describe_constraint(model) if model is not None else "",
         allowed_machines=machines.machines if isinstance(machines, gpu_models.AllowedMachines) else (),
         app=snapshot.app or (pod.policy.default_app if pod is not None else ""),

@@ -242,3 +242,42 @@ def _remote_data(annotations: Mapping[str, Any]) -> bool:
             " (burst without staging: the command fetches its own data)"
         )
     return True
+
+
+# --- whose data: the work's, so a Job's retry finds what the failed pod uploaded ---
+
+JOB_API_VERSION: Final = "batch/v1"
+ANNOTATION_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
+_UID_CHARS: Final = frozenset("0123456789abcdef-")
+_UID_GROUPS: Final = (8, 4, 4, 4, 12)
+_MAX_INDEX_DIGITS: Final = 9
+
+
+def _is_uid(text: object) -> bool:
+    """A Kubernetes UID as the API server writes it: a lowercase UUID."""
+    if not isinstance(text, str) or not set(text) <= _UID_CHARS:
+        return False
+    return tuple(len(group) for group in text.split("-")) == _UID_GROUPS
+
+
+def data_key(meta: Mapping[str, Any]) -> str:
+    """NIMBIX_BURST_DATA_KEY for a pod's staged data (contract.ENV_DATA_KEY): `job-<Job UID>` for a pod
+    a Job controls, `job-<Job UID>-<index>` for an Indexed Job's (its completion index annotation,
+    which the Job controller writes before the pod is created); "" for any other pod (the runner keys
+    by the pod's UID) and for an owner or index that is not the Job controller's (a pod's own
+    data is then never mistaken for another's)."""
+    owner = ""
+    for ref in meta.get("ownerReferences") or ():
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            if ref.get("apiVersion") == JOB_API_VERSION and ref.get("kind") == "Job" and _is_uid(ref.get("uid")):
+                owner = str(ref["uid"])
+            break
+    if not owner:
+        return ""
+    annotations = meta.get("annotations") or {}
+    if ANNOTATION_COMPLETION_INDEX not in annotations:
+        return f"{contract.DATA_KEY_JOB_PREFIX}{owner}"
+    index = annotations.get(ANNOTATION_COMPLETION_INDEX)
+    if not (isinstance(index, str) and index.isascii() and index.isdigit() and len(index) <= _MAX_INDEX_DIGITS):
+        return ""
+    return f"{contract.DATA_KEY_JOB_PREFIX}{owner}-{int(index)}"

@@ -63,6 +63,8 @@ class BurstTerms:
     gang: GangTerms | None = None
     # Per burst container: (name, stage-in, stage-out) as NIMBIX_BURST_STAGE_IN/OUT values (webhook.data_volumes).
     staging: tuple[tuple[str, str, str], ...] = ()
+    # NIMBIX_BURST_DATA_KEY on every container that stages (data_volumes.data_key): "" for none.
+    data_key: str = ""
     # The pod's GPU model constraint (gpu_models.describe_constraint), "" when it has none, and the
     # machine types it allows: the constraint leaves the pod and becomes the runner's machine choice.
     gpu_model: str = ""
@@ -298,6 +300,8 @@ def _burst_container_ops(
             for env_name, paths in ((contract.ENV_STAGE_IN, stage_in), (contract.ENV_STAGE_OUT, stage_out)):
                 if paths:
                     wanted.append((env_name, _value(env_name, paths), True))
+            if terms.data_key:
+                wanted.append((contract.ENV_DATA_KEY, _value(contract.ENV_DATA_KEY, terms.data_key), True))
     if terms.allowed_machines:
         allowed = contract.format_machine_list(terms.allowed_machines)
         wanted.append((contract.ENV_ALLOWED_MACHINES, _value(contract.ENV_ALLOWED_MACHINES, allowed), True))

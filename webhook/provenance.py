@@ -13,8 +13,8 @@ figure, `REMOTE=1` and the runner's environment the webhook writes (`_PRODUCT_EN
 
 What a user may set on a pod (`USER_ANNOTATIONS`: the data to stage, and the like) is kept; every
 other `nimbix-burst.io/` annotation, the decision label, and the variables the webhook writes on a burst
-(`REMOTE`, the counted GPUs, the price ceiling, the cluster, the gang, the staged paths) are the
-product's to write. `POD_UID`, `POD_NAMESPACE` and `POD_NAME` are rewritten from the API
+(`REMOTE`, the counted GPUs, the price ceiling, the cluster, the gang, the staged paths and whose
+data they are) are the product's to write. `POD_UID`, `POD_NAMESPACE` and `POD_NAME` are rewritten from the API
 server's own fields on every burst container (webhook.mutation), whatever the pod says.
 """
 
@@ -52,6 +52,7 @@ _PRODUCT_ENV: Final = frozenset(
         contract.ENV_ALLOWED_MACHINES,
         contract.ENV_STAGE_IN,
         contract.ENV_STAGE_OUT,
+        contract.ENV_DATA_KEY,
         contract.ENV_GANG_UID,
         contract.ENV_GANG_SIZE,
         contract.ENV_GANG_RANK,

@@ -229,6 +229,12 @@ def _sftp_factory(
             if self.cut_after:
                 faults.sessions -= 1
 
+        def readlink(self, path: bytes) -> bytes:
+            """The link's text as stored, as OpenSSH's sftp-server answers. asyncssh's own, chrooted,
+            resolves a relative target against this process's directory and answers "no such file"."""
+            text = os.readlink(self.map_path(path))
+            return self.reverse_map_path(text) if text.startswith(b"/") else text
+
         def _count(self, size: int) -> None:
             self.moved += size
             if self.cut_after and self.moved >= self.cut_after:

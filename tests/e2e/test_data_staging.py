@@ -234,7 +234,9 @@ def test_a_dropped_sftp_connection_resumes(
     (host_dir / "data" / "shard.bin").write_bytes(data)
     session = requests.Session()
     session.trust_env = False
-    session.post(f"{emulator.url}/_emulator/vault-faults", json={"after_bytes": 2 << 20, "sessions": 1}, timeout=10)
+    # The runner's first session takes the Job's vault directory (its lease: a few bytes, never cut);
+    # the second uploads and is cut after 2 MiB.
+    session.post(f"{emulator.url}/_emulator/vault-faults", json={"after_bytes": 2 << 20, "sessions": 2}, timeout=10)
     cut_before = vault_info(emulator)["faults"]["cut"]
     annotations = {STAGE_IN: "/workspace/data"}
     template = train_pod(emulator, "sha256sum /workspace/data/shard.bin", annotations=annotations)
@@ -384,3 +386,18 @@ def test_a_job_that_fails_after_a_checkpoint_is_resumed_by_its_retry(
     assert len(list((host_dir / "out").iterdir())) == SMALL_FILES
     assert (host_dir / "ckpt" / "epoch-1").read_text() == "epoch-1\n"
     assert all(0 < peak < RSS_GOAL_BYTES / (1 << 20) for peak in peaks.values()), peaks
+    # The retry found the Job's vault directory as the failed pod left it: every input already there.
+    staged = stage_in_complete(retry)
+    print(
+        f"the retry's stage-in: {staged['files']} files sent, {staged['unchanged']} unchanged, {staged['bytes']} bytes"
+    )
+    assert staged["unchanged"] >= SMALL_FILES + 1 and staged["bytes"] < (1 << 20), staged
+    assert "keeping the Job's vault directory for a retry" in first
+
+
+def stage_in_complete(text: str) -> dict[str, Any]:
+    """The runner's `stage-in complete` log line."""
+    for line in text.splitlines():
+        if line.startswith("{") and '"stage-in complete"' in line:
+            return dict(json.loads(line))
+    raise AssertionError(f"no stage-in complete line:\n{text[-3000:]}")

@@ -34,6 +34,7 @@ from tests.support.real_node_pods import wait_log
 WAIT_SECONDS = 120.0
 JOB_SECONDS = 15  # what the burst pod's command sleeps
 PLUGIN = Path(sys.executable).parent / "kubectl-nimbix"
+STAGE = "nimbix-burst.io/stage"
 
 
 def _events(plane: controlplane.ControlPlane, namespace: str, name: str) -> list[dict[str, Any]]:
@@ -93,11 +94,15 @@ def test_a_burst_pods_events_name_its_jarvice_job_and_kubectl_nimbix_shows_it(
     (job,) = demo.fetch_emulator_jobs(node_emulator.url, pod_uid=pod["metadata"]["uid"])
     number = int(job["number"])
 
-    demo.wait_for(
-        lambda: "NimbixRunning" in {e["reason"] for e in _events(control_plane, ns, "viewed")},
-        what="a NimbixRunning Event on the pod",
-        timeout=WAIT_SECONDS,
-    )
+    stages: list[str] = []  # the pod's stage annotation (controller.stages) as it changes
+
+    def running_seen() -> bool:
+        stage = annotations_of(find_pod(control_plane, ns, "viewed") or {"metadata": {}}).get(STAGE, "")
+        if stage and stage not in stages[-1:]:
+            stages.append(stage)
+        return "NimbixRunning" in {e["reason"] for e in _events(control_plane, ns, "viewed")} and "running" in stages
+
+    demo.wait_for(running_seen, what="a NimbixRunning Event and the running stage on the pod", timeout=WAIT_SECONDS)
     (row,) = [r for r in json.loads(_plugin(control_plane, "budget", "-o", "json")) if r["namespace"] == ns]
     assert {key: row[key] for key in ("budget", "in_use", "free", "burst_pods")} == {
         "budget": "16",
@@ -153,6 +158,13 @@ def test_a_burst_pods_events_name_its_jarvice_job_and_kubectl_nimbix_shows_it(
     explained = _plugin(control_plane, "explain", "viewed", "-n", ns)
     assert "Decision:" in explained and "remote" in explained and str(number) in explained
     wait_log(control_plane, ns, "viewed", "viewed done")
+    demo.wait_for(
+        lambda: annotations_of(find_pod(control_plane, ns, "viewed") or {"metadata": {}}).get(STAGE) == "ended",
+        what="the ended stage on the finished pod",
+        timeout=30,
+    )
+    # A pod that stages no data: no data stage, so no Event beyond its job's.
+    assert not {"staging-in", "copying-back"} & set(stages), stages
 
     # Only the Lease holder recorded (the follower's counter has not moved).
     leader = controller_leader(control_plane)

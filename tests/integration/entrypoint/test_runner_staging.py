@@ -6,9 +6,11 @@ The runner runs as a real subprocess in a mount namespace of its own with a tmpf
 root (an empty host directory is the job's own), for the job, and nothing is written on the host.
 Needs root (the emulator's private roots): the dev machine runs as root."""
 
+import json
 import shlex
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ from typing import Any
 import pytest
 
 from devplatform.emulator import EmulatorControl, EmulatorThread, Timing
+from entrypoint import staging
 from jarvice import contract
 from tests.support import vaults
 from tests.support.runner_processes import API_KEY, APP, FAST_TIMING, ROOT, USER, base_env, label_of
@@ -95,8 +98,8 @@ def test_inputs_are_read_remotely_and_outputs_land_in_the_pod_volume(
     assert (tmp_path / "pod" / "ws" / "out" / "nested" / "model.txt").read_text() == "model\n"
     assert "nimbix-burst: stage-in" in err and "nimbix-burst: copy-back" in err
     # The per-job directory is removed after a complete copy-back.
-    job_dir = root / USER / "drop.jarvice.com" / "nimbix-burst" / label_of(env)
-    assert not job_dir.exists()
+    job_dir = root / USER / "drop.jarvice.com" / "nimbix-burst" / f"pod-{env['POD_UID']}"
+    assert (job_dir.parent).is_dir() and not job_dir.exists()
     assert not Path("/srv/ws").exists()  # nothing on the host
 
 
@@ -312,3 +315,129 @@ def test_many_files_keep_the_state_within_its_share_of_the_volume(
     assert files
     for path in files:  # each within its share: contract.STATE_VOLUME_SIZE_LIMIT holds 4 per container
         assert path.stat().st_size <= contract.STATE_FILE_MAX_BYTES, path.name
+
+
+# --- a Job's retry: the vault directory is the Job's, kept after a failure, taken under a lease ---
+
+RETRY_FILES = 50
+# The same command for every pod of the Job: the first attempt writes its output and fails; the retry
+# finds the output (it came back to the volume) and succeeds.
+RETRY_COMMAND = (
+    "ls /srv/ws/data | wc -l; if [ -f /srv/ws/out/o ]; then echo retried; exit 0; fi;"
+    " echo first > /srv/ws/out/o; exit 3"
+)
+
+
+def job_pod_env(url: str, tmp_path: Path, *, data_key: str) -> dict[str, str]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    return staged_env(
+        url,
+        tmp_path,
+        NIMBIX_BURST_DATA_KEY=data_key,
+        NIMBIX_BURST_CONTAINER="train",
+        NIMBIX_BURST_STAGE_IN="/srv/ws/data",
+        NIMBIX_BURST_STAGE_OUT="/srv/ws/out",
+        APP_COMMAND_ARGS=RETRY_COMMAND,
+    )
+
+
+def logged(err: str, message: str) -> dict[str, Any]:
+    """The runner's JSON log line with `message` (the last one)."""
+    found = [json.loads(line) for line in err.splitlines() if line.startswith("{") and f'"{message}"' in line]
+    assert found, f"no {message!r} in the runner's log:\n{err[-3000:]}"
+    return dict(found[-1])
+
+
+def test_a_job_s_retry_sends_only_what_changed_and_its_success_removes_the_job_s_directory(
+    vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path
+) -> None:
+    emu, root = vault_emulator
+    data_key = f"job-{uuid.uuid4()}"
+    jobs = root / USER / "drop.jarvice.com" / "nimbix-burst"
+    job_dir, lease = jobs / f"{data_key}.train", jobs / ".leases" / f"{data_key}.train"
+    setup = (
+        f"mkdir -p /srv/ws/data /srv/ws/out && for i in $(seq 1 {RETRY_FILES}); do echo $i > /srv/ws/data/f$i; done"
+        " && touch -d @1700000000 /srv/ws/data/*"
+    )
+    first = job_pod_env(emu.url, tmp_path / "first", data_key=data_key)
+    code, out, err = run_in_pod(first, setup=setup, collect=tmp_path / "first" / "pod")
+    assert code == 3, err
+    assert out.split()[0] == str(RETRY_FILES)
+    assert logged(err, "stage-in complete")["files"] == RETRY_FILES
+    assert "keeping the Job's vault directory for a retry" in err
+    assert (job_dir / "srv" / "ws" / "out" / "o").read_text() == "first\n"
+    assert not lease.exists()  # given back: the retry may take it
+
+    # The retry: a new pod (UID, state) of the same Job, its volume as the first left it.
+    retry = job_pod_env(emu.url, tmp_path / "retry", data_key=data_key)
+    pvc = shlex.quote(str(tmp_path / "first" / "pod"))
+    code, out, err = run_in_pod(retry, setup=f"cp -a {pvc}/. /srv/", collect=tmp_path / "retry" / "pod")
+    assert code == 0, err
+    assert "retried" in out
+    done = logged(err, "stage-in complete")
+    assert (done["files"], done["unchanged"], done["bytes"]) == (0, RETRY_FILES, 0)
+    assert logged(err, "copy-back complete")["unchanged"] == 1
+    assert not job_dir.exists() and not lease.exists()  # a success removes it
+    assert not list(jobs.glob(f"pod-{retry['POD_UID']}*"))
+
+
+def test_a_job_s_directory_another_pod_holds_is_left_alone(
+    vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path
+) -> None:
+    emu, root = vault_emulator
+    data_key = f"job-{uuid.uuid4()}"
+    jobs = root / USER / "drop.jarvice.com" / "nimbix-burst"
+    held = staging.render_lease(pod_uid=str(uuid.uuid4()), job_label="k8s-another-pod-1")
+    (jobs / ".leases").mkdir(parents=True, exist_ok=True)
+    (jobs / ".leases" / f"{data_key}.train").write_text(held)
+    env = job_pod_env(emu.url, tmp_path, data_key=data_key)
+    code, out, err = run_in_pod(
+        env, setup="mkdir -p /srv/ws/data /srv/ws/out && echo x > /srv/ws/data/a", collect=tmp_path / "pod"
+    )
+    assert code == 3, err
+    assert out.split()[0] == "1"
+    assert "another pod holds the Job's vault directory" in err
+    assert logged(err, "staging in")["vault_dir"] == f"nimbix-burst/pod-{env['POD_UID']}.train"
+    assert not (jobs / f"{data_key}.train").exists()
+    assert (jobs / ".leases" / f"{data_key}.train").read_text() == held  # never taken nor released
+    assert (tmp_path / "pod" / "ws" / "out" / "o").read_text() == "first\n"
+    assert not list(jobs.glob(f"pod-{env['POD_UID']}*"))  # its own directory: removed once the data is home
+
+
+def test_a_data_key_not_from_the_webhook_is_refused(
+    vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path
+) -> None:
+    emu, _root = vault_emulator
+    env = job_pod_env(emu.url, tmp_path, data_key="job-../../etc")
+    code, _out, err = run_in_pod(env, setup="mkdir -p /srv/ws/data", collect=tmp_path / "pod")
+    assert code == 78, err
+    assert "NIMBIX_BURST_DATA_KEY must be job-<Job UID>" in err
+
+
+def configmap_layout(stamp: str) -> str:
+    """How the kubelet lays out a configMap volume at /srv/cfg (a new timestamped directory per pod)."""
+    return (
+        f"mkdir -p /srv/cfg/..{stamp} && echo 'epochs: 3' > /srv/cfg/..{stamp}/config.yaml"
+        f" && ln -s ..{stamp} /srv/cfg/..data && ln -s ..data/config.yaml /srv/cfg/config.yaml"
+    )
+
+
+def test_a_retry_s_new_configmap_layout_replaces_the_links_of_the_failed_pod_s(
+    vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path
+) -> None:
+    emu, _root = vault_emulator
+    data_key = f"job-{uuid.uuid4()}"
+    command = "cat /srv/cfg/config.yaml; test -f /srv/ws/out/o && exit 0; echo first > /srv/ws/out/o; exit 3"
+    runs = []
+    for run, stamp in (("first", "2026_11_27_20_30_00.1"), ("retry", "2026_11_27_20_32_00.2")):
+        env = job_pod_env(emu.url, tmp_path / run, data_key=data_key)
+        env["NIMBIX_BURST_STAGE_IN"] = "/srv/ws/data,/srv/cfg"
+        env["APP_COMMAND_ARGS"] = command
+        setup = f"mkdir -p /srv/ws/data /srv/ws/out && {configmap_layout(stamp)}"
+        if run == "retry":
+            setup = f"cp -a {shlex.quote(str(tmp_path / 'first' / 'pod' / 'ws'))} /srv/ && {setup}"
+        runs.append(run_in_pod(env, setup=setup, collect=tmp_path / run / "pod"))
+    (first_code, first_out, first_err), (code, out, err) = runs
+    assert first_code == 3 and "epochs: 3" in first_out, first_err
+    assert code == 0, err
+    assert "epochs: 3" in out

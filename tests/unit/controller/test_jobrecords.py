@@ -123,6 +123,7 @@ def test_a_job_through_all_its_stages_gets_each_event_once() -> None:
         P + "job-state": "succeeded",
         P + "gpu-hours": "1.00",  # 2 GPUs x 1 node x 0.5 h
         P + "cost": "2.10",  # 4.20 per node-hour x 0.5 h
+        P + "stage": "finishing",  # the job ended, the pod still runs (nothing to copy back)
     }
 
 
@@ -170,6 +171,7 @@ def test_money_is_never_lowered_and_a_money_change_alone_is_flagged() -> None:
         P + "job-machine": "ng2",
         P + "job-nodes": "1",
         P + "job-state": "running",
+        P + "stage": "running",
     }
     lower = plan_pod(
         burst({**base, P + "gpu-hours": "9.00", P + "cost": "99.00"}), [running], rates=RATES, now=START + HOUR

@@ -57,6 +57,114 @@ def test_build_job_dir(label: str, job_dir: str) -> None:
     assert staging.build_job_dir(label) == job_dir
 
 
+JOB_UID = "0b5f6c1e-2a3b-4c5d-8e9f-a0b1c2d3e4f5"
+POD_UID = "6c67bbab-1abe-47db-9b2d-9e98ee17ef5b"
+OTHER_POD = "7d78ccbc-2bcf-48ec-8c3e-0f09ff28f06c"
+
+
+@pytest.mark.parametrize(
+    ("value", "key"),
+    [
+        pytest.param(None, None, id="unset"),
+        pytest.param("", None, id="empty"),
+        pytest.param(f"job-{JOB_UID}", f"job-{JOB_UID}", id="a-job"),
+        pytest.param(f" job-{JOB_UID}-0 ", f"job-{JOB_UID}-0", id="an-indexed-job-s-index-0"),
+        pytest.param(f"job-{JOB_UID}-123456789", f"job-{JOB_UID}-123456789", id="the-longest-index"),
+    ],
+)
+def test_parse_data_key(value: str | None, key: str | None) -> None:
+    env = {} if value is None else {"NIMBIX_BURST_DATA_KEY": value}
+    assert staging.parse_data_key(env) == key
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(JOB_UID, id="no-prefix"),
+        pytest.param(f"pod-{JOB_UID}", id="a-pod-is-not-named-by-the-webhook"),
+        pytest.param(f"job-{JOB_UID.upper()}", id="upper-case"),
+        pytest.param(f"job-{JOB_UID}-01", id="a-leading-zero"),
+        pytest.param(f"job-{JOB_UID}-1234567890", id="an-index-too-long"),
+        pytest.param(f"job-{JOB_UID}/../x", id="a-path"),
+        pytest.param("job-x", id="no-uid"),
+    ],
+)
+def test_parse_data_key_rejects(value: str) -> None:
+    with pytest.raises(StagingError, match="NIMBIX_BURST_DATA_KEY must be job-<Job UID>"):
+        staging.parse_data_key({"NIMBIX_BURST_DATA_KEY": value})
+
+
+@pytest.mark.parametrize(
+    ("data_key", "pod_uid", "container", "dirs"),
+    [
+        pytest.param(
+            f"job-{JOB_UID}",
+            POD_UID,
+            "train",
+            staging.WorkDirs(own=f"nimbix-burst/pod-{POD_UID}.train", shared=f"nimbix-burst/job-{JOB_UID}.train"),
+            id="a-job-s-pod",
+        ),
+        pytest.param(
+            f"job-{JOB_UID}-3",
+            POD_UID,
+            "",
+            staging.WorkDirs(own=f"nimbix-burst/pod-{POD_UID}", shared=f"nimbix-burst/job-{JOB_UID}-3"),
+            id="no-container-named",
+        ),
+        pytest.param(None, POD_UID, "train", staging.WorkDirs(own=f"nimbix-burst/pod-{POD_UID}.train"), id="no-job"),
+        pytest.param(f"job-{JOB_UID}", "", "train", staging.WorkDirs(own=f"nimbix-burst/{LABEL}"), id="no-pod-uid"),
+        pytest.param(
+            None, POD_UID, "Bad/Name", staging.WorkDirs(own=f"nimbix-burst/pod-{POD_UID}"), id="no-container-name"
+        ),
+    ],
+)
+def test_build_work_dirs(data_key: str | None, pod_uid: str, container: str, dirs: staging.WorkDirs) -> None:
+    assert staging.build_work_dirs(data_key=data_key, pod_uid=pod_uid, container=container, job_label=LABEL) == dirs
+
+
+def test_two_containers_of_one_job_never_share_a_directory_nor_a_lease() -> None:
+    one, two = (
+        staging.build_work_dirs(data_key=f"job-{JOB_UID}", pod_uid=POD_UID, container=c, job_label=LABEL)
+        for c in ("a", "b")
+    )
+    assert len({one.own, one.shared, two.own, two.shared}) == 4
+    assert one.lease == f"nimbix-burst/.leases/job-{JOB_UID}.a" != two.lease
+
+
+@pytest.mark.parametrize(
+    ("existing", "action"),
+    [
+        pytest.param(None, "take", id="no-lease-ours-was-made"),
+        pytest.param(staging.render_lease(pod_uid=POD_UID, job_label="old"), "take", id="this-pod-s-earlier-runner"),
+        pytest.param(staging.render_lease(pod_uid=OTHER_POD, job_label=LABEL), "own_dir", id="another-pod-holds-it"),
+        pytest.param("garbage", "own_dir", id="unreadable-is-held"),
+        pytest.param('{"format": 9, "pod": "' + POD_UID + '"}', "own_dir", id="another-format-is-held"),
+        pytest.param("", "own_dir", id="empty-is-held"),
+    ],
+)
+def test_decide_lease(existing: str | None, action: str) -> None:
+    assert staging.decide_lease(existing, pod_uid=POD_UID) == action
+
+
+def test_a_lease_names_its_pod() -> None:
+    assert staging.lease_holder(staging.render_lease(pod_uid=POD_UID, job_label=LABEL)) == POD_UID
+    assert len(staging.render_lease(pod_uid=POD_UID, job_label="x" * 512)) < 4096
+
+
+@pytest.mark.parametrize(
+    ("shared", "exit_code", "removed"),
+    [
+        pytest.param(True, 0, True, id="job-dir-after-a-success"),
+        pytest.param(True, 3, False, id="job-dir-kept-for-a-retry"),
+        pytest.param(True, 143, False, id="job-dir-kept-after-a-deletion"),
+        pytest.param(False, 0, True, id="own-dir-after-a-success"),
+        pytest.param(False, 3, True, id="own-dir-after-a-failure-no-pod-reads-it"),
+    ],
+)
+def test_removes_work_dir(shared: bool, exit_code: int, removed: bool) -> None:
+    assert staging.removes_work_dir(shared=shared, exit_code=exit_code) is removed
+
+
 def test_paths_live_under_the_job_dir_in_the_vault_and_under_data_in_the_job() -> None:
     assert staging.vault_path("nimbix-burst/j", "/w/data") == "nimbix-burst/j/w/data"
     assert staging.remote_path("nimbix-burst/j", "/w/data") == "/data/nimbix-burst/j/w/data"
@@ -114,6 +222,13 @@ RECORD = StagingRecord(
 
 def test_the_record_survives_its_text() -> None:
     assert staging.parse_record(staging.render_record(RECORD)) == RECORD
+    shared = StagingRecord(LABEL, stage_in_done=True, vault_dir=f"nimbix-burst/job-{JOB_UID}.train", shared=True)
+    assert staging.parse_record(staging.render_record(shared)) == shared
+
+
+def test_a_record_without_its_directory_names_the_label_s_as_runners_before_wrote() -> None:
+    record = staging.parse_record(f'{{"format": 2, "job_label": "{LABEL}", "stage_in_done": true}}')
+    assert record.work_dir == f"nimbix-burst/{LABEL}" and not record.shared
 
 
 @pytest.mark.parametrize(
@@ -124,6 +239,8 @@ def test_the_record_survives_its_text() -> None:
         pytest.param('{"format": 2}', id="no-label"),
         pytest.param('{"format": 2, "job_label": "x", "copy_back": "maybe"}', id="bad-copy-back"),
         pytest.param('{"format": 1, "job_label": "x", "uploaded": {}}', id="the-old-format-with-its-file-list"),
+        pytest.param('{"format": 2, "job_label": "x", "vault_dir": "/etc"}', id="a-directory-outside-ours"),
+        pytest.param('{"format": 2, "job_label": "x", "vault_dir": 3}', id="a-directory-not-text"),
     ],
 )
 def test_an_unreadable_record_is_an_error(text: str) -> None:

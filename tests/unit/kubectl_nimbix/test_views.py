@@ -71,6 +71,21 @@ RUNNING = {
             ("remote", "", "ended", "", "", ""),
             id="ended-without-ledger",
         ),
+        pytest.param(
+            {P + "decision": "remote", P + "stage": "staging-in"},
+            ("remote", "", "staging-in", "", "", ""),
+            id="staging-in",
+        ),
+        pytest.param(
+            {**RUNNING, P + "jobs": "4711=failed", P + "stage": "copying-back"},
+            ("remote", "4711", "copying-back", "ng4 x1", "2.00", "4.20"),
+            id="copying-back",
+        ),
+        pytest.param(
+            {**RUNNING, P + "stage": "running"},
+            ("remote", "4711", "running", "ng4 x1", "2.00", "4.20"),
+            id="running-stage",
+        ),
     ],
 )
 def test_status_row(annotations: dict[str, str], expected: tuple[str, ...]) -> None:
@@ -298,3 +313,10 @@ def test_explain_names_the_deadline_and_why_a_pod_did_not_wait() -> None:
     assert fields["Bursts at"] == "2026-11-27T17:01:00Z"
     burst = {P + "decision": "remote", P + "burst-after-ignored": "only a Job's pod can wait"}
     assert dict(views.explain_pod(pod(annotations=burst)))["Did not wait"] == "only a Job's pod can wait"
+
+
+def test_an_ended_pod_shows_how_its_job_ended_not_its_last_data_stage() -> None:
+    row = views.build_status_row(
+        pod(annotations={**RUNNING, P + "jobs": "4711=failed", P + "stage": "copying-back"}, phase="Failed")
+    )
+    assert row is not None and row.state == "failed"

@@ -193,3 +193,59 @@ def test_a_pod_that_fits_locally_is_not_checked() -> None:
     patched, result = admit(_burst_pod({STAGE_IN: "relative"}), make_cache(free_gpus=4), "u1")
     assert result.outcome == "local"
     assert NOT_STAGED not in patched["metadata"]["annotations"]
+
+
+JOB_UID = "0b5f6c1e-2a3b-4c5d-8e9f-a0b1c2d3e4f5"
+INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def owned(kind: str = "Job", *, uid: str = JOB_UID, controller: bool = True, api: str = "batch/v1") -> dict[str, Any]:
+    return {"apiVersion": api, "kind": kind, "name": "train", "uid": uid, "controller": controller}
+
+
+@pytest.mark.parametrize(
+    ("meta", "key"),
+    [
+        pytest.param({"ownerReferences": [owned()]}, f"job-{JOB_UID}", id="a-job-s-pod-is-the-job-s-work"),
+        pytest.param(
+            {"ownerReferences": [owned()], "annotations": {INDEX: "3"}}, f"job-{JOB_UID}-3", id="indexed-job-per-index"
+        ),
+        pytest.param({"ownerReferences": [owned()], "annotations": {INDEX: "0"}}, f"job-{JOB_UID}-0", id="index-0"),
+        pytest.param({}, "", id="a-bare-pod-is-its-own-work"),
+        pytest.param({"ownerReferences": [owned("ReplicaSet", api="apps/v1")]}, "", id="another-controller"),
+        pytest.param({"ownerReferences": [owned(controller=False)]}, "", id="a-job-that-does-not-control-it"),
+        pytest.param(
+            {"ownerReferences": [owned("ReplicaSet", api="apps/v1"), owned()]}, "", id="the-controller-decides"
+        ),
+        pytest.param({"ownerReferences": [owned(uid="not-a-uid")]}, "", id="an-owner-uid-that-is-no-uid"),
+        pytest.param({"ownerReferences": [owned(uid=JOB_UID.upper())]}, "", id="an-upper-case-uid"),
+        pytest.param(
+            {"ownerReferences": [owned()], "annotations": {INDEX: "x1"}},
+            "",
+            id="an-index-the-job-controller-never-writes",
+        ),
+        pytest.param({"ownerReferences": [owned()], "annotations": {INDEX: "1" * 10}}, "", id="an-index-too-long"),
+        pytest.param({"ownerReferences": "nonsense"}, "", id="owner-references-not-a-list"),
+    ],
+)
+def test_data_key(meta: dict[str, Any], key: str) -> None:
+    assert data_volumes.data_key(meta) == key
+
+
+def test_a_job_s_staged_pod_tells_its_runner_whose_data_it_is() -> None:
+    raw = _burst_pod({STAGE_IN: "/workspace/data"})
+    raw["metadata"]["ownerReferences"] = [owned()]
+    patched, result = admit(raw, make_cache(free_gpus=1), "u1")
+    assert result.outcome == "remote"
+    env = {e["name"]: e.get("value") for e in patched["spec"]["containers"][0]["env"]}
+    assert env["NIMBIX_BURST_DATA_KEY"] == f"job-{JOB_UID}"
+
+
+def test_a_burst_that_stages_nothing_gets_no_data_key() -> None:
+    raw = pod(container("train", gpus=4))
+    raw["metadata"]["ownerReferences"] = [owned()]
+    patched, result = admit(raw, make_cache(free_gpus=1), "u1")
+    assert result.outcome == "remote"
+    names = [e["name"] for e in patched["spec"]["containers"][0]["env"]]
+    assert "NIMBIX_BURST_STAGE_IN" not in names
+    assert "NIMBIX_BURST_DATA_KEY" not in names

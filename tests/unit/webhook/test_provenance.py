@@ -86,6 +86,12 @@ def full_budget(limit: int = 4) -> tuple[CacheSync, dict[str, Any]]:
             ("env app/NIMBIX_BURST_COUNTED_GPUS",),
             id="counted-gpus-env",
         ),
+        pytest.param(
+            {},
+            [{"name": "NIMBIX_BURST_DATA_KEY", "value": "job-0b5f6c1e-2a3b-4c5d-8e9f-a0b1c2d3e4f5"}],
+            ("env app/NIMBIX_BURST_DATA_KEY",),
+            id="another-job-s-data-key",
+        ),
     ],
 )
 def test_marks_only_the_product_writes(
