@@ -72,6 +72,8 @@ def run_staging(spec: dict[str, Any]) -> None:
     stage = vault_staging.VaultStaging(
         paths,
         job_label=spec["label"],
+        dirs=staging.build_work_dirs(data_key=None, pod_uid="", container="bench", job_label=spec["label"]),
+        pod_uid="",
         transfer=KeyTransfer(spec),
         state_dir=Path(spec["state_dir"]),
         container="bench",
