@@ -269,7 +269,7 @@ def _stage(pod: BurstPod, jobs: Sequence[JobFacts], *, recorded_jobs: bool) -> t
         terminal=pod.terminal,
         stages_in=pod.stages_in,
         stages_out=pod.stages_out,
-        gang=contract.ANNOTATION_GANG in pod.annotations,
+        gang=job_uid(pod) is None,
         recorded_jobs=recorded_jobs,
     )
     stage = stages.pod_stage(view, latest)
@@ -307,6 +307,18 @@ def plan_round(
     return wanted
 
 
+def job_uid(pod: BurstPod) -> str | None:
+    """The UID the pod's JARVICE jobs carry in their label: its own; for a gang's pod the gang's
+    identity, and only on the submitting rank, which carries the gang's one job (its Events, its
+    cost); None for the other ranks (no job is theirs: they follow rank 0's)."""
+    gang = pod.annotations.get(contract.ANNOTATION_GANG)
+    if not gang:
+        return pod.uid
+    if pod.annotations.get(contract.ANNOTATION_GANG_RANK) == str(contract.GANG_SUBMITTING_RANK):
+        return gang
+    return None
+
+
 def needs_finished_jobs(
     pods: Collection[BurstPod], *, known: Collection[int], live_pods: Collection[str], searched: Mapping[str, str]
 ) -> list[str]:
@@ -317,6 +329,8 @@ def needs_finished_jobs(
     forgotten does not cost a history listing every round."""
     wanted = []
     for pod in pods:
+        if job_uid(pod) is None:
+            continue  # a gang's following rank: the history has no job of its own to find
         text = pod.annotations.get(contract.ANNOTATION_JOB_LEDGER, "")
         if searched.get(pod.uid) == text:
             continue
@@ -336,6 +350,8 @@ _RECORDED_KEYS: Final = (
     contract.ANNOTATION_GPU_HOURS,
     contract.ANNOTATION_COST,
     contract.ANNOTATION_STAGE,
+    contract.ANNOTATION_GANG,
+    contract.ANNOTATION_GANG_RANK,
     contract.ANNOTATION_GANG,
 )
 _TERMINAL_PHASES: Final = frozenset({"Succeeded", "Failed"})

@@ -106,12 +106,14 @@ class JobRecorder:
         pods = self._store.burst_pods()
         uids = {pod.uid for pod in pods}
         self._prune(uids)
+        # A job's label names its pod, or its gang (recorded on the gang's submitting rank).
+        owners = {key: pod.uid for pod in pods if (key := jobrecords.job_uid(pod)) is not None}
         if not pods:
             return self._interval  # no burst pod: JARVICE is not asked anything
         live = self._list(completed=False, kind="jarvice-list")
         if live is None:
             return self._interval
-        jobs_of = self._match(live.values(), uids)
+        jobs_of = self._match(live.values(), owners)
         lookups = jobrecords.needs_finished_jobs(
             pods,
             known=set(live) | set(self._ended),
@@ -122,7 +124,7 @@ class JobRecorder:
             ended = self._list(completed=True, kind="jarvice-history")
             if ended is None:
                 return self._interval
-            for uid, facts in self._match(ended.values(), uids).items():
+            for uid, facts in self._match(ended.values(), owners).items():
                 for job in facts:
                     self._ended[job.number] = (uid, job)
             self._note_lookups(pods, lookups)
@@ -172,14 +174,16 @@ class JobRecorder:
             return None
 
     @staticmethod
-    def _match(entries: Iterable[JobEntry], uids: set[str]) -> dict[str, list[jobrecords.JobFacts]]:
-        """The jobs whose label names one of the burst pods, by pod UID (a UID is unique to its
-        cluster: no cluster identity is needed to read, only to act)."""
+    def _match(entries: Iterable[JobEntry], owners: Mapping[str, str]) -> dict[str, list[jobrecords.JobFacts]]:
+        """The jobs whose label names one of the burst pods (or their gangs: `owners` maps the UID a
+        label carries to the pod that records its jobs), by pod UID (a UID is unique to its cluster:
+        no cluster identity is needed to read, only to act)."""
         jobs_of: dict[str, list[jobrecords.JobFacts]] = {}
         for entry in entries:
             parsed = parse_job_label(entry.label or "")
-            if parsed is not None and parsed.pod_uid in uids:
-                jobs_of.setdefault(parsed.pod_uid, []).append(to_facts(entry))
+            pod_uid = owners.get(parsed.pod_uid) if parsed is not None else None
+            if pod_uid is not None:
+                jobs_of.setdefault(pod_uid, []).append(to_facts(entry))
         return jobs_of
 
     def _apply(self, plan: jobrecords.PodPlan) -> None:

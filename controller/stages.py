@@ -16,7 +16,8 @@ controller, which watches the pods and lists their JARVICE jobs every round, der
 It is a view at the pace of the controller's rounds: a stage shorter than a round may never show,
 and a runner restarted in its pod after its job ended (a retry of the same pod, or a copy-back
 finished by the next runner) shows `copying-back` until its next job is listed. A gang's pods share
-one job under the gang's identity, which names none of them: they get no stage. A pod whose
+one job under the gang's identity: its submitting rank (rank 0) shows that job's stage, the ranks
+that follow it get none. A pod whose
 recorded jobs are not listed this round keeps the stage it has (a stage is never guessed back).
 """
 
@@ -50,7 +51,7 @@ class StagedPod:
     terminal: bool  # phase Succeeded or Failed
     stages_in: bool  # a burst container has NIMBIX_BURST_STAGE_IN
     stages_out: bool  # a burst container has NIMBIX_BURST_STAGE_OUT
-    gang: bool  # one rank of a gang's job
+    gang: bool  # a rank that follows its gang's job (rank 0 submits it and carries its stage)
     recorded_jobs: bool  # the controller's ledger names a job of it
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from controller.jobrecords import BurstPod, JobFacts, needs_finished_jobs, parse_burst_pod, plan_pod
+from controller.jobrecords import BurstPod, JobFacts, job_uid, needs_finished_jobs, parse_burst_pod, plan_pod
 from controller.pricing import Rate
 from jarvice.ledger import MAX_LEDGER, parse_ledger
 
@@ -246,3 +246,17 @@ def test_parse_burst_pod_keeps_only_burst_pods_and_our_annotations(obj: dict[str
     parsed = parse_burst_pod(obj)
     assert (parsed is not None) == burst_pod
     assert parsed is None or dict(parsed.annotations) == {}
+
+
+@pytest.mark.parametrize(
+    ("annotations", "expected"),
+    [
+        ({}, "pod"),  # a pod's jobs carry its own UID
+        ({"nimbix-burst.io/gang": "gang", "nimbix-burst.io/gang-rank": "0"}, "gang"),  # the submitting rank
+        ({"nimbix-burst.io/gang": "gang", "nimbix-burst.io/gang-rank": "1"}, None),  # follows rank 0's job
+        ({"nimbix-burst.io/gang": "gang"}, None),  # no rank: not the submitter
+    ],
+)
+def test_the_uid_a_pods_jobs_carry(annotations: dict[str, str], expected: str | None) -> None:
+    pod = BurstPod(uid="pod", namespace="team", name="p", terminal=False, annotations=annotations)
+    assert job_uid(pod) == expected

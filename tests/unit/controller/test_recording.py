@@ -232,3 +232,29 @@ def test_a_job_that_reaches_the_history_late_is_still_found() -> None:
     clock.now += 60
     rec.round()
     assert [reason for _, reason in api.events] == ["NimbixSubmitted", "NimbixRunning", "NimbixSucceeded"]
+
+
+GANG = "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
+
+
+def gang_pod(uid: str, name: str, rank: int) -> dict[str, Any]:
+    body = pod(uid, name)
+    body["metadata"]["annotations"] |= {"nimbix-burst.io/gang": GANG, "nimbix-burst.io/gang-rank": str(rank)}
+    return body
+
+
+def test_a_gangs_job_is_recorded_on_its_submitting_rank_only() -> None:
+    """The gang's one job carries the gang's identity in its label: its Events and cost go on rank 0
+    (which carries the gang's GPUs and cost), none on the ranks that follow it."""
+    rec, jarvice, api, _ = make(gang_pod(UID, "ddp-0", 0), gang_pod(OTHER, "ddp-1", 1))
+    jarvice.set(4711, "PROCESSING STARTING", uid=GANG, start=WALL)
+    rec.round()
+    assert api.events == [("ddp-0", "NimbixSubmitted"), ("ddp-0", "NimbixRunning")]
+    assert api.pods[UID]["metadata"]["annotations"]["nimbix-burst.io/job-number"] == "4711"
+    assert "nimbix-burst.io/job-number" not in api.pods[OTHER]["metadata"]["annotations"]
+
+
+def test_a_gangs_following_rank_is_never_looked_up_in_the_history() -> None:
+    rec, jarvice, _, _ = make(gang_pod(OTHER, "ddp-1", 1) | {"status": {"phase": "Succeeded"}})
+    rec.round()
+    assert "history" not in jarvice.calls
