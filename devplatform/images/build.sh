@@ -42,6 +42,8 @@ HOST_CA=/etc/ssl/certs/ca-certificates.crt
 BOOTSTRAP_TIMEOUT=600
 BUILD_TIMEOUT=900
 PUSH_TIMEOUT=300
+# An archive of an older key (another checkout's, or this one's before a change) unused this long is removed.
+KEEP_DAYS=2
 
 log() { printf 'images: %s\n' "$*" >&2; }
 
@@ -81,14 +83,19 @@ archive_path() {
 
 have_image() { bah inspect --type image "$1" >/dev/null 2>&1; }
 
-# Make sure IMAGE is in buildah's store (a later build needs it as a base): load it from its archive
-# if the store was wiped while the archive survived.
+# The tag of the image built from exactly these inputs: other checkouts on this machine share the
+# store and move the plain tag (localhost/nimbix-burst/base:0.1.0) to their own build.
+keyed_tag() { printf '%s-%s' "$1" "$2"; }
+
+# Make sure the image of ARCHIVE is in buildah's store under IMAGE-KEY (a later build uses it as its
+# base): load it from its archive when that tag is missing (a wiped store, or another checkout's
+# build in between).
 ensure_image() {
-  local image=$1 archive=$2 id
-  have_image "$image" && return 0
-  log "loading $image from $archive"
+  local image=$1 key=$2 archive=$3 id
+  have_image "$(keyed_tag "$image" "$key")" && return 0
+  log "loading $image ($key) from $archive"
   id=$(timeout "$PUSH_TIMEOUT" "${BUILDAH[@]}" pull --quiet "oci-archive:$archive")
-  have_image "$image" || bah tag "$id" "$image"
+  bah tag "$id" "$(keyed_tag "$image" "$key")"
 }
 
 export_archive() {
@@ -105,7 +112,7 @@ build_python_base() {
   key=$(printf '%s\n' "$RECIPE" "$SUITE" "$packages" | sha256sum | cut -c1-16)
   archive=$(archive_path "${image%%:*}" "$key")
   if [[ -f $archive ]]; then
-    ensure_image "$image" "$archive"
+    ensure_image "$image" "$key" "$archive"
   else
     log "bootstrapping $image from Debian $SUITE packages (mmdebstrap)"
     local rootfs=$TMPDIR_BUILD/rootfs.tar
@@ -124,6 +131,7 @@ build_python_base() {
       --env LANG=C.UTF-8 --cmd '["python3"]' \
       --label "org.opencontainers.image.description=python3 from Debian $SUITE packages" "$ctr"
     bah commit --quiet --rm --format oci "$ctr" "$image" >/dev/null
+    bah tag "$image" "$(keyed_tag "$image" "$key")"
     rm -f "$rootfs"
     export_archive "$image" "$archive"
   fi
@@ -152,17 +160,33 @@ build_image() {
       timeout "$BUILD_TIMEOUT" "${BUILDAH[@]}" build --isolation chroot --network host --layers \
         --format oci "${volumes[@]}" "${build_args[@]}" -f "$dockerfile" -t "$name" . >&2
     )
+    bah tag "$name" "$(keyed_tag "$name" "$key")"
     export_archive "$name" "$archive"
     log "$name: built in $((SECONDS - started)) s"
     BUILT=1
   fi
-  # Older archives of the same image (other keys) are stale: keep only this one.
-  local stale
-  for stale in "${archive%-*}"-*.tar; do
-    [[ $stale != "$archive" && -f $stale ]] && rm -f "$stale"
-  done
+  touch "$archive"  # in use: its age says when a checkout last needed it
+  # Archives of the same image that no build has used for KEEP_DAYS are stale. Not the newest
+  # alone: another checkout on this machine may be about to import its own (a test session builds
+  # its images first and imports them into the node minutes later).
+  find "$OUT" -maxdepth 1 -name "$(basename "${archive%-*}")-*.tar" ! -path "$archive" -mtime +"$KEEP_DAYS" \
+    -delete
   LAST_KEY=$key
   LAST_ARCHIVE=$archive
+}
+
+# Keyed tags whose archive is gone (removed as stale above) hold their images in the store: untag them,
+# so the prune below frees their layers.
+forget_removed_keys() {
+  local tag name key
+  while read -r tag; do
+    [[ $tag == localhost/*:*-* ]] || continue
+    name=${tag%-*} key=${tag##*-}
+    [[ $key =~ ^[0-9a-f]{16}$ ]] || continue
+    # The project's images are archived under their whole name, the Python bases under the name alone.
+    [[ -f $(archive_path "$name" "$key") || -f $(archive_path "${name%%:*}" "$key") ]] && continue
+    bah rmi "$tag" >/dev/null 2>&1 || true
+  done < <(bah images --format '{{.Name}}:{{.Tag}}' 2>/dev/null)
 }
 
 main() {
@@ -179,23 +203,28 @@ main() {
   trap cleanup EXIT
 
   build_python_base "$PYTHON_IMAGE" "$PACKAGES"
-  local python_key=$LAST_KEY
+  local python_key=$LAST_KEY python
+  python=$(keyed_tag "$PYTHON_IMAGE" "$python_key")
   build_python_base "$BUILD_IMAGE" "$BUILD_PACKAGES"
-  local build_key=$LAST_KEY
+  local build_key=$LAST_KEY build
+  build=$(keyed_tag "$BUILD_IMAGE" "$build_key")
   local archives=()
   build_image localhost/nimbix-burst/base:$VERSION images/base/Dockerfile "$python_key" \
-    "PYTHON_IMAGE=$PYTHON_IMAGE" images/base pyproject.toml README.md jarvice entrypoint
+    "PYTHON_IMAGE=$python" images/base pyproject.toml README.md jarvice entrypoint
   local base_key=$LAST_KEY
   archives+=("$LAST_ARCHIVE")
   build_image localhost/nimbix-burst-webhook:$VERSION images/webhook/Dockerfile "$python_key-$build_key" \
-    "PYTHON_IMAGE=$PYTHON_IMAGE BUILD_IMAGE=$BUILD_IMAGE" images/webhook pyproject.toml README.md \
+    "PYTHON_IMAGE=$python BUILD_IMAGE=$build" images/webhook pyproject.toml README.md \
     jarvice webhook entrypoint controller kubeplumbing kubectl_nimbix
   archives+=("$LAST_ARCHIVE")
-  # The example app needs the base in the store, even when the base's archive came from the cache.
-  ensure_image localhost/nimbix-burst/base:$VERSION "${archives[0]}"
+  # The example app is built FROM this checkout's base (by its keyed tag: the plain one may be another
+  # checkout's), loaded from its archive when the store lacks it.
+  ensure_image localhost/nimbix-burst/base:$VERSION "$base_key" "${archives[0]}"
   build_image localhost/nimbix-burst/example-app:$VERSION images/example-app/Dockerfile "$base_key" \
-    "BASE_IMAGE=localhost/nimbix-burst/base:$VERSION" images/example-app images/base/AppDef.json
+    "BASE_IMAGE=$(keyed_tag localhost/nimbix-burst/base:$VERSION "$base_key")" images/example-app \
+    images/base/AppDef.json
   archives+=("$LAST_ARCHIVE")
+  forget_removed_keys
   if [[ -n ${BUILT:-} ]]; then
     # Superseded images and intermediate layers would otherwise grow the store by ~0.5 GB per
     # rebuild; the archive keys, not buildah's layer cache, are what keeps unchanged images from
