@@ -129,7 +129,10 @@ def test_the_webhook_builds_on_build_image_and_runs_on_python_image() -> None:
     assert (args["BUILD_IMAGE"], args["PYTHON_IMAGE"]) == (f"python:{version}", f"python:{version}-slim")
     assert [f.split()[0] for f in only(WEBHOOK, "FROM")] == ["${BUILD_IMAGE}", "${PYTHON_IMAGE}"]
     build_script = (ROOT / "devplatform" / "images" / "build.sh").read_text()
-    assert '"PYTHON_IMAGE=$PYTHON_IMAGE BUILD_IMAGE=$BUILD_IMAGE"' in build_script
+    # Each by the tag of the build made from exactly its inputs (the plain tag may be another checkout's).
+    assert '"PYTHON_IMAGE=$python BUILD_IMAGE=$build"' in build_script
+    assert 'python=$(keyed_tag "$PYTHON_IMAGE" "$python_key")' in build_script
+    assert 'build=$(keyed_tag "$BUILD_IMAGE" "$build_key")' in build_script
 
 
 def test_base_image_carries_its_jarvice_application() -> None:
