@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jarvice import contract
+from kubeplumbing.times import parse_time
 
 LABEL_KEY, LABEL_VALUE = "task-type", "Nimbix"
 ANNOTATION_DECISION = "nimbix-burst.io/decision"
@@ -58,19 +59,6 @@ class PodView:
     held_by_model: bool = False
     # Kept local to wait for a node until then (the webhook's burst-deadline, epoch s; None: not waiting).
     burst_deadline: float | None = None
-
-
-def parse_time(text: object) -> float | None:
-    """An RFC 3339 timestamp as the API server writes it ("2026-01-02T03:04:05Z") -> epoch seconds."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        parsed = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=datetime.UTC)
-    return parsed.timestamp()
 
 
 def format_time(epoch: float) -> str:

@@ -8,7 +8,6 @@ runner needs that are about gangs only: which of the label's jobs a following ra
 how the pod's MASTER_PORT reaches the remote ranks.
 """
 
-import re
 import shlex
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -29,7 +28,6 @@ DEFAULT_MASTER_PORT: Final = 29500
 # The rank that submits the gang's job; its pod's logs carry the job's output.
 SUBMITTING_RANK: Final = contract.GANG_SUBMITTING_RANK
 
-_UUID_RE: Final = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _GANG_VARIABLES: Final = (contract.ENV_GANG_UID, contract.ENV_GANG_SIZE, contract.ENV_GANG_RANK)
 
 
@@ -80,7 +78,7 @@ def parse_gang(env: Mapping[str, str], *, nodes: int | None) -> tuple[Gang | Non
         )
         return None, problems
     uid = env[contract.ENV_GANG_UID].strip()
-    if not _UUID_RE.match(uid):
+    if not contract.is_uid(uid):
         problems.append(f"{contract.ENV_GANG_UID} must be a lowercase UUID (the gang's identity), got {uid!r}")
     size = _int_value(env, contract.ENV_GANG_SIZE, problems, what="the number of pods in the gang (>= 1)")
     rank = _int_value(env, contract.ENV_GANG_RANK, problems, what="this pod's rank in the gang (0..size-1)")

@@ -43,8 +43,9 @@ LEASES_DIR: Final = f"{VAULT_ROOT}/.leases"
 POD_KEY_PREFIX: Final = "pod-"
 # Between the work and the container in a directory's name: in neither a key nor a container name.
 CONTAINER_SEPARATOR: Final = "."
-_UUID_RE: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-_DATA_KEY_RE: Final = re.compile(rf"^{contract.DATA_KEY_JOB_PREFIX}{_UUID_RE.pattern}(?:-(?:0|[1-9][0-9]{{0,8}}))?$")
+_DATA_KEY_RE: Final = re.compile(
+    rf"^{contract.DATA_KEY_JOB_PREFIX}{contract.UID_RE.pattern}(?:-(?:0|[1-9][0-9]{{0,8}}))?$"
+)
 _CONTAINER_RE: Final = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 # A file being written, beside its final name; renamed into place only once whole.
 PART_SUFFIX: Final = ".nbpart"
@@ -138,7 +139,7 @@ def build_work_dirs(*, data_key: str | None, pod_uid: str, container: str, job_l
     `nimbix-burst/pod-<pod UID>.<container>` (the container left out when the runner was not told
     it). Without a pod UID (a runner the webhook did not set up) only the job label's directory,
     as `build_job_dir`."""
-    if not _UUID_RE.fullmatch(pod_uid):
+    if not contract.is_uid(pod_uid):
         return WorkDirs(own=build_job_dir(job_label))
     tail = f"{CONTAINER_SEPARATOR}{container}" if _CONTAINER_RE.match(container) else ""
     own = f"{VAULT_ROOT}/{POD_KEY_PREFIX}{pod_uid}{tail}"
@@ -163,7 +164,7 @@ def lease_holder(text: str) -> str | None:
     if not isinstance(raw, dict) or raw.get("format") != LEASE_FORMAT:
         return None
     pod = raw.get("pod")
-    return pod if isinstance(pod, str) and _UUID_RE.fullmatch(pod) else None
+    return pod if isinstance(pod, str) and contract.is_uid(pod) else None
 
 
 LeaseAction = Literal["take", "own_dir"]

@@ -126,6 +126,14 @@ MAX_MACHINE_NAME: Final = 64
 _MACHINE_NAME_CHARS: Final = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
 
 
+# A Kubernetes object's UID as the API server writes it: a lowercase UUID.
+UID_RE: Final = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def is_uid(text: object) -> bool:
+    return isinstance(text, str) and UID_RE.fullmatch(text) is not None
+
+
 def is_machine_name(text: str) -> bool:
     """Whether `text` can name a JARVICE machine type (see MAX_MACHINE_NAME)."""
     return 0 < len(text) <= MAX_MACHINE_NAME and set(text) <= _MACHINE_NAME_CHARS and text[0].isalnum()

@@ -248,16 +248,7 @@ def _remote_data(annotations: Mapping[str, Any]) -> bool:
 
 JOB_API_VERSION: Final = "batch/v1"
 ANNOTATION_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
-_UID_CHARS: Final = frozenset("0123456789abcdef-")
-_UID_GROUPS: Final = (8, 4, 4, 4, 12)
 _MAX_INDEX_DIGITS: Final = 9
-
-
-def _is_uid(text: object) -> bool:
-    """A Kubernetes UID as the API server writes it: a lowercase UUID."""
-    if not isinstance(text, str) or not set(text) <= _UID_CHARS:
-        return False
-    return tuple(len(group) for group in text.split("-")) == _UID_GROUPS
 
 
 def data_key(meta: Mapping[str, Any]) -> str:
@@ -269,7 +260,11 @@ def data_key(meta: Mapping[str, Any]) -> str:
     owner = ""
     for ref in meta.get("ownerReferences") or ():
         if isinstance(ref, dict) and ref.get("controller") is True:
-            if ref.get("apiVersion") == JOB_API_VERSION and ref.get("kind") == "Job" and _is_uid(ref.get("uid")):
+            if (
+                ref.get("apiVersion") == JOB_API_VERSION
+                and ref.get("kind") == "Job"
+                and contract.is_uid(ref.get("uid"))
+            ):
                 owner = str(ref["uid"])
             break
     if not owner:

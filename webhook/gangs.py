@@ -31,13 +31,13 @@ which the cache applies (ClusterCache.apply).
 
 from __future__ import annotations
 
-import datetime
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
 from jarvice import contract
+from kubeplumbing.times import parse_time
 from webhook.types import (
     Hold,
     PodInfo,
@@ -132,19 +132,8 @@ def parse_job(raw: Mapping[str, Any]) -> JobInfo | None:
         name=name,
         parallelism=parallelism if type(parallelism) is int else 1,
         completions=completions if type(completions) is int else None,
-        created=_epoch(meta.get("creationTimestamp")),
+        created=parse_time(meta.get("creationTimestamp")),
     )
-
-
-def _epoch(text: object) -> float | None:
-    """An RFC 3339 time as the API server writes it ("2026-01-02T03:04:05Z") -> epoch seconds (None: unreadable)."""
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        moment = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return (moment if moment.tzinfo is not None else moment.replace(tzinfo=datetime.UTC)).timestamp()
 
 
 def pod_group_uid(cluster: str, namespace: str, group: str) -> str:

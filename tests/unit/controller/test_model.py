@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from controller.model import Owner, format_time, parse_pod, parse_time
+from controller.model import Owner, format_time, parse_pod
+from kubeplumbing.times import parse_time
 from tests.unit.controller.builders import JOB_UID, T0, T0_TEXT, UID, job_owner, pod
 
 
