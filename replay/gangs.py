@@ -18,10 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from replay.trace import PodRow
+from webhook.gangs import ANNOTATION_KUEUE_TOTAL, LABEL_KUEUE_GROUP
 
-# What a user's pod group carries (docs/distributed-training.md), as the webhook reads it.
-LABEL_POD_GROUP = "kueue.x-k8s.io/pod-group-name"
-ANNOTATION_POD_GROUP_TOTAL = "kueue.x-k8s.io/pod-group-total-count"
 GROUP_PREFIX = "gang-"
 
 
@@ -60,7 +58,8 @@ def membership(gangs: Sequence[Gang]) -> dict[str, Gang]:
 
 def pod_group_marks(gang: Gang) -> tuple[dict[str, str], dict[str, str]]:
     """The labels and annotations a pod of the gang carries."""
-    return {LABEL_POD_GROUP: gang.name}, {ANNOTATION_POD_GROUP_TOTAL: str(gang.size)}
+    # What a user's pod group carries (docs/distributed-training.md), as the webhook reads it.
+    return {LABEL_KUEUE_GROUP: gang.name}, {ANNOTATION_KUEUE_TOTAL: str(gang.size)}
 
 
 @dataclass(frozen=True, slots=True)
