@@ -11,7 +11,7 @@ export NO_PROXY := 127.0.0.1,localhost
 export no_proxy := 127.0.0.1,localhost
 unexport http_proxy https_proxy HTTP_PROXY HTTPS_PROXY
 
-.PHONY: help venv controlplane certmanager helm promtool lint unit e2e test test-order dev-up dev-down demo bench replay clean
+.PHONY: help venv controlplane node certmanager helm promtool lint unit e2e test test-order dev-up dev-down demo bench replay clean
 
 help:
 	@echo "make demo      run the whole thing on an embedded local control plane"
@@ -71,14 +71,18 @@ unit: venv helm promtool
 e2e: venv controlplane certmanager helm
 	$(BIN)/pytest tests/e2e -q -p no:randomly
 
-# The e2e tier mostly waits (for pods, jobs, deadlines; a fifth of one core on average): lint and the unit +
-# integration tiers run beside it, their output kept and printed after it. Either failing fails the target.
+# The e2e tier mostly waits (for pods, jobs, deadlines): it runs as E2E_SHARDS sessions side by side, each
+# with its own control plane and real node in namespaces of its own (devplatform/testshards), and lint and
+# the unit + integration tiers run beside them, their output kept and printed after. Any failing fails the
+# target. The images are built first (`node`): a shard has no network.
+E2E_SHARDS ?= 2
 FAST_TIERS_LOG := .test-runs/lint-unit-integration.log
-test: venv controlplane certmanager helm promtool
+test: venv node certmanager helm promtool
 	@mkdir -p $(dir $(FAST_TIERS_LOG))
 	@echo "lint and unit + integration run beside the e2e tier; their output follows it ($(FAST_TIERS_LOG))"
 	@( $(MAKE) --no-print-directory lint && { $(RANDOM_ORDER); } ) > $(FAST_TIERS_LOG) 2>&1 & fast=$$!; \
-	e2e=0; $(BIN)/pytest tests/e2e -q -p no:randomly -p no:cacheprovider || e2e=$$?; \
+	e2e=0; $(BIN)/python -m devplatform.testshards --shards $(E2E_SHARDS) -- -q -p no:randomly -p no:cacheprovider \
+		|| e2e=$$?; \
 	lint_unit=0; wait $$fast || lint_unit=$$?; \
 	echo "== lint, unit + integration (ran beside the e2e tier)"; cat $(FAST_TIERS_LOG); \
 	if [ $$lint_unit -ne 0 ] || [ $$e2e -ne 0 ]; then \

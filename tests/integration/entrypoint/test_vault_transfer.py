@@ -1,7 +1,8 @@
 """The runner's SFTP transfers (entrypoint.sftp_transfer) against the emulator's vault, in process:
 small files go up and come back whole with their times, a second pass moves nothing, a file new to
 the pod is written in place and one the pod holds is replaced whole, and nothing is written through
-a link. The SSH connection's writes go through entrypoint.batched_socket (also tested alone)."""
+a link. The SSH connection's writes go through entrypoint.batched_socket, the SFTP session's through
+entrypoint.sftp_session (both also tested alone)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import asyncssh
 import pytest
 
 from devplatform.emulator import EmulatorControl, Timing
-from entrypoint import batched_socket, local_tree, sftp_transfer, staging
+from entrypoint import batched_socket, local_tree, sftp_session, sftp_transfer, staging
 from entrypoint.sftp_transfer import DownloadRoot, UploadRoot, VaultTransfer
 from jarvice.redaction import Secret
 from tests.support import vaults
@@ -85,6 +87,28 @@ def test_small_files_go_up_whole_with_their_times_and_a_second_pass_moves_nothin
     assert (again.copied, again.skipped) == (0, SMALL)
 
 
+def test_the_requests_of_files_in_flight_leave_in_few_channel_writes(
+    vault: tuple[staging.VaultSettings, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each small file is four SFTP requests (open; write, time, close); written one by one, each
+    would be an SSH packet of its own. The files in flight share a loop turn's write."""
+    address, _stored = vault
+    small_tree(tmp_path / "data")
+    writes: list[int] = []
+    real_write = asyncssh.SSHWriter.write
+
+    def counted(self: asyncssh.SSHWriter[bytes], data: bytes) -> None:
+        if isinstance(self.channel, asyncssh.SSHClientChannel):  # the emulator's server runs in this process
+            writes.append(len(data))
+        real_write(self, data)
+
+    monkeypatch.setattr(asyncssh.SSHWriter, "write", counted)
+    report = upload(address, tmp_path / "data", "up-few-writes")
+    assert report.complete, report.error
+    assert report.copied == SMALL
+    assert len(writes) < 2 * SMALL, f"{len(writes)} channel writes for {4 * SMALL} requests"
+
+
 def test_copy_back_writes_new_files_in_place_and_replaces_a_file_the_pod_holds_whole(
     vault: tuple[staging.VaultSettings, Path], tmp_path: Path
 ) -> None:
@@ -151,6 +175,50 @@ def test_what_one_loop_turn_writes_leaves_in_one_send_in_order() -> None:
             assert theirs.recv(100) == b"last"
         finally:
             theirs.close()
+
+    asyncio.run(scenario())
+
+
+def test_sftp_requests_of_one_loop_turn_go_to_the_channel_in_one_write_in_order() -> None:
+    class Channel:
+        closing = False
+
+        def is_closing(self) -> bool:
+            return self.closing
+
+    class Writer:  # the part of asyncssh's SSHWriter the SFTP client uses
+        def __init__(self) -> None:
+            self.channel = Channel()
+            self.calls: list[tuple[str, bytes]] = []
+
+        def write(self, data: bytes) -> None:
+            self.calls.append(("write", data))
+
+        def write_eof(self) -> None:
+            self.calls.append(("eof", b""))
+
+        def close(self) -> None:
+            self.calls.append(("close", b""))
+
+    async def scenario() -> None:
+        inner = Writer()
+        turn = sftp_session._TurnWriter(inner)  # type: ignore[arg-type]
+        turn.write(b"open ")
+        turn.write(b"write ")
+        turn.write(b"close")
+        assert inner.calls == []  # nothing within the turn
+        await asyncio.sleep(0)
+        assert inner.calls == [("write", b"open write close")]
+        turn.write(b"last")
+        turn.write_eof()  # what is held goes first
+        assert inner.calls[1:] == [("write", b"last"), ("eof", b"")]
+        turn.write(b"after")
+        turn.close()
+        assert inner.calls[3:] == [("write", b"after"), ("close", b"")]
+        inner.channel.closing = True
+        turn.write(b"too late")
+        await asyncio.sleep(0)
+        assert len(inner.calls) == 5  # a closing channel takes nothing more
 
     asyncio.run(scenario())
 

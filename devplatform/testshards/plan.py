@@ -1,0 +1,105 @@
+"""Which e2e modules run in which shard, and how a shard's namespaces are set up: pure, no I/O.
+
+A shard is a whole pytest session (its own control plane, real node and installed add-on) in private
+namespaces of its own (__main__.py), so shards run side by side on one machine. Modules go to shards
+by their measured seconds (the longest first, each to the shard with the least so far), so the
+shards end close together.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+# A module with no measured figure yet (new): counted as this many seconds.
+DEFAULT_MODULE_SECONDS = 30.0
+# `pytest --durations=0` lines: "12.34s call     tests/e2e/test_x.py::test_y".
+_DURATION_LINE = re.compile(r"^\s*(?P<seconds>\d+(?:\.\d+)?)s\s+(?:setup|call|teardown)\s+(?P<path>[^:\s]+)::")
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    modules: tuple[str, ...]
+    estimate_seconds: float
+
+
+def plan_shards(
+    modules: Sequence[str],
+    seconds: Mapping[str, float],
+    count: int,
+    *,
+    default_seconds: float = DEFAULT_MODULE_SECONDS,
+) -> list[Shard]:
+    """`modules` split into at most `count` shards of near-equal estimated time (no empty shard).
+    Each shard keeps the modules in their given order (the order a single session would run them)."""
+    if count < 1:
+        raise ValueError(f"the number of shards must be at least 1, got {count}")
+    if not modules:
+        return []
+    cost = {module: seconds.get(module, default_seconds) for module in modules}
+    buckets: list[list[str]] = [[] for _ in range(min(count, len(modules)))]
+    totals = [0.0] * len(buckets)
+    # Longest first, each to the least loaded (ties: the lower shard); a name breaks equal times.
+    for module in sorted(modules, key=lambda name: (-cost[name], name)):
+        least = min(range(len(buckets)), key=lambda index: (totals[index], index))
+        buckets[least].append(module)
+        totals[least] += cost[module]
+    position = {module: index for index, module in enumerate(modules)}
+    return [
+        Shard(tuple(sorted(bucket, key=position.__getitem__)), total)
+        for bucket, total in zip(buckets, totals, strict=True)
+    ]
+
+
+def module_seconds(durations_report: Iterable[str]) -> dict[str, float]:
+    """Seconds per test module (setup, call and teardown summed) from `pytest --durations=0` output."""
+    totals: dict[str, float] = {}
+    for line in durations_report:
+        match = _DURATION_LINE.match(line)
+        if match:
+            path = match["path"]
+            totals[path] = totals.get(path, 0.0) + float(match["seconds"])
+    return {path: round(total, 1) for path, total in sorted(totals.items())}
+
+
+@dataclass(frozen=True, slots=True)
+class CgroupMount:
+    """One cgroup hierarchy as /proc/self/mounts lists it."""
+
+    fstype: str  # "cgroup" (v1) or "cgroup2"
+    mount_point: str
+    options: str  # the hierarchy's own options: controllers, or none,name=...
+
+
+_V1_HIERARCHY_OPTIONS = re.compile(r"^(?:[a-z_]+|none|name=[\w.-]+)$")
+# Mount options that say how, not which hierarchy: left out when it is mounted again.
+_GENERIC_OPTIONS = frozenset({"rw", "ro", "relatime", "noatime", "nosuid", "nodev", "noexec", "seclabel"})
+
+
+def cgroup_mounts(mounts_text: str) -> list[CgroupMount]:
+    """The cgroup hierarchies in /proc/self/mounts (the text), in its order."""
+    found: list[CgroupMount] = []
+    for line in mounts_text.splitlines():
+        fields = line.split()
+        if len(fields) < 4 or fields[2] not in ("cgroup", "cgroup2"):
+            continue
+        own = [option for option in fields[3].split(",") if option not in _GENERIC_OPTIONS]
+        if fields[2] == "cgroup":
+            own = [option for option in own if _V1_HIERARCHY_OPTIONS.match(option)]
+            if own and all(option.startswith("name=") for option in own):
+                own.insert(0, "none")  # a named hierarchy without controllers (without it: all of them)
+        found.append(CgroupMount(fields[2], fields[1], ",".join(own)))
+    return found
+
+
+def remount_commands(mounts: Iterable[CgroupMount]) -> list[list[str]]:
+    """What mounts each hierarchy again inside a new cgroup namespace, so it shows the namespace's root
+    (a hierarchy cannot be mounted twice at one place: it is unmounted first, in the private mount
+    namespace only)."""
+    commands: list[list[str]] = []
+    for mount in mounts:
+        options = ["-o", mount.options] if mount.options else []
+        commands.append(["umount", mount.mount_point])
+        commands.append(["mount", "-t", mount.fstype, *options, mount.fstype, mount.mount_point])
+    return commands
