@@ -6,7 +6,9 @@ shard runs its session in namespaces of its own, as a container runtime would ru
 - a network namespace (its own loopback, bridge and iptables; nothing it binds is seen outside);
 - a cgroup namespace rooted at a cgroup made for it in each hierarchy, the hierarchies mounted again
   inside, so its kubelet's kubepods lands under that cgroup;
-- a private mount namespace with empty tmpfs at /run, /var/log, /var/lib/kubelet and /var/lib/cni.
+- a private mount namespace with empty tmpfs at /run, /var/log, /var/lib/kubelet and /var/lib/cni, and
+  a containerd root of its own (``<cache>/node/containerd-shard-<n>``, kept for the next run's images)
+  where the node keeps its one (``<cache>/node/containerd``: containerd locks it).
 Each session is the suite's own (control plane, real node, add-on; tests/e2e/conftest.py), on the modules
 plan.plan_shards gives it by their measured seconds (tests/e2e/durations.json). The shards' output goes
 to ``.test-runs/e2e-shard-<n>.log``, each printed as its shard ends. What the shards made outside their
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
+from devplatform.cluster import node
 from devplatform.testshards import plan
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -140,11 +143,19 @@ def _mount_points() -> Iterator[None]:
                 directory.rmdir()
 
 
+def _containerd_roots(index: int) -> tuple[Path, Path]:
+    """The node's containerd root, and the shard's own that stands in its place inside the shard."""
+    shared = node.default_cache_dir() / "node" / "containerd"
+    return shared, shared.with_name(f"containerd-shard-{index}")
+
+
 def _start(index: int, shard: plan.Shard, pytest_args: Sequence[str], mounts: Sequence[plan.CgroupMount]) -> _Running:
     cgroups = _make_cgroups(f"{CGROUP_PREFIX}-{os.getpid()}-{index}", mounts)
     log_path = LOG_DIR / f"e2e-shard-{index}.log"
-    inside = [sys.executable, "-m", "devplatform.testshards", "--inside", "--", *pytest_args, *shard.modules]
-    argv = ["unshare", "--cgroup", "--net", "--mount", "--propagation", "private", "--", *inside]
+    for root in _containerd_roots(index):
+        root.mkdir(parents=True, exist_ok=True)
+    inside = [sys.executable, "-m", "devplatform.testshards", "--inside", str(index), "--", *pytest_args]
+    argv = ["unshare", "--cgroup", "--net", "--mount", "--propagation", "private", "--", *inside, *shard.modules]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(  # our own command line
             argv,
@@ -157,7 +168,7 @@ def _start(index: int, shard: plan.Shard, pytest_args: Sequence[str], mounts: Se
     return _Running(index, shard, process, log_path, cgroups, time.monotonic())
 
 
-def _inside(pytest_args: Sequence[str]) -> NoReturn:
+def _inside(index: int, pytest_args: Sequence[str]) -> NoReturn:
     """In the shard's new namespaces: loopback up, the cgroup hierarchies and the private directories
     mounted, then pytest in this process."""
     mounts = plan.cgroup_mounts(Path("/proc/self/mounts").read_text())
@@ -214,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--shards", type=int, default=2, help="how many sessions run side by side")
     parser.add_argument("--only", action="append", default=[], metavar="TEXT", help="modules whose path has TEXT")
     parser.add_argument("--update-durations", metavar="REPORT", type=Path, help="a pytest --durations=0 output")
-    parser.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--inside", type=int, metavar="SHARD", help=argparse.SUPPRESS)
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to each shard's pytest")
     args = parser.parse_args(argv)
     if args.update_durations is not None:
@@ -224,8 +235,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if os.geteuid() != 0:
         raise SystemExit("the e2e shards make namespaces and cgroups: run as root")
-    if args.inside:
-        _inside(args.pytest_args)
+    if args.inside is not None:
+        _inside(args.inside, args.pytest_args)
     return _run(args.shards, args.only, args.pytest_args)
 
 

@@ -50,7 +50,8 @@ TEST_LABEL = "nimbix-burst-test"
 # Namespace and node names are DNS labels.
 MAX_NAME_LENGTH = 63
 # Another session (or make dev-up) may own the machine's one real node (a session holds it until it
-# ends: the whole e2e suite takes ~11 min here); wait this long for it.
+# ends: the whole e2e tier in one session takes ~28 min here); wait this long for it. A shard of
+# `make test` (devplatform/testshards) has a node claim of its own, in its private /run.
 REAL_NODE_CLAIM_WAIT_SECONDS = 1800
 # The fixture through which a module uses the kustomize-installed add-on (directly or through another).
 INSTALLED_ADDON = "installed_addon"
