@@ -9,10 +9,37 @@ vault whose writes are batched. Order is kept, and nothing waits longer than the
 """
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, cast
 
 from asyncssh import SSHTCPChannel, SSHTCPSession
 from asyncssh.session import SSHTCPSessionFactory
+
+
+class TurnBatch:
+    """What is written within one event-loop turn, handed to `send` joined at the loop's next turn
+    (or at `flush`); nothing once `closing()` says the receiver is closing."""
+
+    def __init__(self, send: Callable[[bytes], object], closing: Callable[[], bool]) -> None:
+        self._send = send
+        self._closing = closing
+        self._pending: list[bytes] = []
+        self._loop = asyncio.get_running_loop()
+
+    def add(self, data: bytes) -> None:
+        if not self._pending:
+            self._loop.call_soon(self.flush)
+        self._pending.append(data)
+
+    def flush(self) -> None:
+        if self._pending:
+            data = b"".join(self._pending)
+            self._pending.clear()
+            if not self._closing():
+                self._send(data)
+
+    def held(self) -> int:
+        return sum(map(len, self._pending))
 
 
 class _BatchedWrites(asyncio.Transport):
@@ -21,20 +48,13 @@ class _BatchedWrites(asyncio.Transport):
     def __init__(self, transport: asyncio.Transport) -> None:
         super().__init__()
         self._transport = transport
-        self._pending: list[bytes] = []
-        self._loop = asyncio.get_running_loop()
+        self._batch = TurnBatch(transport.write, transport.is_closing)
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        if not self._pending:
-            self._loop.call_soon(self.flush)
-        self._pending.append(bytes(data))
+        self._batch.add(bytes(data))
 
     def flush(self) -> None:
-        if self._pending:
-            data = b"".join(self._pending)
-            self._pending.clear()
-            if not self._transport.is_closing():
-                self._transport.write(data)
+        self._batch.flush()
 
     def close(self) -> None:
         self.flush()
@@ -59,7 +79,7 @@ class _BatchedWrites(asyncio.Transport):
         return self._transport.get_extra_info(name, default)
 
     def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + sum(map(len, self._pending))
+        return self._transport.get_write_buffer_size() + self._batch.held()
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         self._transport.set_write_buffer_limits(high, low)

@@ -14,6 +14,8 @@ import asyncssh
 from asyncssh import sftp as asyncssh_sftp
 from asyncssh.channel import SSHChannel
 
+from entrypoint.batched_socket import TurnBatch
+
 # The SFTP version asyncssh's own start_sftp_client asks for by default (OpenSSH speaks 3).
 SFTP_VERSION = asyncssh_sftp.MIN_SFTP_VERSION
 
@@ -23,31 +25,21 @@ class _TurnWriter:
 
     def __init__(self, inner: "asyncssh.SSHWriter[bytes]") -> None:
         self._inner = inner
-        self._pending: list[bytes] = []
-        self._loop = asyncio.get_running_loop()
+        self._batch = TurnBatch(inner.write, inner.channel.is_closing)
 
     @property
     def channel(self) -> "SSHChannel[bytes]":
         return self._inner.channel
 
     def write(self, data: bytes) -> None:
-        if not self._pending:
-            self._loop.call_soon(self.flush)
-        self._pending.append(data)
-
-    def flush(self) -> None:
-        if self._pending:
-            data = b"".join(self._pending)
-            self._pending.clear()
-            if not self._inner.channel.is_closing():
-                self._inner.write(data)
+        self._batch.add(data)
 
     def write_eof(self) -> None:
-        self.flush()
+        self._batch.flush()
         self._inner.write_eof()
 
     def close(self) -> None:
-        self.flush()
+        self._batch.flush()
         self._inner.close()
 
 

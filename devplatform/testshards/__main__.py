@@ -7,8 +7,9 @@ shard runs its session in namespaces of its own, as a container runtime would ru
 - a cgroup namespace rooted at a cgroup made for it in each hierarchy, the hierarchies mounted again
   inside, so its kubelet's kubepods lands under that cgroup;
 - a private mount namespace with empty tmpfs at /run, /var/log, /var/lib/kubelet and /var/lib/cni, and
-  a containerd root of its own (``<cache>/node/containerd-shard-<n>``, kept for the next run's images)
-  where the node keeps its one (``<cache>/node/containerd``: containerd locks it).
+  the node's cache directory of its own (``<cache>/node-shard-<n>``, kept for the next run's images)
+  where a node keeps its containerd root (``<cache>/node``: containerd locks the root). The parent is
+  bound, not the root itself: a node's stop unmounts everything at and under its root.
 Each session is the suite's own (control plane, real node, add-on; tests/e2e/conftest.py), on the modules
 plan.plan_shards gives it by their measured seconds (tests/e2e/durations.json). The shards' output goes
 to ``.test-runs/e2e-shard-<n>.log``, each printed as its shard ends. What the shards made outside their
@@ -143,17 +144,18 @@ def _mount_points() -> Iterator[None]:
                 directory.rmdir()
 
 
-def _containerd_roots(index: int) -> tuple[Path, Path]:
-    """The node's containerd root, and the shard's own that stands in its place inside the shard."""
-    shared = node.default_cache_dir() / "node" / "containerd"
-    return shared, shared.with_name(f"containerd-shard-{index}")
+def _node_caches(index: int) -> tuple[Path, Path]:
+    """The node's cache directory (its containerd root is in it), and the shard's own that stands in
+    its place inside the shard."""
+    shared = node.default_cache_dir() / "node"
+    return shared, shared.with_name(f"node-shard-{index}")
 
 
 def _start(index: int, shard: plan.Shard, pytest_args: Sequence[str], mounts: Sequence[plan.CgroupMount]) -> _Running:
     cgroups = _make_cgroups(f"{CGROUP_PREFIX}-{os.getpid()}-{index}", mounts)
     log_path = LOG_DIR / f"e2e-shard-{index}.log"
-    for root in _containerd_roots(index):
-        root.mkdir(parents=True, exist_ok=True)
+    for directory in _node_caches(index):
+        directory.mkdir(parents=True, exist_ok=True)
     inside = [sys.executable, "-m", "devplatform.testshards", "--inside", str(index), "--", *pytest_args]
     argv = ["unshare", "--cgroup", "--net", "--mount", "--propagation", "private", "--", *inside, *shard.modules]
     with open(log_path, "wb") as log:
