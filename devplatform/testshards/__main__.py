@@ -173,11 +173,9 @@ def _start(index: int, shard: plan.Shard, pytest_args: Sequence[str], mounts: Se
 def _inside(index: int, pytest_args: Sequence[str]) -> NoReturn:
     """In the shard's new namespaces: loopback up, the cgroup hierarchies and the private directories
     mounted, then pytest in this process."""
+    shared, own = _node_caches(index)
     mounts = plan.cgroup_mounts(Path("/proc/self/mounts").read_text())
-    commands = [["ip", "link", "set", "lo", "up"], *plan.remount_commands(mounts)]
-    commands += [
-        ["mount", "-t", "tmpfs", "-o", "mode=0755", "nimbix-burst-shard", directory] for directory in PRIVATE_DIRS
-    ]
+    commands = plan.setup_commands(mounts, PRIVATE_DIRS, str(shared), str(own))
     for command in commands:
         subprocess.run(command, check=True)  # fixed commands
     os.execv(sys.executable, [sys.executable, "-m", "pytest", *pytest_args])

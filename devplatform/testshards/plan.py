@@ -103,3 +103,15 @@ def remount_commands(mounts: Iterable[CgroupMount]) -> list[list[str]]:
         commands.append(["umount", mount.mount_point])
         commands.append(["mount", "-t", mount.fstype, *options, mount.fstype, mount.mount_point])
     return commands
+
+
+def setup_commands(
+    mounts: Iterable[CgroupMount], private_dirs: Iterable[str], node_cache: str, own_node_cache: str
+) -> list[list[str]]:
+    """What a shard runs in its new namespaces before its pytest: loopback up, the cgroup hierarchies
+    mounted again (rooted at the shard's cgroup), an empty tmpfs on each private directory, and the
+    shard's node cache bound where a node keeps its own (containerd locks its root)."""
+    commands = [["ip", "link", "set", "lo", "up"], *remount_commands(mounts)]
+    commands += [["mount", "-t", "tmpfs", "-o", "mode=0755", "nimbix-shard", directory] for directory in private_dirs]
+    commands.append(["mount", "--bind", own_node_cache, node_cache])
+    return commands

@@ -99,6 +99,24 @@ def test_each_hierarchy_is_unmounted_then_mounted_again() -> None:
     ]
 
 
+def test_a_shard_sets_up_its_namespaces_before_its_pytest() -> None:
+    commands = plan.setup_commands(
+        [plan.CgroupMount("cgroup", "/sys/fs/cgroup/pids", "pids")],
+        ["/run", "/var/lib/kubelet"],
+        "/cache/node",
+        "/cache/node-shard-2",
+    )
+    assert commands == [
+        ["ip", "link", "set", "lo", "up"],
+        ["umount", "/sys/fs/cgroup/pids"],
+        ["mount", "-t", "cgroup", "-o", "pids", "cgroup", "/sys/fs/cgroup/pids"],
+        ["mount", "-t", "tmpfs", "-o", "mode=0755", "nimbix-shard", "/run"],
+        ["mount", "-t", "tmpfs", "-o", "mode=0755", "nimbix-shard", "/var/lib/kubelet"],
+        # last: /run and the rest are in place; the node cache is where containerd keeps its locked root
+        ["mount", "--bind", "/cache/node-shard-2", "/cache/node"],
+    ]
+
+
 def test_the_durations_file_names_only_modules_that_exist() -> None:
     """A renamed or removed module's figure would be planned for nothing; a new one counts as the default."""
     recorded = json.loads(DURATIONS_FILE.read_text())
