@@ -75,7 +75,7 @@ e2e: venv controlplane certmanager helm
 # with its own control plane and real node in namespaces of its own (devplatform/testshards), and lint and
 # the unit + integration tiers run beside them, their output kept and printed after. Any failing fails the
 # target. The images are built first (`node`): a shard has no network.
-E2E_SHARDS ?= 2
+E2E_SHARDS ?= 3
 FAST_TIERS_LOG := .test-runs/lint-unit-integration.log
 test: venv node certmanager helm promtool
 	@mkdir -p $(dir $(FAST_TIERS_LOG))

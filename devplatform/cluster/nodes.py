@@ -174,12 +174,23 @@ def wait_for_pod_bound(core: Any, namespace: str, name: str, *, timeout: float =
     return str(pod.spec.node_name)
 
 
-def wait_for_pod_unschedulable(core: Any, namespace: str, name: str, *, timeout: float = 30) -> str:
-    """Waits until the scheduler gives up on the pod (PodScheduled=False); returns its message."""
-    pod = _poll_pod(core, namespace, name, timeout=timeout, done=_is_marked_unschedulable)
-    if pod is None or not _is_marked_unschedulable(pod):
+def wait_for_pod_unschedulable(core: Any, namespace: str, name: str, *, saying: str = "", timeout: float = 30) -> str:
+    """Waits until the scheduler gives up on the pod (PodScheduled=False) with a message containing
+    `saying`; returns the message. The scheduler tries again when a node changes: a first attempt may
+    still see a node as it was a moment ago (a new node's not-ready taint, before its removal reached
+    the scheduler's cache), so the reason to wait for is named, not the first one taken."""
+
+    def marked(pod: Any) -> bool:
+        return _is_marked_unschedulable(pod) and saying in str(_pod_scheduled_condition(pod).message or "")
+
+    pod = _poll_pod(core, namespace, name, timeout=timeout, done=marked)
+    if pod is None or not marked(pod):
         state = f"bound to {pod.spec.node_name}" if pod is not None and pod.spec.node_name else "pending"
-        raise PodWaitTimeoutError(f"pod {namespace}/{name} not marked unschedulable after {timeout:g} s ({state})")
+        wanted = f" saying {saying!r}" if saying else ""
+        raise PodWaitTimeoutError(
+            f"pod {namespace}/{name} not marked unschedulable{wanted} after {timeout:g} s ({state}:"
+            f" {_scheduled_message(pod)})"
+        )
     return str(_pod_scheduled_condition(pod).message or "")
 
 

@@ -46,7 +46,7 @@ def test_pod_asking_for_more_gpus_than_the_node_has_stays_unscheduled(
     node = make_gpu_node(gpus=4)
     core.create_namespaced_pod(namespace, build_gpu_pod("eight-gpus", gpus=8, node=node))
 
-    message = nodes.wait_for_pod_unschedulable(core, namespace, "eight-gpus")
+    message = nodes.wait_for_pod_unschedulable(core, namespace, "eight-gpus", saying=f"Insufficient {GPU}")
 
     assert f"Insufficient {GPU}" in message
     assert not core.read_namespaced_pod("eight-gpus", namespace).spec.node_name

@@ -32,6 +32,7 @@ from tests.support.installed_controller import (
     create_pod,
     find_pod,
     pod_body,
+    wait_admitted_as,
 )
 from tests.support.real_node_pods import wait_log
 
@@ -87,7 +88,11 @@ def test_a_burst_jobs_spend_is_in_the_record_the_metrics_and_kubectl_nimbix_budg
     )
     # More GPUs than the node has: remote. Long enough to be counted while it runs.
     app = app_container(node_emulator, 'echo "spent started"; sleep 20; echo "spent done"', gpus=8)
-    create_pod(control_plane, ns, pod_body("spent", app, gated=False))
+    body = pod_body("spent", app, gated=False)
+    # A capped namespace's pod is kept local (never refused) until the webhook holds the controller's
+    # spend record, which the controller just restarted writes in its first rounds: dry runs until then.
+    wait_admitted_as(control_plane, ns, body, decision="remote", what="the controller's spend record")
+    create_pod(control_plane, ns, body)
     wait_log(control_plane, ns, "spent", "spent started")
     pod = find_pod(control_plane, ns, "spent")
     assert pod is not None and annotations_of(pod)["nimbix-burst.io/decision"] == "remote"

@@ -139,5 +139,7 @@ def test_a_node_without_pod_slots_cannot_host(rules: Rules) -> None:
     # kube-scheduler agrees: an unlabeled GPU pod pinned there stays Pending for want of a pod slot.
     probe = rules.pod(1, labeled=False, nodeSelector={"kubernetes.io/hostname": full})
     rules.create(probe)
-    message = nodes.wait_for_pod_unschedulable(rules.core, rules.namespace, probe["metadata"]["name"])
+    message = nodes.wait_for_pod_unschedulable(
+        rules.core, rules.namespace, probe["metadata"]["name"], saying="Too many pods"
+    )
     assert "Too many pods" in message
