@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client as k8s_client
+from kubernetes import watch as k8s_watch
 
 from devplatform import images
 from devplatform.cluster import addons, controlplane, node, nodes
@@ -312,22 +313,29 @@ def _delete_running(
         what=f"remote job of {run.job.name} running",
         timeout=POD_TIMEOUT_SECONDS,
     )
-    # The pod object disappears once deleted: its exit code is read while it terminates.
+    # The pod object disappears once deleted, its terminated state shown for a moment before: a watch
+    # sees every change (a poll can fall between them on a loaded machine), from before the delete.
     seen: list[int] = []
-    stop = threading.Event()
+    watching = threading.Event()
 
     def watch() -> None:
-        while not stop.is_set():
-            result = plane.kubectl("get", "-n", namespace, "pod", pod_name, "-o", "json", check=False)
-            if result.returncode == 0:
-                code = read_exit_code(json.loads(result.stdout))
+        with plane.api_client() as api:
+            stream = k8s_watch.Watch().stream(
+                k8s_client.CoreV1Api(api).list_namespaced_pod,
+                namespace,
+                field_selector=f"metadata.name={pod_name}",
+                timeout_seconds=int(DELETE_TIMEOUT_SECONDS) + 30,
+            )
+            for event in stream:
+                watching.set()  # the first event is the pod as it is now
+                code = read_exit_code(api.sanitize_for_serialization(event["object"]))
                 if code is not None:
                     seen.append(code)
                     return
-            time.sleep(POLL_INTERVAL_SECONDS)
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
+    wait_for(watching.is_set, what=f"a watch on pod {pod_name}", timeout=POD_TIMEOUT_SECONDS)
     out(f"$ kubectl delete -n {namespace} job/{run.job.name}      # while its remote job runs")
     started = time.monotonic()
     plane.kubectl(
@@ -338,7 +346,6 @@ def _delete_running(
         lambda: _find_job_pod(plane, namespace, run.job.name) is None, what="pod gone", timeout=DELETE_TIMEOUT_SECONDS
     )
     elapsed = time.monotonic() - started
-    stop.set()
     watcher.join(timeout=5)
     run.exit_seen = seen[0] if seen else None
     remote = fetch_emulator_jobs(emulator.url, pod_uid=uid)
