@@ -18,15 +18,24 @@ from asyncssh.session import SSHTCPSessionFactory
 
 class TurnBatch:
     """What is written within one event-loop turn, handed to `send` joined at the loop's next turn
-    (or at `flush`); nothing once `closing()` says the receiver is closing."""
+    (or at `flush`); nothing once `closing()` says the receiver is closing. A write of `pass_through`
+    bytes or more goes on at once, after what is held: joining it would only copy it."""
 
-    def __init__(self, send: Callable[[bytes], object], closing: Callable[[], bool]) -> None:
+    def __init__(
+        self, send: Callable[[bytes], object], closing: Callable[[], bool], *, pass_through: int | None = None
+    ) -> None:
         self._send = send
         self._closing = closing
+        self._pass_through = pass_through
         self._pending: list[bytes] = []
         self._loop = asyncio.get_running_loop()
 
     def add(self, data: bytes) -> None:
+        if self._pass_through is not None and len(data) >= self._pass_through:
+            self.flush()
+            if not self._closing():
+                self._send(data)
+            return
         if not self._pending:
             self._loop.call_soon(self.flush)
         self._pending.append(data)

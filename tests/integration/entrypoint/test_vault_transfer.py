@@ -215,10 +215,17 @@ def test_sftp_requests_of_one_loop_turn_go_to_the_channel_in_one_write_in_order(
         turn.write(b"after")
         turn.close()
         assert inner.calls[3:] == [("write", b"after"), ("close", b"")]
+        large = b"x" * sftp_session.LARGE_REQUEST_BYTES  # a large file's block: on at once, after what is held
+        turn.write(b"held")
+        turn.write(large)
+        assert inner.calls[5:] == [("write", b"held"), ("write", large)]
+        await asyncio.sleep(0)
+        assert len(inner.calls) == 7
         inner.channel.closing = True
         turn.write(b"too late")
+        turn.write(large)
         await asyncio.sleep(0)
-        assert len(inner.calls) == 5  # a closing channel takes nothing more
+        assert len(inner.calls) == 7  # a closing channel takes nothing more
 
     asyncio.run(scenario())
 
