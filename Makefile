@@ -11,7 +11,7 @@ export NO_PROXY := 127.0.0.1,localhost
 export no_proxy := 127.0.0.1,localhost
 unexport http_proxy https_proxy HTTP_PROXY HTTPS_PROXY
 
-.PHONY: help venv controlplane node certmanager helm promtool lint unit e2e test test-order dev-up dev-down demo bench replay clean
+.PHONY: help venv lock controlplane node certmanager helm promtool lint unit e2e test test-order dev-up dev-down demo bench replay clean
 
 help:
 	@echo "make demo      run the whole thing on an embedded local control plane"
@@ -21,14 +21,27 @@ help:
 	@echo "                (INSTALL=helm: install the add-on with the Helm chart; links .dev/helm)"
 	@echo "make dev-down  stop everything dev-up started"
 	@echo "make bench     admission benchmarks (bench/results.json, bench/results.png)"
+	@echo "make lock      constraints.txt anew from the newest versions pyproject.toml allows"
 	@echo "make replay    what-if replay of the Alibaba GPU trace through the real stack"
 
 venv: $(VENV)/.installed
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]'
 	touch $@
+
+# constraints.txt anew: the newest versions pyproject.toml allows, resolved in a throwaway venv (its
+# comment lines kept). Run `make test` before committing the result.
+lock:
+	rm -rf .lock-venv
+	$(PYTHON) -m venv .lock-venv
+	.lock-venv/bin/pip install --quiet --upgrade pip
+	.lock-venv/bin/pip install --quiet -e '.[test]'
+	{ grep '^#' constraints.txt; .lock-venv/bin/pip freeze --exclude-editable | grep -v '^pip=='; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+	rm -rf .lock-venv
+	@echo "constraints.txt: $$(grep -vc '^#' constraints.txt) packages pinned; run make test before committing it"
 
 controlplane:
 	@devplatform/cluster/build-controlplane.sh >/dev/null

@@ -210,11 +210,11 @@ main() {
   build=$(keyed_tag "$BUILD_IMAGE" "$build_key")
   local archives=()
   build_image localhost/nimbix-burst/base:$VERSION images/base/Dockerfile "$python_key" \
-    "PYTHON_IMAGE=$python" images/base pyproject.toml README.md jarvice entrypoint
+    "PYTHON_IMAGE=$python" images/base pyproject.toml README.md constraints.txt jarvice entrypoint
   local base_key=$LAST_KEY
   archives+=("$LAST_ARCHIVE")
   build_image localhost/nimbix-burst-webhook:$VERSION images/webhook/Dockerfile "$python_key-$build_key" \
-    "PYTHON_IMAGE=$python BUILD_IMAGE=$build" images/webhook pyproject.toml README.md \
+    "PYTHON_IMAGE=$python BUILD_IMAGE=$build" images/webhook pyproject.toml README.md constraints.txt \
     jarvice webhook entrypoint controller kubeplumbing kubectl_nimbix
   archives+=("$LAST_ARCHIVE")
   # The example app is built FROM this checkout's base (by its keyed tag: the plain one may be another

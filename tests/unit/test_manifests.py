@@ -49,7 +49,7 @@ def test_dockerfile_runs_on_python_311_slim_and_installs_the_webhook_extra_only(
     # The runtime venv gets the distribution with the webhook extra; the compiler's tools (mypy, in
     # /opt/mypyc) stay in the build stage, which the runtime stage copies /opt/venv from, only.
     installs = [run for run in stage_instructions(build, "RUN") if "/opt/venv/bin/pip" in run]
-    assert installs == ["/opt/venv/bin/pip install '.[webhook]'"]
+    assert installs == ["/opt/venv/bin/pip install -c constraints.txt '.[webhook]'"]
     assert stage_instructions(runtime, "COPY") == ["--from=build /opt/venv /opt/venv"]
 
 
@@ -147,6 +147,33 @@ def test_the_test_extra_covers_every_third_party_import_of_the_tests_and_tools()
     needed = _imported_distributions("tests", "devplatform", "bench", "replay")
     declared = _declared("test")
     assert needed <= declared, needed - declared
+
+
+def _pins() -> dict[str, str]:
+    """constraints.txt as distribution -> pinned version."""
+    lines = (manifests.REPO_ROOT / "constraints.txt").read_text().splitlines()
+    pins = [line.split("==") for line in lines if line.strip() and not line.startswith("#")]
+    assert all(len(pin) == 2 for pin in pins), "constraints.txt: every line is name==version or a comment"
+    return {_normalize(name): version for name, version in pins}
+
+
+def test_constraints_pin_every_declared_distribution_at_the_version_the_tests_run_with() -> None:
+    """A clean clone (CI) and the images install with `-c constraints.txt`: a declared distribution it
+    does not pin would come in at whatever PyPI has that day, untested."""
+    pins = _pins()
+    declared = _declared("webhook", "kubectl", "test")
+    assert declared <= set(pins), f"not pinned in constraints.txt (make lock): {declared - set(pins)}"
+    installed = {name: importlib.metadata.version(name) for name in declared}
+    differ = {name: (installed[name], pins[name]) for name in declared if installed[name] != pins[name]}
+    assert not differ, f"installed here vs constraints.txt (make venv reinstalls): {differ}"
+
+
+def test_every_pip_install_of_the_images_uses_the_constraints() -> None:
+    base = (manifests.REPO_ROOT / "images" / "base" / "Dockerfile").read_text()
+    for text in (DOCKERFILE.read_text(), base):
+        installs = re.findall(r"/pip install [^\\\n]*", text)
+        assert installs and all(" -c constraints.txt " in install for install in installs), installs
+        assert re.search(r"^COPY [^\n]*constraints\.txt", text, flags=re.MULTILINE)
 
 
 # --- examples -----------------------------------------------------------------------------------

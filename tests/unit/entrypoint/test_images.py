@@ -75,10 +75,11 @@ def test_console_script_is_the_same_main() -> None:
 def test_base_image_installs_the_distribution_without_extras() -> None:
     runs = only(BASE, "RUN")
     installs = [r for r in runs if "pip install" in r]
-    assert installs == ["/opt/venv/bin/pip install ."]
+    assert installs == ["/opt/venv/bin/pip install -c constraints.txt ."]
     copies = [shlex.split(c) for c in only(BASE, "COPY") if not c.startswith("--from")]
     sources = {src.rstrip("/") for copy in copies for src in copy[:-1]} - set(BASE_JARVICE_FILES)
-    assert sources == {"pyproject.toml", "README.md", "entrypoint", "jarvice"}  # the runner and what it imports
+    # The runner and what it imports, and the versions they are installed at.
+    assert sources == {"pyproject.toml", "README.md", "constraints.txt", "entrypoint", "jarvice"}
     for source in sources:
         assert (ROOT / source).exists(), source
     assert pyproject()["project"]["readme"] == "README.md"
