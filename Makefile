@@ -89,13 +89,15 @@ e2e: venv controlplane certmanager helm
 # the unit + integration tiers run beside them, their output kept and printed after. Any failing fails the
 # target. The images are built first (`node`): a shard has no network.
 E2E_SHARDS ?= 3
+# More pytest arguments for every shard, e.g. E2E_ARGS=--durations=0 to measure the modules for the plan.
+E2E_ARGS ?=
 FAST_TIERS_LOG := .test-runs/lint-unit-integration.log
 test: venv node certmanager helm promtool
 	@mkdir -p $(dir $(FAST_TIERS_LOG))
 	@echo "lint and unit + integration run beside the e2e tier; their output follows it ($(FAST_TIERS_LOG))"
 	@( $(MAKE) --no-print-directory lint && { $(RANDOM_ORDER); } ) > $(FAST_TIERS_LOG) 2>&1 & fast=$$!; \
 	e2e=0; $(BIN)/python -m devplatform.testshards --shards $(E2E_SHARDS) -- -q -p no:randomly -p no:cacheprovider \
-		|| e2e=$$?; \
+		$(E2E_ARGS) || e2e=$$?; \
 	lint_unit=0; wait $$fast || lint_unit=$$?; \
 	echo "== lint, unit + integration (ran beside the e2e tier)"; cat $(FAST_TIERS_LOG); \
 	if [ $$lint_unit -ne 0 ] || [ $$e2e -ne 0 ]; then \

@@ -15,7 +15,8 @@ plan.plan_shards gives it by their measured seconds (tests/e2e/durations.json). 
 to ``.test-runs/e2e-shard-<n>.log``, each printed as its shard ends. What the shards made outside their
 namespaces (the cgroups, the mount points it had to create) is removed by path at the end.
 
-``--update-durations REPORT``: rewrites the durations file from a `pytest tests/e2e --durations=0` output.
+``--update-durations REPORT...``: rewrites the durations file from `pytest --durations=0` outputs (the shards'
+logs of `make test E2E_ARGS=--durations=0`: measured side by side, as the shards will run).
 """
 
 from __future__ import annotations
@@ -224,12 +225,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devplatform.testshards", description=__doc__.split("\n")[0])
     parser.add_argument("--shards", type=int, default=2, help="how many sessions run side by side")
     parser.add_argument("--only", action="append", default=[], metavar="TEXT", help="modules whose path has TEXT")
-    parser.add_argument("--update-durations", metavar="REPORT", type=Path, help="a pytest --durations=0 output")
+    parser.add_argument(
+        "--update-durations", nargs="+", metavar="REPORT", type=Path, help="pytest --durations=0 outputs (the shards')"
+    )
     parser.add_argument("--inside", type=int, metavar="SHARD", help=argparse.SUPPRESS)
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to each shard's pytest")
     args = parser.parse_args(argv)
     if args.update_durations is not None:
-        seconds = plan.module_seconds(args.update_durations.read_text().splitlines())
+        lines = [line for report in args.update_durations for line in report.read_text().splitlines()]
+        seconds = plan.module_seconds(lines)
         DURATIONS_FILE.write_text(json.dumps(seconds, indent=1) + "\n")
         print(f"{DURATIONS_FILE.relative_to(REPO_ROOT)}: {len(seconds)} modules, {sum(seconds.values()):.0f} s in all")
         return 0
