@@ -92,26 +92,29 @@ E2E_SHARDS ?= 3
 # More pytest arguments for every shard, e.g. E2E_ARGS=--durations=0 to measure the modules for the plan.
 E2E_ARGS ?=
 FAST_TIERS_LOG := .test-runs/lint-unit-integration.log
+# $(1): what runs beside the e2e sessions (output kept in FAST_TIERS_LOG, printed after theirs); $(2): the
+# launcher's options; $(3): the target's name. Either failing fails the target.
+define E2E_WITH_FAST_TIERS
+mkdir -p $(dir $(FAST_TIERS_LOG)); \
+echo "lint / unit + integration run beside the e2e tier; their output follows it ($(FAST_TIERS_LOG))"; \
+( $(1) ) > $(FAST_TIERS_LOG) 2>&1 & fast=$$!; \
+e2e=0; $(BIN)/python -m devplatform.testshards $(2) -- -q -p no:randomly -p no:cacheprovider $(E2E_ARGS) \
+	|| e2e=$$?; \
+lint_unit=0; wait $$fast || lint_unit=$$?; \
+echo "== lint / unit + integration (ran beside the e2e tier)"; cat $(FAST_TIERS_LOG); \
+if [ $$lint_unit -ne 0 ] || [ $$e2e -ne 0 ]; then \
+	echo "make $(3): FAILED (lint/unit+integration exit $$lint_unit, e2e exit $$e2e)"; exit 1; fi; \
+echo "make $(3): all tiers passed"
+endef
+
 test: venv node certmanager helm promtool
-	@mkdir -p $(dir $(FAST_TIERS_LOG))
-	@echo "lint and unit + integration run beside the e2e tier; their output follows it ($(FAST_TIERS_LOG))"
-	@( $(MAKE) --no-print-directory lint && { $(RANDOM_ORDER); } ) > $(FAST_TIERS_LOG) 2>&1 & fast=$$!; \
-	e2e=0; $(BIN)/python -m devplatform.testshards --shards $(E2E_SHARDS) -- -q -p no:randomly -p no:cacheprovider \
-		$(E2E_ARGS) || e2e=$$?; \
-	lint_unit=0; wait $$fast || lint_unit=$$?; \
-	echo "== lint, unit + integration (ran beside the e2e tier)"; cat $(FAST_TIERS_LOG); \
-	if [ $$lint_unit -ne 0 ] || [ $$e2e -ne 0 ]; then \
-		echo "make test: FAILED (lint/unit+integration exit $$lint_unit, e2e exit $$e2e)"; exit 1; fi; \
-	echo "make test: all tiers passed"
+	@$(call E2E_WITH_FAST_TIERS,$(MAKE) --no-print-directory lint && { $(RANDOM_ORDER); },--shards $(E2E_SHARDS),test)
 
 # Order independence: unit + integration in two random orders, then every e2e module alone in a session
-# of its own (a control plane and the real node each).
-test-order: venv controlplane certmanager helm promtool
-	@for run in 1 2; do $(RANDOM_ORDER); done
-	@for module in tests/e2e/test_*.py; do \
-		echo "== $$module alone"; \
-		$(BIN)/pytest "$$module" -q -p no:randomly; \
-	done
+# of its own (a control plane and a real node each), E2E_SHARDS of them side by side; the random orders
+# run beside them.
+test-order: venv node certmanager helm promtool
+	@$(call E2E_WITH_FAST_TIERS,for run in 1 2; do $(RANDOM_ORDER); done,--alone --shards $(E2E_SHARDS),test-order)
 
 # INSTALL=kustomize (the default: kubectl apply -k devplatform/overlay) or INSTALL=helm (the chart).
 INSTALL ?= kustomize

@@ -15,6 +15,8 @@ plan.plan_shards gives it by their measured seconds (tests/e2e/durations.json). 
 to ``.test-runs/e2e-shard-<n>.log``, each printed as its shard ends. What the shards made outside their
 namespaces (the cgroups, the mount points it had to create) is removed by path at the end.
 
+``--alone``: each module a session of its own, N at a time (each module passes alone: `make test-order`).
+
 ``--update-durations REPORT...``: rewrites the durations file from `pytest --durations=0` outputs (the shards'
 logs of `make test E2E_ARGS=--durations=0`: measured side by side, as the shards will run).
 """
@@ -51,7 +53,8 @@ KILL_WAIT_SECONDS = 5.0
 
 @dataclass
 class _Running:
-    index: int
+    index: int  # the slot: its cgroups and node cache are used by one session at a time
+    label: str
     shard: plan.Shard
     process: subprocess.Popen[bytes]
     log_path: Path
@@ -152,9 +155,11 @@ def _node_caches(index: int) -> tuple[Path, Path]:
     return shared, shared.with_name(f"node-shard-{index}")
 
 
-def _start(index: int, shard: plan.Shard, pytest_args: Sequence[str], mounts: Sequence[plan.CgroupMount]) -> _Running:
+def _start(
+    index: int, label: str, shard: plan.Shard, pytest_args: Sequence[str], mounts: Sequence[plan.CgroupMount]
+) -> _Running:
     cgroups = _make_cgroups(f"{CGROUP_PREFIX}-{os.getpid()}-{index}", mounts)
-    log_path = LOG_DIR / f"e2e-shard-{index}.log"
+    log_path = LOG_DIR / f"e2e-{label.replace(' ', '-')}.log"
     for directory in _node_caches(index):
         directory.mkdir(parents=True, exist_ok=True)
     inside = [sys.executable, "-m", "devplatform.testshards", "--inside", str(index), "--", *pytest_args]
@@ -168,7 +173,7 @@ def _start(index: int, shard: plan.Shard, pytest_args: Sequence[str], mounts: Se
             stderr=subprocess.STDOUT,
             preexec_fn=lambda: _join_cgroups(cgroups),  # noqa: PLW1509  # no threads yet in this process
         )
-    return _Running(index, shard, process, log_path, cgroups, time.monotonic())
+    return _Running(index, label, shard, process, log_path, cgroups, time.monotonic())
 
 
 def _inside(index: int, pytest_args: Sequence[str]) -> NoReturn:
@@ -182,31 +187,46 @@ def _inside(index: int, pytest_args: Sequence[str]) -> NoReturn:
     os.execv(sys.executable, [sys.executable, "-m", "pytest", *pytest_args])
 
 
-def _run(count: int, only: Sequence[str], pytest_args: Sequence[str]) -> int:
-    shards = plan.plan_shards(_modules(only), _read_durations(DURATIONS_FILE), count)
+def _sessions(count: int, only: Sequence[str], alone: bool) -> list[tuple[str, plan.Shard]]:
+    """What runs, each with the label of its log and lines: N shards, or each module alone."""
+    modules, durations = _modules(only), _read_durations(DURATIONS_FILE)
+    if alone:
+        return [(f"{Path(s.modules[0]).stem} alone", s) for s in plan.plan_alone(modules, durations)]
+    return [(f"shard {index}", s) for index, s in enumerate(plan.plan_shards(modules, durations, count), start=1)]
+
+
+def _run(count: int, only: Sequence[str], pytest_args: Sequence[str], *, alone: bool = False) -> int:
+    """The sessions, at most `count` at a time (each in a slot of its own), each printed as it ends."""
+    pending = _sessions(count, only, alone)
+    total = len(pending)
     mounts = plan.cgroup_mounts(Path("/proc/self/mounts").read_text())
     LOG_DIR.mkdir(exist_ok=True)
-    failed: list[int] = []
+    failed: list[str] = []
+    free_slots = list(range(1, count + 1))
+    running: list[_Running] = []
     with _mount_points():
-        running = [_start(index, shard, pytest_args, mounts) for index, shard in enumerate(shards, start=1)]
-        for run in running:
-            print(
-                f"e2e shard {run.index}: {len(run.shard.modules)} modules, ~{run.shard.estimate_seconds / 60:.0f} min"
-                f" measured, output in {run.log_path.relative_to(REPO_ROOT)}",
-                flush=True,
-            )
         try:
-            while running:
+            while pending or running:
+                while pending and free_slots:
+                    label, shard = pending.pop(0)
+                    run = _start(free_slots.pop(0), label, shard, pytest_args, mounts)
+                    running.append(run)
+                    print(
+                        f"e2e {label}: {len(shard.modules)} module(s), ~{shard.estimate_seconds / 60:.0f} min"
+                        f" measured, output in {run.log_path.relative_to(REPO_ROOT)}",
+                        flush=True,
+                    )
                 for run in [run for run in running if run.process.poll() is not None]:
                     running.remove(run)
                     seconds = time.monotonic() - run.started
                     names = " ".join(Path(module).name for module in run.shard.modules)
-                    print(f"== e2e shard {run.index} (exit {run.process.returncode}, {seconds:.0f} s): {names}")
+                    print(f"== e2e {run.label} (exit {run.process.returncode}, {seconds:.0f} s): {names}")
                     print(run.log_path.read_text(errors="replace"), end="", flush=True)
                     for note in _remove_cgroups(run.cgroups):
-                        print(f"e2e shard {run.index}: {note}")
+                        print(f"e2e {run.label}: {note}")
+                    free_slots.append(run.index)
                     if run.process.returncode != 0:
-                        failed.append(run.index)
+                        failed.append(run.label)
                 time.sleep(POLL_SECONDS)
         finally:
             for run in running:  # interrupted: stop the rest, then what they left
@@ -215,15 +235,16 @@ def _run(count: int, only: Sequence[str], pytest_args: Sequence[str]) -> int:
                     run.process.wait(timeout=120)
                 _remove_cgroups(run.cgroups)
     if failed:
-        print(f"e2e: shard(s) {', '.join(map(str, failed))} failed")
+        print(f"e2e: failed: {', '.join(failed)}")
         return 1
-    print(f"e2e: all {len(shards)} shards passed")
+    print(f"e2e: all {total} sessions passed")
     return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m devplatform.testshards", description=__doc__.split("\n")[0])
     parser.add_argument("--shards", type=int, default=2, help="how many sessions run side by side")
+    parser.add_argument("--alone", action="store_true", help="each module a session of its own, --shards at a time")
     parser.add_argument("--only", action="append", default=[], metavar="TEXT", help="modules whose path has TEXT")
     parser.add_argument(
         "--update-durations", nargs="+", metavar="REPORT", type=Path, help="pytest --durations=0 outputs (the shards')"
@@ -231,6 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--inside", type=int, metavar="SHARD", help=argparse.SUPPRESS)
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to each shard's pytest")
     args = parser.parse_args(argv)
+    if args.shards < 1:
+        parser.error(f"--shards must be at least 1, got {args.shards}")
     if args.update_durations is not None:
         lines = [line for report in args.update_durations for line in report.read_text().splitlines()]
         seconds = plan.module_seconds(lines)
@@ -241,7 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("the e2e shards make namespaces and cgroups: run as root")
     if args.inside is not None:
         _inside(args.inside, args.pytest_args)
-    return _run(args.shards, args.only, args.pytest_args)
+    return _run(args.shards, args.only, args.pytest_args, alone=args.alone)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,15 @@ def plan_shards(
     ]
 
 
+def plan_alone(
+    modules: Sequence[str], seconds: Mapping[str, float], *, default_seconds: float = DEFAULT_MODULE_SECONDS
+) -> list[Shard]:
+    """Each module a session of its own (to show it passes alone), the longest first: run a few at a
+    time, the long ones do not end up waiting at the end."""
+    cost = {module: seconds.get(module, default_seconds) for module in modules}
+    return [Shard((module,), cost[module]) for module in sorted(modules, key=lambda name: (-cost[name], name))]
+
+
 def module_seconds(durations_report: Iterable[str]) -> dict[str, float]:
     """Seconds per test module (setup, call and teardown summed) from `pytest --durations=0` output."""
     totals: dict[str, float] = {}

@@ -41,6 +41,22 @@ def test_every_module_lands_in_exactly_one_shard() -> None:
     assert max(shard.estimate_seconds for shard in shards) - min(shard.estimate_seconds for shard in shards) <= 6
 
 
+@pytest.mark.parametrize(
+    ("modules", "seconds", "expected"),
+    [
+        # one module a session, the longest first (a name breaks equal times); no figure: the default
+        (["a", "b", "c"], {"a": 10, "b": 40, "c": 10}, [(("b",), 40), (("a",), 10), (("c",), 10)]),
+        (["new", "old"], {"old": 1}, [(("new",), plan.DEFAULT_MODULE_SECONDS), (("old",), 1)]),
+        ([], {}, []),
+    ],
+)
+def test_each_module_alone_is_a_session_of_its_own_longest_first(
+    modules: list[str], seconds: dict[str, float], expected: list[tuple[tuple[str, ...], float]]
+) -> None:
+    sessions = plan.plan_alone(modules, seconds)
+    assert [(session.modules, session.estimate_seconds) for session in sessions] == expected
+
+
 def test_zero_shards_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         plan.plan_shards(["a"], {}, 0)
