@@ -141,13 +141,13 @@ def test_example_app_trains_locally_and_through_the_appdef(archives: dict[str, i
     assert config["Entrypoint"] == ["python", "-m", "entrypoint"]
     local = run_in(images.EXAMPLE_APP, ["python", "-m", "entrypoint", "python", "train.py", "--seconds-per-epoch", "0"])
     assert local.returncode == 0, local.stderr
-    assert local.stdout.splitlines()[-1] == "training done"
+    assert local.stdout.splitlines()[-1:] == ["training done"], (local.stdout, local.stderr)
     remote = run_in(
         images.EXAMPLE_APP,
         ["/usr/local/bin/nimbix-burst-run-command", "python train.py --epochs 1 --seconds-per-epoch 0 --exit-code 3"],
     )
     assert remote.returncode == 3, remote.stderr
-    assert remote.stdout.splitlines()[-1] == "training done"
+    assert remote.stdout.splitlines()[-1:] == ["training done"], (remote.stdout, remote.stderr)
 
 
 def test_webhook_image_runs_the_webhook_as_non_root(archives: dict[str, images.ImageArchive]) -> None:
