@@ -23,13 +23,22 @@ HTTP_NOT_FOUND = 404
 READ_TIMEOUT = (5.0, 10.0)
 
 
+def record_news(previous_problem: str | None, problem: str) -> tuple[int, str] | None:
+    """What a read tells the log, given the last read's problem (None: no read yet; "": it was usable):
+    the first read either way, then only a change, so an operator sees that caps can work without
+    a line every few seconds."""
+    if problem == previous_problem:
+        return None
+    return (logging.WARNING, "spend record unusable") if problem else (logging.INFO, "spend record usable")
+
+
 class SpendFeed:
     def __init__(self, api_client: Any, sync: CacheSync, *, namespace: str, poll_seconds: float) -> None:
         self._api = kubernetes.client.CoreV1Api(api_client)
         self._sync = sync
         self._namespace = namespace
         self._poll = poll_seconds
-        self._last_problem = ""
+        self._last_problem: str | None = None  # none read yet
 
     async def run(self) -> None:
         while True:
@@ -62,9 +71,8 @@ class SpendFeed:
             problem = f"reading ConfigMap {self._namespace}/{spendrecord.CONFIGMAP_NAME}: {type(exc).__name__}"
         with self._sync.lock:
             self._sync.cache.spend.set_record(record, problem)
-        if problem != self._last_problem:
-            if problem:
-                log.warning("spend record unusable", extra={"problem": problem})
-            else:
-                log.info("spend record usable", extra={"namespace": self._namespace})
-            self._last_problem = problem
+        news = record_news(self._last_problem, problem)
+        if news is not None:
+            level, message = news
+            log.log(level, message, extra={"namespace": self._namespace, "problem": problem})
+        self._last_problem = problem
