@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from controller import homecoming, stranding
 from controller.kube import PodChangedOrGone
 from controller.metrics import Metrics
-from controller.model import PodView, parse_job, parse_pod
+from controller.model import PodView, log_context, parse_job, parse_pod
 from controller.store import PodStore
 from jarvice.labels import parse_job_label
 from jarvice.model import JobEntry
@@ -101,10 +101,10 @@ class Homecomer:
             try:
                 self._consider(pod, assessment)
             except PodChangedOrGone as exc:
-                log.info("homecoming pod changed before we acted", extra=_context(pod, reason=str(exc)))
+                log.info("homecoming pod changed before we acted", extra=log_context(pod, reason=str(exc)))
             except Exception:  # a failed call costs this pod one round, not the loop
                 self._metrics.errors.labels(kind="kubernetes").inc()
-                log.warning("homecoming action failed", extra=_context(pod), exc_info=True)
+                log.warning("homecoming action failed", extra=log_context(pod), exc_info=True)
         return self._interval
 
     def _consider(self, pod: PodView, assessment: homecoming.Assessment) -> None:
@@ -122,7 +122,7 @@ class Homecomer:
             note = homecoming.started_note(assessment, reason=reason)
             ops = [{"op": "add", "path": "/metadata/annotations/nimbix-burst.io~1homecoming", "value": note}]
             self._kube.patch_pod_json(pod.namespace, pod.name, ops)
-            log.info("burst pod stays: its job started", extra=_context(pod, reason=assessment.reason))
+            log.info("burst pod stays: its job started", extra=log_context(pod, reason=assessment.reason))
             return
         self._bring_home(pod, reason=reason)
 
@@ -133,7 +133,7 @@ class Homecomer:
         jobs = jobs_by_pod(self._jarvice.fetch_jobs(completed=False)).get(pod.uid, [])
         again = homecoming.assess(fresh, jobs, came_home_before=pod.owner.uid in self.came_home)
         if fresh.uid != pod.uid or again.verdict != "check":
-            log.info("homecoming given up on a second look", extra=_context(pod, reason=again.reason))
+            log.info("homecoming given up on a second look", extra=log_context(pod, reason=again.reason))
             return
         self._kube.delete_pod(fresh)  # precondition: this uid and resourceVersion
         self.came_home.add(pod.owner.uid)
@@ -142,22 +142,13 @@ class Homecomer:
                 self._jarvice.terminate(number)
             except Exception:  # the runner's stop and the orphan reaper still end it
                 self._metrics.errors.labels(kind="jarvice-terminate").inc()
-                log.warning("homecoming terminate failed", extra=_context(pod, job=number), exc_info=True)
+                log.warning("homecoming terminate failed", extra=log_context(pod, job=number), exc_info=True)
         self._metrics.homecomings.inc()
-        log.info("burst pod came home", extra=_context(pod, owner=pod.owner.name, jobs=list(again.jobs)))
+        log.info("burst pod came home", extra=log_context(pod, owner=pod.owner.name, jobs=list(again.jobs)))
         self._kube.record_event(
             namespace=pod.namespace,
-            involved={
-                "apiVersion": pod.owner.api_version,
-                "kind": pod.owner.kind,
-                "name": pod.owner.name,
-                "uid": pod.owner.uid,
-            },
+            involved=pod.owner.reference(),
             reason=REASON_CAME_HOME,
             message=homecoming.build_message(pod, jobs=again.jobs, reason=reason),
             event_type="Normal",
         )
-
-
-def _context(pod: PodView, **extra: object) -> dict[str, object]:
-    return {"namespace": pod.namespace, "pod": pod.name, "uid": pod.uid, **extra}

@@ -87,13 +87,7 @@ def dry_run_pod(job: Mapping[str, Any], pod: PodView) -> dict[str, Any]:
     template = (job.get("spec") or {}).get("template") or {}
     meta = {k: v for k, v in dict(template.get("metadata") or {}).items() if k not in _DROPPED_METADATA}
     assert pod.owner is not None  # is_candidate(): a Job controls it
-    owner = {
-        "apiVersion": pod.owner.api_version,
-        "kind": pod.owner.kind,
-        "name": pod.owner.name,
-        "uid": pod.owner.uid,
-        "controller": True,
-    }
+    owner = {**pod.owner.reference(), "controller": True}
     meta.update(generateName=f"{pod.owner.name}-homecoming-", namespace=pod.namespace, ownerReferences=[owner])
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": dict(template.get("spec") or {})}
 

@@ -35,6 +35,10 @@ class Owner:
     name: str
     uid: str
 
+    def reference(self) -> dict[str, str]:
+        """The owner as an Event's involvedObject (or, with `controller`, an ownerReference)."""
+        return {"apiVersion": self.api_version, "kind": self.kind, "name": self.name, "uid": self.uid}
+
 
 @dataclass(frozen=True, slots=True)
 class PodView:
@@ -59,6 +63,16 @@ class PodView:
     held_by_model: bool = False
     # Kept local to wait for a node until then (the webhook's burst-deadline, epoch s; None: not waiting).
     burst_deadline: float | None = None
+
+
+def pod_reference(pod: PodView) -> dict[str, str]:
+    """The pod as an Event's involvedObject."""
+    return {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}
+
+
+def log_context(pod: PodView, **extra: object) -> dict[str, object]:
+    """A log line's fields for what the controller did to `pod`."""
+    return {"namespace": pod.namespace, "pod": pod.name, "uid": pod.uid, **extra}
 
 
 def format_time(epoch: float) -> str:

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from controller import stranding
 from controller.kube import PodChangedOrGone
 from controller.metrics import Metrics
-from controller.model import PodView, format_time, parse_job, parse_pod
+from controller.model import PodView, format_time, log_context, parse_job, parse_pod, pod_reference
 from controller.store import PodStore
 
 log = logging.getLogger(__name__)
@@ -85,10 +85,10 @@ class Reburster:
                 self._note(pod, assessment)
         except PodChangedOrGone as exc:  # the re-burst's read or delete: the report's own are caught in _note
             self._metrics.reburst_aborted.labels(reason="changed").inc()
-            log.info("stranded pod changed before we acted", extra=_context(pod, reason=str(exc)))
+            log.info("stranded pod changed before we acted", extra=log_context(pod, reason=str(exc)))
         except Exception:  # a failed API call costs this pod one scan, not the loop
             self._metrics.errors.labels(kind="kubernetes").inc()
-            log.warning("stranded pod action failed", extra=_context(pod), exc_info=True)
+            log.warning("stranded pod action failed", extra=log_context(pod), exc_info=True)
 
     def _act_on_gang(self, members: list[PodView], stranded: list[tuple[PodView, stranding.Assessment]]) -> None:
         """A gang with stranded pods: re-burst whole (every pod deleted, its Job recreates them and the
@@ -104,7 +104,7 @@ class Reburster:
                 self._reburst_gang(members, stranded=[pod for pod, _ in stranded])
             except Exception:  # a failed API call costs this gang one scan, not the loop
                 self._metrics.errors.labels(kind="kubernetes").inc()
-                log.warning("stranded gang action failed", extra=_context(first, gang=first.gang), exc_info=True)
+                log.warning("stranded gang action failed", extra=log_context(first, gang=first.gang), exc_info=True)
             return
         for pod, _ in stranded:
             self._act(pod, stranding.Assessment(verdict.verdict, verdict.reason, stranded_since=since))
@@ -123,7 +123,7 @@ class Reburster:
             again = stranding.assess(fresh, now=self._now(), policy=self._policy, rebursts=0)
             if fresh.uid != pod.uid or again.verdict != "gang":
                 self._metrics.reburst_aborted.labels(reason="no-longer-stranded").inc()
-                log.info("stranded gang recovered before re-burst", extra=_context(pod, reason=again.reason))
+                log.info("stranded gang recovered before re-burst", extra=log_context(pod, reason=again.reason))
                 return
         deleted = 0
         for pod in stranding.gang_to_delete(members):
@@ -133,7 +133,7 @@ class Reburster:
                     self._kube.delete_pod(fresh)
                     deleted += 1
             except PodChangedOrGone as exc:  # gone or changed meanwhile: the others still go
-                log.info("gang pod changed before we deleted it", extra=_context(pod, reason=str(exc)))
+                log.info("gang pod changed before we deleted it", extra=log_context(pod, reason=str(exc)))
             self._handled.add(pod.uid)
         count = self.rebursts_by_owner.get(first.owner.uid, 0) + 1
         self.rebursts_by_owner[first.owner.uid] = count
@@ -144,14 +144,14 @@ class Reburster:
             )
             log.info(
                 "waiting gang burst after its deadline",
-                extra=_context(first, gang=first.gang, owner=first.owner.name, deleted=deleted, count=count),
+                extra=log_context(first, gang=first.gang, owner=first.owner.name, deleted=deleted, count=count),
             )
             self._event_on_owner(first, reason=REASON_BURST_AFTER, message=message)
             return
         message = stranding.build_gang_reburst_message(first, size=len(members), count=count, cap=self._policy.cap)
         log.info(
             "stranded gang re-burst",
-            extra=_context(first, gang=first.gang, owner=first.owner.name, deleted=deleted, count=count),
+            extra=log_context(first, gang=first.gang, owner=first.owner.name, deleted=deleted, count=count),
         )
         self._event_on_owner(first, reason=REASON_REBURST, message=message)
 
@@ -168,7 +168,7 @@ class Reburster:
         again = stranding.assess(fresh, now=self._now(), policy=self._policy, rebursts=count)
         if fresh.uid != pod.uid or again.verdict != "reburst":
             self._metrics.reburst_aborted.labels(reason="no-longer-stranded").inc()
-            log.info("stranded pod recovered before re-burst", extra=_context(pod, reason=again.reason))
+            log.info("stranded pod recovered before re-burst", extra=log_context(pod, reason=again.reason))
             return
         self._kube.delete_pod(fresh)  # precondition: this uid and resourceVersion, so a bind in between fails
         self._handled.add(pod.uid)
@@ -180,14 +180,16 @@ class Reburster:
             message = stranding.build_burst_after_message(fresh, waited=waited, count=count, cap=self._policy.cap)
             log.info(
                 "waiting pod burst after its deadline",
-                extra=_context(fresh, owner=pod.owner.name, count=count, waited_s=round(waited, 1)),
+                extra=log_context(fresh, owner=pod.owner.name, count=count, waited_s=round(waited, 1)),
             )
             self._event_on_owner(pod, reason=REASON_BURST_AFTER, message=message)
             return
         message = stranding.build_reburst_message(fresh, waited=waited, count=count, cap=self._policy.cap)
         log.info(
             "stranded pod re-burst",
-            extra=_context(fresh, owner=pod.owner.name, count=count, cap=self._policy.cap, waited_s=round(waited, 1)),
+            extra=log_context(
+                fresh, owner=pod.owner.name, count=count, cap=self._policy.cap, waited_s=round(waited, 1)
+            ),
         )
         self._event_on_owner(pod, reason=REASON_REBURST, message=message)
 
@@ -199,7 +201,7 @@ class Reburster:
             self._kube.annotate_stranded(pod, since=format_time(since))
         except PodChangedOrGone as exc:  # the annotation is guarded by the resourceVersion we decided on
             self._metrics.reburst_aborted.labels(reason="report-changed").inc()
-            log.info("stranded pod changed before we reported it", extra=_context(pod, reason=str(exc)))
+            log.info("stranded pod changed before we reported it", extra=log_context(pod, reason=str(exc)))
             return
         self._handled.add(pod.uid)
         message = stranding.build_note_message(pod, waited=waited, reason=reason)
@@ -210,10 +212,10 @@ class Reburster:
                 self._event_on_owner(pod, reason=REASON_CAP, message=message)
         else:
             self._metrics.stranded_noted.labels(reason=_noted_label(pod)).inc()
-        log.info("stranded pod reported", extra=_context(pod, reason=reason, verdict=assessment.verdict))
+        log.info("stranded pod reported", extra=log_context(pod, reason=reason, verdict=assessment.verdict))
         self._kube.record_event(
             namespace=pod.namespace,
-            involved={"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid},
+            involved=pod_reference(pod),
             reason=REASON_STRANDED,
             message=message,
         )
@@ -222,12 +224,7 @@ class Reburster:
         assert pod.owner is not None
         self._kube.record_event(
             namespace=pod.namespace,
-            involved={
-                "apiVersion": pod.owner.api_version,
-                "kind": pod.owner.kind,
-                "name": pod.owner.name,
-                "uid": pod.owner.uid,
-            },
+            involved=pod.owner.reference(),
             reason=reason,
             message=message,
         )
@@ -239,7 +236,3 @@ def _noted_label(pod: PodView) -> str:
     if pod.held_by_model:
         return "gpu-model"
     return "no-owner" if pod.owner is None else "owner"
-
-
-def _context(pod: PodView, **extra: object) -> dict[str, object]:
-    return {"namespace": pod.namespace, "pod": pod.name, "uid": pod.uid, **extra}

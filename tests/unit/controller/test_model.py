@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from controller.model import Owner, format_time, parse_pod
+from controller.model import Owner, format_time, log_context, parse_pod, pod_reference
 from kubeplumbing.times import parse_time
 from tests.unit.controller.builders import JOB_UID, T0, T0_TEXT, UID, job_owner, pod
 
@@ -43,3 +43,11 @@ def test_parse_pod_reads_what_the_rules_need() -> None:
 def test_parse_pod_tolerates_an_empty_object() -> None:
     view = parse_pod({})
     assert view.uid == "" and view.owner is None and view.scheduled_since is None and not view.labeled
+
+
+def test_a_pod_and_its_owner_as_events_name_them() -> None:
+    view = parse_pod(pod(owners=[job_owner(name="real")]))
+    assert view.owner is not None
+    assert view.owner.reference() == {"apiVersion": "batch/v1", "kind": "Job", "name": "real", "uid": JOB_UID}
+    assert pod_reference(view) == {"apiVersion": "v1", "kind": "Pod", "name": "train-abcde", "uid": UID}
+    assert log_context(view, count=2) == {"namespace": "team", "pod": "train-abcde", "uid": UID, "count": 2}
