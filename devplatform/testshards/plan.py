@@ -37,14 +37,13 @@ def plan_shards(
         raise ValueError(f"the number of shards must be at least 1, got {count}")
     if not modules:
         return []
-    cost = {module: seconds.get(module, default_seconds) for module in modules}
     buckets: list[list[str]] = [[] for _ in range(min(count, len(modules)))]
     totals = [0.0] * len(buckets)
-    # Longest first, each to the least loaded (ties: the lower shard); a name breaks equal times.
-    for module in sorted(modules, key=lambda name: (-cost[name], name)):
+    # Longest first, each to the least loaded (ties: the lower shard).
+    for module, cost in _longest_first(modules, seconds, default_seconds):
         least = min(range(len(buckets)), key=lambda index: (totals[index], index))
         buckets[least].append(module)
-        totals[least] += cost[module]
+        totals[least] += cost
     position = {module: index for index, module in enumerate(modules)}
     return [
         Shard(tuple(sorted(bucket, key=position.__getitem__)), total)
@@ -57,8 +56,16 @@ def plan_alone(
 ) -> list[Shard]:
     """Each module a session of its own (to show it passes alone), the longest first: run a few at a
     time, the long ones do not end up waiting at the end."""
+    return [Shard((module,), cost) for module, cost in _longest_first(modules, seconds, default_seconds)]
+
+
+def _longest_first(
+    modules: Sequence[str], seconds: Mapping[str, float], default_seconds: float
+) -> list[tuple[str, float]]:
+    """Each module with its measured seconds (the default when it has none), the longest first; a name
+    breaks equal times, so a plan does not depend on the order modules were found in."""
     cost = {module: seconds.get(module, default_seconds) for module in modules}
-    return [Shard((module,), cost[module]) for module in sorted(modules, key=lambda name: (-cost[name], name))]
+    return sorted(cost.items(), key=lambda item: (-item[1], item[0]))
 
 
 def module_seconds(durations_report: Iterable[str]) -> dict[str, float]:
