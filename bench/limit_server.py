@@ -2,7 +2,7 @@
 
     python -m bench.limit_server --port 8443 --tls-dir DIR
 
-Same stack and TLS setup as the webhook (aiohttp, webhook.tls.ReloadingTLS's SSLContext, one
+Same stack and TLS setup as the webhook (aiohttp, kubeplumbing.tls.ReloadingTLS's SSLContext, one
 process, no access log), but the handler only reads the body and returns a constant allowed
 AdmissionReview. Whatever the real webhook costs beyond this is ours. `/admit` is the minimal
 webhook the real kube-apiserver can call (uid echoed, one fixed label added), for the pod CREATE
@@ -21,7 +21,7 @@ from pathlib import Path
 from aiohttp import web
 
 from webhook.app import serve
-from webhook.tls import ReloadingTLS
+from kubeplumbing.tls import ReloadingTLS
 
 CONSTANT_RESPONSE = json.dumps(
     {

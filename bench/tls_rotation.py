@@ -30,7 +30,7 @@ from devplatform.cluster.pki import KeyPair, issue_cert, make_ca, write_pair
 from devplatform.cluster.processes import free_port
 from webhook.app import create_app
 from webhook.settings import parse_settings
-from webhook.tls import ReloadingTLS
+from kubeplumbing.tls import ReloadingTLS
 
 
 def _serving(ca: KeyPair, name: str, tls_dir: Path) -> None:

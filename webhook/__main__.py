@@ -27,7 +27,7 @@ from webhook.replicas import ReplicaRouter
 from webhook.settings import LeaderElection, Settings, SettingsError, parse_settings
 from webhook.spend_feed import SpendFeed
 from webhook.sync import KINDS_WITH_JOBS, CacheSync
-from webhook.tls import ReloadingTLS, find_serving_problem
+from kubeplumbing.tls import ReloadingTLS, find_serving_problem
 from webhook.watching import Watcher
 
 log = logging.getLogger("webhook")

@@ -27,7 +27,7 @@ from tests.unit.webhook.builders import container, pod
 from webhook.app import create_app
 from webhook.settings import parse_settings
 from webhook.sync import CacheSync
-from webhook.tls import ReloadingTLS
+from kubeplumbing.tls import ReloadingTLS
 
 BODY = review_body(pod(container(gpus=1)))
 

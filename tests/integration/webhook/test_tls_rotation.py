@@ -20,7 +20,7 @@ from tests.unit.webhook.builders import container, pod
 from webhook.app import create_app
 from webhook.settings import Settings
 from webhook.sync import CacheSync
-from webhook.tls import ReloadingTLS
+from kubeplumbing.tls import ReloadingTLS
 
 
 def _serial(pem: bytes) -> int:

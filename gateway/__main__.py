@@ -1,0 +1,92 @@
+"""Composition root: settings -> logging -> accounts -> TLS -> API client -> aiohttp server."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+import aiohttp
+import uvloop
+from aiohttp import web
+
+from gateway.accounts import AccountsError, parse_accounts
+from gateway.callers import CallerCacheTiming, Callers
+from gateway.kube import KubeAdapter
+from gateway.server import GatewayParts, create_app
+from gateway.settings import Settings, parse_settings
+from gateway.submits import Submits, SubmitTiming
+from gateway.upstream import Upstream
+from kubeplumbing.logs import configure_logging
+from kubeplumbing.options import SettingsError
+from kubeplumbing.tls import ReloadingTLS
+from kubeplumbing.watching import load_api_client
+
+log = logging.getLogger("gateway")
+
+
+async def _build(settings: Settings, tls: ReloadingTLS) -> web.Application:
+    accounts = parse_accounts(settings.accounts_file.read_text())
+    kube = KubeAdapter(load_api_client(settings.kubeconfig), namespace=settings.namespace)
+    session = aiohttp.ClientSession()
+    upstream = Upstream(session)
+    parts = GatewayParts(
+        accounts=accounts,
+        callers=Callers(kube, audience=settings.audience, clock=time.monotonic, timing=CallerCacheTiming()),
+        submits=Submits(
+            kube,
+            upstream,
+            clock=time.monotonic,
+            wall_clock=time.time,
+            timing=SubmitTiming(pending_seconds=settings.pending_seconds),
+        ),
+        upstream=upstream,
+    )
+    app = create_app(parts)
+
+    async def reload_tls(_: web.Application) -> None:
+        app["tls_task"] = app.loop.create_task(tls.watch(settings.tls_reload_seconds, on_reload=lambda: None))
+
+    async def close(_: web.Application) -> None:
+        app["tls_task"].cancel()
+        await session.close()
+
+    app.on_startup.append(reload_tls)
+    app.on_cleanup.append(close)
+    log.info(
+        "gateway starting",
+        extra={"port": settings.port, "accounts": [a.name for a in accounts.accounts], "audience": settings.audience},
+    )
+    return app
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        settings = parse_settings(sys.argv[1:] if argv is None else argv, os.environ)
+    except SettingsError as exc:
+        print(exc, file=sys.stderr)  # noqa: T201
+        return 2
+    configure_logging(settings.log_level)
+    try:
+        parse_accounts(settings.accounts_file.read_text())
+    except (OSError, AccountsError) as exc:
+        log.error("accounts unusable", extra={"error": str(exc), "file": str(settings.accounts_file)})
+        return 2
+    tls = ReloadingTLS(settings.tls_dir)
+    web.run_app(
+        _build(settings, tls),
+        host=settings.host,
+        port=settings.port,
+        ssl_context=tls.context,
+        access_log=None,
+        print=None,
+        shutdown_timeout=10,
+        loop=uvloop.new_event_loop(),
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
