@@ -20,8 +20,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from webhook.app import serve
 from kubeplumbing.tls import ReloadingTLS
+from webhook.app import serve
 
 CONSTANT_RESPONSE = json.dumps(
     {

@@ -28,9 +28,9 @@ from bench import clusters
 from bench.inprocess import new_sync
 from devplatform.cluster.pki import KeyPair, issue_cert, make_ca, write_pair
 from devplatform.cluster.processes import free_port
+from kubeplumbing.tls import ReloadingTLS
 from webhook.app import create_app
 from webhook.settings import parse_settings
-from kubeplumbing.tls import ReloadingTLS
 
 
 def _serving(ca: KeyPair, name: str, tls_dir: Path) -> None:

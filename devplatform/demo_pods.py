@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +109,26 @@ def build_secret(emulator: addons.EmulatorProcess, *, namespace: str) -> dict[st
             "apikey": creds["JARVICE_APIKEY"],
             "url": creds["JARVICE_API_URL"],
         },
+    }
+
+
+def build_gateway_accounts(
+    emulator: addons.EmulatorProcess, *, namespace: str, name: str, paid: Sequence[str] = ("*",)
+) -> dict[str, Any]:
+    """The gateway's accounts Secret (docs/install.md): the emulator's account, paying for `paid`."""
+    creds = emulator.runner_env()
+    account = {
+        "name": "emulator",
+        "username": creds["JARVICE_USERNAME"],
+        "apikey": creds["JARVICE_APIKEY"],
+        "url": creds["JARVICE_API_URL"],
+        "namespaces": list(paid),
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": namespace},
+        "stringData": {"accounts.json": json.dumps({"accounts": [account]})},
     }
 
 

@@ -10,6 +10,7 @@ import random
 import signal
 import socket
 import sys
+import tempfile
 import time
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
@@ -24,7 +25,7 @@ from entrypoint import gang, local, plan, ports, remote, restart, signals, stagi
 from entrypoint.settings import Settings, SettingsError, Tuning, parse_settings
 from jarvice import contract, exitcodes
 from jarvice.client import JarviceClient, RetryPolicy
-from jarvice.redaction import redact
+from jarvice.redaction import Secret, redact
 
 log = logging.getLogger("entrypoint")
 
@@ -42,6 +43,36 @@ class RedactingJsonFormatter(JsonFormatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return redact(super().format(record), self.secrets)
+
+
+class FileKey:
+    """The key as its file holds it now: a projected token is refreshed by the kubelet while a job
+    runs (its file is replaced); each new value joins the masked secrets before it is used."""
+
+    def __init__(self, path: str, first: Secret, secrets: list[str]) -> None:
+        self._path = path
+        self._current = first
+        self._secrets = secrets
+        self._stamp = self._stat()
+
+    def _stat(self) -> tuple[int, int] | None:
+        try:
+            info = os.stat(self._path)
+        except OSError:
+            return None
+        return (info.st_mtime_ns, info.st_ino)
+
+    def __call__(self) -> Secret:
+        stamp = self._stat()
+        if stamp is not None and stamp != self._stamp:
+            try:
+                text = _read_file(self._path).strip()
+            except OSError:
+                return self._current  # caught mid-replace: the old value, read again next call
+            if text:
+                self._secrets.append(text)
+                self._current, self._stamp = Secret(text), stamp
+        return self._current
 
 
 def configure_logging(level: str) -> RedactingJsonFormatter:
@@ -123,18 +154,27 @@ def open_journal(settings: Settings) -> tuple[ports.Journal, restart.StartDecisi
 
 
 @contextmanager
-def open_remote_deps(settings: Settings, *, tuning: Tuning, journal: ports.Journal) -> Iterator[ports.RemoteDeps]:
+def open_remote_deps(
+    settings: Settings, *, tuning: Tuning, journal: ports.Journal, secrets: list[str]
+) -> Iterator[ports.RemoteDeps]:
     """The remote run's real dependencies: signals, an HTTP session, the JARVICE client, stdout."""
     assert settings.remote is not None
     creds = settings.remote.credentials
+    key_file = settings.remote.apikey_file
+    apikey = creds.apikey if key_file is None else FileKey(key_file, creds.apikey, secrets)
     token = signals.CancelToken()
     for sig in REMOTE_CANCEL_SIGNALS:
         signal.signal(sig, lambda signum, _frame: token.request(signum))
-    with requests.Session() as session:
+    with requests.Session() as session, tempfile.TemporaryDirectory(prefix="nimbix-burst-") as scratch:
+        if settings.remote.gateway_ca is not None:
+            # The add-on's gateway: its CA, from the webhook, is the only one trusted for it.
+            ca_file = Path(scratch) / "gateway-ca.crt"
+            ca_file.write_text(settings.remote.gateway_ca + "\n")
+            session.verify = str(ca_file)
         client = JarviceClient(
             base_url=settings.remote.api_url,
             username=creds.username,
-            apikey=creds.apikey,
+            apikey=apikey,
             session=session,
             connect_timeout=tuning.connect_timeout,
             read_timeout=tuning.read_timeout,
@@ -202,7 +242,7 @@ def run(env: Mapping[str, str], argv: Sequence[str]) -> int:
     except staging.StagingError as exc:
         log.error("invalid settings", extra={"problems": [str(exc)]})
         return exitcodes.EXIT_CONFIG
-    with open_remote_deps(settings, tuning=remote_plan.tuning, journal=journal) as base_deps:
+    with open_remote_deps(settings, tuning=remote_plan.tuning, journal=journal, secrets=formatter.secrets) as base_deps:
         deps = base_deps
         if not stage_paths.empty and not gang.carries_data(remote_plan.gang):
             log.info("data staged by the gang's submitting rank", extra={"paths": len(stage_paths.stage_in)})

@@ -156,6 +156,10 @@ class RemoteSettings:
     memory_gb: int | None = None
     # NIMBIX_BURST_MAX_REMOTE_QUEUE: how long a job may stay queued before it moves to the next machine.
     max_remote_queue_seconds: int = contract.DEFAULT_MAX_REMOTE_QUEUE_SECONDS
+    # NIMBIX_BURST_GATEWAY_CA: the CA (PEM) of the add-on's JARVICE gateway, trusted beside the system's.
+    gateway_ca: str | None = None
+    # The key is a file (JARVICE_APIKEY_FILE): re-read when it changes, as a projected token is refreshed.
+    apikey_file: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,7 +387,19 @@ def _parse_remote(env: Mapping[str, str], *, read_file: ReadFile, problems: _Pro
         preferred_machines=_parse_machine_order(env, problems),
         memory_gb=_parse_int(env, contract.ENV_MEMORY_GB, problems, minimum=0),
         max_remote_queue_seconds=_parse_max_remote_queue(env, problems),
+        gateway_ca=_parse_gateway_ca(env, problems),
+        apikey_file=_get(env, ENV_APIKEY_FILE) if apikey_source == ENV_APIKEY_FILE else None,
     )
+
+
+def _parse_gateway_ca(env: Mapping[str, str], problems: _Problems) -> str | None:
+    raw = _get(env, contract.ENV_GATEWAY_CA)
+    if raw is None:
+        return None
+    if "-----BEGIN CERTIFICATE-----" not in raw:
+        problems.add(f"{contract.ENV_GATEWAY_CA} must hold a PEM certificate (the gateway's CA), got {raw[:40]!r}")
+        return None
+    return raw.strip()
 
 
 def _parse_max_price(env: Mapping[str, str], problems: _Problems) -> float | None:

@@ -7,12 +7,13 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import aiohttp
 import uvloop
 from aiohttp import web
 
-from gateway.accounts import AccountsError, parse_accounts
+from gateway.accounts import Accounts, AccountsError, parse_accounts
 from gateway.callers import CallerCacheTiming, Callers
 from gateway.kube import KubeAdapter
 from gateway.server import GatewayParts, create_app
@@ -27,8 +28,18 @@ from kubeplumbing.watching import load_api_client
 log = logging.getLogger("gateway")
 
 
-async def _build(settings: Settings, tls: ReloadingTLS) -> web.Application:
-    accounts = parse_accounts(settings.accounts_file.read_text())
+def load_accounts(path: Path) -> Accounts:
+    """The accounts file; none when it is absent (the Secret is optional: every burst is then
+    refused, saying so). An unreadable or invalid file raises."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        log.warning("no accounts: every burst is refused until the accounts Secret exists", extra={"file": str(path)})
+        return Accounts(())
+    return parse_accounts(text)
+
+
+async def _build(settings: Settings, tls: ReloadingTLS, accounts: Accounts) -> web.Application:
     kube = KubeAdapter(load_api_client(settings.kubeconfig), namespace=settings.namespace)
     session = aiohttp.ClientSession()
     upstream = Upstream(session)
@@ -70,13 +81,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     configure_logging(settings.log_level)
     try:
-        parse_accounts(settings.accounts_file.read_text())
+        accounts = load_accounts(settings.accounts_file)
     except (OSError, AccountsError) as exc:
         log.error("accounts unusable", extra={"error": str(exc), "file": str(settings.accounts_file)})
         return 2
     tls = ReloadingTLS(settings.tls_dir)
     web.run_app(
-        _build(settings, tls),
+        _build(settings, tls, accounts),
         host=settings.host,
         port=settings.port,
         ssl_context=tls.context,

@@ -102,7 +102,7 @@ class JarviceClient:
         *,
         base_url: str,
         username: str,
-        apikey: Secret,
+        apikey: Secret | Callable[[], Secret],
         session: requests.Session,
         connect_timeout: float,
         read_timeout: float,
@@ -113,7 +113,8 @@ class JarviceClient:
     ) -> None:
         self._base = base_url.rstrip("/")
         self._username = username
-        self._apikey = apikey
+        # A callable key is read at each call: a projected token is refreshed while a job runs.
+        self._apikey_source: Callable[[], Secret] = apikey if callable(apikey) else (lambda: apikey)
         self._session = session
         self._timeout = (connect_timeout, read_timeout)
         self._retry = retry
@@ -124,6 +125,10 @@ class JarviceClient:
         session.headers["User-Agent"] = USER_AGENT
 
     # --- plumbing ------------------------------------------------------------------------------
+
+    @property
+    def _apikey(self) -> Secret:
+        return self._apikey_source()
 
     def _redact(self, text: str) -> str:
         return redact(text, (self._apikey.reveal(),))

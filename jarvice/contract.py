@@ -57,6 +57,20 @@ ENV_APP_NAME: Final = "APP_NAME"
 ENV_API_URL: Final = "JARVICE_API_URL"
 # On a namespace: the JARVICE application its burst pods run (the add-on's --default-app otherwise).
 ANNOTATION_JARVICE_APP: Final = ANNOTATION_PREFIX + "jarvice-app"
+# On a namespace: `own` when its burst pods pay with the namespace's own key (its `jarvice-credentials`
+# Secret) rather than through the add-on's gateway. Opt-in: without it, an add-on with a gateway
+# sends every burst through the gateway, and no key reaches the namespace.
+ANNOTATION_JARVICE_ACCOUNT: Final = ANNOTATION_PREFIX + "jarvice-account"
+JARVICE_ACCOUNT_OWN: Final = "own"
+# What a burst pod gets to reach the gateway: a token the kubelet projects for the gateway's audience
+# (bound to the pod, short-lived, refreshed), mounted where the runner reads its key from.
+GATEWAY_TOKEN_VOLUME_NAME: Final = "nimbix-burst-gateway-token"
+GATEWAY_TOKEN_MOUNT_PATH: Final = "/var/run/secrets/nimbix-burst-gateway"
+GATEWAY_TOKEN_FILE: Final = "token"
+GATEWAY_TOKEN_SECONDS: Final = 600  # the shortest the API server allows; the kubelet refreshes it at 80 %
+GATEWAY_USERNAME: Final = "pod"  # the gateway knows the pod by its token; JARVICE's username slot is not used
+# The CA that signs the gateway's serving certificate (PEM), for the runner to trust it.
+ENV_GATEWAY_CA: Final = "NIMBIX_BURST_GATEWAY_CA"
 STATE_VOLUME_NAME: Final = "nimbix-burst-state"
 STATE_MOUNT_PATH: Final = "/var/run/nimbix-burst"
 # What it holds, per burst container: the restart state and the staging record (a few flags each,

@@ -17,6 +17,7 @@ from kubeplumbing.background import BackgroundTask
 from kubeplumbing.leadership import HandedOver
 from kubeplumbing.lease import KubernetesLeases, LeaseElector
 from kubeplumbing.logs import configure_logging
+from kubeplumbing.tls import ReloadingTLS, find_serving_problem
 from kubeplumbing.watching import load_api_client
 from webhook import admission
 from webhook.admission_log import AdmissionLine
@@ -27,7 +28,6 @@ from webhook.replicas import ReplicaRouter
 from webhook.settings import LeaderElection, Settings, SettingsError, parse_settings
 from webhook.spend_feed import SpendFeed
 from webhook.sync import KINDS_WITH_JOBS, CacheSync
-from kubeplumbing.tls import ReloadingTLS, find_serving_problem
 from webhook.watching import Watcher
 
 log = logging.getLogger("webhook")

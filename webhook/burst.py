@@ -69,6 +69,7 @@ def with_price(terms: Terms, price: spending.Price) -> Terms:
         max_remote_queue=burst.max_remote_queue,
         warnings=burst.warnings,
         data_key=burst.data_key,
+        own_account=burst.own_account,
     )
     return Terms(priced, terms.limit_warning, terms.remote_gpus)
 
@@ -139,5 +140,6 @@ def settle(
         machine_order=machine_terms.order,
         max_remote_queue=machine_terms.max_remote_queue,
         warnings=machine_terms.warnings,
+        own_account=snapshot.own_account,
     )
     return Terms(terms, limit_warning, remote_gpus(needs.gpus))

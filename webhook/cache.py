@@ -81,6 +81,7 @@ class NamespaceIndex:
         self.apps: dict[str, str] = {}  # namespaces that name their JARVICE application
         self.burst_afters: dict[str, str] = {}  # namespaces with a burst-after annotation
         self.machines: dict[str, NamespaceMachines] = {}  # namespaces with a machines or max-remote-queue annotation
+        self.own_accounts: set[str] = set()  # namespaces that pay with their own key
         self.kube_system_uid = ""
         self.remote_in_use: dict[str, int] = {}  # namespace -> GPUs of its watched burst pods
         # (kube-system UID, cluster name) -> (identity, why unknown): worked out once, not per review.
@@ -93,6 +94,7 @@ class NamespaceIndex:
         self.apps = {}
         self.burst_afters = {}
         self.machines = {}
+        self.own_accounts = set()
         self.kube_system_uid = ""
         for namespace in namespaces:
             self.upsert(namespace)
@@ -123,6 +125,10 @@ class NamespaceIndex:
             self.machines.pop(name, None)
         else:
             self.machines[name] = namespace.machines
+        if namespace.own_account:
+            self.own_accounts.add(name)
+        else:
+            self.own_accounts.discard(name)
         if name == CLUSTER_NAMESPACE:
             self.kube_system_uid = namespace.uid
 
@@ -291,6 +297,7 @@ class ClusterCache:
             default_walltime=self.namespaces.default_walltimes.get(namespace),
             burst_after=self.namespaces.burst_afters.get(namespace),
             namespace_machines=self.namespaces.machines.get(namespace),
+            own_account=namespace in self.namespaces.own_accounts,
         )
 
     def wall_now(self) -> float:

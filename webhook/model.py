@@ -409,6 +409,7 @@ def parse_namespace(raw: Mapping[str, Any]) -> NamespaceInfo:
         app=app.strip() if isinstance(app, str) else "",
         burst_after=burst_after,
         machines=None if machines == NamespaceMachines() else machines,
+        own_account=annotations.get(contract.ANNOTATION_JARVICE_ACCOUNT) == contract.JARVICE_ACCOUNT_OWN,
     )
 
 

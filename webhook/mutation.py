@@ -43,6 +43,12 @@ class RewritePolicy:
     credentials_secret: str = contract.DEFAULT_CREDENTIALS_SECRET
     jarvice_api_url: str = ""
     default_app: str = ""
+    # The add-on's JARVICE gateway (--gateway-url; "": none): burst pods of namespaces that do not pay
+    # with their own key reach JARVICE only through it, with a projected token of --gateway-audience
+    # for key, trusting --gateway-ca-file's CA (PEM text here). No key is mounted into them.
+    gateway_url: str = ""
+    gateway_audience: str = ""
+    gateway_ca: str = ""
     # --staging-cpu-limit: the CPU limit (not request) of a runner that stages data, so SSH's
     # encryption is not throttled at remote_cpu; "" keeps remote_cpu.
     staging_cpu_limit: str = ""
@@ -83,6 +89,8 @@ class BurstTerms:
     machine_order: tuple[str, ...] = ()
     max_remote_queue: str = ""
     warnings: tuple[str, ...] = ()
+    # The namespace pays with its own key (`jarvice-account: own`): its Secret is mounted, not the gateway's token.
+    own_account: bool = False
 
 
 def escape(token: str) -> str:
@@ -233,20 +241,24 @@ def _append_ops(path: str, existing: object, items: Sequence[Mapping[str, Any]])
     return [{"op": "add", "path": f"{path}/-", "value": item} for item in items]
 
 
-def _mounts(container: Mapping[str, Any], *, credentials: bool) -> list[dict[str, Any]]:
+def _mounts(container: Mapping[str, Any], *, credentials: bool, gateway: bool) -> list[dict[str, Any]]:
     """What a burst container mounts: the state volume, and the namespace's JARVICE credentials
-    (`credentials`), each unless something is already mounted at its path: two mounts at one path are
-    invalid, and what is there (a re-created burst pod carries ours) is used instead."""
+    (`credentials`) or the gateway's token (`gateway`), each unless something is already mounted at its
+    path: two mounts at one path are invalid, and what is there (a re-created burst pod carries ours)
+    is used instead."""
     mounts: list[dict[str, Any]] = []
     if not _mounts_path(container, contract.STATE_MOUNT_PATH):
         mounts.append({"name": contract.STATE_VOLUME_NAME, "mountPath": contract.STATE_MOUNT_PATH})
     if credentials and not _mounts_path(container, contract.CREDENTIALS_MOUNT_PATH):
         mount = {"name": contract.CREDENTIALS_VOLUME_NAME, "mountPath": contract.CREDENTIALS_MOUNT_PATH}
         mounts.append({**mount, "readOnly": True})
+    if gateway and not _mounts_path(container, contract.GATEWAY_TOKEN_MOUNT_PATH):
+        mount = {"name": contract.GATEWAY_TOKEN_VOLUME_NAME, "mountPath": contract.GATEWAY_TOKEN_MOUNT_PATH}
+        mounts.append({**mount, "readOnly": True})
     return mounts
 
 
-def _volume_ops(spec: Mapping[str, Any], used: set[str], credentials_secret: str) -> list[JsonPatchOp]:
+def _volume_ops(spec: Mapping[str, Any], used: set[str], policy: RewritePolicy) -> list[JsonPatchOp]:
     """The pod volumes its burst containers mount (`used`); a pod volume already of that name is used
     as is. The state is one emptyDir per pod; the credentials, the namespace's Secret, readable by
     whatever user the image runs as, optional so a namespace without it gets the runner's own error."""
@@ -257,13 +269,28 @@ def _volume_ops(spec: Mapping[str, Any], used: set[str], credentials_secret: str
         state = {"sizeLimit": contract.STATE_VOLUME_SIZE_LIMIT}
         wanted.append({"name": contract.STATE_VOLUME_NAME, "emptyDir": state})
     if contract.CREDENTIALS_VOLUME_NAME in used and contract.CREDENTIALS_VOLUME_NAME not in have:
-        secret = {"secretName": credentials_secret, "defaultMode": 0o444, "optional": True}
+        secret = {"secretName": policy.credentials_secret, "defaultMode": 0o444, "optional": True}
         wanted.append({"name": contract.CREDENTIALS_VOLUME_NAME, "secret": secret})
+    if contract.GATEWAY_TOKEN_VOLUME_NAME in used and contract.GATEWAY_TOKEN_VOLUME_NAME not in have:
+        token = {
+            "audience": policy.gateway_audience,
+            "expirationSeconds": contract.GATEWAY_TOKEN_SECONDS,
+            "path": contract.GATEWAY_TOKEN_FILE,
+        }
+        projected = {"sources": [{"serviceAccountToken": token}], "defaultMode": 0o444}
+        wanted.append({"name": contract.GATEWAY_TOKEN_VOLUME_NAME, "projected": projected})
     return _append_ops("/spec/volumes", volumes, wanted)
 
 
 def _burst_container_ops(
-    base: str, container: Mapping[str, Any], *, gpus: int, terms: BurstTerms, policy: RewritePolicy, credentials: bool
+    base: str,
+    container: Mapping[str, Any],
+    *,
+    gpus: int,
+    terms: BurstTerms,
+    policy: RewritePolicy,
+    credentials: bool,
+    gateway: bool,
 ) -> list[JsonPatchOp]:
     """What makes one app container a runner for its own remote job: what the product counted and
     pays with is written by the product (the container's own values of those are replaced); where to
@@ -312,7 +339,21 @@ def _burst_container_ops(
             wanted.append((name, _value(name, posixpath.join(contract.CREDENTIALS_MOUNT_PATH, file)), False))
     if terms.app:
         wanted.append((contract.ENV_APP_NAME, _value(contract.ENV_APP_NAME, terms.app), False))
-    if policy.jarvice_api_url:
+    if gateway:
+        # Where and as whom the runner submits is the product's: the gateway, with the pod's own token.
+        token = posixpath.join(contract.GATEWAY_TOKEN_MOUNT_PATH, contract.GATEWAY_TOKEN_FILE)
+        # A key the container brings (its env, or envFrom a Secret) is blanked, which the runner reads as
+        # unset: in a namespace paying through the gateway no job is submitted past it.
+        wanted += [
+            (contract.ENV_API_URL, _value(contract.ENV_API_URL, policy.gateway_url), True),
+            (_USERNAME, _value(_USERNAME, contract.GATEWAY_USERNAME), True),
+            (contract.ENV_APIKEY_FILE, _value(contract.ENV_APIKEY_FILE, token), True),
+            (_APIKEY, _value(_APIKEY, ""), True),
+            (contract.ENV_USERNAME_FILE, _value(contract.ENV_USERNAME_FILE, ""), True),
+        ]
+        if policy.gateway_ca:
+            wanted.append((contract.ENV_GATEWAY_CA, _value(contract.ENV_GATEWAY_CA, policy.gateway_ca), True))
+    elif policy.jarvice_api_url:
         wanted.append((contract.ENV_API_URL, _value(contract.ENV_API_URL, policy.jarvice_api_url), False))
     elif credentials:  # the Secret may name the endpoint (its optional `url` key); else the runner's default
         url = {
@@ -377,18 +418,20 @@ def _container_ops(
         stages = any(name == container.get("name") for name, *_ in terms.staging)
         ops += _resource_ops(base, container, policy, original.setdefault(list_name, {}), shrink=is_app, stages=stages)
         if is_app:
-            credentials = bool(policy.credentials_secret) and not _sets_credentials(container)
-            mounts = _mounts(container, credentials=credentials)
-            ops += _burst_container_ops(base, container, gpus=gpus, terms=terms, policy=policy, credentials=credentials)
+            gateway = bool(policy.gateway_url) and not terms.own_account
+            credentials = not gateway and bool(policy.credentials_secret) and not _sets_credentials(container)
+            mounts = _mounts(container, credentials=credentials, gateway=gateway)
+            ops += _burst_container_ops(
+                base, container, gpus=gpus, terms=terms, policy=policy, credentials=credentials, gateway=gateway
+            )
             ops += _append_ops(f"{base}/volumeMounts", container.get("volumeMounts"), mounts)
             used |= {mount["name"] for mount in mounts}
-    return ops + _volume_ops(spec, used, policy.credentials_secret)  # an unused volume would only confuse
+    return ops + _volume_ops(spec, used, policy)  # an unused volume would only confuse
 
 
 # The runner's credential variables: a container that sets any of them brings its own credentials.
-_CREDENTIAL_ENV = frozenset(
-    {"JARVICE_USERNAME", "JARVICE_APIKEY", contract.ENV_USERNAME_FILE, contract.ENV_APIKEY_FILE}
-)
+_USERNAME, _APIKEY = "JARVICE_USERNAME", "JARVICE_APIKEY"
+_CREDENTIAL_ENV = frozenset({_USERNAME, _APIKEY, contract.ENV_USERNAME_FILE, contract.ENV_APIKEY_FILE})
 
 
 def _sets_credentials(container: Mapping[str, Any]) -> bool:
@@ -555,7 +598,9 @@ def build_reinvocation_patch(pod: Mapping[str, Any], *, policy: RewritePolicy, t
     spec: Mapping[str, Any] = pod.get("spec") or {}
     stripped: dict[str, dict[str, Any]] = {}
     # Built, not dataclasses.replace(): the module is compiled with mypyc.
-    reinvoked_terms = BurstTerms(cluster=terms.cluster, limit=terms.limit, reinvoked=True, gang=terms.gang)
+    reinvoked_terms = BurstTerms(
+        cluster=terms.cluster, limit=terms.limit, reinvoked=True, gang=terms.gang, own_account=terms.own_account
+    )
     ops = _container_ops(spec, policy, stripped, reinvoked_terms)
     if not ops:
         return []

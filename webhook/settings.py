@@ -125,6 +125,10 @@ OPTIONS: tuple[Option, ...] = (
     ),
     ("--jarvice-api-url", "WEBHOOK_JARVICE_API_URL", "", "JARVICE_API_URL for burst containers that set none"),
     ("--default-app", "WEBHOOK_DEFAULT_APP", "", "APP_NAME for bursts whose namespace names no jarvice-app"),
+    # The add-on's JARVICE gateway (docs/money-safety.md#who-holds-the-key): set, burst pods carry no key.
+    ("--gateway-url", "WEBHOOK_GATEWAY_URL", "", "the JARVICE gateway's URL ('' for none: the namespace Secret)"),
+    ("--gateway-audience", "WEBHOOK_GATEWAY_AUDIENCE", "nimbix-burst-gateway", "audience of burst pods' tokens"),
+    ("--gateway-ca-file", "WEBHOOK_GATEWAY_CA_FILE", "", "CA (PEM) that signed the gateway's certificate"),
     (
         "--default-walltime",
         "WEBHOOK_DEFAULT_WALLTIME",
@@ -254,6 +258,8 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
     if len(model_label) > 316 or not _LABEL_KEY.match(model_label):  # 253 + "/" + 63 at most
         problems.append(f"--gpu-model-label: {model_label!r} is not a label key, e.g. {gpu_models.DEFAULT_MODEL_LABEL}")
     models = _load_gpu_models(str(raw["gpu_models_file"]).strip(), problems)
+    gateway_url = str(raw["gateway_url"]).strip()
+    gateway_ca = _gateway_ca(gateway_url, str(raw["gateway_ca_file"]).strip(), problems, check_files=check_files)
     settings = Settings(
         host=raw["host"],
         port=port,
@@ -282,6 +288,9 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
             credentials_secret=str(raw["credentials_secret"]).strip(),
             jarvice_api_url=str(raw["jarvice_api_url"]).strip(),
             default_app=str(raw["default_app"]).strip(),
+            gateway_url=gateway_url,
+            gateway_audience=str(raw["gateway_audience"]).strip(),
+            gateway_ca=gateway_ca,
         ),
         leader_election=leader_election,
         client_ca_file=client_ca_file,
@@ -294,6 +303,24 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
     if problems:
         raise SettingsError(problems)
     return settings
+
+
+def _gateway_ca(url: str, path: str, problems: list[str], *, check_files: bool) -> str:
+    """The gateway CA's PEM text, given to burst pods to trust the gateway ("" without a gateway)."""
+    if not url:
+        return ""
+    if not url.startswith("https://"):
+        problems.append(f"--gateway-url: {url!r} must be an https:// URL (the pods' tokens travel to it)")
+    if not path or not check_files:
+        return ""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        problems.append(f"--gateway-ca-file: cannot read {path}: {exc.strerror} (mount ca.crt of the gateway's Secret)")
+        return ""
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        problems.append(f"--gateway-ca-file: {path} holds no PEM certificate")
+    return text.strip()
 
 
 def _load_gpu_models(path: str, problems: list[str]) -> gpu_models.ModelMap | None:

@@ -176,6 +176,7 @@ class NamespaceInfo:
     app: str = ""  # its `jarvice-app` annotation: the JARVICE application its bursts run ("": absent)
     burst_after: str | None = None  # its `burst-after` annotation as written (None: absent)
     machines: NamespaceMachines | None = None  # None: neither machine annotation
+    own_account: bool = False  # `jarvice-account: own`: its bursts pay with its own key, not the gateway
 
 
 DecisionKind = Literal["local", "remote", "skipped"]
@@ -312,3 +313,4 @@ class Snapshot:
     machines: Mapping[str, MachineRate] | None = None  # the record's machine rates (None: no record)
     burst_after: str | None = None  # the namespace's burst-after annotation as written (None: absent)
     namespace_machines: NamespaceMachines | None = None  # its machine annotations (None: neither)
+    own_account: bool = False  # the namespace pays with its own key (`jarvice-account: own`)

@@ -154,6 +154,11 @@ def _create_controller_secret(control_plane: controlplane.ControlPlane, emulator
         secret = demo.build_secret(emulator, namespace=install.NAMESPACE)
         secret["metadata"]["name"] = install.CONTROLLER_SECRET
         core.create_namespaced_secret(install.NAMESPACE, secret)
+        # The gateway's accounts (docs/install.md): the only place the key lives for burst pods.
+        accounts = demo.build_gateway_accounts(
+            emulator, namespace=install.NAMESPACE, name=install.GATEWAY_ACCOUNTS_SECRET
+        )
+        core.create_namespaced_secret(install.NAMESPACE, accounts)
     finally:
         api.close()
 

@@ -215,7 +215,7 @@ main() {
   archives+=("$LAST_ARCHIVE")
   build_image localhost/nimbix-burst-webhook:$VERSION images/webhook/Dockerfile "$python_key-$build_key" \
     "PYTHON_IMAGE=$python BUILD_IMAGE=$build" images/webhook pyproject.toml README.md constraints.txt \
-    jarvice webhook entrypoint controller kubeplumbing kubectl_nimbix
+    jarvice webhook entrypoint controller kubeplumbing kubectl_nimbix gateway
   archives+=("$LAST_ARCHIVE")
   # The example app is built FROM this checkout's base (by its keyed tag: the plain one may be another
   # checkout's), loaded from its archive when the store lacks it.

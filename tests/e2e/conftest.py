@@ -368,6 +368,22 @@ def installed_addon(addon_slot: _AddonSlot) -> install.Installed:
 
 
 @pytest.fixture(scope="module", autouse=True)
+def _gateway_pays_with_this_modules_emulator(request: pytest.FixtureRequest) -> None:
+    """A module using the installed add-on gets the gateway's accounts Secret for its own emulator
+    (every namespace paid by it, as `make dev-up` has it), and the gateway restarted to read it."""
+    if not any(_uses_installed_addon(item) for item in request.session.items if item.path == request.path):
+        return
+    request.getfixturevalue("installed_addon")
+    plane: controlplane.ControlPlane = request.getfixturevalue("control_plane")
+    emulator: addons.EmulatorProcess = request.getfixturevalue("node_emulator")
+    secret = demo.build_gateway_accounts(emulator, namespace=install.NAMESPACE, name=install.GATEWAY_ACCOUNTS_SECRET)
+    plane.kubectl("apply", "-f", "-", input=json.dumps(secret))
+    deployment = f"deployment/{install.GATEWAY_DEPLOYMENT}"
+    plane.kubectl("-n", install.NAMESPACE, "rollout", "restart", deployment)
+    plane.kubectl("-n", install.NAMESPACE, "rollout", "status", deployment, "--timeout=180s")
+
+
+@pytest.fixture(scope="module", autouse=True)
 def _addon_only_where_used(request: pytest.FixtureRequest, pytestconfig: pytest.Config) -> None:
     """Uninstalls the add-on an earlier module left before a module none of whose tests uses it."""
     slot = pytestconfig.stash.get(_ADDON_SLOT, None)

@@ -21,13 +21,13 @@ from aiohttp import web
 
 from devplatform.cluster.pki import KeyPair, issue_cert, make_ca, write_pair
 from devplatform.cluster.processes import free_port
+from kubeplumbing.tls import ReloadingTLS
 from tests.support.clocks import Clock
 from tests.support.webhook_app import review_body, write_serving_cert
 from tests.unit.webhook.builders import container, pod
 from webhook.app import create_app
 from webhook.settings import parse_settings
 from webhook.sync import CacheSync
-from kubeplumbing.tls import ReloadingTLS
 
 BODY = review_body(pod(container(gpus=1)))
 

@@ -17,8 +17,8 @@ import pytest
 
 from devplatform.cluster.pki import KeyPair, issue_cert, make_ca, write_pair
 from devplatform.cluster.processes import free_port
-from webhook.settings import SettingsError, parse_settings
 from kubeplumbing.tls import find_serving_problem
+from webhook.settings import SettingsError, parse_settings
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -14,13 +14,13 @@ from cryptography import x509
 
 from devplatform.cluster.pki import issue_cert, make_ca, write_pair
 from devplatform.cluster.processes import free_port
+from kubeplumbing.tls import ReloadingTLS
 from tests.support.clocks import Clock
 from tests.support.webhook_app import review_body
 from tests.unit.webhook.builders import container, pod
 from webhook.app import create_app
 from webhook.settings import Settings
 from webhook.sync import CacheSync
-from kubeplumbing.tls import ReloadingTLS
 
 
 def _serial(pem: bytes) -> int:

@@ -1,0 +1,215 @@
+"""The account key stays with the add-on (docs/money-safety.md#who-holds-the-key), on the installed
+add-on as `make dev-up` has it: the gateway holds the emulator's account, a test namespace holds no
+Secret at all, and burst pods reach JARVICE only through the gateway with their projected token.
+
+A namespace user can run any container in a burst pod (the image's ENTRYPOINT is theirs to replace):
+the tests below do exactly that, and call the gateway with the pod's own token, as a user attacking
+the promise would: asking for another size than counted, from a copy without the label, for another
+pod's job, past the namespace's budget.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from devplatform import demo
+from devplatform.cluster import addons, controlplane, install
+from jarvice import contract
+from tests.support.installed_controller import annotations_of, app_container, pod_body, wait_admitted_as
+
+WAIT_SECONDS = 180.0
+
+# A pod's own client: the user's code in place of the runner, with what the pod holds (its projected
+# token, the webhook's env). Prints one line `ANSWER <status> <body>` per call.
+CLIENT = r"""
+import json, os, ssl, sys, urllib.error, urllib.request
+token_file = os.environ.get("TOKEN_FILE", "/var/run/secrets/nimbix-burst-gateway/token")
+token = open(token_file).read().strip()
+url = os.environ.get("GATEWAY", os.environ.get("JARVICE_API_URL", ""))
+ctx = ssl.create_default_context(cadata=os.environ["NIMBIX_BURST_GATEWAY_CA"])
+
+def call(path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, context=ctx, timeout=30) as response:
+            print("ANSWER", response.status, response.read().decode(), flush=True)
+    except urllib.error.HTTPError as error:
+        print("ANSWER", error.code, error.read().decode(), flush=True)
+
+def submit(attempt, machine, nodes, command):
+    label = "k8s-%s.%s-%s-%d" % (
+        os.environ["NIMBIX_BURST_CLUSTER"], os.environ["POD_UID"], os.environ["NIMBIX_BURST_CONTAINER"], attempt)
+    call("/jarvice/submit", {
+        "app": os.environ["APP_NAME"], "staging": False, "checkedout": False,
+        "application": {"command": "run", "parameters": {"command": command}, "walltime": "99:00:00"},
+        "machine": {"type": machine, "nodes": nodes}, "job_label": label,
+        "user": {"username": "me", "apikey": token}})
+
+for step in json.loads(os.environ["STEPS"]):
+    if step[0] == "submit":
+        submit(*step[1:])
+    else:
+        call(step[1] + ("&" if "?" in step[1] else "?") + "apikey=" + token)
+"""
+
+
+def client_pod(name: str, node_emulator: addons.EmulatorProcess, steps: list[Any], *, gpus: int = 1) -> dict[str, Any]:
+    container = app_container(node_emulator, "unused", gpus=gpus)
+    container["command"] = ["python3", "-c", CLIENT]
+    container["env"] = [*container["env"], {"name": "STEPS", "value": json.dumps(steps)}]
+    return pod_body(name, container, gated=False)
+
+
+def answers(plane: controlplane.ControlPlane, namespace: str, name: str) -> list[tuple[int, str]]:
+    logs = plane.kubectl("-n", namespace, "logs", name).stdout
+    found = []
+    for line in logs.splitlines():
+        if line.startswith("ANSWER "):
+            _, status, body = line.split(" ", 2)
+            found.append((int(status), body))
+    return found
+
+
+def finished_pod(plane: controlplane.ControlPlane, namespace: str, name: str) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        pod = demo.read_pod(plane, namespace, name)
+        return pod if pod["status"].get("phase") in ("Succeeded", "Failed") else None
+
+    finished: dict[str, Any] = demo.wait_for(done, what=f"pod {name} finished", timeout=WAIT_SECONDS)
+    return finished
+
+
+@pytest.fixture
+def bare_namespace(
+    installed_addon: install.Installed,
+    control_plane: controlplane.ControlPlane,
+    node_emulator: addons.EmulatorProcess,
+    namespace: str,
+    gpus_gone: Callable[[], None],
+) -> str:
+    """A namespace with no Secret at all, on a cluster whose real node has no GPUs free."""
+    gpus_gone()
+    probe = pod_body("seen-probe", app_container(node_emulator, "echo probe", gpus=1), gated=False)
+    wait_admitted_as(control_plane, namespace, probe, decision="remote", what="the real node without GPUs")
+    return namespace
+
+
+def test_a_burst_pod_runs_through_the_gateway_and_carries_no_key(
+    bare_namespace: str, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess
+) -> None:
+    ns = bare_namespace
+    body = pod_body("burst", app_container(node_emulator, "echo remote output; exit 3", gpus=1), gated=False)
+    control_plane.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(body))
+    pod = finished_pod(control_plane, ns, "burst")
+    assert annotations_of(pod)[contract.ANNOTATION_DECISION] == "remote"
+    logs = control_plane.kubectl("-n", ns, "logs", "burst").stdout
+    assert "remote output" in logs and "unencrypted" not in logs, logs  # no warning that the key travels in clear
+    assert demo.read_exit_code(pod) == 3, pod["status"]
+    (job,) = demo.fetch_emulator_jobs(node_emulator.url, pod_uid=pod["metadata"]["uid"])
+    assert job["status"] == "COMPLETED" and job["exitcode"] == 3, job
+    key = node_emulator.runner_env()["JARVICE_APIKEY"]
+    assert key not in json.dumps(pod)
+    secrets = json.loads(control_plane.kubectl("-n", ns, "get", "secrets", "-o", "json").stdout)["items"]
+    assert secrets == [], [s["metadata"]["name"] for s in secrets]
+    (container,) = pod["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["JARVICE_API_URL"] == "https://10.0.0.53" and env["JARVICE_APIKEY"] == ""
+    assert not [v for v in pod["spec"]["volumes"] if "secret" in v], pod["spec"]["volumes"]
+
+
+def test_a_pods_own_client_gets_the_size_it_was_counted_for(
+    bare_namespace: str, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess
+) -> None:
+    """The review's case: a 1-GPU burst pod asking for a 0-GPU machine on 32 nodes, and 99 hours."""
+    ns = bare_namespace
+    control_plane.kubectl(
+        "-n",
+        ns,
+        "create",
+        "-f",
+        "-",
+        input=json.dumps(client_pod("asks-more", node_emulator, [["submit", 1, "n0", 32, "echo hi"]])),
+    )
+    pod = finished_pod(control_plane, ns, "asks-more")
+    ((status, body),) = answers(control_plane, ns, "asks-more")
+    assert status == 200, body
+    (job,) = demo.fetch_emulator_jobs(node_emulator.url, pod_uid=pod["metadata"]["uid"])
+    submitted = demo.fetch_emulator(node_emulator.url, f"/_emulator/submissions?job_label={job['job_label']}")
+    (sent,) = submitted["submissions"]
+    assert sent["body"]["machine"] == {"type": "ng1", "nodes": 1}, sent  # the cheapest 1-GPU machine
+    assert sent["body"]["application"]["walltime"] == "24:00:00", sent  # the add-on's default walltime
+
+
+def test_a_copy_without_the_label_gets_no_job(
+    bare_namespace: str, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess
+) -> None:
+    """A burst pod's stored spec, created again without `task-type` and with a token of the gateway's
+    audience the user projected themselves: the gateway refuses it, and no job exists."""
+    ns = bare_namespace
+    control_plane.kubectl(
+        "-n",
+        ns,
+        "create",
+        "-f",
+        "-",
+        input=json.dumps(client_pod("original", node_emulator, [["get", "/jarvice/machines"]])),
+    )
+    original = finished_pod(control_plane, ns, "original")
+    spec: dict[str, Any] = {k: v for k, v in original["spec"].items() if k != "nodeName"}
+    copy = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "copy"}, "spec": spec}  # no label: no webhook
+    (container,) = spec["containers"]
+    container["env"] = [*container["env"], {"name": "STEPS", "value": json.dumps([["submit", 1, "ng1", 1, "echo x"]])}]
+    control_plane.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(copy))
+    pod = finished_pod(control_plane, ns, "copy")
+    ((status, body),) = answers(control_plane, ns, "copy")
+    assert status == 403 and "task-type: Nimbix label" in body, body
+    assert demo.fetch_emulator_jobs(node_emulator.url, pod_uid=pod["metadata"]["uid"]) == []
+
+
+def test_a_pod_sees_only_its_own_jobs_and_never_the_key(
+    bare_namespace: str, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess
+) -> None:
+    ns = bare_namespace
+    control_plane.kubectl(
+        "-n",
+        ns,
+        "create",
+        "-f",
+        "-",
+        input=json.dumps(client_pod("first", node_emulator, [["submit", 1, "ng1", 1, "sleep 1"]])),
+    )
+    first = finished_pod(control_plane, ns, "first")
+    (job,) = demo.fetch_emulator_jobs(node_emulator.url, pod_uid=first["metadata"]["uid"])
+    steps = [
+        ["get", "/jarvice/jobs?completed=true"],
+        ["get", f"/jarvice/status?number={job['number']}"],
+        ["get", f"/jarvice/terminate?number={job['number']}"],
+    ]
+    control_plane.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(client_pod("second", node_emulator, steps)))
+    finished_pod(control_plane, ns, "second")
+    (listed, status, terminate) = answers(control_plane, ns, "second")
+    assert listed[0] == 200 and json.loads(listed[1]) == {}, listed  # the other pod's job is not listed
+    assert status[0] == 404 and terminate[0] == 404, (status, terminate)
+    key = node_emulator.runner_env()["JARVICE_APIKEY"]
+    assert key not in control_plane.kubectl("-n", ns, "logs", "second").stdout
+
+
+def test_the_namespaces_budget_is_checked_where_the_tenant_cannot_reach(
+    bare_namespace: str, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess
+) -> None:
+    """A budget of 1 GPU: the pod's own client submits a second attempt while its first job runs."""
+    ns = bare_namespace
+    control_plane.kubectl("annotate", "namespace", ns, "nimbix-burst.io/max-remote-gpus=1")
+    steps = [["submit", 1, "ng1", 1, "sleep 20"], ["submit", 2, "ng1", 1, "sleep 20"]]
+    control_plane.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(client_pod("twice", node_emulator, steps)))
+    pod = finished_pod(control_plane, ns, "twice")
+    (first, second) = answers(control_plane, ns, "twice")
+    assert first[0] == 200, first
+    assert second[0] == 403 and "burst budget is 1 GPU(s); its jobs hold 1, this one needs 1" in second[1], second
+    jobs = demo.fetch_emulator_jobs(node_emulator.url, pod_uid=pod["metadata"]["uid"])
+    assert [j["job_label"].rsplit("-", 1)[-1] for j in jobs] == ["1"], jobs
