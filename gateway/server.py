@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -20,7 +21,7 @@ from gateway.callers import Callers
 from gateway.identity import Caller, NotAuthenticated
 from gateway.scope import find_label, own_jobs, pod_scope
 from gateway.submission import SubmitNotAllowed, admit_submit
-from gateway.submits import Refused, Submits
+from gateway.submits import Refused, Submits, submitted_number
 from gateway.terms import NotDecided, decided_terms
 from gateway.upstream import Answer, Upstream, UpstreamFailed
 from jarvice.labels import ParsedLabel, parse_job_label
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 # The endpoints that name one job (`number` or `name`): served for the pod's own jobs only.
 JOB_ENDPOINTS: Final = frozenset({"status", "tail", "output", "shutdown", "terminate", "signal", "info"})
 STREAMED: Final = frozenset({"tail", "output"})
+MAX_REMEMBERED_LABELS: Final = 65536
 FORWARDED_PARAMS: Final = frozenset({"number", "name", "lines", "signal", "completed"})
 
 
@@ -64,6 +66,14 @@ class GatewayParts:
 class Handlers:
     def __init__(self, parts: GatewayParts) -> None:
         self._parts = parts
+        # A job's label never changes: known once (from a listing, or the submit's answer), a runner's
+        # polls of its job cost JARVICE no listing. Bounded, oldest forgotten first.
+        self._labels: OrderedDict[tuple[str, str], str] = OrderedDict()
+
+    def _remember(self, account: Account, number: str, label: str) -> None:
+        self._labels[(account.name, number)] = label
+        while len(self._labels) > MAX_REMEMBERED_LABELS:
+            self._labels.popitem(last=False)
 
     def _account(self, caller: Caller) -> Account:
         account = self._parts.accounts.for_namespace(caller.namespace)
@@ -91,6 +101,8 @@ class Handlers:
             answer = await self._parts.submits.submit(
                 account, admitted, namespace=caller.namespace, pod_uid=caller.pod_uid
             )
+            if (number := submitted_number(answer)) is not None:
+                self._remember(account, str(number), admitted.label)
         except NotAuthenticated as exc:
             return _error(401, str(exc))
         except (NotDecided, SubmitNotAllowed, Refused) as exc:
@@ -136,13 +148,15 @@ class Handlers:
         return _relay(answer)
 
     async def _label_of(self, account: Account, number: str | None, name: str | None) -> str | None:
-        listings = []
+        if number is not None and (account.name, number) in self._labels:
+            return self._labels[(account.name, number)]
         for completed in (False, True):
             answer = await self._parts.upstream.get(account, "jobs", {"completed": "true"} if completed else {})
             if answer.status == 200 and isinstance(listing := answer.json(), dict):
-                listings.append(listing)
                 label = find_label([listing], number=number, name=name)
                 if label is not None:
+                    if number is not None:
+                        self._remember(account, number, label)
                     return label
         return None
 

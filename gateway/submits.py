@@ -142,7 +142,7 @@ class Submits:
         await self._reserve(account, submit, namespace=namespace, pod_uid=pod_uid)
         answer = await self._upstream.submit(account, submit.body)
         if answer.status == 200:
-            number = _number(answer)
+            number = submitted_number(answer)
             if number is not None:
                 await self._settle(submit.label, number)
         elif 400 <= answer.status < 500:
@@ -162,7 +162,7 @@ class Submits:
         return answer
 
 
-def _number(answer: Answer) -> int | None:
+def submitted_number(answer: Answer) -> int | None:
     try:
         value: Mapping[str, Any] = json.loads(answer.body)
         number = value.get("number")

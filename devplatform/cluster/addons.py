@@ -99,12 +99,44 @@ def start_webhook(
     return webhook
 
 
+def start_gateway(
+    run_dir: Path,
+    *,
+    kubeconfig: Path,
+    accounts_json: str,
+    namespace: str,
+    port: int | None = None,
+    ca: KeyPair | None = None,
+) -> WebhookProcess:
+    """`python -m gateway` on 127.0.0.1 with its own serving certificate (signed by `ca`, or a new CA)
+    and the accounts file, returned once /readyz answers. Same shape as a webhook process."""
+    tls_dir = run_dir / "gateway-tls"
+    ca = make_webhook_tls(tls_dir, ca=ca)
+    accounts = run_dir / "accounts.json"
+    accounts.write_text(accounts_json)
+    accounts.chmod(0o600)
+    port = port or free_port()
+    argv = [
+        sys.executable, "-m", "gateway",
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--tls-dir", str(tls_dir),
+        "--kubeconfig", str(kubeconfig),
+        "--accounts-file", str(accounts),
+        "--namespace", namespace,
+    ]  # fmt: skip
+    process = start_process("gateway", argv, log_path=run_dir / "logs" / "gateway.log")
+    gateway = WebhookProcess(process=process, url=f"https://127.0.0.1:{port}", ca=ca, tls_dir=tls_dir)
+    wait_ready(gateway)
+    return gateway
+
+
 def wait_ready(webhook: WebhookProcess, *, timeout: float = READY_TIMEOUT_SECONDS) -> None:
     deadline = time.monotonic() + timeout
     last = "no answer yet"
     while time.monotonic() < deadline:
         if not is_running(webhook.process):
-            raise AddonError(f"webhook exited during start; log tail:\n{read_log_tail(webhook.process.log_path)}")
+            raise AddonError(f"{webhook.process.name} exited during start; log tail:\n{read_log_tail(webhook.process.log_path)}")
         try:
             status, text = webhook.get("/readyz", timeout=2)
             if status == 200:

@@ -97,6 +97,7 @@ def _imported_distributions(*directories: str) -> set[str]:
         "controller",
         "kubeplumbing",
         "kubectl_nimbix",
+        "gateway",
         "devplatform",
         "bench",
         "replay",
@@ -119,7 +120,7 @@ def _imported_distributions(*directories: str) -> set[str]:
 def test_the_webhook_extra_covers_every_third_party_import_of_the_webhook() -> None:
     """The image installs core deps + the webhook extra: anything else the webhook imports would be
     missing at run time, which no test in this checkout (where the test extra is installed) would see."""
-    needed = _imported_distributions("webhook", "kubeplumbing", "jarvice")  # the webhook runs what it shares
+    needed = _imported_distributions("webhook", "gateway", "kubeplumbing", "jarvice")  # the image's programs
     declared = _declared("webhook")
     assert needed <= declared, needed - declared
 
@@ -137,7 +138,7 @@ def test_the_webhook_extra_holds_only_what_the_product_imports() -> None:
     """Every package in the webhook image is attack surface and weight: nothing only tests use."""
     project = tomllib.loads((manifests.REPO_ROOT / "pyproject.toml").read_text())["project"]
     extra = {_normalize(re.split(r"[<>=\[; ]", r)[0]) for r in project["optional-dependencies"]["webhook"]}
-    unused = extra - _imported_distributions("webhook", "entrypoint", "kubeplumbing", "jarvice")
+    unused = extra - _imported_distributions("webhook", "gateway", "entrypoint", "kubeplumbing", "jarvice")
     assert not unused, f"in the webhook extra but imported only by tests or tools: {unused}"
 
 

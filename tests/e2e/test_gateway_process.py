@@ -1,0 +1,221 @@
+"""The JARVICE gateway against the real API server, without a node: a host webhook registered with
+the gateway's URL decides labelled GPU pods remote (no node can host them); each pod's token is
+minted as the kubelet would project it (`kubectl create token --bound-object-kind Pod`, audience
+nimbix-burst-gateway); the runner's own JARVICE client talks to a host gateway (two replicas for the
+race), which talks to the emulator. Everything but the node is the real thing."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from devplatform import demo
+from devplatform.cluster import addons, controlplane
+from devplatform.cluster.pki import KeyPair, make_ca
+from gateway.settings import DEFAULT_AUDIENCE
+from jarvice import contract
+from jarvice.client import CredentialsRejected, JarviceClient, RequestRejected, RetryPolicy
+from jarvice.labels import PodIdentity, build_job_label
+from jarvice.model import SubmitBody
+from jarvice.redaction import Secret
+from tests.support.gpus import GPU
+
+ADDON_NAMESPACE = "nimbix-burst"
+
+
+@dataclass(frozen=True)
+class Gateways:
+    urls: tuple[str, ...]
+    ca_file: Path
+    webhook: addons.WebhookProcess
+
+
+@pytest.fixture(scope="module")
+def emulator(control_plane: controlplane.ControlPlane) -> Iterator[addons.EmulatorProcess]:
+    started = addons.start_jarvice_emulator(control_plane.run_dir / "gateway-emulator")
+    try:
+        yield started
+    finally:
+        addons.stop_jarvice_emulator(started)
+
+
+@pytest.fixture(scope="module")
+def gateways(
+    control_plane: controlplane.ControlPlane, core: Any, emulator: addons.EmulatorProcess
+) -> Iterator[Gateways]:
+    run_dir = control_plane.run_dir / "gateway"
+    ca: KeyPair = make_ca("nimbix-burst-gateway-test-ca")
+    env = emulator.runner_env()
+    account = {
+        "name": "emulator",
+        "username": env["JARVICE_USERNAME"],
+        "apikey": env["JARVICE_APIKEY"],
+        "url": env["JARVICE_API_URL"],
+        "namespaces": ["*"],
+    }
+    control_plane.kubectl("create", "namespace", ADDON_NAMESPACE, check=False)
+    started = [
+        addons.start_gateway(
+            run_dir / f"replica-{i}",
+            kubeconfig=control_plane.kubeconfig_path,
+            accounts_json=json.dumps({"accounts": [account]}),
+            namespace=ADDON_NAMESPACE,
+            ca=ca,
+        )
+        for i in range(2)
+    ]
+    ca_file = run_dir / "ca.crt"
+    ca_file.write_bytes(ca.cert_pem)
+    args = ["--gateway-url", started[0].url, "--gateway-ca-file", str(ca_file)]
+    try:
+        with addons.registered_webhook(control_plane, run_dir / "webhook", name_suffix="-gateway", args=args) as hook:
+            yield Gateways(urls=tuple(g.url for g in started), ca_file=ca_file, webhook=hook)
+    finally:
+        for gateway in started:
+            addons.stop_webhook(gateway)
+
+
+def burst_pod(control_plane: controlplane.ControlPlane, namespace: str, name: str, *, gpus: int = 1) -> dict[str, Any]:
+    """A labelled GPU pod no node can host: the webhook decides it remote. Returned as stored."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {contract.LABEL_TASK_TYPE: contract.LABEL_TASK_TYPE_VALUE}},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "trainer", "image": "example/app", "resources": {"limits": {GPU: str(gpus)}}}],
+        },
+    }
+    out = control_plane.kubectl("-n", namespace, "create", "-o", "json", "-f", "-", input=json.dumps(body)).stdout
+    pod: dict[str, Any] = json.loads(out)
+    assert pod["metadata"]["annotations"][contract.ANNOTATION_DECISION] == "remote", pod["metadata"]
+    return pod
+
+
+def token_for(control_plane: controlplane.ControlPlane, pod: dict[str, Any]) -> str:
+    meta = pod["metadata"]
+    return control_plane.kubectl(
+        "-n", meta["namespace"], "create", "token", "default", f"--audience={DEFAULT_AUDIENCE}",
+        "--bound-object-kind=Pod", f"--bound-object-name={meta['name']}", f"--bound-object-uid={meta['uid']}",
+    ).stdout.strip()  # fmt: skip
+
+
+def client_for(url: str, token: str, ca_file: Path, session: requests.Session) -> JarviceClient:
+    session.verify = str(ca_file)
+    return JarviceClient(
+        base_url=url,
+        username="pod",
+        apikey=Secret(token),
+        session=session,
+        connect_timeout=5,
+        read_timeout=30,
+        retry=RetryPolicy(base_seconds=0.1, cap_seconds=0.5, outage_seconds=2),
+        sleep=lambda _: None,
+        clock=lambda: 0.0,
+        rng=random.Random(1),
+    )
+
+
+def submit_body(
+    pod: dict[str, Any], emulator: addons.EmulatorProcess, *, machine: str, nodes: int, attempt: int = 1
+) -> SubmitBody:
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    identity = PodIdentity(
+        uid=pod["metadata"]["uid"],
+        namespace=pod["metadata"]["namespace"],
+        name=pod["metadata"]["name"],
+        hostname="h",
+        container="trainer",
+        cluster=str(env[contract.ENV_CLUSTER]),
+    )
+    return {
+        "app": emulator.runner_env()["APP_NAME"],
+        "staging": False,
+        "checkedout": False,
+        "application": {"command": "run", "parameters": {"command": "sleep 30"}, "walltime": "99:00:00"},
+        "machine": {"type": machine, "nodes": nodes},
+        "job_label": build_job_label(identity, attempt=attempt),
+    }
+
+
+def submissions(emulator: addons.EmulatorProcess, label: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = demo.fetch_emulator(emulator.url, f"/_emulator/submissions?job_label={label}")[
+        "submissions"
+    ]
+    return found
+
+
+def test_the_pod_gets_the_size_counted_and_its_own_jobs_only(
+    control_plane: controlplane.ControlPlane, namespace: str, gateways: Gateways, emulator: addons.EmulatorProcess
+) -> None:
+    mine, other = burst_pod(control_plane, namespace, "mine"), burst_pod(control_plane, namespace, "other")
+    with requests.Session() as session, requests.Session() as other_session:
+        client = client_for(gateways.urls[0], token_for(control_plane, mine), gateways.ca_file, session)
+        body = submit_body(mine, emulator, machine="n0", nodes=32)
+        result = client.submit(body)
+        (sent,) = submissions(emulator, body["job_label"])
+        assert sent["body"]["machine"] == {"type": "ng1", "nodes": 1}, sent
+        assert sent["body"]["application"]["walltime"] == "24:00:00", sent
+        assert client.fetch_status(result.number).state
+        assert list(client.fetch_jobs(completed=False)) == [result.number]
+        other_client = client_for(gateways.urls[1], token_for(control_plane, other), gateways.ca_file, other_session)
+        assert other_client.fetch_jobs(completed=False) == {}
+        with pytest.raises(RequestRejected) as refused:
+            other_client.terminate(result.number)
+        assert refused.value.status == 404
+        client.terminate(result.number)
+
+
+def test_a_token_of_a_deleted_pod_or_of_another_audience_is_refused(
+    control_plane: controlplane.ControlPlane, namespace: str, gateways: Gateways, emulator: addons.EmulatorProcess
+) -> None:
+    pod = burst_pod(control_plane, namespace, "gone")
+    token = token_for(control_plane, pod)
+    wrong = control_plane.kubectl("-n", namespace, "create", "token", "default", "--audience=kube").stdout.strip()
+    control_plane.kubectl("-n", namespace, "delete", "pod", "gone", "--wait=false")
+    with requests.Session() as session:
+        for key in (token, wrong):
+            with pytest.raises(CredentialsRejected):
+                client_for(gateways.urls[0], key, gateways.ca_file, session).submit(
+                    submit_body(pod, emulator, machine="ng1", nodes=1)
+                )
+    assert submissions(emulator, submit_body(pod, emulator, machine="ng1", nodes=1)["job_label"]) == []
+
+
+def test_two_replicas_never_both_pass_a_budget(
+    control_plane: controlplane.ControlPlane, namespace: str, gateways: Gateways, emulator: addons.EmulatorProcess
+) -> None:
+    """A budget of 1 GPU and two pods submitting at the same moment, each to another replica: the
+    ledger's precondition lets exactly one through."""
+    control_plane.kubectl("annotate", "namespace", namespace, "nimbix-burst.io/max-remote-gpus=1")
+    pods = [burst_pod(control_plane, namespace, f"racer-{i}") for i in range(2)]
+    tokens = [token_for(control_plane, pod) for pod in pods]
+    outcomes: list[str] = ["", ""]
+    start = threading.Barrier(2)
+
+    def race(i: int) -> None:
+        with requests.Session() as session:
+            client = client_for(gateways.urls[i], tokens[i], gateways.ca_file, session)
+            body = submit_body(pods[i], emulator, machine="ng1", nodes=1)
+            start.wait()
+            try:
+                client.submit(body)
+                outcomes[i] = "submitted"
+            except RequestRejected as exc:
+                outcomes[i] = str(exc)
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(o == "submitted" for o in outcomes) == [False, True], outcomes
+    assert any("burst budget is 1 GPU(s)" in o for o in outcomes), outcomes
