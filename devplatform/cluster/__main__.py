@@ -33,6 +33,7 @@ from kubernetes import client as k8s_client
 
 from devplatform import certmanager, demo, demo_data, gotools, helmchart
 from devplatform.cluster import addons, controlplane, devstate, install, node, nodes, processes
+from jarvice import contract
 
 STATE_FILE = "state.json"
 KUBECONFIG_FILE = "kubeconfig"
@@ -41,6 +42,8 @@ KUBECTL_LINK = "kubectl"  # a symlink to the control plane's kubectl
 HELM_LINK = "helm"  # a symlink to the project-built helm (with --install helm)
 INSTALL_METHODS = ("kustomize", "helm")
 DEMO_NAMESPACE = "demo"
+# Data staging still pays with the namespace's own key (the gateway does not serve the vault yet).
+DEMO_DATA_NAMESPACE = "demo-data"
 DEV_NODES = (("gpu-node-1", 4), ("gpu-node-2", 4), ("cpu-node-1", 0))
 # Fake nodes have no kubelet: nothing scheduled there would ever run.
 FAKE_NODE_TAINT = {"key": "nimbix-burst.io/fake-node", "value": "true", "effect": "NoSchedule"}
@@ -127,18 +130,23 @@ def install_addon(
 
 
 def _create_demo_namespace(control_plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess) -> None:
-    """Namespace `demo` with the `jarvice-credentials` Secret (username, apikey, url) for the emulator,
-    as docs/install.md step 3 has a team do, and the `jarvice-vault` ConfigMap (the vault's address
-    and host key) docs/data.md names: labeled Jobs there can burst, and stage data, at once."""
+    """Namespace `demo`, holding nothing: its burst pods pay through the gateway (docs/install.md step
+    3), and namespace `demo-data`, which pays with its own key (`nimbix-burst.io/jarvice-account: own`,
+    the `jarvice-credentials` Secret) and holds the `jarvice-vault` ConfigMap (the vault's address and
+    host key) docs/data.md names: labeled Jobs there can stage data at once."""
     api = control_plane.api_client()
     try:
         core = k8s_client.CoreV1Api(api)
         nodes.create_namespace(core, DEMO_NAMESPACE)
-        nodes.ensure_default_service_account(core, DEMO_NAMESPACE)
-        core.create_namespaced_secret(DEMO_NAMESPACE, demo.build_secret(emulator, namespace=DEMO_NAMESPACE))
+        nodes.create_namespace(core, DEMO_DATA_NAMESPACE)
+        core.patch_namespace(
+            DEMO_DATA_NAMESPACE,
+            {"metadata": {"annotations": {contract.ANNOTATION_JARVICE_ACCOUNT: contract.JARVICE_ACCOUNT_OWN}}},
+        )
+        core.create_namespaced_secret(DEMO_DATA_NAMESPACE, demo.build_secret(emulator, namespace=DEMO_DATA_NAMESPACE))
         # Where the vault is, as docs/data.md has a user write it: a staged Job runs unchanged.
         core.create_namespaced_config_map(
-            DEMO_NAMESPACE, demo_data.build_vault_config(emulator, namespace=DEMO_NAMESPACE)
+            DEMO_DATA_NAMESPACE, demo_data.build_vault_config(emulator, namespace=DEMO_DATA_NAMESPACE)
         )
     finally:
         api.close()

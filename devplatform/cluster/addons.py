@@ -136,7 +136,8 @@ def wait_ready(webhook: WebhookProcess, *, timeout: float = READY_TIMEOUT_SECOND
     last = "no answer yet"
     while time.monotonic() < deadline:
         if not is_running(webhook.process):
-            raise AddonError(f"{webhook.process.name} exited during start; log tail:\n{read_log_tail(webhook.process.log_path)}")
+            tail = read_log_tail(webhook.process.log_path)
+            raise AddonError(f"{webhook.process.name} exited during start; log tail:\n{tail}")
         try:
             status, text = webhook.get("/readyz", timeout=2)
             if status == 200:
