@@ -51,7 +51,7 @@ class Metrics:
         self.orphans_seen = Counter(
             "nimbix_burst_controller_orphans_seen",
             "This cluster's JARVICE jobs first seen unwanted, by why (pod-gone, pod-finished, deletion-overdue,"
-            " container-exited, duplicate)",
+            " container-exited, duplicate, not-decided)",
             ["reason"],
             registry=r,
         )

@@ -148,6 +148,9 @@ class ReapView:
     job_ended: bool  # carries nimbix-burst.io/job-state: ended (recorded by the controller)
     # A gang's pod (nimbix-burst.io/gang): its gang's one JARVICE job carries the gang's UID, not the pod's.
     gang: str = ""
+    # The product decided it: the task-type label (the webhook saw it) and the remote decision. A job of
+    # any other pod (a copy made without the label, a pod decided local) is one nothing accounts for.
+    decided: bool = True
 
 
 def _exited_for_good(status: Mapping[str, Any], *, restart_policy: str) -> bool:
@@ -190,6 +193,8 @@ def parse_reap_view(obj: Mapping[str, Any]) -> ReapView:
         burst=annotations.get(contract.ANNOTATION_DECISION) == contract.DECISION_REMOTE,
         job_ended=annotations.get(contract.ANNOTATION_JOB_STATE) == contract.JOB_STATE_ENDED,
         gang=sys.intern(str(annotations.get(contract.ANNOTATION_GANG) or "")),
+        decided=(metadata.get("labels") or {}).get(contract.LABEL_TASK_TYPE) == contract.LABEL_TASK_TYPE_VALUE
+        and annotations.get(contract.ANNOTATION_DECISION) == contract.DECISION_REMOTE,
     )
 
 

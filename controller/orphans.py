@@ -13,7 +13,9 @@ generation's (webhook.gangs: a retry of the gang, after one of its burst pods fi
 its own), so an earlier generation's finished pods never make a later generation's job unwanted,
 and an earlier generation's job is unwanted as soon as one pod of its own can no longer follow it.
 
-One of this cluster's other live jobs is *wanted* while a pod with its UID exists whose container can
+One of this cluster's other live jobs is *wanted* while a pod with its UID exists, which the product
+decided (the `task-type: Nimbix` label and the webhook's `remote` decision: a job of a copy made
+without the label, or of a pod decided local, is one nothing accounts for), and whose container can
 still follow it: the pod is not terminal (Succeeded/Failed), not past its deletion deadline, and
 the container the label names (any app container, for a label without one) has not exited for good
 under its restart policy. Of two live jobs of one label only the lowest-numbered is wanted (the
@@ -38,7 +40,7 @@ from jarvice.model import is_terminal
 # reaper's grace period still applies after that.
 DELETION_SKEW_SECONDS = 5.0
 
-Reason = Literal["pod-gone", "pod-finished", "deletion-overdue", "container-exited", "duplicate"]
+Reason = Literal["pod-gone", "pod-finished", "deletion-overdue", "container-exited", "duplicate", "not-decided"]
 NotOursKind = Literal["legacy-label", "other-cluster"]
 
 
@@ -83,6 +85,8 @@ def pod_reason(pod: ReapView | None, *, wall_now: float) -> Reason | None:
     """Why no container of `pod` can follow any job any more, or None while one can."""
     if pod is None:
         return "pod-gone"
+    if not pod.decided:
+        return "not-decided"
     if pod.terminal:
         return "pod-finished"
     if pod.deletion_deadline is not None and wall_now > pod.deletion_deadline + DELETION_SKEW_SECONDS:
@@ -116,7 +120,7 @@ def gang_reason(members: Collection[ReapView], *, wall_now: float) -> Reason | N
 def _gangs(pods: Mapping[str, ReapView]) -> dict[str, list[ReapView]]:
     members: dict[str, list[ReapView]] = {}
     for pod in pods.values():
-        if pod.gang:
+        if pod.gang and pod.decided:  # a pod the product did not decide is no rank of any gang
             members.setdefault(pod.gang, []).append(pod)
     return members
 

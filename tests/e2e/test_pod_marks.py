@@ -210,3 +210,23 @@ def test_a_user_cannot_change_the_products_annotations_on_a_running_burst_pod(
             over_budget=0,
         )
     )
+
+
+def test_a_user_cannot_add_or_remove_the_opt_in_label_on_an_existing_pod(
+    as_editor: list[str], control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess, ns: str
+) -> None:
+    """A copy of a burst pod made without `task-type` never reached the webhook: labelled afterwards it
+    would carry a decision no webhook made and no budget counted. And a burst pod unlabelled would leave
+    its namespace's count. The API server refuses both."""
+    body = pod_body("plain", app_container(node_emulator, "sleep 30", gpus=0), gated=True)
+    del body["metadata"]["labels"]["task-type"]
+    created = _kubectl(control_plane, as_editor, "create", "-f", "-", stdin=json.dumps(body))
+    assert created.returncode == 0, created.stderr
+    added = _kubectl(control_plane, as_editor, "label", "pod", "plain", "task-type=Nimbix")
+    assert added.returncode != 0 and "the label task-type cannot be added" in added.stderr, added.stderr
+    labelled = pod_body("labelled", app_container(node_emulator, "sleep 30", gpus=0), gated=True)
+    assert _kubectl(control_plane, as_editor, "create", "-f", "-", stdin=json.dumps(labelled)).returncode == 0
+    removed = _kubectl(control_plane, as_editor, "label", "pod", "labelled", "task-type-")
+    assert removed.returncode != 0 and "the label task-type cannot be added" in removed.stderr, removed.stderr
+    other = _kubectl(control_plane, as_editor, "label", "pod", "labelled", "team=ml")
+    assert other.returncode == 0, other.stderr  # other labels stay the user's

@@ -38,6 +38,7 @@ def burst_pod(
         "uid": UID,
         "namespace": "team",
         "name": "train-0",
+        "labels": {"task-type": "Nimbix"},
         "annotations": {"nimbix-burst.io/decision": "remote"} if annotations is None else annotations,
     }
     if deletion is not None:
@@ -115,4 +116,22 @@ def test_phase_and_annotations(
 
 
 def test_an_empty_object() -> None:
-    assert parse_reap_view({}) == ReapView("", "", "", False, None, (), False, False)
+    assert parse_reap_view({}) == ReapView("", "", "", False, None, (), False, False, decided=False)
+
+
+@pytest.mark.parametrize(
+    ("labels", "decision", "decided"),
+    [
+        ({"task-type": "Nimbix"}, "remote", True),
+        ({}, "remote", False),  # a copy made without the label: no webhook decided it
+        ({"task-type": "other"}, "remote", False),
+        ({"task-type": "Nimbix"}, "local", False),
+        ({"task-type": "Nimbix"}, None, False),
+    ],
+)
+def test_decided_is_the_label_and_the_remote_decision(
+    labels: dict[str, str], decision: str | None, decided: bool
+) -> None:
+    pod = burst_pod(annotations={} if decision is None else {"nimbix-burst.io/decision": decision})
+    pod["metadata"]["labels"] = labels
+    assert parse_reap_view(pod).decided is decided

@@ -28,6 +28,7 @@ def pod(uid: str, *, phase: str = "Running", annotations: dict[str, str] | None 
             "uid": uid,
             "name": f"p-{uid[:4]}",
             "namespace": "n",
+            "labels": {"task-type": "Nimbix"},
             "annotations": {"nimbix-burst.io/decision": "remote"} if annotations is None else annotations,
         },
         "spec": {"restartPolicy": "Never", "containers": [{"name": "app"}]},
