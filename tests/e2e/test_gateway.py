@@ -19,6 +19,7 @@ import pytest
 from devplatform import demo
 from devplatform.cluster import addons, controlplane, install
 from jarvice import contract
+from tests.support.fault_matrix import FaultMatrix, Row
 from tests.support.installed_controller import annotations_of, app_container, pod_body, wait_admitted_as
 
 WAIT_SECONDS = 180.0
@@ -123,7 +124,10 @@ def test_a_burst_pod_runs_through_the_gateway_and_carries_no_key(
 
 
 def test_a_pods_own_client_gets_the_size_it_was_counted_for(
-    bare_namespace: str, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess
+    bare_namespace: str,
+    control_plane: controlplane.ControlPlane,
+    node_emulator: addons.EmulatorProcess,
+    fault_matrix: FaultMatrix,
 ) -> None:
     """The review's case: a 1-GPU burst pod asking for a 0-GPU machine on 32 nodes, and 99 hours."""
     ns = bare_namespace
@@ -143,10 +147,24 @@ def test_a_pods_own_client_gets_the_size_it_was_counted_for(
     (sent,) = submitted["submissions"]
     assert sent["body"]["machine"] == {"type": "ng1", "nodes": 1}, sent  # the cheapest 1-GPU machine
     assert sent["body"]["application"]["walltime"] == "24:00:00", sent  # the add-on's default walltime
+    machine_gpus = {"ng1": 1}.get(sent["body"]["machine"]["type"], 99)  # anything else would be a miss
+    held = machine_gpus * sent["body"]["machine"]["nodes"]
+    fault_matrix.record(
+        Row(
+            "a burst pod's own client asking for 32 nodes of a 0-GPU machine",
+            submitted=len(demo.fetch_emulator_jobs(node_emulator.url, pod_uid=pod["metadata"]["uid"])),
+            completed=int(job["status"] == "COMPLETED"),
+            billing_late=0,
+            over_budget=max(0, held - 1),  # the pod was counted 1 GPU
+        )
+    )
 
 
 def test_a_copy_without_the_label_gets_no_job(
-    bare_namespace: str, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess
+    bare_namespace: str,
+    control_plane: controlplane.ControlPlane,
+    node_emulator: addons.EmulatorProcess,
+    fault_matrix: FaultMatrix,
 ) -> None:
     """A burst pod's stored spec, created again without `task-type` and with a token of the gateway's
     audience the user projected themselves: the gateway refuses it, and no job exists."""
@@ -169,6 +187,14 @@ def test_a_copy_without_the_label_gets_no_job(
     ((status, body),) = answers(control_plane, ns, "copy")
     assert status == 403 and "task-type: Nimbix label" in body, body
     assert demo.fetch_emulator_jobs(node_emulator.url, pod_uid=pod["metadata"]["uid"]) == []
+    fault_matrix.record(
+        Row(
+            "a label-less copy of a burst pod submitting with a token it projected",
+            submitted=len(demo.fetch_emulator_jobs(node_emulator.url, pod_uid=pod["metadata"]["uid"])),
+            completed=0,
+            billing_late=0,
+        )
+    )
 
 
 def test_a_pod_sees_only_its_own_jobs_and_never_the_key(
@@ -200,7 +226,10 @@ def test_a_pod_sees_only_its_own_jobs_and_never_the_key(
 
 
 def test_the_namespaces_budget_is_checked_where_the_tenant_cannot_reach(
-    bare_namespace: str, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess
+    bare_namespace: str,
+    control_plane: controlplane.ControlPlane,
+    node_emulator: addons.EmulatorProcess,
+    fault_matrix: FaultMatrix,
 ) -> None:
     """A budget of 1 GPU: the pod's own client submits a second attempt while its first job runs."""
     ns = bare_namespace
@@ -213,3 +242,12 @@ def test_the_namespaces_budget_is_checked_where_the_tenant_cannot_reach(
     assert second[0] == 403 and "burst budget is 1 GPU(s); its jobs hold 1, this one needs 1" in second[1], second
     jobs = demo.fetch_emulator_jobs(node_emulator.url, pod_uid=pod["metadata"]["uid"])
     assert [j["job_label"].rsplit("-", 1)[-1] for j in jobs] == ["1"], jobs
+    fault_matrix.record(
+        Row(
+            "a burst pod's own client submitting a second job past a 1-GPU budget",
+            submitted=len(jobs),
+            completed=0,
+            billing_late=0,
+            over_budget=max(0, len(jobs) - 1),  # one 1-GPU job per submit (ng1), a budget of 1
+        )
+    )
