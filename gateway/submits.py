@@ -20,7 +20,7 @@ from gateway.accounts import Account
 from gateway.kube import KubeAdapter, LedgerChanged
 from gateway.submission import AdmittedSubmit, Catalogue
 from gateway.upstream import Answer, Upstream, UpstreamFailed
-from jarvice.wire import parse_machines
+from jarvice.wire import ProtocolError, parse_machines
 from kubeplumbing.spendrecord import SpendRecordError, parse_spend_record
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,10 @@ class Submits:
         if answer.status != 200:
             raise UpstreamFailed(f"machines: HTTP {answer.status}")
         raw = answer.json()
-        machines = parse_machines(raw)
+        try:
+            machines = parse_machines(raw)
+        except ProtocolError as exc:
+            raise UpstreamFailed(f"JARVICE's machine list is unreadable: {exc}") from None
         priced = frozenset(
             name
             for name, entry in raw.items()
