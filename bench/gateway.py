@@ -151,6 +151,7 @@ def measure(*, rounds: int, submits: int, run_dir: Path) -> dict[str, Any]:
         results: list[dict[str, Any]] = []
         with requests.Session() as direct_session, requests.Session() as gateway_session:
             gateway_session.verify = str(ca_file)
+            gateway_session.trust_env = False  # as the runner does: REQUESTS_CA_BUNDLE would override the CA
             direct = _client(
                 env["JARVICE_API_URL"],
                 username=env["JARVICE_USERNAME"],

@@ -171,6 +171,9 @@ def open_remote_deps(
             ca_file = Path(scratch) / "gateway-ca.crt"
             ca_file.write_text(settings.remote.gateway_ca + "\n")
             session.verify = str(ca_file)
+            # requests lets REQUESTS_CA_BUNDLE (set in many images) override a session's CA; and the
+            # gateway is inside the cluster, never behind the image's proxy settings.
+            session.trust_env = False
         client = JarviceClient(
             base_url=settings.remote.api_url,
             username=creds.username,
