@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Set
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Final
 
 from gateway.submission import AdmittedSubmit
@@ -38,8 +38,7 @@ class Entry:
     gpus: int
     cost_per_hour: float | None
     worst_case: float | None
-    at: float  # when the gateway wrote it (Unix seconds)
-    number: int | None = None  # JARVICE's job number, once the submit answered
+    at: float  # when the gateway wrote it, before the submit (Unix seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +85,6 @@ def encode_ledger(ledger: Ledger) -> str:
             "cost_per_hour": e.cost_per_hour,
             "worst_case": e.worst_case,
             "at": e.at,
-            "number": e.number,
         }
         for label, e in sorted(ledger.items())
     }
@@ -149,12 +147,6 @@ def with_submit(
         at=now,
     )
     return {**ledger, submit.label: entry}
-
-
-def with_number(ledger: Ledger, label: str, number: int) -> dict[str, Entry]:
-    if label not in ledger:
-        return dict(ledger)
-    return {**ledger, label: replace(ledger[label], number=number)}
 
 
 def without(ledger: Ledger, label: str) -> dict[str, Entry]:

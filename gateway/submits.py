@@ -98,15 +98,18 @@ class Submits:
         return spend.month_recorded if spend is not None else 0.0
 
     async def _reserve(self, account: Account, submit: AdmittedSubmit, *, namespace: str, pod_uid: str) -> None:
-        limits = ledger.limits_from_annotations(await asyncio.to_thread(self._kube.namespace_annotations, namespace))
-        month = (
-            await asyncio.to_thread(self._month_recorded, namespace) if limits.max_cost_per_month is not None else 0.0
+        # The reads of a round are independent: made at once (a submit's added time is their slowest).
+        annotations, month = await asyncio.gather(
+            asyncio.to_thread(self._kube.namespace_annotations, namespace),
+            asyncio.to_thread(self._month_recorded, namespace),
         )
+        limits = ledger.limits_from_annotations(annotations)
+        if limits.max_cost_per_month is None:
+            month = 0.0
         for _ in range(MAX_LEDGER_ROUNDS):
-            live = await self._live_labels(account)
+            live, stored = await asyncio.gather(self._live_labels(account), asyncio.to_thread(self._kube.read_ledger))
             if submit.label in live:
                 raise Refused(f"a job for this pod attempt ({submit.label}) is live: one job per attempt")
-            stored = await asyncio.to_thread(self._kube.read_ledger)
             now = self._wall_clock()
             current = ledger.prune(
                 ledger.parse_ledger(stored.text),
@@ -127,12 +130,12 @@ class Submits:
                 continue
         raise UpstreamFailed("the ledger kept changing under this submit; try again")
 
-    async def _settle(self, label: str, number: int | None) -> None:
-        """The entry gets its job number, or goes (the submit was refused: no job)."""
+    async def _forget(self, label: str) -> None:
+        """A refused submit's entry goes: nothing was created. (An accepted one stays as written: it
+        counts while JARVICE lists its label, which is all the check needs, so no second write.)"""
         for _ in range(MAX_LEDGER_ROUNDS):
             stored = await asyncio.to_thread(self._kube.read_ledger)
-            current = ledger.parse_ledger(stored.text)
-            wanted = ledger.without(current, label) if number is None else ledger.with_number(current, label, number)
+            wanted = ledger.without(ledger.parse_ledger(stored.text), label)
             try:
                 await asyncio.to_thread(
                     self._kube.write_ledger, ledger.encode_ledger(wanted), resource_version=stored.resource_version
@@ -144,12 +147,8 @@ class Submits:
     async def submit(self, account: Account, submit: AdmittedSubmit, *, namespace: str, pod_uid: str) -> Answer:
         await self._reserve(account, submit, namespace=namespace, pod_uid=pod_uid)
         answer = await self._upstream.submit(account, submit.body)
-        if answer.status == 200:
-            number = submitted_number(answer)
-            if number is not None:
-                await self._settle(submit.label, number)
-        elif 400 <= answer.status < 500:
-            await self._settle(submit.label, None)  # refused: nothing was created
+        if 400 <= answer.status < 500:
+            await self._forget(submit.label)
         log.info(
             "submit forwarded",
             extra={
