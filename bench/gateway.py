@@ -28,6 +28,7 @@ from typing import Any
 import requests
 
 from bench.stats import percentile
+from devplatform import demo
 from devplatform.cluster import addons, controlplane
 from devplatform.cluster.pki import make_ca
 from gateway.settings import DEFAULT_AUDIENCE
@@ -121,12 +122,11 @@ def measure(*, rounds: int, submits: int, run_dir: Path) -> dict[str, Any]:
         plane.kubectl("create", "namespace", ADDON_NAMESPACE)
         plane.kubectl("create", "namespace", NAMESPACE)
         plane.kubectl("-n", NAMESPACE, "create", "serviceaccount", "default", check=False)
-        account = {"name": "bench", "username": env["JARVICE_USERNAME"], "apikey": env["JARVICE_APIKEY"]}
         ca = make_ca("bench-gateway-ca")
         gateway = addons.start_gateway(
             run_dir / "gateway",
             kubeconfig=plane.kubeconfig_path,
-            accounts_json=json.dumps({"accounts": [{**account, "url": env["JARVICE_API_URL"], "namespaces": ["*"]}]}),
+            accounts_json=demo.build_gateway_accounts_file(emulator),
             namespace=ADDON_NAMESPACE,
             ca=ca,
         )

@@ -112,10 +112,8 @@ def build_secret(emulator: addons.EmulatorProcess, *, namespace: str) -> dict[st
     }
 
 
-def build_gateway_accounts(
-    emulator: addons.EmulatorProcess, *, namespace: str, name: str, paid: Sequence[str] = ("*",)
-) -> dict[str, Any]:
-    """The gateway's accounts Secret (docs/install.md): the emulator's account, paying for `paid`."""
+def build_gateway_accounts_file(emulator: addons.EmulatorProcess, *, paid: Sequence[str] = ("*",)) -> str:
+    """The gateway's accounts.json (docs/install.md): the emulator's account, paying for `paid`."""
     creds = emulator.runner_env()
     account = {
         "name": "emulator",
@@ -124,11 +122,16 @@ def build_gateway_accounts(
         "url": creds["JARVICE_API_URL"],
         "namespaces": list(paid),
     }
+    return json.dumps({"accounts": [account]})
+
+
+def build_gateway_accounts(emulator: addons.EmulatorProcess, *, namespace: str, name: str) -> dict[str, Any]:
+    """The gateway's accounts Secret, the emulator's account paying for every namespace."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {"name": name, "namespace": namespace},
-        "stringData": {"accounts.json": json.dumps({"accounts": [account]})},
+        "stringData": {"accounts.json": build_gateway_accounts_file(emulator)},
     }
 
 

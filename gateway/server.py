@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from gateway.accounts import Account, Accounts
 from gateway.callers import Callers
@@ -88,28 +89,18 @@ class Handlers:
             return _error(400, "the submit body is not JSON")
         if not isinstance(body, dict):
             return _error(400, "the submit body must be a JSON object")
-        try:
-            caller = await self._parts.callers.authenticate(_token(request, body))
-            pod = await self._parts.callers.pod(caller, fresh=True)
-            if (pod.get("metadata") or {}).get("deletionTimestamp"):
-                raise NotDecided("the pod is being deleted: nothing is submitted for it")
-            account = self._account(caller)
-            container = _container_of(pod, parse_job_label(str(body.get("job_label", ""))))
-            terms = decided_terms(pod, caller, container)
-            catalogue = await self._parts.submits.catalogue(account)
-            admitted = admit_submit(body, terms, catalogue)
-            answer = await self._parts.submits.submit(
-                account, admitted, namespace=caller.namespace, pod_uid=caller.pod_uid
-            )
-            if (number := submitted_number(answer)) is not None:
-                self._remember(account, str(number), admitted.label)
-        except NotAuthenticated as exc:
-            return _error(401, str(exc))
-        except (NotDecided, SubmitNotAllowed, Refused) as exc:
-            log.warning("submit refused", extra={"reason": str(exc)})
-            return _error(403, str(exc))
-        except UpstreamFailed as exc:
-            return _error(502, str(exc))
+        caller = await self._parts.callers.authenticate(_token(request, body))
+        pod = await self._parts.callers.pod(caller, fresh=True)
+        if (pod.get("metadata") or {}).get("deletionTimestamp"):
+            raise NotDecided("the pod is being deleted: nothing is submitted for it")
+        account = self._account(caller)
+        container = _container_of(pod, parse_job_label(str(body.get("job_label", ""))))
+        terms = decided_terms(pod, caller, container)
+        catalogue = await self._parts.submits.catalogue(account)
+        admitted = admit_submit(body, terms, catalogue)
+        answer = await self._parts.submits.submit(account, admitted, namespace=caller.namespace, pod_uid=caller.pod_uid)
+        if (number := submitted_number(answer)) is not None:
+            self._remember(account, str(number), admitted.label)
         return _relay(answer)
 
     async def _caller_and_pod(self, request: web.Request) -> tuple[Caller, dict[str, Any], Account]:
@@ -118,34 +109,19 @@ class Handlers:
         return caller, pod, self._account(caller)
 
     async def jobs(self, request: web.Request) -> web.StreamResponse:
-        try:
-            _, pod, account = await self._caller_and_pod(request)
-            params = {k: v for k, v in request.query.items() if k in FORWARDED_PARAMS}
-            answer = await self._parts.upstream.get(account, "jobs", params)
-            if answer.status != 200:
-                return _relay(answer)
-            listing = answer.json()
-        except NotAuthenticated as exc:
-            return _error(401, str(exc))
-        except NotDecided as exc:
-            return _error(403, str(exc))
-        except UpstreamFailed as exc:
-            return _error(502, str(exc))
+        _, pod, account = await self._caller_and_pod(request)
+        params = {k: v for k, v in request.query.items() if k in FORWARDED_PARAMS}
+        answer = await self._parts.upstream.get(account, "jobs", params)
+        if answer.status != 200:
+            return _relay(answer)
+        listing = answer.json()
         if not isinstance(listing, dict):
             return _error(502, "JARVICE's job list is not a map")
         return web.json_response(own_jobs(listing, pod_scope(pod)))
 
     async def machines(self, request: web.Request) -> web.StreamResponse:
-        try:
-            _, _, account = await self._caller_and_pod(request)
-            answer = await self._parts.upstream.get(account, "machines", {})
-        except NotAuthenticated as exc:
-            return _error(401, str(exc))
-        except NotDecided as exc:
-            return _error(403, str(exc))
-        except UpstreamFailed as exc:
-            return _error(502, str(exc))
-        return _relay(answer)
+        _, _, account = await self._caller_and_pod(request)
+        return _relay(await self._parts.upstream.get(account, "machines", {}))
 
     async def _label_of(self, account: Account, number: str | None, name: str | None) -> str | None:
         if number is not None and (account.name, number) in self._labels:
@@ -167,21 +143,14 @@ class Handlers:
         number, name = request.query.get("number"), request.query.get("name")
         if number is None and name is None:
             return _error(400, f"/jarvice/{endpoint} needs a job: give number or name")
-        try:
-            _, pod, account = await self._caller_and_pod(request)
-            label = await self._label_of(account, number, name)
-            if label is None or not pod_scope(pod).owns(label):
-                return _error(404, "no job of this pod has that number or name")
-            params = {k: v for k, v in request.query.items() if k in FORWARDED_PARAMS}
-            if endpoint in STREAMED:
-                return await self._stream(request, account, endpoint, params)
-            return _relay(await self._parts.upstream.get(account, endpoint, params))
-        except NotAuthenticated as exc:
-            return _error(401, str(exc))
-        except NotDecided as exc:
-            return _error(403, str(exc))
-        except UpstreamFailed as exc:
-            return _error(502, str(exc))
+        _, pod, account = await self._caller_and_pod(request)
+        label = await self._label_of(account, number, name)
+        if label is None or not pod_scope(pod).owns(label):
+            return _error(404, "no job of this pod has that number or name")
+        params = {k: v for k, v in request.query.items() if k in FORWARDED_PARAMS}
+        if endpoint in STREAMED:
+            return await self._stream(request, account, endpoint, params)
+        return _relay(await self._parts.upstream.get(account, endpoint, params))
 
     async def _stream(
         self, request: web.Request, account: Account, endpoint: str, params: Mapping[str, str]
@@ -214,8 +183,25 @@ async def _healthy(_: web.Request) -> web.Response:
     return web.json_response({"status": "OK"})
 
 
+@web.middleware
+async def refusals(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """The gateway's own answers, for every route: who asks is not proven (401), may not do this (403),
+    or JARVICE could not be reached (502). Each is logged with its reason (never the token)."""
+    try:
+        return await handler(request)
+    except NotAuthenticated as exc:
+        log.warning("call refused", extra={"path": request.path, "status": 401, "reason": str(exc)})
+        return _error(401, str(exc))
+    except (NotDecided, SubmitNotAllowed, Refused) as exc:
+        log.warning("call refused", extra={"path": request.path, "status": 403, "reason": str(exc)})
+        return _error(403, str(exc))
+    except UpstreamFailed as exc:
+        log.warning("jarvice unreachable", extra={"path": request.path, "status": 502, "reason": str(exc)})
+        return _error(502, str(exc))
+
+
 def create_app(parts: GatewayParts) -> web.Application:
-    app = web.Application(client_max_size=1024 * 1024)
+    app = web.Application(client_max_size=1024 * 1024, middlewares=[refusals])
     handlers = Handlers(parts)
     app.router.add_get("/healthz", _healthy)
     app.router.add_get("/readyz", _healthy)

@@ -53,20 +53,12 @@ def gateways(
 ) -> Iterator[Gateways]:
     run_dir = control_plane.run_dir / "gateway"
     ca: KeyPair = make_ca("nimbix-burst-gateway-test-ca")
-    env = emulator.runner_env()
-    account = {
-        "name": "emulator",
-        "username": env["JARVICE_USERNAME"],
-        "apikey": env["JARVICE_APIKEY"],
-        "url": env["JARVICE_API_URL"],
-        "namespaces": ["*"],
-    }
     control_plane.kubectl("create", "namespace", ADDON_NAMESPACE, check=False)
     started = [
         addons.start_gateway(
             run_dir / f"replica-{i}",
             kubeconfig=control_plane.kubeconfig_path,
-            accounts_json=json.dumps({"accounts": [account]}),
+            accounts_json=demo.build_gateway_accounts_file(emulator),
             namespace=ADDON_NAMESPACE,
             ca=ca,
         )
