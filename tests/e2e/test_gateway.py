@@ -30,8 +30,11 @@ CLIENT = r"""
 import json, os, ssl, sys, urllib.error, urllib.request
 token_file = os.environ.get("TOKEN_FILE", "/var/run/secrets/nimbix-burst-gateway/token")
 token = open(token_file).read().strip()
-url = os.environ.get("GATEWAY", os.environ.get("JARVICE_API_URL", ""))
-ctx = ssl.create_default_context(cadata=os.environ["NIMBIX_BURST_GATEWAY_CA"])
+# What the webhook wrote, or the user's own copies of it (a copy of a burst pod loses the webhook's).
+def own(name, product):
+    return os.environ.get(name) or os.environ[product]
+url = own("MY_GATEWAY", "JARVICE_API_URL")
+ctx = ssl.create_default_context(cadata=own("MY_CA", "NIMBIX_BURST_GATEWAY_CA"))
 
 def call(path, body=None):
     data = None if body is None else json.dumps(body).encode()
@@ -44,9 +47,10 @@ def call(path, body=None):
 
 def submit(attempt, machine, nodes, command):
     label = "k8s-%s.%s-%s-%d" % (
-        os.environ["NIMBIX_BURST_CLUSTER"], os.environ["POD_UID"], os.environ["NIMBIX_BURST_CONTAINER"], attempt)
+        own("MY_CLUSTER", "NIMBIX_BURST_CLUSTER"), own("MY_UID", "POD_UID"),
+        own("MY_CONTAINER", "NIMBIX_BURST_CONTAINER"), attempt)
     call("/jarvice/submit", {
-        "app": os.environ["APP_NAME"], "staging": False, "checkedout": False,
+        "app": own("MY_APP", "APP_NAME"), "staging": False, "checkedout": False,
         "application": {"command": "run", "parameters": {"command": command}, "walltime": "99:00:00"},
         "machine": {"type": machine, "nodes": nodes}, "job_label": label,
         "user": {"username": "me", "apikey": token}})
@@ -112,7 +116,7 @@ def test_a_burst_pod_runs_through_the_gateway_and_carries_no_key(
     assert "remote output" in logs and "unencrypted" not in logs, logs  # no warning that the key travels in clear
     assert demo.read_exit_code(pod) == 3, pod["status"]
     (job,) = demo.fetch_emulator_jobs(node_emulator.url, pod_uid=pod["metadata"]["uid"])
-    assert job["status"] == "COMPLETED" and job["exitcode"] == 3, job
+    assert job["status"] == "COMPLETED WITH ERROR" and job["exitcode"] == 3, job  # a non-zero exit
     key = node_emulator.runner_env()["JARVICE_APIKEY"]
     assert key not in json.dumps(pod)
     secrets = json.loads(control_plane.kubectl("-n", ns, "get", "secrets", "-o", "json").stdout)["items"]
@@ -181,7 +185,21 @@ def test_a_copy_without_the_label_gets_no_job(
     spec: dict[str, Any] = {k: v for k, v in original["spec"].items() if k != "nodeName"}
     copy = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "copy"}, "spec": spec}  # no label: no webhook
     (container,) = spec["containers"]
-    container["env"] = [*container["env"], {"name": "STEPS", "value": json.dumps([["submit", 1, "ng1", 1, "echo x"]])}]
+    written = {e["name"]: e.get("value") for e in container["env"]}
+    # The webhook removes its own marks from a copy: the user keeps what they need under their own names.
+    mine = {
+        "MY_GATEWAY": written["JARVICE_API_URL"],
+        "MY_CA": written[contract.ENV_GATEWAY_CA],
+        "MY_CLUSTER": written[contract.ENV_CLUSTER],
+        "MY_CONTAINER": written[contract.ENV_CONTAINER_NAME],
+        "MY_APP": written["APP_NAME"],
+        "STEPS": json.dumps([["submit", 1, "ng1", 1, "echo x"]]),
+    }
+    container["env"] = [
+        *container["env"],
+        *({"name": k, "value": v} for k, v in mine.items()),
+        {"name": "MY_UID", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+    ]
     control_plane.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(copy))
     pod = finished_pod(control_plane, ns, "copy")
     ((status, body),) = answers(control_plane, ns, "copy")
