@@ -122,8 +122,9 @@ def test_a_burst_pod_runs_through_the_gateway_and_carries_no_key(
     secrets = json.loads(control_plane.kubectl("-n", ns, "get", "secrets", "-o", "json").stdout)["items"]
     assert secrets == [], [s["metadata"]["name"] for s in secrets]
     (container,) = pod["spec"]["containers"]
-    env = {e["name"]: e.get("value") for e in container["env"]}
-    assert env["JARVICE_API_URL"] == "https://10.0.0.53" and env["JARVICE_APIKEY"] == ""
+    env = {e["name"]: e for e in container["env"]}
+    assert env["JARVICE_API_URL"]["value"] == "https://10.0.0.53"
+    assert not env["JARVICE_APIKEY"].get("value") and "valueFrom" not in env["JARVICE_APIKEY"]  # blanked
     assert not [v for v in pod["spec"]["volumes"] if "secret" in v], pod["spec"]["volumes"]
 
 
