@@ -121,8 +121,11 @@ INSTALL ?= kustomize
 dev-up: venv controlplane certmanager $(if $(filter helm,$(INSTALL)),helm)
 	$(BIN)/python -m devplatform.cluster up --dir $(DEV_DIR) --install $(INSTALL)
 
+# Also undoes what killed e2e launcher runs left (their processes, cgroups, mount points, the host's
+# sysctls), by their records in /run/nimbix-burst/testshards.
 dev-down: venv
 	$(BIN)/python -m devplatform.cluster down --dir $(DEV_DIR)
+	$(BIN)/python -m devplatform.testshards --clean-stale
 
 demo: venv controlplane
 	$(BIN)/python -m devplatform.demo
@@ -136,5 +139,7 @@ replay: venv controlplane
 	$(BIN)/python -m replay $(if $(BURST_AFTER),--burst-after $(BURST_AFTER)) \
 		$(if $(MAX_COST_PER_HOUR),--max-cost-per-hour $(MAX_COST_PER_HOUR)) $(REPLAY_ARGS)
 
+# The stale-run cleanup needs only the standard library: it runs before .venv goes.
 clean:
+	$(PYTHON) -m devplatform.testshards --clean-stale
 	rm -rf $(VENV) $(DEV_DIR) .test-runs .mypy_cache .ruff_cache .pytest_cache
