@@ -145,7 +145,7 @@ def _modules(e2e_dir: Path, only: Sequence[str]) -> list[str]:
 def _make_cgroups(directories: Sequence[Path], mounts: Sequence[plan.CgroupMount]) -> None:
     """A shard's cgroup in every hierarchy; cpuset's needs its parent's CPUs and memory nodes to take a process."""
     for directory, mount in zip(directories, mounts, strict=True):
-        directory.mkdir()
+        directory.mkdir(exist_ok=True)  # the slot's last session's, if a process in it would not die
         if "cpuset" in mount.options.split(","):
             for knob in ("cpuset.cpus", "cpuset.mems"):
                 (directory / knob).write_text((directory.parent / knob).read_text())
@@ -297,6 +297,7 @@ def _run(options: Options, count: int, only: Sequence[str], pytest_args: Sequenc
     if (reason := runrecord.unsupported_cgroups(mounts)) is not None:
         raise SystemExit(f"e2e: {reason}")
     registry = machine.Registry(options.registry, proc_sys=options.proc_sys)
+    launcher = _Launcher(options, registry, pytest_args)  # reads where the cgroups go: fails before anything is made
     LOG_DIR.mkdir(exist_ok=True)
     with registry.checkout_lock(options.key, _say):
         for note in registry.enter(
@@ -308,7 +309,6 @@ def _run(options: Options, count: int, only: Sequence[str], pytest_args: Sequenc
         ):
             _say(f"e2e: {note}")
         pipe = _start_guardian(options)
-        launcher = _Launcher(options, registry, pytest_args)
         free_slots = list(range(1, count + 1))
         exit_code = 0
         with _signals(launcher.on_first_signal):  # the originals come back once the cleanup is done

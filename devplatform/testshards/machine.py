@@ -92,7 +92,7 @@ class Registry:
         """Undoes a run: its processes killed, its cgroups removed, its record deleted; the host put
         back when it was the last run."""
         with self._locked():
-            notes = self._remove_run(self.record_path(key))
+            notes = self._remove_run(self.record_path(key), stop_guardian=False)  # it ends as the launcher does
             return notes + self._restore_host_when_alone()
 
     def wait_for_launcher(self, key: str) -> None:
@@ -128,16 +128,17 @@ class Registry:
     def _run_records(self) -> list[Path]:
         return sorted(path for path in self.directory.glob("*.json") if path.name != HOST_RECORD)
 
-    def _remove_run(self, path: Path) -> list[str]:
+    def _remove_run(self, path: Path, *, stop_guardian: bool = True) -> list[str]:
         try:
             record = RunRecord.from_json(path.read_text())
         except FileNotFoundError:
             return []
         notes = kill_and_remove_cgroups([Path(directory) for directory in record.cgroups])
-        if record.guardian is not None and record.guardian.pid != os.getpid() and _is_running(record.guardian):
+        guardian = record.guardian
+        if stop_guardian and guardian is not None and guardian.pid != os.getpid() and _is_running(guardian):
             with contextlib.suppress(ProcessLookupError):
-                os.kill(record.guardian.pid, signal.SIGKILL)
-                notes.append(f"stopped its guardian (pid {record.guardian.pid})")
+                os.kill(guardian.pid, signal.SIGKILL)
+                notes.append(f"stopped its guardian (pid {guardian.pid})")
         path.unlink(missing_ok=True)
         return notes
 

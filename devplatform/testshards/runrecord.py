@@ -47,7 +47,9 @@ class RunRecord:
     cgroups: tuple[str, ...] = ()
 
     def with_cgroups(self, cgroups: Sequence[str]) -> RunRecord:
-        return RunRecord(self.checkout, self.launcher, self.guardian, (*self.cgroups, *cgroups))
+        """The record with these cgroups too (a slot's cgroups, made again for its next session, once)."""
+        added = tuple(path for path in dict.fromkeys(cgroups) if path not in self.cgroups)
+        return RunRecord(self.checkout, self.launcher, self.guardian, (*self.cgroups, *added))
 
     def with_guardian(self, guardian: Process) -> RunRecord:
         return RunRecord(self.checkout, self.launcher, guardian, self.cgroups)

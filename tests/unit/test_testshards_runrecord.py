@@ -82,6 +82,11 @@ def test_a_run_record_reads_back_as_written() -> None:
     assert record.cgroups == ("/sys/fs/cgroup/pids/x-1", "/sys/fs/cgroup/pids/x-2")
 
 
+def test_a_slots_cgroups_made_again_for_its_next_session_are_recorded_once() -> None:
+    record = RunRecord("/work/a", Process(10, 200)).with_cgroups(["/c/x-1", "/d/x-1"])
+    assert record.with_cgroups(["/c/x-1", "/d/x-1"]).cgroups == ("/c/x-1", "/d/x-1")
+
+
 def test_a_host_record_reads_back_as_written() -> None:
     host = HostRecord({"kernel/panic": "1"}, ("/var/lib/kubelet",), "/proc/sys")
     assert HostRecord.from_json(host.to_json()) == host
