@@ -70,6 +70,7 @@ class Options:
     registry: Path = machine.DEFAULT_REGISTRY
     proc_sys: Path = machine.PROC_SYS
     private_dirs: tuple[str, ...] = PRIVATE_DIRS
+    log_dir: Path = LOG_DIR
 
     @property
     def key(self) -> str:
@@ -78,6 +79,7 @@ class Options:
 
     def flags(self) -> list[str]:
         flags = ["--e2e-dir", str(self.e2e_dir), "--registry", str(self.registry), "--proc-sys", str(self.proc_sys)]
+        flags += ["--log-dir", str(self.log_dir)]
         return flags + [flag for directory in self.private_dirs for flag in ("--private-dir", directory)]
 
 
@@ -192,7 +194,7 @@ class _Launcher:
         cgroups = [parent / name for parent in self.parents]
         self.registry.update(self.options.key, lambda record: record.with_cgroups([str(path) for path in cgroups]))
         _make_cgroups(cgroups, self.mounts)
-        log_path = LOG_DIR / f"e2e-{label.replace(' ', '-')}.log"
+        log_path = self.options.log_dir / f"e2e-{label.replace(' ', '-')}.log"
         for directory in _node_caches(self.options.key, index):
             directory.mkdir(parents=True, exist_ok=True)
         inside = [sys.executable, "-m", "devplatform.testshards", "--inside", str(index), *self.options.flags()]
@@ -275,8 +277,8 @@ def _start_guardian(options: Options) -> int:
     """A process of its own session that outlives the launcher: when the launcher is gone (its end of
     the pipe closes, however it ended) it undoes the run by its record. Returns the pipe's end to hold."""
     read_end, write_end = os.pipe()
-    LOG_DIR.mkdir(exist_ok=True)
-    with open(LOG_DIR / "e2e-guardian.log", "ab") as log:
+    options.log_dir.mkdir(exist_ok=True)
+    with open(options.log_dir / "e2e-guardian.log", "ab") as log:
         subprocess.Popen(  # our own command line; it records itself, and outlives us
             [sys.executable, "-m", "devplatform.testshards", "--guard", *options.flags()],
             cwd=REPO_ROOT,
@@ -298,7 +300,7 @@ def _run(options: Options, count: int, only: Sequence[str], pytest_args: Sequenc
         raise SystemExit(f"e2e: {reason}")
     registry = machine.Registry(options.registry, proc_sys=options.proc_sys)
     launcher = _Launcher(options, registry, pytest_args)  # reads where the cgroups go: fails before anything is made
-    LOG_DIR.mkdir(exist_ok=True)
+    options.log_dir.mkdir(exist_ok=True)
     with registry.checkout_lock(options.key, _say):
         for note in registry.enter(
             options.key,
@@ -384,13 +386,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--registry", type=Path, default=machine.DEFAULT_REGISTRY, help=argparse.SUPPRESS)
     parser.add_argument("--proc-sys", type=Path, default=machine.PROC_SYS, help=argparse.SUPPRESS)
     parser.add_argument("--private-dir", action="append", default=[], help=argparse.SUPPRESS)
+    parser.add_argument("--log-dir", type=Path, default=LOG_DIR, help=argparse.SUPPRESS)
     parser.add_argument("--inside", type=int, metavar="SHARD", help=argparse.SUPPRESS)
     parser.add_argument("--guard", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("pytest_args", nargs="*", help="after --: passed to each shard's pytest")
     args = parser.parse_args(argv)
     if args.shards < 1:
         parser.error(f"--shards must be at least 1, got {args.shards}")
-    options = Options(args.e2e_dir.resolve(), args.registry, args.proc_sys, tuple(args.private_dir) or PRIVATE_DIRS)
+    options = Options(
+        args.e2e_dir.resolve(), args.registry, args.proc_sys, tuple(args.private_dir) or PRIVATE_DIRS, args.log_dir
+    )
     if args.update_durations is not None:
         lines = [line for report in args.update_durations for line in report.read_text().splitlines()]
         seconds = plan.module_seconds(lines)

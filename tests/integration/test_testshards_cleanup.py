@@ -87,6 +87,7 @@ class Machine:
         """The launcher in a process group of its own (as `make test` in CI), its output in a file."""
         command = [sys.executable, "-m", "devplatform.testshards", "--shards", "1", "--e2e-dir", str(self.e2e)]
         command += ["--registry", str(self.registry), "--proc-sys", str(self.sysctls), "--private-dir", str(self.made)]
+        command += ["--log-dir", str(self.root / "logs")]  # not the checkout's: a make test may run beside
         with open(self.root / "launcher.out", "wb") as output:
             return subprocess.Popen(
                 [*command, "--", "-q", "-p", "no:randomly", "-p", "no:cacheprovider"],
