@@ -75,8 +75,15 @@ lint: venv
 # Unit and integration tests run in a random order (pytest-randomly): the seed is printed first, and
 # SEED=<n> repeats an order. The e2e tier runs in file order (one control plane and real node for the
 # session); each of its modules passes alone (make test-order).
-RANDOM_ORDER = seed=$${SEED:-$$RANDOM}; echo "unit + integration in random order: seed $$seed (SEED=$$seed repeats it)"; \
-	$(BIN)/pytest tests/unit tests/integration -q -p randomly -p no:cacheprovider --randomly-seed=$$seed
+# Coverage is measured as they run (the packages: pyproject.toml's [tool.coverage.run]); what each
+# package's lines the tests ran is printed after them.
+RANDOM_ORDER = mkdir -p .test-runs; seed=$${SEED:-$$RANDOM}; echo "unit + integration in random order: seed $$seed (SEED=$$seed repeats it)"; \
+	$(BIN)/pytest tests/unit tests/integration -q -p randomly -p no:cacheprovider --randomly-seed=$$seed \
+		--cov --cov-report= && { $(COVERAGE_BY_PACKAGE); }
+COVERAGE_BY_PACKAGE = echo "unit + integration coverage, per package (lines the tests ran):"; \
+	$(BIN)/coverage report | awk '$$1 ~ /\.py$$/ { split($$1, part, "/"); lines[part[1]] += $$2; missed[part[1]] += $$3 } \
+		END { for (p in lines) printf "  %-15s %5.1f %% of %d lines\n", p, 100 * (lines[p] - missed[p]) / lines[p], lines[p] }' \
+		| sort
 
 unit: venv helm promtool
 	@$(RANDOM_ORDER)
@@ -121,8 +128,11 @@ INSTALL ?= kustomize
 dev-up: venv controlplane certmanager $(if $(filter helm,$(INSTALL)),helm)
 	$(BIN)/python -m devplatform.cluster up --dir $(DEV_DIR) --install $(INSTALL)
 
+# Also undoes what killed e2e launcher runs left (their processes, cgroups, mount points, the host's
+# sysctls), by their records in /run/nimbix-burst/testshards.
 dev-down: venv
 	$(BIN)/python -m devplatform.cluster down --dir $(DEV_DIR)
+	$(BIN)/python -m devplatform.testshards --clean-stale
 
 demo: venv controlplane
 	$(BIN)/python -m devplatform.demo
@@ -136,5 +146,7 @@ replay: venv controlplane
 	$(BIN)/python -m replay $(if $(BURST_AFTER),--burst-after $(BURST_AFTER)) \
 		$(if $(MAX_COST_PER_HOUR),--max-cost-per-hour $(MAX_COST_PER_HOUR)) $(REPLAY_ARGS)
 
+# The stale-run cleanup needs only the standard library: it runs before .venv goes.
 clean:
+	$(PYTHON) -m devplatform.testshards --clean-stale
 	rm -rf $(VENV) $(DEV_DIR) .test-runs .mypy_cache .ruff_cache .pytest_cache

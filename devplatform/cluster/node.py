@@ -585,7 +585,8 @@ def _gather_host_facts(settings: NodeSettings) -> nodeconfig.HostFacts:
 
 def _snapshot_host(settings: NodeSettings, layout: NodeLayout) -> dict[str, str]:
     sysctls = {}
-    for key in nodeconfig.HOST_SYSCTLS:
+    kept_by_launcher = os.environ.get(nodeconfig.SYSCTLS_KEPT_ENV) == "1"
+    for key in () if kept_by_launcher else nodeconfig.HOST_SYSCTLS:
         with contextlib.suppress(OSError):
             sysctls[key] = (Path("/proc/sys") / key).read_text().strip()
     return {

@@ -58,6 +58,9 @@ HOST_SYSCTLS = (
     "kernel/keys/root_maxkeys",
     "kernel/keys/root_maxbytes",
 )
+# Set by the e2e launcher for its shards' nodes: it saves the host sysctls before the first shard's node
+# and restores them after the last (one node's restore would put back what another's kubelet set).
+SYSCTLS_KEPT_ENV = "NIMBIX_BURST_SYSCTLS_KEPT_BY_LAUNCHER"
 # Host paths the kubelet, containerd, the CNI plugins and libcni create outside the directories we
 # give them (real-node.md section 5). Each one that did not exist before start is removed at stop.
 HOST_PATHS = (

@@ -8,12 +8,13 @@ shards end close together.
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-# A module with no measured figure yet (new): counted as this many seconds.
-DEFAULT_MODULE_SECONDS = 30.0
+# pytest's own default for `python_files` (what it collects when pyproject.toml does not say).
+PYTEST_PYTHON_FILES = ("test_*.py", "*_test.py")
 # `pytest --durations=0` lines: "12.34s call     tests/e2e/test_x.py::test_y".
 _DURATION_LINE = re.compile(r"^\s*(?P<seconds>\d+(?:\.\d+)?)s\s+(?:setup|call|teardown)\s+(?P<path>[^:\s]+)::")
 
@@ -28,8 +29,6 @@ def plan_shards(
     modules: Sequence[str],
     seconds: Mapping[str, float],
     count: int,
-    *,
-    default_seconds: float = DEFAULT_MODULE_SECONDS,
 ) -> list[Shard]:
     """`modules` split into at most `count` shards of near-equal estimated time (no empty shard).
     Each shard keeps the modules in their given order (the order a single session would run them)."""
@@ -40,7 +39,7 @@ def plan_shards(
     buckets: list[list[str]] = [[] for _ in range(min(count, len(modules)))]
     totals = [0.0] * len(buckets)
     # Longest first, each to the least loaded (ties: the lower shard).
-    for module, cost in _longest_first(modules, seconds, default_seconds):
+    for module, cost in _longest_first(modules, seconds):
         least = min(range(len(buckets)), key=lambda index: (totals[index], index))
         buckets[least].append(module)
         totals[least] += cost
@@ -51,21 +50,39 @@ def plan_shards(
     ]
 
 
-def plan_alone(
-    modules: Sequence[str], seconds: Mapping[str, float], *, default_seconds: float = DEFAULT_MODULE_SECONDS
-) -> list[Shard]:
+def plan_alone(modules: Sequence[str], seconds: Mapping[str, float]) -> list[Shard]:
     """Each module a session of its own (to show it passes alone), the longest first: run a few at a
     time, the long ones do not end up waiting at the end."""
-    return [Shard((module,), cost) for module, cost in _longest_first(modules, seconds, default_seconds)]
+    return [Shard((module,), cost) for module, cost in _longest_first(modules, seconds)]
 
 
-def _longest_first(
-    modules: Sequence[str], seconds: Mapping[str, float], default_seconds: float
-) -> list[tuple[str, float]]:
-    """Each module with its measured seconds (the default when it has none), the longest first; a name
-    breaks equal times, so a plan does not depend on the order modules were found in."""
-    cost = {module: seconds.get(module, default_seconds) for module in modules}
+class UnmeasuredModulesError(ValueError):
+    """Modules the durations file has no figure for: a plan would guess where they go."""
+
+    def __init__(self, modules: Sequence[str]) -> None:
+        super().__init__(
+            f"no measured seconds for {', '.join(modules)} in the durations file (tests/e2e/durations.json): "
+            "measure them (make test E2E_ARGS=--durations=0, then python -m devplatform.testshards "
+            "--update-durations .test-runs/e2e-shard-*.log) or add each one's seconds to the file by hand"
+        )
+        self.modules = tuple(modules)
+
+
+def _longest_first(modules: Sequence[str], seconds: Mapping[str, float]) -> list[tuple[str, float]]:
+    """Each module with its measured seconds, the longest first; a name breaks equal times, so a plan
+    does not depend on the order modules were found in. Every module must have a figure: one without
+    would be planned blind (a long new module could make its shard end last by many minutes)."""
+    missing = [module for module in modules if module not in seconds]
+    if missing:
+        raise UnmeasuredModulesError(missing)
+    cost = {module: seconds[module] for module in modules}
     return sorted(cost.items(), key=lambda item: (-item[1], item[0]))
+
+
+def is_test_module(file_name: str, python_files: Sequence[str]) -> bool:
+    """Whether pytest collects a file of this name, by its `python_files` patterns (glob, as pytest
+    matches them against the file's name)."""
+    return any(fnmatch.fnmatch(file_name, pattern) for pattern in python_files)
 
 
 def module_seconds(durations_report: Iterable[str]) -> dict[str, float]:

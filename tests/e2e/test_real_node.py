@@ -97,14 +97,15 @@ def test_kubectl_exec_works_and_delete_sends_sigterm_within_the_grace_period(
         "-o", "jsonpath={.status.containerStatuses[0].state.terminated.exitCode}{'\\n'}",
     ]  # fmt: skip
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as watch:
-        time.sleep(1.0)
+        assert watch.stdout is not None
+        listed = watch.stdout.readline()  # the watch has listed the pod (running: no exit code yet)
         started = time.monotonic()
         control_plane.kubectl("delete", "-n", namespace, "pod/term", "--wait=true", "--timeout=60s")
         elapsed = time.monotonic() - started
         watch.terminate()
         seen, _ = watch.communicate(timeout=10)
 
-    assert "143" in seen.split()
+    assert "143" in (listed + seen).split()
     # Well inside the 60 s grace period: the process exited on SIGTERM, it was not killed at the end.
     assert elapsed < 30
 

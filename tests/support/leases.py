@@ -62,6 +62,7 @@ class Replica:
         self.adopted: list[HandedOver] = []
         self.reservations = list(reservations or [])
         self.fit = True
+        self.rounds = 0  # how many times its elector asked whether it may lead: once a round
         self.elector = LeaseElector(
             lease,
             namespace="ns",
@@ -72,8 +73,12 @@ class Replica:
             clock=time.monotonic,
             on_started_leading=self.adopted.extend,
             export_handover=lambda: self.reservations,
-            fit_to_lead=lambda: (self.fit, "" if self.fit else "pods watch broken for 61s (limit 60s)"),
+            fit_to_lead=self._fit_to_lead,
         )
+
+    def _fit_to_lead(self) -> tuple[bool, str]:
+        self.rounds += 1
+        return self.fit, "" if self.fit else "pods watch broken for 61s (limit 60s)"
 
 
 async def until(predicate: Callable[[], bool], *, timeout: float = 1.5) -> None:

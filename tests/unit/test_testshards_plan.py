@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from devplatform.testshards import plan
-from devplatform.testshards.__main__ import DURATIONS_FILE, E2E_DIR, REPO_ROOT
+from devplatform.testshards.__main__ import DURATIONS_FILE, E2E_DIR, REPO_ROOT, discover_modules
 
 
 @pytest.mark.parametrize(
@@ -20,8 +20,6 @@ from devplatform.testshards.__main__ import DURATIONS_FILE, E2E_DIR, REPO_ROOT
         (["a", "b", "c"], {"a": 100, "b": 10, "c": 10}, 2, [(("a",), 100), (("b", "c"), 20)]),
         # never an empty shard
         (["a"], {"a": 5}, 3, [(("a",), 5)]),
-        # a module with no figure counts as the default
-        (["new", "old"], {"old": 30}, 2, [(("new",), plan.DEFAULT_MODULE_SECONDS), (("old",), 30)]),
         (["a", "b"], {"a": 1, "b": 2}, 1, [(("a", "b"), 3)]),
         ([], {}, 2, []),
     ],
@@ -44,9 +42,8 @@ def test_every_module_lands_in_exactly_one_shard() -> None:
 @pytest.mark.parametrize(
     ("modules", "seconds", "expected"),
     [
-        # one module a session, the longest first (a name breaks equal times); no figure: the default
+        # one module a session, the longest first (a name breaks equal times)
         (["a", "b", "c"], {"a": 10, "b": 40, "c": 10}, [(("b",), 40), (("a",), 10), (("c",), 10)]),
-        (["new", "old"], {"old": 1}, [(("new",), plan.DEFAULT_MODULE_SECONDS), (("old",), 1)]),
         ([], {}, []),
     ],
 )
@@ -55,6 +52,31 @@ def test_each_module_alone_is_a_session_of_its_own_longest_first(
 ) -> None:
     sessions = plan.plan_alone(modules, seconds)
     assert [(session.modules, session.estimate_seconds) for session in sessions] == expected
+
+
+@pytest.mark.parametrize("planner", ["shards", "alone"])
+def test_a_module_with_no_measured_seconds_is_refused_with_what_to_do(planner: str) -> None:
+    """Planned blind, a long new module could make its shard end many minutes after the others."""
+    modules = ["tests/e2e/test_new.py", "tests/e2e/test_old.py", "tests/e2e/test_z.py"]
+    seconds = {"tests/e2e/test_old.py": 3.0}
+    with pytest.raises(plan.UnmeasuredModulesError, match="--update-durations") as raised:
+        plan.plan_shards(modules, seconds, 2) if planner == "shards" else plan.plan_alone(modules, seconds)
+    assert raised.value.modules == ("tests/e2e/test_new.py", "tests/e2e/test_z.py")
+    assert "tests/e2e/test_new.py, tests/e2e/test_z.py" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "collected"),
+    [
+        ("test_x.py", True),
+        ("x_test.py", True),  # pytest's default collects these too; a glob of test_*.py alone did not
+        ("conftest.py", False),
+        ("helpers.py", False),
+        ("test_x.pyc", False),
+    ],
+)
+def test_modules_are_found_as_pytest_collects_them(name: str, collected: bool) -> None:
+    assert plan.is_test_module(name, plan.PYTEST_PYTHON_FILES) is collected
 
 
 def test_zero_shards_is_refused() -> None:
@@ -133,11 +155,11 @@ def test_a_shard_sets_up_its_namespaces_before_its_pytest() -> None:
     ]
 
 
-def test_the_durations_file_names_only_modules_that_exist() -> None:
-    """A renamed or removed module's figure would be planned for nothing; a new one counts as the default."""
+def test_the_durations_file_names_exactly_the_modules_that_exist() -> None:
+    """A renamed or removed module's figure would be planned for nothing; a new one has to be measured."""
     recorded = json.loads(DURATIONS_FILE.read_text())
-    existing = {str(path.relative_to(REPO_ROOT)) for path in E2E_DIR.glob("test_*.py")}
-    assert set(recorded) <= existing, sorted(set(recorded) - existing)
+    existing = set(discover_modules(E2E_DIR))
+    assert set(recorded) == existing, (sorted(set(recorded) - existing), sorted(existing - set(recorded)))
     assert all(isinstance(seconds, int | float) and seconds >= 0 for seconds in recorded.values())
 
 

@@ -8,9 +8,10 @@ import dataclasses
 from typing import Any
 
 from tests.support.clocks import Clock
+from tests.support.leases import until
 from tests.support.webhook_app import ClientFactory, review_body
 from tests.unit.webhook.builders import container, pod
-from webhook.app import create_app
+from webhook.app import DRAIN, create_app
 from webhook.settings import Settings
 from webhook.sync import CacheSync
 
@@ -21,14 +22,15 @@ async def test_drain_closes_connections_after_each_answer_and_turns_unready(
     aiohttp_client: ClientFactory, settings: Settings, synced: CacheSync, clock: Clock
 ) -> None:
     quick = dataclasses.replace(settings, drain_seconds=0.3)
-    client = await aiohttp_client(create_app(quick, cache=synced.cache, sync=synced, clock=clock))
+    app = create_app(quick, cache=synced.cache, sync=synced, clock=clock)
+    client = await aiohttp_client(app)
     before = await client.post("/mutate", data=review_body(pod(container(gpus=1)), uid="a"), headers=JSON)
     assert before.status == 200
     assert before.headers.get("Connection", "").lower() != "close"
     assert (await client.get("/readyz")).status == 200
 
     hook = asyncio.create_task(client.get("/drain"))
-    await asyncio.sleep(0.05)
+    await until(lambda: app[DRAIN].active)  # the hook has begun
     during: Any = await client.post("/mutate", data=review_body(pod(container(gpus=1)), uid="b"), headers=JSON)
     assert during.status == 200  # still answering while the endpoint goes away
     assert during.headers["Connection"].lower() == "close"
