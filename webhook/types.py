@@ -312,3 +312,15 @@ class Snapshot:
     machines: Mapping[str, MachineRate] | None = None  # the record's machine rates (None: no record)
     burst_after: str | None = None  # the namespace's burst-after annotation as written (None: absent)
     namespace_machines: NamespaceMachines | None = None  # its machine annotations (None: neither)
+    # Local reservations the namespace may still make (the caps on outstanding ones, its own and the
+    # total): a gang decided local reserves one per rank at once. None: no cap.
+    reservation_room: ReservationRoom | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationRoom:
+    """How many more local reservations may be made now, and the cap that sets it (for the reason)."""
+
+    places: int
+    cap: int
+    scope: str  # "in namespace <name>" or "in total"
