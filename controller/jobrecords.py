@@ -14,7 +14,7 @@ job-state it was planned from, so a patch planned from a stale view (or racing t
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -317,6 +317,24 @@ def job_uid(pod: BurstPod) -> str | None:
     if pod.annotations.get(contract.ANNOTATION_GANG_RANK) == str(contract.GANG_SUBMITTING_RANK):
         return gang
     return None
+
+
+def record_owners(pods: Iterable[BurstPod]) -> dict[str, str]:
+    """The pod that records the jobs of each UID a job label may carry (see job_uid). A pod's own UID
+    is always its own, whatever another pod's gang annotation says; a gang's, its one submitting
+    rank's: when two pods claim to be it (one merely carrying the annotation), neither records it,
+    so no pod takes another's jobs (their Events, cost, job-state)."""
+    pods = list(pods)
+    owners = {pod.uid: pod.uid for pod in pods}
+    claimed: dict[str, list[str]] = {}
+    for pod in pods:
+        key = job_uid(pod)
+        if key is not None and key != pod.uid:
+            claimed.setdefault(key, []).append(pod.uid)
+    for key, claimants in claimed.items():
+        if key not in owners and len(claimants) == 1:
+            owners[key] = claimants[0]
+    return owners
 
 
 def needs_finished_jobs(

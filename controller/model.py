@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import datetime
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jarvice import contract
+from jarvice import contract, gangidentity
 from kubeplumbing.times import parse_time
 
 LABEL_KEY, LABEL_VALUE = "task-type", "Nimbix"
@@ -147,10 +147,39 @@ class ReapView:
     burst: bool  # the webhook decided remote
     job_ended: bool  # carries nimbix-burst.io/job-state: ended (recorded by the controller)
     # A gang's pod (nimbix-burst.io/gang): its gang's one JARVICE job carries the gang's UID, not the pod's.
+    # What the pod says; `gang_claim` is what its own fields make of it (see member_of).
     gang: str = ""
+    gang_claim: GangClaim | None = None
     # The product decided it: the task-type label (the webhook saw it) and the remote decision. A job of
     # any other pod (a copy made without the label, a pod decided local) is one nothing accounts for.
     decided: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class GangClaim:
+    """What a gang pod's own fields say its gang is (jarvice.gangidentity.claim_holds)."""
+
+    generation: int  # nimbix-burst.io/gang-generation (1 when absent; 0 when unreadable)
+    group: str  # its Kueue pod group label ("" when none)
+    job_uid: str  # the UID of the Job that controls it ("" when none)
+
+
+def member_of(pod: ReapView, *, cluster: str) -> str:
+    """The gang `pod` is a member of: its `nimbix-burst.io/gang` only when the product decided the pod
+    (its label and the remote decision) and the identity is the one its own namespace and owner make; else "" (any
+    pod can be created carrying any annotation, and must never stand for another namespace's gang)."""
+    claim = pod.gang_claim
+    if not pod.gang or not (pod.burst and pod.decided) or claim is None:
+        return ""
+    holds = gangidentity.claim_holds(
+        pod.gang,
+        generation=claim.generation,
+        namespace=pod.namespace,
+        group=claim.group,
+        job_uid=claim.job_uid,
+        cluster=cluster,
+    )
+    return pod.gang if holds else ""
 
 
 def _exited_for_good(status: Mapping[str, Any], *, restart_policy: str) -> bool:
@@ -178,6 +207,41 @@ def _following(spec: Mapping[str, Any], status: Mapping[str, Any]) -> tuple[str,
     return tuple(following)
 
 
+def owner_namespaces(views: Iterable[ReapView], *, cluster: str) -> dict[str, str]:
+    """The namespace of every UID a job label may carry: each pod's own, and each gang's from its
+    members (member_of) when they are all in one namespace. A pod's own UID is never taken from
+    another pod's annotation, and a gang claimed in two namespaces is left to the spend ledger, which
+    keeps the namespace it saw first: no annotation moves spend between namespaces."""
+    views = list(views)
+    owners = {view.uid: view.namespace for view in views if view.uid}
+    gangs: dict[str, set[str]] = {}
+    for view in views:
+        if gang := member_of(view, cluster=cluster):
+            gangs.setdefault(gang, set()).add(view.namespace)
+    for gang, namespaces in gangs.items():
+        if gang not in owners and len(namespaces) == 1:
+            owners[gang] = next(iter(namespaces))
+    return owners
+
+
+def _generation(text: object) -> int:
+    value = text.strip() if isinstance(text, str) else ""
+    return int(value) if value.isascii() and value.isdigit() and len(value) < 10 else 0
+
+
+def _gang_claim(metadata: Mapping[str, Any], annotations: Mapping[str, Any]) -> GangClaim | None:
+    if not annotations.get(contract.ANNOTATION_GANG):
+        return None
+    labels = metadata.get("labels") or {}
+    owner = _owner(metadata)
+    job_uid = owner.uid if owner is not None and owner.kind == "Job" and owner.api_version == "batch/v1" else ""
+    return GangClaim(
+        generation=_generation(annotations.get(contract.ANNOTATION_GANG_GENERATION, "1")),
+        group=str(labels.get(gangidentity.KUEUE_GROUP_LABEL) or ""),
+        job_uid=job_uid,
+    )
+
+
 def parse_reap_view(obj: Mapping[str, Any]) -> ReapView:
     metadata = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
@@ -193,6 +257,7 @@ def parse_reap_view(obj: Mapping[str, Any]) -> ReapView:
         burst=annotations.get(contract.ANNOTATION_DECISION) == contract.DECISION_REMOTE,
         job_ended=annotations.get(contract.ANNOTATION_JOB_STATE) == contract.JOB_STATE_ENDED,
         gang=sys.intern(str(annotations.get(contract.ANNOTATION_GANG) or "")),
+        gang_claim=_gang_claim(metadata, annotations),
         decided=(metadata.get("labels") or {}).get(contract.LABEL_TASK_TYPE) == contract.LABEL_TASK_TYPE_VALUE
         and annotations.get(contract.ANNOTATION_DECISION) == contract.DECISION_REMOTE,
     )

@@ -6,8 +6,10 @@ A job is this cluster's when its label parses as a runner label carrying this cl
 legacy label (no cluster) or another cluster's is never acted on, only reported.
 
 A gang's job (the pods of one distributed job burst as one multi-node job) carries the gang's UID
-instead, and no container: it is wanted while at least one pod annotated `nimbix-burst.io/gang:
-<uid>` exists and every such pod can still follow it (none finished, exited for good or past its
+instead, and no container: it is wanted while at least one member of the gang exists and every
+member can still follow it. A member is a pod the product decided remote whose `nimbix-burst.io/gang`
+is the identity its own namespace and owner make (model.member_of), so a pod that merely carries the
+annotation is none; members in another namespace never make the job unwanted (none finished, exited for good or past its
 deletion deadline), since a distributed job cannot go on without one of its ranks. The UID is one
 generation's (webhook.gangs: a retry of the gang, after one of its burst pods finished, is a gang of
 its own), so an earlier generation's finished pods never make a later generation's job unwanted,
@@ -30,7 +32,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from controller.model import ReapView
+from controller.model import ReapView, member_of
 from jarvice import duplicates
 from jarvice.labels import ParsedLabel, parse_job_label
 from jarvice.model import is_terminal
@@ -117,12 +119,24 @@ def gang_reason(members: Collection[ReapView], *, wall_now: float) -> Reason | N
     return None
 
 
-def _gangs(pods: Mapping[str, ReapView]) -> dict[str, list[ReapView]]:
-    members: dict[str, list[ReapView]] = {}
+def _gangs(pods: Mapping[str, ReapView], *, cluster: str) -> dict[str, dict[str, list[ReapView]]]:
+    """Each gang's members (model.member_of: pods the product decided, whose own namespace and owner
+    make the identity they carry), by namespace."""
+    members: dict[str, dict[str, list[ReapView]]] = {}
     for pod in pods.values():
-        if pod.gang and pod.decided:  # a pod the product did not decide is no rank of any gang
-            members.setdefault(pod.gang, []).append(pod)
+        if gang := member_of(pod, cluster=cluster):
+            members.setdefault(gang, {}).setdefault(pod.namespace, []).append(pod)
     return members
+
+
+def gang_reason_by_namespace(groups: Mapping[str, Collection[ReapView]], *, wall_now: float) -> Reason | None:
+    """A gang's job is wanted while the members of some namespace all follow it: a pod in another
+    namespace never makes it unwanted (only an Indexed Job's pod whose owner reference names a Job of
+    another namespace could be there at all, and Kubernetes' garbage collector deletes such a pod)."""
+    reasons = [gang_reason(members, wall_now=wall_now) for _, members in sorted(groups.items())]
+    if not reasons or any(reason is None for reason in reasons):
+        return None if reasons else "pod-gone"
+    return reasons[0]
 
 
 def _kept_of_label(live: Iterable[Job]) -> dict[str, int]:
@@ -157,7 +171,7 @@ def plan_round(
     orphans: list[Orphan] = []
     due: list[Orphan] = []
     newly: list[Orphan] = []
-    gangs = _gangs(pods)
+    gangs = _gangs(pods, cluster=cluster)
     for job, parsed in live:
         if parsed.cluster != cluster:
             kind: NotOursKind = "legacy-label" if parsed.cluster is None else "other-cluster"
@@ -165,7 +179,7 @@ def plan_round(
             continue
         kept = kept_of_label[job.label]
         if parsed.container is None and parsed.pod_uid in gangs and parsed.pod_uid not in pods:
-            reason = gang_reason(gangs[parsed.pod_uid], wall_now=wall_now)
+            reason = gang_reason_by_namespace(gangs[parsed.pod_uid], wall_now=wall_now)
         else:
             reason = label_reason(parsed, pods.get(parsed.pod_uid), wall_now=wall_now)
         if reason is None and kept != job.number:

@@ -21,7 +21,17 @@ class Rate:
 
 
 def rates_of(machines: Mapping[str, Machine]) -> dict[str, Rate]:
-    return {name: Rate(gpus=m.gpus, price=m.price) for name, m in machines.items()}
+    """Each machine's rate. One the catalogue gives no `mc_price` is costed at the dearest price it
+    does give (never 0: a cost cap would then never bind); with no price given at all it is left out,
+    so nothing is priced on it (a namespace with caps does not burst to it)."""
+    known = [m.price for m in machines.values() if m.price is not None]
+    dearest = max(known, default=None)
+    rates = {}
+    for name, machine in machines.items():
+        price = machine.price if machine.price is not None else dearest
+        if price is not None:
+            rates[name] = Rate(gpus=machine.gpus, price=price)
+    return rates
 
 
 def needs_listing(

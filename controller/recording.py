@@ -107,7 +107,7 @@ class JobRecorder:
         uids = {pod.uid for pod in pods}
         self._prune(uids)
         # A job's label names its pod, or its gang (recorded on the gang's submitting rank).
-        owners = {key: pod.uid for pod in pods if (key := jobrecords.job_uid(pod)) is not None}
+        owners = jobrecords.record_owners(pods)
         if not pods:
             return self._interval  # no burst pod: JARVICE is not asked anything
         live = self._list(completed=False, kind="jarvice-list")

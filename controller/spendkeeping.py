@@ -24,6 +24,7 @@ from controller import spending
 from controller.kube import ConfigMapChanged
 from controller.machinerates import MachineRates
 from controller.metrics import Metrics
+from controller.model import owner_namespaces
 from controller.store import PodStore
 from jarvice.client import JarviceError
 from jarvice.model import JobEntry
@@ -116,7 +117,7 @@ class SpendKeeper:
             live=live,
             ended=ended,
             machines=rates,
-            pod_namespaces=self._pod_namespaces(),
+            pod_namespaces=owner_namespaces(self._store.reap_views().values(), cluster=cluster),
             previous=previous,
             now=now,
         )
@@ -153,15 +154,6 @@ class SpendKeeper:
             # Counted afresh from this month's history: nothing twice, only jobs JARVICE forgot are lost.
             log.warning("spend ledger unreadable: counted afresh", extra={"error": str(exc)})
             return None
-
-    def _pod_namespaces(self) -> dict[str, str]:
-        """The namespace of every pod's UID, and of every gang's (a gang's job carries the gang's UID)."""
-        owners: dict[str, str] = {}
-        for uid, view in self._store.reap_views().items():
-            owners[uid] = view.namespace
-            if view.gang:
-                owners[view.gang] = view.namespace
-        return owners
 
     def _export(self, record: Mapping[str, Any]) -> None:
         caps = self._kube.list_namespace_annotations()

@@ -153,6 +153,31 @@ def open_journal(settings: Settings) -> tuple[ports.Journal, restart.StartDecisi
     return journal, start
 
 
+def hold_after_success(start: restart.StartDecision, settings: Settings) -> int:
+    """A container restarted after its job succeeded (restartPolicy Always): say so, submit nothing,
+    and wait for the stop. Exiting instead would only be restarted again, into a crash loop."""
+    assert start.previous is not None
+    previous = start.previous
+    watched = set(REMOTE_CANCEL_SIGNALS)
+    signal.pthread_sigmask(signal.SIG_BLOCK, watched)  # before the log line: no stop can slip past
+    log.info(
+        "the job already succeeded: not submitting again, waiting to be stopped",
+        extra={
+            "attempt": previous.attempt,
+            "job_label": previous.job_label,
+            "job": previous.job_number,
+            "exit_code": previous.exit_code,
+            "reason": start.reason,
+        },
+    )
+    signum = signal.sigwait(watched)
+    log.info("stopped while holding a finished job's result", extra={"signal": signals.signal_name(signum)})
+    TerminationFile(settings.termination_log).write(
+        termination.build_message(job=previous.job_number, job_may_run=False, exit_code=0)
+    )
+    return 0
+
+
 @contextmanager
 def open_remote_deps(
     settings: Settings, *, tuning: Tuning, journal: ports.Journal, secrets: list[str]
@@ -230,6 +255,8 @@ def run(env: Mapping[str, str], argv: Sequence[str]) -> int:
     except statefile.StateDirError as exc:
         log.error("invalid settings", extra={"problems": [f"{contract.ENV_STATE_DIR}: {exc}"]})
         return exitcodes.EXIT_CONFIG
+    if start.kind == "settled":
+        return hold_after_success(start, settings)
     if not settings.pod.cluster:
         log.warning(
             "no cluster identity: the orphan reaper will never stop this job",

@@ -9,8 +9,9 @@ what the best-fitting machine holds (a fallback is never a bigger machine than t
 would have been). A fallback keeps the CPU architecture of the first candidate when JARVICE_ARCH does
 not name one (an image built for one does not run on the other). NIMBIX_BURST_MACHINES (a
 namespace's `nimbix-burst.io/machines`) names the machines to use and their order; JARVICE_MACHINE
-pins one. NIMBIX_BURST_MAX_PRICE (a namespace with cost caps) leaves out every machine dearer than
-what the burst was counted at.
+pins one, and must scale to the job's nodes. NIMBIX_BURST_MAX_PRICE (a namespace with cost caps)
+leaves out every machine whose price x nodes is over what the burst was counted at (the ceiling x a
+gang's size, or x 1), and every machine without a price.
 
 The move (docs/runner.md#moving-a-queued-job): a job this runner submitted that is still queued
 (SUBMITTED or SEQUENTIALLY QUEUED, never started) after NIMBIX_BURST_MAX_REMOTE_QUEUE is moved to
@@ -27,6 +28,7 @@ from entrypoint.plan import (
     RemotePlan,
     check_pinned_machine,
     choose_machine,
+    known_price,
     restrict_machines,
     within_price,
 )
@@ -58,12 +60,12 @@ def _fits(machine: Machine, plan: RemotePlan) -> bool:
 
 def _size_key(machine: Machine) -> tuple[int, int, int, float, str]:
     # The best fit: fewest GPUs (never burn GPUs the job did not ask for), cores, RAM, then price and name.
-    return (machine.gpus, machine.cores, machine.ram_gb, machine.price, machine.name)
+    return (machine.gpus, machine.cores, machine.ram_gb, known_price(machine.price), machine.name)
 
 
 def _order_key(machine: Machine, nodes: int) -> tuple[float, int, int, int, str]:
     # Cheapest for the job first; among equal prices the best fit (never burn GPUs the job did not ask for).
-    return (machine.price * nodes, machine.gpus, machine.cores, machine.ram_gb, machine.name)
+    return (known_price(machine.price_for(nodes)), machine.gpus, machine.cores, machine.ram_gb, machine.name)
 
 
 def _within(machine: Machine, *, nodes: int, cap: int | None) -> bool:
@@ -75,11 +77,13 @@ def _within(machine: Machine, *, nodes: int, cap: int | None) -> bool:
 def order_candidates(plan: RemotePlan, machines: Mapping[str, Machine]) -> Candidates | NoMachineFits:
     """The machines to try for `plan`, in order (see the module docstring), or why none fits. Never
     one dearer than the namespace's cost caps counted the burst at (NIMBIX_BURST_MAX_PRICE)."""
-    affordable = within_price(machines, plan.max_price)
+    affordable = within_price(machines, plan.max_price, nodes=plan.nodes, counted_nodes=plan.counted_nodes)
     if plan.max_price is not None and not affordable:
+        counted = plan.max_price * plan.counted_nodes
         return NoMachineFits(
-            reason=f"no machine costs at most {plan.max_price} per node-hour ({contract.ENV_MAX_PRICE}, what the"
-            " namespace's cost caps counted this burst at)"
+            reason=f"no machine with a price costs at most {counted:g} an hour for {plan.nodes} node(s) (mc_price x"
+            f" nodes; {contract.ENV_MAX_PRICE}={plan.max_price:g} per node-hour x the {plan.counted_nodes} node(s)"
+            " the namespace's cost caps counted this burst for)"
         )
     catalogue = restrict_machines(affordable, allowed=plan.allowed_machines, pinned=plan.machine)
     if isinstance(catalogue, NoMachineFits):

@@ -5,6 +5,7 @@ Also the pure pieces of the remote path that need no network: machine selection 
 """
 
 import dataclasses
+import math
 import re
 import shlex
 from collections.abc import Mapping
@@ -54,6 +55,12 @@ class RemotePlan:
     preferred_machines: tuple[str, ...] | None = None  # the machines to use, in order (None: cheapest first)
     memory_gb: int | None = None  # the container's memory request in GiB (None: any RAM will do)
     max_remote_queue_seconds: int = contract.DEFAULT_MAX_REMOTE_QUEUE_SECONDS  # 0: a queued job never moves
+
+    @property
+    def counted_nodes(self) -> int:
+        """The nodes the webhook priced this burst for: a gang's size, else one (JARVICE_NODES is the
+        pod's own to write, so it never raises what was counted)."""
+        return self.gang.size if self.gang is not None else 1
 
 
 Plan = LocalPlan | RemotePlan
@@ -123,10 +130,15 @@ class NoMachineFits:
     reason: str
 
 
+def known_price(price: float | None) -> float:
+    """A price to order by: an unknown one after every known one."""
+    return math.inf if price is None else price
+
+
 def _size_key(machine: Machine) -> tuple[int, int, int, float, str]:
     # "Smallest": fewest GPUs (never burn GPUs the job did not ask for), then fewest cores, then
     # least RAM, then cheapest; the name makes the order total, hence deterministic.
-    return (machine.gpus, machine.cores, machine.ram_gb, machine.price, machine.name)
+    return (machine.gpus, machine.cores, machine.ram_gb, known_price(machine.price), machine.name)
 
 
 def _fits_nodes(machine: Machine, nodes: int) -> bool:
@@ -165,19 +177,23 @@ def choose_machine(
 def check_pinned_machine(
     machines: Mapping[str, Machine], *, name: str, gpus: int, cpus: int, nodes: int = 1
 ) -> MachineChoice | NoMachineFits:
-    """JARVICE_MACHINE must exist; a pin smaller than the request is honoured with a warning."""
+    """JARVICE_MACHINE must exist and scale to `nodes` (JARVICE would refuse another count, and the
+    job was counted for the nodes asked); a pin smaller than the request is honoured with a warning."""
     machine = machines.get(name)
     if machine is None:
         known = ", ".join(sorted(machines)[:20])
         return NoMachineFits(reason=f"JARVICE_MACHINE {name!r} is not in /jarvice/machines (known: {known})")
+    if not _fits_nodes(machine, nodes):
+        return NoMachineFits(
+            reason=f"JARVICE_MACHINE {name!r} scales {machine.scale_min}..{machine.scale_max} node(s),"
+            f" JARVICE_NODES={nodes}: pin a machine that runs on {nodes} node(s), or ask for fewer"
+        )
     short = []
     if machine.fewest_gpus_per_node(nodes) < gpus:
         per_node = " per node" if nodes > 1 else ""
         short.append(f"{machine.fewest_gpus_per_node(nodes)} GPU(s){per_node} < NUM_GPUS={gpus}")
     if machine.cores < cpus:
         short.append(f"{machine.cores} core(s) < NUM_CPUS={cpus}")
-    if not _fits_nodes(machine, nodes):
-        short.append(f"scales {machine.scale_min}..{machine.scale_max} nodes, JARVICE_NODES={nodes}")
     return MachineChoice(
         machine=name,
         reason=f"pinned by JARVICE_MACHINE: {_describe(machine)}",
@@ -207,12 +223,20 @@ def restrict_machines(
     return offered
 
 
-def within_price(machines: Mapping[str, Machine], max_price: float | None) -> Mapping[str, Machine]:
-    """The machines a burst counted against cost caps may use: none dearer than what it was counted at
-    (a tiny tolerance for the decimals the price travelled in)."""
+def within_price(
+    machines: Mapping[str, Machine], max_price: float | None, *, nodes: int = 1, counted_nodes: int = 1
+) -> Mapping[str, Machine]:
+    """The machines a burst counted against cost caps may use for a job of `nodes` nodes: none whose
+    price x nodes exceeds what the burst was counted at (the ceiling per node-hour x the nodes it was
+    counted for; a tiny tolerance for the decimals the price travelled in), and none without a price."""
     if max_price is None:
         return machines
-    return {name: machine for name, machine in machines.items() if machine.price <= max_price + 1e-6}
+    counted = max_price * counted_nodes + 1e-6
+    return {
+        name: machine
+        for name, machine in machines.items()
+        if (cost := machine.price_for(nodes)) is not None and cost <= counted
+    }
 
 
 def select_machine(plan: RemotePlan, machines: Mapping[str, Machine]) -> MachineChoice | NoMachineFits:

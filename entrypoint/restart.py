@@ -4,8 +4,11 @@ Two restarts look alike from inside a container and must be told apart:
 - the runner died before it reported its job's result (OOM kill, kill -9, node hiccup): the job is
   still this attempt's, so the new runner picks it up (re-attaches, or prints the rest of a
   finished job's output and exits with its code) instead of running it again;
-- the runner reported a failure and the kubelet restarted it (`restartPolicy: OnFailure`): a
-  deliberate retry, so it submits anew as the next attempt, with a job label of its own.
+- the runner reported a failure and the kubelet restarted it (`restartPolicy: OnFailure` or
+  `Always`): a deliberate retry, so it submits anew as the next attempt, with a job label of its own;
+- the runner reported success and the kubelet restarted it anyway (only `restartPolicy: Always`, the
+  bare Pod's default, does that): the work is done and paid for, so nothing is submitted again; the
+  runner says so and waits until it is stopped (an exit would only be restarted again).
 
 The state file (in NIMBIX_BURST_STATE_DIR, an emptyDir that outlives container restarts) is
 written before the submit, updated once the job number is known and as output is printed, and
@@ -35,7 +38,7 @@ class RunnerState:
     exit_code: int | None = None
 
 
-StartKind = Literal["first", "pick_up", "retry"]
+StartKind = Literal["first", "pick_up", "retry", "settled"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,13 @@ def decide_start(previous: RunnerState | None) -> StartDecision:
             previous.attempt,
             previous,
             "the previous runner exited before reporting its job's result: picking that job up",
+        )
+    if previous.exit_code == 0:
+        return StartDecision(
+            "settled",
+            previous.attempt,
+            previous,
+            "the previous runner reported success: a restart after it (restartPolicy Always) submits nothing",
         )
     return StartDecision(
         "retry",

@@ -25,13 +25,12 @@ class SubmitNotAllowed(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Catalogue:
-    """/jarvice/machines, with which machines give a price (a missing mc_price is not a price of 0)."""
+    """/jarvice/machines (a machine without mc_price has no price: never read as 0)."""
 
     machines: Mapping[str, Machine]
-    priced: frozenset[str]
 
     def price(self, machine: Machine) -> float | None:
-        return machine.price if machine.name in self.priced else None
+        return machine.price
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +73,7 @@ def _cheapest_within(terms: ContainerTerms, catalogue: Catalogue) -> Machine | N
     if not fitting:
         return None
     # A machine without a price is never taken for a cheap one: it comes after every priced machine.
-    return min(fitting, key=lambda m: (catalogue.price(m) is None, m.price * terms.nodes, m.gpus, m.cores, m.name))
+    return min(fitting, key=lambda m: (m.price is None, (m.price or 0.0) * terms.nodes, m.gpus, m.cores, m.name))
 
 
 def _object(value: object, what: str) -> dict[str, Any]:

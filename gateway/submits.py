@@ -68,12 +68,7 @@ class Submits:
             machines = parse_machines(raw)
         except ProtocolError as exc:
             raise UpstreamFailed(f"JARVICE's machine list is unreadable: {exc}") from None
-        priced = frozenset(
-            name
-            for name, entry in raw.items()
-            if isinstance(entry.get("mc_price"), int | float) and not isinstance(entry.get("mc_price"), bool)
-        )
-        catalogue = Catalogue(machines=machines, priced=priced)
+        catalogue = Catalogue(machines=machines)
         self._catalogues[account.name] = (now, catalogue)
         return catalogue
 

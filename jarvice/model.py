@@ -36,7 +36,9 @@ class Machine:
     cores: int
     gpus: int
     ram_gb: int = 0
-    price: float = 0.0
+    # mc_price per node-hour; None when the catalogue gives none: unknown, never free (a price of 0
+    # would make every cost cap pass).
+    price: float | None = None
     arch: str = ""
     scale_min: int = 1
     scale_max: int = 1
@@ -55,6 +57,10 @@ class Machine:
         if nodes <= 1 or self.slave_gpus is None:
             return self.gpus
         return min(self.gpus, self.slave_gpus)
+
+    def price_for(self, nodes: int) -> float | None:
+        """What a job of `nodes` nodes costs an hour (mc_price x nodes); None when the price is unknown."""
+        return None if self.price is None else self.price * nodes
 
 
 @dataclass(frozen=True, slots=True)

@@ -142,7 +142,7 @@ def parse_machines(raw: object) -> dict[str, Machine]:
             cores=cores,
             gpus=gpus,
             ram_gb=int(ram) if ram is not None else 0,
-            price=price if price is not None else 0.0,
+            price=price if price is not None and price >= 0 else None,
             arch=arch if isinstance(arch, str) else "",
             scale_min=scale_min if scale_min is not None and scale_min >= 1 else 1,
             scale_max=scale_max if scale_max is not None and scale_max >= 1 else 1,

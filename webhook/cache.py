@@ -285,6 +285,7 @@ class ClusterCache:
         return Snapshot(
             view=self.view,
             reservation_refusal=self.reservations.refusal(namespace),
+            reservation_room=self.reservations.room(namespace),
             budget=budget,
             remote_in_use=in_use.gpus if budget is not None else self.remote_in_use(namespace),
             cost_caps=caps,

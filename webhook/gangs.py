@@ -31,19 +31,19 @@ which the cache applies (ClusterCache.apply).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
 from jarvice import contract
+from jarvice.gangidentity import KUEUE_GROUP_LABEL, generation_uid, pod_group_uid
 from kubeplumbing.times import parse_time
 from webhook.types import (
     Hold,
     PodInfo,
 )
 
-LABEL_KUEUE_GROUP: Final = "kueue.x-k8s.io/pod-group-name"
+LABEL_KUEUE_GROUP: Final = KUEUE_GROUP_LABEL
 ANNOTATION_KUEUE_TOTAL: Final = "kueue.x-k8s.io/pod-group-total-count"
 ANNOTATION_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
 JOB_API_VERSION: Final = "batch/v1"
@@ -136,23 +136,6 @@ def parse_job(raw: Mapping[str, Any]) -> JobInfo | None:
     )
 
 
-def pod_group_uid(cluster: str, namespace: str, group: str) -> str:
-    """A Kueue pod group's identity (the contract's rule): the same for every pod of the group."""
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{cluster}/{namespace}/{group}"))
-
-
-def generation_uid(gang_uid: str, generation: int) -> str:
-    """The identity of a gang's generation (the contract's rule): generation 1's is the gang's own
-    (the Job's UID, the pod group's uuid5), a later one's a uuid5 of it, the same on every replica."""
-    if generation == 1:
-        return gang_uid
-    try:
-        space = uuid.UUID(gang_uid)
-    except ValueError:  # a Job's UID is a UUID; anything else still names one generation alone
-        space = uuid.uuid5(uuid.NAMESPACE_URL, gang_uid)
-    return str(uuid.uuid5(space, f"generation/{generation}"))
-
-
 def _controller_job(meta: Mapping[str, Any]) -> tuple[str, str] | None:
     """(uid, name) of the Job that controls the pod, if one does."""
     for ref in meta.get("ownerReferences") or ():
@@ -199,6 +182,8 @@ def find_member(
     job = jobs.get(job_uid)
     if job is None:
         return GangMember(job_uid, "job", job_name, None, index)
+    if job.namespace != namespace:
+        return None  # an owner reference may name any Job: a gang is only ever its own namespace's
     size = job.gang_size
     if size is None or index >= size:
         return None  # completions != parallelism: a work queue of indexes, decided pod by pod
@@ -335,12 +320,13 @@ class GangBook:
 
 class GangIndex:
     """What the watch shows of gangs (state): Indexed Jobs by UID (their size), and the pods
-    carrying each gang's annotation (kept beside the cache's pods by webhook.sync); and the gangs
-    this replica decided (`book`)."""
+    carrying each gang's annotation (kept beside the cache's pods by webhook.sync), by namespace: a
+    pod in another namespace that names a gang's identity never tells its decision or ends its
+    generation; and the gangs this replica decided (`book`)."""
 
     def __init__(self) -> None:
         self.jobs: dict[str, JobInfo] = {}
-        self._pods: dict[str, dict[str, PodInfo]] = {}  # gang UID -> pod UID -> the pod
+        self._pods: dict[tuple[str, str], dict[str, PodInfo]] = {}  # (namespace, gang UID) -> pod UID -> the pod
         self.book = GangBook()
 
     def replace_pods(self, pods: Iterable[PodInfo]) -> None:
@@ -357,8 +343,8 @@ class GangIndex:
     def delete_job(self, uid: str) -> None:
         self.jobs.pop(uid, None)
 
-    def pods(self, gang_uid: str) -> list[PodInfo]:
-        return list(self._pods.get(gang_uid, {}).values())
+    def pods(self, namespace: str, gang_uid: str) -> list[PodInfo]:
+        return list(self._pods.get((namespace, gang_uid), {}).values())
 
     def snapshot(
         self,
@@ -380,7 +366,7 @@ class GangIndex:
         if size is None:
             return GangSnapshot(member, None, None, {}, NOT_READ, now, ttl)
         self.book.expire(now=now)
-        member = self._generation_of(member, size, now=now, hold=hold)
+        member = self._generation_of(member, size, namespace=namespace, now=now, hold=hold)
         uid = member.uid
         record = self.book.get(uid, now=now)
         marked = next((kind for kind in _MARKS if hold(marker_id(uid, kind)) is not None), None)
@@ -390,11 +376,11 @@ class GangIndex:
             opened, taken = hold(open_id(uid, rank)), hold(taken_id(uid, rank))
             if opened is not None or taken is not None:
                 ranks[rank] = RankHolds(opened, taken)
-        seen = read_pods(self.pods(uid)) if wide else NOT_READ
+        seen = read_pods(self.pods(namespace, uid)) if wide else NOT_READ
         return GangSnapshot(member, record, marked, ranks, seen, now, ttl)
 
     def _generation_of(
-        self, member: GangMember, size: int, *, now: float, hold: Callable[[str], Hold | None]
+        self, member: GangMember, size: int, *, namespace: str, now: float, hold: Callable[[str], Hold | None]
     ) -> GangMember:
         """The member in the gang's latest generation, or in the next one when the latest is over
         (generation_over). The latest is the highest that leaves a trace here: a record, a pod in the
@@ -403,18 +389,18 @@ class GangIndex:
         latest, generation, misses = 0, 0, 0
         while misses < GENERATION_GAP:
             generation += 1
-            if self._traced(generation_uid(member.uid, generation), size, now=now, hold=hold):
+            if self._traced(generation_uid(member.uid, generation), size, namespace=namespace, now=now, hold=hold):
                 latest, misses = generation, 0
             else:
                 misses += 1
         if latest == 0:
             return member
-        if generation_over(self.pods(generation_uid(member.uid, latest))):
+        if generation_over(self.pods(namespace, generation_uid(member.uid, latest))):
             latest += 1
         return replace(member, uid=generation_uid(member.uid, latest), generation=latest)
 
-    def _traced(self, uid: str, size: int, *, now: float, hold: Callable[[str], Hold | None]) -> bool:
-        if uid in self._pods or self.book.get(uid, now=now) is not None:
+    def _traced(self, uid: str, size: int, *, namespace: str, now: float, hold: Callable[[str], Hold | None]) -> bool:
+        if (namespace, uid) in self._pods or self.book.get(uid, now=now) is not None:
             return True
         if any(hold(marker_id(uid, kind)) is not None for kind in _MARKS):
             return True
@@ -424,10 +410,11 @@ class GangIndex:
 
     def update(self, old: PodInfo | None, pod: PodInfo | None) -> None:
         """A pod's change: `old` as it was (None: new), `pod` as it is (None: gone)."""
-        if old is not None and old.gang and (pod is None or pod.gang != old.gang):
-            members = self._pods[old.gang]
+        if old is not None and old.gang and (pod is None or (pod.namespace, pod.gang) != (old.namespace, old.gang)):
+            key = (old.namespace, old.gang)
+            members = self._pods[key]
             del members[old.uid]
             if not members:
-                del self._pods[old.gang]
+                del self._pods[key]
         if pod is not None and pod.gang:
-            self._pods.setdefault(pod.gang, {})[pod.uid] = pod
+            self._pods.setdefault((pod.namespace, pod.gang), {})[pod.uid] = pod

@@ -140,6 +140,12 @@ def place(needs: PodNeeds, snapshot: Snapshot, *, gang: GangPart | None, local_r
     size, rank = gang.terms.size, gang.terms.rank
     need = describe_gang_need(needs.gpus, size)
     packing = pack(snapshot.view, needs.requests, needs.placement, size=size)
+    room = snapshot.reservation_room
+    if not refusal and room is not None and size > room.places:
+        refusal = (
+            f"it would make {size} reservations (one per pod) and {max(0, room.places)} more may be made"
+            f" {room.scope} (cap {room.cap})"
+        )
     if packing.fits and not local_refusal and not refusal:
         places = ", ".join(sorted(set(packing.nodes)))
         reason = f"all {size} pods of {gang.name} fit at once ({need}) on {places}"

@@ -14,7 +14,15 @@ from collections.abc import Callable, Collection, Sequence
 from kubeplumbing.leadership import HandedOver
 from webhook.accounting import ClaimLedger
 from webhook.scheduling import eligibility
-from webhook.types import Claim, Hold, LocalReservation, Placement, RemoteReservation, Requests
+from webhook.types import (
+    Claim,
+    Hold,
+    LocalReservation,
+    Placement,
+    RemoteReservation,
+    Requests,
+    ReservationRoom,
+)
 
 REMOTE_GPUS_KEY = "gpus"  # the one "resource" of a handed-over remote reservation
 _REMOTE = Hold(local=False)
@@ -33,6 +41,21 @@ def reservation_refusal(
             f" (cap {namespace_cap})"
         )
     return ""
+
+
+def reservation_room(
+    *, outstanding: int, outstanding_in_namespace: int, namespace: str, total_cap: int | None, namespace_cap: int | None
+) -> ReservationRoom | None:
+    """How many more local reservations the namespace may make at once (None: no cap): what a gang
+    decided local needs one of per rank."""
+    rooms = []
+    if namespace_cap is not None:
+        rooms.append(
+            ReservationRoom(namespace_cap - outstanding_in_namespace, namespace_cap, f"in namespace {namespace}")
+        )
+    if total_cap is not None:
+        rooms.append(ReservationRoom(total_cap - outstanding, total_cap, "in total"))
+    return min(rooms, key=lambda room: room.places, default=None)
 
 
 class Reservations:
@@ -83,6 +106,15 @@ class Reservations:
 
     def refusal(self, namespace: str) -> str:
         return reservation_refusal(
+            outstanding=len(self._local),
+            outstanding_in_namespace=self._local_in.get(namespace, 0),
+            namespace=namespace,
+            total_cap=self.max_reservations,
+            namespace_cap=self.max_reservations_per_namespace,
+        )
+
+    def room(self, namespace: str) -> ReservationRoom | None:
+        return reservation_room(
             outstanding=len(self._local),
             outstanding_in_namespace=self._local_in.get(namespace, 0),
             namespace=namespace,

@@ -102,7 +102,7 @@ OPTIONS: tuple[Option, ...] = (
     ("--strip-runtime-classes", "WEBHOOK_STRIP_RUNTIME_CLASSES", "", "runtimeClassName values removed on burst"),
     ("--max-body-bytes", "WEBHOOK_MAX_BODY_BYTES", str(DEFAULT_MAX_BODY_BYTES), "largest AdmissionReview"),
     ("--watch-stale-seconds", "WEBHOOK_WATCH_STALE_SECONDS", "60", "not ready after the watch is broken this long"),
-    ("--reservation-ttl-seconds", "WEBHOOK_RESERVATION_TTL_SECONDS", "120", "how long a local admission holds GPUs"),
+    ("--reservation-ttl-seconds", "WEBHOOK_RESERVATION_TTL_SECONDS", "15", "how long a local admission holds GPUs"),
     # A reservation lives until the watch shows its pod (well under a second normally), so only reviews
     # that no pod follows (forged, or a flood) pile up; these bound how many GPUs they can hold.
     ("--max-reservations", "WEBHOOK_MAX_RESERVATIONS", "256", "local admissions awaiting their pod, in total"),

@@ -8,7 +8,7 @@ namespace that has a budget or caps: what it holds now (webhook.spending.reconci
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Final
 
 from kubeplumbing.spendrecord import SpendRecord
@@ -25,7 +25,8 @@ class SpendLedger:
     def __init__(self, *, clock: Callable[[], float], max_record_age: float) -> None:
         self._clock = clock
         self._max_age = max_record_age
-        self._own: dict[str, dict[str, OwnBurst]] = {}  # namespace -> pod uid -> what we counted
+        # namespace -> owner (the UID a job label carries) -> pod uid -> what we counted for that pod
+        self._own: dict[str, dict[str, dict[str, OwnBurst]]] = {}
         self._reserved: dict[str, dict[str, OwnBurst]] = {}  # namespace -> reservation id -> its price
         self.record: SpendRecord | None = None
         self.record_problem = ""  # why the last ConfigMap read could not be used ("": it could)
@@ -35,16 +36,21 @@ class SpendLedger:
     def count(self, pod: PodInfo, sign: int) -> None:
         if not pod.remote_gpus and not pod.remote_cost:
             return
-        # Keyed as JARVICE's job label names its owner, so the record's entry and ours meet: a pod's
+        # Grouped as JARVICE's job label names its owner, so the record's entry and ours meet: a pod's
         # UID, or for a gang's pod (its submitting rank carries the gang's count) the gang's identity.
+        # Each pod keeps an entry of its own under its owner: a pod that names another's UID as its
+        # gang adds to that count, never replaces or removes it.
         owner = pod.gang or pod.uid
         held = self._own.setdefault(pod.namespace, {})
         if sign > 0:
-            held[owner] = OwnBurst(pod.remote_gpus, pod.remote_cost, pod.remote_worst_case)
-        else:
+            held.setdefault(owner, {})[pod.uid] = OwnBurst(pod.remote_gpus, pod.remote_cost, pod.remote_worst_case)
+            return
+        pods = held.get(owner, {})
+        pods.pop(pod.uid, None)
+        if not pods:
             held.pop(owner, None)
-            if not held:
-                del self._own[pod.namespace]
+        if not held:
+            del self._own[pod.namespace]
 
     def reserve(self, reservation: RemoteReservation) -> None:
         if reservation.cost_per_hour or reservation.worst_case:
@@ -68,7 +74,8 @@ class SpendLedger:
         cost = sum(r.cost_per_hour for r in reserved.values())
         worst = sum(r.worst_case for r in reserved.values())
         record = self.record.namespaces.get(namespace) if self.record is not None else None
-        return reconcile(self._own.get(namespace, {}), InUse(gpus_reserved, cost, worst), record)
+        own = {owner: _total(pods.values()) for owner, pods in self._own.get(namespace, {}).items()}
+        return reconcile(own, InUse(gpus_reserved, cost, worst), record)
 
     def refusal(self, namespace: str) -> str:
         """Why the record cannot vouch for what runs now ("" when it can)."""
@@ -82,3 +89,11 @@ class SpendLedger:
                 f" running?), so no burst can be counted against the cost caps of namespace {namespace}"
             )
         return ""
+
+
+def _total(bursts: Iterable[OwnBurst]) -> OwnBurst:
+    """What an owner's pods were counted for together (a gang's submitting rank carries the gang's)."""
+    gpus, cost, worst = 0, 0.0, 0.0
+    for burst in bursts:
+        gpus, cost, worst = gpus + burst.gpus, cost + burst.cost_per_hour, worst + burst.worst_case
+    return OwnBurst(gpus, cost, worst)

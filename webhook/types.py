@@ -314,3 +314,15 @@ class Snapshot:
     burst_after: str | None = None  # the namespace's burst-after annotation as written (None: absent)
     namespace_machines: NamespaceMachines | None = None  # its machine annotations (None: neither)
     own_account: bool = False  # the namespace pays with its own key (`jarvice-account: own`)
+    # Local reservations the namespace may still make (the caps on outstanding ones, its own and the
+    # total): a gang decided local reserves one per rank at once. None: no cap.
+    reservation_room: ReservationRoom | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationRoom:
+    """How many more local reservations may be made now, and the cap that sets it (for the reason)."""
+
+    places: int
+    cap: int
+    scope: str  # "in namespace <name>" or "in total"

@@ -103,6 +103,30 @@ def test_runner_restarted_after_reporting_a_failure_submits_anew(env: dict[str, 
     assert state_of(env)["attempt"] == 2
 
 
+def test_runner_restarted_after_a_success_submits_nothing_and_waits(
+    env: dict[str, str], control: EmulatorControl
+) -> None:
+    env["APP_COMMAND_ARGS"] = "echo done"
+    code, first = run_runner(env)
+    assert code == 0, first.err
+    requests_before = control.stats()["requests"]
+    second = Runner.start(env)  # restartPolicy: Always restarts a container that succeeded
+    deadline = time.monotonic() + 15
+    while "the job already succeeded: not submitting again, waiting to be stopped" not in second.messages():
+        assert time.monotonic() < deadline, second.err
+        assert second.process.poll() is None, second.err  # it waits: no crash loop
+        time.sleep(0.02)
+    second.send(signal.SIGTERM)
+    assert second.wait() == 0, second.err
+    assert second.out == b""  # the output was the first runner's (kubectl logs --previous)
+    assert control.submissions(label_of(env, attempt=1))["count"] == 1
+    assert control.submissions(label_of(env, attempt=2))["count"] == 0
+    assert control.stats()["requests"] == requests_before  # not even a look at JARVICE
+    held = next(e for e in second.logs() if e["message"].startswith("the job already succeeded"))
+    assert (held["attempt"], held["exit_code"], held["job_label"]) == (1, 0, label_of(env))
+    assert state_of(env)["attempt"] == 1
+
+
 def test_two_containers_of_one_pod_get_jobs_of_their_own(env: dict[str, str], control: EmulatorControl) -> None:
     env["APP_COMMAND_ARGS"] = "echo hi"
     other = {**env, "NIMBIX_BURST_CONTAINER": "eval"}

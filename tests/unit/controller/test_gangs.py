@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from controller import stranding
-from controller.model import ReapView, parse_pod
+from controller.model import GangClaim, ReapView, parse_pod, parse_reap_view
 from controller.orphans import Job, plan_records, plan_round
+from jarvice.gangidentity import generation_uid, pod_group_uid
 from tests.unit.controller.builders import T0, job_owner, pod
 
 GANG = "99999999-8888-7777-6666-555555555555"  # the Job's UID
@@ -19,8 +20,14 @@ WALL = 1_700_000_000.0
 GANG_LABEL = f"k8s-{HERE}.{GANG}-1"  # the contract: the gang's UID in place of the pod's, no container part
 
 
+# An Indexed Job's pod: its controller owner reference names the Job whose UID is the gang's.
+JOB_CLAIM = GangClaim(generation=1, group="", job_uid=GANG)
+
+
 def rank(index: int, **changes: Any) -> ReapView:
-    base = ReapView(f"pod-{index}", "team", f"train-{index}", False, None, ("app",), True, False, gang=GANG)
+    base = ReapView(
+        f"pod-{index}", "team", f"train-{index}", False, None, ("app",), True, False, gang=GANG, gang_claim=JOB_CLAIM
+    )
     return replace(base, **changes)
 
 
@@ -48,6 +55,63 @@ def test_a_gangs_job_is_wanted_while_every_rank_can_follow_it(views: list[ReapVi
     )
     assert [o.reason for o in planned.orphans] == ([] if reason is None else [reason])
     assert GANG in planned.carried_uids
+
+
+def _reasons(views: list[ReapView], label: str = GANG_LABEL) -> list[str]:
+    planned = plan_round(
+        [Job(7, label, "PROCESSING STARTING")],
+        pods={v.uid: v for v in views},
+        cluster=HERE,
+        first_seen={},
+        now=0,
+        wall_now=WALL,
+        grace=0,
+    )
+    return [o.reason for o in planned.orphans]
+
+
+@pytest.mark.parametrize(
+    "twin",
+    [
+        # Label-less pods created carrying the product's marks: the webhook never saw them.
+        pytest.param(rank(9, namespace="elsewhere", terminal=True), id="finished-in-another-namespace"),
+        pytest.param(rank(9, terminal=True, gang_claim=None), id="finished-without-an-owner"),
+        pytest.param(rank(9, terminal=True, gang_claim=GangClaim(1, "", "another-job")), id="another-jobs-pod"),
+        pytest.param(rank(9, terminal=True, burst=False), id="not-decided-remote"),
+        pytest.param(replace(rank(9, terminal=True), decided=False), id="without-the-opt-in-label"),
+    ],
+)
+def test_a_pod_that_only_carries_a_gangs_identity_never_stops_its_job(twin: ReapView) -> None:
+    assert _reasons([rank(0), rank(1), twin]) == []
+
+
+def test_a_pod_group_member_is_one_of_its_own_namespace() -> None:
+    group = pod_group_uid(HERE, "team", "ddp")  # what the webhook names the group of "team"
+    label = f"k8s-{HERE}.{group}-1"
+    member = GangClaim(1, "ddp", "")
+    ours = [rank(0, gang=group, gang_claim=member), rank(1, gang=group, gang_claim=member)]
+    # Computed from the names, written on a finished pod of the same group name in another namespace:
+    twin = rank(9, namespace="elsewhere", gang=group, gang_claim=member, terminal=True)
+    assert _reasons([*ours, twin], label) == []
+    assert _reasons([*ours[:1], replace(ours[1], terminal=True)], label) == ["pod-finished"]  # its own still do
+
+
+def test_a_later_generation_is_claimed_with_its_generation() -> None:
+    second = generation_uid(GANG, 2)
+    label = f"k8s-{HERE}.{second}-1"
+    claim = GangClaim(2, "", GANG)
+    views = [rank(0, gang=second, gang_claim=claim), rank(1, gang=second, gang_claim=claim, terminal=True)]
+    assert _reasons(views, label) == ["pod-finished"]
+    wrong = GangClaim(1, "", GANG)  # says generation 1: the identity is not its own
+    assert _reasons([rank(0, gang=second, gang_claim=claim), rank(1, gang=second, gang_claim=wrong, terminal=True)],
+                    label) == []  # fmt: skip
+
+
+def test_the_claim_is_read_from_the_pods_own_fields() -> None:
+    body = pod(gang=GANG, decision="remote", owners=[job_owner(uid=GANG)])
+    body["metadata"]["annotations"]["nimbix-burst.io/gang-generation"] = "1"
+    assert parse_reap_view(body).gang_claim == GangClaim(1, "", GANG)
+    assert parse_reap_view(pod(decision="remote")).gang_claim is None
 
 
 def test_a_finished_gang_pod_is_recorded_only_once_no_live_job_carries_its_gang() -> None:
@@ -96,7 +160,8 @@ NEXT_LABEL = f"k8s-{HERE}.{NEXT}-1"
 
 
 def retry(index: int, **changes: Any) -> ReapView:
-    return rank(index, uid=f"retry-{index}", name=f"train-{index}-retry", gang=NEXT, **changes)
+    claim = GangClaim(generation=2, group="", job_uid=GANG)
+    return rank(index, uid=f"retry-{index}", name=f"train-{index}-retry", gang=NEXT, gang_claim=claim, **changes)
 
 
 @pytest.mark.parametrize(

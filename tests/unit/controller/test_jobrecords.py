@@ -9,8 +9,17 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from controller.jobrecords import BurstPod, JobFacts, job_uid, needs_finished_jobs, parse_burst_pod, plan_pod
+from controller.jobrecords import (
+    BurstPod,
+    JobFacts,
+    job_uid,
+    needs_finished_jobs,
+    parse_burst_pod,
+    plan_pod,
+    record_owners,
+)
 from controller.pricing import Rate
+from jarvice import contract
 from jarvice.ledger import MAX_LEDGER, parse_ledger
 
 UID = "4f1c2a9e-7b1d-4c55-9d0e-2a6b8c1e3f70"
@@ -260,3 +269,20 @@ def test_parse_burst_pod_keeps_only_burst_pods_and_our_annotations(obj: dict[str
 def test_the_uid_a_pods_jobs_carry(annotations: dict[str, str], expected: str | None) -> None:
     pod = BurstPod(uid="pod", namespace="team", name="p", terminal=False, annotations=annotations)
     assert job_uid(pod) == expected
+
+
+def test_a_pod_naming_another_pods_or_gangs_uid_never_takes_its_job_records() -> None:
+    gang = "99999999-8888-7777-6666-555555555555"
+    rank0 = {contract.ANNOTATION_GANG: gang, contract.ANNOTATION_GANG_RANK: "0"}
+    victim = BurstPod(uid="victim", namespace="team", name="v", terminal=False, annotations={})
+    rank_zero = BurstPod(uid="r0", namespace="team", name="r0", terminal=False, annotations=rank0)
+    twin_of_pod = BurstPod("t1", "elsewhere", "t1", False, {contract.ANNOTATION_GANG: "victim", **_RANK0})
+    twin_of_gang = BurstPod("t2", "elsewhere", "t2", False, rank0)
+    for order in ([victim, rank_zero, twin_of_pod, twin_of_gang], [twin_of_gang, twin_of_pod, rank_zero, victim]):
+        owners = record_owners(order)
+        assert owners["victim"] == "victim"  # a pod's own UID is its own, whatever another pod says
+        assert gang not in owners  # claimed by two submitting ranks: recorded on neither
+    assert record_owners([victim, rank_zero]) == {"victim": "victim", "r0": "r0", gang: "r0"}
+
+
+_RANK0 = {contract.ANNOTATION_GANG_RANK: "0"}

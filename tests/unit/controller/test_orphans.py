@@ -245,13 +245,3 @@ def test_a_job_of_a_pod_the_product_did_not_decide_is_wanted_by_nobody() -> None
     undecided = replace(view(), decided=False)
     (orphan,) = plan([Job(1, label(), "PROCESSING STARTING")], pods(undecided)).orphans
     assert orphan.reason == "not-decided"
-
-
-def test_a_pod_the_product_did_not_decide_is_no_rank_of_a_gang() -> None:
-    """A label-less twin annotated with a gang's UID neither keeps nor stops the gang's job."""
-    gang = "9a8b7c6d-5e4f-4a3b-9c2d-1e0f9a8b7c6d"
-    rank = replace(view(), gang=gang)
-    twin = replace(view(GONE, terminal=True), gang=gang, decided=False)
-    assert plan([Job(1, label(gang, container=None), "PROCESSING STARTING")], pods(rank, twin)).orphans == []
-    (orphan,) = plan([Job(1, label(gang, container=None), "PROCESSING STARTING")], pods(twin)).orphans
-    assert orphan.reason == "pod-gone"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from controller.machinerates import MachineRates
-from controller.pricing import Rate, needs_listing
+from controller.pricing import Rate, needs_listing, rates_of
 from jarvice.client import Unavailable
 from jarvice.model import Machine
 
@@ -54,3 +54,18 @@ def test_loops_share_one_listing_and_a_failure_keeps_the_last() -> None:
     listing.down, now[0] = True, 3600.0
     assert rates.current() == {"ng2": Rate(gpus=2, price=4.2)}  # stale but kept: better than no price
     assert (listing.calls, errors[0]) == (2, 1)
+
+
+def test_a_machine_without_a_price_is_costed_at_the_dearest_known_price() -> None:
+    machines = {
+        "ng1": Machine(name="ng1", cores=8, gpus=1, price=2.1),
+        "ng4": Machine(name="ng4", cores=32, gpus=4, price=8.4),
+        "odd": Machine(name="odd", cores=8, gpus=1, price=None),
+    }
+    assert rates_of(machines)["odd"] == Rate(gpus=1, price=8.4)  # never 0: caps would never bind
+    assert rates_of(machines)["ng1"] == Rate(gpus=1, price=2.1)
+
+
+def test_with_no_price_known_an_unpriced_machine_is_left_out() -> None:
+    # Nothing to cost it at: left out, so the webhook cannot price a burst on it (a capped namespace's pod stays local).
+    assert rates_of({"odd": Machine(name="odd", cores=8, gpus=1, price=None)}) == {}

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from controller import spending
+from controller.model import GangClaim, ReapView, owner_namespaces
 from controller.pricing import Rate
 from controller.spending import Counted, Ledger, LiveSeen, SpendJob
 from jarvice.model import JobEntry
@@ -237,3 +238,24 @@ def test_a_job_number_seen_before_under_another_uid_is_another_job() -> None:
     fourth = build([], [ended_a, ended_b], previous=third.ledger)
     assert fourth.record["namespaces"]["team-b"]["month_recorded"] == 2.0
     assert fourth.record["namespaces"]["team-a"]["month_recorded"] == 1.0
+
+
+def test_a_pod_carrying_another_pods_or_gangs_identity_never_moves_its_spend() -> None:
+    gang = "99999999-8888-7777-6666-555555555555"
+    claim = GangClaim(generation=1, group="", job_uid=gang)
+
+    def view(uid: str, namespace: str, *, gang_of: str = "", claim_of: GangClaim | None = None) -> ReapView:
+        return ReapView(uid, namespace, uid, False, None, ("app",), True, False, gang=gang_of, gang_claim=claim_of)
+
+    views = [
+        view(POD_A, "team-a"),  # a burst pod on its own
+        view("rank-0", "team-b", gang_of=gang, claim_of=claim),  # a gang's pod
+        # Pods elsewhere naming them: the burst pod's UID, and the gang's (with an owner reference to its Job).
+        view("twin-1", "elsewhere", gang_of=POD_A, claim_of=GangClaim(1, "", POD_A)),
+        view("twin-2", "elsewhere", gang_of=gang, claim_of=claim),
+    ]
+    for order in (views, views[::-1]):
+        owners = owner_namespaces(order, cluster=HERE)
+        assert owners[POD_A] == "team-a"  # a pod's own UID is its namespace's, whatever another pod says
+        assert gang not in owners  # claimed in two namespaces: not taken from the pods (the ledger keeps its own)
+    assert owner_namespaces(views[:2], cluster=HERE)[gang] == "team-b"

@@ -135,6 +135,13 @@ def test_a_pin_smaller_than_the_request_is_kept_with_a_warning() -> None:
     assert result.warning is not None and "smaller than requested" in result.warning
 
 
+def test_a_pin_outside_its_node_range_is_refused() -> None:
+    # ng1a runs on one node only: two would be refused by JARVICE, or priced and counted for one.
+    result = order_candidates(plan(num_gpus=1, machine="ng1a", nodes=2), CATALOGUE)
+    assert isinstance(result, NoMachineFits)
+    assert "scales 1..1 node(s)" in result.reason and "JARVICE_NODES=2" in result.reason
+
+
 FOUR = ("ng4", "ng4v", "ng4a")
 
 

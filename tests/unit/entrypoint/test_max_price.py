@@ -3,11 +3,15 @@ submits to a dearer machine (docs/money-safety.md, "Caps in money")."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from entrypoint import candidates, plan
+from entrypoint.gang import Gang
 from entrypoint.settings import SettingsError, parse_settings
 from jarvice import contract
+from jarvice.model import Machine
 from tests.unit.entrypoint.test_allowed_machines import CATALOGUE, REMOTE_OK, remote_plan
 
 
@@ -37,3 +41,49 @@ def test_an_unreadable_ceiling_is_refused_with_what_to_write(raw: str) -> None:
     env = {**REMOTE_OK, contract.ENV_MAX_PRICE: raw}
     with pytest.raises(SettingsError, match="NIMBIX_BURST_MAX_PRICE must be a price per node-hour"):
         parse_settings(env, argv=(), read_file=lambda path: "", hostname="h")
+
+
+# A 0-GPU machine that scales: the one a pod could ask for many nodes of and still pass the GPU check.
+SCALING = {**CATALOGUE, "n1": Machine(name="n1", cores=8, gpus=0, ram_gb=32, price=0.70, arch="x86_64", scale_max=32)}
+
+
+@pytest.mark.parametrize(
+    ("nodes", "expected"),
+    [
+        ("1", ("n1",)),  # 0.70 an hour, within the 2.40 counted
+        ("3", ("n1",)),  # 2.10 an hour
+        ("4", None),  # 2.80 an hour: over what was counted, though each node is within the ceiling
+        ("32", None),  # 22.40 an hour
+    ],
+)
+def test_the_ceiling_holds_for_the_whole_job_not_per_node(nodes: str, expected: tuple[str, ...] | None) -> None:
+    # The webhook counted this pod's one node at 2.40 an hour; JARVICE_NODES is the pod's own to write.
+    extra = {contract.ENV_MAX_PRICE: "2.4", "JARVICE_NODES": nodes}
+    chosen = candidates.order_candidates(remote_plan(gpus=0, allowed=None, machine="n1", extra=extra), SCALING)
+    if expected is None:
+        assert isinstance(chosen, plan.NoMachineFits)
+        assert "x nodes" in chosen.reason and contract.ENV_MAX_PRICE in chosen.reason
+    else:
+        assert isinstance(chosen, candidates.Candidates) and chosen.machines == expected
+
+
+def test_a_gang_is_counted_at_the_ceiling_times_its_size() -> None:
+    built = remote_plan(gpus=1, allowed=None, extra={contract.ENV_MAX_PRICE: "2.1"})
+    gang = dataclasses.replace(built, nodes=4, gang=Gang(uid="g", size=4, rank=0))
+    chosen = candidates.order_candidates(gang, SCALING | {"ng1": dataclasses.replace(CATALOGUE["ng1"], scale_max=8)})
+    assert isinstance(chosen, candidates.Candidates) and chosen.machines == ("ng1",)
+
+
+def test_a_machine_without_a_price_is_never_within_a_ceiling() -> None:
+    unpriced = {**CATALOGUE, "ng1": dataclasses.replace(CATALOGUE["ng1"], price=None)}
+    extra = {contract.ENV_MAX_PRICE: "2.4"}
+    chosen = candidates.order_candidates(remote_plan(gpus=1, allowed=None, extra=extra), unpriced)
+    assert isinstance(chosen, candidates.Candidates) and chosen.machines == ("ng1a-spot",)
+    pinned = candidates.order_candidates(remote_plan(gpus=1, allowed=None, machine="ng1", extra=extra), unpriced)
+    assert isinstance(pinned, plan.NoMachineFits)
+
+
+def test_without_a_ceiling_a_machine_without_a_price_comes_last() -> None:
+    unpriced = {**CATALOGUE, "ng1": dataclasses.replace(CATALOGUE["ng1"], price=None)}
+    chosen = candidates.order_candidates(remote_plan(gpus=1, allowed=None), unpriced)
+    assert isinstance(chosen, candidates.Candidates) and chosen.machines == ("ng1a-spot", "ng1a", "ng1")

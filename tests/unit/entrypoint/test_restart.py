@@ -22,8 +22,20 @@ LABEL = "k8s-4f1c2a9e-7b1d-4c55-9d0e-2a6b8c1e3f70-trainer-1"
         (RunnerState(3, LABEL, job_number=42, reported=False), "pick_up", 3),
         (RunnerState(1, LABEL, job_number=42, reported=True, exit_code=3), "retry", 2),
         (RunnerState(4, LABEL, job_number=42, reported=True, exit_code=143), "retry", 5),
+        # Only restartPolicy Always restarts a container that succeeded: never a second job for it.
+        (RunnerState(1, LABEL, job_number=42, reported=True, exit_code=0), "settled", 1),
+        (RunnerState(2, LABEL, job_number=43, reported=True, exit_code=0), "settled", 2),
     ],
-    ids=["no-state", "unreported-no-number", "unreported", "unreported-attempt-3", "reported-3", "reported-143"],
+    ids=[
+        "no-state",
+        "unreported-no-number",
+        "unreported",
+        "unreported-attempt-3",
+        "reported-3",
+        "reported-143",
+        "reported-success",
+        "reported-success-of-a-retry",
+    ],
 )
 def test_decide_start(previous: RunnerState | None, kind: str, attempt: int) -> None:
     decision = restart.decide_start(previous)

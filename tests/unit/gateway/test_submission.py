@@ -21,9 +21,9 @@ MACHINES = {
     "n0": Machine(name="n0", cores=4, gpus=0, price=0.1, scale_max=64),
     "ng1": Machine(name="ng1", cores=8, gpus=1, price=3.2, scale_max=8),
     "ng4": Machine(name="ng4", cores=32, gpus=4, price=12.0, scale_max=8),
-    "ngfree": Machine(name="ngfree", cores=8, gpus=1, price=0.0, scale_max=8),
+    "ngfree": Machine(name="ngfree", cores=8, gpus=1, price=None, scale_max=8),  # gives no mc_price
 }
-CATALOGUE = Catalogue(machines=MACHINES, priced=frozenset({"n0", "ng1", "ng4"}))  # ngfree gives no mc_price
+CATALOGUE = Catalogue(machines=MACHINES)
 
 TERMS = ContainerTerms(
     namespace="ns",
@@ -106,8 +106,7 @@ def test_a_price_ceiling_leaves_out_dearer_machines_and_machines_without_a_price
     capped = replace(TERMS, max_price=3.0)
     with pytest.raises(SubmitNotAllowed, match="at most 3 per node-hour with a known price"):
         admit_submit(_body(), capped, CATALOGUE)
-    # ngfree would be "free" if a missing price read as 0.
-    assert "ngfree" not in CATALOGUE.priced
+    assert CATALOGUE.price(MACHINES["ngfree"]) is None  # ngfree would be "free" if a missing price read as 0
 
 
 def test_an_uncapped_namespace_may_use_a_machine_without_a_price_and_its_cost_is_unknown() -> None:
@@ -166,5 +165,5 @@ def test_nothing_within_the_count_is_refused() -> None:
 def test_a_machine_without_a_price_is_never_taken_for_the_cheapest() -> None:
     """ngfree gives no mc_price: read as 0 it would be chosen over ng1 for every substitution."""
     assert admit_submit(_body(machine="ng4"), TERMS, CATALOGUE).machine == "ng1"
-    only_unpriced = Catalogue(machines={"ngfree": MACHINES["ngfree"]}, priced=frozenset())
+    only_unpriced = Catalogue(machines={"ngfree": MACHINES["ngfree"]})
     assert admit_submit(_body(machine="ng4"), TERMS, only_unpriced).machine == "ngfree"

@@ -153,6 +153,8 @@ def test_parse_machines() -> None:
     )
     assert machines["ng1"].gpus == 1 and machines["ng1"].scale_max == 4 and machines["ng1"].ram_gb == 64
     assert machines["odd"].ram_gb == 0 and machines["odd"].scale_min == 1
+    assert machines["ng1"].price == 2.1
+    assert machines["odd"].price is None  # no mc_price: unknown, never 0 (caps would never bind)
     for bad in ({"x": {"mc_cores": "8", "mc_gpus": None}}, {"x": []}, {"x": {"mc_cores": True, "mc_gpus": 0}}):
         with pytest.raises(client.ProtocolError, match="machines: entry 'x'"):
             client.parse_machines(bad)

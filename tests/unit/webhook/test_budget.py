@@ -290,3 +290,19 @@ def test_a_remote_reservation_travels_in_the_lease_with_an_empty_node() -> None:
     text = leadership.encode_handover([item])
     assert json.loads(text)[0]["node"] == ""  # a leader before budgets required a node: it drops the entry
     assert leadership.decode_handover(text) == [item]
+
+
+def test_a_pod_annotated_with_another_pods_gang_never_replaces_or_removes_its_count() -> None:
+    # A label-less pod created with the product's marks and `gang: <uid of a burst pod>` (the webhook
+    # never saw it): it may count itself, never stand in for the burst pod it names.
+    sync = make_sync()
+    assert sync.apply_event("pods", "ADDED", burst_pod("victim", 4)) is None
+    twin = burst_pod("twin", 1)
+    twin["metadata"]["labels"] = {}
+    twin["metadata"]["annotations"][contract.ANNOTATION_GANG] = "victim"
+    assert sync.apply_event("pods", "ADDED", twin) is None
+    assert admit(sync, 1, "r1")[0].over_budget  # the victim's 4 still count (and the twin's 1)
+    assert sync.apply_event("pods", "DELETED", twin) is None
+    assert admit(sync, 1, "r2")[0].over_budget  # deleting the twin took nothing of the victim's away
+    assert sync.apply_event("pods", "DELETED", burst_pod("victim", 4)) is None
+    assert admit(sync, 1, "r3")[0].outcome == "remote"

@@ -471,3 +471,21 @@ def test_a_gangs_other_ranks_carry_no_cost() -> None:
         assert result.outcome == "remote"
         costs.append(patched["metadata"]["annotations"][spending.ANNOTATION_COST_PER_HOUR])
     assert costs == ["6.4", "0"]
+
+
+def test_a_gang_whose_ranks_would_pass_the_namespaces_reservation_cap_bursts() -> None:
+    # One pod of a pod group reserves a place per rank: the ranks count against the namespace's cap,
+    # so one namespace cannot hold every node with admissions nobody follows.
+    clock = Clock()
+    cache = ClusterCache(
+        gpu_resources=(GPU,), clock=clock, reservation_ttl=60, max_reservations=8, max_reservations_per_namespace=2
+    )
+    sync = CacheSync(cache, clock=clock, kinds=KINDS_WITH_JOBS)
+    sync.apply_list("nodes", [node(f"n{i}", 1) for i in range(3)])
+    sync.apply_list("pods", [])
+    sync.apply_list("namespaces", [KUBE_SYSTEM, namespace("ns")])
+    sync.apply_list("jobs", [])
+    _, result = admit(sync, group_pod("ddp-0", total=3), "u0")
+    assert result.outcome == "remote"
+    assert "3 reservations" in result.reason and "cap 2" in result.reason, result.reason
+    assert [cache.free(f"n{i}")[GPU] for i in range(3)] == [1, 1, 1]  # nothing held for it

@@ -274,3 +274,26 @@ def pod_of(generation: str, *, terminal: bool = False, deleting: bool = False, d
 )
 def test_a_burst_generation_is_over_once_one_of_its_pods_finished(pods: list[PodInfo], over: bool) -> None:
     assert gangs.generation_over(pods) is over
+
+
+def test_a_job_in_another_namespace_makes_no_gang() -> None:
+    # A pod can name any Job as its controller; only a Job of its own namespace makes it a rank of that gang.
+    elsewhere = {JOB_UID: JobInfo(JOB_UID, "victims", "train", 3, 3)}
+    assert gangs.find_member(job_pod_meta(), namespace="ns", cluster=CLUSTER, jobs=elsewhere) is None
+
+
+def test_pods_of_another_namespace_never_tell_a_gangs_decision_or_end_its_generation() -> None:
+    # The gang of namespace "ns" (its Job known), and pods elsewhere annotated with its identity: a
+    # finished "burst" pod (it would end the generation) and a "local" one (it would make the gang local).
+    index = gangs.GangIndex()
+    index.upsert_job(JobInfo(JOB_UID, "ns", "train", 3, 3))
+    ours = PodInfo("p0", "ns", "p0", "", "", {}, False, Placement(), "", gang=JOB_UID, gang_rank=0, decision="remote")
+    twins = [
+        PodInfo("t1", "other", "t1", "", "", {}, True, Placement(), "", gang=JOB_UID, gang_rank=1, decision="remote"),
+        PodInfo("t2", "other", "t2", "", "", {}, False, Placement(), "", gang=JOB_UID, gang_rank=0, decision="local"),
+    ]
+    index.replace_pods([ours, *twins])
+    snap = index.snapshot(job_pod_meta("1"), namespace="ns", cluster=CLUSTER, now=0.0, ttl=60.0, hold=lambda _: None)
+    assert snap is not None
+    assert (snap.member.uid, snap.member.generation) == (JOB_UID, 1)  # the generation goes on
+    assert (snap.seen.kind, set(snap.seen.held)) == ("remote", {0})  # only its own pod tells

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from webhook.settings import SettingsError, parse_settings
@@ -11,6 +14,20 @@ def test_defaults() -> None:
     settings = parse_settings([], {}, check_files=False)
     assert (settings.max_reservations, settings.max_reservations_per_namespace) == (256, 64)
     assert settings.scheduler_names == ("default-scheduler",)
+
+
+def test_a_reservation_no_pod_claims_lives_seconds_by_default() -> None:
+    # A create the API server refuses after mutating admission (name taken, quota, validation) never
+    # shows a pod: what its admission reserved holds other namespaces' pods off those GPUs until the TTL.
+    assert parse_settings([], {}, check_files=False).reservation_ttl_seconds <= 15
+    root = Path(__file__).resolve().parents[3]
+    shipped = [
+        (root / "deploy/webhook.env").read_text(),
+        (root / "charts/nimbix-burst/values.yaml").read_text(),
+    ]
+    for text in shipped:
+        (value,) = re.findall(r"WEBHOOK_RESERVATION_TTL_SECONDS\W+(\d+)", text)
+        assert int(value) <= 15, text
 
 
 def test_env_and_flags() -> None:
