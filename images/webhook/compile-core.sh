@@ -21,6 +21,7 @@ mypyc=${1:?usage: compile-core.sh MYPYC}
   webhook/model.py \
   webhook/reasons.py \
   webhook/fitting.py \
+  webhook/room.py \
   webhook/accounting.py \
   webhook/reservations.py \
   webhook/provenance.py \
