@@ -29,6 +29,7 @@ CANDIDATE_CAP = 10
 
 _NOTHING: Mapping[str, int] = {}  # read-only stand-in for a node nothing is used or claimed on
 _NO_BUCKETS: Mapping[int, Mapping[str, None]] = {}
+_NO_COUNTS: Mapping[int, int] = {}
 NOT_FILED = -1  # a trial's re-filed node that is outside the buckets (see room.Trial)
 
 
@@ -75,6 +76,33 @@ def refile(view: ClusterView, name: str) -> None:
             key = max(free_amount(view, name, resource, allocatable[resource]), 0)
             buckets.setdefault(key, {})[name] = None
             bucket_of[name] = key
+    _index_claim_room(view, name, node)
+
+
+def _index_claim_room(view: ClusterView, name: str, node: NodeInfo | None) -> None:
+    """Keep ClusterView.claim_room for the node: what it would have free with its claims gone, while
+    it has claims (whether it is schedulable is for the eligibility to say, as making room reads it)."""
+    has_claims = node is not None and name in view.claims_on
+    for resource in view.gpu_resources:
+        by_node = view.claim_room.setdefault(resource, {})
+        counts = view.claim_room_counts.setdefault(resource, {})
+        old = by_node.pop(name, None)
+        if old is not None:
+            left = counts[old] - 1
+            if left:
+                counts[old] = left
+            else:
+                del counts[old]
+        total = node.allocatable.get(resource) if has_claims and node is not None else None
+        if total is not None:
+            room = total - view.used.get(name, _NOTHING).get(resource, 0)
+            by_node[name] = room
+            counts[room] = counts.get(room, 0) + 1
+
+
+def claim_room_reaches(view: ClusterView, resource: str, need: int) -> bool:
+    """Whether some node with claims would have `need` of `resource` free once its claims moved."""
+    return any(room >= need for room in view.claim_room_counts.get(resource, _NO_COUNTS))
 
 
 def _filed(bucket_of: Mapping[str, int], refiled: Mapping[str, int], name: str) -> int | None:

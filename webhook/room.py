@@ -24,6 +24,7 @@ from webhook.fitting import (
     add_amounts,
     advertises,
     best_partial_fit,
+    claim_room_reaches,
     covers,
     find_fit,
     free_amount,
@@ -97,8 +98,10 @@ def plan_room(view: ClusterView, requests: Requests, eligible: Eligibility) -> R
     once the claims on it move to other nodes that fit them, and those moves."""
     primary = primary_resource(view, requests)
     need = requests[primary]
-    if need > view.max_allocatable.get(primary, 0):
-        return Room(NO_FIT, (), view)  # no node has that many at all: no move can make room
+    if need > view.max_allocatable.get(primary, 0) or not claim_room_reaches(view, primary, need):
+        # No node has that many at all, or none with claims would even with them gone: no move can
+        # make room (the index answers what the walk below would find, without it).
+        return Room(NO_FIT, (), view)
     trial: Trial | None = None
     moves: list[ClaimMove] = []
     tried = 0
@@ -167,6 +170,8 @@ class Trial:
             by_label=shared.by_label,
             claims=shared.claims,
             claims_on=shared.claims_on,
+            claim_room=shared.claim_room,
+            claim_room_counts=shared.claim_room_counts,
             refiled={resource: {} for resource in shared.gpu_resources},
         )
         self._own_claimed: set[str] = set()

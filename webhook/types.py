@@ -240,6 +240,12 @@ class ClusterView:
     # re-filed to (NOT_FILED: out of them), in the order of re-filing; read over `buckets`. Empty
     # in the cache's own view.
     refiled: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Nodes with claims placed on them, by what they would have free with every claim gone
+    # (allocatable - used), per GPU resource: resource -> node -> that amount, and resource -> amount
+    # -> how many such nodes. Making room (webhook.room) needs such a node, and with none it answers
+    # at once, not after a walk over every node with claims. Kept by fitting.refile.
+    claim_room: dict[str, dict[str, int]] = field(default_factory=dict)
+    claim_room_counts: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
 ClaimMove = tuple[str, str]  # (claim id, the node it moves to)
