@@ -9,6 +9,7 @@ Phases (each prints progress; every server is started and stopped by PID, loopba
   3. HTTPS load: limit server, then the webhook on synthetic clusters and the Alibaba cluster
   4. real control plane: 1k nodes / 10k pods -> webhook sync time, naive baseline, pod CREATE
   5. staging: stage-in and copy-back vs OpenSSH's sftp on a loopback sshd (bench.staging)
+  6. the webhook's admission time under the what-if replay's default slice (bench.replay_admission)
 Writes bench/results.json, bench/results.md and bench/results.png; logs go to bench/out/<run>/.
 """
 
@@ -29,7 +30,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import http_load, realcluster, report, staging
+from bench import http_load, realcluster, replay_admission, report, staging
 from devplatform import compiled_core
 from devplatform.cluster import processes
 
@@ -99,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-http", action="store_true", help="skip the HTTPS load phase")
     parser.add_argument("--skip-real-cluster", action="store_true", help="skip the control-plane phase")
     parser.add_argument("--skip-staging", action="store_true", help="skip the staging phase (vs OpenSSH sftp)")
+    parser.add_argument(
+        "--skip-replay", action="store_true", help="skip the admission time under the what-if replay's slice"
+    )
     parser.add_argument("--out", type=Path, default=BENCH_DIR, help="where results.{json,md,png} go")
     parser.add_argument(
         "--interpreted",
@@ -162,6 +166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 creates_per_round=10 if args.quick else 25,
                 webhook_tree=tree,
             )
+
+    if not args.skip_replay:
+        with phase("replay", "the webhook's admission time under the what-if replay's default slice"):
+            results["replay_admission"] = replay_admission.run(run_dir, webhook_tree=tree, quick=args.quick)
 
     staging_table = ""
     if not args.skip_staging:
