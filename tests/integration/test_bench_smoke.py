@@ -106,7 +106,15 @@ def test_in_process_decision_timing_reports_both_outcomes(monkeypatch: pytest.Mo
     assert sync.fully_synced
     assert sync.cache.node_count == 100
     rows = [inprocess.measure_case("synthetic:100", sync, case, policy) for case in inprocess.SYNTHETIC_CASES]
-    assert [row["outcome"] for row in rows] == ["local", "remote", "remote"]
+    outcomes = {row["case"]: row["outcome"] for row in rows}
+    assert outcomes == {
+        "local": "local",
+        "remote": "remote",
+        "remote-selector": "remote",
+        "gang-local": "local",
+        "gang-remote": "remote",
+        "remote-capped": "remote",  # priced, within its caps and budget: it bursts
+    }
     assert all(row["decide_us"] > 0 and row["admit_us"] > 0 and row["handler_us"] > 0 for row in rows)
     assert rows[0]["claims"] == 10
 
