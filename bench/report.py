@@ -531,6 +531,8 @@ def _decision_section(results: Mapping[str, Any]) -> list[str]:
     for row in rows:
         by_cluster.setdefault(row["cluster"], {})[row["case"]] = row
     cases = ("local", "remote", "remote-selector")
+    # admit() only: a gang's first pod and a capped namespace's burst (their placement is a pod's, or a packing).
+    admitted = (*cases, "gang-local", "gang-remote", "remote-capped")
     table_rows = []
     for cluster, by_case in by_cluster.items():
         any_row = next(iter(by_case.values()))
@@ -541,7 +543,7 @@ def _decision_section(results: Mapping[str, Any]) -> list[str]:
                 f"{any_row['pods_cached']:,}",
                 f"{any_row['claims']:,}",
                 *(_fmt(by_case[c]["decide_us"], 1) if c in by_case else "-" for c in cases),
-                *(_fmt(by_case[c]["admit_us"], 1) if c in by_case else "-" for c in cases),
+                *(_fmt(by_case[c]["admit_us"], 1) if c in by_case else "-" for c in admitted),
             ]
         )
     reserve = results["decisions"].get("reserve_release_us", {})
@@ -556,8 +558,10 @@ def _decision_section(results: Mapping[str, Any]) -> list[str]:
         "",
         "decide() is the pure decision from the cache; admit() is the whole admission (shape checks, GPU "
         'request, placement, decide, patch and response). "remote, selector" is a 1-GPU pod whose nodeSelector '
-        "matches no node (Alibaba: pinned to the 404 T4 nodes, all full; the label index visits each of them)."
-        + reserve_note,
+        "matches no node (Alibaba: pinned to the 404 T4 nodes, all full; the label index visits each of them). "
+        '"gang" is the first pod of a Kueue pod group of 3 (x 1 GPU: local, x 8: remote), reviewed as a dry run, so '
+        'every review packs the whole gang; "capped" an 8-GPU pod in a namespace with a GPU budget and both cost '
+        "caps, priced and reconciled with a fresh spend record." + reserve_note,
         "",
         *_table(
             [
@@ -571,6 +575,9 @@ def _decision_section(results: Mapping[str, Any]) -> list[str]:
                 "admit() local",
                 "admit() remote",
                 "admit() remote, selector",
+                "admit() gang, local",
+                "admit() gang, remote",
+                "admit() remote, capped",
             ],
             table_rows,
         ),
