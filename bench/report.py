@@ -8,6 +8,7 @@ Field-name suffixes carry the units: _ms milliseconds, _us microseconds, _s seco
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
@@ -196,7 +197,12 @@ def _added_target(create: Mapping[str, Any], name: str, other: str, goal: float)
     pooled = create[f"added_ratio_vs_{name}"]
     paired = create.get(f"added_ratio_paired_vs_{name}")
     rounds = create.get(f"added_ratio_rounds_vs_{name}") or []
-    spread = f"; per round {_fmt(min(rounds))}-{_fmt(max(rounds))}x over {len(rounds)} rounds" if rounds else ""
+    spread = (
+        f"; per round median {_fmt(statistics.median(rounds))}x, {_fmt(min(rounds))}-{_fmt(max(rounds))}x over"
+        f" {len(rounds)} rounds"
+        if rounds
+        else ""
+    )
     judged = paired if paired is not None else pooled
     return Target(
         name=f"Added pod CREATE latency, ours vs the {other} webhook",
