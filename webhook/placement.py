@@ -98,9 +98,9 @@ class Packing:
 
 def pack(view: ClusterView, requests: Requests, placement: Placement, *, size: int) -> Packing:
     """Each of `size` pods asking `requests` on a node, one after the other, best fit first, on a
-    trial copy of what a placement writes, so the resources one pod takes are never counted for
-    another. Pods of a gang are alike, so filling nodes in this order places as many as any order
-    would. Stops at the first pod that has no node."""
+    trial (room.Trial: what a placement writes, its own, over the shared view), so the resources one
+    pod takes are never counted for another. Pods of a gang are alike, so filling nodes in this order
+    places as many as any order would. Stops at the first pod that has no node."""
     if size > MAX_GANG_SIZE:
         return Packing((), size)
     trial = Trial(view)
