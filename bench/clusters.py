@@ -405,7 +405,12 @@ def count_cluster(nodes: Sequence[RawObject], pods: Sequence[PodRecord]) -> Clus
 # ----- AdmissionReview bodies -------------------------------------------------------------------
 
 
-def build_review_pod(*, gpus: int, name: str = "trainer-7f9c4b8d6-x2k9q", namespace: str = "ml-team") -> RawObject:
+REVIEW_NAMESPACE = "ml-team"  # where the reviewed pod is created (no budget, no caps)
+
+
+def build_review_pod(
+    *, gpus: int, name: str = "trainer-7f9c4b8d6-x2k9q", namespace: str = REVIEW_NAMESPACE
+) -> RawObject:
     """A pod as the API server hands it to a mutating webhook: defaulted, with the service-account
     volume, default tolerations, several env vars, volumes, labels and annotations (~3 KB)."""
     limits = {"cpu": "8", "memory": "64Gi", GPU: str(gpus)}

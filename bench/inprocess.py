@@ -28,8 +28,10 @@ from typing import Any, TypedDict
 import orjson
 
 from bench import clusters
+from kubeplumbing.spendrecord import MachineRate, NamespaceSpend, SpendRecord
 from webhook import admission, review
 from webhook.cache import ClusterCache
+from webhook.gangs import ANNOTATION_KUEUE_TOTAL, LABEL_KUEUE_GROUP
 from webhook.model import parse_placement, pod_compute, pod_gpus
 from webhook.mutation import RewritePolicy
 from webhook.settings import parse_settings
@@ -65,6 +67,26 @@ class Case:
     name: str
     gpus: int
     node_selector: dict[str, str]
+    gang: int = 0  # pods of its Kueue pod group (0: a pod alone); every review is the gang's first (dry run)
+    namespace: str = clusters.REVIEW_NAMESPACE
+
+
+# A namespace with a GPU budget and both cost caps, and the controller's spend record for it: a burst
+# there is priced and reconciled with what JARVICE holds on every review (webhook.spending).
+CAPPED_NAMESPACE = "capped-team"
+CAPPED = {
+    "apiVersion": "v1",
+    "kind": "Namespace",
+    "metadata": {
+        "name": CAPPED_NAMESPACE,
+        "uid": "0f7e3c1a-5b2d-4c8e-9a6f-2d4b6e8f0a1c",
+        "annotations": {
+            "nimbix-burst.io/max-remote-gpus": "100000",
+            "nimbix-burst.io/max-cost-per-hour": "1000000",
+            "nimbix-burst.io/max-cost-per-month": "100000000",
+        },
+    },
+}
 
 
 def log(message: str) -> None:
@@ -103,8 +125,24 @@ def fill_cache(name: str, policy: RewritePolicy, *, gpu_only: bool) -> CacheSync
     sync.apply_list("nodes", list(raw_nodes))
     pods = [pod for page in iter_pod_pages(records, gpu_only=gpu_only) for pod in page]
     sync.apply_list("pods", pods)
-    sync.apply_list("namespaces", [clusters.KUBE_SYSTEM])  # no burst budgets; kube-system names the cluster
+    # kube-system names the cluster; one namespace has a budget and cost caps (the capped cases).
+    sync.apply_list("namespaces", [clusters.KUBE_SYSTEM, CAPPED])
+    sync.cache.spend.set_record(spend_record(CAPPED_NAMESPACE))
     return sync
+
+
+def spend_record(namespace: str) -> SpendRecord:
+    """The controller's record, fresh: the namespace's jobs hold 8 GPUs; machines of 1 and 8 GPUs."""
+    return SpendRecord(
+        observed_at=int(time.time()),
+        month=time.strftime("%Y-%m", time.gmtime()),
+        namespaces={
+            namespace: NamespaceSpend(cost_per_hour=20.0, month_recorded=100.0, month_worst_case=400.0, gpus=8)
+        },
+        unattributed_jobs=0,
+        unattributed_cost_per_hour=0.0,
+        machines={"n1": MachineRate(gpus=1, price=2.5), "n8": MachineRate(gpus=8, price=20.0)},
+    )
 
 
 def per_call_seconds(fn: Callable[[], object]) -> float:
@@ -132,9 +170,12 @@ def _us(samples: Sequence[float]) -> tuple[float, float]:
 
 
 def review_for(case: Case) -> bytes:
-    pod = clusters.build_review_pod(gpus=case.gpus)
+    pod = clusters.build_review_pod(gpus=case.gpus, namespace=case.namespace)
     if case.node_selector:
         pod["spec"]["nodeSelector"] = dict(case.node_selector)
+    if case.gang:
+        pod["metadata"]["labels"][LABEL_KUEUE_GROUP] = f"bench-{case.name}"
+        pod["metadata"]["annotations"][ANNOTATION_KUEUE_TOTAL] = str(case.gang)
     return json.dumps(clusters.build_review(pod, uid="bench-review", dry_run=True)).encode()
 
 
@@ -145,8 +186,10 @@ def measure_case(cluster: str, sync: CacheSync, case: Case, policy: RewritePolic
     spec = request.object["spec"]
     gpus = {**pod_gpus(spec, policy.gpu_resources), **pod_compute(spec)}  # what admit() decides on
     placement = parse_placement(spec)
-    outcome = admission.decide_placement(gpus, placement, cache).kind
+    outcome: str = admission.decide_placement(gpus, placement, cache).kind
     admitted = admission.admit(request, cache=cache, policy=policy)
+    if case.gang:
+        outcome = admitted.outcome  # the gang's packing decides, not one pod's fit
     if admitted.outcome != outcome:
         raise RuntimeError(f"admit() and decide() disagree for {case.name}: {admitted.outcome} vs {outcome}")
 
@@ -182,6 +225,9 @@ SYNTHETIC_CASES = (
     Case("local", 1, {}),
     Case("remote", 8, {}),
     Case("remote-selector", 1, {clusters.GPU_MODEL_LABEL: ABSENT_MODEL}),
+    Case("gang-local", 1, {}, gang=3),
+    Case("gang-remote", 8, {}, gang=3),
+    Case("remote-capped", 8, {}, namespace=CAPPED_NAMESPACE),
 )
 ALIBABA_CASES = (
     Case("local", 1, {}),

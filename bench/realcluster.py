@@ -410,6 +410,13 @@ async def measure_creates(
         per_variant["ours"]["cpu_per_create_idle_us"] = round(idle[0] / idle[1] * 1e6, 1) if idle[1] else None
     on_summary = summaries.get("ours", off)
 
+    def round_ratios(other: str) -> list[float]:
+        """Per round: ours' added latency over `other`'s, each against that round's "off" (the spread)."""
+        if "ours" not in round_medians or other not in round_medians:
+            return []
+        rounds_of = zip(round_medians["ours"], round_medians[other], round_medians["off"], strict=True)
+        return [round((ours - off) / (theirs - off), 3) for ours, theirs, off in rounds_of if theirs != off]
+
     def added_ratio(other: str, field: str) -> float | None:
         """Ours' added latency over `other`'s; `field`: pooled p50 difference, or paired median."""
         ours_added = per_variant.get("ours", {}).get(field)
@@ -427,6 +434,8 @@ async def measure_creates(
         # within-round differences hardly at all.
         "added_ratio_paired_vs_aiohttp": added_ratio("aiohttp", "added_p50_paired_median_ms"),
         "added_ratio_paired_vs_go": added_ratio("go", "added_p50_paired_median_ms"),
+        "added_ratio_rounds_vs_aiohttp": round_ratios("aiohttp"),
+        "added_ratio_rounds_vs_go": round_ratios("go"),
         "off": off,
         "on": on_summary,
         "mutated_creates": len(samples.get("ours", [])),

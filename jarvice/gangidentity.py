@@ -8,16 +8,22 @@ The webhook names a gang from the pod's own namespace and owner, the controller 
 
 from __future__ import annotations
 
+import functools
 import uuid
 
 KUEUE_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+# A gang's pod asks for its identity and its generations' at every admission: uuid5 (a SHA-1 and a
+# UUID object) cost ~25 us each, a third of a gang's snapshot. Pure, so a bounded memo is exact.
+_UID_MEMO = 4096
 
 
+@functools.lru_cache(maxsize=_UID_MEMO)
 def pod_group_uid(cluster: str, namespace: str, group: str) -> str:
     """A Kueue pod group's identity: the same for every pod of the group, another in another namespace."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{cluster}/{namespace}/{group}"))
 
 
+@functools.lru_cache(maxsize=_UID_MEMO)
 def generation_uid(gang_uid: str, generation: int) -> str:
     """The identity of a gang's generation: generation 1's is the gang's own (the Job's UID, the pod
     group's uuid5), a later one's a uuid5 of it, the same wherever it is computed."""

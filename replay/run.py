@@ -314,7 +314,9 @@ class Replay:
                 # The log is appended to across runs; admission latencies are read from it.
                 (run_dir / "logs" / "webhook.log").unlink(missing_ok=True)
                 args = (*WEBHOOK_ARGS, *(SPEND_ARGS if capped else ()))
-                hook = addons.start_webhook(run_dir, kubeconfig=self.plane.kubeconfig_path, args=args)
+                hook = addons.start_webhook(
+                    run_dir, kubeconfig=self.plane.kubeconfig_path, args=args, cwd=settings.webhook_tree
+                )
                 config_name = addons.register_webhook(self.plane, hook, name_suffix="-replay")
                 _wait_webhook_active(self.core, namespace)
                 if capped:
@@ -533,6 +535,7 @@ def run(settings: Settings) -> int:
         "max_wall_seconds": settings.max_wall_seconds,
         "burst_after_seconds": list(settings.burst_after),
         "max_cost_per_hour": list(settings.cost_caps),
+        "webhook_tree": str(settings.webhook_tree) if settings.webhook_tree is not None else None,
         "gangs": settings.gangs,
     }
     notes = build_notes(settings, plan, runs)

@@ -65,6 +65,9 @@ class Settings:
     # The webhook policy once per cap (and burst-after setting): its namespace's max-cost-per-hour; None: no cap.
     cost_caps: tuple[float | None, ...] = ()
     gangs: bool = True  # a multi-pod trace job replayed as one gang (replay.gangs); False: pod by pod
+    # The checkout whose `webhook` package runs (e.g. devplatform.compiled_core's directory, what the
+    # image ships); None: this one's .py files.
+    webhook_tree: Path | None = None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -112,6 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="replay every pod alone (default: a multi-pod trace job is a gang, a Kueue pod group)",
     )
     p.add_argument(
+        "--webhook-tree",
+        type=Path,
+        default=None,
+        help="run the webhook from this directory (e.g. the one `python -m devplatform.compiled_core` prints: the"
+        " decision core compiled as the image ships it); default: this checkout's .py files",
+    )
+    p.add_argument(
         "--save-history",
         action="store_true",
         help="write each policy's recorded run to OUT/history-<policy>.jsonl.gz (for python -m replay.explain)",
@@ -151,6 +161,8 @@ def parse_settings(argv: Sequence[str]) -> Settings:
     caps = _parse_caps(str(args.max_cost_per_hour), problems)
     if caps and "webhook" not in policies:
         problems.append("--max-cost-per-hour needs the webhook policy (--policies ...,webhook)")
+    if args.webhook_tree is not None and not (args.webhook_tree / "webhook" / "__main__.py").is_file():
+        problems.append(f"--webhook-tree: {args.webhook_tree} holds no webhook package (webhook/__main__.py)")
     if problems:
         raise SettingsError("; ".join(problems))
     webhook_runs = max(len(burst_after), 1) * max(len(caps), 1)
@@ -176,6 +188,7 @@ def parse_settings(argv: Sequence[str]) -> Settings:
         burst_after=tuple(burst_after),
         cost_caps=tuple(caps),
         gangs=not args.no_gangs,
+        webhook_tree=args.webhook_tree,
     )
 
 

@@ -14,7 +14,7 @@ claim, or is filled by a pod the scheduler bound there, its claims move to anoth
 room that frees anywhere later (a pod gone, a claim released, a node that appears or grows) goes
 first to those claims (settle): the scheduler will place their pods there, so it is not free.
 Claims are guesses, so they also move to make room for a new pod no node fits as they sit: the
-decision plans the moves (fitting.plan_room), the ledger applies them (move_claims).
+decision plans the moves (room.plan_room), the ledger applies them (move_claims).
 
 Every change of what a node holds re-files it in the free-count buckets of the ClusterView.
 """
@@ -196,6 +196,6 @@ class ClaimLedger:
     # ----- making room ---------------------------------------------------------------------------
 
     def move_claims(self, moves: Sequence[ClaimMove]) -> None:
-        """Apply claim moves a decision planned (see fitting.plan_room), in their order."""
+        """Apply claim moves a decision planned (see room.plan_room), in their order."""
         for claim_id, node in moves:
             self.add_claim(claim_id, replace(self._claims[claim_id], node=node))

@@ -336,7 +336,7 @@ class ClusterCache:
                                         hold=held.hold)  # fmt: skip
 
     def move_claims(self, moves: Sequence[ClaimMove]) -> None:
-        """Move claims of pods not bound yet as a decision planned, to make room (see fitting.plan_room)."""
+        """Move claims of pods not bound yet as a decision planned, to make room (see room.plan_room)."""
         if moves:
             self.ledger.move_claims(moves)
 

@@ -4,7 +4,7 @@ The decision's second step (webhook.decision.decide), for every kind of pod:
   - a pod alone is local iff some single node can host its whole request (choose): its placement
     rules are applied once (scheduling.eligibility) and the fit search (fitting) works over them,
     making room by moving claims of pods not bound yet when no node fits as they sit
-    (fitting.search_room): moves change where claims sit, never what they hold;
+    (room.search_room): moves change where claims sit, never what they hold;
   - a gang's first pod is local only when every pod of the gang fits at once (pack), and then every
     rank's place is known;
   - a later pod of a gang decided local takes its rank's reserved place, or a fit now.
@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from webhook.fitting import CANDIDATE_CAP, Trial, find_fit, search_room
+from webhook.fitting import CANDIDATE_CAP, find_fit
 from webhook.gang_decision import GangPart, describe_gang_need
 from webhook.reasons import describe_need, explain_no_fit
+from webhook.room import Trial, search_room
 from webhook.scheduling import eligibility
 from webhook.types import ClaimMove, ClusterView, Decision, Placement, PodNeeds, Requests, Snapshot
 
@@ -31,7 +32,7 @@ ALREADY_REMOTE = Decision(kind="remote", reason="already decided: remote")
 class Choice:
     """Where the placement put a pod: `decision` local (on its node) or remote (why no node could
     host it); `moves`, claims of pods not bound yet moved, in order, to make room (see
-    fitting.plan_room): the cache applies them whatever follows (a capped decision's and a dry run's
+    room.plan_room): the cache applies them whatever follows (a capped decision's and a dry run's
     too), as make_room moved them in place; `nodes`, a gang's ranks' nodes when the whole gang fits;
     `waits`, a later pod of a gang decided local that finds no place now (it waits for local GPUs:
     its gang runs here)."""
@@ -97,9 +98,9 @@ class Packing:
 
 def pack(view: ClusterView, requests: Requests, placement: Placement, *, size: int) -> Packing:
     """Each of `size` pods asking `requests` on a node, one after the other, best fit first, on a
-    trial copy of what a placement writes, so the resources one pod takes are never counted for
-    another. Pods of a gang are alike, so filling nodes in this order places as many as any order
-    would. Stops at the first pod that has no node."""
+    trial (room.Trial: what a placement writes, its own, over the shared view), so the resources one
+    pod takes are never counted for another. Pods of a gang are alike, so filling nodes in this order
+    places as many as any order would. Stops at the first pod that has no node."""
     if size > MAX_GANG_SIZE:
         return Packing((), size)
     trial = Trial(view)

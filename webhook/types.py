@@ -228,7 +228,7 @@ class ClusterView:
     claimed_total: dict[str, int]  # resource -> sum of `claimed`
     # resource -> free count -> node names (insertion-ordered set) of schedulable nodes
     buckets: dict[str, dict[int, dict[str, None]]]
-    bucket_of: dict[tuple[str, str], int]  # (resource, node) -> its bucket
+    bucket_of: dict[str, dict[str, int]]  # resource -> node -> its bucket (free count)
     max_allocatable: dict[str, int]  # resource -> the most any node has
     cordoned: dict[str, None]  # Ready but cordoned GPU nodes: outside the buckets
     unschedulable_gpu_nodes: set[str]
@@ -237,6 +237,16 @@ class ClusterView:
     by_label: dict[tuple[str, str], dict[str, None]]
     claims: dict[str, Claim]  # claim id ("pod:<uid>" or "res:<reservation id>") -> the claim
     claims_on: dict[str, dict[str, None]]  # node -> ids of the claims placed there, oldest first
+    # A trial's view only (webhook.room.Trial): resource -> node -> the free-count bucket it was
+    # re-filed to (NOT_FILED: out of them), in the order of re-filing; read over `buckets`. Empty
+    # in the cache's own view.
+    refiled: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Nodes with claims placed on them, by what they would have free with every claim gone
+    # (allocatable - used), per GPU resource: resource -> node -> that amount, and resource -> amount
+    # -> how many such nodes. Making room (webhook.room) needs such a node, and with none it answers
+    # at once, not after a walk over every node with claims. Kept by fitting.refile.
+    claim_room: dict[str, dict[str, int]] = field(default_factory=dict)
+    claim_room_counts: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
 ClaimMove = tuple[str, str]  # (claim id, the node it moves to)
@@ -251,7 +261,7 @@ def empty_view(gpu_resources: tuple[str, ...]) -> ClusterView:
         claimed={},
         claimed_total={},
         buckets={r: {} for r in gpu_resources},
-        bucket_of={},
+        bucket_of={r: {} for r in gpu_resources},
         max_allocatable=dict.fromkeys(gpu_resources, 0),
         cordoned={},
         unschedulable_gpu_nodes=set(),

@@ -21,6 +21,7 @@ mypyc=${1:?usage: compile-core.sh MYPYC}
   webhook/model.py \
   webhook/reasons.py \
   webhook/fitting.py \
+  webhook/room.py \
   webhook/accounting.py \
   webhook/reservations.py \
   webhook/provenance.py \
@@ -28,6 +29,11 @@ mypyc=${1:?usage: compile-core.sh MYPYC}
   webhook/spend_ledger.py \
   webhook/cache.py \
   webhook/sync.py \
+  webhook/gangs.py \
+  webhook/gang_decision.py \
+  webhook/waiting.py \
+  webhook/machine_terms.py \
+  webhook/data_volumes.py \
   webhook/placement.py \
   webhook/burst.py \
   webhook/verdict.py \

@@ -37,5 +37,5 @@ def view_of(*nodes: Node) -> ClusterView:
             view.unschedulable_gpu_nodes.add(n.name)
         else:
             view.buckets[GPU].setdefault(n.gpus - n.used, {})[n.name] = None
-            view.bucket_of[(GPU, n.name)] = n.gpus - n.used
+            view.bucket_of[GPU][n.name] = n.gpus - n.used
     return view

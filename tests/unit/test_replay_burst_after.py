@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -65,11 +66,18 @@ def test_the_wall_budget_grows_with_the_runs_unless_given() -> None:
         (["--max-cost-per-hour", "-5"], "--max-cost-per-hour: '-5' is not a number >= 0"),
         (["--max-cost-per-hour", "10,10.0"], "--max-cost-per-hour: each value once"),
         (["--max-cost-per-hour", "10", "--policies", "no-bursting"], "--max-cost-per-hour needs the webhook policy"),
+        (["--webhook-tree", "/nonexistent"], "--webhook-tree: /nonexistent holds no webhook package"),
     ],
 )
 def test_a_bad_setting_says_what_to_fix(argv: list[str], says: str) -> None:
     with pytest.raises(SettingsError, match=says):
         parse_settings(argv)
+
+
+def test_the_webhook_runs_from_the_tree_asked_for() -> None:
+    checkout = Path(__file__).resolve().parents[2]
+    assert parse_settings([]).webhook_tree is None
+    assert parse_settings(["--webhook-tree", str(checkout)]).webhook_tree == checkout
 
 
 @pytest.mark.parametrize(

@@ -97,3 +97,49 @@ def test_find_fit_matches_brute_force(
     else:
         assert partial is not None
         assert partial[1] == max(free.values())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    cluster=nodes_strategy,
+    events=st.lists(
+        st.tuples(
+            st.sampled_from(["pod", "delete-pod", "delete-node", "cordon"]),
+            st.integers(0, 24),  # which node or pod
+            st.integers(1, 4),  # GPUs
+            st.booleans(),  # bound
+        ),
+        max_size=40,
+    ),
+)
+def test_claim_room_index_matches_a_scan(
+    cluster: list[tuple[int, str, bool, bool]], events: list[tuple[str, int, int, bool]]
+) -> None:
+    """Making room asks the index whether any node with claims would fit the pod with them gone: after
+    any sequence of pod and node changes it says what a scan of the claims' nodes says."""
+    cache = ClusterCache(gpu_resources=(GPU,), clock=lambda: 0.0, reservation_ttl=60)
+    sync = CacheSync(cache, clock=lambda: 0.0)
+    sync.apply_list("nodes", [node(f"n{i}", gpus, labels={"model": m}) for i, (gpus, m, _, _) in enumerate(cluster)])
+    for j, (what, index, gpus, bound) in enumerate(events):
+        name = f"n{index % len(cluster)}"
+        if what == "pod":
+            raw = pod(container(gpus=gpus), name=f"p{j}", node_name=name if bound else "")
+            raw["metadata"]["uid"] = f"u{j}"
+            sync.apply_event("pods", "ADDED", raw)
+        elif what == "delete-pod":
+            sync.apply_event("pods", "DELETED", {"metadata": {"uid": f"u{index}", "name": f"p{index}"}})
+        elif what == "delete-node":
+            sync.apply_event("nodes", "DELETED", {"metadata": {"name": name}})
+        else:
+            sync.apply_event("nodes", "MODIFIED", node(name, gpus, unschedulable=True))
+        view = cache.view
+        scan: dict[str, int] = {}
+        for claimed_node in view.claims_on:
+            info = view.nodes.get(claimed_node)
+            if info is not None and GPU in info.allocatable:
+                scan[claimed_node] = info.allocatable[GPU] - view.used.get(claimed_node, {}).get(GPU, 0)
+        assert view.claim_room.get(GPU, {}) == scan
+        counts: dict[int, int] = {}
+        for room in scan.values():
+            counts[room] = counts.get(room, 0) + 1
+        assert view.claim_room_counts.get(GPU, {}) == counts
