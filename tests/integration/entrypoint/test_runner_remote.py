@@ -173,14 +173,23 @@ def test_shutdown_ignored_is_terminated_after_the_grace_period(env: dict[str, st
 # --- never twice -----------------------------------------------------------------------------------
 
 
-def test_killed_runner_restarts_and_reattaches(env: dict[str, str], control: EmulatorControl) -> None:
-    env["APP_COMMAND_ARGS"] = "for i in $(seq 1 30); do echo line $i; sleep 0.05; done"
+def test_killed_runner_restarts_and_reattaches(env: dict[str, str], control: EmulatorControl, tmp_path: Path) -> None:
+    # The job holds after line 3 until the restarted runner has re-attached (the emulator runs it on this
+    # host): however slowly the second runner starts, the job is still live when it looks.
+    go_on = tmp_path / "go-on"
+    env["APP_COMMAND_ARGS"] = (
+        f"for i in $(seq 1 30); do echo line $i;"
+        f" if [ $i = 3 ]; then while [ ! -e {go_on} ]; do sleep 0.05; done; fi; done"
+    )
     first = Runner.start(env)
     first.wait_for_stdout(b"line 3\n")
     first.send(signal.SIGKILL)  # the container dies without any chance to cancel
     assert first.wait() == -9
     assert wait_for_job(control, label_of(env), "PROCESSING STARTING")
-    code, second = run_runner(env)  # same pod => same label
+    second = Runner.start(env)  # same pod => same label
+    second.wait_for_stdout(b"line 3\n")  # it follows the live job: the output so far is printed
+    go_on.touch()
+    code = second.wait()
     assert code == 0, second.err
     assert second.out == numbered(30)  # the new container's log has the whole output
     assert "re-attaching to the live job carrying this pod's label" in second.messages()
