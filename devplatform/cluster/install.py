@@ -2,7 +2,7 @@
 cluster"): ``kubectl apply -k devplatform/overlay`` (deploy/ plus local-only patches), after
 cert-manager, then the install page's checks: Certificates Ready, the caBundle injected, the webhook
 Deployment's two pods Running and Ready on the real node, one of them holding the leader Lease, and
-every other Deployment of the base (the burst controller) rolled out.
+every other Deployment of the base (the burst controller, the JARVICE gateway) rolled out.
 
     cm = certmanager.install(plane)              # the prerequisite (the caller owns its processes)
     installed = install.install_addon(plane, real_node)
@@ -150,7 +150,7 @@ def build_chart_values(settings: nodeconfig.NodeSettings, *, gpu_models: Mapping
 
 def find_overlay_problems(objects: Sequence[Mapping[str, Any]], *, settings: nodeconfig.NodeSettings) -> list[str]:
     """What in the rendered overlay does not fit the real node: every Deployment's pods (the webhook's,
-    the burst controller's) must select and tolerate it, and the NetworkPolicy must name its gateway
+    the burst controller's, the gateway's) must select and tolerate it, and the NetworkPolicy must name its gateway
     (where the API server's calls come from)."""
     problems: list[str] = []
     deployments = {str(o["metadata"]["name"]): o for o in objects if o.get("kind") == "Deployment"}
