@@ -95,11 +95,18 @@ def _diff_paths(a: Any, b: Any, *, path: str) -> Iterable[str]:
 
 
 def build_local_values(
-    *, gateway: str, node_label: str, taint: Mapping[str, str], gpu_models: Mapping[str, Sequence[str]]
+    *,
+    gateway: str,
+    node_label: str,
+    taint: Mapping[str, str],
+    gpu_models: Mapping[str, Sequence[str]],
+    gateway_service_ip: str,
 ) -> dict[str, Any]:
     """Values for the local platform: the same local-only changes devplatform/overlay makes to the
     kustomize install (the image from the node's containerd, never pulled; pods on the real node;
-    the API server's address in the NetworkPolicy; the emulator's GPU model mapping)."""
+    the API server's address in the NetworkPolicy; the emulator's GPU model mapping; the JARVICE
+    gateway's Service at a fixed address its certificate names, since no cluster DNS runs there).
+    ``gateway`` is the node's bridge address, ``gateway_service_ip`` the JARVICE gateway's."""
     placement = {"nodeSelector": {node_label: "true"}, "tolerations": [dict(taint)]}
     return {
         "image": {"repository": "localhost/nimbix-burst-webhook", "tag": "0.1.0", "pullPolicy": "Never"},
@@ -108,6 +115,7 @@ def build_local_values(
             "gpuModels": {model: list(machines) for model, machines in gpu_models.items()},
         },
         "controller": copy.deepcopy(placement),
+        "gateway": {**copy.deepcopy(placement), "clusterIP": gateway_service_ip},
         "networkPolicy": {"apiServerCIDRs": [f"{gateway}/32"]},
     }
 

@@ -2,7 +2,7 @@
 cluster"): ``kubectl apply -k devplatform/overlay`` (deploy/ plus local-only patches), after
 cert-manager, then the install page's checks: Certificates Ready, the caBundle injected, the webhook
 Deployment's two pods Running and Ready on the real node, one of them holding the leader Lease, and
-every other Deployment of the base (the burst controller) rolled out.
+every other Deployment of the base (the burst controller, the JARVICE gateway) rolled out.
 
     cm = certmanager.install(plane)              # the prerequisite (the caller owns its processes)
     installed = install.install_addon(plane, real_node)
@@ -48,10 +48,12 @@ CONTROLLER_SECRET = "nimbix-burst-controller-jarvice"
 DEPLOYMENT = "nimbix-burst-webhook"
 APP_SELECTOR = "app.kubernetes.io/name=nimbix-burst-webhook"
 LEASE = "nimbix-burst-webhook-leader"
-CERTIFICATES = ("nimbix-burst-ca", "nimbix-burst-webhook", "nimbix-burst-gateway")
 # The gateway's JARVICE accounts (deploy/gateway.yaml mounts it; optional there).
 GATEWAY_ACCOUNTS_SECRET = "nimbix-burst-gateway-accounts"
 GATEWAY_DEPLOYMENT = "nimbix-burst-gateway"
+# The gateway Service's fixed address (no cluster DNS here): devplatform/overlay patches it in, the
+# chart gets it as gateway.clusterIP.
+GATEWAY_SERVICE_IP = "10.0.0.53"
 WEBHOOK_CONFIGURATION = "nimbix-burst"
 REPLICAS = 2
 # The `kubernetes` Service's port name; its targetPort is the apiserver's --secure-port.
@@ -142,12 +144,13 @@ def build_chart_values(settings: nodeconfig.NodeSettings, *, gpu_models: Mapping
         node_label=nodeconfig.REAL_NODE_LABEL,
         taint={"key": key, "operator": "Equal", "value": value, "effect": effect},
         gpu_models=gpu_models,
+        gateway_service_ip=GATEWAY_SERVICE_IP,
     )
 
 
 def find_overlay_problems(objects: Sequence[Mapping[str, Any]], *, settings: nodeconfig.NodeSettings) -> list[str]:
     """What in the rendered overlay does not fit the real node: every Deployment's pods (the webhook's,
-    the burst controller's) must select and tolerate it, and the NetworkPolicy must name its gateway
+    the burst controller's, the gateway's) must select and tolerate it, and the NetworkPolicy must name its gateway
     (where the API server's calls come from)."""
     problems: list[str] = []
     deployments = {str(o["metadata"]["name"]): o for o in objects if o.get("kind") == "Deployment"}
@@ -203,6 +206,12 @@ def find_unready_certificates(certificates: Sequence[Mapping[str, Any]], *, name
         if ready is None or ready.get("status") != "True":
             unready.append(f"{name}: {ready.get('message', '') if ready else 'no Ready condition'}")
     return unready
+
+
+def list_certificate_names(objects: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The cert-manager Certificates an install renders: the ones to wait for (none without
+    cert-manager; no CA of our own with an issuer of yours; no gateway's when it is off)."""
+    return [str(o["metadata"]["name"]) for o in objects if o.get("kind") == "Certificate"]
 
 
 def has_ca_bundle(configuration: Mapping[str, Any]) -> bool:
@@ -284,7 +293,7 @@ def install_addon(
     publish_apiserver_endpoint(plane, node)
     if helm:
         create_release_namespace(plane)
-        try:  # returns once cert-manager has issued and both Deployments are rolled out (--wait)
+        try:  # returns once cert-manager has issued and every Deployment is rolled out (--wait)
             helmchart.install(helm, plane.kubeconfig_path, values=values)
         except helmchart.HelmError as error:
             raise InstallError(str(error)) from error
@@ -292,11 +301,11 @@ def install_addon(
         _kubectl(plane, "apply", "-k", str(OVERLAY_DIR))
     applied = time.monotonic() - began
 
+    certificate_names = list_certificate_names(rendered)
+
     def certificates() -> str:
         items = _get_json(plane, "-n", NAMESPACE, "get", "certificates.cert-manager.io").get("items", [])
-        # The chart has no gateway yet (docs/helm.md): its pods pay with their namespace's Secret.
-        names = CERTIFICATES if helm is None else CERTIFICATES[:2]
-        return "; ".join(find_unready_certificates(items, names=names))
+        return "; ".join(find_unready_certificates(items, names=certificate_names))
 
     _wait(certificates, deadline=deadline, what="Certificates Ready")
     certificates_done = time.monotonic() - began

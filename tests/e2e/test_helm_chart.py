@@ -28,13 +28,16 @@ from devplatform.cluster.node import RealNode
 
 DECISION = "nimbix-burst.io/decision"
 WEBHOOK = "nimbix-burst-webhook"
+GATEWAY_SELECTOR = "app.kubernetes.io/name=nimbix-burst-gateway"
 # Every object the chart makes outside the namespace: all must go with `helm uninstall`.
 CLUSTER_OBJECTS = (
     ("mutatingwebhookconfiguration", "nimbix-burst"),
     ("clusterrole", "nimbix-burst-webhook"),
     ("clusterrole", "nimbix-burst-controller"),
+    ("clusterrole", "nimbix-burst-gateway"),
     ("clusterrolebinding", "nimbix-burst-webhook"),
     ("clusterrolebinding", "nimbix-burst-controller"),
+    ("clusterrolebinding", "nimbix-burst-gateway"),
     ("priorityclass", "nimbix-burst-webhook"),
     ("validatingadmissionpolicy", "nimbix-burst-budget"),
     ("validatingadmissionpolicybinding", "nimbix-burst-budget"),
@@ -48,7 +51,11 @@ EVERY_OPTION = {
         "clientCASecret": "api-client-ca",
         "gpuResources": ["nvidia.com/gpu", "amd.com/gpu"],
         "namespaceSelectorExpressions": [{"key": "nimbix-burst.io/enabled", "operator": "In", "values": ["true"]}],
-        "env": {"WEBHOOK_OVER_BUDGET": "deny", "NIMBIX_BURST_CLUSTER_NAME": "prod-eu"},
+        "env": {
+            "WEBHOOK_OVER_BUDGET": "deny",
+            "NIMBIX_BURST_CLUSTER_NAME": "prod-eu",
+            "WEBHOOK_GATEWAY_AUDIENCE": "burst-gateway",
+        },
         "podDisruptionBudget": {"minAvailable": 2},
         "gpuModels": {"Tesla-T4": ["ng1"], "NVIDIA-A100-SXM4-80GB": ["ng1a", "ng8"]},
     },
@@ -56,6 +63,7 @@ EVERY_OPTION = {
         "jarvice": {"create": True, "username": "ada", "apikey": "k3y"},
         "env": {"CONTROLLER_ORPHAN_DRY_RUN": "true", "CONTROLLER_COST_REFRESH_SECONDS": "600"},
     },
+    "gateway": {"replicas": 3, "accountsSecret": "team-accounts", "nodeSelector": {"pool": "system"}},
     "certManager": {"issuerRef": {"group": "cert-manager.io", "kind": "ClusterIssuer", "name": "corp-ca"}},
     "networkPolicy": {"apiServerCIDRs": ["10.0.0.0/24", "10.0.1.0/24"]},
 }
@@ -143,10 +151,11 @@ def test_install_upgrade_rollback_uninstall_on_the_real_node(
     plane = control_plane
     values = install.read_chart_values(real_node)
     try:
-        # Install: cert-manager issues, cainjector fills the caBundle, both Deployments roll out on
+        # Install: cert-manager issues, cainjector fills the caBundle, every Deployment rolls out on
         # the real node and a replica takes the Lease (install_addon's checks), and the webhook decides.
         installed = install.install_addon(plane, real_node, helm=helm)
         assert len(installed.pods) == 2 and installed.leader in installed.pods
+        assert len(install.read_serving_pods(plane, GATEWAY_SELECTOR)) == 2  # the gateway, with its certificate
         assert _revisions(helm, plane) == [(1, "deployed")]
         assert _served_setting(plane, "WEBHOOK_LOG_LEVEL") == "INFO"
         assert _decision_of_a_dry_run_gpu_pod(plane) in {"local", "remote"}

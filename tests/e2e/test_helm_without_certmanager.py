@@ -1,8 +1,10 @@
 """The Helm chart without cert-manager on the real node, the way docs/helm.md has a user do it: the
-page's own commands ("Without cert-manager: a certificate you bring": openssl makes a CA and a
-serving certificate, `kubectl create secret tls`, `helm install --set certManager.enabled=false
---set-file tls.caBundle=ca.crt --wait`) run as written in bash, then a labelled GPU pod bursts to the
-JARVICE emulator through the installed webhook. And the TLS setups that cannot work fail the install:
+page's own commands ("Without cert-manager: a certificate you bring": openssl makes a CA and the
+webhook's and the gateway's serving certificates, `kubectl create secret tls`, `helm install
+--set certManager.enabled=false --set-file tls.caBundle=ca.crt --set gateway.tlsSecretName=...
+--wait`) run as written in bash (the certificates also name the gateway's fixed address: no DNS
+here), then a labelled GPU pod bursts to the JARVICE emulator through the installed webhook and
+gateway. And the TLS setups that cannot work fail the install:
 no Secret at once (a template check), a certificate the CA did not sign at `--wait` (the webhook
 pods exit at start saying why), instead of admitting every pod unchanged.
 
@@ -36,7 +38,12 @@ from tests.support.real_node_pods import burst_pod, create, get_pod, wait_finish
 REPO_ROOT = Path(__file__).resolve().parents[2]
 HELM_PAGE = REPO_ROOT / "docs" / "helm.md"
 RECIPE_HEADING = "### Without cert-manager: a certificate you bring"
+# This cluster runs no DNS: burst pods call the gateway at its fixed address, which the recipe's
+# certificates must then name too (the one local change made to the page's commands).
+RECIPE_SAN = "DNS:nimbix-burst-%s.nimbix-burst.svc"
+LOCAL_SAN = f"{RECIPE_SAN},IP:{install.GATEWAY_SERVICE_IP}"
 SERVICE_NAME = f"nimbix-burst-webhook.{helmchart.NAMESPACE}.svc"
+GATEWAY_NAME = f"nimbix-burst-gateway.{helmchart.NAMESPACE}.svc"
 DECISION = "nimbix-burst.io/decision"
 REFUSAL = "serving certificate not trusted by its CA"
 # A broken install fails at helm's --wait timeout: long enough for the pods to start and exit.
@@ -106,8 +113,15 @@ def test_the_documented_recipe_installs_without_cert_manager_and_a_pod_bursts(
     work = tmp_path / "user"
     work.mkdir()
     (work / "charts").symlink_to(REPO_ROOT / "charts")  # the page runs from a checkout
-    # The page's step 3, for this machine: the image from the node, pods on the real node.
+    # The page's step 4, for this machine: the image from the node, pods on the real node.
     (work / "my-values.yaml").write_text(json.dumps(install.read_chart_values(real_node)))
+    # Step 2: the gateway's accounts, the emulator paying for every namespace.
+    accounts = demo.build_gateway_accounts(
+        node_emulator, namespace=release_namespace, name=install.GATEWAY_ACCOUNTS_SECRET
+    )
+    plane.kubectl("apply", "-f", "-", input=json.dumps(accounts))
+    assert RECIPE_SAN in blocks[0], "the recipe's certificates: the Services' names"
+    blocks[0] = blocks[0].replace(RECIPE_SAN, LOCAL_SAN)
     env = processes.build_child_environment(None)
     env["PATH"] = f"{_tools_dir(tmp_path, plane, helm)}:{env['PATH']}"
     env["KUBECONFIG"] = str(plane.kubeconfig_path)
@@ -138,10 +152,14 @@ def test_the_documented_recipe_installs_without_cert_manager_and_a_pod_bursts(
         timeout=LEADER_WAIT_SECONDS,
     )
 
-    # A labelled GPU pod bursts: decided remote by the installed webhook, run by the emulator.
+    # A labelled GPU pod bursts: decided remote by the installed webhook, run by the emulator through
+    # the gateway, which serves the recipe's certificate and which the pod trusts by the recipe's CA.
     name = f"byo-tls-{uuid.uuid4().hex[:6]}"
     create(plane, ns, burst_pod(name, 'echo "burst without cert-manager"', node_emulator))
-    assert get_pod(plane, ns, name)["metadata"].get("annotations", {}).get(DECISION) == "remote"
+    pod = get_pod(plane, ns, name)
+    assert pod["metadata"].get("annotations", {}).get(DECISION) == "remote"
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["JARVICE_API_URL"] == f"https://{install.GATEWAY_SERVICE_IP}" and not env.get("JARVICE_APIKEY")
     finished = wait_finished(plane, ns, name)
     assert finished["status"]["phase"] == "Succeeded"
     assert "burst without cert-manager" in plane.kubectl("logs", "-n", ns, name).stdout
@@ -149,7 +167,8 @@ def test_the_documented_recipe_installs_without_cert_manager_and_a_pod_bursts(
 
 def _values_without_cert_manager(real_node: RealNode, ca_pem: bytes) -> dict[str, Any]:
     values = install.read_chart_values(real_node)
-    return {**values, "certManager": {"enabled": False}, "tls": {"caBundle": ca_pem.decode()}}
+    gateway = {**values["gateway"], "tlsSecretName": "nimbix-burst-gateway-tls"}
+    return {**values, "certManager": {"enabled": False}, "tls": {"caBundle": ca_pem.decode()}, "gateway": gateway}
 
 
 def test_without_the_secret_the_install_fails_at_once_saying_so(
@@ -172,6 +191,13 @@ def test_a_certificate_the_ca_did_not_sign_fails_the_install_and_the_pods_say_wh
     plane.kubectl(
         "-n", release_namespace, "create", "secret", "tls", "nimbix-burst-webhook-tls",
         f"--cert={tmp_path / 'tls.crt'}", f"--key={tmp_path / 'tls.key'}",
+    )  # fmt: skip
+    # The gateway's, as it should be: only the webhook's certificate is wrong.
+    gateway = issue_cert(given_ca, common_name="nimbix-burst-gateway", dns_names=[GATEWAY_NAME], server=True)
+    write_pair(gateway, cert_path=tmp_path / "gateway.crt", key_path=tmp_path / "gateway.key")
+    plane.kubectl(
+        "-n", release_namespace, "create", "secret", "tls", "nimbix-burst-gateway-tls",
+        f"--cert={tmp_path / 'gateway.crt'}", f"--key={tmp_path / 'gateway.key'}",
     )  # fmt: skip
     values = _values_without_cert_manager(real_node, given_ca.cert_pem)
     with pytest.raises(helmchart.HelmError):

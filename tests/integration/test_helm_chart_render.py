@@ -13,7 +13,7 @@ import pytest
 import yaml  # type: ignore[import-untyped]  # PyYAML ships no stubs
 
 from devplatform import gotools, helmchart, manifests
-from devplatform.cluster import controlplane
+from devplatform.cluster import controlplane, install, nodeconfig
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +84,9 @@ def test_helm_lint_is_clean(helm: Path) -> None:
         ({"controller": {"env": {"CONTROLLER_REAP_ORPHANS": "yes"}}}, "CONTROLLER_REAP_ORPHANS"),
         ({"image": {"pullPolicy": "Sometimes"}}, "pullPolicy"),
         ({"networkPolicy": {"apiServerCIDRs": []}}, "apiServerCIDRs"),
+        ({"gateway": {"replica": 2}}, "replica"),
+        ({"gateway": {"clusterIP": "gateway.local"}}, "clusterIP"),
+        ({"webhook": {"env": {"WEBHOOK_GATEWAY_URL": "http://nimbix-burst-gateway"}}}, "WEBHOOK_GATEWAY_URL"),
     ],
     ids=[
         "unknown-key",
@@ -94,6 +97,9 @@ def test_helm_lint_is_clean(helm: Path) -> None:
         "bad-reaper-mode",
         "bad-pull-policy",
         "no-cidr",
+        "unknown-gateway-key",
+        "gateway-address-not-an-ip",
+        "gateway-url-not-https",
     ],
 )
 def test_the_schema_rejects_typos(helm: Path, values: dict[str, Any], complaint: str) -> None:
@@ -161,14 +167,20 @@ def test_an_issuer_of_your_own_replaces_the_self_signed_ca(helm: Path) -> None:
     issuer = {"group": "cert-manager.io", "kind": "ClusterIssuer", "name": "corp-ca"}
     objects = helmchart.render(helm, values={"certManager": {"issuerRef": issuer}})
     assert [o["kind"] for o in objects].count("Issuer") == 0
-    (certificate,) = [o for o in objects if o["kind"] == "Certificate"]
-    assert certificate["spec"]["issuerRef"] == issuer
+    certificates = {o["metadata"]["name"]: o for o in objects if o["kind"] == "Certificate"}
+    assert sorted(certificates) == ["nimbix-burst-gateway", "nimbix-burst-webhook"]
+    assert all(c["spec"]["issuerRef"] == issuer for c in certificates.values())
 
 
 def test_a_certificate_you_bring_goes_without_cert_manager(helm: Path) -> None:
     pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
     objects = helmchart.render(
-        helm, values={"certManager": {"enabled": False}, "tls": {"secretName": "mine", "caBundle": pem}}
+        helm,
+        values={
+            "certManager": {"enabled": False},
+            "tls": {"secretName": "mine", "caBundle": pem},
+            "gateway": {"tlsSecretName": "mine-gateway"},
+        },
     )
     assert not [o for o in objects if o["kind"] in {"Issuer", "Certificate"}]
     webhook = _find(objects, "MutatingWebhookConfiguration")
@@ -194,7 +206,7 @@ def _peer_ca(objects: Sequence[Mapping[str, Any]]) -> tuple[str, dict[str, Any]]
 def test_without_cert_manager_the_replicas_trust_the_ca_given_to_the_api_server(helm: Path) -> None:
     # A Secret made with `kubectl create secret tls` has no ca.crt: the peers' CA comes from tls.caBundle.
     pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
-    without = {"certManager": {"enabled": False}, "tls": {"caBundle": pem}}
+    without = {"certManager": {"enabled": False}, "tls": {"caBundle": pem}, "gateway": {"tlsSecretName": "gw"}}
     peer_ca_file, configmap = _peer_ca(helmchart.render(helm, values=without))
     assert peer_ca_file == "/etc/nimbix-burst/peer-ca/ca.crt"
     assert configmap["data"] == {"ca.crt": pem}
@@ -208,7 +220,14 @@ def test_without_cert_manager_the_replicas_trust_the_ca_given_to_the_api_server(
 def test_a_ca_bundle_that_is_not_a_pem_certificate_fails_the_render(helm: Path) -> None:
     encoded = base64.b64encode(b"-----BEGIN CERTIFICATE-----\n...").decode()  # base64 of it, as caBundle is in the API
     with pytest.raises(helmchart.HelmError, match=r"tls\.caBundle: not a PEM certificate"):
-        helmchart.render(helm, values={"certManager": {"enabled": False}, "tls": {"caBundle": encoded}})
+        helmchart.render(
+            helm,
+            values={
+                "certManager": {"enabled": False},
+                "tls": {"caBundle": encoded},
+                "gateway": {"tlsSecretName": "gw"},
+            },
+        )
 
 
 def test_the_chart_can_create_the_jarvice_secret(helm: Path) -> None:
@@ -250,3 +269,129 @@ def test_monitoring_renders_the_rule_file_and_the_dashboard(helm: Path) -> None:
     dashboard = _find(objects, "ConfigMap", "nimbix-burst-dashboard")
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert dashboard["data"]["nimbix-burst.json"] == (helmchart.CHART_DIR / "monitoring" / "dashboard.json").read_text()
+
+
+# -- the JARVICE gateway ---------------------------------------------------------------------------------
+
+GATEWAY = "nimbix-burst-gateway"
+
+
+def _gateway_objects(objects: Sequence[Mapping[str, Any]]) -> list[str]:
+    return sorted(f"{o['kind']}/{o['metadata']['name']}" for o in objects if GATEWAY in o["metadata"]["name"])
+
+
+def _gateway_pod(objects: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    pod: dict[str, Any] = _find(objects, "Deployment", GATEWAY)["spec"]["template"]["spec"]
+    return pod
+
+
+def test_the_gateway_is_installed_by_default_and_burst_pods_are_pointed_at_it(helm: Path) -> None:
+    objects = helmchart.render(helm)
+    kinds = ["Certificate", "ClusterRole", "ClusterRoleBinding", "Deployment", "Role", "RoleBinding", "Service"]
+    assert _gateway_objects(objects) == [f"{kind}/{GATEWAY}" for kind in [*kinds, "ServiceAccount"]]
+    settings = _settings(objects)["data"]
+    assert settings["WEBHOOK_GATEWAY_URL"] == "https://nimbix-burst-gateway.nimbix-burst.svc"
+    assert settings["WEBHOOK_GATEWAY_CA_FILE"] == "/etc/nimbix-burst/tls/ca.crt"  # cert-manager's ca.crt
+    assert settings["WEBHOOK_GATEWAY_AUDIENCE"] == GATEWAY
+
+
+def test_without_the_gateway_no_gateway_object_is_rendered_and_pods_use_their_namespaces_key(helm: Path) -> None:
+    objects = helmchart.render(helm, values={"gateway": {"enabled": False}})
+    assert _gateway_objects(objects) == []
+    assert _settings(objects)["data"]["WEBHOOK_GATEWAY_URL"] == ""  # every namespace: its jarvice-credentials
+    assert _settings(objects)["data"]["WEBHOOK_CREDENTIALS_SECRET"] == "jarvice-credentials"
+    # A URL with no gateway to answer it is a contradiction the render refuses, naming both values.
+    with pytest.raises(helmchart.HelmError, match=r"WEBHOOK_GATEWAY_URL: .* gateway\.enabled is false"):
+        helmchart.render(
+            helm, values={"gateway": {"enabled": False}, "webhook": {"env": {"WEBHOOK_GATEWAY_URL": "https://gw"}}}
+        )
+
+
+def test_the_gateway_lives_in_the_release_namespace_and_its_certificate_names_it(helm: Path) -> None:
+    objects = helmchart.render(helm, namespace="burst-system")
+    certificate = _find(objects, "Certificate", GATEWAY)
+    assert certificate["spec"]["dnsNames"] == [
+        "nimbix-burst-gateway.burst-system.svc",
+        "nimbix-burst-gateway.burst-system.svc.cluster.local",
+    ]
+    assert "ipAddresses" not in certificate["spec"]
+    assert _settings(objects)["data"]["WEBHOOK_GATEWAY_URL"] == "https://nimbix-burst-gateway.burst-system.svc"
+    (subject,) = _find(objects, "ClusterRoleBinding", GATEWAY)["subjects"]
+    assert subject == {"kind": "ServiceAccount", "name": GATEWAY, "namespace": "burst-system"}
+    assert {
+        o["metadata"]["namespace"] for o in objects if GATEWAY in o["metadata"]["name"] and "Cluster" not in o["kind"]
+    } == {"burst-system"}
+
+
+def test_the_gateways_values_land_where_they_should(helm: Path) -> None:
+    values = {
+        "gateway": {
+            "replicas": 3,
+            "accountsSecret": "team-accounts",
+            "clusterIP": "10.96.0.53",
+            "resources": {"requests": {"cpu": "100m"}},
+            "nodeSelector": {"pool": "system"},
+        },
+        "webhook": {"env": {"WEBHOOK_GATEWAY_AUDIENCE": "burst-gw"}},
+    }
+    objects = helmchart.render(helm, values=values)
+    deployment = _find(objects, "Deployment", GATEWAY)
+    assert deployment["spec"]["replicas"] == 3
+    pod = _gateway_pod(objects)
+    assert pod["nodeSelector"] == {"pool": "system"}
+    accounts = next(v for v in pod["volumes"] if v["name"] == "accounts")
+    assert accounts["secret"] == {"secretName": "team-accounts", "defaultMode": 0o440, "optional": True}
+    (container,) = pod["containers"]
+    assert container["resources"]["requests"] == {"cpu": "100m", "memory": "64Mi"}  # merged with the defaults
+    # The audience the webhook gives burst pods' tokens is the one the gateway accepts.
+    assert {"name": "GATEWAY_AUDIENCE", "value": "burst-gw"} in container["env"]
+    # A fixed address: the Service takes it, the certificate names it, burst pods are sent to it.
+    assert _find(objects, "Service", GATEWAY)["spec"]["clusterIP"] == "10.96.0.53"
+    assert _find(objects, "Certificate", GATEWAY)["spec"]["ipAddresses"] == ["10.96.0.53"]
+    assert _settings(objects)["data"]["WEBHOOK_GATEWAY_URL"] == "https://10.96.0.53"
+    default_env = _gateway_pod(helmchart.render(helm))["containers"][0]["env"]
+    assert "GATEWAY_AUDIENCE" not in {e["name"] for e in default_env}  # the gateway's own default
+
+
+def test_without_cert_manager_the_gateway_serves_a_certificate_you_bring_and_pods_trust_the_given_ca(
+    helm: Path,
+) -> None:
+    pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+    values = {"certManager": {"enabled": False}, "tls": {"caBundle": pem}, "gateway": {"tlsSecretName": "gw-tls"}}
+    objects = helmchart.render(helm, values=values)
+    assert not [o for o in objects if o["kind"] == "Certificate"]
+    tls = next(v for v in _gateway_pod(objects)["volumes"] if v["name"] == "tls")
+    assert tls["secret"]["secretName"] == "gw-tls"
+    # Burst pods are given the CA from tls.caBundle: the file the webhook mounts for its peers.
+    gateway_ca_file = _settings(objects)["data"]["WEBHOOK_GATEWAY_CA_FILE"]
+    peer_ca_file, configmap = _peer_ca(objects)
+    assert gateway_ca_file == peer_ca_file and configmap["data"] == {"ca.crt": pem}
+    # No Secret named: the render fails saying what to set (or how to go without the gateway).
+    with pytest.raises(
+        helmchart.HelmError, match=r"gateway\.tlsSecretName: without cert-manager .* gateway\.enabled=false"
+    ):
+        helmchart.render(helm, values={**values, "gateway": {}})
+    # Without the gateway there is nothing to name.
+    assert _gateway_objects(helmchart.render(helm, values={**values, "gateway": {"enabled": False}})) == []
+
+
+def test_the_local_values_reach_the_gateway_as_the_overlay_does(helm: Path, kubectl: Path) -> None:
+    """devplatform/overlay (the kustomize install of make dev-up) and the chart's local values
+    (make dev-up INSTALL=helm) give the gateway the same fixed address, certificate and URL."""
+    overlay = manifests.render_kustomize(kubectl, directory=install.OVERLAY_DIR)
+    chart = helmchart.render(helm, values=install.build_chart_values(nodeconfig.NodeSettings(), gpu_models={}))
+    for objects in (overlay, chart):
+        assert _find(objects, "Service", GATEWAY)["spec"]["clusterIP"] == install.GATEWAY_SERVICE_IP
+        assert _find(objects, "Certificate", GATEWAY)["spec"]["ipAddresses"] == [install.GATEWAY_SERVICE_IP]
+        assert _settings(objects)["data"]["WEBHOOK_GATEWAY_URL"] == f"https://{install.GATEWAY_SERVICE_IP}"
+    assert install.find_overlay_problems(chart, settings=nodeconfig.NodeSettings()) == []
+
+
+def test_the_install_waits_for_the_gateways_certificate_when_the_chart_has_one(helm: Path, kubectl: Path) -> None:
+    local = install.build_chart_values(nodeconfig.NodeSettings(), gpu_models={})
+    names = install.list_certificate_names(helmchart.render(helm, values=local))
+    assert names == ["nimbix-burst-ca", "nimbix-burst-webhook", GATEWAY]
+    without = helmchart.render(helm, values={**local, "gateway": {"enabled": False}})
+    assert install.list_certificate_names(without) == ["nimbix-burst-ca", "nimbix-burst-webhook"]
+    overlay = manifests.render_kustomize(kubectl, directory=install.OVERLAY_DIR)
+    assert sorted(install.list_certificate_names(overlay)) == sorted(names)

@@ -94,16 +94,22 @@ def test_find_render_differences(
     assert helmchart.find_render_differences(kustomize, chart) == expected
 
 
-def test_build_local_values_places_both_deployments_on_the_node_and_never_pulls() -> None:
+def test_build_local_values_places_every_deployment_on_the_node_and_never_pulls() -> None:
     taint = {"key": "nimbix-burst.io/real-node", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
     values = helmchart.build_local_values(
-        gateway="10.213.0.1", node_label="nimbix-burst.io/real-node", taint=taint, gpu_models={"Tesla-T4": ("ng1",)}
+        gateway="10.213.0.1",
+        node_label="nimbix-burst.io/real-node",
+        taint=taint,
+        gpu_models={"Tesla-T4": ("ng1",)},
+        gateway_service_ip="10.0.0.53",
     )
     assert values["image"] == {"repository": "localhost/nimbix-burst-webhook", "tag": "0.1.0", "pullPolicy": "Never"}
     placement = {"nodeSelector": {"nimbix-burst.io/real-node": "true"}, "tolerations": [taint]}
     assert values["controller"] == placement
     assert values["webhook"] == {**placement, "gpuModels": {"Tesla-T4": ["ng1"]}}
+    assert values["gateway"] == {**placement, "clusterIP": "10.0.0.53"}
     assert values["webhook"]["tolerations"] is not values["controller"]["tolerations"]
+    assert values["gateway"]["tolerations"] is not values["controller"]["tolerations"]
     assert values["networkPolicy"] == {"apiServerCIDRs": ["10.213.0.1/32"]}
 
 

@@ -18,6 +18,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- $_ := set $env "WEBHOOK_PEER_SERVER_NAME" (printf "nimbix-burst-webhook.%s.svc" .Release.Namespace) -}}
 {{- end -}}
 {{- $_ := set $env "WEBHOOK_GPU_RESOURCES" (join "," .Values.webhook.gpuResources) -}}
+{{- $_ := set $env "WEBHOOK_GATEWAY_URL" (include "nimbix-burst.gatewayURL" .) -}}
+{{- $_ := set $env "WEBHOOK_GATEWAY_CA_FILE" (include "nimbix-burst.gatewayCAFile" .) -}}
 {{- if .Values.webhook.clientCASecret -}}
 {{- $_ := set $env "WEBHOOK_CLIENT_CA_FILE" "/etc/nimbix-burst/client-ca/ca.crt" -}}
 {{- end -}}
@@ -82,4 +84,55 @@ burst pod asks for none, and its marks must be cleared (docs/decision.md, "What 
 {{- $hash := dict "data" $data "kind" "ConfigMap" "name" "" | toJson | sha256sum | trunc 10 -}}
 {{- $hash = $hash | replace "0" "g" | replace "1" "h" | replace "3" "k" | replace "a" "m" | replace "e" "t" -}}
 {{- printf "nimbix-burst-gpu-models-%s" $hash -}}
+{{- end -}}
+
+{{/* The gateway's URL as burst pods are given it: the setting when set, else the gateway's Service in
+     the release namespace (by its fixed address when gateway.clusterIP is set); none without a gateway. */}}
+{{- define "nimbix-burst.gatewayURL" -}}
+{{- $url := .Values.webhook.env.WEBHOOK_GATEWAY_URL -}}
+{{- if not .Values.gateway.enabled -}}
+{{- if $url -}}
+{{- fail (printf "webhook.env.WEBHOOK_GATEWAY_URL: %s is set but gateway.enabled is false: leave it empty (no gateway: every namespace pays with its own jarvice-credentials) or enable the gateway" $url) -}}
+{{- end -}}
+{{- else if $url -}}
+{{- $url -}}
+{{- else -}}
+{{- printf "https://%s" (.Values.gateway.clusterIP | default (printf "nimbix-burst-gateway.%s.svc" .Release.Namespace)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The CA burst pods trust the gateway by (it signs the gateway's and the webhook's certificates):
+     ca.crt in the webhook's serving Secret, which cert-manager writes; without cert-manager,
+     tls.caBundle as the webhook mounts it for its peers. */}}
+{{- define "nimbix-burst.gatewayCAFile" -}}
+{{- if .Values.webhook.env.WEBHOOK_GATEWAY_CA_FILE -}}
+{{- .Values.webhook.env.WEBHOOK_GATEWAY_CA_FILE -}}
+{{- else if .Values.certManager.enabled -}}
+{{- printf "%s/ca.crt" .Values.webhook.env.WEBHOOK_TLS_DIR -}}
+{{- else -}}
+{{- printf "%s/ca.crt" (include "nimbix-burst.peerCADir" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret with the gateway's serving certificate: the one cert-manager writes, or yours. */}}
+{{- define "nimbix-burst.gatewayTLSSecretName" -}}
+{{- if .Values.gateway.tlsSecretName -}}
+{{- .Values.gateway.tlsSecretName -}}
+{{- else if .Values.certManager.enabled -}}
+nimbix-burst-gateway-tls
+{{- else -}}
+{{- include "nimbix-burst.checkCABundle" . -}}
+{{- fail (printf "gateway.tlsSecretName: without cert-manager (certManager.enabled=false) the gateway needs a serving certificate: create a Secret (tls.crt, tls.key) for nimbix-burst-gateway.%s.svc signed by the CA in tls.caBundle and name it here, or set gateway.enabled=false (docs/helm.md, TLS)" .Release.Namespace) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Without cert-manager: tls.caBundle must be the PEM of a CA (it signs both serving certificates).
+     Renders nothing; fails saying what to give. */}}
+{{- define "nimbix-burst.checkCABundle" -}}
+{{- if not .Values.tls.caBundle -}}
+{{- fail "tls.caBundle: without cert-manager (certManager.enabled=false), give the PEM of the CA that signed the certificate in tls.secretName" -}}
+{{- end -}}
+{{- if not (contains "-----BEGIN CERTIFICATE-----" .Values.tls.caBundle) -}}
+{{- fail "tls.caBundle: not a PEM certificate (-----BEGIN CERTIFICATE-----): give the CA file itself, --set-file tls.caBundle=ca.crt" -}}
+{{- end -}}
 {{- end -}}
