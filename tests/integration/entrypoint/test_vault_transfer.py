@@ -18,7 +18,7 @@ import asyncssh
 import pytest
 
 from devplatform.emulator import EmulatorControl, Timing
-from entrypoint import batched_socket, local_tree, sftp_session, sftp_transfer, staging
+from entrypoint import batched_socket, local_tree, sftp_session, sftp_transfer, staging, vault_download
 from entrypoint.sftp_transfer import DownloadRoot, UploadRoot, VaultTransfer
 from jarvice.redaction import Secret
 from tests.support import vaults
@@ -141,8 +141,8 @@ def test_a_link_planted_at_a_new_files_name_after_the_listing_is_replaced_never_
     try:
         # Listed as absent (fresh), then a link appears at its name before the write.
         (out / "token").symlink_to(bait)
-        item = sftp_transfer._Get(writer, "token", "vault/token", 6, OLD, fresh=True)
-        sftp_transfer._write_whole(item, b"output")
+        item = vault_download.Get(writer, "token", "vault/token", 6, OLD, fresh=True)
+        vault_download.write_whole(item, b"output")
         assert writer.create_new("token") is None
     finally:
         writer.close()

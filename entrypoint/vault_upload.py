@@ -1,0 +1,216 @@
+"""Uploads to the vault (stage-in): the staged trees walked one directory at a time, what is not
+current in the vault sent, FILES_IN_FLIGHT files at a time. I/O only."""
+
+import asyncio
+import errno
+import logging
+import os
+import posixpath
+import stat
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+
+import asyncssh
+
+from entrypoint import local_tree, staging
+from entrypoint.transfer_pass import (
+    CHUNK_BYTES,
+    IN_PLACE_BYTES,
+    PART_SUFFIX,
+    Pass,
+    TransferFailed,
+    UploadRoot,
+    may_add,
+    mtime_seconds,
+    pipelined,
+    pool,
+    remote_listing,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    local: str  # the path as the job sees it (for reports)
+    real: str  # where it is read
+    vault: str
+    size: int
+    mtime: int
+
+
+class Uploader:
+    def __init__(self, state: Pass, never_staged: frozenset[str]) -> None:
+        self.state, self.never_staged = state, never_staged
+
+    async def run(self, sftp: asyncssh.SFTPClient, roots: Sequence[UploadRoot]) -> None:
+        self.state.report.skipped = 0
+        await pool(self._todo(sftp, roots), lambda item: self._put(sftp, item))
+
+    async def _todo(self, sftp: asyncssh.SFTPClient, roots: Sequence[UploadRoot]) -> AsyncIterator[Put]:
+        """What is not current in the vault, one directory at a time (links and directories made here)."""
+        for root in roots:
+            self.state.check_stop()
+            if root.empty:
+                await sftp.makedirs(root.vault, exist_ok=True)
+                continue
+            single = local_tree.root_file(root.local, root.real)
+            if single is not None:
+                parent = posixpath.dirname(root.vault)
+                await sftp.makedirs(parent, exist_ok=True)
+                have = await remote_listing(sftp, parent)
+                put = self._wanted(single, root.local, root.real, root.vault, have.get(posixpath.basename(root.vault)))
+                if put is not None:
+                    yield put
+                continue
+            for directory in local_tree.walk_tree(root.local, root.real):
+                self.state.check_stop()
+                relative = directory.path[len(root.local) :]
+                target = root.vault + relative
+                await sftp.makedirs(target, exist_ok=True)
+                have = await remote_listing(sftp, target)
+                links = [e for e in directory.entries if e.kind == "link"]
+                for link in links:
+                    await _put_link(sftp, f"{target}/{link.name}", link.target, have.get(link.name))
+                files = [e for e in directory.entries if e.kind == "file"]
+                for item in self._compare(directory.path, directory.real, target, files, have):
+                    yield item
+
+    def _compare(
+        self,
+        local_dir: str,
+        real_dir: str,
+        vault_dir: str,
+        files: Iterable[local_tree.LocalEntry],
+        have: dict[str, tuple[int, int, int]],
+    ) -> Iterable[Put]:
+        for entry in files:
+            put = self._wanted(
+                entry,
+                f"{local_dir}/{entry.name}",
+                os.path.join(real_dir, entry.name),
+                f"{vault_dir}/{entry.name}",
+                have.get(entry.name),
+            )
+            if put is not None:
+                yield put
+
+    def _wanted(
+        self, entry: local_tree.LocalEntry, local: str, real: str, vault: str, copy: tuple[int, int, int] | None
+    ) -> Put | None:
+        """The upload of one file, None when it is never staged or its vault copy is current."""
+        if real in self.never_staged:
+            log.warning("not staging the JARVICE credentials", extra={"path": local})
+            return None
+        mtime = mtime_seconds(entry.mtime_ns)
+        if (
+            copy is not None
+            and stat.S_ISREG(copy[2])
+            and staging.is_current(size=entry.size, mtime=mtime, copy=(copy[0], copy[1]))
+        ):
+            self.state.report.skipped += 1
+            self.state.meter.add(files=1, size=entry.size)
+            return None
+        return Put(local, real, vault, entry.size, mtime)
+
+    async def _put(self, sftp: asyncssh.SFTPClient, item: Put) -> None:
+        if item.size <= IN_PLACE_BYTES:
+            await self._put_small(sftp, item)
+            return
+        # A larger file goes through `<name>.nbpart`, renamed only once whole.
+        target = item.vault + PART_SUFFIX
+        offset = self.state.acked.get(item.local, 0)
+        try:
+            fd = await self.state.on_disk(local_tree.open_for_reading, item.real)
+        except OSError as exc:
+            _vanished(item, exc)
+            return
+        self.state.acked[item.local] = offset
+        writes: deque[tuple[int, int, asyncio.Task[int]]] = deque()
+        try:
+            async with sftp.open(target, "r+b" if offset else "wb", encoding=None) as dst:
+                ahead = offset
+                # The next block is read and sent while one is in flight, when a block's memory is
+                # free; what is acknowledged in order is what a resume may skip.
+                while ahead < item.size or writes:
+                    self.state.check_stop()
+                    while ahead < item.size and (not writes or may_add(self.state.chunks, writes)):
+                        length = min(CHUNK_BYTES, item.size - ahead)
+                        await self.state.chunks.acquire(length)
+                        try:
+                            chunk = await self.state.on_disk(os.pread, fd, length, ahead)
+                            if len(chunk) != length:
+                                raise TransferFailed(
+                                    f"{item.local}: {ahead + len(chunk)} of {item.size} bytes could be read (the file"
+                                    " changed while it was sent?); it will be sent again"
+                                )
+                        except BaseException:
+                            self.state.chunks.release(length)
+                            raise
+                        writes.append((ahead, length, asyncio.ensure_future(dst.write(chunk, ahead))))
+                        ahead += length
+                    at, length, write = writes.popleft()
+                    try:
+                        await write
+                    finally:
+                        self.state.chunks.release(length)
+                    offset = at + length
+                    self.state.acked[item.local] = offset
+                    self.state.meter.add(size=length)
+                await dst.utime((item.mtime, item.mtime))
+        except BaseException:
+            for _at, length, write in writes:
+                write.cancel()
+                self.state.chunks.release(length)
+            raise
+        finally:
+            await self.state.on_disk(os.close, fd)
+        await sftp.posix_rename(target, item.vault)
+        del self.state.acked[item.local]
+        self.state.report.copied += 1
+        self.state.report.copied_bytes += item.size
+        self.state.meter.add(files=1)
+
+    async def _put_small(self, sftp: asyncssh.SFTPClient, item: Put) -> None:
+        # A file sent in one write request is written in place: the request lands whole or not at
+        # all, and the copy gets its source's time only after it, so a copy cut short is never
+        # current. Read in one trip to the disk; the write, the time and the close go out together
+        # (the server does a handle's requests in order), one round trip after the open.
+        try:
+            data = await self.state.on_disk(local_tree.read_small, item.real, item.size)
+        except OSError as exc:
+            _vanished(item, exc)
+            return
+        if len(data) != item.size:
+            raise TransferFailed(
+                f"{item.local}: {len(data)} of {item.size} bytes could be read (the file changed while it"
+                " was sent?); it will be sent again"
+            )
+        self.state.check_stop()
+        # block_size=0: one request per call, without asyncssh's parallel-I/O tasks.
+        dst = await sftp.open(item.vault, "wb", encoding=None, block_size=0)
+        writes = [dst.write(data, 0)] if data else []
+        await pipelined(*writes, dst.utime((item.mtime, item.mtime)), dst.close())
+        self.state.report.copied += 1
+        self.state.report.copied_bytes += item.size
+        self.state.meter.add(files=1, size=item.size)
+
+
+def _vanished(item: Put, exc: OSError) -> None:
+    """A file that could not be opened: gone or a link now (logged, not staged), or a failure."""
+    if exc.errno not in (errno.ENOENT, errno.ELOOP):
+        raise TransferFailed(f"{item.local} cannot be read: {exc.strerror}") from exc
+    # Removed, or replaced by a link, since the walk: not data to stage now.
+    log.warning("not staging a file that changed into a link or vanished", extra={"path": item.local})
+
+
+async def _put_link(sftp: asyncssh.SFTPClient, vault: str, target: str, have: tuple[int, int, int] | None) -> None:
+    if have is not None:
+        if stat.S_ISLNK(have[2]) and await sftp.readlink(vault) == target:
+            return
+        if stat.S_ISDIR(have[2]):
+            await sftp.rmtree(vault)
+        else:
+            await sftp.remove(vault)
+    await sftp.symlink(target, vault)
