@@ -57,6 +57,8 @@ async def start_sftp(conn: asyncssh.SSHClientConnection) -> asyncssh.SFTPClient:
         reader,
         _TurnWriter(writer),  # type: ignore[arg-type]  # the writer's part the SFTP client uses
         "utf-8",
-        "strict",
+        # A name that is not UTF-8 (any bytes but "/" and NUL are a name on Linux) travels as its
+        # bytes: os.fsdecode's surrogates are encoded back, and the vault's names decoded likewise.
+        "surrogateescape",
         SFTP_VERSION,
     )

@@ -38,6 +38,7 @@ from entrypoint.sftp_session import start_sftp
 from entrypoint.transfer_pass import (
     IN_PLACE_BYTES,
     NAMED_PATHS,
+    DiskError,
     DownloadRoot,
     Meter,
     Pass,
@@ -227,6 +228,9 @@ class VaultTransfer:
             except local_tree.UnsafePath as exc:
                 report.error = str(exc)
                 break
+            except (local_tree.LocalFailure, DiskError) as exc:
+                report.error, report.failed_locally = str(exc), True
+                break
             except asyncssh.PermissionDenied as exc:
                 report.error = f"the vault refused the JARVICE credentials: {exc.reason}"
                 break
@@ -254,6 +258,6 @@ class VaultTransfer:
                 report.skipped = 0  # the next pass finds them again
                 state.meter.restart()
         if not report.complete:
-            report.not_copied = (report.not_copied + sorted(state.acked))[:NAMED_PATHS]
+            report.not_copied = (report.not_copied + sorted(key[0] for key in state.acked))[:NAMED_PATHS]
         state.meter.show()
         return report

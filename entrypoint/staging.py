@@ -20,6 +20,7 @@ already in place is read from the vault itself (a copy whose size and modificati
 source's), so a restarted runner or a retry never uploads twice and a copy-back resumes.
 """
 
+import hashlib
 import json
 import posixpath
 import re
@@ -47,8 +48,14 @@ _DATA_KEY_RE: Final = re.compile(
     rf"^{contract.DATA_KEY_JOB_PREFIX}{contract.UID_RE.pattern}(?:-(?:0|[1-9][0-9]{{0,8}}))?$"
 )
 _CONTAINER_RE: Final = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
-# A file being written, beside its final name; renamed into place only once whole.
-PART_SUFFIX: Final = ".nbpart"
+# A file being written is `.nbpart-<16 hex digits of its name's hash>` beside it, renamed into place
+# only once whole: 24 bytes whatever the name (a name of 255 bytes, the most a volume allows, has a
+# part file too). Runners before wrote `<name>.nbpart`: both are the runner's own, never data.
+PART_PREFIX: Final = ".nbpart-"
+LEGACY_PART_SUFFIX: Final = ".nbpart"
+_PART_RE: Final = re.compile(r"\.nbpart-[0-9a-f]{16}")
+# SFTP (version 3) carries a file's times as unsigned 32-bit seconds.
+MAX_SFTP_TIME: Final = 2**32 - 1
 _CONTROL: Final = frozenset("\n\r\t\0")
 
 CopyBack = Literal["none", "pending", "done"]
@@ -317,6 +324,28 @@ def is_current(*, size: int, mtime: int, copy: tuple[int, int] | None) -> bool:
     """Whether a copy (size, modification time in whole seconds, as SFTP carries it) is the file
     as it is now: the same size and time. The copy gets the source's time only once it is whole."""
     return copy is not None and copy == (size, mtime)
+
+
+def part_name(name: str) -> str:
+    """The partial file's name for a file named `name` (any bytes the volume allows, as
+    os.fsdecode gives them): short and the same on every try, so a resume finds it."""
+    digest = hashlib.blake2b(name.encode("utf-8", "surrogateescape"), digest_size=8).hexdigest()
+    return PART_PREFIX + digest
+
+
+def is_part_name(name: str) -> bool:
+    """Whether `name` is a partial file of a runner (this one's or an earlier one's): never data."""
+    return name.endswith(LEGACY_PART_SUFFIX) or _PART_RE.fullmatch(name) is not None
+
+
+def file_mode(mode: int) -> int:
+    """The permission bits a copy carries (read, write, execute for each); never set-id bits."""
+    return mode & 0o777
+
+
+def sftp_time(mtime_ns: int) -> int:
+    """A modification time in the seconds SFTP carries: before 1970 or after 2106 it is clamped."""
+    return min(max(mtime_ns // 1_000_000_000, 0), MAX_SFTP_TIME)
 
 
 def is_inside(path: str, tree: str) -> bool:

@@ -15,8 +15,10 @@ from typing import Final, TextIO, TypeVar
 import asyncssh
 
 from entrypoint import staging
+from entrypoint.local_tree import LocalFailure
 
 T = TypeVar("T")
+__all__ = ["LocalFailure"]
 
 
 # One write or read of this size is split by asyncssh into parallel SFTP requests.
@@ -30,7 +32,6 @@ CHUNKS_IN_MEMORY: Final = 6
 BLOCKS_PER_FILE: Final = 3
 # Files moving at once: small files are a few round trips each, so they move side by side.
 FILES_IN_FLIGHT: Final = 64
-PART_SUFFIX: Final = staging.PART_SUFFIX
 # An upload this small is one SFTP write request (OpenSSH takes up to 255 KiB), written in place.
 IN_PLACE_BYTES: Final = 64 * 1024
 PROGRESS_SECONDS: Final = 2.0
@@ -40,6 +41,16 @@ NAMED_PATHS: Final = 20
 
 class TransferFailed(Exception):
     """A file could not be transferred or verified (the message names it)."""
+
+
+class DiskError(Exception):
+    """The pod's disk refused a call (`error`): the caller names the path. Never taken for a network
+    failure (no reconnect can help)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error.strerror or str(error))
+        self.error = error
+        self.errno = error.errno
 
 
 class Stopped(Exception):
@@ -77,13 +88,18 @@ class Report:
     skipped: int = 0  # files whose copy was already current
     copied_bytes: int = 0
     not_copied: list[str] = field(default_factory=list)  # the first NAMED_PATHS not copied
-    refused: int = 0  # files not written because a link was on their way (logged)
+    # Outputs the copy-back could not place in the pod (a link on their way, a directory where the
+    # vault has a file or the other way round, a name the volume refuses): they stay in the vault.
+    refused: int = 0
+    kept_in_vault: list[str] = field(default_factory=list)  # the first NAMED_PATHS refused, as vault paths
     error: str = ""
+    failed_locally: bool = False  # `error` is the pod's side (LocalFailure), not the vault's
     stopped: bool = False
 
     @property
     def complete(self) -> bool:
-        return not self.error and not self.stopped
+        """Every file is in place: nothing failed, stopped or refused."""
+        return not self.error and not self.stopped and not self.refused
 
 
 class Meter:
@@ -158,11 +174,21 @@ class Pass:
     # stop the event loop (and every transfer in flight) while it waits.
     disk: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="staging-disk"))
     # Per file in flight: the bytes acknowledged so far (a resume continues there; only this runner's own).
-    acked: dict[str, int] = field(default_factory=dict)
+    # Keyed by the file's path, size and time: a file that changed between two passes starts again.
+    acked: dict[tuple[str, int, int], int] = field(default_factory=dict)
     failed_in_a_row: int = 0
     # Polled between blocks: leave what is done, report the rest as not copied.
     should_stop: Callable[[], bool] = lambda: False
     chunks: BlockMemory = field(default_factory=BlockMemory)
+
+    def resume_key(self, path: str, size: int, mtime: int) -> tuple[str, int, int]:
+        """The file's key in `acked` (its offset set to where a resume starts: 0 for a new one); an
+        earlier version's offset is dropped."""
+        key = (path, size, mtime)
+        for stale in [k for k in self.acked if k[0] == path and k != key]:
+            del self.acked[stale]
+        self.acked.setdefault(key, 0)
+        return key
 
     def check_stop(self) -> None:
         if self.should_stop():
@@ -172,7 +198,11 @@ class Pass:
         return self.report.copied, self.report.copied_bytes + sum(self.acked.values())
 
     async def on_disk(self, call: Callable[..., T], *args: object, **kwargs: object) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self.disk, functools.partial(call, *args, **kwargs))
+        """`call` in the disk's thread; an OSError it raises comes back as a DiskError."""
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self.disk, functools.partial(call, *args, **kwargs))
+        except OSError as exc:
+            raise DiskError(exc) from exc
 
 
 async def first_error(work: Awaitable[None]) -> None:
@@ -220,10 +250,6 @@ def as_bytes(data: str | bytes) -> bytes:
     if isinstance(data, str):
         raise TransferFailed("the SFTP file was opened in text mode")
     return data
-
-
-def mtime_seconds(ns: int) -> int:
-    return ns // 1_000_000_000
 
 
 async def pipelined(*requests: Awaitable[object]) -> list[object]:

@@ -2,13 +2,14 @@
 time, what the pod does not hold written beneath the stage-out path, never through a link. I/O only."""
 
 import asyncio
+import errno
 import logging
 import os
 import stat
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Final, cast
 
 import asyncssh
 
@@ -17,8 +18,9 @@ from entrypoint.transfer_pass import (
     CHUNK_BYTES,
     IN_PLACE_BYTES,
     NAMED_PATHS,
-    PART_SUFFIX,
+    DiskError,
     DownloadRoot,
+    LocalFailure,
     Pass,
     TransferFailed,
     as_bytes,
@@ -30,6 +32,18 @@ from entrypoint.transfer_pass import (
 
 log = logging.getLogger(__name__)
 
+# Why an output is refused when the pod holds the other kind of entry at its name.
+_A_DIRECTORY: Final = OSError(errno.EISDIR, "the pod holds a directory where the vault holds a file")
+_NOT_A_DIRECTORY: Final = OSError(errno.ENOTDIR, "the pod holds a file where the vault holds a directory")
+
+
+def _link_refusal(path: str) -> local_tree.UnsafePath:
+    return local_tree.UnsafePath(f"{path} is a symbolic link; nothing is written through it")
+
+
+# The pod's volume cannot take more (or at all): the copy-back ends, naming where.
+_VOLUME_ERRORS: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
+
 
 @dataclass(frozen=True, slots=True)
 class Get:
@@ -38,6 +52,7 @@ class Get:
     vault: str
     size: int
     mtime: int
+    mode: int  # the vault copy's permissions (the pod's copy gets its rwx bits)
     fresh: bool = False  # nothing had its name in the pod when listed: written in place if still so
 
     @property
@@ -51,7 +66,10 @@ class Downloader:
 
     async def run(self, sftp: asyncssh.SFTPClient, roots: Sequence[DownloadRoot]) -> None:
         writers: list[local_tree.BeneathWriter] = []
-        self.state.report.skipped = 0
+        report = self.state.report
+        report.skipped = report.refused = 0  # each pass finds them again
+        report.not_copied.clear()
+        report.kept_in_vault.clear()
         try:
             await pool(self._todo(sftp, roots, writers), lambda item: self._get(sftp, item))
         finally:
@@ -76,15 +94,19 @@ class Downloader:
                 writer = await self.state.on_disk(
                     local_tree.BeneathWriter, root.local if stat.S_ISDIR(mode) else os.path.dirname(root.local)
                 )
-            except local_tree.UnsafePath as exc:
-                self._refuse(root.local, exc)
+            except (local_tree.UnsafePath, DiskError) as exc:
+                self._refuse(root.local, root.vault, exc)
                 continue
             writers.append(writer)
             if stat.S_ISREG(mode):
                 name = os.path.basename(root.local)
-                have = (await self.state.on_disk(writer.list_dir, "")).get(name)
-                get = Get(writer, name, root.vault, attrs.size or 0, int(attrs.mtime or 0), fresh=have is None)
-                if not self._is_current(get, have):
+                try:
+                    have = (await self.state.on_disk(writer.list_dir, "")).get(name)
+                except DiskError as exc:
+                    self._refuse(root.local, root.vault, exc)
+                    continue
+                get = Get(writer, name, root.vault, attrs.size or 0, int(attrs.mtime or 0), attrs.permissions or 0)
+                if self._placeable(get, have) and not self._is_current(get, have):
                     yield get
                 continue
             if not stat.S_ISDIR(mode):
@@ -100,123 +122,160 @@ class Downloader:
                 directory = f"{root.vault}/{relative_dir}".rstrip("/")
                 try:  # one trip to the disk per directory: what is there already
                     here = await self.state.on_disk(writer.list_dir, relative_dir)
-                except local_tree.UnsafePath as exc:
-                    self._refuse(f"{root.local}/{relative_dir}", exc)
+                except (local_tree.UnsafePath, DiskError) as exc:
+                    self._refuse(f"{root.local}/{relative_dir}", directory, exc)
                     continue
                 listing = await remote_listing(sftp, directory)
                 for name in sorted(listing):
                     size, mtime, mode = listing[name]
                     relative = f"{relative_dir}/{name}".lstrip("/")
+                    have = here.get(name)
                     if stat.S_ISDIR(mode):
-                        pending.append(relative)
-                    elif stat.S_ISREG(mode) and not name.endswith(PART_SUFFIX):
-                        have = here.get(name)
-                        get = Get(writer, relative, f"{directory}/{name}", size, mtime, fresh=have is None)
-                        if not self._is_current(get, have):
+                        if have is None or stat.S_ISDIR(have[2]):
+                            pending.append(relative)
+                            continue
+                        local = f"{root.local}/{relative}"
+                        why = _link_refusal(local) if stat.S_ISLNK(have[2]) else _NOT_A_DIRECTORY
+                        self._refuse(local, f"{directory}/{name}", why)
+                    elif stat.S_ISREG(mode) and not staging.is_part_name(name):
+                        get = Get(writer, relative, f"{directory}/{name}", size, mtime, mode, fresh=have is None)
+                        if self._placeable(get, have) and not self._is_current(get, have):
                             yield get
                     # links the job made in the vault are not copied back: they could lead anywhere
 
-    def _refuse(self, path: str, exc: local_tree.UnsafePath) -> None:
-        log.warning("not copying back through a symbolic link", extra={"path": path, "error": str(exc)})
-        self.state.report.refused += 1
-        if len(self.state.report.not_copied) < NAMED_PATHS:
-            self.state.report.not_copied.append(path)
+    def _placeable(self, item: Get, have: tuple[int, int, int] | None) -> bool:
+        """Whether the pod has no directory where the vault has this file (refused if it has)."""
+        if have is not None and stat.S_ISDIR(have[2]):
+            self._refuse(item.local, item.vault, _A_DIRECTORY)
+            return False
+        return True
+
+    def _refuse(self, path: str, vault: str, exc: Exception) -> None:
+        """An output the pod cannot take: named in the log and the report, left in the vault."""
+        if isinstance(exc, local_tree.UnsafePath):
+            log.warning("not copying back through a symbolic link", extra={"path": path, "vault_path": vault})
+        else:
+            log.warning(
+                "an output cannot be placed in the pod; it stays in the vault",
+                extra={"path": path, "vault_path": vault, "error": str(exc)},
+            )
+        report = self.state.report
+        report.refused += 1
+        if len(report.not_copied) < NAMED_PATHS:
+            report.not_copied.append(path)
+            report.kept_in_vault.append(vault)
 
     def _is_current(self, item: Get, have: tuple[int, int, int] | None) -> bool:
-        """Whether the pod already holds the vault's copy (same size and time); counted as done."""
+        """Whether the pod already holds the vault's copy (same size, time and permissions); counted as done."""
         if have is None or not stat.S_ISREG(have[2]):
             return False
         if not staging.is_current(size=have[0], mtime=have[1], copy=(item.size, item.mtime)):
+            return False
+        if staging.file_mode(have[2]) != staging.file_mode(item.mode):
             return False
         self.state.report.skipped += 1
         self.state.meter.add(files=1, size=item.size)
         return True
 
     async def _get(self, sftp: asyncssh.SFTPClient, item: Get) -> None:
-        # Each trip to the disk's thread wakes the event loop: a file of one block makes one.
-        offset = self.state.acked.get(item.local, 0)
-        self.state.acked[item.local] = offset
-        fd: int | None = None
-        if offset == 0 and item.size <= CHUNK_BYTES:
-            try:
-                async with self.state.chunks.hold(item.size):
-                    self.state.check_stop()
-                    data = await _read_whole(sftp, item)
-                    await self.state.on_disk(write_whole, item, data)
-            except local_tree.UnsafePath as exc:
-                del self.state.acked[item.local]
-                self._refuse(item.local, exc)
-                return
-            del self.state.acked[item.local]
-            self.state.report.copied += 1
-            self.state.report.copied_bytes += item.size
-            self.state.meter.add(files=1, size=item.size)
-            return
+        key = self.state.resume_key(item.local, item.size, item.mtime)
         try:
-            reads: deque[tuple[int, int, asyncio.Task[str | bytes]]] = deque()
-            try:
-                async with sftp.open(item.vault, "rb", encoding=None) as src:
-                    ahead = offset
-
-                    async def ask_ahead() -> None:
-                        # The size listed is read, no more (a read past the end is wasted requests);
-                        # a block more only when a block's memory is free.
-                        nonlocal ahead
-                        while ahead < item.size and (not reads or may_add(self.state.chunks, reads)):
-                            length = min(CHUNK_BYTES, item.size - ahead)
-                            await self.state.chunks.acquire(length)
-                            reads.append((ahead, length, asyncio.ensure_future(src.read(length, ahead))))
-                            ahead += length
-
-                    while ahead < item.size or reads:
-                        self.state.check_stop()
-                        await ask_ahead()
-                        at, length, read = reads.popleft()
-                        try:
-                            chunk = as_bytes(await read)
-                            if len(chunk) != length:
-                                changed = "the vault's copy changed while it was read; it will be fetched again"
-                                raise TransferFailed(f"{item.local}: {changed}")
-                            # The next block is asked for before this one goes to the disk: the
-                            # server keeps sending while the disk writes (it stalled for each write).
-                            await ask_ahead()
-                            fd = await self.state.on_disk(_write_part, item, fd, chunk, at)
-                        finally:
-                            self.state.chunks.release(length)
-                        offset = at + len(chunk)
-                        self.state.acked[item.local] = offset
-                        self.state.meter.add(size=len(chunk))
-            except BaseException:
-                for _at, length, read in reads:
-                    read.cancel()
-                    self.state.chunks.release(length)
-                if fd is not None:
-                    await self.state.on_disk(os.close, fd)
-                raise
-            await self.state.on_disk(_finish_part, item, fd, offset)
-        except local_tree.UnsafePath as exc:
-            del self.state.acked[item.local]
-            self._refuse(item.local, exc)
+            if self.state.acked[key] == 0 and item.size <= CHUNK_BYTES:
+                await self._get_whole(sftp, item)
+            else:
+                await self._get_blocks(sftp, item, key)
+        except (local_tree.UnsafePath, DiskError, _Unsettled) as exc:
+            del self.state.acked[key]
+            if isinstance(exc, _Unsettled):  # its partial file is of a version that is gone
+                await self.state.on_disk(item.writer.discard_part, item.relative)
+            if isinstance(exc, DiskError) and exc.errno in _VOLUME_ERRORS:
+                raise LocalFailure(f"{item.local} cannot be written: {exc}") from exc
+            self._refuse(item.local, item.vault, exc)
             return
-        del self.state.acked[item.local]
+        del self.state.acked[key]
         self.state.report.copied += 1
         self.state.report.copied_bytes += item.size
-        self.state.meter.add(files=1)
+        self.state.meter.add(files=1, size=item.size if item.size <= CHUNK_BYTES else 0)
+
+    async def _get_whole(self, sftp: asyncssh.SFTPClient, item: Get) -> None:
+        """A file of one block: read (and looked at again), then written in one trip to the disk."""
+        async with self.state.chunks.hold(item.size):
+            self.state.check_stop()
+            data = await _read_whole(sftp, item)
+            await self.state.on_disk(write_whole, item, data)
+
+    async def _get_blocks(self, sftp: asyncssh.SFTPClient, item: Get, key: tuple[str, int, int]) -> None:
+        offset = self.state.acked[key]
+        fd: int | None = None
+        reads: deque[tuple[int, int, asyncio.Task[str | bytes]]] = deque()
+        try:
+            async with sftp.open(item.vault, "rb", encoding=None) as src:
+                ahead = offset
+
+                async def ask_ahead() -> None:
+                    # The size listed is read, no more (a read past the end is wasted requests);
+                    # a block more only when a block's memory is free.
+                    nonlocal ahead
+                    while ahead < item.size and (not reads or may_add(self.state.chunks, reads)):
+                        length = min(CHUNK_BYTES, item.size - ahead)
+                        await self.state.chunks.acquire(length)
+                        reads.append((ahead, length, asyncio.ensure_future(src.read(length, ahead))))
+                        ahead += length
+
+                while ahead < item.size or reads:
+                    self.state.check_stop()
+                    await ask_ahead()
+                    at, length, read = reads.popleft()
+                    try:
+                        chunk = as_bytes(await read)
+                        if len(chunk) != length:
+                            raise _Unsettled(f"{item.local}: the vault's copy changed while it was read")
+                        # The next block is asked for before this one goes to the disk: the
+                        # server keeps sending while the disk writes (it stalled for each write).
+                        await ask_ahead()
+                        fd = await self.state.on_disk(_write_part, item, fd, chunk, at)
+                    finally:
+                        self.state.chunks.release(length)
+                    offset = at + len(chunk)
+                    self.state.acked[key] = offset
+                    self.state.meter.add(size=len(chunk))
+                _check_settled(item, await src.stat())
+        except BaseException:
+            for _at, length, read in reads:
+                read.cancel()
+                self.state.chunks.release(length)
+            if fd is not None:
+                await self.state.on_disk(os.close, fd)
+            raise
+        await self.state.on_disk(_finish_part, item, fd, offset)
+
+
+class _Unsettled(Exception):
+    """The vault's copy changed while it was read (the job still writing): the pod's file is left as
+    it is, the vault's stays."""
+
+
+def _check_settled(item: Get, attrs: asyncssh.SFTPAttrs) -> None:
+    """The second look: the vault's copy, once read, still has the size and time it was listed with."""
+    if (attrs.size, int(attrs.mtime or 0)) != (item.size, item.mtime):
+        raise _Unsettled(f"{item.local}: the vault's copy changed while it was read")
 
 
 async def _read_whole(sftp: asyncssh.SFTPClient, item: Get) -> bytes:
-    """A vault file of at most one block. One within a single read request (IN_PLACE_BYTES) is read
-    and closed together, one round trip after the open; a larger one in asyncssh's parallel reads."""
+    """A vault file of at most one block, looked at again once read (see _check_settled). One
+    within a single read request (IN_PLACE_BYTES) is read, looked at and closed together, one round
+    trip after the open; a larger one in asyncssh's parallel reads."""
     small = item.size <= IN_PLACE_BYTES
     src = await sftp.open(item.vault, "rb", encoding=None, block_size=0 if small else -1)
     if not small:
         async with src:
-            return as_bytes(await src.read(item.size, 0))
-    if not item.size:
-        await src.close()
-        return b""
-    data, _closed = await pipelined(src.read(item.size, 0), src.close())
-    return as_bytes(cast(bytes, data))
+            data = as_bytes(await src.read(item.size, 0))
+            _check_settled(item, await src.stat())
+            return data
+    reads = [src.read(item.size, 0)] if item.size else []
+    *got, attrs, _closed = await pipelined(*reads, src.stat(), src.close())
+    _check_settled(item, cast(asyncssh.SFTPAttrs, attrs))
+    return as_bytes(cast(bytes, got[0])) if got else b""
 
 
 def _write_part(item: Get, fd: int | None, data: bytes, offset: int) -> int:
@@ -226,9 +285,9 @@ def _write_part(item: Get, fd: int | None, data: bytes, offset: int) -> int:
         os.ftruncate(fd, offset)
     try:
         os.pwrite(fd, data, offset)
-    except OSError as exc:  # a full disk is no connection problem: it ends the copy-back, saying where
+    except OSError:
         os.close(fd)
-        raise TransferFailed(f"{item.local} cannot be written: {exc.strerror}") from exc
+        raise
     return fd
 
 
@@ -243,16 +302,19 @@ def write_whole(item: Get, data: bytes) -> None:
 
 
 def _write_new(item: Get, data: bytes) -> bool:
-    """Write `data` as a file new to the pod; False (nothing written) when its name has been taken."""
+    """Write `data` as a file new to the pod; False (nothing written) when its name has been taken.
+    A write that fails removes the file: nothing truncated is left under its real name."""
     fd = item.writer.create_new(item.relative)
     if fd is None:
         return False
     try:
         if os.pwrite(fd, data, 0) != len(data):
-            raise TransferFailed(f"{item.local}: the disk took part of it; it will be fetched again")
+            raise OSError(errno.ENOSPC, "the disk took part of it")
+        os.fchmod(fd, staging.file_mode(item.mode))
         os.utime(fd, (item.mtime, item.mtime))
-    except OSError as exc:  # a full disk is no connection problem: it ends the copy-back, saying where
-        raise TransferFailed(f"{item.local} cannot be written: {exc.strerror}") from exc
+    except OSError:
+        item.writer.remove(item.relative)
+        raise
     finally:
         os.close(fd)
     return True
@@ -265,6 +327,7 @@ def _finish_part(item: Get, fd: int | None, offset: int) -> None:
         os.ftruncate(fd, offset)
     try:
         written = os.fstat(fd).st_size
+        os.fchmod(fd, staging.file_mode(item.mode))
     finally:
         os.close(fd)
     if written != item.size:
@@ -273,4 +336,8 @@ def _finish_part(item: Get, fd: int | None, offset: int) -> None:
             f"{item.local}: {written} bytes arrived, the vault held {item.size} (the job still writing?);"
             " it will be fetched again"
         )
-    item.writer.commit(item.relative, mtime=item.mtime)
+    try:
+        item.writer.commit(item.relative, mtime=item.mtime)
+    except OSError:
+        item.writer.discard_part(item.relative)
+        raise

@@ -159,7 +159,12 @@ class VaultStaging:
         for path in self.paths.stage_out:
             if path not in self.paths.stage_in:
                 roots.append(UploadRoot(path, path, staging.vault_path(job_dir, os.path.dirname(path)), empty=True))
-        totals = count_files(roots)
+        try:
+            totals = count_files(roots)
+        except local_tree.LocalFailure as exc:
+            log.error("a staged path cannot be read; nothing was submitted", extra={"error": str(exc)})
+            self._release()
+            return EarlyExit(exitcodes.EXIT_CONFIG, reported=True)
         log.info(
             "staging in",
             extra={"files": totals.files, "bytes": totals.bytes, "vault_dir": job_dir, "shared": self.shared},
@@ -176,6 +181,9 @@ class VaultStaging:
                 "signal received during the stage-in; nothing was submitted", extra={"job_label": self.job_label}
             )
             return EarlyExit(exitcodes.EXIT_TERMINATED, reported=False)
+        if report.failed_locally:
+            log.error("a staged path cannot be read; nothing was submitted", extra={"error": report.error})
+            return EarlyExit(exitcodes.EXIT_CONFIG, reported=True)
         if not report.complete:
             log.error(
                 "stage-in failed; nothing was submitted, a restarted runner resumes the upload",
@@ -243,6 +251,14 @@ class VaultStaging:
         if report.stopped:
             log.warning("the grace period ended during the copy-back; the rest stays in the vault", extra=extra)
             return exit_code
+        if report.refused and not report.error:
+            # Nothing it could not place is deleted: the directory stays, and the copy-back stays
+            # pending (a restarted runner finishes it once the pod's volume can take them).
+            log.error(
+                "copy-back could not place some outputs in the pod; they stay in the vault",
+                extra={**extra, "first_kept_in_vault": report.kept_in_vault},
+            )
+            return exitcodes.EXIT_TRANSFER
         if not report.complete:
             log.error(
                 "copy-back failed; what was not copied stays in the vault", extra={**extra, "error": report.error}

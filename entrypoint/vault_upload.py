@@ -17,12 +17,12 @@ from entrypoint import local_tree, staging
 from entrypoint.transfer_pass import (
     CHUNK_BYTES,
     IN_PLACE_BYTES,
-    PART_SUFFIX,
+    DiskError,
+    LocalFailure,
     Pass,
     TransferFailed,
     UploadRoot,
     may_add,
-    mtime_seconds,
     pipelined,
     pool,
     remote_listing,
@@ -38,6 +38,8 @@ class Put:
     vault: str
     size: int
     mtime: int
+    mode: int  # the permissions the vault's copy gets
+    identity: tuple[int, int]  # (device, inode) as walked: a file swapped in since is not read
 
 
 class Uploader:
@@ -103,33 +105,49 @@ class Uploader:
         if real in self.never_staged:
             log.warning("not staging the JARVICE credentials", extra={"path": local})
             return None
-        mtime = mtime_seconds(entry.mtime_ns)
+        if staging.is_part_name(entry.name):
+            log.warning("not staging a partial file left by an interrupted copy", extra={"path": local})
+            return None
+        mtime = staging.sftp_time(entry.mtime_ns)
+        mode = staging.file_mode(entry.mode)
         if (
             copy is not None
             and stat.S_ISREG(copy[2])
             and staging.is_current(size=entry.size, mtime=mtime, copy=(copy[0], copy[1]))
+            and staging.file_mode(copy[2]) == mode
         ):
             self.state.report.skipped += 1
             self.state.meter.add(files=1, size=entry.size)
             return None
-        return Put(local, real, vault, entry.size, mtime)
+        return Put(local, real, vault, entry.size, mtime, mode, (entry.device, entry.inode))
 
     async def _put(self, sftp: asyncssh.SFTPClient, item: Put) -> None:
-        if item.size <= IN_PLACE_BYTES:
-            await self._put_small(sftp, item)
-            return
-        # A larger file goes through `<name>.nbpart`, renamed only once whole.
-        target = item.vault + PART_SUFFIX
-        offset = self.state.acked.get(item.local, 0)
         try:
-            fd = await self.state.on_disk(local_tree.open_for_reading, item.real)
-        except OSError as exc:
+            if item.size <= IN_PLACE_BYTES:
+                await self._put_small(sftp, item)
+            else:
+                await self._put_blocks(sftp, item)
+        except asyncssh.SFTPError as exc:
+            if isinstance(exc, asyncssh.SFTPConnectionLost):
+                raise
+            raise TransferFailed(f"{item.local}: the vault refused it: {exc.reason}") from exc
+
+    async def _put_blocks(self, sftp: asyncssh.SFTPClient, item: Put) -> None:
+        # A larger file goes through a partial file of the runner's own beside it, created
+        # exclusively (a stale one is removed first) and renamed only once whole.
+        head, name = posixpath.split(item.vault)
+        target = posixpath.join(head, staging.part_name(name))
+        key = self.state.resume_key(item.local, item.size, item.mtime)
+        offset = self.state.acked[key]
+        try:
+            fd = await self.state.on_disk(local_tree.open_for_reading, item.real, item.identity)
+        except DiskError as exc:
+            del self.state.acked[key]
             _vanished(item, exc)
             return
-        self.state.acked[item.local] = offset
         writes: deque[tuple[int, int, asyncio.Task[int]]] = deque()
         try:
-            async with sftp.open(target, "r+b" if offset else "wb", encoding=None) as dst:
+            async with await _open_part(sftp, target, resume=offset > 0) as dst:
                 ahead = offset
                 # The next block is read and sent while one is in flight, when a block's memory is
                 # free; what is acknowledged in order is what a resume may skip.
@@ -139,12 +157,7 @@ class Uploader:
                         length = min(CHUNK_BYTES, item.size - ahead)
                         await self.state.chunks.acquire(length)
                         try:
-                            chunk = await self.state.on_disk(os.pread, fd, length, ahead)
-                            if len(chunk) != length:
-                                raise TransferFailed(
-                                    f"{item.local}: {ahead + len(chunk)} of {item.size} bytes could be read (the file"
-                                    " changed while it was sent?); it will be sent again"
-                                )
+                            chunk = await self._read(item, fd, length, ahead)
                         except BaseException:
                             self.state.chunks.release(length)
                             raise
@@ -156,9 +169,9 @@ class Uploader:
                     finally:
                         self.state.chunks.release(length)
                     offset = at + length
-                    self.state.acked[item.local] = offset
+                    self.state.acked[key] = offset
                     self.state.meter.add(size=length)
-                await dst.utime((item.mtime, item.mtime))
+                await dst.setstat(_attrs(item))
         except BaseException:
             for _at, length, write in writes:
                 write.cancel()
@@ -167,10 +180,22 @@ class Uploader:
         finally:
             await self.state.on_disk(os.close, fd)
         await sftp.posix_rename(target, item.vault)
-        del self.state.acked[item.local]
+        del self.state.acked[key]
         self.state.report.copied += 1
         self.state.report.copied_bytes += item.size
         self.state.meter.add(files=1)
+
+    async def _read(self, item: Put, fd: int, length: int, at: int) -> bytes:
+        try:
+            chunk = await self.state.on_disk(os.pread, fd, length, at)
+        except DiskError as exc:
+            raise LocalFailure(f"{item.local} cannot be read: {exc}") from exc
+        if len(chunk) != length:
+            raise TransferFailed(
+                f"{item.local}: {at + len(chunk)} of {item.size} bytes could be read (the file"
+                " changed while it was sent?); it will be sent again"
+            )
+        return chunk
 
     async def _put_small(self, sftp: asyncssh.SFTPClient, item: Put) -> None:
         # A file sent in one write request is written in place: the request lands whole or not at
@@ -178,8 +203,8 @@ class Uploader:
         # current. Read in one trip to the disk; the write, the time and the close go out together
         # (the server does a handle's requests in order), one round trip after the open.
         try:
-            data = await self.state.on_disk(local_tree.read_small, item.real, item.size)
-        except OSError as exc:
+            data = await self.state.on_disk(local_tree.read_small, item.real, item.size, item.identity)
+        except DiskError as exc:
             _vanished(item, exc)
             return
         if len(data) != item.size:
@@ -191,17 +216,38 @@ class Uploader:
         # block_size=0: one request per call, without asyncssh's parallel-I/O tasks.
         dst = await sftp.open(item.vault, "wb", encoding=None, block_size=0)
         writes = [dst.write(data, 0)] if data else []
-        await pipelined(*writes, dst.utime((item.mtime, item.mtime)), dst.close())
+        await pipelined(*writes, dst.setstat(_attrs(item)), dst.close())
         self.state.report.copied += 1
         self.state.report.copied_bytes += item.size
         self.state.meter.add(files=1, size=item.size)
 
 
-def _vanished(item: Put, exc: OSError) -> None:
-    """A file that could not be opened: gone or a link now (logged, not staged), or a failure."""
-    if exc.errno not in (errno.ENOENT, errno.ELOOP):
-        raise TransferFailed(f"{item.local} cannot be read: {exc.strerror}") from exc
-    # Removed, or replaced by a link, since the walk: not data to stage now.
+def _attrs(item: Put) -> asyncssh.SFTPAttrs:
+    """What a whole copy gets last: the source's permissions and time (one request)."""
+    return asyncssh.SFTPAttrs(permissions=item.mode, atime=item.mtime, mtime=item.mtime)
+
+
+async def _open_part(sftp: asyncssh.SFTPClient, target: str, *, resume: bool) -> asyncssh.SFTPClientFile:
+    """The vault's partial file: this runner's own, resumed, or created exclusively after a stale
+    one is removed (the removal and the creation sent together)."""
+    if resume:
+        return await sftp.open(target, "r+b", encoding=None)
+    removed, opened = await asyncio.gather(
+        sftp.remove(target), sftp.open(target, "xb", encoding=None), return_exceptions=True
+    )
+    if isinstance(removed, BaseException) and not isinstance(removed, asyncssh.SFTPNoSuchFile):
+        raise removed
+    if isinstance(opened, BaseException):
+        raise opened
+    return opened
+
+
+def _vanished(item: Put, exc: DiskError) -> None:
+    """A file that could not be opened: gone, a link or another file now (logged, not staged), or
+    one the runner may not read (the stage-in ends, naming it)."""
+    if exc.errno not in (errno.ENOENT, errno.ELOOP, errno.ESTALE):
+        raise LocalFailure(f"{item.local} cannot be read: {exc}") from exc
+    # Removed, or replaced by a link or another file, since the walk: not data to stage now.
     log.warning("not staging a file that changed into a link or vanished", extra={"path": item.local})
 
 

@@ -230,10 +230,10 @@ def test_a_link_out_of_the_staged_tree_is_never_followed_and_one_inside_is_stage
     assert vault_holds(root, TOKEN) == []
 
 
-def test_the_copy_back_never_writes_through_a_link_in_the_pod_volume(
+def test_the_copy_back_never_writes_through_a_link_in_the_pod_volume_and_keeps_what_it_refused(
     vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path
 ) -> None:
-    emu, _root = vault_emulator
+    emu, root = vault_emulator
     env = staged_env(
         emu.url,
         tmp_path,
@@ -262,13 +262,20 @@ def test_the_copy_back_never_writes_through_a_link_in_the_pod_volume(
         check=False,
     )
     err = done.stderr.decode(errors="replace")
-    assert done.returncode == 0, err
+    # What the link kept out of the pod is an output not placed: the runner says so and where it is.
+    assert done.returncode == 75, err
     assert (collect / "token-after").read_text() == TOKEN
     assert (collect / "ws" / "out" / "result.txt").read_text() == "result\n"
     # The planted file link was replaced by the job's file, never written through.
     assert (collect / "ws" / "out" / "token").read_text() == "overwritten\n"
     assert (collect / "ws" / "out" / "sub").is_symlink()
     assert "not copying back through a symbolic link" in err
+    # Nothing refused is deleted: the vault directory keeps it, and the log names the vault path.
+    vault_dir = f"nimbix-burst/pod-{env['POD_UID']}"
+    kept = root / USER / "drop.jarvice.com" / vault_dir / "srv" / "ws" / "out" / "sub" / "token"
+    assert kept.read_text() == "overwritten\n"
+    refusal = next(line for line in err.splitlines() if "could not place some outputs" in line)
+    assert json.loads(refusal)["first_kept_in_vault"] == [f"{vault_dir}/srv/ws/out/sub"]
 
 
 def test_a_checkpoint_directory_that_does_not_exist_yet_is_staged_as_empty(

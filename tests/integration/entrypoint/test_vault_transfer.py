@@ -124,7 +124,7 @@ def test_copy_back_writes_new_files_in_place_and_replaces_a_file_the_pod_holds_w
     for relative, data in made.items():
         assert (pod / relative).read_bytes() == data, relative
         assert (pod / relative).stat().st_mtime == (tmp_path / "data" / relative).stat().st_mtime, relative
-    assert not list(pod.rglob("*" + staging.PART_SUFFIX))
+    assert not [p for p in pod.rglob("*") if staging.is_part_name(p.name)]
     again = transfer(address).download([DownloadRoot("down-small", str(pod))], should_stop=lambda: False)
     assert (again.copied, again.skipped) == (0, SMALL)
 
@@ -141,7 +141,7 @@ def test_a_link_planted_at_a_new_files_name_after_the_listing_is_replaced_never_
     try:
         # Listed as absent (fresh), then a link appears at its name before the write.
         (out / "token").symlink_to(bait)
-        item = vault_download.Get(writer, "token", "vault/token", 6, OLD, fresh=True)
+        item = vault_download.Get(writer, "token", "vault/token", 6, OLD, 0o644, fresh=True)
         vault_download.write_whole(item, b"output")
         assert writer.create_new("token") is None
     finally:

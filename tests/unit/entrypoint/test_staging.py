@@ -376,3 +376,51 @@ def test_format_progress(done: int, total: int, seconds: float, line: str) -> No
 def test_credential_files_are_the_runner_s_file_variables() -> None:
     env = {"JARVICE_APIKEY_FILE": " /etc/jarvice/apikey ", "JARVICE_USERNAME_FILE": "", "OTHER_FILE": "/x"}
     assert staging.credential_files(env) == frozenset({"/etc/jarvice/apikey"})
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["model.bin", "x" * 255, "caf\udce9.bin", "", ".nbpart-0123456789abcdef"],
+)
+def test_a_partial_file_s_name_is_short_stable_and_the_runner_s_own(name: str) -> None:
+    part = staging.part_name(name)
+    assert len(part.encode()) == 24  # beside a name of 255 bytes too
+    assert part == staging.part_name(name)  # a resume finds it
+    assert staging.is_part_name(part)
+
+
+@pytest.mark.parametrize(
+    ("name", "ours"),
+    [
+        ("model.bin.nbpart", True),  # an earlier runner's
+        (".nbpart-0123456789abcdef", True),
+        (".nbpart-0123456789ABCDEF", False),
+        (".nbpart-0123", False),
+        ("nbpart", False),
+        ("model.bin", False),
+    ],
+)
+def test_is_part_name(name: str, ours: bool) -> None:
+    assert staging.is_part_name(name) is ours
+
+
+@pytest.mark.parametrize(
+    ("mtime_ns", "seconds"),
+    [
+        (1_500_000_000_999_999_999, 1_500_000_000),
+        (0, 0),
+        (-1, 0),  # before 1970: SFTP has no negative time
+        (-86_400 * 10**9, 0),
+        ((2**32 - 1) * 10**9, 2**32 - 1),
+        ((2**32 + 5) * 10**9, 2**32 - 1),  # after 2106
+    ],
+)
+def test_sftp_time_clamps_what_sftp_cannot_carry(mtime_ns: int, seconds: int) -> None:
+    assert staging.sftp_time(mtime_ns) == seconds
+
+
+@pytest.mark.parametrize(
+    ("mode", "carried"), [(0o100755, 0o755), (0o104755, 0o755), (0o40700, 0o700), (0o100644, 0o644)]
+)
+def test_file_mode_carries_permissions_never_set_id_bits(mode: int, carried: int) -> None:
+    assert staging.file_mode(mode) == carried
