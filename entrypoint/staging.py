@@ -220,6 +220,11 @@ nimbix_burst_link() {
 }"""
 
 
+def outermost(paths: Sequence[str]) -> tuple[str, ...]:
+    """The paths no other of `paths` holds, in their order: each staged tree once."""
+    return tuple(p for p in paths if not any(q != p and is_inside(p, q) for q in paths))
+
+
 def build_prelude(paths: StagePaths, *, job_dir: str, out_files: Sequence[str] = ()) -> str:
     """Shell lines that make each staged path appear at its absolute path, linked to its vault copy.
 
@@ -233,7 +238,9 @@ def build_prelude(paths: StagePaths, *, job_dir: str, out_files: Sequence[str] =
         target = remote_path(job_dir, path)
         made = posixpath.dirname(target) if path in out_files else target
         lines.append(f"nimbix_burst_as_root mkdir -p -- {shlex.quote(made)}")
-    for path in paths.all_paths:
+    # A path inside another staged path is reached through that one's link (its vault copy is
+    # inside the other's): linking it too would make a directory where the outer link goes.
+    for path in outermost(paths.all_paths):
         target, link = shlex.quote(remote_path(job_dir, path)), shlex.quote(path)
         lines.append(
             f"nimbix_burst_link {target} {link} || {{ echo {shlex.quote('nimbix-burst: cannot make ' + path)} >&2;"

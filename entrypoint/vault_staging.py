@@ -137,7 +137,7 @@ class VaultStaging:
             )
             return EarlyExit(exitcodes.EXIT_TRANSFER, reported=False)
         roots: list[UploadRoot] = []
-        for path in self.paths.stage_in:
+        for path in staging.outermost(self.paths.stage_in):  # a nested one is in its outer tree
             vault = staging.vault_path(job_dir, path)
             try:
                 real = local_tree.resolve_root(path)
@@ -236,7 +236,8 @@ class VaultStaging:
 
     def _copy_back(self, label: str, *, exit_code: int, stopping_since: float | None) -> int:
         job_dir = self.job_dir
-        roots = [DownloadRoot(staging.vault_path(job_dir, path), path) for path in self.paths.stage_out]
+        outer = staging.outermost(self.paths.stage_out)  # a nested one comes back with its outer tree
+        roots = [DownloadRoot(staging.vault_path(job_dir, path), path) for path in outer]
         if stopping_since is not None:
             self.signal_seen_at = stopping_since
         report = self.transfer.download(roots, should_stop=self.should_stop_copy_back)

@@ -296,6 +296,36 @@ def test_a_checkpoint_directory_that_does_not_exist_yet_is_staged_as_empty(
     assert (tmp_path / "pod" / "ws" / "ckpt" / "epoch-1").read_text() == "epoch-1\n"
 
 
+@pytest.mark.parametrize(
+    ("stage_in", "stage_out"),
+    [
+        ("/srv/ws/out/ckpt", "/srv/ws/out"),  # resume from the checkpoint the job writes
+        ("/srv/ws/out", "/srv/ws/out/ckpt"),
+        ("/srv/ws/out,/srv/ws/out/ckpt", "/srv/ws/out,/srv/ws/out/ckpt"),
+    ],
+)
+def test_nested_stage_paths_stage_in_and_come_back(
+    vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path, stage_in: str, stage_out: str
+) -> None:
+    emu, _root = vault_emulator
+    env = staged_env(
+        emu.url,
+        tmp_path,
+        NIMBIX_BURST_STAGE_IN=stage_in,
+        NIMBIX_BURST_STAGE_OUT=stage_out,
+        APP_COMMAND_ARGS="cat /srv/ws/out/ckpt/epoch-1 && echo 2 > /srv/ws/out/ckpt/epoch-2"
+        " && echo log > /srv/ws/out/ckpt/log.txt",
+    )
+    code, out, err = run_in_pod(
+        env, setup="mkdir -p /srv/ws/out/ckpt && echo 1 > /srv/ws/out/ckpt/epoch-1", collect=tmp_path / "pod"
+    )
+    assert code == 0, err
+    assert out.strip() == "1"
+    ckpt = tmp_path / "pod" / "ws" / "out" / "ckpt"
+    assert sorted(p.name for p in ckpt.iterdir()) == ["epoch-1", "epoch-2", "log.txt"]
+    assert (ckpt / "epoch-2").read_text() == "2\n"
+
+
 MANY_FILES = 8000
 
 

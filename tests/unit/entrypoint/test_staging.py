@@ -194,6 +194,38 @@ def test_the_prelude_links_each_path_to_its_vault_copy(tmp_path: Path) -> None:
     assert done.stdout == "ran\n"
 
 
+@pytest.mark.parametrize(
+    "paths",
+    [
+        StagePaths(("/w/out/ckpt",), ("/w/out",)),  # resume from the checkpoint the job writes
+        StagePaths(("/w/out",), ("/w/out/ckpt",)),
+        StagePaths(("/w/out", "/w/out/ckpt"), ("/w/out/ckpt", "/w/out")),  # both ways, and both
+        StagePaths((), ("/w/out/ckpt", "/w/out")),
+    ],
+)
+def test_the_prelude_links_nested_stage_paths_through_the_outermost(tmp_path: Path, paths: StagePaths) -> None:
+    (tmp_path / "data/nimbix-burst/j/w/out/ckpt").mkdir(parents=True)
+    (tmp_path / "data/nimbix-burst/j/w/out/ckpt/epoch-1").write_text("1")
+    done = run_prelude(tmp_path, paths)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "w/out").is_symlink()
+    assert (tmp_path / "w/out/ckpt/epoch-1").read_text() == "1"
+
+
+@pytest.mark.parametrize(
+    ("paths", "outermost"),
+    [
+        (("/w/out", "/w/out/ckpt"), ("/w/out",)),
+        (("/w/out/ckpt", "/w/out"), ("/w/out",)),
+        (("/w/out", "/w/outside"), ("/w/out", "/w/outside")),  # a shared prefix is no nesting
+        (("/a/b/c", "/a", "/d"), ("/a", "/d")),
+        ((), ()),
+    ],
+)
+def test_outermost(paths: tuple[str, ...], outermost: tuple[str, ...]) -> None:
+    assert staging.outermost(paths) == outermost
+
+
 def test_the_prelude_replaces_an_empty_directory_but_never_deletes_content(tmp_path: Path) -> None:
     (tmp_path / "w/out").mkdir(parents=True)
     assert run_prelude(tmp_path, StagePaths((), ("/w/out",))).returncode == 0
