@@ -56,6 +56,8 @@ LEGACY_PART_SUFFIX: Final = ".nbpart"
 _PART_RE: Final = re.compile(r"\.nbpart-[0-9a-f]{16}")
 # SFTP (version 3) carries a file's times as unsigned 32-bit seconds.
 MAX_SFTP_TIME: Final = 2**32 - 1
+# A grace period longer than a week is no pod's (a typo): refused rather than waited for.
+MAX_GRACE_SECONDS: Final = 7 * 24 * 3600
 _CONTROL: Final = frozenset("\n\r\t\0")
 
 CopyBack = Literal["none", "pending", "done"]
@@ -437,6 +439,27 @@ class VaultSettings:
     port: int
     known_hosts: str | None
     keep_job_dir: bool
+
+
+# After a signal, the copy-back stops this long before the pod's grace period ends: the runner still
+# says how it ended (its log, the termination message) before the kubelet's SIGKILL.
+GRACE_MARGIN_SECONDS: Final = 5.0
+
+
+def parse_grace_seconds(env: Mapping[str, str]) -> int:
+    """The pod's grace period (NIMBIX_BURST_GRACE_SECONDS, set by the webhook); the least a burst pod
+    gets when unset. Raises StagingError naming the variable."""
+    raw = env.get(contract.ENV_GRACE_SECONDS, "").strip()
+    if not raw:
+        return contract.MIN_TERMINATION_GRACE_SECONDS
+    if not raw.isdigit() or not 0 < int(raw) <= MAX_GRACE_SECONDS:
+        raise StagingError(f"{contract.ENV_GRACE_SECONDS} must be the pod's grace period in whole seconds, got {raw!r}")
+    return int(raw)
+
+
+def copy_back_seconds(grace_seconds: int) -> float:
+    """How long after a signal the copy-back may run: the pod's grace period less a margin."""
+    return max(0.0, grace_seconds - GRACE_MARGIN_SECONDS)
 
 
 def parse_vault_settings(env: Mapping[str, str], *, api_host: str) -> VaultSettings:

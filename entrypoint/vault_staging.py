@@ -28,8 +28,6 @@ from jarvice import contract, exitcodes
 
 log = logging.getLogger(__name__)
 
-# After a signal, the copy-back stops this long before the pod's guaranteed grace period ends.
-GRACE_MARGIN_SECONDS: Final = 5.0
 RECORD_NAME: Final = "staging"
 
 
@@ -49,6 +47,7 @@ class VaultStaging:
         clock: Callable[[], float],
         never_staged: frozenset[str] = frozenset(),
         out_files: Sequence[str] = (),
+        grace_seconds: int = contract.MIN_TERMINATION_GRACE_SECONDS,
     ) -> None:
         self.paths = paths
         # The credential files, as the kernel names them (a Secret volume's files are links).
@@ -63,6 +62,7 @@ class VaultStaging:
         self.cancel = cancel
         self.clock = clock
         self.signal_seen_at: float | None = None
+        self.grace_seconds = grace_seconds
         self.record = self._load() or staging.StagingRecord(job_label=job_label)
         # Where this run's data is: chosen by prepare() (an earlier runner's, or under the Job's lease).
         self.job_dir = self.record.work_dir
@@ -300,8 +300,7 @@ class VaultStaging:
             return False
         if self.signal_seen_at is None:
             self.signal_seen_at = self.clock()
-        limit = contract.MIN_TERMINATION_GRACE_SECONDS - GRACE_MARGIN_SECONDS
-        return self.clock() - self.signal_seen_at >= limit
+        return self.clock() - self.signal_seen_at >= staging.copy_back_seconds(self.grace_seconds)
 
     # --- the record ----------------------------------------------------------------------------
 
@@ -383,6 +382,7 @@ def attach(
         clock=deps.clock,
         never_staged=staging.credential_files(env),
         out_files=out_files,
+        grace_seconds=staging.parse_grace_seconds(env),
     )
     log.info(
         "data staging",
