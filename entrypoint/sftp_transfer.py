@@ -34,7 +34,7 @@ import asyncssh
 
 from entrypoint import local_tree, staging
 from entrypoint.batched_socket import BatchedTCP
-from entrypoint.sftp_session import start_sftp
+from entrypoint.sftp_session import Activity, start_sftp
 from entrypoint.transfer_pass import (
     IN_PLACE_BYTES,
     NAMED_PATHS,
@@ -63,6 +63,14 @@ MAX_RECONNECTS: Final = 5
 RECONNECT_BASE_SECONDS: Final = 1.0
 RECONNECT_CAP_SECONDS: Final = 15.0
 CONNECT_TIMEOUT_SECONDS: Final = 15.0
+# A vault that stops answering is noticed within a minute and handled like a dropped connection:
+# SSH keepalives (the server's SSH layer gone quiet) and a watch on the SFTP requests (its file
+# server gone quiet while SSH still answers).
+KEEPALIVE_SECONDS: Final = 15.0
+KEEPALIVE_COUNT: Final = 3
+REQUEST_TIMEOUT_SECONDS: Final = 45.0
+# How often the watch looks (and polls should_stop, so a signal is seen while a request waits).
+WATCH_SECONDS: Final = 1.0
 # A lease file is a line of JSON; more than this is not one of ours. Created or read again this many
 # times when it is released between the two.
 MAX_LEASE_BYTES: Final = 4096
@@ -79,6 +87,11 @@ ENCRYPTION_ALGS: Final = (
     "aes192-ctr",
     "aes128-ctr",
 )
+
+
+class VaultStalled(ConnectionError):
+    """The vault answered nothing for REQUEST_TIMEOUT_SECONDS: handled as a dropped connection."""
+
 
 # What a dropped or broken connection raises (a reconnect may help); anything else is final.
 _CONNECTION_ERRORS: Final = (asyncssh.DisconnectError, asyncssh.ConnectionLost, ConnectionError, TimeoutError, OSError)
@@ -200,10 +213,35 @@ class VaultTransfer:
                 agent_path=None,
                 encryption_algs=ENCRYPTION_ALGS,
                 tunnel=BatchedTCP(),
+                keepalive_interval=KEEPALIVE_SECONDS,
+                keepalive_count_max=KEEPALIVE_COUNT,
                 **self._login(),
             ),
             timeout=CONNECT_TIMEOUT_SECONDS,
         )
+
+    async def _watched(
+        self, state: Pass, conn: asyncssh.SSHClientConnection, work: Callable[[asyncssh.SFTPClient], Awaitable[None]]
+    ) -> None:
+        """`work` on a session of `conn`, beside a watch that ends it when the vault has answered
+        nothing for REQUEST_TIMEOUT_SECONDS (VaultStalled: a reconnect follows) or should_stop()."""
+        activity = Activity(asyncio.get_running_loop().time)
+
+        async def watch() -> None:
+            while True:
+                await asyncio.sleep(WATCH_SECONDS)
+                state.check_stop()
+                silent = activity.silent_for()
+                if silent > REQUEST_TIMEOUT_SECONDS:
+                    conn.abort()
+                    raise VaultStalled(f"the vault answered no request for {silent:.0f} s")
+
+        async with await start_sftp(conn, activity) as sftp, asyncio.TaskGroup() as group:
+            watcher = group.create_task(watch())
+            try:
+                await work(sftp)
+            finally:
+                watcher.cancel()
 
     async def _once(self, work: Callable[[asyncssh.SFTPClient], Awaitable[T]]) -> T:
         async with await self._connect() as conn, await start_sftp(conn) as sftp:
@@ -216,8 +254,8 @@ class VaultTransfer:
         while True:
             before = state.progress_mark()
             try:
-                async with await self._connect() as conn, await start_sftp(conn) as sftp:
-                    await first_error(work(sftp))
+                async with await self._connect() as conn:
+                    await first_error(self._watched(state, conn, work))
                 break
             except Stopped:
                 report.stopped = True

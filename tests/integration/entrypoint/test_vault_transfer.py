@@ -255,3 +255,20 @@ def test_what_handling_received_data_writes_leaves_at_once() -> None:
             theirs.close()
 
     asyncio.run(scenario())
+
+
+def test_a_session_s_activity_measures_only_a_silence_while_requests_wait() -> None:
+    now = [0.0]
+    activity = sftp_session.Activity(lambda: now[0])
+    now[0] = 100.0  # idle with nothing asked: no silence
+    assert activity.silent_for() == 0.0
+    activity.request_sent()
+    activity.request_sent()
+    now[0] = 130.0
+    assert activity.silent_for() == 30.0
+    activity.answer_received()  # one answered: the other waits from now
+    now[0] = 140.0
+    assert activity.silent_for() == 10.0
+    activity.answer_received()
+    now[0] = 500.0
+    assert activity.silent_for() == 0.0

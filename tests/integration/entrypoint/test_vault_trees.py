@@ -31,8 +31,9 @@ BIG = 2 * 1024 * 1024  # larger than one block: goes through a partial file
 
 
 @pytest.fixture(scope="module")
-def vault(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[staging.VaultSettings, Path]]:
-    """The vault's SFTP address (host key checked) and the directory it stores the user's files in."""
+def vault(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[staging.VaultSettings, Path, str]]:
+    """The vault's SFTP address (host key checked), the directory it stores the user's files in, and
+    the emulator's URL (its faults)."""
     root = tmp_path_factory.mktemp("vaults")
     with vaults.vault_emulator(root, user=USER, apikey=API_KEY, app=APP, timing=Timing(**FAST_TIMING)) as emu:
         with EmulatorControl(emu.url) as ctl:
@@ -43,6 +44,7 @@ def vault(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[staging.Va
         yield (
             staging.VaultSettings(host, int(port), str(known_hosts), keep_job_dir=True),
             root / USER / "drop.jarvice.com",
+            emu.url,
         )
 
 
@@ -94,8 +96,8 @@ def a_real_tree(top: Path) -> dict[str, tuple[bytes, int, int]]:
     return made
 
 
-def test_every_tree_stages_as_it_is_both_ways(vault: tuple[staging.VaultSettings, Path], tmp_path: Path) -> None:
-    address, stored = vault
+def test_every_tree_stages_as_it_is_both_ways(vault: tuple[staging.VaultSettings, Path, str], tmp_path: Path) -> None:
+    address, stored, _url = vault
     made = a_real_tree(tmp_path / "data")
     report = upload(address, tmp_path / "data", "trees/as-is")
     assert report.complete, report.error
@@ -121,8 +123,8 @@ def test_every_tree_stages_as_it_is_both_ways(vault: tuple[staging.VaultSettings
     assert not [p for p in pod.rglob("*") if staging.is_part_name(p.name)]
 
 
-def test_a_mode_change_alone_is_staged_again(vault: tuple[staging.VaultSettings, Path], tmp_path: Path) -> None:
-    address, stored = vault
+def test_a_mode_change_alone_is_staged_again(vault: tuple[staging.VaultSettings, Path, str], tmp_path: Path) -> None:
+    address, stored, _url = vault
     script = tmp_path / "data" / "train.sh"
     script.parent.mkdir()
     script.write_bytes(b"#!/bin/sh\n")
@@ -135,9 +137,9 @@ def test_a_mode_change_alone_is_staged_again(vault: tuple[staging.VaultSettings,
 
 
 def test_partial_files_are_the_runner_s_own_never_staged_in_or_copied_back(
-    vault: tuple[staging.VaultSettings, Path], tmp_path: Path
+    vault: tuple[staging.VaultSettings, Path, str], tmp_path: Path
 ) -> None:
-    address, stored = vault
+    address, stored, _url = vault
     ckpt = tmp_path / "data" / "ckpt"
     ckpt.mkdir(parents=True)
     good = os.urandom(BIG)
@@ -163,11 +165,11 @@ def test_partial_files_are_the_runner_s_own_never_staged_in_or_copied_back(
 
 
 def test_outputs_the_pod_cannot_take_are_refused_named_and_kept_and_the_rest_comes_back(
-    vault: tuple[staging.VaultSettings, Path], tmp_path: Path
+    vault: tuple[staging.VaultSettings, Path, str], tmp_path: Path
 ) -> None:
     """A directory in the vault where the pod has a file, a file where it has a directory: each is
     refused at once (no reconnect: the pod's side is no network failure), named, and left in the vault."""
-    address, stored = vault
+    address, stored, _url = vault
     out = stored / "trees" / "refused"
     (out / "a").mkdir(parents=True)
     (out / "a" / "inner.txt").write_text("in a directory")
@@ -187,11 +189,11 @@ def test_outputs_the_pod_cannot_take_are_refused_named_and_kept_and_the_rest_com
 
 
 def test_a_vault_copy_that_changes_while_it_is_read_never_replaces_the_pod_s(
-    vault: tuple[staging.VaultSettings, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    vault: tuple[staging.VaultSettings, Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The job still writing after it was listed (a pod deleted while its job ran): the second look
     sees another time, so the pod keeps its complete file and the vault keeps the newer one."""
-    address, stored = vault
+    address, stored, _url = vault
     out = stored / "trees" / "racing"
     out.mkdir(parents=True)
     for name, size in (("small.ckpt", 100), ("large.ckpt", BIG)):
@@ -216,6 +218,39 @@ def test_a_vault_copy_that_changes_while_it_is_read_never_replaces_the_pod_s(
     for name in ("small.ckpt", "large.ckpt"):
         assert (pod / name).read_bytes() == b"complete and good"
     assert not [p for p in pod.iterdir() if staging.is_part_name(p.name)]
+
+
+def test_a_vault_that_stops_answering_is_handled_like_a_dropped_one(
+    vault: tuple[staging.VaultSettings, Path, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its TCP connection and SSH layer alive, its file server silent: the watch ends the session
+    and the transfer resumes on a new one, both ways."""
+    address, stored, url = vault
+    monkeypatch.setattr(sftp_transfer, "REQUEST_TIMEOUT_SECONDS", 0.5)
+    monkeypatch.setattr(sftp_transfer, "WATCH_SECONDS", 0.1)
+    data = os.urandom(4 * BIG)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "big.bin").write_bytes(data)
+    with EmulatorControl(url) as ctl:
+        stalled_before = ctl.session.get(f"{url}/_emulator/vault", timeout=5).json()["faults"]["cut"]
+        faults = {"after_bytes": BIG, "sessions": 1, "stall": True}
+        ctl.session.post(f"{url}/_emulator/vault-faults", json=faults, timeout=5)
+        report = upload(address, tmp_path / "data", "trees/stalled")
+        assert report.complete, report.error
+        assert (stored / "trees" / "stalled" / "big.bin").read_bytes() == data
+        ctl.session.post(f"{url}/_emulator/vault-faults", json=faults, timeout=5)
+        back = download(address, "trees/stalled", tmp_path / "pod")
+        assert back.complete, back.error
+        assert (tmp_path / "pod" / "big.bin").read_bytes() == data
+        stalled = ctl.session.get(f"{url}/_emulator/vault", timeout=5).json()["faults"]["cut"] - stalled_before
+        ctl.session.post(f"{url}/_emulator/vault-faults", json={"after_bytes": 0, "sessions": 0}, timeout=5)
+    assert stalled == 2
+    lost = [r for r in caplog.records if r.getMessage() == "vault connection lost; resuming"]
+    assert len(lost) == 2
+    assert all("answered no request" in r.__dict__["error"] for r in lost)
 
 
 def test_a_new_file_that_fails_mid_write_is_not_left_under_its_name(tmp_path: Path) -> None:
