@@ -70,8 +70,12 @@ class Uploader:
                 self.state.check_stop()
                 relative = directory.path[len(root.local) :]
                 target = root.vault + relative
-                await sftp.makedirs(target, exist_ok=True)
+                await _make_dir(sftp, target)
                 have = await remote_listing(sftp, target)
+                for entry in directory.entries:  # the pod's file where the vault has a directory
+                    if entry.kind == "file" and (kind := have.get(entry.name)) and stat.S_ISDIR(kind[2]):
+                        await sftp.rmtree(f"{target}/{entry.name}")
+                        del have[entry.name]
                 links = [e for e in directory.entries if e.kind == "link"]
                 for link in links:
                     await _put_link(sftp, f"{target}/{link.name}", link.target, have.get(link.name))
@@ -240,6 +244,27 @@ async def _open_part(sftp: asyncssh.SFTPClient, target: str, *, resume: bool) ->
     if isinstance(opened, BaseException):
         raise opened
     return opened
+
+
+async def _make_dir(sftp: asyncssh.SFTPClient, path: str) -> None:
+    """The vault directory `path` and its parents; what the vault holds in the way (a file or a link
+    an earlier stage-in left where the pod now has a directory) is removed."""
+    try:
+        await sftp.makedirs(path, exist_ok=True)
+        return
+    except asyncssh.SFTPFailure:
+        pass
+    head = ""
+    for name in path.split("/"):
+        head = f"{head}/{name}" if head else name
+        try:
+            attrs = await sftp.lstat(head)
+        except asyncssh.SFTPNoSuchFile:
+            break
+        if not stat.S_ISDIR(attrs.permissions or 0):
+            await sftp.remove(head)
+            break
+    await sftp.makedirs(path, exist_ok=True)
 
 
 def _vanished(item: Put, exc: DiskError) -> None:

@@ -123,6 +123,26 @@ def test_every_tree_stages_as_it_is_both_ways(vault: tuple[staging.VaultSettings
     assert not [p for p in pod.rglob("*") if staging.is_part_name(p.name)]
 
 
+def test_a_tree_whose_kinds_changed_since_the_last_stage_in_is_staged_as_it_is_now(
+    vault: tuple[staging.VaultSettings, Path, str], tmp_path: Path
+) -> None:
+    """The Job's vault directory holds the failed pod's tree: a file where the pod now has a
+    directory, and a directory where it now has a file."""
+    address, stored, _url = vault
+    earlier = stored / "trees" / "kinds"
+    (earlier / "was-a-dir" / "deep").mkdir(parents=True)
+    (earlier / "was-a-dir" / "deep" / "x").write_text("old")
+    (earlier / "was-a-file").write_text("old")
+    data = tmp_path / "data"
+    (data / "was-a-file" / "sub").mkdir(parents=True)
+    (data / "was-a-file" / "sub" / "new.txt").write_text("new file")
+    (data / "was-a-dir").write_text("now a file")
+    report = upload(address, data, "trees/kinds")
+    assert report.complete, report.error
+    assert (earlier / "was-a-dir").read_text() == "now a file"
+    assert (earlier / "was-a-file" / "sub" / "new.txt").read_text() == "new file"
+
+
 def test_a_mode_change_alone_is_staged_again(vault: tuple[staging.VaultSettings, Path, str], tmp_path: Path) -> None:
     address, stored, _url = vault
     script = tmp_path / "data" / "train.sh"
