@@ -114,6 +114,7 @@ class VaultTransfer:
         self.apikey = apikey
         self.clock = clock
         self.progress_out = progress_out
+        self.encryption_algs: Sequence[str] = ENCRYPTION_ALGS
         if address.known_hosts is None:
             log.warning(
                 "the vault's host key is not checked: set NIMBIX_BURST_VAULT_KNOWN_HOSTS",
@@ -211,7 +212,7 @@ class VaultTransfer:
                 port=self.address.port,
                 known_hosts=self.address.known_hosts,
                 agent_path=None,
-                encryption_algs=ENCRYPTION_ALGS,
+                encryption_algs=self.encryption_algs,
                 tunnel=BatchedTCP(),
                 keepalive_interval=KEEPALIVE_SECONDS,
                 keepalive_count_max=KEEPALIVE_COUNT,
