@@ -69,6 +69,9 @@ CONNECT_TIMEOUT_SECONDS: Final = 15.0
 KEEPALIVE_SECONDS: Final = 15.0
 KEEPALIVE_COUNT: Final = 3
 REQUEST_TIMEOUT_SECONDS: Final = 45.0
+# SFTP sessions (SSH channels) per connection: a channel's window (the server's, 2 MiB on OpenSSH)
+# caps what is in flight on it, so across a WAN one channel cannot fill the path.
+LANES: Final = 4
 # How often the watch looks (and polls should_stop, so a signal is seen while a request waits).
 WATCH_SECONDS: Final = 1.0
 # A lease file is a line of JSON; more than this is not one of ours. Created or read again this many
@@ -237,10 +240,11 @@ class VaultTransfer:
                     conn.abort()
                     raise VaultStalled(f"the vault answered no request for {silent:.0f} s")
 
-        async with await start_sftp(conn, activity) as sftp, asyncio.TaskGroup() as group:
-            watcher = group.create_task(watch())
+        async with contextlib.AsyncExitStack() as lanes, asyncio.TaskGroup() as group:
+            watcher = group.create_task(watch())  # a vault that stalls while sessions open too
+            state.lanes = [await lanes.enter_async_context(await start_sftp(conn, activity)) for _ in range(LANES)]
             try:
-                await work(sftp)
+                await work(state.lanes[0])
             finally:
                 watcher.cancel()
 

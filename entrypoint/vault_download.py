@@ -2,6 +2,7 @@
 time, what the pod does not hold written beneath the stage-out path, never through a link. I/O only."""
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -71,7 +72,7 @@ class Downloader:
         report.not_copied.clear()
         report.kept_in_vault.clear()
         try:
-            await pool(self._todo(sftp, roots, writers), lambda item: self._get(sftp, item))
+            await pool(self._todo(sftp, roots, writers), self._get)
         finally:
             # After every disk call queued before (one thread, in order): no descriptor is in use.
             for writer in writers:
@@ -177,13 +178,13 @@ class Downloader:
         self.state.meter.add(files=1, size=item.size)
         return True
 
-    async def _get(self, sftp: asyncssh.SFTPClient, item: Get) -> None:
+    async def _get(self, item: Get) -> None:
         key = self.state.resume_key(item.local, item.size, item.mtime)
         try:
             if self.state.acked[key] == 0 and item.size <= CHUNK_BYTES:
-                await self._get_whole(sftp, item)
+                await self._get_whole(self.state.next_lane(), item)
             else:
-                await self._get_blocks(sftp, item, key)
+                await self._get_blocks(self.state.lanes, item, key)
         except (local_tree.UnsafePath, DiskError, _Unsettled) as exc:
             del self.state.acked[key]
             if isinstance(exc, _Unsettled):  # its partial file is of a version that is gone
@@ -204,12 +205,15 @@ class Downloader:
             data = await _read_whole(sftp, item)
             await self.state.on_disk(write_whole, item, data)
 
-    async def _get_blocks(self, sftp: asyncssh.SFTPClient, item: Get, key: tuple[str, int, int]) -> None:
+    async def _get_blocks(self, lanes: Sequence[asyncssh.SFTPClient], item: Get, key: tuple[str, int, int]) -> None:
+        """A file of more than one block, its blocks read round the lanes (block k on lane k mod n)."""
         offset = self.state.acked[key]
         fd: int | None = None
         reads: deque[tuple[int, int, asyncio.Task[str | bytes]]] = deque()
+        handles: dict[int, asyncssh.SFTPClientFile] = {}
         try:
-            async with sftp.open(item.vault, "rb", encoding=None) as src:
+            async with lanes[0].open(item.vault, "rb", encoding=None) as src:
+                handles[0] = src
                 ahead = offset
 
                 async def ask_ahead() -> None:
@@ -219,7 +223,10 @@ class Downloader:
                     while ahead < item.size and (not reads or may_add(self.state.chunks, reads)):
                         length = min(CHUNK_BYTES, item.size - ahead)
                         await self.state.chunks.acquire(length)
-                        reads.append((ahead, length, asyncio.ensure_future(src.read(length, ahead))))
+                        lane = (ahead // CHUNK_BYTES) % len(lanes)
+                        if lane not in handles:
+                            handles[lane] = await lanes[lane].open(item.vault, "rb", encoding=None)
+                        reads.append((ahead, length, asyncio.ensure_future(handles[lane].read(length, ahead))))
                         ahead += length
 
                 while ahead < item.size or reads:
@@ -247,6 +254,10 @@ class Downloader:
             if fd is not None:
                 await self.state.on_disk(os.close, fd)
             raise
+        finally:
+            for lane in [lane for lane in handles if lane]:
+                with contextlib.suppress(asyncssh.Error, OSError):
+                    await handles[lane].close()
         await self.state.on_disk(_finish_part, item, fd, offset)
 
 

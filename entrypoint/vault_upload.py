@@ -2,6 +2,7 @@
 current in the vault sent, FILES_IN_FLIGHT files at a time. I/O only."""
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -48,7 +49,7 @@ class Uploader:
 
     async def run(self, sftp: asyncssh.SFTPClient, roots: Sequence[UploadRoot]) -> None:
         self.state.report.skipped = 0
-        await pool(self._todo(sftp, roots), lambda item: self._put(sftp, item))
+        await pool(self._todo(sftp, roots), self._put)
 
     async def _todo(self, sftp: asyncssh.SFTPClient, roots: Sequence[UploadRoot]) -> AsyncIterator[Put]:
         """What is not current in the vault, one directory at a time (links and directories made here)."""
@@ -125,20 +126,22 @@ class Uploader:
             return None
         return Put(local, real, vault, entry.size, mtime, mode, (entry.device, entry.inode))
 
-    async def _put(self, sftp: asyncssh.SFTPClient, item: Put) -> None:
+    async def _put(self, item: Put) -> None:
         try:
             if item.size <= IN_PLACE_BYTES:
-                await self._put_small(sftp, item)
+                await self._put_small(self.state.next_lane(), item)
             else:
-                await self._put_blocks(sftp, item)
+                await self._put_blocks(self.state.lanes, item)
         except asyncssh.SFTPError as exc:
             if isinstance(exc, asyncssh.SFTPConnectionLost):
                 raise
             raise TransferFailed(f"{item.local}: the vault refused it: {exc.reason}") from exc
 
-    async def _put_blocks(self, sftp: asyncssh.SFTPClient, item: Put) -> None:
+    async def _put_blocks(self, lanes: Sequence[asyncssh.SFTPClient], item: Put) -> None:
         # A larger file goes through a partial file of the runner's own beside it, created
-        # exclusively (a stale one is removed first) and renamed only once whole.
+        # exclusively (a stale one is removed first) and renamed only once whole. Its blocks go
+        # round the lanes (block k on lane k mod n), each lane's handle opened when first used.
+        sftp = lanes[0]
         head, name = posixpath.split(item.vault)
         target = posixpath.join(head, staging.part_name(name))
         key = self.state.resume_key(item.local, item.size, item.mtime)
@@ -150,8 +153,10 @@ class Uploader:
             _vanished(item, exc)
             return
         writes: deque[tuple[int, int, asyncio.Task[int]]] = deque()
+        handles: dict[int, asyncssh.SFTPClientFile] = {}
         try:
             async with await _open_part(sftp, target, resume=offset > 0) as dst:
+                handles[0] = dst
                 ahead = offset
                 # The next block is read and sent while one is in flight, when a block's memory is
                 # free; what is acknowledged in order is what a resume may skip.
@@ -165,7 +170,10 @@ class Uploader:
                         except BaseException:
                             self.state.chunks.release(length)
                             raise
-                        writes.append((ahead, length, asyncio.ensure_future(dst.write(chunk, ahead))))
+                        lane = (ahead // CHUNK_BYTES) % len(lanes)
+                        if lane not in handles:
+                            handles[lane] = await lanes[lane].open(target, "r+b", encoding=None)
+                        writes.append((ahead, length, asyncio.ensure_future(handles[lane].write(chunk, ahead))))
                         ahead += length
                     at, length, write = writes.popleft()
                     try:
@@ -175,6 +183,8 @@ class Uploader:
                     offset = at + length
                     self.state.acked[key] = offset
                     self.state.meter.add(size=length)
+                for lane in [lane for lane in handles if lane]:  # their writes are all acknowledged
+                    await handles.pop(lane).close()
                 await dst.setstat(_attrs(item))
         except BaseException:
             for _at, length, write in writes:
@@ -182,6 +192,9 @@ class Uploader:
                 self.state.chunks.release(length)
             raise
         finally:
+            for lane in [lane for lane in handles if lane]:
+                with contextlib.suppress(asyncssh.Error, OSError):
+                    await handles[lane].close()
             await self.state.on_disk(os.close, fd)
         await sftp.posix_rename(target, item.vault)
         del self.state.acked[key]

@@ -109,7 +109,7 @@ def test_a_dropped_sftp_connection_resumes_and_the_file_arrives_whole(
     emu, _root = vault_emulator
     with EmulatorControl(emu.url) as ctl:
         cut_before = vault_info(emu.url)["faults"]["cut"]
-        ctl.session.post(f"{emu.url}/_emulator/vault-faults", json={"after_bytes": 3 << 20, "sessions": 2}, timeout=5)
+        ctl.session.post(f"{emu.url}/_emulator/vault-faults", json={"after_bytes": 1 << 20, "sessions": 2}, timeout=5)
     size = 8 << 20
     env = staged_env(
         emu.url,

@@ -251,7 +251,7 @@ def test_a_vault_that_stops_answering_is_handled_like_a_dropped_one(
     address, stored, url = vault
     monkeypatch.setattr(sftp_transfer, "REQUEST_TIMEOUT_SECONDS", 0.5)
     monkeypatch.setattr(sftp_transfer, "WATCH_SECONDS", 0.1)
-    data = os.urandom(4 * BIG)
+    data = os.urandom(8 * BIG)  # every session (lane) has blocks past the fault
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "big.bin").write_bytes(data)
     with EmulatorControl(url) as ctl:
