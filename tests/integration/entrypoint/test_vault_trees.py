@@ -14,14 +14,17 @@ import signal
 import stat
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from devplatform.emulator import EmulatorControl, Timing
-from entrypoint import local_tree, sftp_transfer, staging, transfer_pass, vault_download
+from entrypoint import local_tree, sftp_transfer, staging, transfer_pass, vault_download, vault_staging
 from entrypoint.sftp_transfer import DownloadRoot, UploadRoot, VaultTransfer
+from entrypoint.signals import CancelToken
+from jarvice import exitcodes
 from jarvice.redaction import Secret
 from tests.support import vaults
 from tests.support.runner_processes import API_KEY, APP, FAST_TIMING, USER
@@ -328,3 +331,62 @@ def test_a_directory_the_runner_may_not_read_is_a_local_failure_naming_it() -> N
         os.setegid(0)
         (data / "locked").chmod(0o755)
         shutil.rmtree(top)
+
+
+def deeper_than_path_max(top: Path) -> str:
+    """A directory whose absolute path is longer than PATH_MAX (made relative to its parent, as the
+    kernel allows), with a file in it; returns the name of its first level."""
+    first = "d" * 255
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(18):  # 18 x 256 bytes > 4096
+            os.mkdir(first, dir_fd=fd)
+            child = os.open(first, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = child
+        with open(os.open("file", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd), "wb") as out:
+            out.write(b"deep")
+    finally:
+        os.close(fd)
+    return first
+
+
+def test_a_staged_tree_the_runner_cannot_read_ends_the_stage_in_naming_it_and_gives_the_lease_back(
+    vault: tuple[staging.VaultSettings, Path, str], tmp_path: Path
+) -> None:
+    """A local error (here ENAMETOOLONG: a path past PATH_MAX) is no network failure: no reconnect,
+    exit 78 naming the path, nothing submitted, and the Job's vault directory's lease released."""
+    address, stored, _url = vault
+    data = tmp_path / "data"
+    data.mkdir()
+    deeper_than_path_max(data)
+    pod_uid = str(uuid.uuid4())
+    dirs = staging.build_work_dirs(data_key=f"job-{uuid.uuid4()}", pod_uid=pod_uid, container="train", job_label="deep")
+    stage = vault_staging.VaultStaging(
+        staging.StagePaths((str(data),)),
+        job_label="deep",
+        dirs=dirs,
+        pod_uid=pod_uid,
+        transfer=transfer(address),
+        state_dir=tmp_path,
+        container="train",
+        keep_job_dir=False,
+        cancel=CancelToken(),
+        clock=time.monotonic,
+    )
+    early = stage.prepare()
+    assert early is not None and early.code == exitcodes.EXIT_CONFIG
+    assert dirs.lease is not None and not (stored / dirs.lease).exists()
+
+
+def test_a_resume_continues_only_the_version_it_began() -> None:
+    state = transfer_pass.Pass(
+        transfer_pass.Report(),
+        transfer_pass.Meter("copy-back", transfer_pass.Totals(), clock=time.monotonic, out=io.StringIO()),
+    )
+    first = state.resume_key("/w/out/model.bin", 10 << 20, OLD)
+    state.acked[first] = 4 << 20
+    assert state.acked[state.resume_key("/w/out/model.bin", 10 << 20, OLD)] == 4 << 20
+    changed = state.resume_key("/w/out/model.bin", 10 << 20, OLD + 1)  # the job wrote it again
+    assert state.acked[changed] == 0
+    assert list(state.acked) == [changed]
