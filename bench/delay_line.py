@@ -99,3 +99,5 @@ def delay_line(target_port: int, *, rtt_ms: float) -> Iterator[int]:
     finally:
         loop.call_soon_threadsafe(stop.set)
         thread.join(timeout=10)
+        if not thread.is_alive():
+            loop.close()

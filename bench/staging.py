@@ -428,14 +428,15 @@ def paired(results: list[Measure], case: str, direction: str, other: str) -> lis
 
 
 def table(results: list[Measure]) -> str:
-    others = [tool for tool in TOOLS if tool != OURS]
+    tools = [tool for tool in TOOLS if any(m.tool == tool for m in results)]
+    others = [tool for tool in tools if tool != OURS]
     lines = [
         "| case | direction | "
-        + " | ".join(f"{t} (median)" for t in TOOLS)
+        + " | ".join(f"{t} (median)" for t in tools)
         + " | "
         + " | ".join(f"{OURS} / {t}: median [min-max]" for t in others)
         + f" | {OURS} peak RSS |",
-        "|---|---|" + "---|" * (len(TOOLS) + len(others) + 1),
+        "|---|---|" + "---|" * (len(tools) + len(others) + 1),
     ]
     names = {"up": "stage-in", "down": "copy-back", "down-over": "copy-back over older"}
     for case in dict.fromkeys(m.case for m in results):
@@ -444,7 +445,7 @@ def table(results: list[Measure]) -> str:
             if not mine:
                 continue
             cells = []
-            for tool in TOOLS:
+            for tool in tools:
                 times = [m for m in mine if m.tool == tool]
                 middle = statistics.median(m.seconds for m in times)
                 cells.append(f"{middle:.1f} s ({times[0].bytes / MIB / middle:.0f} MiB/s)")
