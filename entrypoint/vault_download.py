@@ -106,7 +106,8 @@ class Downloader:
                 except DiskError as exc:
                     self._refuse(root.local, root.vault, exc)
                     continue
-                get = Get(writer, name, root.vault, attrs.size or 0, int(attrs.mtime or 0), attrs.permissions or 0)
+                size, mtime = attrs.size or 0, int(attrs.mtime or 0)
+                get = Get(writer, name, root.vault, size, mtime, attrs.permissions or 0, fresh=have is None)
                 if self._placeable(get, have) and not self._is_current(get, have):
                     yield get
                 continue

@@ -6,6 +6,7 @@ The runner runs as a real subprocess in a mount namespace of its own with a tmpf
 root (an empty host directory is the job's own), for the job, and nothing is written on the host.
 Needs root (the emulator's private roots): the dev machine runs as root."""
 
+import hashlib
 import json
 import shlex
 import subprocess
@@ -478,3 +479,44 @@ def test_a_retry_s_new_configmap_layout_replaces_the_links_of_the_failed_pod_s(
     assert first_code == 3 and "epochs: 3" in first_out, first_err
     assert code == 0, err
     assert "epochs: 3" in out
+
+
+def test_a_real_tree_stages_as_it_is_and_what_cannot_come_back_stays_in_the_vault(
+    vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path
+) -> None:
+    """A stale partial file beside a good checkpoint, an executable script, a name that is not UTF-8
+    and one of 250 bytes: the job sees the good checkpoint and every file, runs the script directly,
+    and the pod's checkpoint is intact afterwards. An output the pod cannot take (a directory where
+    the pod has a file) stays in the vault, and the runner says where (exit 75)."""
+    emu, root = vault_emulator
+    long_name = "L" * 250
+    env = staged_env(
+        emu.url,
+        tmp_path,
+        NIMBIX_BURST_STAGE_IN="/srv/ws/in",
+        NIMBIX_BURST_STAGE_OUT="/srv/ws/out,/srv/ws/in/ckpt",
+        APP_COMMAND_ARGS="cd /srv/ws/in && ./run.sh && sha256sum ckpt/model.bin && ls ckpt && cat caf*"
+        f" && cat {long_name} && mkdir -p /srv/ws/out/clash && echo inner > /srv/ws/out/clash/inner",
+    )
+    setup = (
+        "mkdir -p /srv/ws/in/ckpt /srv/ws/out && head -c 3000000 /dev/urandom > /srv/ws/in/ckpt/model.bin"
+        " && head -c 2000000 /dev/urandom > /srv/ws/in/ckpt/model.bin.nbpart"
+        " && sha256sum /srv/ws/in/ckpt/model.bin > /srv/good.sum"
+        " && printf '#!/bin/sh\\necho ran the script\\n' > /srv/ws/in/run.sh && chmod 755 /srv/ws/in/run.sh"
+        " && echo latin-1 > /srv/ws/in/$'caf\\xe9.txt'"
+        f" && echo longest > /srv/ws/in/{long_name} && echo the pod file > /srv/ws/out/clash"
+    )
+    code, out, err = run_in_pod(env, setup=setup, collect=tmp_path / "pod")
+    assert code == 75, err
+    pod = tmp_path / "pod"
+    good = (pod / "good.sum").read_text().split()[0]
+    assert "ran the script" in out
+    assert good in out  # the job read the good checkpoint
+    assert "model.bin\n" in out and "nbpart" not in out  # the stale partial file never went
+    assert "latin-1\nlongest\n" in out
+    assert hashlib.sha256((pod / "ws" / "in" / "ckpt" / "model.bin").read_bytes()).hexdigest() == good
+    assert (pod / "ws" / "out" / "clash").read_text() == "the pod file\n"
+    refusal = json.loads(next(line for line in err.splitlines() if "could not place some outputs" in line))
+    kept = refusal["first_kept_in_vault"]
+    assert kept == [f"nimbix-burst/pod-{env['POD_UID']}/srv/ws/out/clash"]
+    assert (root / USER / "drop.jarvice.com" / kept[0] / "inner").read_text() == "inner\n"
