@@ -69,9 +69,6 @@ CONNECT_TIMEOUT_SECONDS: Final = 15.0
 KEEPALIVE_SECONDS: Final = 15.0
 KEEPALIVE_COUNT: Final = 3
 REQUEST_TIMEOUT_SECONDS: Final = 45.0
-# SFTP sessions (SSH channels) per connection: a channel's window (the server's, 2 MiB on OpenSSH)
-# caps what is in flight on it, so across a WAN one channel cannot fill the path.
-LANES: Final = 4
 # How often the watch looks (and polls should_stop, so a signal is seen while a request waits).
 WATCH_SECONDS: Final = 1.0
 # A lease file is a line of JSON; more than this is not one of ours. Created or read again this many
@@ -242,7 +239,23 @@ class VaultTransfer:
 
         async with contextlib.AsyncExitStack() as lanes, asyncio.TaskGroup() as group:
             watcher = group.create_task(watch())  # a vault that stalls while sessions open too
-            state.lanes = [await lanes.enter_async_context(await start_sftp(conn, activity)) for _ in range(LANES)]
+            first = await lanes.enter_async_context(await start_sftp(conn, activity))
+            clock = asyncio.get_running_loop().time
+            started = clock()
+            await first.stat(".")  # one round trip: how far the vault is
+            rtt = clock() - started
+            # Across a WAN a channel's window (the server's: 2 MiB on OpenSSH) caps what one
+            # session has in flight: a far vault gets more sessions, and more blocks per file.
+            depth = staging.transfer_depth(rtt)
+            state.blocks_per_file = depth.blocks_per_file
+            more = [
+                await lanes.enter_async_context(await start_sftp(conn, activity)) for _ in range(depth.sessions - 1)
+            ]
+            state.lanes = [first, *more]
+            log.info(
+                "vault round trip measured",
+                extra={"rtt_ms": round(rtt * 1000, 1), "sessions": depth.sessions, "blocks": depth.blocks_per_file},
+            )
             try:
                 await work(state.lanes[0])
             finally:

@@ -27,10 +27,10 @@ CHUNK_BYTES: Final = 1024 * 1024
 # few times on its way (requests, packets, encryption): the runner's peak RSS stays under 100 MB with
 # eight large files in flight (92 MB measured in the bench's mixed case; 71 MB with 4 x 1 MiB).
 CHUNKS_IN_MEMORY: Final = 6
-# A file's blocks in flight at once (when the block memory allows), spread over the connection's
-# SFTP sessions: across a WAN what is in flight sets the pace (6 MiB: 1 GiB at 50 ms round trip went
-# from 0.6x to 1.1x OpenSSH's sftp; three were enough on loopback, where two left the server waiting).
-BLOCKS_PER_FILE: Final = 6
+# A file's blocks in flight at once (when the block memory allows) until the round trip is measured
+# (staging.transfer_depth: three near, six far, where what is in flight sets the pace; on loopback
+# two left the server waiting).
+BLOCKS_PER_FILE: Final = 3
 # Files moving at once: small files are a few round trips each, so they move side by side.
 FILES_IN_FLIGHT: Final = 64
 # An upload this small is one SFTP write request (OpenSSH takes up to 255 KiB), written in place.
@@ -186,10 +186,16 @@ class Pass:
     # file's blocks go round them, and small files take turns; set per connection.
     lanes: list[asyncssh.SFTPClient] = field(default_factory=list)
     turn: int = 0
+    # A file's blocks in flight at once (staging.transfer_depth, from the measured round trip).
+    blocks_per_file: int = BLOCKS_PER_FILE
 
     def next_lane(self) -> asyncssh.SFTPClient:
         self.turn += 1
         return self.lanes[self.turn % len(self.lanes)]
+
+    def takes_block(self, in_flight: deque[tuple[int, int, asyncio.Task[T]]]) -> bool:
+        """Whether a file with blocks `in_flight` takes one more (see may_add)."""
+        return may_add(self.chunks, in_flight, most=self.blocks_per_file)
 
     def resume_key(self, path: str, size: int, mtime: int) -> tuple[str, int, int]:
         """The file's key in `acked` (its offset set to where a resume starts: 0 for a new one); an
@@ -249,10 +255,10 @@ async def pool(items: AsyncIterator[T], handle: Callable[[T], Awaitable[None]]) 
             await queue.put(None)
 
 
-def may_add(chunks: BlockMemory, in_flight: deque[tuple[int, int, asyncio.Task[T]]]) -> bool:
-    """Whether a file with blocks `in_flight` takes one more: at most BLOCKS_PER_FILE, and only a
+def may_add(chunks: BlockMemory, in_flight: deque[tuple[int, int, asyncio.Task[T]]], *, most: int) -> bool:
+    """Whether a file with blocks `in_flight` takes one more: at most `most`, and only a
     block's memory that is free now (waiting for a second one could wait on a file waiting for us)."""
-    return len(in_flight) < BLOCKS_PER_FILE and not chunks.locked()
+    return len(in_flight) < most and not chunks.locked()
 
 
 def as_bytes(data: str | bytes) -> bytes:

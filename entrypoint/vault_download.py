@@ -25,7 +25,6 @@ from entrypoint.transfer_pass import (
     Pass,
     TransferFailed,
     as_bytes,
-    may_add,
     pipelined,
     pool,
     remote_listing,
@@ -221,7 +220,7 @@ class Downloader:
                     # The size listed is read, no more (a read past the end is wasted requests);
                     # a block more only when a block's memory is free.
                     nonlocal ahead
-                    while ahead < item.size and (not reads or may_add(self.state.chunks, reads)):
+                    while ahead < item.size and (not reads or self.state.takes_block(reads)):
                         length = min(CHUNK_BYTES, item.size - ahead)
                         await self.state.chunks.acquire(length)
                         lane = (ahead // CHUNK_BYTES) % len(lanes)

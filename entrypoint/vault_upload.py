@@ -23,7 +23,6 @@ from entrypoint.transfer_pass import (
     Pass,
     TransferFailed,
     UploadRoot,
-    may_add,
     pipelined,
     pool,
     remote_listing,
@@ -162,7 +161,7 @@ class Uploader:
                 # free; what is acknowledged in order is what a resume may skip.
                 while ahead < item.size or writes:
                     self.state.check_stop()
-                    while ahead < item.size and (not writes or may_add(self.state.chunks, writes)):
+                    while ahead < item.size and (not writes or self.state.takes_block(writes)):
                         length = min(CHUNK_BYTES, item.size - ahead)
                         await self.state.chunks.acquire(length)
                         try:

@@ -456,3 +456,16 @@ def test_sftp_time_clamps_what_sftp_cannot_carry(mtime_ns: int, seconds: int) ->
 )
 def test_file_mode_carries_permissions_never_set_id_bits(mode: int, carried: int) -> None:
     assert staging.file_mode(mode) == carried
+
+
+@pytest.mark.parametrize(
+    ("rtt", "depth"),
+    [
+        (0.0001, staging.Depth(1, 3)),  # loopback: the CPU per packet sets the pace
+        (0.0049, staging.Depth(1, 3)),
+        (0.005, staging.Depth(4, 6)),  # a WAN: what is in flight does
+        (0.150, staging.Depth(4, 6)),
+    ],
+)
+def test_transfer_depth_follows_the_measured_round_trip(rtt: float, depth: staging.Depth) -> None:
+    assert staging.transfer_depth(rtt) == depth
