@@ -182,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     staging_table = ""
     if not args.skip_staging:
         with phase("staging", "staging: stage-in and copy-back vs OpenSSH sftp on a loopback sshd"):
-            when, measures = staging.run(list(staging.CASES), quick=args.quick)
+            when, measures = staging.run(list(staging.LOOPBACK_CASES), quick=args.quick)
             results["staging"] = {"date": when, "measures": [dataclasses.asdict(m) for m in measures]}
             staging_table = staging.render(when, measures)
             (run_dir / "staging.md").write_text(staging_table)

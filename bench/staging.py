@@ -1,12 +1,19 @@
 """Staging against the limit: nimbix-burst's stage-in and copy-back beside OpenSSH's own `sftp`
-client, on one real OpenSSH `sshd` serving `internal-sftp` (as a vault is served) on loopback.
+client and a parallel SFTP client (`lftp mirror --parallel`), on one real OpenSSH `sshd` serving
+`internal-sftp` (as a vault is served), on loopback or across a delay line of a chosen round trip.
 
-    python -m bench.staging [--quick] [--cases big,small,mix] [--rounds N] [--json PATH]
+    python -m bench.staging [--quick] [--cases big,small,mix,wan-big,wan-small] [--rounds N]
+                            [--rtt-ms MS] [--cipher NAME|default] [--json PATH]
     python -m bench.staging --files 1000000 [--file-bytes 100] [--copy-back] [--json PATH]
 
-Each case is uploaded into an empty vault directory and downloaded into an empty local one, by
-`sftp -b` (put -r / get -r) and by the runner's own code (`VaultTransfer`, the walk that counts
-first included), each in a fresh process whose peak RSS is read from the kernel. The sshd runs as
+Each case is uploaded into an empty vault directory, downloaded into an empty local one, and
+downloaded again into a tree that holds older versions of every file (as a retry's PVC does), by
+`sftp -b` (put -r / get -r), `lftp mirror`, and the runner's own code (`VaultTransfer`, the walk
+that counts first included), each in a fresh process whose peak RSS is read from the kernel, after
+a `sync`. Every tool uses the same cipher (`--cipher`, AES-128-GCM unless told; `default` lets each
+choose its own, and the table says so). The tools take turns going first, round by round; each
+round's ratios are paired (the same round's measures), and the table gives their median and
+spread. With `--rtt-ms`, the clients reach the sshd through `bench.delay_line`. The sshd runs as
 root from a temporary directory with its own host key and config on a free 127.0.0.1 port, and is
 stopped by its PID. Logs in with a key (`sftp` needs no password prompt): the runner logs in with
 the API key as password on JARVICE, which changes nothing once the session is up.
@@ -15,25 +22,21 @@ the API key as password on JARVICE, which changes nothing once the session is up
 from __future__ import annotations
 
 import argparse
+import contextlib
+import filecmp
 import json
 import os
 import shutil
-import socket
-import subprocess
+import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-SSHD = "/usr/sbin/sshd"
-SFTP = "/usr/bin/sftp"
-SSH_KEYGEN = "/usr/bin/ssh-keygen"
-START_TIMEOUT_SECONDS = 10.0
-RUN_TIMEOUT_SECONDS = 1800.0
+from bench import delay_line
+from bench.staging_tools import DEFAULT_CIPHER, OLDER, OURS, TOOLS, Server, sshd, timed, via_delay_line
+
 MIB = 1 << 20
 
 
@@ -49,10 +52,16 @@ CASES = {
     "small": Case("small", "50,000 files of 4 KiB", ((50_000, 4096),)),
     "mix": Case("mix", "2,000 x 64 KiB + 200 x 1 MiB + 2 x 256 MiB", ((2_000, 64 << 10), (200, MIB), (2, 256 * MIB))),
 }
+# The round trip's cases: what a WAN makes slow (one large file's window; many files' round trips).
+CASES["wan-big"] = Case("wan-big", "one 1 GiB file", ((1, 1024 * MIB),))
+CASES["wan-small"] = Case("wan-small", "5,000 files of 64 KiB", ((5_000, 64 << 10),))
+LOOPBACK_CASES = ("big", "small", "mix")  # what `make bench` runs
 QUICK = {
     "big": Case("big", "one 64 MiB file", ((1, 64 * MIB),)),
     "small": Case("small", "500 files of 4 KiB", ((500, 4096),)),
     "mix": Case("mix", "50 x 64 KiB + 5 x 1 MiB + 1 x 16 MiB", ((50, 64 << 10), (5, MIB), (1, 16 * MIB))),
+    "wan-big": Case("wan-big", "one 256 MiB file", ((1, 256 * MIB),)),
+    "wan-small": Case("wan-small", "500 files of 64 KiB", ((500, 64 << 10),)),
 }
 
 
@@ -93,151 +102,62 @@ def make_case(case: Case, root: Path) -> tuple[int, int]:
     return count, total
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+# Up into an empty vault directory; down into an empty directory, and over older versions.
+DIRECTIONS = ("up", "down", "down-over")
 
 
-@dataclass
-class Server:
-    port: int
-    key: Path
-    known_hosts: Path
-    vault: Path
+def check_copy(source: Path, copy: Path, tool: str) -> None:
+    """The copy holds the source's first and last files' bytes (a tool that wrote elsewhere fails)."""
+    names = sorted(str(path.relative_to(source)) for path in source.rglob("*") if path.is_file())
+    for name in (names[0], names[-1]):
+        # Compared block by block: read whole, a large file would grow this process, whose size a
+        # forked client's peak RSS starts from.
+        if not (copy / name).is_file() or not filecmp.cmp(source / name, copy / name, shallow=False):
+            raise SystemExit(f"{tool} did not bring {name} back into {copy}")
 
 
-@contextmanager
-def sshd(work: Path) -> Iterator[Server]:
-    """A real OpenSSH sshd with internal-sftp on 127.0.0.1, stopped by PID."""
-    if not Path(SSHD).exists():
-        raise SystemExit(f"{SSHD} is missing: apt-get install openssh-server openssh-client")
-    keys = work / "keys"
-    keys.mkdir()
-    for name in ("host", "client"):
-        subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", "", "-f", str(keys / name)], check=True)
-    (keys / "authorized_keys").write_text((keys / "client.pub").read_text())
-    vault = work / "vault"
-    vault.mkdir()
-    port = free_port()
-    config = work / "sshd_config"
-    config.write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {keys / 'host'}\nPidFile {work / 'sshd.pid'}\n"
-        f"AuthorizedKeysFile {keys / 'authorized_keys'}\nPermitRootLogin prohibit-password\nStrictModes no\n"
-        f"UsePAM no\nPasswordAuthentication no\nSubsystem sftp internal-sftp\n"
-        f"ForceCommand internal-sftp -d {vault}\n"
-    )
-    Path("/run/sshd").mkdir(exist_ok=True)  # its privilege separation directory
-    with open(work / "sshd.log", "wb") as log:
-        process = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=log)
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_SECONDS
-        while True:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"sshd did not start: {(work / 'sshd.log').read_text()}")
-            time.sleep(0.05)
-        host_key = (keys / "host.pub").read_text().split()
-        known_hosts = work / "known_hosts"
-        known_hosts.write_text(f"[127.0.0.1]:{port} {host_key[0]} {host_key[1]}\n")
-        yield Server(port, keys / "client", known_hosts, vault)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-
-
-def timed(argv: list[str], *, stdin: str | None = None) -> tuple[float, float]:
-    """Wall seconds and the peak RSS (MB) of a child process run to completion."""
-    started = time.monotonic()
-    with tempfile.TemporaryFile() as err:
-        process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, text=True)
-        assert process.stdin is not None
-        process.stdin.write(stdin or "")
-        process.stdin.close()
-        # wait4: this child's own rusage (getrusage(RUSAGE_CHILDREN) keeps the largest child so far).
-        _pid, status, usage = os.wait4(process.pid, 0)
-        process.returncode = os.waitstatus_to_exitcode(status)
-        seconds = time.monotonic() - started
-        if process.returncode != 0:
-            err.seek(0)
-            raise SystemExit(f"{argv[0]} failed ({process.returncode}): {err.read()[-2000:].decode(errors='replace')}")
-    return seconds, usage.ru_maxrss / 1024
-
-
-def run_openssh(server: Server, *, direction: str, local: Path, remote: str) -> tuple[float, float]:
-    command = f"put -r {local} {remote}" if direction == "up" else f"get -r {remote} {local}"
-    argv = [
-        SFTP,
-        "-q",
-        "-b",
-        "-",
-        "-i",
-        str(server.key),
-        "-P",
-        str(server.port),
-        "-o",
-        f"UserKnownHostsFile={server.known_hosts}",
-        "-o",
-        "StrictHostKeyChecking=yes",
-        "root@127.0.0.1",
-    ]
-    return timed(argv, stdin=command + "\n")
-
-
-def run_ours(server: Server, *, direction: str, local: Path, remote: str) -> tuple[float, float]:
-    argv = [
-        sys.executable,
-        "-m",
-        "bench.staging",
-        "--client",
-        json.dumps(
-            {
-                "direction": direction,
-                "local": str(local),
-                "remote": remote,
-                "port": server.port,
-                "key": str(server.key),
-                "known_hosts": str(server.known_hosts),
-            }
-        ),
-    ]
-    return timed(argv)
-
-
-TOOLS = {"openssh sftp": run_openssh, "nimbix-burst": run_ours}
+def age_copy(source: Path, into: Path) -> None:
+    """A copy of `source` at `into` whose every file is an older version (other bytes, an older time)."""
+    shutil.copytree(source, into)
+    for directory, _subdirs, names in os.walk(into):
+        for name in names:
+            path = Path(directory) / name
+            with open(path, "r+b") as older:
+                older.write(b"older version")
+            os.utime(path, (OLDER, OLDER))
 
 
 def measure_case(server: Server, case: Case, work: Path, *, rounds: int) -> list[Measure]:
-    """Each tool up then down, `rounds` times. The machine is shared and its load moves, so the
-    tools take turns going first (round by round and direction by direction: up A B, down B A),
-    and nothing is deleted until the case is done (a deletion's disk work would land in the next
-    measure)."""
+    """Each tool up, down, and down over older versions, `rounds` times. The machine is shared and
+    its load moves, so the tools take turns going first (rotated round by round), each measure
+    starts after a `sync`, and nothing is deleted until the case is done (a deletion's disk work
+    would land in the next measure)."""
     source = work / "source"
     source.mkdir(exist_ok=True)
     print(f"  making {case.description}", file=sys.stderr, flush=True)
     files, size = make_case(case, source)
     results: list[Measure] = []
     made: list[Path] = []
+    tools = list(TOOLS)
     for round_ in range(rounds):
-        order = list(TOOLS) if round_ % 2 == 0 else list(reversed(TOOLS))
-        for direction in ("up", "down"):
-            for tool in order if direction == "up" else reversed(order):
+        order = tools[round_ % len(tools) :] + tools[: round_ % len(tools)]
+        for direction in DIRECTIONS:
+            for tool in order:
                 remote = f"{tool.split()[0]}-{case.name}-{round_}"
-                back = work / f"back-{remote}"
+                back = work / f"{direction}-{remote}"
                 back.mkdir(exist_ok=True)
                 made += [back, server.vault / remote]
+                if direction == "down-over":
+                    age_copy(source / case.name, back / case.name)
                 local = source / case.name if direction == "up" else back / case.name
-                seconds, rss = TOOLS[tool](server, direction=direction, local=local, remote=remote)
+                os.sync()
+                seconds, rss = TOOLS[tool](server, direction=direction.split("-")[0], local=local, remote=remote)
+                if direction != "up":
+                    check_copy(source / case.name, local, tool)
                 measure = Measure(tool, case.name, direction, seconds, size, files, rss, round_)
                 results.append(measure)
                 print(
-                    f"  {tool:13s} {direction:4s} {case.name:5s} {seconds:7.1f} s {measure.mib_per_s:7.1f} MiB/s"
+                    f"  {tool:13s} {direction:9s} {case.name:9s} {seconds:7.1f} s {measure.mib_per_s:7.1f} MiB/s"
                     f" {files / seconds:8.0f} files/s  peak RSS {rss:5.0f} MB",
                     file=sys.stderr,
                     flush=True,
@@ -339,28 +259,50 @@ def render_many(when: str, results: list[ManyMeasure]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def paired(results: list[Measure], case: str, direction: str, other: str) -> list[float]:
+    """Per round: the other tool's time over the runner's (above 1: the runner is faster)."""
+    ratios = []
+    for round_ in sorted({m.round for m in results}):
+        pair = {m.tool: m.seconds for m in results if (m.case, m.direction, m.round) == (case, direction, round_)}
+        if other in pair and OURS in pair:
+            ratios.append(pair[other] / pair[OURS])
+    return ratios
+
+
 def table(results: list[Measure]) -> str:
+    tools = [tool for tool in TOOLS if any(m.tool == tool for m in results)]
+    others = [tool for tool in tools if tool != OURS]
     lines = [
-        "| case | direction | OpenSSH `sftp` | nimbix-burst | ratio | nimbix-burst peak RSS |",
-        "|---|---|---|---|---|---|",
+        "| case | direction | "
+        + " | ".join(f"{t} (median)" for t in tools)
+        + " | "
+        + " | ".join(f"{OURS} / {t}: median [min-max]" for t in others)
+        + f" | {OURS} peak RSS |",
+        "|---|---|" + "---|" * (len(tools) + len(others) + 1),
     ]
+    names = {"up": "stage-in", "down": "copy-back", "down-over": "copy-back over older"}
     for case in dict.fromkeys(m.case for m in results):
-        for direction in ("up", "down"):
-            pair = [m for m in results if m.case == case and m.direction == direction]
-            # The best of the rounds: the least disturbed by the machine's other work.
-            ours = min((m for m in pair if m.tool == "nimbix-burst"), key=lambda m: m.seconds)
-            theirs = min((m for m in pair if m.tool != "nimbix-burst"), key=lambda m: m.seconds)
-            lines.append(
-                f"| {case} | {'stage-in' if direction == 'up' else 'copy-back'}"
-                f" | {theirs.seconds:.1f} s ({theirs.mib_per_s:.0f} MiB/s)"
-                f" | {ours.seconds:.1f} s ({ours.mib_per_s:.0f} MiB/s)"
-                f" | {theirs.seconds / ours.seconds:.2f}x | {ours.peak_rss_mb:.0f} MB |"
-            )
+        for direction in DIRECTIONS:
+            mine = [m for m in results if m.case == case and m.direction == direction]
+            if not mine:
+                continue
+            cells = []
+            for tool in tools:
+                times = [m for m in mine if m.tool == tool]
+                middle = statistics.median(m.seconds for m in times)
+                cells.append(f"{middle:.1f} s ({times[0].bytes / MIB / middle:.0f} MiB/s)")
+            for other in others:
+                ratios = paired(results, case, direction, other)
+                cells.append(f"**{statistics.median(ratios):.2f}x** [{min(ratios):.2f}-{max(ratios):.2f}]")
+            rss = max(m.peak_rss_mb for m in mine if m.tool == OURS)
+            lines.append(f"| {case} | {names[direction]} | " + " | ".join(cells) + f" | {rss:.0f} MB |")
     return "\n".join(lines)
 
 
-def run(names: list[str], *, quick: bool, rounds: int = 1) -> tuple[str, list[Measure]]:
-    """Every case in `names` by both tools on one sshd: (the date, the measures)."""
+def run(
+    names: list[str], *, quick: bool, rounds: int = 1, rtt_ms: float = 0.0, cipher: str = DEFAULT_CIPHER
+) -> tuple[str, list[Measure]]:
+    """Every case in `names` by every tool on one sshd: (the date, the measures)."""
     cases = QUICK if quick else CASES
     unknown = [name for name in names if name not in cases]
     if unknown:
@@ -368,15 +310,25 @@ def run(names: list[str], *, quick: bool, rounds: int = 1) -> tuple[str, list[Me
     results: list[Measure] = []
     with tempfile.TemporaryDirectory(prefix="nimbix-burst-staging-bench-") as temp:
         work = Path(temp)
-        with sshd(work) as server:
+        with sshd(work) as direct, contextlib.ExitStack() as stack:
+            direct.cipher = cipher
+            server = direct
+            if rtt_ms > 0:
+                server = via_delay_line(direct, stack.enter_context(delay_line.delay_line(direct.port, rtt_ms=rtt_ms)))
             for name in names:
                 print(f"== staging: {cases[name].description}", file=sys.stderr, flush=True)
                 results += measure_case(server, cases[name], work, rounds=rounds)
     return datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), results
 
 
-def render(when: str, results: list[Measure]) -> str:
-    heading = f"Staging over loopback to OpenSSH sshd (internal-sftp), {when}, {os.cpu_count()} cores:"
+def render(when: str, results: list[Measure], *, rtt_ms: float = 0.0, cipher: str = DEFAULT_CIPHER) -> str:
+    path = f"a delay line of {rtt_ms:g} ms round trip" if rtt_ms > 0 else "loopback"
+    ciphers = f"every tool with {cipher}" if cipher else "each tool with its own default cipher"
+    rounds = len({m.round for m in results})
+    heading = (
+        f"Staging over {path} to OpenSSH sshd (internal-sftp), {when}, {os.cpu_count()} cores, {ciphers},"
+        f" {rounds} rounds (ratios paired by round):"
+    )
     return f"{heading}\n\n{table(results)}\n"
 
 
@@ -385,7 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small cases (a smoke run)")
     parser.add_argument("--cases", default="big,small,mix")
     parser.add_argument("--json", type=Path, default=None, help="write the measures there")
-    parser.add_argument("--rounds", type=int, default=1, help="each tool this many times (the best counts)")
+    parser.add_argument("--rounds", type=int, default=5, help="each tool this many times (paired, median)")
+    parser.add_argument("--rtt-ms", type=float, default=0.0, help="clients reach the sshd through this round trip")
+    parser.add_argument("--cipher", default=DEFAULT_CIPHER, help="every tool's cipher ('default': each its own)")
     parser.add_argument("--files", type=int, default=0, help="instead: the runner alone stages this many tiny files")
     parser.add_argument("--file-bytes", type=int, default=100, help="with --files: each file's size")
     parser.add_argument("--copy-back", action="store_true", help="with --files: copy them back too")
@@ -404,8 +358,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.rounds < 1:
         raise SystemExit("--rounds must be at least 1")
-    when, results = run(args.cases.split(","), quick=args.quick, rounds=args.rounds)
-    print(render(when, results))
+    cipher = "" if args.cipher == "default" else args.cipher
+    when, results = run(args.cases.split(","), quick=args.quick, rounds=args.rounds, rtt_ms=args.rtt_ms, cipher=cipher)
+    print(render(when, results, rtt_ms=args.rtt_ms, cipher=cipher))
     if args.json:
         args.json.write_text(json.dumps({"date": when, "measures": [asdict(m) for m in results]}, indent=1))
     return 0

@@ -22,6 +22,8 @@ class KeyTransfer(VaultTransfer):
         address = staging.VaultSettings("127.0.0.1", spec["port"], spec["known_hosts"], keep_job_dir=True)
         super().__init__(address, username="root", apikey=Secret(""), clock=time.monotonic, progress_out=sys.stderr)
         self.key = spec["key"]
+        if spec.get("cipher"):  # the benchmark's one cipher for every tool
+            self.encryption_algs = (spec["cipher"],)
 
     def _login(self) -> dict[str, object]:
         # The bench's sshd takes a key (OpenSSH's `sftp -b` cannot type a password); the rest of the

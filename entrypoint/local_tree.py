@@ -40,6 +40,9 @@ class LocalEntry:
     size: int = 0
     mtime_ns: int = 0
     target: str = ""  # a link's text
+    mode: int = 0
+    device: int = 0  # with the inode: the file as walked (one swapped in since is not read)
+    inode: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +56,11 @@ class LocalDir:
 
 class UnsafePath(Exception):
     """A path the runner will not read or write through (a link out of its tree); the message says which."""
+
+
+class LocalFailure(Exception):
+    """A pod-side failure that ends a transfer (a staged directory or file the runner may not read,
+    a full volume): the message names the path. No reconnect to the vault can help."""
 
 
 def resolve_root(path: str) -> str | None:
@@ -74,52 +82,100 @@ def resolve_root(path: str) -> str | None:
 
 def root_file(path: str, real: str) -> LocalEntry | None:
     """The entry for a staged path that is a regular file; None for a directory."""
-    info = os.stat(real, follow_symlinks=False)
+    try:
+        info = os.stat(real, follow_symlinks=False)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise LocalFailure(f"{path} cannot be read: {exc.strerror}") from exc
     if stat.S_ISDIR(info.st_mode):
         return None
     if not stat.S_ISREG(info.st_mode):
         raise FileNotFoundError(path)
-    return LocalEntry(os.path.basename(path), "file", info.st_size, info.st_mtime_ns)
+    return _file_entry(os.path.basename(path), info)
+
+
+def _file_entry(name: str, info: os.stat_result) -> LocalEntry:
+    return LocalEntry(
+        name, "file", info.st_size, info.st_mtime_ns, mode=info.st_mode, device=info.st_dev, inode=info.st_ino
+    )
 
 
 def walk_tree(path: str, real: str) -> Iterator[LocalDir]:
     """Each directory of the staged tree `path` (read at `real`), parents first, with its regular
-    files and the links that stay inside the tree; sockets, fifos and devices are not data."""
+    files and the links that stay inside the tree; sockets, fifos and devices are not data. A
+    directory is opened without following a link and must be the one listed: one swapped for a
+    link (or another directory) during the walk is not followed. Raises LocalFailure for a
+    directory the runner may not read."""
     tree = os.path.realpath(real)
-    pending = [(path, real)]
+    pending: list[tuple[str, str, tuple[int, int] | None]] = [(path, real, None)]
     while pending:
-        shown, actual = pending.pop()
-        entries: list[LocalEntry] = []
-        subdirs: list[tuple[str, str]] = []
-        with os.scandir(actual) as listing:
+        shown, actual, identity = pending.pop()
+        listed = _list_dir(path, tree, shown, actual, identity)
+        if listed is None:
+            continue
+        entries, subdirs = listed
+        yield LocalDir(shown, actual, tuple(entries))
+        pending.extend(sorted(subdirs, reverse=True))
+
+
+def _list_dir(
+    path: str, tree: str, shown: str, actual: str, identity: tuple[int, int] | None
+) -> tuple[list[LocalEntry], list[tuple[str, str, tuple[int, int] | None]]] | None:
+    """One directory's files and links, and its subdirectories; None when it is no longer the one listed."""
+    try:
+        fd = os.open(actual, _DIR_FLAGS)
+    except OSError as exc:
+        if identity is not None and exc.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENOENT):
+            log.warning("not staging a directory that changed into a link or vanished", extra={"path": shown})
+            return None
+        raise LocalFailure(f"{shown} cannot be read: {exc.strerror}") from exc
+    entries: list[LocalEntry] = []
+    subdirs: list[tuple[str, str, tuple[int, int] | None]] = []
+    try:
+        info = os.fstat(fd)
+        if identity is not None and (info.st_dev, info.st_ino) != identity:
+            log.warning("not staging a directory that changed into a link or vanished", extra={"path": shown})
+            return None
+        with os.scandir(fd) as listing:
             for item in listing:
+                item_path = os.path.join(actual, item.name)
                 if item.is_symlink():
-                    target = os.readlink(item.path)
-                    if staging.is_inside(os.path.realpath(item.path), tree):
-                        entries.append(LocalEntry(item.name, "link", target=target))
+                    if staging.is_inside(os.path.realpath(item_path), tree):
+                        entries.append(LocalEntry(item.name, "link", target=os.readlink(item.name, dir_fd=fd)))
                     else:
                         log.warning(
                             "not staging a link that leads out of the staged path",
                             extra={"path": f"{shown}/{item.name}", "staged_path": path},
                         )
                 elif item.is_dir(follow_symlinks=False):
-                    subdirs.append((f"{shown}/{item.name}", item.path))
+                    child = item.stat(follow_symlinks=False)
+                    subdirs.append((f"{shown}/{item.name}", item_path, (child.st_dev, child.st_ino)))
                 elif item.is_file(follow_symlinks=False):
-                    info = item.stat(follow_symlinks=False)
-                    entries.append(LocalEntry(item.name, "file", info.st_size, info.st_mtime_ns))
-        entries.sort(key=lambda e: e.name)
-        yield LocalDir(shown, actual, tuple(entries))
-        pending.extend(sorted(subdirs, reverse=True))
+                    entries.append(_file_entry(item.name, item.stat(follow_symlinks=False)))
+    except OSError as exc:
+        raise LocalFailure(f"{shown} cannot be read: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+    entries.sort(key=lambda e: e.name)
+    return entries, subdirs
 
 
-def open_for_reading(path: str) -> int:
-    """A staged file's descriptor; a link swapped in since the walk is refused (ELOOP)."""
-    return os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+def open_for_reading(path: str, identity: tuple[int, int] | None = None) -> int:
+    """A staged file's descriptor; a link swapped in since the walk is refused (ELOOP), and so is
+    another file put at its name (ESTALE) when `identity` (device, inode) says which was walked."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    if identity is not None and identity != (0, 0):
+        info = os.fstat(fd)
+        if (info.st_dev, info.st_ino) != identity:
+            os.close(fd)
+            raise OSError(errno.ESTALE, "not the file walked", path)
+    return fd
 
 
-def read_small(path: str, size: int) -> bytes:
+def read_small(path: str, size: int, identity: tuple[int, int] | None = None) -> bytes:
     """The first `size` bytes of a small staged file, in one trip (opened as open_for_reading does)."""
-    fd = open_for_reading(path)
+    fd = open_for_reading(path, identity)
     try:
         return os.pread(fd, size, 0)
     finally:
@@ -208,14 +264,20 @@ class BeneathWriter:
             return None
 
     def open_part(self, relative: str, *, resume: bool) -> int:
-        """The partial file beside `relative` for writing (emptied unless resumed); never a link."""
+        """The partial file beside `relative` for writing: the existing one to resume, else one
+        created exclusively (a stale one is removed first, a link there is never followed)."""
         head, _, name = relative.rpartition("/")
-        flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | (0 if resume else os.O_TRUNC)
+        part, parent = staging.part_name(name), self.dir_fd(head)
+        flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            return os.open(name + staging.PART_SUFFIX, flags, 0o644, dir_fd=self.dir_fd(head))
+            if resume:
+                return os.open(part, flags, dir_fd=parent)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(part, dir_fd=parent)
+            return os.open(part, flags | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=parent)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise UnsafePath(f"{self.root}/{relative}{staging.PART_SUFFIX} is a symbolic link") from exc
+                raise UnsafePath(f"{self.root}/{head}/{part} is a symbolic link") from exc
             raise
 
     def create_new(self, relative: str) -> int | None:
@@ -232,11 +294,18 @@ class BeneathWriter:
         """Rename the verified partial file into place (a link there is replaced, never followed)."""
         head, _, name = relative.rpartition("/")
         parent = self.dir_fd(head)
+        part = staging.part_name(name)
         if mtime is not None:
-            os.utime(name + staging.PART_SUFFIX, (mtime, mtime), dir_fd=parent, follow_symlinks=False)
-        os.replace(name + staging.PART_SUFFIX, name, src_dir_fd=parent, dst_dir_fd=parent)
+            os.utime(part, (mtime, mtime), dir_fd=parent, follow_symlinks=False)
+        os.replace(part, name, src_dir_fd=parent, dst_dir_fd=parent)
 
     def discard_part(self, relative: str) -> None:
         head, _, name = relative.rpartition("/")
         with contextlib.suppress(OSError):
-            os.unlink(name + staging.PART_SUFFIX, dir_fd=self.dir_fd(head))
+            os.unlink(staging.part_name(name), dir_fd=self.dir_fd(head))
+
+    def remove(self, relative: str) -> None:
+        """Remove the file at `relative` (a copy that failed half-way), never following a link."""
+        head, _, name = relative.rpartition("/")
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=self.dir_fd(head))

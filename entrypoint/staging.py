@@ -20,6 +20,7 @@ already in place is read from the vault itself (a copy whose size and modificati
 source's), so a restarted runner or a retry never uploads twice and a copy-back resumes.
 """
 
+import hashlib
 import json
 import posixpath
 import re
@@ -47,8 +48,16 @@ _DATA_KEY_RE: Final = re.compile(
     rf"^{contract.DATA_KEY_JOB_PREFIX}{contract.UID_RE.pattern}(?:-(?:0|[1-9][0-9]{{0,8}}))?$"
 )
 _CONTAINER_RE: Final = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
-# A file being written, beside its final name; renamed into place only once whole.
-PART_SUFFIX: Final = ".nbpart"
+# A file being written is `.nbpart-<16 hex digits of its name's hash>` beside it, renamed into place
+# only once whole: 24 bytes whatever the name (a name of 255 bytes, the most a volume allows, has a
+# part file too). Runners before wrote `<name>.nbpart`: both are the runner's own, never data.
+PART_PREFIX: Final = ".nbpart-"
+LEGACY_PART_SUFFIX: Final = ".nbpart"
+_PART_RE: Final = re.compile(r"\.nbpart-[0-9a-f]{16}")
+# SFTP (version 3) carries a file's times as unsigned 32-bit seconds.
+MAX_SFTP_TIME: Final = 2**32 - 1
+# A grace period longer than a week is no pod's (a typo): refused rather than waited for.
+MAX_GRACE_SECONDS: Final = 7 * 24 * 3600
 _CONTROL: Final = frozenset("\n\r\t\0")
 
 CopyBack = Literal["none", "pending", "done"]
@@ -213,6 +222,11 @@ nimbix_burst_link() {
 }"""
 
 
+def outermost(paths: Sequence[str]) -> tuple[str, ...]:
+    """The paths no other of `paths` holds, in their order: each staged tree once."""
+    return tuple(p for p in paths if not any(q != p and is_inside(p, q) for q in paths))
+
+
 def build_prelude(paths: StagePaths, *, job_dir: str, out_files: Sequence[str] = ()) -> str:
     """Shell lines that make each staged path appear at its absolute path, linked to its vault copy.
 
@@ -226,7 +240,9 @@ def build_prelude(paths: StagePaths, *, job_dir: str, out_files: Sequence[str] =
         target = remote_path(job_dir, path)
         made = posixpath.dirname(target) if path in out_files else target
         lines.append(f"nimbix_burst_as_root mkdir -p -- {shlex.quote(made)}")
-    for path in paths.all_paths:
+    # A path inside another staged path is reached through that one's link (its vault copy is
+    # inside the other's): linking it too would make a directory where the outer link goes.
+    for path in outermost(paths.all_paths):
         target, link = shlex.quote(remote_path(job_dir, path)), shlex.quote(path)
         lines.append(
             f"nimbix_burst_link {target} {link} || {{ echo {shlex.quote('nimbix-burst: cannot make ' + path)} >&2;"
@@ -319,6 +335,47 @@ def is_current(*, size: int, mtime: int, copy: tuple[int, int] | None) -> bool:
     return copy is not None and copy == (size, mtime)
 
 
+def part_name(name: str) -> str:
+    """The partial file's name for a file named `name` (any bytes the volume allows, as
+    os.fsdecode gives them): short and the same on every try, so a resume finds it."""
+    digest = hashlib.blake2b(name.encode("utf-8", "surrogateescape"), digest_size=8).hexdigest()
+    return PART_PREFIX + digest
+
+
+def is_part_name(name: str) -> bool:
+    """Whether `name` is a partial file of a runner (this one's or an earlier one's): never data."""
+    return name.endswith(LEGACY_PART_SUFFIX) or _PART_RE.fullmatch(name) is not None
+
+
+def file_mode(mode: int) -> int:
+    """The permission bits a copy carries (read, write, execute for each); never set-id bits."""
+    return mode & 0o777
+
+
+def sftp_time(mtime_ns: int) -> int:
+    """A modification time in the seconds SFTP carries: before 1970 or after 2106 it is clamped."""
+    return min(max(mtime_ns // 1_000_000_000, 0), MAX_SFTP_TIME)
+
+
+# Below this round trip the vault is near (a LAN, loopback): the CPU per packet sets the pace, and one
+# session with three blocks of a file in flight is quickest. Farther, what is in flight does: four
+# sessions (each an SSH channel with its own window) and six blocks.
+NEAR_RTT_SECONDS: Final = 0.005
+
+
+@dataclass(frozen=True, slots=True)
+class Depth:
+    """How much a transfer keeps in flight: SFTP sessions, and a file's blocks."""
+
+    sessions: int
+    blocks_per_file: int
+
+
+def transfer_depth(rtt_seconds: float) -> Depth:
+    """The depth for a vault a measured round trip away."""
+    return Depth(1, 3) if rtt_seconds < NEAR_RTT_SECONDS else Depth(4, 6)
+
+
 def is_inside(path: str, tree: str) -> bool:
     """Whether the absolute, normalised `path` is `tree` or below it."""
     return path == tree or path.startswith(tree.rstrip("/") + "/")
@@ -401,6 +458,27 @@ class VaultSettings:
     port: int
     known_hosts: str | None
     keep_job_dir: bool
+
+
+# After a signal, the copy-back stops this long before the pod's grace period ends: the runner still
+# says how it ended (its log, the termination message) before the kubelet's SIGKILL.
+GRACE_MARGIN_SECONDS: Final = 5.0
+
+
+def parse_grace_seconds(env: Mapping[str, str]) -> int:
+    """The pod's grace period (NIMBIX_BURST_GRACE_SECONDS, set by the webhook); the least a burst pod
+    gets when unset. Raises StagingError naming the variable."""
+    raw = env.get(contract.ENV_GRACE_SECONDS, "").strip()
+    if not raw:
+        return contract.MIN_TERMINATION_GRACE_SECONDS
+    if not raw.isdigit() or not 0 < int(raw) <= MAX_GRACE_SECONDS:
+        raise StagingError(f"{contract.ENV_GRACE_SECONDS} must be the pod's grace period in whole seconds, got {raw!r}")
+    return int(raw)
+
+
+def copy_back_seconds(grace_seconds: int) -> float:
+    """How long after a signal the copy-back may run: the pod's grace period less a margin."""
+    return max(0.0, grace_seconds - GRACE_MARGIN_SECONDS)
 
 
 def parse_vault_settings(env: Mapping[str, str], *, api_host: str) -> VaultSettings:

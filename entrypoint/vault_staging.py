@@ -28,8 +28,6 @@ from jarvice import contract, exitcodes
 
 log = logging.getLogger(__name__)
 
-# After a signal, the copy-back stops this long before the pod's guaranteed grace period ends.
-GRACE_MARGIN_SECONDS: Final = 5.0
 RECORD_NAME: Final = "staging"
 
 
@@ -49,6 +47,7 @@ class VaultStaging:
         clock: Callable[[], float],
         never_staged: frozenset[str] = frozenset(),
         out_files: Sequence[str] = (),
+        grace_seconds: int = contract.MIN_TERMINATION_GRACE_SECONDS,
     ) -> None:
         self.paths = paths
         # The credential files, as the kernel names them (a Secret volume's files are links).
@@ -63,6 +62,7 @@ class VaultStaging:
         self.cancel = cancel
         self.clock = clock
         self.signal_seen_at: float | None = None
+        self.grace_seconds = grace_seconds
         self.record = self._load() or staging.StagingRecord(job_label=job_label)
         # Where this run's data is: chosen by prepare() (an earlier runner's, or under the Job's lease).
         self.job_dir = self.record.work_dir
@@ -137,7 +137,7 @@ class VaultStaging:
             )
             return EarlyExit(exitcodes.EXIT_TRANSFER, reported=False)
         roots: list[UploadRoot] = []
-        for path in self.paths.stage_in:
+        for path in staging.outermost(self.paths.stage_in):  # a nested one is in its outer tree
             vault = staging.vault_path(job_dir, path)
             try:
                 real = local_tree.resolve_root(path)
@@ -159,7 +159,12 @@ class VaultStaging:
         for path in self.paths.stage_out:
             if path not in self.paths.stage_in:
                 roots.append(UploadRoot(path, path, staging.vault_path(job_dir, os.path.dirname(path)), empty=True))
-        totals = count_files(roots)
+        try:
+            totals = count_files(roots)
+        except local_tree.LocalFailure as exc:
+            log.error("a staged path cannot be read; nothing was submitted", extra={"error": str(exc)})
+            self._release()
+            return EarlyExit(exitcodes.EXIT_CONFIG, reported=True)
         log.info(
             "staging in",
             extra={"files": totals.files, "bytes": totals.bytes, "vault_dir": job_dir, "shared": self.shared},
@@ -176,6 +181,9 @@ class VaultStaging:
                 "signal received during the stage-in; nothing was submitted", extra={"job_label": self.job_label}
             )
             return EarlyExit(exitcodes.EXIT_TERMINATED, reported=False)
+        if report.failed_locally:
+            log.error("a staged path cannot be read; nothing was submitted", extra={"error": report.error})
+            return EarlyExit(exitcodes.EXIT_CONFIG, reported=True)
         if not report.complete:
             log.error(
                 "stage-in failed; nothing was submitted, a restarted runner resumes the upload",
@@ -228,7 +236,8 @@ class VaultStaging:
 
     def _copy_back(self, label: str, *, exit_code: int, stopping_since: float | None) -> int:
         job_dir = self.job_dir
-        roots = [DownloadRoot(staging.vault_path(job_dir, path), path) for path in self.paths.stage_out]
+        outer = staging.outermost(self.paths.stage_out)  # a nested one comes back with its outer tree
+        roots = [DownloadRoot(staging.vault_path(job_dir, path), path) for path in outer]
         if stopping_since is not None:
             self.signal_seen_at = stopping_since
         report = self.transfer.download(roots, should_stop=self.should_stop_copy_back)
@@ -243,6 +252,14 @@ class VaultStaging:
         if report.stopped:
             log.warning("the grace period ended during the copy-back; the rest stays in the vault", extra=extra)
             return exit_code
+        if report.refused and not report.error:
+            # Nothing it could not place is deleted: the directory stays, and the copy-back stays
+            # pending (a restarted runner finishes it once the pod's volume can take them).
+            log.error(
+                "copy-back could not place some outputs in the pod; they stay in the vault",
+                extra={**extra, "first_kept_in_vault": report.kept_in_vault},
+            )
+            return exitcodes.EXIT_TRANSFER
         if not report.complete:
             log.error(
                 "copy-back failed; what was not copied stays in the vault", extra={**extra, "error": report.error}
@@ -283,8 +300,7 @@ class VaultStaging:
             return False
         if self.signal_seen_at is None:
             self.signal_seen_at = self.clock()
-        limit = contract.MIN_TERMINATION_GRACE_SECONDS - GRACE_MARGIN_SECONDS
-        return self.clock() - self.signal_seen_at >= limit
+        return self.clock() - self.signal_seen_at >= staging.copy_back_seconds(self.grace_seconds)
 
     # --- the record ----------------------------------------------------------------------------
 
@@ -366,6 +382,7 @@ def attach(
         clock=deps.clock,
         never_staged=staging.credential_files(env),
         out_files=out_files,
+        grace_seconds=staging.parse_grace_seconds(env),
     )
     log.info(
         "data staging",

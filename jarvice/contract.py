@@ -310,6 +310,9 @@ STAGE_PATH_SEPARATOR: Final = ","
 # or `job-<Job UID>-<completion index>` for an Indexed Job's pod; unset for any other pod (the runner
 # then keys by the pod's UID). The runner checks its form (entrypoint.staging.parse_data_key).
 ENV_DATA_KEY: Final = "NIMBIX_BURST_DATA_KEY"
+# The pod's terminationGracePeriodSeconds as admitted (set by the webhook on a container that stages):
+# how long the copy-back after a signal may run.
+ENV_GRACE_SECONDS: Final = "NIMBIX_BURST_GRACE_SECONDS"
 DATA_KEY_JOB_PREFIX: Final = "job-"
 
 # --- gangs: the pods of one distributed job burst as one multi-node JARVICE job ---

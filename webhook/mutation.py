@@ -291,6 +291,7 @@ def _burst_container_ops(
     policy: RewritePolicy,
     credentials: bool,
     gateway: bool,
+    grace: int = contract.MIN_TERMINATION_GRACE_SECONDS,
 ) -> list[JsonPatchOp]:
     """What makes one app container a runner for its own remote job: what the product counted and
     pays with is written by the product (the container's own values of those are replaced); where to
@@ -329,6 +330,8 @@ def _burst_container_ops(
                     wanted.append((env_name, _value(env_name, paths), True))
             if terms.data_key:
                 wanted.append((contract.ENV_DATA_KEY, _value(contract.ENV_DATA_KEY, terms.data_key), True))
+            # The copy-back after a signal runs as long as the pod's grace period allows.
+            wanted.append((contract.ENV_GRACE_SECONDS, _value(contract.ENV_GRACE_SECONDS, str(grace)), True))
     if terms.allowed_machines:
         allowed = contract.format_machine_list(terms.allowed_machines)
         wanted.append((contract.ENV_ALLOWED_MACHINES, _value(contract.ENV_ALLOWED_MACHINES, allowed), True))
@@ -422,7 +425,14 @@ def _container_ops(
             credentials = not gateway and bool(policy.credentials_secret) and not _sets_credentials(container)
             mounts = _mounts(container, credentials=credentials, gateway=gateway)
             ops += _burst_container_ops(
-                base, container, gpus=gpus, terms=terms, policy=policy, credentials=credentials, gateway=gateway
+                base,
+                container,
+                gpus=gpus,
+                terms=terms,
+                policy=policy,
+                credentials=credentials,
+                gateway=gateway,
+                grace=grace_seconds(spec),
             )
             ops += _append_ops(f"{base}/volumeMounts", container.get("volumeMounts"), mounts)
             used |= {mount["name"] for mount in mounts}
@@ -440,6 +450,13 @@ def _sets_credentials(container: Mapping[str, Any]) -> bool:
 
 _GRACE = "terminationGracePeriodSeconds"
 DEFAULT_GRACE_SECONDS = 30  # what the API server gives a pod that sets none
+
+
+def grace_seconds(spec: Mapping[str, Any]) -> int:
+    """The grace period the pod has once admitted: its own, raised to the minimum (see _grace_ops)."""
+    current = spec.get(_GRACE)
+    own = current if type(current) is int else DEFAULT_GRACE_SECONDS
+    return max(own, contract.MIN_TERMINATION_GRACE_SECONDS)
 
 
 def _grace_ops(spec: Mapping[str, Any]) -> tuple[list[JsonPatchOp], str]:

@@ -53,6 +53,7 @@ _PRODUCT_ENV: Final = frozenset(
         contract.ENV_STAGE_IN,
         contract.ENV_STAGE_OUT,
         contract.ENV_DATA_KEY,
+        contract.ENV_GRACE_SECONDS,
         contract.ENV_GANG_UID,
         contract.ENV_GANG_SIZE,
         contract.ENV_GANG_RANK,

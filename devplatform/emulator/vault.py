@@ -17,7 +17,8 @@ and each job's `/data`.
   WITH ERROR, or a shutdown), never after a terminate or the walltime, as JARVICE documents for
   object storage. Deletions in the job are not written back (the emulator's simplification).
 - **Faults.** `SftpFaults` below, set by `POST /_emulator/vault-faults`: the next SFTP sessions are cut
-  after that many bytes read or written, so a runner's resume can be tested.
+  after that many bytes read or written (or, with `stall`, stop answering with the connection kept
+  open), so a runner's resume and its stall detection can be tested.
 """
 
 from __future__ import annotations
@@ -193,13 +194,19 @@ def discard_scratch(job_vault: JobVault) -> None:
 # --- the SFTP server ----------------------------------------------------------------------------
 
 
+# How often a stalled session's request looks whether its client has gone.
+_STALL_POLL_SECONDS: Final = 0.05
+
+
 @dataclass
 class SftpFaults:
-    """Cut the next `sessions` SFTP sessions after `after_bytes` bytes read or written in each."""
+    """Cut the next `sessions` SFTP sessions after `after_bytes` bytes read or written in each; with
+    `stall`, leave them open and answer no request more (a vault that hangs, its TCP connection alive)."""
 
     after_bytes: int = 0
     sessions: int = 0
-    cut: int = 0  # sessions cut so far
+    cut: int = 0  # sessions cut (or stalled) so far
+    stall: bool = False
 
 
 class _Server(asyncssh.SSHServer):
@@ -226,6 +233,7 @@ def _sftp_factory(
             super().__init__(chan, chroot=str(vault_dir(config, username=username, name=DEFAULT_VAULT)).encode())
             self.moved = 0
             self.cut_after = faults.after_bytes if faults.sessions > 0 and faults.after_bytes > 0 else 0
+            self.stall = faults.stall
             if self.cut_after:
                 faults.sessions -= 1
 
@@ -235,11 +243,17 @@ def _sftp_factory(
             text = os.readlink(self.map_path(path))
             return self.reverse_map_path(text) if text.startswith(b"/") else text
 
-        def _count(self, size: int) -> None:
+        async def _count(self, size: int) -> None:
+            if self.stall and self.moved >= self.cut_after > 0:
+                while not self.channel.is_closing():  # no answer until the client goes
+                    await asyncio.sleep(_STALL_POLL_SECONDS)
+                raise asyncssh.SFTPConnectionLost("the client went away from a stalled session")
             self.moved += size
             if self.cut_after and self.moved >= self.cut_after:
-                self.cut_after = 0
                 faults.cut += 1
+                if self.stall:
+                    return  # this request is answered; none after it
+                self.cut_after = 0
                 self.channel.get_connection().abort()
 
         async def read(self, file_obj: object, offset: int, size: int) -> bytes:
@@ -247,14 +261,14 @@ def _sftp_factory(
             if inspect.isawaitable(data):
                 data = await data
             assert isinstance(data, bytes)
-            self._count(len(data))
+            await self._count(len(data))
             return data
 
         async def write(self, file_obj: object, offset: int, data: bytes) -> int:
             written = super().write(file_obj, offset, data)
             if inspect.isawaitable(written):
                 written = await written
-            self._count(len(data))
+            await self._count(len(data))
             return int(written)
 
     return VaultSFTP

@@ -1,5 +1,5 @@
 """The emulator's vault surface: `/jarvice/vault`, the SFTP server's life, and its test controls
-(`/_emulator/vault`: the SFTP address and host key; `/_emulator/vault-faults`: cut SFTP sessions).
+(`/_emulator/vault`: the SFTP address and host key; `/_emulator/vault-faults`: cut or stall SFTP sessions).
 See vault.py for what a vault is here and how it differs from JARVICE's."""
 
 from __future__ import annotations
@@ -117,13 +117,14 @@ async def handle_info(request: web.Request) -> web.Response:
 async def handle_set_faults(request: web.Request) -> web.Response:
     runtime = request.app[VAULTS]
     raw = await request.json()
-    if not isinstance(raw, dict) or set(raw) - {"after_bytes", "sessions"}:
-        return _error(400, "expected {after_bytes, sessions}")
+    if not isinstance(raw, dict) or set(raw) - {"after_bytes", "sessions", "stall"}:
+        return _error(400, "expected {after_bytes, sessions, stall}")
     try:
         after, sessions = int(raw.get("after_bytes", 0)), int(raw.get("sessions", 1))
     except (TypeError, ValueError):
         return _error(400, "after_bytes and sessions must be integers")
-    if after < 0 or sessions < 0:
-        return _error(400, "after_bytes and sessions must be >= 0")
-    runtime.faults.after_bytes, runtime.faults.sessions = after, sessions
+    stall = raw.get("stall", False)
+    if after < 0 or sessions < 0 or not isinstance(stall, bool):
+        return _error(400, "after_bytes and sessions must be >= 0, stall true or false")
+    runtime.faults.after_bytes, runtime.faults.sessions, runtime.faults.stall = after, sessions, stall
     return web.json_response(asdict(runtime.faults))

@@ -235,8 +235,8 @@ def test_a_dropped_sftp_connection_resumes(
     session = requests.Session()
     session.trust_env = False
     # The runner's first session takes the Job's vault directory (its lease: a few bytes, never cut);
-    # the second uploads and is cut after 2 MiB.
-    session.post(f"{emulator.url}/_emulator/vault-faults", json={"after_bytes": 2 << 20, "sessions": 2}, timeout=10)
+    # the second (the first of the upload's sessions, which share the file's blocks) is cut after 1 MiB.
+    session.post(f"{emulator.url}/_emulator/vault-faults", json={"after_bytes": 1 << 20, "sessions": 2}, timeout=10)
     cut_before = vault_info(emulator)["faults"]["cut"]
     annotations = {STAGE_IN: "/workspace/data"}
     template = train_pod(emulator, "sha256sum /workspace/data/shard.bin", annotations=annotations)

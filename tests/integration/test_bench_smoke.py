@@ -20,6 +20,7 @@ from aiohttp.test_utils import TestClient
 from bench import (
     ab,
     clusters,
+    delay_line,
     fake_apiserver,
     http_load,
     inprocess,
@@ -502,30 +503,63 @@ async def test_tls_rotation_bench_reports_both_halves(tmp_path: Path) -> None:
     assert set(result) >= {"requests_per_s_before", "requests_per_s_after"}
 
 
-def test_the_staging_table_pairs_each_case_and_direction(tmp_path: Path) -> None:
+def test_the_staging_table_gives_each_tool_s_median_and_the_paired_ratio(tmp_path: Path) -> None:
     measures = [
         staging.Measure(tool, "small", direction, seconds, 4096 * 10, 10, 40.0)
         for tool, seconds in (("openssh sftp", 1.0), ("nimbix-burst", 2.0))
-        for direction in ("up", "down")
+        for direction in ("up", "down", "down-over")
     ]
     table = staging.table(measures)
-    assert "| small | stage-in | 1.0 s (0 MiB/s) | 2.0 s (0 MiB/s) | 0.50x | 40 MB |" in table
-    assert "| small | copy-back |" in table
+    assert "| small | stage-in | 1.0 s (0 MiB/s) | 2.0 s (0 MiB/s) | **0.50x** [0.50-0.50] | 40 MB |" in table
+    assert "| small | copy-back |" in table and "| small | copy-back over older |" in table
     files, size = staging.make_case(staging.Case("t", "t", ((3, 10), (1, 0))), tmp_path)
     assert (files, size) == (4, 30)
 
 
-def test_the_staging_table_counts_each_tools_best_round() -> None:
+def test_the_staging_table_pairs_the_ratios_by_round() -> None:
+    """Each round's ratio from that round's two measures: never one tool's best round against the
+    other's (here the best rounds would say 0.50x)."""
     measures = [
-        staging.Measure(tool, "small", direction, seconds, 4096 * 10, 10, 40.0, round_)
-        for round_, (ours, theirs) in enumerate(((4.0, 1.0), (2.0, 3.0)))
+        staging.Measure(tool, "small", "up", seconds, 4096 * 10, 10, 40.0, round_)
+        for round_, (ours, theirs) in enumerate(((4.0, 1.0), (2.0, 3.0), (3.0, 3.0)))
         for tool, seconds in (("nimbix-burst", ours), ("openssh sftp", theirs))
-        for direction in ("up", "down")
     ]
-    assert "| small | stage-in | 1.0 s (0 MiB/s) | 2.0 s (0 MiB/s) | 0.50x | 40 MB |" in staging.table(measures)
+    table = staging.table(measures)
+    assert "| small | stage-in | 3.0 s (0 MiB/s) | 3.0 s (0 MiB/s) | **1.00x** [0.25-1.50] | 40 MB |" in table
 
 
 def test_the_many_files_table_names_the_rate_memory_and_record() -> None:
     measures = [staging.ManyMeasure(1_000_000, 100, "up", 500.0, 48.0, 94)]
     rendered = staging.render_many("2026-11-27 20:00 UTC", measures)
     assert "| 1,000,000 x 100 B | stage-in | 500 s | 2,000 | 48 MB | 94 bytes |" in rendered
+
+
+def test_the_delay_line_adds_its_round_trip_and_keeps_every_byte_in_order() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+
+        def echo() -> None:
+            conn, _ = listener.accept()
+            with conn:
+                while data := conn.recv(1 << 16):
+                    conn.sendall(data)
+
+        server = threading.Thread(target=echo, daemon=True)
+        server.start()
+        with delay_line.delay_line(listener.getsockname()[1], rtt_ms=40) as port:
+            client = socket.create_connection(("127.0.0.1", port))
+            try:
+                blob = os.urandom(3 << 20)
+                started = time.monotonic()
+                client.sendall(b"x")
+                assert client.recv(1) == b"x"
+                assert time.monotonic() - started >= 0.04  # held 20 ms each way, never less
+                client.sendall(blob)
+                got = bytearray()
+                while len(got) < len(blob):
+                    got += client.recv(1 << 20)
+                assert bytes(got) == blob
+            finally:
+                client.close()  # before the line stops: its relay ends as the echo sees the close
+            server.join(timeout=10)

@@ -6,6 +6,7 @@ The runner runs as a real subprocess in a mount namespace of its own with a tmpf
 root (an empty host directory is the job's own), for the job, and nothing is written on the host.
 Needs root (the emulator's private roots): the dev machine runs as root."""
 
+import hashlib
 import json
 import shlex
 import subprocess
@@ -109,7 +110,7 @@ def test_a_dropped_sftp_connection_resumes_and_the_file_arrives_whole(
     emu, _root = vault_emulator
     with EmulatorControl(emu.url) as ctl:
         cut_before = vault_info(emu.url)["faults"]["cut"]
-        ctl.session.post(f"{emu.url}/_emulator/vault-faults", json={"after_bytes": 3 << 20, "sessions": 2}, timeout=5)
+        ctl.session.post(f"{emu.url}/_emulator/vault-faults", json={"after_bytes": 1 << 20, "sessions": 2}, timeout=5)
     size = 8 << 20
     env = staged_env(
         emu.url,
@@ -230,10 +231,10 @@ def test_a_link_out_of_the_staged_tree_is_never_followed_and_one_inside_is_stage
     assert vault_holds(root, TOKEN) == []
 
 
-def test_the_copy_back_never_writes_through_a_link_in_the_pod_volume(
+def test_the_copy_back_never_writes_through_a_link_in_the_pod_volume_and_keeps_what_it_refused(
     vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path
 ) -> None:
-    emu, _root = vault_emulator
+    emu, root = vault_emulator
     env = staged_env(
         emu.url,
         tmp_path,
@@ -262,13 +263,20 @@ def test_the_copy_back_never_writes_through_a_link_in_the_pod_volume(
         check=False,
     )
     err = done.stderr.decode(errors="replace")
-    assert done.returncode == 0, err
+    # What the link kept out of the pod is an output not placed: the runner says so and where it is.
+    assert done.returncode == 75, err
     assert (collect / "token-after").read_text() == TOKEN
     assert (collect / "ws" / "out" / "result.txt").read_text() == "result\n"
     # The planted file link was replaced by the job's file, never written through.
     assert (collect / "ws" / "out" / "token").read_text() == "overwritten\n"
     assert (collect / "ws" / "out" / "sub").is_symlink()
     assert "not copying back through a symbolic link" in err
+    # Nothing refused is deleted: the vault directory keeps it, and the log names the vault path.
+    vault_dir = f"nimbix-burst/pod-{env['POD_UID']}"
+    kept = root / USER / "drop.jarvice.com" / vault_dir / "srv" / "ws" / "out" / "sub" / "token"
+    assert kept.read_text() == "overwritten\n"
+    refusal = next(line for line in err.splitlines() if "could not place some outputs" in line)
+    assert json.loads(refusal)["first_kept_in_vault"] == [f"{vault_dir}/srv/ws/out/sub"]
 
 
 def test_a_checkpoint_directory_that_does_not_exist_yet_is_staged_as_empty(
@@ -287,6 +295,36 @@ def test_a_checkpoint_directory_that_does_not_exist_yet_is_staged_as_empty(
     assert out.strip().startswith("0")
     assert "a stage-in path under a stage-out path does not exist yet; staged as empty" in err
     assert (tmp_path / "pod" / "ws" / "ckpt" / "epoch-1").read_text() == "epoch-1\n"
+
+
+@pytest.mark.parametrize(
+    ("stage_in", "stage_out"),
+    [
+        ("/srv/ws/out/ckpt", "/srv/ws/out"),  # resume from the checkpoint the job writes
+        ("/srv/ws/out", "/srv/ws/out/ckpt"),
+        ("/srv/ws/out,/srv/ws/out/ckpt", "/srv/ws/out,/srv/ws/out/ckpt"),
+    ],
+)
+def test_nested_stage_paths_stage_in_and_come_back(
+    vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path, stage_in: str, stage_out: str
+) -> None:
+    emu, _root = vault_emulator
+    env = staged_env(
+        emu.url,
+        tmp_path,
+        NIMBIX_BURST_STAGE_IN=stage_in,
+        NIMBIX_BURST_STAGE_OUT=stage_out,
+        APP_COMMAND_ARGS="cat /srv/ws/out/ckpt/epoch-1 && echo 2 > /srv/ws/out/ckpt/epoch-2"
+        " && echo log > /srv/ws/out/ckpt/log.txt",
+    )
+    code, out, err = run_in_pod(
+        env, setup="mkdir -p /srv/ws/out/ckpt && echo 1 > /srv/ws/out/ckpt/epoch-1", collect=tmp_path / "pod"
+    )
+    assert code == 0, err
+    assert out.strip() == "1"
+    ckpt = tmp_path / "pod" / "ws" / "out" / "ckpt"
+    assert sorted(p.name for p in ckpt.iterdir()) == ["epoch-1", "epoch-2", "log.txt"]
+    assert (ckpt / "epoch-2").read_text() == "2\n"
 
 
 MANY_FILES = 8000
@@ -441,3 +479,44 @@ def test_a_retry_s_new_configmap_layout_replaces_the_links_of_the_failed_pod_s(
     assert first_code == 3 and "epochs: 3" in first_out, first_err
     assert code == 0, err
     assert "epochs: 3" in out
+
+
+def test_a_real_tree_stages_as_it_is_and_what_cannot_come_back_stays_in_the_vault(
+    vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path
+) -> None:
+    """A stale partial file beside a good checkpoint, an executable script, a name that is not UTF-8
+    and one of 250 bytes: the job sees the good checkpoint and every file, runs the script directly,
+    and the pod's checkpoint is intact afterwards. An output the pod cannot take (a directory where
+    the pod has a file) stays in the vault, and the runner says where (exit 75)."""
+    emu, root = vault_emulator
+    long_name = "L" * 250
+    env = staged_env(
+        emu.url,
+        tmp_path,
+        NIMBIX_BURST_STAGE_IN="/srv/ws/in",
+        NIMBIX_BURST_STAGE_OUT="/srv/ws/out,/srv/ws/in/ckpt",
+        APP_COMMAND_ARGS="cd /srv/ws/in && ./run.sh && sha256sum ckpt/model.bin && ls ckpt && cat caf*"
+        f" && cat {long_name} && mkdir -p /srv/ws/out/clash && echo inner > /srv/ws/out/clash/inner",
+    )
+    setup = (
+        "mkdir -p /srv/ws/in/ckpt /srv/ws/out && head -c 3000000 /dev/urandom > /srv/ws/in/ckpt/model.bin"
+        " && head -c 2000000 /dev/urandom > /srv/ws/in/ckpt/model.bin.nbpart"
+        " && sha256sum /srv/ws/in/ckpt/model.bin > /srv/good.sum"
+        " && printf '#!/bin/sh\\necho ran the script\\n' > /srv/ws/in/run.sh && chmod 755 /srv/ws/in/run.sh"
+        " && echo latin-1 > /srv/ws/in/$'caf\\xe9.txt'"
+        f" && echo longest > /srv/ws/in/{long_name} && echo the pod file > /srv/ws/out/clash"
+    )
+    code, out, err = run_in_pod(env, setup=setup, collect=tmp_path / "pod")
+    assert code == 75, err
+    pod = tmp_path / "pod"
+    good = (pod / "good.sum").read_text().split()[0]
+    assert "ran the script" in out
+    assert good in out  # the job read the good checkpoint
+    assert "model.bin\n" in out and "nbpart" not in out  # the stale partial file never went
+    assert "latin-1\nlongest\n" in out
+    assert hashlib.sha256((pod / "ws" / "in" / "ckpt" / "model.bin").read_bytes()).hexdigest() == good
+    assert (pod / "ws" / "out" / "clash").read_text() == "the pod file\n"
+    refusal = json.loads(next(line for line in err.splitlines() if "could not place some outputs" in line))
+    kept = refusal["first_kept_in_vault"]
+    assert kept == [f"nimbix-burst/pod-{env['POD_UID']}/srv/ws/out/clash"]
+    assert (root / USER / "drop.jarvice.com" / kept[0] / "inner").read_text() == "inner\n"

@@ -18,7 +18,7 @@ import asyncssh
 import pytest
 
 from devplatform.emulator import EmulatorControl, Timing
-from entrypoint import batched_socket, local_tree, sftp_session, sftp_transfer, staging
+from entrypoint import batched_socket, local_tree, sftp_session, sftp_transfer, staging, vault_download
 from entrypoint.sftp_transfer import DownloadRoot, UploadRoot, VaultTransfer
 from jarvice.redaction import Secret
 from tests.support import vaults
@@ -124,7 +124,7 @@ def test_copy_back_writes_new_files_in_place_and_replaces_a_file_the_pod_holds_w
     for relative, data in made.items():
         assert (pod / relative).read_bytes() == data, relative
         assert (pod / relative).stat().st_mtime == (tmp_path / "data" / relative).stat().st_mtime, relative
-    assert not list(pod.rglob("*" + staging.PART_SUFFIX))
+    assert not [p for p in pod.rglob("*") if staging.is_part_name(p.name)]
     again = transfer(address).download([DownloadRoot("down-small", str(pod))], should_stop=lambda: False)
     assert (again.copied, again.skipped) == (0, SMALL)
 
@@ -141,8 +141,8 @@ def test_a_link_planted_at_a_new_files_name_after_the_listing_is_replaced_never_
     try:
         # Listed as absent (fresh), then a link appears at its name before the write.
         (out / "token").symlink_to(bait)
-        item = sftp_transfer._Get(writer, "token", "vault/token", 6, OLD, fresh=True)
-        sftp_transfer._write_whole(item, b"output")
+        item = vault_download.Get(writer, "token", "vault/token", 6, OLD, 0o644, fresh=True)
+        vault_download.write_whole(item, b"output")
         assert writer.create_new("token") is None
     finally:
         writer.close()
@@ -255,3 +255,20 @@ def test_what_handling_received_data_writes_leaves_at_once() -> None:
             theirs.close()
 
     asyncio.run(scenario())
+
+
+def test_a_session_s_activity_measures_only_a_silence_while_requests_wait() -> None:
+    now = [0.0]
+    activity = sftp_session.Activity(lambda: now[0])
+    now[0] = 100.0  # idle with nothing asked: no silence
+    assert activity.silent_for() == 0.0
+    activity.request_sent()
+    activity.request_sent()
+    now[0] = 130.0
+    assert activity.silent_for() == 30.0
+    activity.answer_received()  # one answered: the other waits from now
+    now[0] = 140.0
+    assert activity.silent_for() == 10.0
+    activity.answer_received()
+    now[0] = 500.0
+    assert activity.silent_for() == 0.0

@@ -194,6 +194,38 @@ def test_the_prelude_links_each_path_to_its_vault_copy(tmp_path: Path) -> None:
     assert done.stdout == "ran\n"
 
 
+@pytest.mark.parametrize(
+    "paths",
+    [
+        StagePaths(("/w/out/ckpt",), ("/w/out",)),  # resume from the checkpoint the job writes
+        StagePaths(("/w/out",), ("/w/out/ckpt",)),
+        StagePaths(("/w/out", "/w/out/ckpt"), ("/w/out/ckpt", "/w/out")),  # both ways, and both
+        StagePaths((), ("/w/out/ckpt", "/w/out")),
+    ],
+)
+def test_the_prelude_links_nested_stage_paths_through_the_outermost(tmp_path: Path, paths: StagePaths) -> None:
+    (tmp_path / "data/nimbix-burst/j/w/out/ckpt").mkdir(parents=True)
+    (tmp_path / "data/nimbix-burst/j/w/out/ckpt/epoch-1").write_text("1")
+    done = run_prelude(tmp_path, paths)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "w/out").is_symlink()
+    assert (tmp_path / "w/out/ckpt/epoch-1").read_text() == "1"
+
+
+@pytest.mark.parametrize(
+    ("paths", "outermost"),
+    [
+        (("/w/out", "/w/out/ckpt"), ("/w/out",)),
+        (("/w/out/ckpt", "/w/out"), ("/w/out",)),
+        (("/w/out", "/w/outside"), ("/w/out", "/w/outside")),  # a shared prefix is no nesting
+        (("/a/b/c", "/a", "/d"), ("/a", "/d")),
+        ((), ()),
+    ],
+)
+def test_outermost(paths: tuple[str, ...], outermost: tuple[str, ...]) -> None:
+    assert staging.outermost(paths) == outermost
+
+
 def test_the_prelude_replaces_an_empty_directory_but_never_deletes_content(tmp_path: Path) -> None:
     (tmp_path / "w/out").mkdir(parents=True)
     assert run_prelude(tmp_path, StagePaths((), ("/w/out",))).returncode == 0
@@ -376,3 +408,64 @@ def test_format_progress(done: int, total: int, seconds: float, line: str) -> No
 def test_credential_files_are_the_runner_s_file_variables() -> None:
     env = {"JARVICE_APIKEY_FILE": " /etc/jarvice/apikey ", "JARVICE_USERNAME_FILE": "", "OTHER_FILE": "/x"}
     assert staging.credential_files(env) == frozenset({"/etc/jarvice/apikey"})
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["model.bin", "x" * 255, "caf\udce9.bin", "", ".nbpart-0123456789abcdef"],
+)
+def test_a_partial_file_s_name_is_short_stable_and_the_runner_s_own(name: str) -> None:
+    part = staging.part_name(name)
+    assert len(part.encode()) == 24  # beside a name of 255 bytes too
+    assert part == staging.part_name(name)  # a resume finds it
+    assert staging.is_part_name(part)
+
+
+@pytest.mark.parametrize(
+    ("name", "ours"),
+    [
+        ("model.bin.nbpart", True),  # an earlier runner's
+        (".nbpart-0123456789abcdef", True),
+        (".nbpart-0123456789ABCDEF", False),
+        (".nbpart-0123", False),
+        ("nbpart", False),
+        ("model.bin", False),
+    ],
+)
+def test_is_part_name(name: str, ours: bool) -> None:
+    assert staging.is_part_name(name) is ours
+
+
+@pytest.mark.parametrize(
+    ("mtime_ns", "seconds"),
+    [
+        (1_500_000_000_999_999_999, 1_500_000_000),
+        (0, 0),
+        (-1, 0),  # before 1970: SFTP has no negative time
+        (-86_400 * 10**9, 0),
+        ((2**32 - 1) * 10**9, 2**32 - 1),
+        ((2**32 + 5) * 10**9, 2**32 - 1),  # after 2106
+    ],
+)
+def test_sftp_time_clamps_what_sftp_cannot_carry(mtime_ns: int, seconds: int) -> None:
+    assert staging.sftp_time(mtime_ns) == seconds
+
+
+@pytest.mark.parametrize(
+    ("mode", "carried"), [(0o100755, 0o755), (0o104755, 0o755), (0o40700, 0o700), (0o100644, 0o644)]
+)
+def test_file_mode_carries_permissions_never_set_id_bits(mode: int, carried: int) -> None:
+    assert staging.file_mode(mode) == carried
+
+
+@pytest.mark.parametrize(
+    ("rtt", "depth"),
+    [
+        (0.0001, staging.Depth(1, 3)),  # loopback: the CPU per packet sets the pace
+        (0.0049, staging.Depth(1, 3)),
+        (0.005, staging.Depth(4, 6)),  # a WAN: what is in flight does
+        (0.150, staging.Depth(4, 6)),
+    ],
+)
+def test_transfer_depth_follows_the_measured_round_trip(rtt: float, depth: staging.Depth) -> None:
+    assert staging.transfer_depth(rtt) == depth

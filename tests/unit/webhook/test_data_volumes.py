@@ -241,6 +241,19 @@ def test_a_job_s_staged_pod_tells_its_runner_whose_data_it_is() -> None:
     assert env["NIMBIX_BURST_DATA_KEY"] == f"job-{JOB_UID}"
 
 
+@pytest.mark.parametrize(("grace", "told"), [(None, "75"), (30, "75"), (600, "600")])
+def test_a_staged_pod_tells_its_runner_its_grace_period(grace: int | None, told: str) -> None:
+    """The copy-back after a signal may run as long as the pod's (raised) grace period allows."""
+    raw = _burst_pod({STAGE_OUT: "/workspace/out"})
+    if grace is not None:
+        raw["spec"]["terminationGracePeriodSeconds"] = grace
+    patched, result = admit(raw, make_cache(free_gpus=1), "u1")
+    assert result.outcome == "remote"
+    env = {e["name"]: e.get("value") for e in patched["spec"]["containers"][0]["env"]}
+    assert env["NIMBIX_BURST_GRACE_SECONDS"] == told
+    assert patched["spec"]["terminationGracePeriodSeconds"] == int(told)
+
+
 def test_a_burst_that_stages_nothing_gets_no_data_key() -> None:
     raw = pod(container("train", gpus=4))
     raw["metadata"]["ownerReferences"] = [owned()]
@@ -249,3 +262,4 @@ def test_a_burst_that_stages_nothing_gets_no_data_key() -> None:
     names = [e["name"] for e in patched["spec"]["containers"][0]["env"]]
     assert "NIMBIX_BURST_STAGE_IN" not in names
     assert "NIMBIX_BURST_DATA_KEY" not in names
+    assert "NIMBIX_BURST_GRACE_SECONDS" not in names
