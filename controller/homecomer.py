@@ -36,7 +36,7 @@ class KubeCalls(Protocol):
     def read_pod(self, namespace: str, name: str) -> Mapping[str, Any]: ...
     def read_job(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
     def dry_run_create_pod(self, namespace: str, body: Mapping[str, Any]) -> Mapping[str, Any]: ...
-    def delete_pod(self, pod: PodView) -> None: ...
+    def evict_pod(self, pod: PodView) -> None: ...
     def patch_pod_json(self, namespace: str, name: str, ops: Sequence[Mapping[str, Any]]) -> None: ...
     def record_event(
         self, *, namespace: str, involved: Mapping[str, str], reason: str, message: str, event_type: str = ...
@@ -112,19 +112,26 @@ class Homecomer:
         if assessment.verdict == "stay":
             self._noted.add(pod.uid)  # looked at once: a started job never goes back to the queue
         job = self._kube.read_job(pod.namespace, pod.owner.name)
-        if job is None or stranding.check_owner(pod, parse_job(job)):
-            return  # the Job would not recreate it: it stays where it is
+        why_not = "owner not found" if job is None else stranding.check_owner(pod, parse_job(job))
+        if why_not == stranding.NOT_FREE and pod.uid not in self._noted:
+            self._noted.add(pod.uid)  # said once: the Job's failure policy cannot change
+            self._note(pod, homecoming.not_free_note())
+            log.info("burst pod never brought home: the move would cost its Job a retry", extra=log_context(pod))
+        if job is None or why_not:
+            return  # the Job would not recreate it, or would count its eviction: it stays where it is
         decided = self._kube.dry_run_create_pod(pod.namespace, homecoming.dry_run_pod(job, pod))
         fits, reason = homecoming.fits_locally(decided)
         if not fits:
             return
         if assessment.verdict == "stay":
-            note = homecoming.started_note(assessment, reason=reason)
-            ops = [{"op": "add", "path": "/metadata/annotations/nimbix-burst.io~1homecoming", "value": note}]
-            self._kube.patch_pod_json(pod.namespace, pod.name, ops)
+            self._note(pod, homecoming.started_note(assessment, reason=reason))
             log.info("burst pod stays: its job started", extra=log_context(pod, reason=assessment.reason))
             return
         self._bring_home(pod, reason=reason)
+
+    def _note(self, pod: PodView, note: str) -> None:
+        ops = [{"op": "add", "path": "/metadata/annotations/nimbix-burst.io~1homecoming", "value": note}]
+        self._kube.patch_pod_json(pod.namespace, pod.name, ops)
 
     def _bring_home(self, pod: PodView, *, reason: str) -> None:
         assert pod.owner is not None
@@ -135,7 +142,7 @@ class Homecomer:
         if fresh.uid != pod.uid or again.verdict != "check":
             log.info("homecoming given up on a second look", extra=log_context(pod, reason=again.reason))
             return
-        self._kube.delete_pod(fresh)  # precondition: this uid and resourceVersion
+        self._kube.evict_pod(fresh)  # precondition: this uid and resourceVersion
         self.came_home.add(pod.owner.uid)
         for number in again.jobs:  # its runner terminates them too on SIGTERM; this makes sure
             try:

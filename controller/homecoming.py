@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from controller.model import PodView
-from controller.stranding import may_reburst_owner
+from controller.stranding import NOT_FREE, may_reburst_owner
 from jarvice import contract
 from jarvice.model import STATUS_SEQUENTIALLY_QUEUED, STATUS_SUBMITTED, JobEntry
 
@@ -117,3 +117,8 @@ def build_message(pod: PodView, *, jobs: Sequence[int], reason: str) -> str:
 def started_note(assessment: Assessment, *, reason: str) -> str:
     """The pod's homecoming annotation when a local node could run it but its job had started."""
     return f"stays on Nimbix: {assessment.reason} (a local node could run it now: {reason})"
+
+
+def not_free_note() -> str:
+    """The pod's homecoming annotation when its Job would count its eviction against its backoffLimit."""
+    return f"never brought home: {NOT_FREE}"

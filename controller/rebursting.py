@@ -1,9 +1,11 @@
 """Finds stranded local pods and re-bursts or reports them (I/O shell around `stranding`).
 
 Runs in a worker thread (the kubernetes client is synchronous). Acts only while this replica
-leads. Per-owner re-burst counts are kept in memory (see docs/controller.md for
-why not on the owner): a new leader starts from zero, and the Job's own backoffLimit still bounds
-the total because each deleted pod counts as one of its failures.
+leads. A pod is moved by evicting it (Kube.evict_pod), only when its Job's podFailurePolicy ignores
+the eviction (stranding.check_owner): a move costs the Job no retry. Per-owner re-burst counts are
+kept in memory (see docs/controller.md for why not on the owner): a new leader starts from zero. A
+pod that waited in vain (burst-after) is not counted: a Job waits once (its replacements burst at
+once), so every pod of a parallel Job is moved however many it has.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ REASON_BURST_AFTER = "NimbixBurstAfterWait"  # a pod that waited for a node in v
 class KubeWrites(Protocol):
     def read_pod(self, namespace: str, name: str) -> Mapping[str, Any]: ...
     def read_job(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
-    def delete_pod(self, pod: PodView) -> None: ...
+    def evict_pod(self, pod: PodView) -> None: ...
     def annotate_stranded(self, pod: PodView, *, since: str) -> None: ...
     def record_event(
         self, *, namespace: str, involved: Mapping[str, str], reason: str, message: str, event_type: str = ...
@@ -130,24 +132,22 @@ class Reburster:
             try:
                 fresh = parse_pod(self._kube.read_pod(pod.namespace, pod.name))
                 if fresh.uid == pod.uid:
-                    self._kube.delete_pod(fresh)
+                    self._kube.evict_pod(fresh)
                     deleted += 1
             except PodChangedOrGone as exc:  # gone or changed meanwhile: the others still go
                 log.info("gang pod changed before we deleted it", extra=log_context(pod, reason=str(exc)))
             self._handled.add(pod.uid)
-        count = self.rebursts_by_owner.get(first.owner.uid, 0) + 1
-        self.rebursts_by_owner[first.owner.uid] = count
         self._metrics.rebursts.inc()
         if any(pod.burst_deadline is not None for pod in stranded):  # waited until its deadline (burst-after), in vain
-            message = stranding.build_gang_burst_after_message(
-                first, size=len(members), count=count, cap=self._policy.cap
-            )
+            message = stranding.build_gang_burst_after_message(first, size=len(members))
             log.info(
                 "waiting gang burst after its deadline",
-                extra=log_context(first, gang=first.gang, owner=first.owner.name, deleted=deleted, count=count),
+                extra=log_context(first, gang=first.gang, owner=first.owner.name, deleted=deleted),
             )
             self._event_on_owner(first, reason=REASON_BURST_AFTER, message=message)
             return
+        count = self.rebursts_by_owner.get(first.owner.uid, 0) + 1
+        self.rebursts_by_owner[first.owner.uid] = count
         message = stranding.build_gang_reburst_message(first, size=len(members), count=count, cap=self._policy.cap)
         log.info(
             "stranded gang re-burst",
@@ -170,20 +170,20 @@ class Reburster:
             self._metrics.reburst_aborted.labels(reason="no-longer-stranded").inc()
             log.info("stranded pod recovered before re-burst", extra=log_context(pod, reason=again.reason))
             return
-        self._kube.delete_pod(fresh)  # precondition: this uid and resourceVersion, so a bind in between fails
+        self._kube.evict_pod(fresh)  # precondition: this uid and resourceVersion, so a bind in between fails
         self._handled.add(pod.uid)
-        count += 1
-        self.rebursts_by_owner[pod.owner.uid] = count
         self._metrics.rebursts.inc()
         waited = self._now() - (fresh.scheduled_since or self._now())
         if fresh.burst_deadline is not None:  # waited for a node until its deadline (burst-after), in vain
-            message = stranding.build_burst_after_message(fresh, waited=waited, count=count, cap=self._policy.cap)
+            message = stranding.build_burst_after_message(fresh, waited=waited)
             log.info(
                 "waiting pod burst after its deadline",
-                extra=log_context(fresh, owner=pod.owner.name, count=count, waited_s=round(waited, 1)),
+                extra=log_context(fresh, owner=pod.owner.name, waited_s=round(waited, 1)),
             )
             self._event_on_owner(pod, reason=REASON_BURST_AFTER, message=message)
             return
+        count += 1
+        self.rebursts_by_owner[pod.owner.uid] = count
         message = stranding.build_reburst_message(fresh, waited=waited, count=count, cap=self._policy.cap)
         log.info(
             "stranded pod re-burst",

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from controller import homecoming
+from controller import homecoming, stranding
 from controller.homecomer import Homecomer
 from controller.kube import PodChanged, PodGone
 from controller.metrics import Metrics
@@ -158,7 +158,7 @@ class FakeKube:
         self.dry_runs.append(dict(body))
         return self.answer
 
-    def delete_pod(self, pod: PodView) -> None:
+    def evict_pod(self, pod: PodView) -> None:
         if self.delete_conflict:
             raise PodChanged("409")
         self.deleted.append((pod.name, pod.resource_version))
@@ -267,3 +267,18 @@ def test_a_follower_does_nothing() -> None:
     homecomer.round()
     assert jarvice.listings == 0
     assert kube.deleted == []
+
+
+def test_a_pod_whose_job_would_count_the_move_stays_burst_and_says_so_once() -> None:
+    """A Job without the rule ignoring evictions: bringing its pod home would cost it a retry (with
+    backoffLimit 0, the Job itself), so the pod stays on Nimbix, its job queued, and the pod says why."""
+    jarvice = FakeJarvice({4711: entry()})
+    homecomer, kube, _ = make(burst(), jarvice)
+    kube.jobs = {"train": job(rules=[])}
+    homecomer.round()
+    homecomer.round()
+    assert (kube.dry_runs, kube.deleted, jarvice.terminated) == ([], [], [])
+    ((name, ops),) = kube.patched
+    assert name == "train-abcde"
+    assert ops[0]["path"] == "/metadata/annotations/nimbix-burst.io~1homecoming"
+    assert ops[0]["value"] == f"never brought home: {stranding.NOT_FREE}"
