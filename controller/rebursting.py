@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from controller import stranding
-from controller.kube import PodChangedOrGone
+from controller.kube import PodChanged, PodChangedOrGone, PodGone
 from controller.metrics import Metrics
 from controller.model import PodView, format_time, log_context, parse_job, parse_pod, pod_reference
 from controller.store import PodStore
@@ -25,7 +25,9 @@ log = logging.getLogger(__name__)
 REASON_REBURST = "NimbixReBurst"
 REASON_STRANDED = "NimbixStranded"
 REASON_CAP = "NimbixReBurstCapReached"
-REASON_BURST_AFTER = "NimbixBurstAfterWait"  # a pod that waited for a node in vain (burst-after) was replaced
+REASON_BURST_AFTER = "NimbixBurstAfterWait"
+# A gang's pod whose eviction keeps meeting a change is read again and retried this often in one pass.
+GANG_EVICTION_ATTEMPTS = 5  # a pod that waited for a node in vain (burst-after) was replaced
 
 
 class KubeWrites(Protocol):
@@ -129,13 +131,7 @@ class Reburster:
                 return
         deleted = 0
         for pod in stranding.gang_to_delete(members):
-            try:
-                fresh = parse_pod(self._kube.read_pod(pod.namespace, pod.name))
-                if fresh.uid == pod.uid:
-                    self._kube.evict_pod(fresh)
-                    deleted += 1
-            except PodChangedOrGone as exc:  # gone or changed meanwhile: the others still go
-                log.info("gang pod changed before we deleted it", extra=log_context(pod, reason=str(exc)))
+            deleted += self._evict_gang_member(pod)
             self._handled.add(pod.uid)
         self._metrics.rebursts.inc()
         if any(pod.burst_deadline is not None for pod in stranded):  # waited until its deadline (burst-after), in vain
@@ -154,6 +150,25 @@ class Reburster:
             extra=log_context(first, gang=first.gang, owner=first.owner.name, deleted=deleted, count=count),
         )
         self._event_on_owner(first, reason=REASON_REBURST, message=message)
+
+    def _evict_gang_member(self, pod: PodView) -> int:
+        """Evict one pod of a gang being moved whole: 1 if evicted, 0 if gone. A change since the read
+        (409: a running rank's status moves with the kubelet) is read again and retried, a few times:
+        a rank left running would split the gang between here and its replacements on Nimbix."""
+        for _attempt in range(GANG_EVICTION_ATTEMPTS):
+            try:
+                fresh = parse_pod(self._kube.read_pod(pod.namespace, pod.name))
+                if fresh.uid != pod.uid or fresh.deleting:
+                    return 0  # replaced or already going: nothing of this pod is left to run
+                self._kube.evict_pod(fresh)
+                return 1
+            except PodGone:
+                return 0
+            except PodChanged as exc:
+                log.info("gang pod changed before we evicted it", extra=log_context(pod, reason=str(exc)))
+        self._metrics.errors.labels(kind="kubernetes").inc()
+        log.warning("gang pod not evicted: it kept changing", extra=log_context(pod, gang=pod.gang))
+        return 0
 
     def _reburst(self, pod: PodView) -> None:
         assert pod.owner is not None  # assess() said reburst: a Job owns it

@@ -27,6 +27,7 @@ class FakeKube:
     annotated: list[tuple[str, str]] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # kind, name, reason
     delete_conflict: bool = False
+    conflicts_left: dict[str, int] = field(default_factory=dict)  # pod name -> evictions refused (409) first
     annotate_conflict: bool = False
 
     def read_pod(self, namespace: str, name: str) -> Mapping[str, Any]:
@@ -39,6 +40,9 @@ class FakeKube:
 
     def evict_pod(self, pod: PodView) -> None:
         if self.delete_conflict:
+            raise PodChanged("409")
+        if self.conflicts_left.get(pod.name, 0) > 0:  # changed since read (a kubelet status update): 409
+            self.conflicts_left[pod.name] -= 1
             raise PodChanged("409")
         self.deleted.append((pod.name, pod.uid, pod.resource_version))
 
@@ -282,6 +286,19 @@ def test_a_waiting_gang_is_replaced_whole_at_its_deadline_a_rank_scheduled_here_
     assert reburster.rebursts_by_owner == {}  # a Job waits once: not a re-burst the cap counts
     reburster.scan()  # the watch has not shown the deletions yet: nothing twice
     assert len(kube.deleted) == 2
+
+
+def test_a_gang_rank_whose_eviction_meets_a_change_is_evicted_on_a_fresh_read_never_left_running() -> None:
+    """A running rank's status changes all the time (the kubelet): a 409 on its eviction is read again
+    and retried, so the gang never ends split between here and its replacements on Nimbix."""
+    pending = pod(uid="a", name="train-0", gang=GANG, burst_deadline=PAST)
+    placed = pod(
+        uid="b", name="train-1", gang=GANG, burst_deadline=PAST, node_name="n1", phase="Running", scheduled=("True", "")
+    )
+    reburster, kube, _ = make(pending, placed)
+    kube.conflicts_left["train-1"] = 2
+    reburster.scan()
+    assert sorted(name for name, _, _ in kube.deleted) == ["train-0", "train-1"]
 
 
 def test_a_waiting_gang_within_its_wait_or_all_scheduled_here_is_left_alone() -> None:
