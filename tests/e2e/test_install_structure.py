@@ -184,6 +184,8 @@ def test_kustomize_builds_the_install(objs: list[Manifest]) -> None:
             ("Role", f"{CONTROLLER}-leader"),
             ("RoleBinding", f"{CONTROLLER}-leader"),
             ("Deployment", CONTROLLER),
+            ("ValidatingAdmissionPolicy", f"{CONTROLLER}-dry-runs-only"),
+            ("ValidatingAdmissionPolicyBinding", f"{CONTROLLER}-dry-runs-only"),
         ]
     )
     # Generated with a content hash, so a change of the settings or of the GPU model mapping rolls the Deployment.

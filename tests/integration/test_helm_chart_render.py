@@ -250,3 +250,15 @@ def test_monitoring_renders_the_rule_file_and_the_dashboard(helm: Path) -> None:
     dashboard = _find(objects, "ConfigMap", "nimbix-burst-dashboard")
     assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert dashboard["data"]["nimbix-burst.json"] == (helmchart.CHART_DIR / "monitoring" / "dashboard.json").read_text()
+
+
+def test_the_controllers_dry_runs_only_policy_names_its_service_account_in_the_release_namespace(helm: Path) -> None:
+    objects = helmchart.render(helm, namespace="gpu-burst")
+    policy = _find(objects, "ValidatingAdmissionPolicy", "nimbix-burst-controller-dry-runs-only")
+    (condition,) = policy["spec"]["matchConditions"]
+    assert condition["expression"] == (
+        "request.userInfo.username == 'system:serviceaccount:gpu-burst:nimbix-burst-controller'"
+    )
+    assert policy["spec"]["validations"][0]["expression"] == "request.dryRun == true"
+    binding = _find(objects, "ValidatingAdmissionPolicyBinding", "nimbix-burst-controller-dry-runs-only")
+    assert binding["spec"]["validationActions"] == ["Deny"]
