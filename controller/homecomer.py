@@ -133,7 +133,13 @@ class Homecomer:
             log.info("burst pod never brought home: the move would cost its Job a retry", extra=log_context(pod))
         if job is None or why_not:
             return False  # the Job would not recreate it, or would count its eviction: it stays where it is
-        decided = self._kube.dry_run_create_pod(pod.namespace, homecoming.dry_run_pod(job, pod))
+        body = homecoming.dry_run_pod(job, pod)
+        if rule := homecoming.unmodelled_rule(body["spec"]):
+            if pod.uid not in self._noted:
+                self._noted.add(pod.uid)  # said once: the Job's template cannot change
+                self._note(pod, homecoming.unmodelled_note(rule))
+            return False
+        decided = self._kube.dry_run_create_pod(pod.namespace, body)
         fits, reason = homecoming.fits_locally(decided)
         if not fits:
             return False

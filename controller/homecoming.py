@@ -17,6 +17,8 @@ the webhook as for any pod, the webhook decides it without reserving anything, a
 - Accounted: the webhook's dry run reserves nothing, so one round brings home at most one pod, the
   oldest queued (the lowest job number), and none while the last one's replacement has not bound to a
   node (from then on its GPUs are counted as used; `still_settling`).
+- Never a pod with a scheduling rule the webhook's fit does not model (`unmodelled_rule`): it might not
+  bind here, and would strand instead of running on Nimbix.
 - Never a pod a step of which already ran (another burst container's job ended after running): it
   would run again here (`one_that_ran`).
 - At most once per Job: the controller remembers the Jobs a pod came home for (in the leader's
@@ -175,3 +177,28 @@ def one_that_ran(ended: Sequence[JobEntry]) -> JobEntry | None:
 def ran_note(job: JobEntry) -> str:
     """The pod's homecoming annotation when a step of it already ran on Nimbix: coming home would run it again."""
     return f"stays on Nimbix: its JARVICE job {job.number} already ran ({job.state}); coming home would run it again"
+
+
+def unmodelled_rule(spec: Mapping[str, Any]) -> str:
+    """A scheduling rule in a pod spec that the webhook's fit does not model ("": none). A pod with one
+    is never brought home: the webhook could say it fits where the scheduler would not place it, and
+    it would strand here instead of running on Nimbix."""
+    affinity = spec.get("affinity") or {}
+    if isinstance(affinity, Mapping) and affinity.get("podAntiAffinity"):
+        return "pod anti-affinity"
+    if isinstance(affinity, Mapping) and affinity.get("podAffinity"):
+        return "pod affinity"
+    if spec.get("topologySpreadConstraints"):
+        return "topology spread constraints"
+    for volume in spec.get("volumes") or ():
+        if isinstance(volume, Mapping) and volume.get("persistentVolumeClaim"):
+            return "a persistentVolumeClaim"  # its volume may be bound to one zone or node
+    return ""
+
+
+def unmodelled_note(rule: str) -> str:
+    """The pod's homecoming annotation when its spec has a rule the webhook's fit does not model."""
+    return (
+        f"never brought home: its pods have {rule}, which the webhook's fit does not model, so a local node"
+        " it fits might not take it"
+    )

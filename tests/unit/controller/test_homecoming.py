@@ -108,6 +108,39 @@ def test_the_dry_run_pod_is_the_jobs_next_pod_under_a_name_of_its_own() -> None:
     assert body["spec"] == template["spec"]
 
 
+@pytest.mark.parametrize(
+    ("extra", "unmodelled"),
+    [
+        ({}, ""),
+        ({"nodeSelector": {"gpu": "a100"}}, ""),  # the webhook models node selection
+        ({"affinity": {"nodeAffinity": {"x": 1}}}, ""),
+        ({"affinity": {"podAntiAffinity": {"x": 1}}}, "pod anti-affinity"),
+        ({"affinity": {"podAffinity": {"x": 1}}}, "pod affinity"),
+        ({"topologySpreadConstraints": [{"maxSkew": 1}]}, "topology spread constraints"),
+        ({"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}, "a persistentVolumeClaim"),
+        ({"volumes": [{"name": "d", "emptyDir": {}}]}, ""),
+    ],
+)
+def test_a_rule_the_webhook_does_not_model_keeps_the_pod_from_coming_home(
+    extra: dict[str, Any], unmodelled: str
+) -> None:
+    """The webhook's 'fits' cannot see these: a pod brought home might not bind, and strand here."""
+    spec = {"containers": [{"name": "app", "image": "train"}], "restartPolicy": "Never", **extra}
+    assert homecoming.unmodelled_rule(spec) == unmodelled
+
+
+def test_a_pod_with_a_rule_the_webhook_does_not_model_stays_burst_and_says_so_once() -> None:
+    jarvice = FakeJarvice({4711: entry()})
+    homecomer, kube, _ = make(burst(), jarvice)
+    template = {"metadata": {}, "spec": {"containers": [{"name": "app"}], "topologySpreadConstraints": [{}]}}
+    kube.jobs["train"]["spec"]["template"] = template
+    homecomer.round()
+    homecomer.round()
+    assert (kube.dry_runs, kube.deleted, jarvice.terminated) == ([], [], [])
+    ((_, ops),) = kube.patched
+    assert ops[0]["value"].startswith("never brought home: its pods have topology spread constraints")
+
+
 # ----- Homecomer.round against fakes -------------------------------------------------------------
 
 LOCAL = decided(
