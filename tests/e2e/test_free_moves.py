@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from kubeplumbing.disruptions import DISRUPTION_TARGET, IGNORE_DISRUPTIONS
 
@@ -60,13 +61,24 @@ def _pods(core: Any, namespace: str, job: str) -> list[Any]:
 
 
 def _evict(core: Any, namespace: str, pod: Any) -> None:
-    body = {
-        "apiVersion": "policy/v1",
-        "kind": "Eviction",
-        "metadata": {"name": pod.metadata.name, "namespace": namespace},
-        "deleteOptions": {"preconditions": {"uid": pod.metadata.uid, "resourceVersion": pod.metadata.resource_version}},
-    }
-    core.create_namespaced_pod_eviction(pod.metadata.name, namespace, body)
+    """As the controller evicts: the pod read right before, preconditions on its uid and resourceVersion;
+    a 409 (the scheduler updated its status meanwhile) is read again and retried."""
+    for _attempt in range(5):
+        fresh = core.read_namespaced_pod(pod.metadata.name, namespace)
+        preconditions = {"uid": fresh.metadata.uid, "resourceVersion": fresh.metadata.resource_version}
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.metadata.name, "namespace": namespace},
+            "deleteOptions": {"preconditions": preconditions},
+        }
+        try:
+            core.create_namespaced_pod_eviction(pod.metadata.name, namespace, body)
+            return
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+    raise AssertionError(f"pod {pod.metadata.name} kept changing: not evicted")
 
 
 def _failed_condition(batch: Any, namespace: str, job: str) -> str:
