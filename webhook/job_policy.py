@@ -61,9 +61,19 @@ def plan(job: Mapping[str, Any]) -> JobPatch:
     if ignores_disruptions_first(policy):
         return JobPatch((), "its podFailurePolicy already ignores DisruptionTarget first")
     rules = policy.get("rules")
+    # The API server defaulted podReplacementPolicy before this webhook (TerminatingOrFailed without a
+    # podFailurePolicy) and allows only Failed with one: the replacement waits for the old pod's end.
+    replacement = (
+        ({"op": "add", "path": "/spec/podReplacementPolicy", "value": "Failed"},)
+        if spec.get("podReplacementPolicy", "Failed") != "Failed"
+        else ()
+    )
     if not isinstance(rules, list) or not policy:
         return JobPatch(
-            ({"op": "add", "path": "/spec/podFailurePolicy", "value": {"rules": [dict(IGNORE_DISRUPTIONS)]}},),
+            (
+                {"op": "add", "path": "/spec/podFailurePolicy", "value": {"rules": [dict(IGNORE_DISRUPTIONS)]}},
+                *replacement,
+            ),
             "added a podFailurePolicy that ignores the product's evictions",
         )
     if len(rules) >= MAX_RULES:
@@ -76,7 +86,7 @@ def plan(job: Mapping[str, Any]) -> JobPatch:
             ),
         )
     return JobPatch(
-        ({"op": "add", "path": "/spec/podFailurePolicy/rules/0", "value": dict(IGNORE_DISRUPTIONS)},),
+        ({"op": "add", "path": "/spec/podFailurePolicy/rules/0", "value": dict(IGNORE_DISRUPTIONS)}, *replacement),
         "put a rule ignoring the product's evictions before the Job's own",
     )
 

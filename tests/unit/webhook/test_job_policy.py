@@ -32,7 +32,9 @@ def applied(job: dict[str, Any], ops: tuple[dict[str, Any], ...]) -> dict[str, A
     """The Job after the patch, as the API server applies these two shapes of `add`."""
     for op in ops:
         assert op["op"] == "add"
-        if op["path"] == "/spec/podFailurePolicy":
+        if op["path"] == "/spec/podReplacementPolicy":
+            job["spec"]["podReplacementPolicy"] = op["value"]
+        elif op["path"] == "/spec/podFailurePolicy":
             job["spec"]["podFailurePolicy"] = op["value"]
         else:
             assert op["path"] == "/spec/podFailurePolicy/rules/0"
@@ -111,3 +113,17 @@ def test_an_onfailure_job_is_admitted_unchanged_with_a_warning() -> None:
     assert answer["allowed"] is True and "patch" not in answer
     (warning,) = answer["warnings"]
     assert "burst at once, never come home" in warning and len(warning) <= 120
+
+
+@pytest.mark.parametrize("defaulted", ["TerminatingOrFailed", "Failed", None])
+def test_the_replacement_policy_the_api_server_defaulted_is_made_failed_as_a_failure_policy_requires(
+    defaulted: str | None,
+) -> None:
+    """The API server defaults podReplacementPolicy (TerminatingOrFailed without a podFailurePolicy)
+    before the webhook adds the policy, and then refuses the Job unless it is Failed (seen on 1.32)."""
+    job = a_job()
+    if defaulted is not None:
+        job["spec"]["podReplacementPolicy"] = defaulted
+    planned = job_policy.plan(job)
+    after = applied(job, planned.ops)
+    assert after["spec"].get("podReplacementPolicy", "Failed") == "Failed"
