@@ -11,6 +11,7 @@ jobs are terminated (its runner, stopping, terminates them too), and an Event on
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -36,7 +37,7 @@ class KubeCalls(Protocol):
     def read_pod(self, namespace: str, name: str) -> Mapping[str, Any]: ...
     def read_job(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
     def dry_run_create_pod(self, namespace: str, body: Mapping[str, Any]) -> Mapping[str, Any]: ...
-    def delete_pod(self, pod: PodView) -> None: ...
+    def evict_pod(self, pod: PodView) -> None: ...
     def patch_pod_json(self, namespace: str, name: str, ops: Sequence[Mapping[str, Any]]) -> None: ...
     def record_event(
         self, *, namespace: str, involved: Mapping[str, str], reason: str, message: str, event_type: str = ...
@@ -65,6 +66,7 @@ class Homecomer:
         is_leader: Callable[[], bool],
         interval: float,
         stale_after: float,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
         self._jarvice = jarvice
@@ -73,7 +75,11 @@ class Homecomer:
         self._is_leader = is_leader
         self._interval = interval
         self._stale_after = stale_after
+        self._clock = clock
         self.came_home: set[str] = set()  # Job UIDs a pod came home for: at most once per Job
+        # The homecoming whose replacement has not bound yet: until it does, the GPUs it came home for
+        # are not counted as used by the webhook's dry runs, so no other pod comes home.
+        self._settling: homecoming.Settling | None = None
         self._noted: set[str] = set()  # pod UIDs whose "stays, its job started" was looked at
 
     def round(self) -> float:
@@ -93,13 +99,20 @@ class Homecomer:
             self._metrics.errors.labels(kind="jarvice-list").inc()
             log.warning("homecoming round failed", exc_info=True)
             return self._interval
-        for pod in pods:
+        self._settling = homecoming.still_settling(self._settling, self._store.labeled(), now=self._clock())
+        # Oldest queued first (the lowest JARVICE job number); at most one comes home a round, none while
+        # the last one's replacement has not bound.
+        may_bring_home = self._settling is None
+        for pod in sorted(pods, key=lambda p: homecoming.queue_order(live.get(p.uid, []))):
             owner = pod.owner.uid if pod.owner else ""
             assessment = homecoming.assess(pod, live.get(pod.uid, []), came_home_before=owner in self.came_home)
             if assessment.verdict == "ignore" or (assessment.verdict == "stay" and pod.uid in self._noted):
                 continue
+            if assessment.verdict == "check" and not may_bring_home:
+                continue
             try:
-                self._consider(pod, assessment)
+                if self._consider(pod, assessment):
+                    may_bring_home = False
             except PodChangedOrGone as exc:
                 log.info("homecoming pod changed before we acted", extra=log_context(pod, reason=str(exc)))
             except Exception:  # a failed call costs this pod one round, not the loop
@@ -107,26 +120,40 @@ class Homecomer:
                 log.warning("homecoming action failed", extra=log_context(pod), exc_info=True)
         return self._interval
 
-    def _consider(self, pod: PodView, assessment: homecoming.Assessment) -> None:
+    def _consider(self, pod: PodView, assessment: homecoming.Assessment) -> bool:
+        """True when the pod came home."""
         assert pod.owner is not None  # is_candidate(): a Job controls it
         if assessment.verdict == "stay":
             self._noted.add(pod.uid)  # looked at once: a started job never goes back to the queue
         job = self._kube.read_job(pod.namespace, pod.owner.name)
-        if job is None or stranding.check_owner(pod, parse_job(job)):
-            return  # the Job would not recreate it: it stays where it is
-        decided = self._kube.dry_run_create_pod(pod.namespace, homecoming.dry_run_pod(job, pod))
+        why_not = "owner not found" if job is None else stranding.check_owner(pod, parse_job(job))
+        if why_not == stranding.NOT_FREE and pod.uid not in self._noted:
+            self._noted.add(pod.uid)  # said once: the Job's failure policy cannot change
+            self._note(pod, homecoming.not_free_note())
+            log.info("burst pod never brought home: the move would cost its Job a retry", extra=log_context(pod))
+        if job is None or why_not:
+            return False  # the Job would not recreate it, or would count its eviction: it stays where it is
+        body = homecoming.dry_run_pod(job, pod)
+        if rule := homecoming.unmodelled_rule(body["spec"]):
+            if pod.uid not in self._noted:
+                self._noted.add(pod.uid)  # said once: the Job's template cannot change
+                self._note(pod, homecoming.unmodelled_note(rule))
+            return False
+        decided = self._kube.dry_run_create_pod(pod.namespace, body)
         fits, reason = homecoming.fits_locally(decided)
         if not fits:
-            return
+            return False
         if assessment.verdict == "stay":
-            note = homecoming.started_note(assessment, reason=reason)
-            ops = [{"op": "add", "path": "/metadata/annotations/nimbix-burst.io~1homecoming", "value": note}]
-            self._kube.patch_pod_json(pod.namespace, pod.name, ops)
+            self._note(pod, homecoming.started_note(assessment, reason=reason))
             log.info("burst pod stays: its job started", extra=log_context(pod, reason=assessment.reason))
-            return
-        self._bring_home(pod, reason=reason)
+            return False
+        return self._bring_home(pod, reason=reason)
 
-    def _bring_home(self, pod: PodView, *, reason: str) -> None:
+    def _note(self, pod: PodView, note: str) -> None:
+        ops = [{"op": "add", "path": "/metadata/annotations/nimbix-burst.io~1homecoming", "value": note}]
+        self._kube.patch_pod_json(pod.namespace, pod.name, ops)
+
+    def _bring_home(self, pod: PodView, *, reason: str) -> bool:
         assert pod.owner is not None
         # Decided again on what the API server and JARVICE say now: a job that started meanwhile stays.
         fresh = parse_pod(self._kube.read_pod(pod.namespace, pod.name))
@@ -134,9 +161,17 @@ class Homecomer:
         again = homecoming.assess(fresh, jobs, came_home_before=pod.owner.uid in self.came_home)
         if fresh.uid != pod.uid or again.verdict != "check":
             log.info("homecoming given up on a second look", extra=log_context(pod, reason=again.reason))
-            return
-        self._kube.delete_pod(fresh)  # precondition: this uid and resourceVersion
+            return False
+        # A step of it that already ran (another burst container's job ended) would run again here.
+        ran = homecoming.one_that_ran(jobs_by_pod(self._jarvice.fetch_jobs(completed=True)).get(pod.uid, []))
+        if ran is not None:
+            self._noted.add(pod.uid)
+            self._note(pod, homecoming.ran_note(ran))
+            log.info("burst pod stays: a job of it already ran", extra=log_context(pod, job=ran.number))
+            return False
+        self._kube.evict_pod(fresh)  # precondition: this uid and resourceVersion
         self.came_home.add(pod.owner.uid)
+        self._settling = homecoming.settling(pod.owner.uid, self._store.labeled(), now=self._clock())
         for number in again.jobs:  # its runner terminates them too on SIGTERM; this makes sure
             try:
                 self._jarvice.terminate(number)
@@ -152,3 +187,4 @@ class Homecomer:
             message=homecoming.build_message(pod, jobs=again.jobs, reason=reason),
             event_type="Normal",
         )
+        return True

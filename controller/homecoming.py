@@ -14,20 +14,28 @@ the webhook as for any pod, the webhook decides it without reserving anything, a
   multi-node job), not a bare pod, not a ReplicaSet's.
 - Never when its job has started (any of its live jobs running, or past the queue): it stays, and
   `started_note` says so on the pod once.
+- Accounted: the webhook's dry run reserves nothing, so one round brings home at most one pod, the
+  oldest queued (the lowest job number), and none while the last one's replacement has not bound to a
+  node (from then on its GPUs are counted as used; `still_settling`).
+- Never a pod with a scheduling rule the webhook's fit does not model (`unmodelled_rule`): it might not
+  bind here, and would strand instead of running on Nimbix.
+- Never a pod a step of which already ran (another burst container's job ended after running): it
+  would run again here (`one_that_ran`).
 - At most once per Job: the controller remembers the Jobs a pod came home for (in the leader's
   memory, as the re-burst count), so a replacement that strands and bursts again stays remote.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from controller.model import PodView
-from controller.stranding import may_reburst_owner
+from controller.stranding import NOT_FREE, may_reburst_owner
 from jarvice import contract
-from jarvice.model import STATUS_SEQUENTIALLY_QUEUED, STATUS_SUBMITTED, JobEntry
+from jarvice.model import STATUS_SEQUENTIALLY_QUEUED, STATUS_SUBMITTED, JobEntry, ended_without_running
 
 # A job in one of these states, with no start time, has not run and has cost nothing.
 NOT_STARTED: Final = frozenset({STATUS_SUBMITTED, STATUS_SEQUENTIALLY_QUEUED})
@@ -117,3 +125,80 @@ def build_message(pod: PodView, *, jobs: Sequence[int], reason: str) -> str:
 def started_note(assessment: Assessment, *, reason: str) -> str:
     """The pod's homecoming annotation when a local node could run it but its job had started."""
     return f"stays on Nimbix: {assessment.reason} (a local node could run it now: {reason})"
+
+
+def not_free_note() -> str:
+    """The pod's homecoming annotation when its Job would count its eviction against its backoffLimit."""
+    return f"never brought home: {NOT_FREE}"
+
+
+# How long a homecoming's replacement may take to bind before it stops holding other pods back (the
+# Job controller creates it once the evicted pod is gone; the scheduler binds it within seconds).
+SETTLE_SECONDS: Final = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Settling:
+    """A pod of `job_uid` came home at `since`; its replacement is any pod of that Job not in `before`."""
+
+    job_uid: str
+    before: frozenset[str]
+    since: float
+
+
+def settling(job_uid: str, pods: Iterable[PodView], *, now: float) -> Settling:
+    return Settling(job_uid, frozenset(p.uid for p in pods if p.owner is not None and p.owner.uid == job_uid), now)
+
+
+def still_settling(current: Settling | None, pods: Iterable[PodView], *, now: float) -> Settling | None:
+    """The homecoming still to settle (None: none). It settles when its replacement is bound to a node
+    (its GPUs counted as used from then on), or bursts after all (it holds none), or after SETTLE_SECONDS."""
+    if current is None or now - current.since >= SETTLE_SECONDS:
+        return None
+    for pod in pods:
+        if pod.owner is None or pod.owner.uid != current.job_uid or pod.uid in current.before:
+            continue
+        if pod.node_name or pod.decision == contract.DECISION_REMOTE:
+            return None
+    return current
+
+
+def queue_order(jobs: Sequence[JobEntry]) -> int:
+    """Oldest queued first: the lowest JARVICE job number of a pod's live jobs (numbers grow with time)."""
+    return min((job.number for job in jobs), default=sys.maxsize)
+
+
+def one_that_ran(ended: Sequence[JobEntry]) -> JobEntry | None:
+    """The first of a pod's ended jobs that ran (not one that ended queued, moved or brought home)."""
+    ran = [job for job in ended if not ended_without_running(job.state, job.start_time)]
+    return min(ran, key=lambda job: job.number) if ran else None
+
+
+def ran_note(job: JobEntry) -> str:
+    """The pod's homecoming annotation when a step of it already ran on Nimbix: coming home would run it again."""
+    return f"stays on Nimbix: its JARVICE job {job.number} already ran ({job.state}); coming home would run it again"
+
+
+def unmodelled_rule(spec: Mapping[str, Any]) -> str:
+    """A scheduling rule in a pod spec that the webhook's fit does not model ("": none). A pod with one
+    is never brought home: the webhook could say it fits where the scheduler would not place it, and
+    it would strand here instead of running on Nimbix."""
+    affinity = spec.get("affinity") or {}
+    if isinstance(affinity, Mapping) and affinity.get("podAntiAffinity"):
+        return "pod anti-affinity"
+    if isinstance(affinity, Mapping) and affinity.get("podAffinity"):
+        return "pod affinity"
+    if spec.get("topologySpreadConstraints"):
+        return "topology spread constraints"
+    for volume in spec.get("volumes") or ():
+        if isinstance(volume, Mapping) and volume.get("persistentVolumeClaim"):
+            return "a persistentVolumeClaim"  # its volume may be bound to one zone or node
+    return ""
+
+
+def unmodelled_note(rule: str) -> str:
+    """The pod's homecoming annotation when its spec has a rule the webhook's fit does not model."""
+    return (
+        f"never brought home: its pods have {rule}, which the webhook's fit does not model, so a local node"
+        " it fits might not take it"
+    )

@@ -22,7 +22,7 @@ from controller import stages
 from controller.pricing import Rate
 from jarvice import contract, exitcodes
 from jarvice.ledger import MAX_LEDGER, Stage, format_ledger, parse_ledger
-from jarvice.model import STATUS_RUNNING, STATUS_TERMINATED, is_terminal
+from jarvice.model import STATUS_RUNNING, ended_without_running, is_terminal
 
 _RANK: Final[Mapping[str, int]] = {"submitted": 0, "queued": 1, "running": 2, "succeeded": 3, "failed": 3}
 EventType = Literal["Normal", "Warning"]
@@ -176,12 +176,12 @@ def build_events(
 
 def build_move_event(job: JobFacts, jobs: Sequence[JobFacts]) -> list[Event]:
     """The move Event of a newly seen job whose predecessor (the pod's job just before it) ended
-    TERMINATED without ever starting: a job the runner left queued on a full machine."""
+    without ever starting (TERMINATED or CANCELED): a job the runner left queued on a full machine."""
     earlier = [other for other in jobs if other.number < job.number]
     if not earlier:
         return []
     before = max(earlier, key=lambda other: other.number)
-    if before.state != STATUS_TERMINATED or before.start_time:
+    if not ended_without_running(before.state, before.start_time):
         return []
     text = (
         f"JARVICE job {before.number} on {_where(before)} was terminated while queued (it never started, no cost);"

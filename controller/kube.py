@@ -175,17 +175,21 @@ class Kube:
         parsed: Mapping[str, Any] = json.loads(response.data)
         return parsed
 
-    def delete_pod(self, pod: PodView) -> None:
-        """Delete exactly the pod we read: a precondition on uid and resourceVersion makes the API
-        server refuse (409) if anything changed it since, a bind included."""
+    def evict_pod(self, pod: PodView) -> None:
+        """Evict exactly the pod we read (the Eviction API): the API server marks it DisruptionTarget
+        before deleting it, which its Job's podFailurePolicy ignores (kubeplumbing.disruptions): the move
+        costs the Job no retry. Preconditions on uid and resourceVersion make it refuse (409) if
+        anything changed the pod since, a bind included. A PodDisruptionBudget may refuse it (429):
+        raised as is, the pod is looked at again next round."""
         body = {
-            "apiVersion": "v1",
-            "kind": "DeleteOptions",
-            "preconditions": {"uid": pod.uid, "resourceVersion": pod.resource_version},
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod.name, "namespace": pod.namespace},
+            "deleteOptions": {"preconditions": {"uid": pod.uid, "resourceVersion": pod.resource_version}},
         }
         try:
-            self._core.delete_namespaced_pod(
-                pod.name, pod.namespace, body=body, _preload_content=False, _request_timeout=CALL_TIMEOUT
+            self._core.create_namespaced_pod_eviction(
+                pod.name, pod.namespace, body, _preload_content=False, _request_timeout=CALL_TIMEOUT
             )
         except ApiException as exc:
             _raise_if_changed_or_gone(exc, pod.namespace, pod.name, changed=(HTTP_CONFLICT,))

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jarvice import contract, gangidentity
+from kubeplumbing.disruptions import ignores_disruptions_first
 from kubeplumbing.times import parse_time
 
 LABEL_KEY, LABEL_VALUE = "task-type", "Nimbix"
@@ -271,6 +272,9 @@ class OwnerState:
     uid: str = ""
     finished: bool = False  # a Complete or Failed condition is True: it would not recreate the pod
     suspended: bool = False  # spec.suspend: it would not recreate the pod now
+    # Its podFailurePolicy ignores a pod marked DisruptionTarget first: a pod the controller evicts
+    # costs it no retry (kubeplumbing.disruptions).
+    free_moves: bool = False
 
 
 def parse_job(obj: Mapping[str, Any] | None) -> OwnerState:
@@ -284,5 +288,9 @@ def parse_job(obj: Mapping[str, Any] | None) -> OwnerState:
         for c in status.get("conditions") or ()
     )
     return OwnerState(
-        exists=True, uid=str(metadata.get("uid") or ""), finished=finished, suspended=spec.get("suspend") is True
+        exists=True,
+        uid=str(metadata.get("uid") or ""),
+        finished=finished,
+        suspended=spec.get("suspend") is True,
+        free_moves=ignores_disruptions_first(spec.get("podFailurePolicy")),
     )

@@ -1,9 +1,11 @@
 """Finds stranded local pods and re-bursts or reports them (I/O shell around `stranding`).
 
 Runs in a worker thread (the kubernetes client is synchronous). Acts only while this replica
-leads. Per-owner re-burst counts are kept in memory (see docs/controller.md for
-why not on the owner): a new leader starts from zero, and the Job's own backoffLimit still bounds
-the total because each deleted pod counts as one of its failures.
+leads. A pod is moved by evicting it (Kube.evict_pod), only when its Job's podFailurePolicy ignores
+the eviction (stranding.check_owner): a move costs the Job no retry. Per-owner re-burst counts are
+kept in memory (see docs/controller.md for why not on the owner): a new leader starts from zero. A
+pod that waited in vain (burst-after) is not counted: a Job waits once (its replacements burst at
+once), so every pod of a parallel Job is moved however many it has.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from controller import stranding
-from controller.kube import PodChangedOrGone
+from controller.kube import PodChanged, PodChangedOrGone, PodGone
 from controller.metrics import Metrics
 from controller.model import PodView, format_time, log_context, parse_job, parse_pod, pod_reference
 from controller.store import PodStore
@@ -23,13 +25,15 @@ log = logging.getLogger(__name__)
 REASON_REBURST = "NimbixReBurst"
 REASON_STRANDED = "NimbixStranded"
 REASON_CAP = "NimbixReBurstCapReached"
-REASON_BURST_AFTER = "NimbixBurstAfterWait"  # a pod that waited for a node in vain (burst-after) was replaced
+REASON_BURST_AFTER = "NimbixBurstAfterWait"
+# A gang's pod whose eviction keeps meeting a change is read again and retried this often in one pass.
+GANG_EVICTION_ATTEMPTS = 5  # a pod that waited for a node in vain (burst-after) was replaced
 
 
 class KubeWrites(Protocol):
     def read_pod(self, namespace: str, name: str) -> Mapping[str, Any]: ...
     def read_job(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
-    def delete_pod(self, pod: PodView) -> None: ...
+    def evict_pod(self, pod: PodView) -> None: ...
     def annotate_stranded(self, pod: PodView, *, since: str) -> None: ...
     def record_event(
         self, *, namespace: str, involved: Mapping[str, str], reason: str, message: str, event_type: str = ...
@@ -127,33 +131,44 @@ class Reburster:
                 return
         deleted = 0
         for pod in stranding.gang_to_delete(members):
-            try:
-                fresh = parse_pod(self._kube.read_pod(pod.namespace, pod.name))
-                if fresh.uid == pod.uid:
-                    self._kube.delete_pod(fresh)
-                    deleted += 1
-            except PodChangedOrGone as exc:  # gone or changed meanwhile: the others still go
-                log.info("gang pod changed before we deleted it", extra=log_context(pod, reason=str(exc)))
+            deleted += self._evict_gang_member(pod)
             self._handled.add(pod.uid)
-        count = self.rebursts_by_owner.get(first.owner.uid, 0) + 1
-        self.rebursts_by_owner[first.owner.uid] = count
         self._metrics.rebursts.inc()
         if any(pod.burst_deadline is not None for pod in stranded):  # waited until its deadline (burst-after), in vain
-            message = stranding.build_gang_burst_after_message(
-                first, size=len(members), count=count, cap=self._policy.cap
-            )
+            message = stranding.build_gang_burst_after_message(first, size=len(members))
             log.info(
                 "waiting gang burst after its deadline",
-                extra=log_context(first, gang=first.gang, owner=first.owner.name, deleted=deleted, count=count),
+                extra=log_context(first, gang=first.gang, owner=first.owner.name, deleted=deleted),
             )
             self._event_on_owner(first, reason=REASON_BURST_AFTER, message=message)
             return
+        count = self.rebursts_by_owner.get(first.owner.uid, 0) + 1
+        self.rebursts_by_owner[first.owner.uid] = count
         message = stranding.build_gang_reburst_message(first, size=len(members), count=count, cap=self._policy.cap)
         log.info(
             "stranded gang re-burst",
             extra=log_context(first, gang=first.gang, owner=first.owner.name, deleted=deleted, count=count),
         )
         self._event_on_owner(first, reason=REASON_REBURST, message=message)
+
+    def _evict_gang_member(self, pod: PodView) -> int:
+        """Evict one pod of a gang being moved whole: 1 if evicted, 0 if gone. A change since the read
+        (409: a running rank's status moves with the kubelet) is read again and retried, a few times:
+        a rank left running would split the gang between here and its replacements on Nimbix."""
+        for _attempt in range(GANG_EVICTION_ATTEMPTS):
+            try:
+                fresh = parse_pod(self._kube.read_pod(pod.namespace, pod.name))
+                if fresh.uid != pod.uid or fresh.deleting:
+                    return 0  # replaced or already going: nothing of this pod is left to run
+                self._kube.evict_pod(fresh)
+                return 1
+            except PodGone:
+                return 0
+            except PodChanged as exc:
+                log.info("gang pod changed before we evicted it", extra=log_context(pod, reason=str(exc)))
+        self._metrics.errors.labels(kind="kubernetes").inc()
+        log.warning("gang pod not evicted: it kept changing", extra=log_context(pod, gang=pod.gang))
+        return 0
 
     def _reburst(self, pod: PodView) -> None:
         assert pod.owner is not None  # assess() said reburst: a Job owns it
@@ -170,20 +185,20 @@ class Reburster:
             self._metrics.reburst_aborted.labels(reason="no-longer-stranded").inc()
             log.info("stranded pod recovered before re-burst", extra=log_context(pod, reason=again.reason))
             return
-        self._kube.delete_pod(fresh)  # precondition: this uid and resourceVersion, so a bind in between fails
+        self._kube.evict_pod(fresh)  # precondition: this uid and resourceVersion, so a bind in between fails
         self._handled.add(pod.uid)
-        count += 1
-        self.rebursts_by_owner[pod.owner.uid] = count
         self._metrics.rebursts.inc()
         waited = self._now() - (fresh.scheduled_since or self._now())
         if fresh.burst_deadline is not None:  # waited for a node until its deadline (burst-after), in vain
-            message = stranding.build_burst_after_message(fresh, waited=waited, count=count, cap=self._policy.cap)
+            message = stranding.build_burst_after_message(fresh, waited=waited)
             log.info(
                 "waiting pod burst after its deadline",
-                extra=log_context(fresh, owner=pod.owner.name, count=count, waited_s=round(waited, 1)),
+                extra=log_context(fresh, owner=pod.owner.name, waited_s=round(waited, 1)),
             )
             self._event_on_owner(pod, reason=REASON_BURST_AFTER, message=message)
             return
+        count += 1
+        self.rebursts_by_owner[pod.owner.uid] = count
         message = stranding.build_reburst_message(fresh, waited=waited, count=count, cap=self._policy.cap)
         log.info(
             "stranded pod re-burst",

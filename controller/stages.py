@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from jarvice.model import STATUS_RUNNING, STATUS_TERMINATED, is_terminal
+from jarvice.model import STATUS_RUNNING, ended_without_running, is_terminal
 
 PodStage = Literal["staging-in", "submitting", "queued", "running", "copying-back", "finishing", "ended"]
 STAGES: Final[tuple[PodStage, ...]] = (
@@ -78,7 +78,7 @@ def pod_stage(pod: StagedPod, latest: JobSeen | None) -> PodStage | None:
         return "running"
     if not is_terminal(latest.state):
         return "queued"
-    if latest.state == STATUS_TERMINATED and not latest.started:
+    if ended_without_running(latest.state, int(latest.started)):
         return "queued"
     return "copying-back" if pod.stages_out else "finishing"
 

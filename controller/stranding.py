@@ -6,9 +6,11 @@ for at least `threshold` seconds, counted from the condition's lastTransitionTim
 have gone (a node failed or lost its devices), or the pod may need something the webhook does
 not model (inter-pod affinity, topology spread, ...).
 
-- Owned by a Job (which recreates a deleted pod): delete it, so its replacement is decided
+- Owned by a Job (which recreates a deleted pod): evict it, so its replacement is decided
   afresh by the webhook (with no free GPUs left it bursts). At most `cap` times per Job, so a
-  pod that strands for a reason the webhook cannot see is not deleted forever.
+  pod that strands for a reason the webhook cannot see is not moved forever. Only when the Job's
+  podFailurePolicy ignores the eviction (`check_owner`): a move never costs the Job a retry;
+  otherwise the pod is reported, as below.
 - Kept local by its namespace's burst budget (the webhook's `budget` annotation): waiting for local
   GPUs is what the budget decided, and its replacement would be kept local again; report it, as below.
 - Kept local because no JARVICE machine offers the GPU model it selects (the webhook's `gpu-model`
@@ -23,8 +25,9 @@ not model (inter-pod affinity, topology spread, ...).
 
 A pod the webhook kept local to *wait* for a node before bursting (its `burst-deadline` annotation,
 from the user's `burst-after`) is not judged by the threshold: it may wait, unschedulable, until its
-deadline; if no node has taken it by then, it is deleted as a re-burst deletes (its Job recreates it,
-and the webhook bursts the replacement at once). The same cap bounds it. A gang waits as one (all its
+deadline; if no node has taken it by then, it is evicted as a re-burst evicts (its Job recreates it,
+and the webhook bursts the replacement at once). No cap bounds it: a Job waits once (a pod admitted
+after its deadline bursts at once), so every pod of a parallel Job is moved, once. A gang waits as one (all its
 pods carry the same deadline): at the deadline, if any of its pods is still pending, the whole gang is
 deleted as above, its pods a node took meanwhile too (a gang runs as one: never some ranks here and the
 others on Nimbix), and its replacements burst as one job.
@@ -41,6 +44,13 @@ from controller.model import OwnerState, PodView
 # Owners that recreate a deleted pod and whose pods are batch work that may run on JARVICE. See the
 # docs/controller.md ("Which owners") for why ReplicaSets and StatefulSets are not on the list.
 REBURST_OWNERS = frozenset({("batch/v1", "Job")})
+
+# Why a Job's pod is not moved: the move would cost the Job a retry (docs/controller.md, "Moves are free").
+NOT_FREE = (
+    "its Job's podFailurePolicy does not start with a rule ignoring DisruptionTarget, so moving the pod would"
+    " count against its backoffLimit (the webhook adds that rule to a Job whose pods have restartPolicy Never,"
+    " at its creation)"
+)
 
 Verdict = Literal["ignore", "wait", "reburst", "note", "cap-hit", "gang"]
 
@@ -88,7 +98,7 @@ def is_waiting(pod: PodView) -> bool:
     )
 
 
-def _assess_waiting(pod: PodView, deadline: float, *, now: float, policy: Policy, rebursts: int) -> Assessment:
+def _assess_waiting(pod: PodView, deadline: float, *, now: float) -> Assessment:
     """A waiting pod: left alone until its deadline (bound or not, the scheduler may still place
     it), then burst through its Job, or reported when nothing would recreate it."""
     if now < deadline:
@@ -100,16 +110,14 @@ def _assess_waiting(pod: PodView, deadline: float, *, now: float, policy: Policy
     if not may_reburst_owner(pod):
         owner = "no owner" if pod.owner is None else f"owner {pod.owner.kind} does not recreate it for us"
         return Assessment("note", owner, stranded_since=deadline)
-    if rebursts >= policy.cap:
-        kind = pod.owner.kind if pod.owner else "owner"
-        return Assessment("cap-hit", f"its {kind} was re-burst {rebursts} times (cap {policy.cap})", deadline)
+    # Not capped: a Job waits once (its replacements burst at once), so each of its pods is moved once.
     return Assessment("reburst", "no node took it by its burst deadline; its Job recreates it", deadline)
 
 
 def assess(pod: PodView, *, now: float, policy: Policy, rebursts: int) -> Assessment:
     """What to do with `pod` now; `rebursts` is how many times its owner's pods were re-burst."""
     if pod.burst_deadline is not None and is_waiting(pod):
-        return _assess_waiting(pod, pod.burst_deadline, now=now, policy=policy, rebursts=rebursts)
+        return _assess_waiting(pod, pod.burst_deadline, now=now)
     if not is_stranded_candidate(pod):
         return Assessment("ignore", "not a local pod marked Unschedulable")
     if pod.scheduled_since is None:
@@ -168,6 +176,8 @@ def check_owner(pod: PodView, owner: OwnerState) -> str:
         return "owner has finished"
     if owner.suspended:
         return "owner is suspended"
+    if not owner.free_moves:
+        return NOT_FREE
     return ""
 
 
@@ -178,10 +188,10 @@ def build_reburst_message(pod: PodView, *, waited: float, count: int, cap: int) 
     )
 
 
-def build_burst_after_message(pod: PodView, *, waited: float, count: int, cap: int) -> str:
+def build_burst_after_message(pod: PodView, *, waited: float) -> str:
     return (
         f"pod {pod.name} waited {waited:.0f}s for a local node (burst-after) and none took it by its deadline;"
-        f" deleted so that its replacement bursts to Nimbix (re-burst {count} of {cap})"
+        " evicted so that its replacement bursts to Nimbix (the eviction costs the Job no retry)"
     )
 
 
@@ -192,11 +202,11 @@ def build_gang_reburst_message(pod: PodView, *, size: int, count: int, cap: int)
     )
 
 
-def build_gang_burst_after_message(pod: PodView, *, size: int, count: int, cap: int) -> str:
+def build_gang_burst_after_message(pod: PodView, *, size: int) -> str:
     return (
         f"pod {pod.name} of a gang of {size} pods waited for local nodes (burst-after) until its deadline and none"
-        f" took it; every pod of the gang was deleted (those scheduled here meanwhile too: a gang runs as one), so"
-        f" that its replacements burst to Nimbix as one job (re-burst {count} of {cap})"
+        f" took it; every pod of the gang was evicted (those scheduled here meanwhile too: a gang runs as one), so"
+        f" that its replacements burst to Nimbix as one job (the evictions cost the Job no retry)"
     )
 
 

@@ -21,6 +21,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEPLOY_DIR = REPO_ROOT / "deploy"
 
 WEBHOOK_CONFIGURATION_KIND = "MutatingWebhookConfiguration"
+# The webhook that decides pods; the configuration's other one (`jobs.nimbix-burst.io`) gives Jobs
+# whose pods may burst the podFailurePolicy rule under which the product's moves are free.
+PODS_WEBHOOK = "burst.nimbix-burst.io"
 CA_INJECTION_ANNOTATION = "cert-manager.io/inject-ca-from"
 
 Manifest = dict[str, Any]

@@ -118,7 +118,7 @@ from entrypoint.runsteps import (
     TerminateExtras,
 )
 from jarvice import duplicates, exitcodes
-from jarvice.model import STATUS_TERMINATED, JobEntry, is_terminal
+from jarvice.model import JobEntry, ended_without_running, is_terminal
 
 Phase = Literal[
     "picking_up",  # a job an earlier runner of this container started is being looked at
@@ -290,7 +290,7 @@ def _following(state: RunState, event: Event) -> Step:
 def _moved(state: RunState, event: MovedAway) -> Step:
     """The queued job has ended: submit on the next machine, unless it ran meanwhile (then it is the result)."""
     status = event.status
-    if status.state == STATUS_TERMINATED and status.start_time == 0:
+    if ended_without_running(status.state, status.start_time):  # TERMINATED or CANCELED, never started
         submitting = replace(state, phase="submitting", job=None, unseen=None, job_may_run=False, failures=0, move=None)
         return Step(submitting, (PrepareSubmit(),))
     finishing = replace(state, phase="finishing", job_may_run=False, failures=0, move=None)

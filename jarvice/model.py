@@ -23,6 +23,16 @@ TERMINAL_STATUSES: Final = frozenset(
 )
 
 
+# What JARVICE may answer for a job terminated while still queued (reference §6): TERMINATED, or
+# CANCELED ("ended without a normal run"). Either, with no start time, ended without ever running.
+ENDED_UNSTARTED_STATUSES: Final = frozenset({STATUS_TERMINATED, STATUS_CANCELED})
+
+
+def ended_without_running(status: str, start_time: int) -> bool:
+    """True for a job that ended before it ever started (terminated while queued): it cost nothing."""
+    return status.strip().upper() in ENDED_UNSTARTED_STATUSES and not start_time
+
+
 def is_terminal(status: str) -> bool:
     """True for the four terminal statuses (compared case-insensitively, as jarviceclient does)."""
     return status.strip().upper() in TERMINAL_STATUSES

@@ -129,7 +129,7 @@ def admit(
         ),
         uid=request.uid,
         dry_run=request.dry_run,
-        wait=_wait_ask(meta, annotations, snapshot.burst_after, cache),
+        wait=_wait_ask(meta, annotations, snapshot.burst_after, cache, spec),
     )
     cache.apply(verdict.effects)
     if not request.dry_run and verdict.route != "reinvoked":
@@ -138,7 +138,11 @@ def admit(
 
 
 def _wait_ask(
-    meta: Mapping[str, Any], annotations: Mapping[str, Any], namespace_setting: str | None, cache: ClusterCache
+    meta: Mapping[str, Any],
+    annotations: Mapping[str, Any],
+    namespace_setting: str | None,
+    cache: ClusterCache,
+    pod_spec: Mapping[str, Any],
 ) -> waiting.WaitAsk | None:
     """What the pod's wait before bursting is decided from (None: neither it nor its namespace asks)."""
     setting = annotations.get(contract.ANNOTATION_BURST_AFTER)
@@ -150,6 +154,7 @@ def _wait_ask(
         job_uid=waiting.controlling_job(meta),
         now=cache.wall_now(),
         deadlines=cache.burst_deadlines(),
+        restart_policy=str(_mapping(pod_spec).get("restartPolicy") or ""),
     )
 
 

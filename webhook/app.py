@@ -15,7 +15,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kubeplumbing.background import BackgroundTask, supervised
-from webhook import admission
+from webhook import admission, job_policy
 from webhook.cache import ClusterCache
 from webhook.forwarding import FORWARDED_HEADER
 from webhook.metrics import Metrics
@@ -88,6 +88,11 @@ async def mutate(request: web.Request) -> web.Response:
             counts.errors["malformed"] += 1
             log.warning("malformed admission review", extra={"error": str(exc)[:500]})
             return _error(400, str(exc))
+        if review.kind == "Job" and review.group == "batch":  # no cluster state read: any replica answers
+            job = job_policy.admit(review)
+            counts.decisions[job.outcome] += 1
+            log.info("job admitted", extra={"uid": review.uid, "namespace": review.namespace, "reason": job.reason})
+            return web.Response(body=orjson.dumps(job.response), content_type="application/json")
         local_refusal = unready_reason = ""
         router = app.get(ROUTER)
         if router is not None:

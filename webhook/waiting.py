@@ -5,12 +5,14 @@ bursts at once) keeps a pod that would burst local for up to that long: GPUs tha
 it here and nothing is submitted. If no node has taken it by its deadline, the controller replaces
 it (as its re-burst does) and the replacement bursts at once.
 
-Only a pod something recreates can wait: one a Job controls (the Job recreates the pod the
-controller deletes). A bare pod, or a ReplicaSet's, bursts at once, and says why on its
-`burst-after-ignored` annotation. One Job waits once: the webhook remembers the deadline it gave the
-Job's first waiting pod (ClusterCache.waits, by the Job's UID), its later pods wait until that same
-deadline, and a pod admitted after it bursts at once, which is how the replacement of a pod that
-waited in vain bursts.
+Only a pod something recreates, at no cost, can wait: one a Job controls (the Job recreates the pod
+the controller evicts), with restartPolicy Never (the webhook gives such a Job, at its creation, a
+podFailurePolicy rule ignoring the eviction: webhook.job_policy; a Job with OnFailure can have none,
+and would count the eviction against its backoffLimit). A bare pod, or a ReplicaSet's, bursts at
+once, and says why on its `burst-after-ignored` annotation. One Job waits once: the webhook
+remembers the deadline it gave the Job's first waiting pod (ClusterCache.waits, by the Job's UID),
+its later pods wait until that same deadline, and a pod admitted after it bursts at once, which is
+how the replacement of a pod that waited in vain bursts.
 
 A gang (webhook.gangs) waits as one. An Indexed Job's pods wait until the Job's creation + the
 setting: every pod's admission computes the same deadline from what they all share, whenever it comes
@@ -75,6 +77,7 @@ class WaitAsk:
     job_uid: str  # the UID of the Job that controls the pod ("": none)
     now: float  # wall clock, epoch seconds
     deadlines: Mapping[str, float]  # Job UID -> the deadline given to its first waiting pod
+    restart_policy: str  # the pod's spec.restartPolicy as written ("": unset, Always)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,20 +144,36 @@ def decide(ask: WaitAsk, *, gang: bool, gang_since: float | None = None) -> Wait
     seconds, source = setting
     if seconds <= 0:
         return NO_WAIT
+    # Its Job can have no failure policy ignoring the eviction: moving it later would cost a retry.
+    not_free = ask.restart_policy != "Never"
     if gang and (gang_since is not None or not ask.job_uid):
-        return _gang_wait(seconds, source, now=ask.now, since=gang_since)
+        return (
+            _not_free(ask)
+            if not_free and gang_since is not None
+            else _gang_wait(seconds, source, now=ask.now, since=gang_since)
+        )
     # A gang whose Job's creation is not known waits as one Job's pods do: by the deadline remembered.
     if not ask.job_uid:
         return NoWait(
             f"{contract.ANNOTATION_BURST_AFTER} is ignored: only a Job's pod can wait (the Job recreates it to burst"
             " later); this pod bursts at once"
         )
+    if not_free:
+        return _not_free(ask)
     deadline = ask.deadlines.get(ask.job_uid)
     if deadline is None:
         return Wait(ask.job_uid, ask.now + seconds, seconds, source)
     if ask.now < deadline:
         return Wait(ask.job_uid, deadline, seconds, source)
     return NoWait(f"its Job waited until {format_deadline(deadline)} for a local node and none took its pod")
+
+
+def _not_free(ask: WaitAsk) -> NoWait:
+    return NoWait(
+        f"{contract.ANNOTATION_BURST_AFTER} is ignored: only a pod with restartPolicy Never can wait (its Job then"
+        f" ignores the eviction that bursts it later; with {ask.restart_policy or 'Always'} the eviction would count"
+        " against the Job's backoffLimit); this pod bursts at once"
+    )
 
 
 def _gang_wait(seconds: float, source: str, *, now: float, since: float | None) -> Wait | NoWait:

@@ -70,6 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--cancel-fast-seconds", type=float, default=0.0, help="jobs ending faster than this show CANCELED"
     )
+    parser.add_argument(
+        "--queued-end-status",
+        choices=("TERMINATED", "CANCELED"),
+        default="TERMINATED",
+        help="how a job terminated while still queued ends (JARVICE may answer either)",
+    )
     parser.add_argument("--no-tail-preamble", action="store_true", help="/jarvice/tail omits the INIT preamble")
     parser.add_argument("--workdir", type=Path, help="job directories (default: a temporary directory)")
     parser.add_argument("--state-file", type=Path, help="write {url, pid, port, ...} JSON here once listening")
@@ -113,6 +119,7 @@ def build_config(args: argparse.Namespace) -> EmulatorConfig:
             init_seconds=args.init_seconds,
             shutdown_kill_seconds=None if args.shutdown_kill_seconds < 0 else args.shutdown_kill_seconds,
             cancel_fast_seconds=args.cancel_fast_seconds,
+            queued_end_status=args.queued_end_status,
         ),
         tail_preamble=not args.no_tail_preamble,
         workdir=args.workdir,

@@ -59,6 +59,10 @@ def parse_machine_capacity(raw: object, machines: Mapping[str, object]) -> dict[
     return capacity
 
 
+# What a job terminated while queued may end as (jobs.Timing.queued_end_status).
+QUEUED_END_STATUSES = (jobs.TERMINATED, jobs.CANCELED)
+
+
 async def handle_set_config(request: web.Request) -> web.Response:
     state = request.app[STATE]
     raw = await request.json()
@@ -66,6 +70,8 @@ async def handle_set_config(request: web.Request) -> web.Response:
     allowed = {*_timing_json(timing), "tail_preamble", "machine_capacity"}
     if not isinstance(raw, dict) or set(raw) - allowed:
         return error(400, f"expected an object with keys among {sorted(allowed)}")
+    if raw.get("queued_end_status", QUEUED_END_STATUSES[0]) not in QUEUED_END_STATUSES:
+        return error(400, f"queued_end_status must be one of {list(QUEUED_END_STATUSES)}")
     if "machine_capacity" in raw:
         try:
             capacity = parse_machine_capacity(raw["machine_capacity"], state.config.machines)
@@ -78,6 +84,8 @@ async def handle_set_config(request: web.Request) -> web.Response:
             state.config.tail_preamble = bool(value)
         elif key == "shutdown_kill_seconds" and value is None:
             timing.shutdown_kill_seconds = None
+        elif key == "queued_end_status":
+            timing.queued_end_status = str(value)
         else:
             setattr(timing, key, float(value))
     return await handle_get_config(request)

@@ -5,7 +5,8 @@ lines, the 79-`#` separator, then the command's stdout+stderr appended to one ou
 COMPLETED / COMPLETED WITH ERROR with the real exit status. terminate (any live state) kills the
 process group at once; shutdown (PROCESSING STARTING only) sends SIGTERM and, after
 `shutdown_kill_seconds`, SIGKILL; both end TERMINATED. With `cancel_fast_seconds`, jobs that end
-faster than that show CANCELED (JARVICE's known issue, reference §7).
+faster than that show CANCELED (JARVICE's known issue, reference §7). A job terminated while still
+queued ends `queued_end_status` (TERMINATED by default, or CANCELED), never having started.
 
 Machine capacity (`machine_capacity`, nodes per machine type; absent means unlimited): a job whose
 queue time is over stays SUBMITTED while its machine's running jobs hold the capacity, with
@@ -61,6 +62,9 @@ class Timing:
     init_seconds: float = 0.5
     shutdown_kill_seconds: float | None = 10.0
     cancel_fast_seconds: float = 0.0
+    # How a job terminated while still queued ends: TERMINATED, or CANCELED (JARVICE may answer
+    # either for a job that never ran, reference §6), so that clients can be tried against both.
+    queued_end_status: str = "TERMINATED"
 
 
 @dataclass
@@ -271,7 +275,7 @@ async def run_job(job: Job, timing: Timing, room: Callable[[Job], bool] = lambda
     """The job's whole life; runs as one task per job. `room`: whether its machine can take it now."""
     try:
         if await _sleep_or_stop(job, timing.queue_seconds) or await _wait_for_room(job, room):
-            _finish(job, TERMINATED, -15)
+            _finish(job, timing.queued_end_status, -15)
             return
         job.status = RUNNING
         job.start_time = int(time.time())

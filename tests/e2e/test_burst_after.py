@@ -118,6 +118,8 @@ def _create_job(
     *,
     command: str,
     annotations: dict[str, str] | None = None,
+    backoff_limit: int = 6,
+    parallelism: int = 1,
 ) -> str:
     name = f"train-{uuid.uuid4().hex[:6]}"
     template = pod_body("", app_container(node_emulator, command, gpus=1), gated=False)
@@ -127,7 +129,12 @@ def _create_job(
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": name},
-        "spec": {"backoffLimit": 6, "template": {"metadata": template["metadata"], "spec": template["spec"]}},
+        "spec": {
+            "backoffLimit": backoff_limit,
+            "parallelism": parallelism,
+            "completions": parallelism,
+            "template": {"metadata": template["metadata"], "spec": template["spec"]},
+        },
     }
     plane.kubectl("-n", namespace, "create", "-f", "-", input=json.dumps(job))
     return name
@@ -199,6 +206,69 @@ def test_a_job_pod_on_a_full_cluster_waits_then_bursts_at_its_deadline(
     (event,) = _events(control_plane, ns, job, "NimbixBurstAfterWait")
     assert first["metadata"]["name"] in event["message"]
     print(f"\nburst-after {BURST_AFTER_SECONDS}s: created -> burst {MEASURED['created_to_burst_s']}s")
+
+
+def test_a_backoff_limit_0_job_that_waited_in_vain_completes_on_its_burst_and_counts_no_failure(
+    homecoming: None,
+    control_plane: controlplane.ControlPlane,
+    node_emulator: addons.EmulatorProcess,
+    ns: str,
+    node_gpus: Callable[[int], None],
+) -> None:
+    """The examples' backoffLimit 0 with burst-after 20s and no local GPU: the webhook gave the Job the rule
+    ignoring evictions, the controller evicted the waiting pod at its deadline, and the Job completes on its
+    burst with no failure counted (a delete used to fail it: nothing ran anywhere)."""
+    node_gpus(0)
+    job = _create_job(
+        control_plane,
+        ns,
+        node_emulator,
+        command='echo "trained remotely"',
+        annotations={contract.ANNOTATION_BURST_AFTER: "20s"},
+        backoff_limit=0,
+    )
+    rules = _get(control_plane, "-n", ns, "get", "job", job)["spec"]["podFailurePolicy"]["rules"]
+    assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    (first,) = demo.wait_for(lambda: _job_pods(control_plane, ns, job), what="the Job's first pod", timeout=30)
+    assert annotations_of(first).get(contract.ANNOTATION_BURST_DEADLINE), annotations_of(first)
+    demo.wait_for(lambda: _succeeded(control_plane, ns, job), what="the Job complete", timeout=WAIT_SECONDS)
+    status = _get(control_plane, "-n", ns, "get", "job", job)["status"]
+    assert not status.get("failed"), status
+    pods = _job_pods(control_plane, ns, job)
+    (burst,) = [p for p in pods if annotations_of(p).get(contract.ANNOTATION_DECISION) == "remote"]
+    assert "trained remotely" in control_plane.kubectl("-n", ns, "logs", burst["metadata"]["name"]).stdout
+    (event,) = _events(control_plane, ns, job, "NimbixBurstAfterWait")
+    assert "costs the Job no retry" in event["message"]
+
+
+def test_every_pod_of_a_parallel_job_that_waited_in_vain_runs(
+    homecoming: None,
+    control_plane: controlplane.ControlPlane,
+    node_emulator: addons.EmulatorProcess,
+    ns: str,
+    node_gpus: Callable[[int], None],
+) -> None:
+    """4 pods, burst-after 20s, no local GPU: all four wait until the one deadline, are evicted (no re-burst
+    cap holds the fourth back) and complete on their bursts; backoffLimit 0, no failure counted."""
+    node_gpus(0)
+    job = _create_job(
+        control_plane,
+        ns,
+        node_emulator,
+        command='echo "one of four"',
+        annotations={contract.ANNOTATION_BURST_AFTER: "20s"},
+        backoff_limit=0,
+        parallelism=4,
+    )
+    demo.wait_for(
+        lambda: (_get(control_plane, "-n", ns, "get", "job", job)["status"].get("succeeded") or 0) == 4,
+        what="every pod of the Job complete",
+        timeout=WAIT_SECONDS + 120,
+    )
+    status = _get(control_plane, "-n", ns, "get", "job", job)["status"]
+    assert not status.get("failed"), status
+    assert len(_events(control_plane, ns, job, "NimbixBurstAfterWait")) == 4
+    assert _events(control_plane, ns, job, "NimbixReBurstCapReached") == []
 
 
 def test_gpus_freed_within_the_wait_run_the_pod_locally_with_no_jarvice_job(

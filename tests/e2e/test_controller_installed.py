@@ -32,6 +32,7 @@ from devplatform.cluster import addons, controlplane, install
 from tests.support.gpus import GPU
 from tests.support.installed_controller import (
     BUDGET,
+    CONTROLLER,
     ORPHAN_GRACE_SECONDS,
     ORPHAN_INTERVAL_SECONDS,
     STRANDED_SECONDS,
@@ -344,6 +345,29 @@ def test_the_api_server_refuses_a_budget_that_is_not_a_whole_number(
     )
     control_plane.kubectl("label", "namespace", namespace, "team=a")  # accepted: the old value is unchanged
     assert 'not "six"' in _annotate(control_plane, namespace, "six")
+
+
+def test_the_controller_may_create_pods_only_as_dry_runs(
+    installed_addon: install.Installed, control_plane: controlplane.ControlPlane, namespace: str
+) -> None:
+    """deploy/controller.yaml: its pods `create` right (homecoming's dry runs) is confined by a
+    ValidatingAdmissionPolicy: as the controller, a dry run is admitted and a real create refused."""
+    controller = f"system:serviceaccount:{install.NAMESPACE}:{CONTROLLER}"
+    body = json.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "as-the-controller"},
+            "spec": {"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]},
+        }
+    )
+    create = ("-n", namespace, "create", "-f", "-", f"--as={controller}")
+    dry = control_plane.kubectl(*create, "--dry-run=server", input=body, check=False)
+    assert dry.returncode == 0, dry.stderr
+    real = control_plane.kubectl(*create, input=body, check=False)
+    assert real.returncode != 0
+    assert "creates pods only as dry runs" in real.stderr, real.stderr
+    assert control_plane.kubectl("-n", namespace, "get", "pod", "as-the-controller", check=False).returncode != 0
 
 
 def test_only_the_controller_leader_acted(controller: None, control_plane: controlplane.ControlPlane) -> None:

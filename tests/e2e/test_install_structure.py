@@ -125,8 +125,8 @@ def settings(objs: list[Manifest], container: Mapping[str, Any]) -> dict[str, st
 @pytest.fixture(scope="module")
 def webhook(objs: list[Manifest]) -> dict[str, Any]:
     config = manifests.find_object(objs, kind=manifests.WEBHOOK_CONFIGURATION_KIND)
-    (only,) = config["webhooks"]
-    result: dict[str, Any] = only
+    (pods,) = [w for w in config["webhooks"] if w["name"] == manifests.PODS_WEBHOOK]
+    result: dict[str, Any] = pods
     return result
 
 
@@ -184,6 +184,8 @@ def test_kustomize_builds_the_install(objs: list[Manifest]) -> None:
             ("Role", f"{CONTROLLER}-leader"),
             ("RoleBinding", f"{CONTROLLER}-leader"),
             ("Deployment", CONTROLLER),
+            ("ValidatingAdmissionPolicy", f"{CONTROLLER}-dry-runs-only"),
+            ("ValidatingAdmissionPolicyBinding", f"{CONTROLLER}-dry-runs-only"),
         ]
     )
     # Generated with a content hash, so a change of the settings or of the GPU model mapping rolls the Deployment.
@@ -485,13 +487,13 @@ def test_webhook_configuration_for_url_swaps_only_the_address(objs: list[Manifes
     )
     assert config["metadata"]["name"] == "nimbix-burst-e2e"
     assert manifests.CA_INJECTION_ANNOTATION not in config["metadata"].get("annotations", {})
-    (webhook,) = config["webhooks"]
-    assert webhook["clientConfig"] == {"url": "https://127.0.0.1:9443/mutate", "caBundle": "UEVN"}
-    (shipped_webhook,) = shipped["webhooks"]
-    assert {k: v for k, v in webhook.items() if k != "clientConfig"} == {
-        k: v for k, v in shipped_webhook.items() if k != "clientConfig"
-    }
-    assert "url" not in shipped_webhook["clientConfig"]  # the input is not modified
+    assert len(config["webhooks"]) == len(shipped["webhooks"]) == 2  # pods, and Jobs (their podFailurePolicy)
+    for webhook, shipped_webhook in zip(config["webhooks"], shipped["webhooks"], strict=True):
+        assert webhook["clientConfig"] == {"url": "https://127.0.0.1:9443/mutate", "caBundle": "UEVN"}
+        assert {k: v for k, v in webhook.items() if k != "clientConfig"} == {
+            k: v for k, v in shipped_webhook.items() if k != "clientConfig"
+        }
+        assert "url" not in shipped_webhook["clientConfig"]  # the input is not modified
 
 
 # --- NetworkPolicy ------------------------------------------------------------------------------
@@ -668,7 +670,9 @@ def _grants(role: Mapping[str, Any]) -> set[tuple[str, str, str, tuple[str, ...]
 def test_controller_cluster_role_is_least_privilege(objs: list[Manifest]) -> None:
     role = manifests.find_object(objs, kind="ClusterRole", name=CONTROLLER)
     # create: only with dryRun=All, to ask the webhook whether a queued burst pod could come home
-    pods = {("", "pods", v, ()) for v in ("get", "list", "watch", "delete", "patch", "create")}
+    pods = {("", "pods", v, ()) for v in ("get", "list", "watch", "patch", "create")}
+    # a move is an eviction (DisruptionTarget, which the Job's podFailurePolicy ignores), never a delete
+    pods |= {("", "pods/eviction", "create", ())}
     events = {("", "events", v, ()) for v in ("create", "patch")}
     identity = {("", "namespaces", "get", ("kube-system",))}  # the cluster identity: kube-system's UID
     caps = {("", "namespaces", v, ()) for v in ("list", "watch")}  # the namespaces' cost caps, for the metrics

@@ -395,3 +395,15 @@ def test_the_install_waits_for_the_gateways_certificate_when_the_chart_has_one(h
     assert install.list_certificate_names(without) == ["nimbix-burst-ca", "nimbix-burst-webhook"]
     overlay = manifests.render_kustomize(kubectl, directory=install.OVERLAY_DIR)
     assert sorted(install.list_certificate_names(overlay)) == sorted(names)
+
+
+def test_the_controllers_dry_runs_only_policy_names_its_service_account_in_the_release_namespace(helm: Path) -> None:
+    objects = helmchart.render(helm, namespace="gpu-burst")
+    policy = _find(objects, "ValidatingAdmissionPolicy", "nimbix-burst-controller-dry-runs-only")
+    (condition,) = policy["spec"]["matchConditions"]
+    assert condition["expression"] == (
+        "request.userInfo.username == 'system:serviceaccount:gpu-burst:nimbix-burst-controller'"
+    )
+    assert policy["spec"]["validations"][0]["expression"] == "request.dryRun == true"
+    binding = _find(objects, "ValidatingAdmissionPolicyBinding", "nimbix-burst-controller-dry-runs-only")
+    assert binding["spec"]["validationActions"] == ["Deny"]

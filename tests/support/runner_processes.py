@@ -24,7 +24,13 @@ API_KEY = "emu-KEY-7f3a9c1e5b2d4806"
 APP = "nimbix-burst-example"
 # Tuned for speed: the emulator queues and starts jobs in a fraction of a second; the runner polls
 # every 0.1 s and backs off from 20 ms.
-FAST_TIMING = {"queue_seconds": 0.15, "init_seconds": 0.05, "shutdown_kill_seconds": 5.0, "cancel_fast_seconds": 0.0}
+FAST_TIMING = {
+    "queue_seconds": 0.15,
+    "init_seconds": 0.05,
+    "shutdown_kill_seconds": 5.0,
+    "cancel_fast_seconds": 0.0,
+    "queued_end_status": "TERMINATED",
+}
 RUNNER_TIMEOUT = 30.0
 
 ALL_OUTPUT: list[bytes] = []

@@ -236,6 +236,19 @@ def test_terminate_while_queued(api: Api, control: EmulatorControl) -> None:
     assert final["job_status"] == "TERMINATED" and final["job_start_time"] == 0
 
 
+def test_terminate_while_queued_can_end_canceled_as_jarvice_may_answer(api: Api, control: EmulatorControl) -> None:
+    control.set_config(queue_seconds=30, queued_end_status="CANCELED")
+    number = api.submit(submit_body("echo never")).json()["number"]
+    assert api.get("terminate", number=number).json() == {"status": "terminated"}
+    final = wait_terminal(api, number)
+    assert final["job_status"] == "CANCELED" and final["job_start_time"] == 0
+
+
+def test_a_queued_end_status_jarvice_never_answers_is_refused(control: EmulatorControl) -> None:
+    with pytest.raises(requests.HTTPError, match="400"):
+        control.set_config(queued_end_status="COMPLETED")
+
+
 def test_fast_jobs_can_show_canceled(api: Api, control: EmulatorControl) -> None:
     control.set_config(cancel_fast_seconds=5)
     number = api.submit(submit_body("exit 5")).json()["number"]

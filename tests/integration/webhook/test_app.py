@@ -153,3 +153,36 @@ async def test_metrics_count_decisions_and_show_free_gpus(client: TestClient[Any
     assert 'nimbix_burst_admissions_total{decision="remote"} 1.0' in text
     assert 'nimbix_burst_free_gpus{resource="nvidia.com/gpu"} 5.0' in text
     assert "nimbix_burst_admission_duration_seconds_bucket" in text
+
+
+async def test_a_job_create_gets_its_failure_policy_rule_even_before_the_cache_is_ready(
+    aiohttp_client: ClientFactory, settings: Settings, sync: CacheSync, clock: Clock
+) -> None:
+    """A Job is answered without the cluster state (webhook.job_policy): an unsynced replica answers it."""
+    client = await aiohttp_client(create_app(settings, cache=sync.cache, sync=sync, clock=clock))
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "train"},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": {"task-type": "Nimbix"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "train", "image": "x"}]},
+            },
+        },
+    }
+    review = json.loads(review_body(job, uid="job-1"))
+    review["request"]["kind"] = {"group": "batch", "version": "v1", "kind": "Job"}
+    review["request"]["resource"] = {"group": "batch", "version": "v1", "resource": "jobs"}
+    status, answer = await post(client, json.dumps(review))
+    assert status == 200 and answer["response"]["uid"] == "job-1"
+    assert patch_of(answer) == [
+        {
+            "op": "add",
+            "path": "/spec/podFailurePolicy",
+            "value": {
+                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+            },
+        }
+    ]

@@ -59,6 +59,7 @@ async def gang_client(
 
 def rank_pod(index: int) -> dict[str, Any]:
     raw = pod(container(gpus=1), name=f"ddp-{index}")
+    raw["spec"]["restartPolicy"] = "Never"  # a Job's pods that may wait (webhook.job_policy)
     raw["metadata"]["annotations"] = {
         gangs.ANNOTATION_COMPLETION_INDEX: str(index),
         contract.ANNOTATION_BURST_AFTER: "30s",

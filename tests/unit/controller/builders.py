@@ -68,10 +68,24 @@ def pod(
     return {"metadata": metadata, "spec": spec, "status": {"phase": phase, "conditions": conditions}}
 
 
+# The rule the webhook puts first in a Job's podFailurePolicy at its creation (kubeplumbing.disruptions).
+IGNORE_DISRUPTIONS = {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+
+
 def job(
-    *, uid: str = JOB_UID, conditions: list[dict[str, str]] | None = None, suspend: bool | None = None
+    *,
+    uid: str = JOB_UID,
+    conditions: list[dict[str, str]] | None = None,
+    suspend: bool | None = None,
+    rules: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    spec: dict[str, Any] = {"template": {}}
+    """A Job as the API server returns it; `rules`: its podFailurePolicy's (default: the webhook's rule alone)."""
+    spec: dict[str, Any] = {
+        "template": {},
+        "podFailurePolicy": {"rules": [IGNORE_DISRUPTIONS] if rules is None else rules},
+    }
+    if not spec["podFailurePolicy"]["rules"]:
+        del spec["podFailurePolicy"]
     if suspend is not None:
         spec["suspend"] = suspend
     return {

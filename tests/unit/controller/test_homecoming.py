@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from controller import homecoming
+from controller import homecoming, stranding
 from controller.homecomer import Homecomer
 from controller.kube import PodChanged, PodGone
 from controller.metrics import Metrics
@@ -108,6 +108,39 @@ def test_the_dry_run_pod_is_the_jobs_next_pod_under_a_name_of_its_own() -> None:
     assert body["spec"] == template["spec"]
 
 
+@pytest.mark.parametrize(
+    ("extra", "unmodelled"),
+    [
+        ({}, ""),
+        ({"nodeSelector": {"gpu": "a100"}}, ""),  # the webhook models node selection
+        ({"affinity": {"nodeAffinity": {"x": 1}}}, ""),
+        ({"affinity": {"podAntiAffinity": {"x": 1}}}, "pod anti-affinity"),
+        ({"affinity": {"podAffinity": {"x": 1}}}, "pod affinity"),
+        ({"topologySpreadConstraints": [{"maxSkew": 1}]}, "topology spread constraints"),
+        ({"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}, "a persistentVolumeClaim"),
+        ({"volumes": [{"name": "d", "emptyDir": {}}]}, ""),
+    ],
+)
+def test_a_rule_the_webhook_does_not_model_keeps_the_pod_from_coming_home(
+    extra: dict[str, Any], unmodelled: str
+) -> None:
+    """The webhook's 'fits' cannot see these: a pod brought home might not bind, and strand here."""
+    spec = {"containers": [{"name": "app", "image": "train"}], "restartPolicy": "Never", **extra}
+    assert homecoming.unmodelled_rule(spec) == unmodelled
+
+
+def test_a_pod_with_a_rule_the_webhook_does_not_model_stays_burst_and_says_so_once() -> None:
+    jarvice = FakeJarvice({4711: entry()})
+    homecomer, kube, _ = make(burst(), jarvice)
+    template = {"metadata": {}, "spec": {"containers": [{"name": "app"}], "topologySpreadConstraints": [{}]}}
+    kube.jobs["train"]["spec"]["template"] = template
+    homecomer.round()
+    homecomer.round()
+    assert (kube.dry_runs, kube.deleted, jarvice.terminated) == ([], [], [])
+    ((_, ops),) = kube.patched
+    assert ops[0]["value"].startswith("never brought home: its pods have topology spread constraints")
+
+
 # ----- Homecomer.round against fakes -------------------------------------------------------------
 
 LOCAL = decided(
@@ -125,9 +158,11 @@ class FakeJarvice:
     then: dict[int, JobEntry] | None = None  # what the second listing shows (None: the same)
     terminated: list[int] = field(default_factory=list)
     listings: int = 0
+    ended: dict[int, JobEntry] = field(default_factory=dict)  # what the completed listing shows
 
     def fetch_jobs(self, *, completed: bool, deadline: float | None = None) -> dict[int, JobEntry]:
-        assert not completed
+        if completed:
+            return self.ended
         self.listings += 1
         return self.then if self.listings > 1 and self.then is not None else self.jobs
 
@@ -158,7 +193,7 @@ class FakeKube:
         self.dry_runs.append(dict(body))
         return self.answer
 
-    def delete_pod(self, pod: PodView) -> None:
+    def evict_pod(self, pod: PodView) -> None:
         if self.delete_conflict:
             raise PodChanged("409")
         self.deleted.append((pod.name, pod.resource_version))
@@ -267,3 +302,120 @@ def test_a_follower_does_nothing() -> None:
     homecomer.round()
     assert jarvice.listings == 0
     assert kube.deleted == []
+
+
+def test_a_pod_whose_job_would_count_the_move_stays_burst_and_says_so_once() -> None:
+    """A Job without the rule ignoring evictions: bringing its pod home would cost it a retry (with
+    backoffLimit 0, the Job itself), so the pod stays on Nimbix, its job queued, and the pod says why."""
+    jarvice = FakeJarvice({4711: entry()})
+    homecomer, kube, _ = make(burst(), jarvice)
+    kube.jobs = {"train": job(rules=[])}
+    homecomer.round()
+    homecomer.round()
+    assert (kube.dry_runs, kube.deleted, jarvice.terminated) == ([], [], [])
+    ((name, ops),) = kube.patched
+    assert name == "train-abcde"
+    assert ops[0]["path"] == "/metadata/annotations/nimbix-burst.io~1homecoming"
+    assert ops[0]["value"] == f"never brought home: {stranding.NOT_FREE}"
+
+
+# ----- accounted: one round brings home what the freed GPUs take, oldest queued first ----------
+
+OTHER_JOB = "99999999-8888-7777-6666-555555555555"
+OLD_UID, NEW_UID = "aaaaaaaa-0000-0000-0000-000000000001", "bbbbbbbb-0000-0000-0000-000000000002"
+
+
+def two_queued() -> tuple[Homecomer, FakeKube, FakeJarvice, list[float]]:
+    """Two Jobs' burst pods, both queued and both fitting the one GPU a node freed (the webhook's dry
+    run reserves nothing, so each alone fits): the older (the lower JARVICE job number) is `old`."""
+    new = burst(uid=NEW_UID, name="late-abcde", owners=[job_owner(uid=OTHER_JOB, name="late")])
+    old = burst(uid=OLD_UID, name="train-abcde")
+    jarvice = FakeJarvice({4800: entry(4800, uid=NEW_UID), 4711: entry(4711, uid=OLD_UID)})
+    store = PodStore(clock=lambda: 0.0)
+    store.replace([new, old])
+    kube = FakeKube(pods={"late-abcde": new, "train-abcde": old}, answer=LOCAL)
+    kube.jobs["late"] = job(uid=OTHER_JOB)
+    now = [1000.0]
+    homecomer = Homecomer(
+        store=store,
+        jarvice=jarvice,
+        kube=kube,
+        metrics=Metrics(is_leader=lambda: True),
+        is_leader=lambda: True,
+        interval=10,
+        stale_after=60,
+        clock=lambda: now[0],
+    )
+    return homecomer, kube, jarvice, now
+
+
+def test_one_round_brings_home_one_pod_the_oldest_queued() -> None:
+    homecomer, kube, jarvice, _ = two_queued()
+    homecomer.round()
+    assert kube.deleted == [("train-abcde", "42")]
+    assert jarvice.terminated == [4711]
+
+
+def test_no_other_pod_comes_home_until_the_replacement_holds_its_gpus_by_binding() -> None:
+    homecomer, kube, jarvice, now = two_queued()
+    homecomer.round()
+    later = burst(uid=NEW_UID, name="late-abcde", owners=[job_owner(uid=OTHER_JOB, name="late")])
+    replacement = pod(uid="cccccccc-0000-0000-0000-000000000003", name="train-fghij", scheduled=None)
+    homecomer._store.replace([later, replacement])  # admitted local, not bound yet
+    now[0] += 60
+    homecomer.round()
+    assert kube.deleted == [("train-abcde", "42")]  # the GPU it was admitted for is not free for another
+    bound = pod(
+        uid="cccccccc-0000-0000-0000-000000000003",
+        name="train-fghij",
+        node_name="gpu-1",
+        phase="Running",
+        scheduled=("True", ""),
+    )
+    homecomer._store.replace([later, bound])  # bound: the node's GPUs are counted as used from now on
+    now[0] += 10
+    homecomer.round()  # the webhook's answer (here: still fits) decides the next one
+    assert kube.deleted == [("train-abcde", "42"), ("late-abcde", "42")]
+    assert jarvice.terminated == [4711, 4800]
+
+
+def test_a_replacement_that_never_binds_stops_holding_other_pods_back_after_a_while() -> None:
+    homecomer, kube, _, now = two_queued()
+    homecomer.round()
+    later = burst(uid=NEW_UID, name="late-abcde", owners=[job_owner(uid=OTHER_JOB, name="late")])
+    homecomer._store.replace([later])
+    now[0] += 10
+    homecomer.round()
+    assert len(kube.deleted) == 1
+    now[0] += 600
+    homecomer.round()
+    assert len(kube.deleted) == 2
+
+
+def test_a_pod_one_of_whose_jobs_already_ran_stays_and_never_runs_that_step_again() -> None:
+    """Two burst containers: one's job completed (it ran, it was billed), the other's is queued. Coming
+    home would run both here again: the pod stays, its queued job too, and the pod says why."""
+    done = JobEntry(
+        number=4700,
+        name="job-4700",
+        state="COMPLETED",
+        label=f"k8s-{CLUSTER}.{UID}-prep-1",
+        exitcode=0,
+        start_time=1_700_000_000,
+        end_time=1_700_000_100,
+    )
+    jarvice = FakeJarvice({4711: entry()}, ended={4700: done})
+    homecomer, kube, _ = make(burst(), jarvice)
+    homecomer.round()
+    assert (kube.deleted, jarvice.terminated) == ([], [])
+    ((name, ops),) = kube.patched
+    assert name == "train-abcde"
+    assert ops[0]["value"].startswith("stays on Nimbix: its JARVICE job 4700 already ran (COMPLETED)")
+
+
+def test_a_job_of_it_that_ended_without_running_does_not_keep_it_away() -> None:
+    moved = JobEntry(number=4700, name="job-4700", state="CANCELED", label=f"k8s-{CLUSTER}.{UID}-app-1", exitcode=-15)
+    jarvice = FakeJarvice({4711: entry()}, ended={4700: moved})
+    homecomer, kube, _ = make(burst(), jarvice)
+    homecomer.round()
+    assert kube.deleted == [("train-abcde", "42")]

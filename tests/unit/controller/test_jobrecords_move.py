@@ -45,6 +45,12 @@ MOVED_AWAY = job(1000, "TERMINATED", "ng4", exitcode=-15)
             id="after a completed job",
         ),
         pytest.param([MOVED_AWAY], "1000=queued", False, id="no next job yet"),
+        pytest.param(
+            [job(1000, "CANCELED", "ng4", exitcode=-15), job(1001, "SUBMITTED", "ng4v")],
+            "1000=queued",
+            True,
+            id="the queued job ended CANCELED",
+        ),
     ],
 )
 def test_the_move_event(jobs: list[JobFacts], ledger: str, moved: bool) -> None:

@@ -27,6 +27,7 @@ class FakeKube:
     annotated: list[tuple[str, str]] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)  # kind, name, reason
     delete_conflict: bool = False
+    conflicts_left: dict[str, int] = field(default_factory=dict)  # pod name -> evictions refused (409) first
     annotate_conflict: bool = False
 
     def read_pod(self, namespace: str, name: str) -> Mapping[str, Any]:
@@ -37,8 +38,11 @@ class FakeKube:
     def read_job(self, namespace: str, name: str) -> Mapping[str, Any] | None:
         return self.jobs.get(name)
 
-    def delete_pod(self, pod: PodView) -> None:
+    def evict_pod(self, pod: PodView) -> None:
         if self.delete_conflict:
+            raise PodChanged("409")
+        if self.conflicts_left.get(pod.name, 0) > 0:  # changed since read (a kubelet status update): 409
+            self.conflicts_left[pod.name] -= 1
             raise PodChanged("409")
         self.deleted.append((pod.name, pod.uid, pod.resource_version))
 
@@ -228,7 +232,33 @@ def test_a_pod_that_waited_in_vain_is_replaced_at_its_deadline_with_its_own_even
     reburster.scan()
     assert kube.deleted == [("train-abcde", waiting["metadata"]["uid"], "42")]
     assert kube.events == [("Job", "train", "NimbixBurstAfterWait")]
-    assert reburster.rebursts_by_owner == {JOB_UID: 1}
+    assert reburster.rebursts_by_owner == {}  # a Job waits once: not a re-burst the cap counts
+
+
+def test_every_pod_of_a_parallel_job_that_waited_in_vain_is_moved() -> None:
+    """Its pods share one deadline: each is moved at it, the fourth as the first (cap 3 or not)."""
+    bodies = [pod(name=f"train-{i}", uid=f"u-{i}", burst_deadline="2023-11-14T22:18:00Z") for i in range(5)]
+    reburster, kube, _ = make(*bodies, cap=3)
+    reburster.scan()
+    assert sorted(name for name, _, _ in kube.deleted) == [f"train-{i}" for i in range(5)]
+    assert kube.events == [("Job", "train", "NimbixBurstAfterWait")] * 5
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(pod(burst_deadline="2023-11-14T22:18:00Z"), id="waited-in-vain"),
+        pytest.param(pod(), id="stranded"),
+    ],
+)
+def test_a_pod_whose_job_would_count_the_move_is_reported_not_moved(body: dict[str, Any]) -> None:
+    """A Job without the rule ignoring evictions (created before the webhook's Job rule, or with
+    restartPolicy OnFailure): moving its pod would cost it a retry, so it stays and the pod says why."""
+    reburster, kube, _ = make(body)
+    kube.jobs["train"] = job(rules=[])
+    reburster.scan()
+    assert kube.deleted == []
+    assert kube.annotated and kube.events == [("Pod", "train-abcde", "NimbixStranded")]
 
 
 def test_a_pod_still_within_its_wait_is_left_alone_past_the_threshold() -> None:
@@ -253,9 +283,22 @@ def test_a_waiting_gang_is_replaced_whole_at_its_deadline_a_rank_scheduled_here_
     reburster.scan()
     assert sorted(name for name, _, _ in kube.deleted) == ["train-0", "train-1"]
     assert kube.events == [("Job", "train", "NimbixBurstAfterWait")]
-    assert reburster.rebursts_by_owner == {JOB_UID: 1}
+    assert reburster.rebursts_by_owner == {}  # a Job waits once: not a re-burst the cap counts
     reburster.scan()  # the watch has not shown the deletions yet: nothing twice
     assert len(kube.deleted) == 2
+
+
+def test_a_gang_rank_whose_eviction_meets_a_change_is_evicted_on_a_fresh_read_never_left_running() -> None:
+    """A running rank's status changes all the time (the kubelet): a 409 on its eviction is read again
+    and retried, so the gang never ends split between here and its replacements on Nimbix."""
+    pending = pod(uid="a", name="train-0", gang=GANG, burst_deadline=PAST)
+    placed = pod(
+        uid="b", name="train-1", gang=GANG, burst_deadline=PAST, node_name="n1", phase="Running", scheduled=("True", "")
+    )
+    reburster, kube, _ = make(pending, placed)
+    kube.conflicts_left["train-1"] = 2
+    reburster.scan()
+    assert sorted(name for name, _, _ in kube.deleted) == ["train-0", "train-1"]
 
 
 def test_a_waiting_gang_within_its_wait_or_all_scheduled_here_is_left_alone() -> None:
@@ -294,4 +337,4 @@ def test_the_waiting_gangs_event_says_it_waited_and_bursts_as_one() -> None:
     reburster.scan()
     (message,) = messages
     assert "a gang of 2 pods waited for local nodes (burst-after) until its deadline" in message
-    assert "its replacements burst to Nimbix as one job (re-burst 1 of 3)" in message
+    assert "its replacements burst to Nimbix as one job (the evictions cost the Job no retry)" in message

@@ -48,6 +48,8 @@ def seen(state: str, *, started: bool = True) -> JobSeen:
         pytest.param(pod(stages_out=False), seen("COMPLETED"), "finishing", id="ended-nothing-to-copy-back"),
         pytest.param(pod(), seen("TERMINATED", started=False), "queued", id="never-started-moving-on"),
         pytest.param(pod(), seen("TERMINATED"), "copying-back", id="terminated-after-it-started"),
+        pytest.param(pod(), seen("CANCELED", started=False), "queued", id="never-started-canceled-moving-on"),
+        pytest.param(pod(), seen("CANCELED"), "copying-back", id="canceled-after-it-started"),
         pytest.param(pod(terminal=True), seen("PROCESSING STARTING"), "ended", id="the-pod-ended"),
         pytest.param(pod(terminal=True), None, "ended", id="the-pod-ended-without-a-job"),
         pytest.param(pod(gang=True), seen("PROCESSING STARTING"), None, id="a-gang-s-job-names-no-pod"),

@@ -8,9 +8,11 @@ import pytest
 
 from controller import stranding
 from controller.model import parse_job, parse_pod
-from tests.unit.controller.builders import T0, job, job_owner, pod
+from tests.unit.controller.builders import IGNORE_DISRUPTIONS, T0, job, job_owner, pod
 
 POLICY = stranding.Policy(threshold=120, cap=3)
+# A user's own rule: fail the Job on any non-zero exit (the evicted runner exits 143).
+EXIT_FAILS_JOB = {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}}
 LATER = T0 + 121  # past the threshold
 
 
@@ -78,6 +80,24 @@ def test_cap_zero_never_rebursts() -> None:
         pytest.param(job(conditions=[{"type": "Failed", "status": "False"}]), "", id="failed-false"),
         pytest.param(job(suspend=True), "owner is suspended", id="suspended"),
         pytest.param(job(suspend=False), "", id="not-suspended"),
+        # A move is an eviction: free only when the Job's failure policy ignores it before any other rule.
+        pytest.param(job(rules=[]), stranding.NOT_FREE, id="no-pod-failure-policy"),
+        pytest.param(job(rules=[EXIT_FAILS_JOB]), stranding.NOT_FREE, id="users-policy-alone"),
+        pytest.param(job(rules=[EXIT_FAILS_JOB, IGNORE_DISRUPTIONS]), stranding.NOT_FREE, id="ignore-rule-not-first"),
+        pytest.param(job(rules=[IGNORE_DISRUPTIONS, EXIT_FAILS_JOB]), "", id="ignore-rule-first"),
+        pytest.param(
+            job(rules=[{**IGNORE_DISRUPTIONS, "action": "Count"}]), stranding.NOT_FREE, id="disruptions-counted"
+        ),
+        pytest.param(
+            job(rules=[{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]}]),
+            "",
+            id="status-defaults-to-true",
+        ),
+        pytest.param(
+            job(rules=[{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "False"}]}]),
+            stranding.NOT_FREE,
+            id="ignores-the-wrong-status",
+        ),
     ],
 )
 def test_check_owner(owner: dict[str, Any] | None, why: str) -> None:
@@ -99,7 +119,9 @@ DEADLINE = T0 + 600
         pytest.param(pod(burst_deadline=DEADLINE_TEXT), DEADLINE, 0, "reburst", id="deadline-reached"),
         # the scheduler has not marked it yet: the deadline still decides
         pytest.param(pod(burst_deadline=DEADLINE_TEXT, scheduled=None), DEADLINE, 0, "reburst", id="no-condition"),
-        pytest.param(pod(burst_deadline=DEADLINE_TEXT), DEADLINE, 3, "cap-hit", id="cap-bounds-it-too"),
+        # a Job waits once (its replacements burst at once): the re-burst cap never holds a pod of it back,
+        # so the fourth pod of a parallel Job is moved as the first was
+        pytest.param(pod(burst_deadline=DEADLINE_TEXT), DEADLINE, 3, "reburst", id="no-cap-a-job-waits-once"),
         pytest.param(pod(burst_deadline=DEADLINE_TEXT, owners=[]), DEADLINE, 0, "note", id="bare-pod-reported"),
         pytest.param(pod(burst_deadline=DEADLINE_TEXT, gang="g-1"), DEADLINE, 0, "gang", id="gang-pod"),
         # a node took it, or it is going: nothing to do

@@ -50,6 +50,12 @@ ROWS = [
         Step(RunState("submitting"), (PrepareSubmit(),)),
     ),
     (
+        "seen CANCELED without ever running (JARVICE's other end of a queued terminate): submit on the next machine",
+        MOVING,
+        MovedAway(ended("CANCELED")),
+        Step(RunState("submitting"), (PrepareSubmit(),)),
+    ),
+    (
         "it started and was terminated meanwhile: that is the result, nothing resubmitted",
         MOVING,
         MovedAway(ended("TERMINATED", started=1700000000)),

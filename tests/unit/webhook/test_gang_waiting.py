@@ -38,7 +38,7 @@ NOW = 5000.0
 
 def ask(setting: str | None = "60s", *, ns: str | None = None, job: str = "job-1") -> waiting.WaitAsk:
     # A gang's deadline comes from its Job's creation: what the single pods' memory holds is not read.
-    return waiting.WaitAsk(setting, ns, job, NOW, {"job-1": NOW + 5})
+    return waiting.WaitAsk(setting, ns, job, NOW, {"job-1": NOW + 5}, "Never")
 
 
 @pytest.mark.parametrize(
@@ -113,6 +113,7 @@ def make_sync(*gpus_per_node: int, size: int = 2) -> tuple[CacheSync, Clock]:
 
 def job_pod(index: int, *, setting: str = "60s") -> dict[str, Any]:
     raw = pod(container(gpus=1), name=f"train-{index}-{setting}")
+    raw["spec"]["restartPolicy"] = "Never"  # a Job's pods that may wait (webhook.job_policy)
     raw["metadata"]["annotations"] = {
         gangs.ANNOTATION_COMPLETION_INDEX: str(index),
         contract.ANNOTATION_BURST_AFTER: setting,

@@ -73,9 +73,14 @@ NOW = 5000.0
 
 
 def ask(
-    setting: str | None = "60s", *, ns: str | None = None, job: str = "job-1", deadlines: dict[str, float] | None = None
+    setting: str | None = "60s",
+    *,
+    ns: str | None = None,
+    job: str = "job-1",
+    deadlines: dict[str, float] | None = None,
+    restart: str = "Never",
 ) -> waiting.WaitAsk:
-    return waiting.WaitAsk(setting, ns, job, NOW, deadlines or {})
+    return waiting.WaitAsk(setting, ns, job, NOW, deadlines or {}, restart)
 
 
 @pytest.mark.parametrize(
@@ -105,6 +110,10 @@ def test_the_wait(the_ask: waiting.WaitAsk, gang: bool, expected: waiting.Wait |
         (ask("sixty"), False, "the pod's nimbix-burst.io/burst-after is ignored: 'sixty' is not a duration"),
         (ask(None, ns="soon"), False, "the namespace's nimbix-burst.io/burst-after is ignored"),
         (ask("60s", deadlines={"job-1": NOW}), False, "its Job waited until 1970-01-01T01:23:20.000Z"),
+        # its Job would count the eviction that bursts it later (no podFailurePolicy with OnFailure)
+        (ask("60s", restart="OnFailure"), False, "only a pod with restartPolicy Never can wait"),
+        (ask("60s", restart=""), False, "with Always the eviction would count against the Job's backoffLimit"),
+        (ask(None, ns="5m", restart="OnFailure"), True, "only a pod with restartPolicy Never can wait"),
     ],
 )
 def test_who_bursts_at_once_and_why(the_ask: waiting.WaitAsk, gang: bool, says: str) -> None:
@@ -157,6 +166,7 @@ def job_pod(uid: str, *, setting: str | None = "60s", owned: bool = True) -> dic
         name=uid,
         annotations={contract.ANNOTATION_BURST_AFTER: setting} if setting is not None else None,
     )
+    raw["spec"]["restartPolicy"] = "Never"  # a Job's pods that may wait (webhook.job_policy)
     if owned:
         raw["metadata"]["ownerReferences"] = [JOB]
     return raw

@@ -1,0 +1,39 @@
+"""The Job failure-policy rule under which a pod the product evicts costs its Job nothing (pure).
+
+Evicting a pod (the Eviction API) makes the API server mark it `DisruptionTarget` before deleting
+it. A Job whose `podFailurePolicy` starts with `IGNORE_DISRUPTIONS` neither counts such a pod
+against its `backoffLimit` nor lets a later rule fail the Job for it: it creates the replacement.
+The webhook puts the rule first at a Job's creation; the controller moves only the pods of Jobs that
+have it (`ignores_disruptions_first`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+DISRUPTION_TARGET: Final = "DisruptionTarget"
+IGNORE_DISRUPTIONS: Final[Mapping[str, Any]] = {
+    "action": "Ignore",
+    "onPodConditions": [{"type": DISRUPTION_TARGET, "status": "True"}],
+}
+
+
+def ignores_disruptions_first(pod_failure_policy: object) -> bool:
+    """Whether a Job's podFailurePolicy's first rule ignores a pod marked DisruptionTarget: then no
+    other rule can count or fail the Job for a pod the product evicted."""
+    if not isinstance(pod_failure_policy, dict):
+        return False
+    rules = pod_failure_policy.get("rules")
+    if not isinstance(rules, list) or not rules or not isinstance(rules[0], dict):
+        return False
+    first = rules[0]
+    conditions = first.get("onPodConditions")
+    return (
+        first.get("action") == "Ignore"
+        and isinstance(conditions, list)
+        and any(
+            isinstance(c, dict) and c.get("type") == DISRUPTION_TARGET and c.get("status", "True") == "True"
+            for c in conditions
+        )
+    )

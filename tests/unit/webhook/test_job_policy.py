@@ -1,0 +1,129 @@
+"""webhook.job_policy: the podFailurePolicy rule a Job whose pods may burst gets at its creation, as tables."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+
+from kubeplumbing.disruptions import IGNORE_DISRUPTIONS, ignores_disruptions_first
+from webhook import job_policy
+from webhook.review import AdmissionRequest
+
+EXIT_FAILS_JOB = {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}}
+
+
+def a_job(*, restart: str | None = "Never", labeled: bool = True, rules: list[Any] | None = None) -> dict[str, Any]:
+    template: dict[str, Any] = {
+        "metadata": {"labels": {"task-type": "Nimbix"} if labeled else {"app": "x"}},
+        "spec": {"containers": [{"name": "train", "image": "x"}]},
+    }
+    if restart is not None:
+        template["spec"]["restartPolicy"] = restart
+    spec: dict[str, Any] = {"backoffLimit": 0, "template": template}
+    if rules is not None:
+        spec["podFailurePolicy"] = {"rules": rules}
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train"}, "spec": spec}
+
+
+def applied(job: dict[str, Any], ops: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+    """The Job after the patch, as the API server applies these two shapes of `add`."""
+    for op in ops:
+        assert op["op"] == "add"
+        if op["path"] == "/spec/podReplacementPolicy":
+            job["spec"]["podReplacementPolicy"] = op["value"]
+        elif op["path"] == "/spec/podFailurePolicy":
+            job["spec"]["podFailurePolicy"] = op["value"]
+        else:
+            assert op["path"] == "/spec/podFailurePolicy/rules/0"
+            job["spec"]["podFailurePolicy"]["rules"].insert(0, op["value"])
+    return job
+
+
+@pytest.mark.parametrize(
+    ("job", "rules_after"),
+    [
+        pytest.param(a_job(), [IGNORE_DISRUPTIONS], id="no-policy-gets-one"),
+        pytest.param(a_job(rules=[EXIT_FAILS_JOB]), [IGNORE_DISRUPTIONS, EXIT_FAILS_JOB], id="users-rules-kept-after"),
+        pytest.param(a_job(rules=[IGNORE_DISRUPTIONS]), [IGNORE_DISRUPTIONS], id="already-first-unchanged"),
+        pytest.param(
+            a_job(rules=[EXIT_FAILS_JOB, IGNORE_DISRUPTIONS]),
+            [IGNORE_DISRUPTIONS, EXIT_FAILS_JOB, IGNORE_DISRUPTIONS],
+            id="not-first-put-first",
+        ),
+    ],
+)
+def test_a_job_whose_pods_may_burst_ignores_the_products_evictions_first(
+    job: dict[str, Any], rules_after: list[Any]
+) -> None:
+    planned = job_policy.plan(job)
+    after = applied(job, planned.ops)
+    assert after["spec"]["podFailurePolicy"]["rules"] == rules_after
+    assert ignores_disruptions_first(after["spec"]["podFailurePolicy"])
+    assert planned.warning == ""
+
+
+@pytest.mark.parametrize(
+    ("job", "says", "warns"),
+    [
+        pytest.param(a_job(labeled=False), "not labeled task-type=Nimbix", "", id="not-ours"),
+        pytest.param(
+            a_job(restart="OnFailure"), "restartPolicy is OnFailure", "restartPolicy OnFailure", id="onfailure"
+        ),
+        pytest.param(a_job(restart=None), "restartPolicy is unset", "restartPolicy unset", id="unset"),
+        pytest.param(
+            a_job(rules=[EXIT_FAILS_JOB] * 20),
+            "20 rules",
+            "20 podFailurePolicy rules, no room for ours",
+            id="rules-full",
+        ),
+    ],
+)
+def test_a_job_left_as_written_says_why(job: dict[str, Any], says: str, warns: str) -> None:
+    planned = job_policy.plan(job)
+    assert planned.ops == ()
+    assert says in planned.reason
+    assert (warns in planned.warning) if warns else planned.warning == ""
+
+
+def test_the_answer_is_the_patch_as_a_json_patch() -> None:
+    request = AdmissionRequest(
+        uid="r-1", operation="CREATE", kind="Job", group="batch", namespace="ns", dry_run=False, object=a_job()
+    )
+    answer = job_policy.admit(request).response["response"]
+    assert answer["allowed"] is True and answer["patchType"] == "JSONPatch"
+    assert json.loads(base64.b64decode(answer["patch"])) == [
+        {"op": "add", "path": "/spec/podFailurePolicy", "value": {"rules": [IGNORE_DISRUPTIONS]}}
+    ]
+
+
+def test_an_onfailure_job_is_admitted_unchanged_with_a_warning() -> None:
+    request = AdmissionRequest(
+        uid="r-2",
+        operation="CREATE",
+        kind="Job",
+        group="batch",
+        namespace="ns",
+        dry_run=False,
+        object=a_job(restart="OnFailure"),
+    )
+    answer = job_policy.admit(request).response["response"]
+    assert answer["allowed"] is True and "patch" not in answer
+    (warning,) = answer["warnings"]
+    assert "burst at once, never come home" in warning and len(warning) <= 120
+
+
+@pytest.mark.parametrize("defaulted", ["TerminatingOrFailed", "Failed", None])
+def test_the_replacement_policy_the_api_server_defaulted_is_made_failed_as_a_failure_policy_requires(
+    defaulted: str | None,
+) -> None:
+    """The API server defaults podReplacementPolicy (TerminatingOrFailed without a podFailurePolicy)
+    before the webhook adds the policy, and then refuses the Job unless it is Failed (seen on 1.32)."""
+    job = a_job()
+    if defaulted is not None:
+        job["spec"]["podReplacementPolicy"] = defaulted
+    planned = job_policy.plan(job)
+    after = applied(job, planned.ops)
+    assert after["spec"].get("podReplacementPolicy", "Failed") == "Failed"

@@ -1,0 +1,101 @@
+"""A Job whose pods may burst gets a failure policy under which the product's moves are free (pure).
+
+The product moves a Job's pod (the burst-after deadline, homecoming, a re-burst) by evicting it: the
+API server marks the pod `DisruptionTarget` before deleting it. Under the rule this module puts first
+in the Job's `podFailurePolicy` (`{action: Ignore, onPodConditions: [{type: DisruptionTarget}]}`) the
+Job controller then neither counts the pod against `backoffLimit` nor lets another rule fail the Job
+for it: it creates the replacement, whatever `backoffLimit` (0 included).
+
+Only at the Job's creation (the API server refuses a later change of `podFailurePolicy`), only for
+a Job whose pod template carries `task-type: Nimbix`, and only when its pods' `restartPolicy` is
+`Never` (the only one a `podFailurePolicy` allows). A user's own rules are kept, after ours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from jarvice import contract
+from kubeplumbing.disruptions import IGNORE_DISRUPTIONS, ignores_disruptions_first
+from webhook.responses import Admission
+from webhook.review import AdmissionRequest, build_response
+
+MAX_RULES: Final = 20  # the API server's limit on spec.podFailurePolicy.rules
+
+
+@dataclass(frozen=True, slots=True)
+class JobPatch:
+    """What the webhook does to a Job at its creation: `ops` (JSON patch, empty: nothing), and why."""
+
+    ops: tuple[dict[str, Any], ...]
+    reason: str
+    warning: str = ""  # shown by kubectl when the Job's pods will not be moved for free
+
+
+def _dict(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def plan(job: Mapping[str, Any]) -> JobPatch:
+    """The patch that makes the product's moves free for `job` (a batch/v1 Job as created)."""
+    spec = _dict(job.get("spec"))
+    template = _dict(spec.get("template"))
+    labels = _dict(_dict(template.get("metadata")).get("labels"))
+    if labels.get(contract.LABEL_TASK_TYPE) != contract.LABEL_TASK_TYPE_VALUE:
+        return JobPatch(
+            (), f"its pod template is not labeled {contract.LABEL_TASK_TYPE}={contract.LABEL_TASK_TYPE_VALUE}"
+        )
+    restart = _dict(template.get("spec")).get("restartPolicy")
+    if restart != "Never":
+        return JobPatch(
+            (),
+            f"its pods' restartPolicy is {restart or 'unset'}, not Never",
+            warning=(
+                f"nimbix-burst: restartPolicy {restart or 'unset'}: this Job's pods burst at once, never come home"
+                " (only Never makes moves free)"
+            ),
+        )
+    policy = _dict(spec.get("podFailurePolicy"))
+    if ignores_disruptions_first(policy):
+        return JobPatch((), "its podFailurePolicy already ignores DisruptionTarget first")
+    rules = policy.get("rules")
+    # The API server defaulted podReplacementPolicy before this webhook (TerminatingOrFailed without a
+    # podFailurePolicy) and allows only Failed with one: the replacement waits for the old pod's end.
+    replacement = (
+        ({"op": "add", "path": "/spec/podReplacementPolicy", "value": "Failed"},)
+        if spec.get("podReplacementPolicy", "Failed") != "Failed"
+        else ()
+    )
+    if not isinstance(rules, list) or not policy:
+        return JobPatch(
+            (
+                {"op": "add", "path": "/spec/podFailurePolicy", "value": {"rules": [dict(IGNORE_DISRUPTIONS)]}},
+                *replacement,
+            ),
+            "added a podFailurePolicy that ignores the product's evictions",
+        )
+    if len(rules) >= MAX_RULES:
+        return JobPatch(
+            (),
+            f"its podFailurePolicy has {len(rules)} rules, the most a Job may have",
+            warning=(
+                f"nimbix-burst: {len(rules)} podFailurePolicy rules, no room for ours: this Job's pods are never"
+                " moved (see docs)"
+            ),
+        )
+    return JobPatch(
+        ({"op": "add", "path": "/spec/podFailurePolicy/rules/0", "value": dict(IGNORE_DISRUPTIONS)}, *replacement),
+        "put a rule ignoring the product's evictions before the Job's own",
+    )
+
+
+def admit(request: AdmissionRequest) -> Admission:
+    """A Job CREATE's answer: admitted, with the patch (if any) and the warning (if any)."""
+    if request.operation != "CREATE":
+        return Admission(build_response(request.uid), "skipped", f"not a Job CREATE ({request.operation})")
+    planned = plan(request.object)
+    warnings = [planned.warning] if planned.warning else []
+    # "skipped": a Job is no pod's decision; its reason says what was done to it.
+    return Admission(build_response(request.uid, patch=planned.ops, warnings=warnings), "skipped", planned.reason)
