@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from gateway.submission import AdmittedSubmit
@@ -39,6 +39,7 @@ class Entry:
     cost_per_hour: float | None
     worst_case: float | None
     at: float  # when the gateway wrote it, before the submit (Unix seconds)
+    number: int | None = None  # JARVICE's job number once the submit answered (written after the answer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,16 +86,37 @@ def encode_ledger(ledger: Ledger) -> str:
             "cost_per_hour": e.cost_per_hour,
             "worst_case": e.worst_case,
             "at": e.at,
+            "number": e.number,
         }
         for label, e in sorted(ledger.items())
     }
     return json.dumps({"version": LEDGER_VERSION, "entries": entries}, separators=(",", ":"))
 
 
+# A job JARVICE answered with a number is in its listing at once; this covers a listing read just before.
+LISTED_GRACE_SECONDS: Final = 5.0
+# A submit of the same attempt this recent may still be creating its job: a second one waits. (A runner
+# submits an attempt again only after looking for its job for its resolve window, 30 s by default.)
+IN_FLIGHT_SECONDS: Final = 10.0
+
+
+def in_flight(ledger: Ledger, label: str, *, now: float) -> bool:
+    """Whether a submit of this attempt was sent moments ago and its answer is not known yet."""
+    entry = ledger.get(label)
+    return entry is not None and entry.number is None and now - entry.at < IN_FLIGHT_SECONDS
+
+
 def prune(ledger: Ledger, *, live_labels: Set[str], now: float, pending_seconds: float) -> dict[str, Entry]:
-    """The entries that still count: a job JARVICE lists, or a submit younger than `pending_seconds`
-    (its answer may not be in the listing yet)."""
-    return {label: entry for label, entry in ledger.items() if label in live_labels or now - entry.at < pending_seconds}
+    """The entries that still count: a job JARVICE lists; a submit whose answer is not known yet, for
+    `pending_seconds` (it may have created a job not listed yet); an answered one for a few seconds.
+    An answered job no longer listed has ended (a runner moving its queued job to another machine
+    terminates it, then submits the same attempt again)."""
+
+    def counts(label: str, entry: Entry) -> bool:
+        grace = pending_seconds if entry.number is None else LISTED_GRACE_SECONDS
+        return label in live_labels or now - entry.at < grace
+
+    return {label: entry for label, entry in ledger.items() if counts(label, entry)}
 
 
 def _sum(values: list[float | None]) -> float:
@@ -104,10 +126,9 @@ def _sum(values: list[float | None]) -> float:
 def refusal(
     ledger: Ledger, *, namespace: str, limits: Limits, submit: AdmittedSubmit, month_recorded: float
 ) -> str | None:
-    """Why this submit would take `namespace` past its budget or caps, or None when it may go."""
-    if submit.label in ledger:
-        return f"a job for this pod attempt ({submit.label}) is already submitted: one job per attempt"
-    mine = [e for e in ledger.values() if e.namespace == namespace]
+    """Why this submit would take `namespace` past its budget or caps, or None when it may go. An entry
+    of the same label is the one this submit replaces (its job ended, or its submit created none)."""
+    mine = [e for label, e in ledger.items() if e.namespace == namespace and label != submit.label]
     if limits.max_gpus is not None:
         held = sum(e.gpus for e in mine)
         if held + submit.gpus > limits.max_gpus:
@@ -147,6 +168,12 @@ def with_submit(
         at=now,
     )
     return {**ledger, submit.label: entry}
+
+
+def with_number(ledger: Ledger, label: str, number: int) -> dict[str, Entry]:
+    if label not in ledger:
+        return dict(ledger)
+    return {**ledger, label: replace(ledger[label], number=number)}
 
 
 def without(ledger: Ledger, label: str) -> dict[str, Entry]:

@@ -54,6 +54,7 @@ class Submits:
         self._wall_clock = wall_clock
         self._timing = timing
         self._catalogues: dict[str, tuple[float, Catalogue]] = {}
+        self._settling: set[asyncio.Task[None]] = set()  # held so they are not collected mid-write
 
     async def catalogue(self, account: Account) -> Catalogue:
         now = self._clock()
@@ -112,6 +113,8 @@ class Submits:
                 now=now,
                 pending_seconds=self._timing.pending_seconds,
             )
+            if ledger.in_flight(current, submit.label, now=now):
+                raise Refused(f"a submit of this pod attempt ({submit.label}) is in flight: one job per attempt")
             why = ledger.refusal(current, namespace=namespace, limits=limits, submit=submit, month_recorded=month)
             if why is not None:
                 raise Refused(why)
@@ -125,12 +128,13 @@ class Submits:
                 continue
         raise UpstreamFailed("the ledger kept changing under this submit; try again")
 
-    async def _forget(self, label: str) -> None:
-        """A refused submit's entry goes: nothing was created. (An accepted one stays as written: it
-        counts while JARVICE lists its label, which is all the check needs, so no second write.)"""
+    async def _settle(self, label: str, number: int | None) -> None:
+        """The entry gets its job number (from then on it counts while JARVICE lists the job), or goes
+        (the submit was refused: nothing was created)."""
         for _ in range(MAX_LEDGER_ROUNDS):
             stored = await asyncio.to_thread(self._kube.read_ledger)
-            wanted = ledger.without(ledger.parse_ledger(stored.text), label)
+            current = ledger.parse_ledger(stored.text)
+            wanted = ledger.without(current, label) if number is None else ledger.with_number(current, label, number)
             try:
                 await asyncio.to_thread(
                     self._kube.write_ledger, ledger.encode_ledger(wanted), resource_version=stored.resource_version
@@ -143,7 +147,12 @@ class Submits:
         await self._reserve(account, submit, namespace=namespace, pod_uid=pod_uid)
         answer = await self._upstream.submit(account, submit.body)
         if 400 <= answer.status < 500:
-            await self._forget(submit.label)
+            await self._settle(submit.label, None)
+        elif (number := submitted_number(answer)) is not None:
+            # After the answer, not before it: the submit's time is what the runner waits for.
+            task = asyncio.get_running_loop().create_task(self._settle(submit.label, number))
+            self._settling.add(task)
+            task.add_done_callback(self._settling.discard)
         log.info(
             "submit forwarded",
             extra={

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 import pytest
 
 from gateway.accounts import AccountsError, parse_accounts
 
 
-def _file(*accounts: dict[str, object]) -> str:
+def _file(*accounts: Mapping[str, object]) -> str:
     return json.dumps({"accounts": list(accounts)})
 
 

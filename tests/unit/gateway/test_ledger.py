@@ -3,6 +3,8 @@ submitted and JARVICE still runs. Expected values by hand."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gateway import ledger
@@ -60,15 +62,40 @@ def test_a_machine_without_a_price_is_refused_in_a_capped_namespace_only() -> No
     assert why is not None and "gives no price" in why
 
 
-def test_one_job_per_pod_attempt() -> None:
-    why = ledger.refusal({"L-new": _entry()}, namespace=NS, limits=Limits(), submit=_submit(), month_recorded=0)
-    assert why is not None and "one job per attempt" in why
+@pytest.mark.parametrize(
+    ("entry", "now", "blocked"),
+    [
+        pytest.param(_entry(at=995), 1000, True, id="sent-5-s-ago-no-answer-yet"),
+        pytest.param(_entry(at=985), 1000, False, id="sent-15-s-ago-the-runner-resolved-it"),
+        pytest.param(replace(_entry(at=999), number=7), 1000, False, id="answered"),
+    ],
+)
+def test_one_submit_of_an_attempt_at_a_time(entry: Entry, now: float, blocked: bool) -> None:
+    assert ledger.in_flight({"L-new": entry}, "L-new", now=now) is blocked
+    assert not ledger.in_flight({"L-other": entry}, "L-new", now=now)
 
 
-def test_an_entry_counts_while_its_job_is_listed_or_while_it_is_young() -> None:
-    held = {"live": _entry(at=0), "young": _entry(at=950), "gone": _entry(at=0)}
-    kept = ledger.prune(held, live_labels={"live"}, now=1000, pending_seconds=180)
-    assert set(kept) == {"live", "young"}
+def test_the_entry_a_submit_replaces_is_not_counted_twice() -> None:
+    """A runner moving its queued job terminates it, then submits the same attempt on another machine."""
+    held = {"L-new": _entry(gpus=1)}
+    assert ledger.refusal(held, namespace=NS, limits=Limits(max_gpus=1), submit=_submit(), month_recorded=0) is None
+
+
+@pytest.mark.parametrize(
+    ("entry", "live", "kept"),
+    [
+        pytest.param(_entry(at=0), True, True, id="listed"),
+        pytest.param(_entry(at=950), False, True, id="unanswered-and-young"),
+        pytest.param(_entry(at=0), False, False, id="unanswered-and-old"),
+        pytest.param(replace(_entry(at=998), number=7), False, True, id="answered-moments-ago"),
+        pytest.param(replace(_entry(at=990), number=7), False, False, id="answered-and-no-longer-listed"),
+    ],
+)
+def test_an_entry_counts_while_its_job_is_listed_or_its_answer_is_not_known(
+    entry: Entry, live: bool, kept: bool
+) -> None:
+    pruned = ledger.prune({"L": entry}, live_labels={"L"} if live else set(), now=1000, pending_seconds=180)
+    assert ("L" in pruned) is kept
 
 
 @pytest.mark.parametrize(
@@ -93,7 +120,7 @@ def test_limits_are_the_namespaces_annotations_and_a_typo_caps_at_0(
 
 
 def test_the_ledger_round_trips_and_a_broken_one_is_said() -> None:
-    held = ledger.with_submit({}, _submit(), namespace=NS, pod_uid="u", now=5.0)
+    held = ledger.with_number(ledger.with_submit({}, _submit(), namespace=NS, pod_uid="u", now=5.0), "L-new", 42)
     assert ledger.parse_ledger(ledger.encode_ledger(held)) == held
     assert ledger.without(held, "L-new") == {}
     with pytest.raises(ledger.LedgerError, match="unreadable"):
