@@ -364,11 +364,17 @@ def test_an_orphaned_jarvice_job_is_terminated_and_a_live_pods_job_is_not(
     clusters = {"doomed": cluster, "kept": cluster, "legacy": ""}
     pods = {}
     for role in clusters:
+        # Burst pods the webhook decided (a GPU no node has): a job of any other pod is one nothing
+        # accounts for, which the reaper stops whatever its pod does (not-decided).
         body = {
-            "metadata": {"name": f"{role}-{uuid.uuid4().hex[:6]}"},
-            "spec": {"containers": [{"name": "app", "image": PAUSE}], "nodeSelector": dict(group.label)},
+            "metadata": {"name": f"{role}-{uuid.uuid4().hex[:6]}", "labels": {"task-type": "Nimbix"}},
+            "spec": {
+                "containers": [{"name": "app", "image": PAUSE, "resources": {"limits": {GPU: "1"}}}],
+                "nodeSelector": dict(group.label),
+            },
         }
         pods[role] = group.core.create_namespaced_pod(group.namespace, body)
+        assert _decision(pods[role]) == "remote", pods[role].metadata.annotations
     labels = {
         role: f"k8s-{clusters[role]}.{pod.metadata.uid}-app-1" if clusters[role] else f"k8s-{pod.metadata.uid}-app-1"
         for role, pod in pods.items()
@@ -430,7 +436,7 @@ def _gone(group: Group, name: str) -> bool:
 
 
 def test_a_bind_between_the_read_and_the_delete_makes_the_delete_fail(group: Group, api_client: Any) -> None:
-    """The controller's delete carries the uid and resourceVersion it decided on: the real API server
+    """The controller's eviction carries the uid and resourceVersion it decided on: the real API server
     refuses it once the scheduler has bound the pod (here the binding is posted by hand)."""
     cpu = group.cpu_node()
     name = f"race-{uuid.uuid4().hex[:6]}"
@@ -449,10 +455,10 @@ def test_a_bind_between_the_read_and_the_delete_makes_the_delete_fail(group: Gro
     }
     group.core.create_namespaced_binding(group.namespace, binding, _preload_content=False)
     with pytest.raises(PodChanged):
-        kube.delete_pod(decided_on)
+        kube.evict_pod(decided_on)
     still = group.read(name)
     assert still.spec.node_name == cpu and still.metadata.deletion_timestamp is None
-    kube.delete_pod(parse_pod(kube.read_pod(group.namespace, name)))  # what it read now: accepted
+    kube.evict_pod(parse_pod(kube.read_pod(group.namespace, name)))  # what it read now: accepted
     assert group.read(name).metadata.deletion_timestamp is not None or _gone(group, name)
 
 

@@ -27,6 +27,7 @@ from webhook import settings as webhook_settings
 NAMESPACE = "nimbix-burst"
 APP = "nimbix-burst-webhook"
 CONTROLLER = "nimbix-burst-controller"
+GATEWAY = "nimbix-burst-gateway"
 GPU_MODELS = "nimbix-burst-gpu-models"  # the ConfigMap of the GPU model mapping (docs/gpu-models.md)
 GPU_RESOURCES = ("nvidia.com/gpu", "alpha.kubernetes.io/nvidia-gpu")
 
@@ -186,6 +187,15 @@ def test_kustomize_builds_the_install(objs: list[Manifest]) -> None:
             ("Deployment", CONTROLLER),
             ("ValidatingAdmissionPolicy", f"{CONTROLLER}-dry-runs-only"),
             ("ValidatingAdmissionPolicyBinding", f"{CONTROLLER}-dry-runs-only"),
+            # The JARVICE gateway (deploy/gateway.yaml): the only holder of the account keys.
+            ("ServiceAccount", GATEWAY),
+            ("ClusterRole", GATEWAY),
+            ("ClusterRoleBinding", GATEWAY),
+            ("Role", GATEWAY),
+            ("RoleBinding", GATEWAY),
+            ("Certificate", GATEWAY),
+            ("Service", GATEWAY),
+            ("Deployment", GATEWAY),
         ]
     )
     # Generated with a content hash, so a change of the settings or of the GPU model mapping rolls the Deployment.
@@ -392,7 +402,7 @@ def test_container_runs_the_image_entrypoint_with_settings_from_the_config_map(
 def test_service_sends_443_to_the_webhook_port(
     objs: list[Manifest], deployment: Manifest, container: Mapping[str, Any], settings: Mapping[str, str]
 ) -> None:
-    service = manifests.find_object(objs, kind="Service")
+    service = manifests.find_object(objs, kind="Service", name=APP)
     (port,) = service["spec"]["ports"]
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert port["port"] == 443
@@ -462,7 +472,7 @@ def test_webhook_match_condition_names_every_gpu_resource(
 def test_webhook_calls_the_service_and_trusts_the_serving_certificates_ca(
     objs: list[Manifest], webhook: Mapping[str, Any], container: Mapping[str, Any], serving_certificate: Manifest
 ) -> None:
-    service = manifests.find_object(objs, kind="Service")
+    service = manifests.find_object(objs, kind="Service", name=APP)
     config = manifests.find_object(objs, kind=manifests.WEBHOOK_CONFIGURATION_KIND)
     (port,) = service["spec"]["ports"]
     assert webhook["clientConfig"] == {

@@ -67,7 +67,7 @@ def test_every_object_is_accepted_by_the_api_server(
     cert_manager: certmanager.CertManager,
 ) -> None:
     cert_manager_objects = [o for o in objs if o["apiVersion"].startswith(f"{CERT_MANAGER_GROUP}/")]
-    assert len(cert_manager_objects) == 4  # two Issuers, two Certificates: checked like the rest
+    assert len(cert_manager_objects) == 5  # two Issuers, three Certificates (CA, webhook, gateway)
     problems = []
     for obj in objs:
         result = _kubectl(
