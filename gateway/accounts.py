@@ -51,10 +51,6 @@ class Accounts:
                 fallback = account
         return fallback
 
-    def secrets(self) -> tuple[str, ...]:
-        """Every key, for masking in any text the gateway passes on."""
-        return tuple(account.apikey.reveal() for account in self.accounts)
-
 
 def _text(entry: Mapping[str, Any], key: str, where: str) -> str:
     value = entry.get(key)

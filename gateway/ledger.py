@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Set
 from dataclasses import dataclass, replace
-from typing import Any, Final
+from typing import Final
 
 from gateway.submission import AdmittedSubmit
 from jarvice.gpubudget import ANNOTATION_MAX_REMOTE_GPUS, parse_budget
@@ -178,14 +178,3 @@ def with_number(ledger: Ledger, label: str, number: int) -> dict[str, Entry]:
 
 def without(ledger: Ledger, label: str) -> dict[str, Entry]:
     return {k: v for k, v in ledger.items() if k != label}
-
-
-def summary(ledger: Ledger) -> dict[str, Any]:
-    """Per namespace: jobs, GPUs and cost per hour, for the gateway's metrics and logs."""
-    out: dict[str, dict[str, float]] = {}
-    for entry in ledger.values():
-        row = out.setdefault(entry.namespace, {"jobs": 0, "gpus": 0, "cost_per_hour": 0.0})
-        row["jobs"] += 1
-        row["gpus"] += entry.gpus
-        row["cost_per_hour"] += entry.cost_per_hour or 0.0
-    return out

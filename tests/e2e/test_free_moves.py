@@ -11,12 +11,12 @@ for local GPUs (burst-after) is.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from devplatform import demo
 from kubeplumbing.disruptions import DISRUPTION_TARGET, IGNORE_DISRUPTIONS
 
 IMAGE = "registry.k8s.io/pause:3.10"  # never pulled: no node takes the pod
@@ -46,14 +46,7 @@ def _job(name: str, *, backoff_limit: int, rules: list[dict[str, Any]] | None, i
 
 
 def _poll(what: str, check: Any) -> Any:
-    deadline = time.monotonic() + TIMEOUT_SECONDS
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {TIMEOUT_SECONDS:.0f}s waiting for {what}")
-        time.sleep(1)
+    return demo.wait_for(check, what=what, timeout=TIMEOUT_SECONDS)
 
 
 def _pods(core: Any, namespace: str, job: str) -> list[Any]:

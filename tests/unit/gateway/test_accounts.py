@@ -67,4 +67,3 @@ def test_a_mistake_is_named_and_no_key_is_shown(text: str, says: str) -> None:
 def test_keys_do_not_show_in_the_accounts_repr() -> None:
     accounts = parse_accounts(_file(TEAM, SHARED))
     assert "k-research" not in repr(accounts) and "k-shared" not in repr(accounts)
-    assert set(accounts.secrets()) == {"k-research-0001", "k-shared-0002"}
