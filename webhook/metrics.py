@@ -101,6 +101,16 @@ class _CacheCollector(Collector):
         yield free
         age = self._clock() - self._sync.state.last_contact if self._sync.state.last_contact else float("nan")
         yield GaugeMetricFamily("nimbix_burst_cache_age_seconds", "Seconds since the last watch contact", value=age)
+        # How far each watch has got: compared with an object's resourceVersion, it says whether the
+        # decisions already see that change (an operator's check, and the tests' wait instead of a sleep).
+        versions = GaugeMetricFamily(
+            "nimbix_burst_cache_resource_version",
+            "The resourceVersion the cache holds each kind as of (its last list or watch event)",
+            labels=["kind"],
+        )
+        for kind, version in sorted(self._sync.state.versions.items()):
+            versions.add_metric([kind], version)
+        yield versions
         cache = self._cache
         for name, documentation, value in (
             ("nimbix_burst_cache_nodes", "Nodes in the cache", cache.node_count),

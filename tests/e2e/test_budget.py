@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -46,6 +45,19 @@ def set_budget(group: Group, hook: addons.WebhookProcess, value: str) -> None:
     demo.wait_for(seen, timeout=15, what="the webhook to see the namespace's budget")
 
 
+def wait_until_seen(hook: addons.WebhookProcess, kind: str, changed: Any) -> None:
+    """Wait until the webhook's watch of `kind` has got to the changed object's resourceVersion."""
+    version = int(changed.metadata.resource_version)
+    pattern = re.compile(rf'^nimbix_burst_cache_resource_version{{kind="{kind}"}} (\S+)$', re.MULTILINE)
+
+    def seen() -> bool:
+        status, text = hook.get("/metrics", timeout=2)
+        found = pattern.search(text) if status == 200 else None
+        return found is not None and float(found.group(1)) >= version
+
+    demo.wait_for(seen, timeout=15, what=f"the webhook's {kind} watch to reach resourceVersion {version}")
+
+
 def test_a_budget_of_four_bursts_four_gpus_and_the_next_pod_stays_local(
     control_plane: ControlPlane, core: Any, namespace: str, make_gpu_node: Callable[..., str]
 ) -> None:
@@ -75,8 +87,8 @@ def test_a_budget_of_four_bursts_four_gpus_and_the_next_pod_stays_local(
         # A burst pod turns terminal with no word from its runner (killed: its job may run on): its GPU
         # stays counted. Then its runner's termination message says the job ended: free again.
         done = remote[0][0]
-        core.patch_namespaced_pod_status(done["metadata"]["name"], namespace, {"status": {"phase": "Failed"}})
-        time.sleep(1)  # the webhook's watch sees it
+        failed = core.patch_namespaced_pod_status(done["metadata"]["name"], namespace, {"status": {"phase": "Failed"}})
+        wait_until_seen(hook, "pods", failed)
         assert pod_annotations(group.create(group.pod(1))[0]).get("nimbix-burst.io/budget") == note
         message = json.dumps({"nimbix_burst": {"job": 7, "job_may_run": False, "exit_code": 0}})
         terminated = {"exitCode": 0, "reason": "Completed", "message": message}

@@ -199,6 +199,31 @@ class Group:
         """The node's GPUs vanish (a device plugin reports them unhealthy): allocatable drops to 0."""
         zero = {GPU: "0"}  # a merge patch keeps keys it does not name: say 0 explicitly
         self.core.patch_node_status(node, {"status": {"capacity": zero, "allocatable": zero}})
+        # The scheduler learns it by its own watch: until an unlabelled 1-GPU probe (no webhook looks at
+        # it) is Unschedulable, a released pod could still bind to the GPUs as they were.
+        _wait("the scheduler to see the GPUs gone", self._probe_unschedulable, timeout=30, interval=0.2)
+
+    def _probe_unschedulable(self) -> bool:
+        name = f"gpus-gone-probe-{uuid.uuid4().hex[:6]}"
+        spec = {**self.pod_spec(1), "schedulingGates": []}
+        self.core.create_namespaced_pod(self.namespace, {"metadata": {"name": name}, "spec": spec})
+        try:
+            verdict = _wait(
+                "the probe scheduled or refused",
+                lambda: self._scheduling_verdict(name),
+                timeout=30,
+                interval=0.1,
+            )
+        finally:  # a fake node runs nothing: a probe bound to it goes only with a zero grace period
+            self.core.delete_namespaced_pod(name, self.namespace, grace_period_seconds=0)
+        return bool(verdict == "refused")
+
+    def _scheduling_verdict(self, name: str) -> str | None:
+        pod = self.read(name)
+        if pod.spec.node_name:
+            return "bound"
+        refused = any(c.type == "PodScheduled" and c.reason == "Unschedulable" for c in pod.status.conditions or ())
+        return "refused" if refused else None
 
     def release(self, name: str) -> None:
         """Remove the scheduling gate: the scheduler now tries the pod."""

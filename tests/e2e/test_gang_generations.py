@@ -30,7 +30,14 @@ from devplatform.cluster import addons, controlplane, install
 from jarvice import contract
 from tests.support.fault_matrix import FaultMatrix, Row
 from tests.support.indexed_jobs import INDEX_ANNOTATION, JOB_NAME_LABEL, PODS, real_node_indexed_job, submissions
-from tests.support.installed_controller import BUDGET, annotations_of, app_container, find_pod, pod_body
+from tests.support.installed_controller import (
+    BUDGET,
+    annotations_of,
+    app_container,
+    find_pod,
+    pod_body,
+    wait_admitted_as,
+)
 from tests.support.webhook_replicas import create_at_once
 
 # One pod fits the real node's 4 GPUs, two do not: the gang bursts as one job of 2 nodes x 4 GPUs.
@@ -181,7 +188,18 @@ def test_a_gang_with_ranks_missing_holds_its_budget(
     others = _live_others(node_emulator)
     control_plane.kubectl("annotate", "namespace", ns, f"{BUDGET}=8", "--overwrite")
     gpus_gone()
-    time.sleep(2)  # the webhook's watch sees the annotation and the node
+    # The webhook reads no API on a review: wait until its watch has seen the node and the annotation.
+    probe = pod_body("seen-probe", app_container(node_emulator, "echo probe", gpus=1), gated=False)
+    wait_admitted_as(control_plane, ns, probe, decision="remote", what="the real node without GPUs")
+    over = pod_body("seen-probe", app_container(node_emulator, "echo probe", gpus=9), gated=False)
+    wait_admitted_as(
+        control_plane,
+        ns,
+        over,
+        decision="local",
+        warning="kept local by the burst budget",
+        what="the namespace's budget of 8 GPUs",
+    )
     container = app_container(node_emulator, 'echo "rank 0 started"; sleep 600', gpus=RANK_GPUS)
     control_plane.kubectl(
         "create", "-n", ns, "-f", "-", input=json.dumps(group_pod("lonely", container, group="lonely", total=2))

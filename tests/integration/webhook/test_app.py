@@ -186,3 +186,16 @@ async def test_a_job_create_gets_its_failure_policy_rule_even_before_the_cache_i
             },
         }
     ]
+
+
+async def test_metrics_say_how_far_each_watch_has_got(
+    aiohttp_client: ClientFactory, settings: Settings, sync: CacheSync, clock: Clock
+) -> None:
+    client = await aiohttp_client(create_app(settings, cache=sync.cache, sync=sync, clock=clock))
+    sync.note_version("pods", "41")
+    sync.note_version("nodes", "7")
+    text = await (await client.get("/metrics")).text()
+    assert 'nimbix_burst_cache_resource_version{kind="pods"} 41.0' in text
+    assert 'nimbix_burst_cache_resource_version{kind="nodes"} 7.0' in text
+    sync.note_version("pods", "42")
+    assert 'nimbix_burst_cache_resource_version{kind="pods"} 42.0' in await (await client.get("/metrics")).text()
