@@ -210,8 +210,18 @@ class SftpFaults:
 
 
 class _Server(asyncssh.SSHServer):
-    def __init__(self, users: Mapping[str, str]) -> None:
+    def __init__(self, users: Mapping[str, str], connections: set[asyncssh.SSHServerConnection]) -> None:
         self.users = users
+        self._connections = connections
+        self._connection: asyncssh.SSHServerConnection | None = None
+
+    def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
+        self._connection = conn
+        self._connections.add(conn)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._connection is not None:
+            self._connections.discard(self._connection)
 
     def begin_auth(self, username: str) -> bool:
         return True
@@ -279,24 +289,29 @@ class SftpServer:
     acceptor: asyncssh.SSHAcceptor
     port: int
     host_key: str  # the public host key, as a known_hosts entry's key part
+    # Open sessions: closed with the server, so none outlives its event loop with a socket still open.
+    connections: set[asyncssh.SSHServerConnection]
 
     def close(self) -> None:
         self.acceptor.close()
+        for conn in list(self.connections):
+            conn.close()
 
 
 async def start_sftp(config: VaultConfig, *, users: Mapping[str, str], faults: SftpFaults) -> SftpServer:
     key = asyncssh.generate_private_key("ssh-ed25519")
+    connections: set[asyncssh.SSHServerConnection] = set()
     acceptor = await asyncssh.listen(
         config.sftp_host,
         config.sftp_port,
         server_host_keys=[key],
-        server_factory=lambda: _Server(users),
+        server_factory=lambda: _Server(users, connections),
         sftp_factory=_sftp_factory(config, faults),
         allow_scp=False,
     )
     port = acceptor.get_port()
     public = key.export_public_key("openssh").decode().strip()
-    return SftpServer(acceptor=acceptor, port=port, host_key=public)
+    return SftpServer(acceptor=acceptor, port=port, host_key=public, connections=connections)
 
 
 def known_hosts_line(server: SftpServer, host: str) -> str:
@@ -306,6 +321,10 @@ def known_hosts_line(server: SftpServer, host: str) -> str:
 
 async def stop_sftp(server: SftpServer | None) -> None:
     if server is not None:
+        open_sessions = list(server.connections)
         server.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(server.acceptor.wait_closed(), timeout=5)
+        for conn in open_sessions:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.wait_closed(), timeout=5)

@@ -40,8 +40,13 @@ def unique_uid() -> str:
     return str(uuid.uuid4())
 
 
+# What starts coverage in a Python child (pyproject.toml's [tool.coverage.run] patch): a runner started
+# with an environment of its own keeps it, so the tiers measure the runner's code too.
+COVERAGE_VARIABLES = ("COVERAGE_PROCESS_CONFIG", "COVERAGE_PROCESS_START")
+
+
 def base_env(url: str, **overrides: str) -> dict[str, str]:
-    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT")
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT", *COVERAGE_VARIABLES)
     env = {k: v for k, v in os.environ.items() if k in keep}
     env.update(
         {

@@ -5,13 +5,13 @@ import signal
 
 import pytest
 
-from tests.support.runner_processes import Runner, run_runner
+from tests.support.runner_processes import COVERAGE_VARIABLES, Runner, run_runner
 
 pytestmark = pytest.mark.timeout(30)
 
 
 def local_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG")}
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", *COVERAGE_VARIABLES)}
     env["LOG_LEVEL"] = "INFO"  # the tests read the runner's progress lines
     env.update(extra)
     return env
