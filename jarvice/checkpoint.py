@@ -9,8 +9,8 @@ complete checkpoint there. The pod says so with annotations (docs/checkpoints.md
   its container under a path staged both ways (in `stage-in`, so a remote run resumes from it, and in
   `stage-out`, so it comes back).
 - `nimbix-burst.io/checkpoint-interval`: how often the program checkpoints by itself (`10s`, `15m`,
-  `1h30m`). A move waits for a checkpoint no older than that; work since the last one is what a failed
-  move may cost.
+  `1h30m`): the most work a move that fails half-way, or a killed run, may cost (a move asks for a
+  fresh checkpoint).
 - `nimbix-burst.io/come-home: running` (on the pod, or its namespace as the default; the pod's wins):
   a running burst job may move back to free local GPUs. `queued` (the default) moves it only while
   JARVICE still queues it.
