@@ -95,7 +95,7 @@ def test_webhook_pod_meets_the_namespaces_restricted_pod_security(
     assert "Warning" not in result.stderr
 
 
-@pytest.mark.parametrize("filename", ["job.yaml", "jarvice-credentials.yaml.example"])
+@pytest.mark.parametrize("filename", ["job.yaml", "checkpoint-job.yaml", "jarvice-credentials.yaml.example"])
 def test_examples_are_accepted_by_the_api_server(
     control_plane: controlplane.ControlPlane, namespace: str, filename: str
 ) -> None:
