@@ -20,6 +20,7 @@ from aiohttp.typedefs import Handler
 from gateway.accounts import Account, Accounts
 from gateway.callers import Callers
 from gateway.identity import Caller, NotAuthenticated
+from gateway.oversight import NotTheController, Oversight
 from gateway.scope import find_label, own_jobs, pod_scope
 from gateway.submission import SubmitNotAllowed, admit_submit
 from gateway.submits import Refused, Submits, submitted_number
@@ -192,7 +193,7 @@ async def refusals(request: web.Request, handler: Handler) -> web.StreamResponse
     except NotAuthenticated as exc:
         log.warning("call refused", extra={"path": request.path, "status": 401, "reason": str(exc)})
         return _error(401, str(exc))
-    except (NotDecided, SubmitNotAllowed, Refused) as exc:
+    except (NotDecided, SubmitNotAllowed, Refused, NotTheController) as exc:
         log.warning("call refused", extra={"path": request.path, "status": 403, "reason": str(exc)})
         return _error(403, str(exc))
     except UpstreamFailed as exc:
@@ -200,7 +201,7 @@ async def refusals(request: web.Request, handler: Handler) -> web.StreamResponse
         return _error(502, str(exc))
 
 
-def create_app(parts: GatewayParts) -> web.Application:
+def create_app(parts: GatewayParts, oversight: Oversight | None = None) -> web.Application:
     app = web.Application(client_max_size=1024 * 1024, middlewares=[refusals])
     handlers = Handlers(parts)
     app.router.add_get("/healthz", _healthy)
@@ -210,4 +211,6 @@ def create_app(parts: GatewayParts) -> web.Application:
     app.router.add_get("/jarvice/jobs", handlers.jobs)
     app.router.add_get("/jarvice/machines", handlers.machines)
     app.router.add_get("/jarvice/{endpoint}", handlers.job)
+    if oversight is not None:  # the controller's routes (gateway.oversight)
+        oversight.add_routes(app)
     return app
