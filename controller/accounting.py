@@ -20,10 +20,17 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
+from jarvice.gpubudget import parse_budget
 from jarvice.labels import parse_job_label
 from jarvice.model import is_terminal
+from kubeplumbing.spendrecord import (
+    ANNOTATION_MAX_COST_PER_HOUR,
+    ANNOTATION_MAX_COST_PER_MONTH,
+    ANNOTATION_MAX_REMOTE_GPUS,
+    parse_cost_cap,
+)
 
 StopReason = Literal["not-decided", "above-counted-size", "over-cap"]
 STOP_REASONS: Final[tuple[StopReason, ...]] = ("not-decided", "above-counted-size", "over-cap")
@@ -181,3 +188,84 @@ def plan_stops(
     stop = tuple(s for s in unaccounted if s.reason == "above-counted-size" or s.job.key in previously)
     new_marks = frozenset(s.job.key for s in unaccounted if s not in stop)
     return Plan(stop=stop, marked=new_marks, left_alone=tuple(left_alone))
+
+
+def caps_of(annotations: Mapping[str, str], *, month_recorded: float) -> Caps | None:
+    """A namespace's budget and caps from its annotations (an unreadable value caps at 0, as the
+    webhook and the gateway read it); None when it sets none."""
+    gpus = annotations.get(ANNOTATION_MAX_REMOTE_GPUS)
+    hour = annotations.get(ANNOTATION_MAX_COST_PER_HOUR)
+    month = annotations.get(ANNOTATION_MAX_COST_PER_MONTH)
+    if gpus is None and hour is None and month is None:
+        return None
+    return Caps(
+        max_gpus=None if gpus is None else parse_budget(gpus).limit,
+        max_cost_per_hour=None if hour is None else parse_cost_cap(hour).limit,
+        max_cost_per_month=None if month is None else parse_cost_cap(month).limit,
+        month_recorded=month_recorded,
+    )
+
+
+class GatewayAnswerError(ValueError):
+    """The gateway's /controller/jobs answer is not what it sends."""
+
+
+def _number(value: object, where: str, *, optional: bool = False) -> float | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise GatewayAnswerError(f"{where} is {value!r}, not a number")
+    return float(value)
+
+
+def _int(value: object, where: str, *, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise GatewayAnswerError(f"{where} is {value!r}, not a whole number")
+    return value
+
+
+def _parse_counted(raw: Any, where: str) -> Counted | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise GatewayAnswerError(f"{where} is not an object")
+    return Counted(
+        namespace=str(raw.get("namespace") or ""),
+        pod_uid=str(raw.get("pod_uid") or ""),
+        gpus=_int(raw.get("gpus"), f"{where}.gpus") or 0,
+        cost_per_hour=_number(raw.get("cost_per_hour"), f"{where}.cost_per_hour", optional=True),
+        worst_case=_number(raw.get("worst_case"), f"{where}.worst_case", optional=True),
+        at=_number(raw.get("at"), f"{where}.at") or 0.0,
+    )
+
+
+def parse_gateway_jobs(document: Any) -> list[LiveJob]:
+    """The live jobs of /controller/jobs (`{"accounts": [{"name", "jobs": [...]}]}`)."""
+    accounts = document.get("accounts") if isinstance(document, Mapping) else None
+    if not isinstance(accounts, list):
+        raise GatewayAnswerError('the answer is not {"accounts": [...]}')
+    jobs: list[LiveJob] = []
+    for account in accounts:
+        if not isinstance(account, Mapping) or not isinstance(account.get("jobs"), list):
+            raise GatewayAnswerError('an account is not {"name": ..., "jobs": [...]}')
+        name = str(account.get("name") or "")
+        for i, raw in enumerate(account["jobs"]):
+            where = f"accounts[{name}].jobs[{i}]"
+            if not isinstance(raw, Mapping):
+                raise GatewayAnswerError(f"{where} is not an object")
+            jobs.append(
+                LiveJob(
+                    account=name,
+                    number=_int(raw.get("number"), f"{where}.number") or 0,
+                    label=str(raw.get("label") or ""),
+                    state=str(raw.get("state") or ""),
+                    machine=str(raw.get("machine") or ""),
+                    nodes=_int(raw.get("nodes"), f"{where}.nodes") or 0,
+                    gpus=_int(raw.get("gpus"), f"{where}.gpus", optional=True),
+                    cost_per_hour=_number(raw.get("cost_per_hour"), f"{where}.cost_per_hour", optional=True),
+                    counted=_parse_counted(raw.get("counted"), f"{where}.counted"),
+                )
+            )
+    return jobs

@@ -8,7 +8,16 @@ from dataclasses import replace
 
 import pytest
 
-from controller.accounting import Caps, Counted, LiveJob, Plan, plan_stops
+from controller.accounting import (
+    Caps,
+    Counted,
+    GatewayAnswerError,
+    LiveJob,
+    Plan,
+    caps_of,
+    parse_gateway_jobs,
+    plan_stops,
+)
 
 HERE = "0123456789ab"
 THERE = "prod-ba9876543210"
@@ -161,3 +170,84 @@ def test_an_unpriced_job_counts_what_was_counted_for_it() -> None:
     jobs = [job(1, cost=None, count=counted(cost=3.2)), job(2, uid=POD_B, cost=None, count=counted(cost=3.2, at=9.0))]
     first = plan(jobs, caps={NS: Caps(max_cost_per_hour=5.0)})
     assert {n for _, n in first.marked} == {2}
+
+
+def test_the_gateways_answer_reads_as_live_jobs() -> None:
+    document = {
+        "accounts": [
+            {
+                "name": "shared",
+                "jobs": [
+                    {
+                        "number": 7,
+                        "label": label(),
+                        "state": "PROCESSING STARTING",
+                        "machine": "ng1",
+                        "nodes": 2,
+                        "gpus": 2,
+                        "cost_per_hour": None,
+                        "counted": {
+                            "namespace": NS,
+                            "pod_uid": POD_A,
+                            "gpus": 1,
+                            "cost_per_hour": 3.2,
+                            "worst_case": None,
+                            "at": 5.0,
+                            "machine": "ng1",
+                            "nodes": 1,
+                        },
+                    },
+                    {
+                        "number": 8,
+                        "label": "x",
+                        "state": "SUBMITTED",
+                        "machine": "",
+                        "nodes": 1,
+                        "gpus": None,
+                        "cost_per_hour": None,
+                        "counted": None,
+                    },
+                ],
+            }
+        ]
+    }
+    first, second = parse_gateway_jobs(document)
+    assert first == LiveJob(
+        "shared", 7, label(), "PROCESSING STARTING", "ng1", 2, 2, None, Counted(NS, POD_A, 1, 3.2, None, 5.0)
+    )
+    assert (second.number, second.counted, second.gpus) == (8, None, None)
+
+
+@pytest.mark.parametrize(
+    ("document", "says"),
+    [
+        pytest.param([], "accounts", id="not-a-map"),
+        pytest.param({"accounts": [{"name": "a"}]}, "an account", id="no-jobs"),
+        pytest.param({"accounts": [{"name": "a", "jobs": [{"number": "7"}]}]}, "number", id="number-text"),
+        pytest.param(
+            {"accounts": [{"name": "a", "jobs": [{"number": 7, "nodes": 1, "counted": 3}]}]},
+            "counted",
+            id="counted-not-object",
+        ),
+    ],
+)
+def test_an_unreadable_answer_says_what_is_wrong(document: object, says: str) -> None:
+    with pytest.raises(GatewayAnswerError, match=says):
+        parse_gateway_jobs(document)
+
+
+@pytest.mark.parametrize(
+    ("annotations", "caps"),
+    [
+        pytest.param({}, None, id="none"),
+        pytest.param({"nimbix-burst.io/max-remote-gpus": "4"}, Caps(max_gpus=4, month_recorded=2.0), id="budget"),
+        pytest.param({"nimbix-burst.io/max-remote-gpus": "lots"}, Caps(max_gpus=0, month_recorded=2.0), id="typo-0"),
+        pytest.param(
+            {"nimbix-burst.io/max-cost-per-hour": "10", "nimbix-burst.io/max-cost-per-month": "100"},
+            Caps(max_cost_per_hour=10.0, max_cost_per_month=100.0, month_recorded=2.0),
+            id="costs",
+        ),
+    ],
+)
+def test_caps_from_a_namespaces_annotations(annotations: dict[str, str], caps: Caps | None) -> None:
+    assert caps_of(annotations, month_recorded=2.0) == caps
