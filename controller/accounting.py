@@ -7,8 +7,10 @@ ledger: namespace, pod, GPUs, cost). A live job is *accounted* while all of thes
   - its size is within what was counted (the GPUs its machine gives on its nodes, no more than counted);
   - its namespace is within its burst budget and cost caps, counting its live accounted jobs.
 Anything else is stopped, for one reason: `not-decided` (no entry, or no decided pod), `above-counted-size`,
-`over-cap` (the namespace's newest jobs first, until it is within). A job with another cluster's label is
-never this cluster's to judge (an account may pay for several clusters): it is left alone.
+`over-cap` (the namespace's newest jobs first, until it is within). Only a job whose label claims this
+cluster is judged: another cluster's, a label of earlier releases (no cluster) or one no runner makes is
+left alone, as the orphan reaper leaves them (an account may also pay for other clusters' and people's work);
+so is a job the gateway did not submit of a pod whose namespace pays with its own key (it sent it with that key).
 
 Two rounds at most: a size above what was counted is proven by one round's listing and entry, so it is
 stopped at once; the rest may be one read's lag (a pod the watch has not shown yet, a submit whose entry
@@ -92,7 +94,7 @@ class Stop:
 class Plan:
     stop: tuple[Stop, ...]  # stopped this round
     marked: frozenset[tuple[str, int]]  # unaccounted, first seen this round: stopped next round if still so
-    left_alone: tuple[LiveJob, ...]  # another cluster's jobs
+    left_alone: tuple[LiveJob, ...]  # jobs whose label does not claim this cluster
 
 
 def _size_above(job: LiveJob, counted: Counted) -> str | None:
@@ -150,10 +152,14 @@ def plan_stops(
     decided_uids: Collection[str],
     caps: Mapping[str, Caps],
     marked: Collection[tuple[str, int]],
+    own_key_uids: Collection[str] = (),
 ) -> Plan:
     """`decided_uids`: the UIDs a decided pod stands for (its own, and its gang's when it is a member);
-    `caps` by namespace (none: no limit); `marked`: the previous round's marks."""
+    `caps` by namespace (none: no limit); `marked`: the previous round's marks; `own_key_uids`: the pods
+    of namespaces that pay with their own key (`jarvice-account: own`): a job of theirs the gateway did
+    not submit was sent with that namespace's key, which may be one of the add-on's accounts too."""
     decided = frozenset(decided_uids)
+    own_key = frozenset(own_key_uids)
     previously = frozenset(marked)
     unaccounted: list[Stop] = []
     left_alone: list[LiveJob] = []
@@ -162,11 +168,14 @@ def plan_stops(
         if is_terminal(job.state):
             continue
         parsed = parse_job_label(job.label)
-        if parsed is not None and parsed.cluster is not None and parsed.cluster != cluster:
+        if parsed is None or parsed.cluster != cluster:
             left_alone.append(job)
             continue
-        uid = _uid(job.label)
+        uid = parsed.pod_uid
         counted = job.counted
+        if counted is None and uid in own_key:
+            left_alone.append(job)
+            continue
         if counted is None or uid not in decided:
             namespace = counted.namespace if counted is not None else ""
             detail = (

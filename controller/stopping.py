@@ -16,6 +16,7 @@ from controller import accounting
 from controller.metrics import Metrics
 from controller.model import ReapView, member_of
 from controller.store import PodStore
+from jarvice import contract
 from kubeplumbing.spendrecord import CONFIGMAP_NAME as SPEND_CONFIGMAP
 from kubeplumbing.spendrecord import RECORD_KEY, SpendRecordError, parse_spend_record
 
@@ -46,6 +47,12 @@ def decided_uids(views: Collection[ReapView], *, cluster: str) -> set[str]:
             if gang := member_of(view, cluster=cluster):
                 uids.add(gang)
     return uids
+
+
+def _uids_of(views: Collection[ReapView], namespaces: Collection[str], *, cluster: str) -> set[str]:
+    """The UIDs the pods of `namespaces` stand for: their own and, for members, their gangs'."""
+    mine = [view for view in views if view.namespace in namespaces]
+    return {view.uid for view in mine} | decided_uids(mine, cluster=cluster)
 
 
 class Stopper:
@@ -86,13 +93,16 @@ class Stopper:
             return {}
         return {name: spend.month_recorded for name, spend in record.namespaces.items()}
 
-    def _caps(self) -> dict[str, accounting.Caps]:
+    def _namespaces(self) -> tuple[dict[str, accounting.Caps], set[str]]:
+        """Each namespace's caps, and the namespaces that pay with their own key."""
         month = self._month_recorded()
-        caps = {}
+        caps, own_key = {}, set()
         for name, marks in self._kube.list_namespace_annotations().items():
             if (found := accounting.caps_of(marks, month_recorded=month.get(name, 0.0))) is not None:
                 caps[name] = found
-        return caps
+            if marks.get(contract.ANNOTATION_JARVICE_ACCOUNT) == contract.JARVICE_ACCOUNT_OWN:
+                own_key.add(name)
+        return caps, own_key
 
     def round(self) -> None:
         if not self._is_leader():
@@ -104,7 +114,7 @@ class Stopper:
             return
         try:
             live = self._jobs.live_jobs()
-            caps = self._caps()
+            caps, own_key = self._namespaces()
         except Exception as exc:  # noqa: BLE001 - the round is given up; the next one tries again
             self._metrics.errors.labels(kind="gateway-jobs").inc()
             log.warning("accounts' jobs not listed", extra={"error": str(exc)[:500]})
@@ -117,6 +127,7 @@ class Stopper:
             decided_uids=decided_uids(views.values(), cluster=self._cluster),
             caps=caps,
             marked=self._marked,
+            own_key_uids=_uids_of(views.values(), own_key, cluster=self._cluster),
         )
         self._marked = plan.marked
         self._metrics.unaccounted_marked.set(len(plan.marked))

@@ -66,8 +66,9 @@ def plan(
     decided: tuple[str, ...] = (POD_A, POD_B, POD_C),
     caps: dict[str, Caps] | None = None,
     marked: tuple[tuple[str, int], ...] = (),
+    own_key: tuple[str, ...] = (),
 ) -> Plan:
-    return plan_stops(jobs, cluster=HERE, decided_uids=decided, caps=caps or {}, marked=marked)
+    return plan_stops(jobs, cluster=HERE, decided_uids=decided, caps=caps or {}, marked=marked, own_key_uids=own_key)
 
 
 def reasons(p: Plan) -> dict[int, str]:
@@ -84,7 +85,10 @@ def reasons(p: Plan) -> dict[int, str]:
         pytest.param([job(gpus=None)], (POD_A,), {1: "above-counted-size"}, set(), id="unknown-machine-stopped"),
         pytest.param([job(gpus=0, cost=0.5)], (POD_A,), {}, set(), id="smaller-kept"),
         pytest.param([job(cluster=THERE, uncounted=True)], (), {}, set(), id="other-cluster-left-alone"),
-        pytest.param([job(cluster=None, uncounted=True)], (), {}, {1}, id="legacy-label-uncounted-marked"),
+        pytest.param([job(cluster=None, uncounted=True)], (), {}, set(), id="legacy-label-left-alone"),
+        pytest.param(
+            [replace(job(uncounted=True), label="resnet50-sweep-by-hand")], (), {}, set(), id="free-text-left-alone"
+        ),
         pytest.param([job(state="COMPLETED", uncounted=True)], (), {}, set(), id="ended-job-ignored"),
     ],
 )
@@ -251,3 +255,10 @@ def test_an_unreadable_answer_says_what_is_wrong(document: object, says: str) ->
 )
 def test_caps_from_a_namespaces_annotations(annotations: dict[str, str], caps: Caps | None) -> None:
     assert caps_of(annotations, month_recorded=2.0) == caps
+
+
+def test_a_job_of_a_namespace_paying_with_its_own_key_is_left_alone_unless_the_gateway_counted_it() -> None:
+    """Its runner submitted with the namespace's key (which may be one of the add-on's accounts too)."""
+    p = plan([job(1, uncounted=True), job(2, uid=POD_B, gpus=8)], marked=(("shared", 1),), own_key=(POD_A, POD_B))
+    assert reasons(p) == {2: "above-counted-size"}
+    assert [j.number for j in p.left_alone] == [1]

@@ -184,3 +184,11 @@ def test_a_failed_listing_skips_the_round_and_a_failed_terminate_is_tried_again(
     gateway.fail_terminate = False
     stopper.round()
     assert gateway.terminated == [("shared", 1)]
+
+
+def test_a_job_the_gateway_did_not_submit_in_an_own_key_namespace_is_left_alone() -> None:
+    stopper, gateway, kube, _ = make([live(1, DECIDED, counted=False)])
+    kube.annotations = {"demo": {"nimbix-burst.io/jarvice-account": "own"}}
+    stopper.round()
+    stopper.round()
+    assert gateway.terminated == []
