@@ -33,6 +33,7 @@ EXPECTED_ALERTS = {
     "NimbixBurstControllerNoLeader",
     "NimbixBurstReviewsWithoutLocalPromise",
     "NimbixBurstOrphansTerminated",
+    "NimbixBurstUnaccountedJobsStopped",
     "NimbixBurstNamespaceAtBudget",
     "NimbixBurstJarviceErrors",
     "NimbixBurstControllerUnavailable",
@@ -63,7 +64,7 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
 def test_promtool_accepts_the_rule_file(promtool: Path) -> None:
     result = _run([str(promtool), "check", "rules", str(ALERTS)])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 16 rules found" in result.stdout
+    assert "SUCCESS: 17 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_of_every_alert_pass(promtool: Path) -> None:
