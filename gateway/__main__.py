@@ -16,6 +16,7 @@ from aiohttp import web
 from gateway.accounts import Accounts, AccountsError, parse_accounts
 from gateway.callers import CallerCacheTiming, Callers
 from gateway.kube import KubeAdapter
+from gateway.metrics import GatewayMetrics
 from gateway.oversight import Oversight, controller_user
 from gateway.server import GatewayParts, create_app
 from gateway.settings import Settings, parse_settings
@@ -43,19 +44,22 @@ def load_accounts(path: Path) -> Accounts:
 async def _build(settings: Settings, tls: ReloadingTLS, accounts: Accounts) -> web.Application:
     kube = KubeAdapter(load_api_client(settings.kubeconfig), namespace=settings.namespace)
     session = aiohttp.ClientSession()
-    upstream = Upstream(session)
+    metrics = GatewayMetrics()
+    upstream = Upstream(session, metrics)
     submits = Submits(
         kube,
         upstream,
         clock=time.monotonic,
         wall_clock=time.time,
         timing=SubmitTiming(pending_seconds=settings.pending_seconds),
+        metrics=metrics,
     )
     parts = GatewayParts(
         accounts=accounts,
         callers=Callers(kube, audience=settings.audience, clock=time.monotonic, timing=CallerCacheTiming()),
         submits=submits,
         upstream=upstream,
+        metrics=metrics,
     )
     oversight = Oversight(
         kube=kube,
