@@ -44,9 +44,12 @@ def own(name, product):
 url = own("MY_GATEWAY", "JARVICE_API_URL")
 ctx = ssl.create_default_context(cadata=own("MY_CA", "NIMBIX_BURST_GATEWAY_CA"))
 
-def call(path, body=None):
+def call(path, body=None, bearer=False):
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if bearer:
+        headers["Authorization"] = "Bearer " + token
+    request = urllib.request.Request(url + path, data=data, headers=headers)
     try:
         with urllib.request.urlopen(request, context=ctx, timeout=30) as response:
             print("ANSWER", response.status, response.read().decode(), flush=True)
@@ -66,6 +69,8 @@ def submit(attempt, machine, nodes, command):
 for step in json.loads(os.environ["STEPS"]):
     if step[0] == "submit":
         submit(*step[1:])
+    elif step[0] == "bearer":
+        call(step[1], bearer=True)
     else:
         call(step[1] + ("&" if "?" in step[1] else "?") + "apikey=" + token)
 """
@@ -363,3 +368,32 @@ def test_a_job_submitted_around_the_gateway_is_stopped_within_two_rounds(
         )
     )
     control_plane.kubectl("-n", ns, "delete", "pod", "counted", "--wait=false")
+
+
+def test_only_the_controller_may_list_and_stop_the_accounts_jobs(
+    bare_namespace: str, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess
+) -> None:
+    """A user's pod projects a token of the controller's audience itself: the API server vouches for it,
+    as the namespace's ServiceAccount, and the gateway refuses it (403); with no token, 401."""
+    ns = bare_namespace
+    body = client_pod(
+        "not-the-controller", node_emulator, [["bearer", "/controller/jobs"], ["get", "/controller/jobs"]]
+    )
+    spec = body["spec"]
+    spec["volumes"] = [
+        *spec.get("volumes", []),
+        {
+            "name": "mine",
+            "projected": {
+                "sources": [{"serviceAccountToken": {"audience": "nimbix-burst-gateway-controller", "path": "token"}}]
+            },
+        },
+    ]
+    (container,) = spec["containers"]
+    container["volumeMounts"] = [*container.get("volumeMounts", []), {"name": "mine", "mountPath": "/mine"}]
+    container["env"] = [*container["env"], {"name": "TOKEN_FILE", "value": "/mine/token"}]
+    control_plane.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(body))
+    finished_pod(control_plane, ns, "not-the-controller")
+    (with_token, without) = answers(control_plane, ns, "not-the-controller")
+    assert with_token[0] == 403 and "only the controller" in with_token[1], with_token
+    assert without[0] == 401, without
