@@ -16,6 +16,7 @@ from aiohttp import web
 
 from controller import identity, stranding
 from controller.app import create_app, every
+from controller.gatewayjobs import GatewayAccess, GatewayJobs
 from controller.homecomer import Homecomer
 from controller.kube import Kube, PodFeed
 from controller.machinerates import MachineRates
@@ -25,6 +26,7 @@ from controller.rebursting import Reburster
 from controller.recording import JobRecorder
 from controller.settings import Credentials, Settings, SettingsError, parse_settings
 from controller.spendkeeping import SpendKeeper
+from controller.stopping import Stopper
 from controller.store import PodStore
 from jarvice import client
 from kubeplumbing.background import BackgroundTask
@@ -141,6 +143,28 @@ async def _build(settings: Settings) -> web.Application:
         background.append(reap)
     else:
         log.warning("orphan reaper off", extra={"reason": settings.reap_disabled_reason})
+    gateway_session = requests.Session()  # its own: the stopper's loop runs in its own worker thread
+    if settings.gateway_url:
+        access = GatewayAccess(settings.gateway_url, settings.gateway_ca_file, settings.gateway_token_file)
+
+        async def stop_unaccounted() -> None:
+            await cluster_known.wait()
+            stopper = Stopper(
+                store=store,
+                jobs=GatewayJobs(access, session=gateway_session, read_file=_read_file),
+                kube=kube,
+                namespace=settings.lease_namespace,
+                cluster=cluster_holder[0],
+                dry_run=settings.orphan_dry_run,
+                stale_after=settings.watch_stale_seconds,
+                metrics=metrics,
+                is_leader=is_leader,
+            )
+            await every(settings.orphan_interval_seconds, stopper.round, name="stop-unaccounted")()
+
+        background.append(stop_unaccounted)
+    else:
+        log.warning("unaccounted jobs not stopped", extra={"reason": "no gateway (CONTROLLER_GATEWAY_URL)"})
     rates_session = requests.Session()  # its own: the loops that cost jobs list the machines from their threads
     machine_rates = (
         MachineRates(
@@ -211,6 +235,7 @@ async def _build(settings: Settings) -> web.Application:
         spend_session.close()
         rates_session.close()
         homecoming_session.close()
+        gateway_session.close()
 
     log.info(
         "controller starting",
@@ -229,6 +254,7 @@ async def _build(settings: Settings) -> web.Application:
             "job_events": settings.job_events,
             "job_events_interval_s": settings.job_events_interval_seconds,
             "homecoming": settings.homecoming,
+            "gateway": settings.gateway_url,
         },
     )
     return create_app(

@@ -87,6 +87,18 @@ class Metrics:
             "Orphaned JARVICE jobs that would have been terminated (dry run)",
             registry=r,
         )
+        self.unaccounted_stopped = Counter(
+            "nimbix_burst_controller_unaccounted_jobs_stopped",
+            "Live jobs on the add-on's JARVICE accounts that nothing accounts for, terminated through the"
+            " gateway, by why (not-decided, above-counted-size, over-cap)",
+            ["reason"],
+            registry=r,
+        )
+        self.unaccounted_marked = Gauge(
+            "nimbix_burst_controller_unaccounted_jobs_marked",
+            "Live jobs the last round found unaccounted for: the next round stops those still so",
+            registry=r,
+        )
         self.cluster_identity_known = Gauge(
             "nimbix_burst_controller_cluster_identity_known",
             "1 once the cluster identity (kube-system's UID) was read; until then no job of this cluster is"
@@ -148,7 +160,7 @@ class Metrics:
         self.errors = Counter(
             "nimbix_burst_controller_errors",
             "Failed actions, by kind (kubernetes, kubernetes-identity, jarvice-list, jarvice-history,"
-            " jarvice-machines, jarvice-terminate, spend-record)",
+            " jarvice-machines, jarvice-terminate, spend-record, gateway-jobs, gateway-terminate)",
             ["kind"],
             registry=r,
         )

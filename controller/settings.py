@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from jarvice import contract
@@ -75,6 +75,11 @@ class Settings:
     # Burst pods whose jobs are still queued come home when a local node can run them (controller.homecoming).
     homecoming: bool = False
     homecoming_seconds: float = 10.0
+    # The add-on's JARVICE gateway (controller.stopping): every account's live jobs, and their stop, through
+    # it ("" when the controller has no gateway: only its own credentials' jobs are seen).
+    gateway_url: str = ""
+    gateway_ca_file: str = ""
+    gateway_token_file: str = ""
 
 
 OPTIONS: tuple[Option, ...] = (
@@ -107,6 +112,14 @@ OPTIONS: tuple[Option, ...] = (
     ("--spend-refresh-seconds", "CONTROLLER_SPEND_REFRESH_SECONDS", "60", "an unchanged spend record rewritten"),
     ("--homecoming", "CONTROLLER_HOMECOMING", "true", "false: burst pods whose jobs are queued never come home"),
     ("--homecoming-seconds", "CONTROLLER_HOMECOMING_SECONDS", "10", "how often queued burst jobs are looked at"),
+    ("--gateway-url", "CONTROLLER_GATEWAY_URL", "", "the JARVICE gateway (https): stops what nothing accounts for"),
+    ("--gateway-ca-file", "CONTROLLER_GATEWAY_CA_FILE", "", "the CA that signed the gateway's certificate"),
+    (
+        "--gateway-token-file",
+        "CONTROLLER_GATEWAY_TOKEN_FILE",
+        "",
+        "the projected token of the gateway's controller audience",
+    ),
 )
 
 
@@ -236,6 +249,16 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, read_file: Ca
         homecoming=values.boolean("homecoming") and credentials is not None,
         homecoming_seconds=number("homecoming_seconds", minimum=1),
     )
+    gateway_url = str(raw["gateway_url"]).strip().rstrip("/")
+    gateway_ca, gateway_token = str(raw["gateway_ca_file"]).strip(), str(raw["gateway_token_file"]).strip()
+    if gateway_url:
+        if not gateway_url.startswith("https://"):
+            problems.append(f"--gateway-url (env CONTROLLER_GATEWAY_URL): {gateway_url!r} is not an https URL")
+        if not gateway_ca or not gateway_token:
+            problems.append(
+                "--gateway-url needs --gateway-ca-file and --gateway-token-file (env CONTROLLER_GATEWAY_CA_FILE,"
+                " CONTROLLER_GATEWAY_TOKEN_FILE): the gateway's CA and the controller's projected token"
+            )
     if problems:
         raise SettingsError(problems)
-    return settings
+    return replace(settings, gateway_url=gateway_url, gateway_ca_file=gateway_ca, gateway_token_file=gateway_token)

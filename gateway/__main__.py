@@ -16,6 +16,8 @@ from aiohttp import web
 from gateway.accounts import Accounts, AccountsError, parse_accounts
 from gateway.callers import CallerCacheTiming, Callers
 from gateway.kube import KubeAdapter
+from gateway.metrics import GatewayMetrics
+from gateway.oversight import Oversight, controller_user
 from gateway.server import GatewayParts, create_app
 from gateway.settings import Settings, parse_settings
 from gateway.submits import Submits, SubmitTiming
@@ -42,20 +44,32 @@ def load_accounts(path: Path) -> Accounts:
 async def _build(settings: Settings, tls: ReloadingTLS, accounts: Accounts) -> web.Application:
     kube = KubeAdapter(load_api_client(settings.kubeconfig), namespace=settings.namespace)
     session = aiohttp.ClientSession()
-    upstream = Upstream(session)
+    metrics = GatewayMetrics()
+    upstream = Upstream(session, metrics)
+    submits = Submits(
+        kube,
+        upstream,
+        clock=time.monotonic,
+        wall_clock=time.time,
+        timing=SubmitTiming(pending_seconds=settings.pending_seconds),
+        metrics=metrics,
+    )
     parts = GatewayParts(
         accounts=accounts,
         callers=Callers(kube, audience=settings.audience, clock=time.monotonic, timing=CallerCacheTiming()),
-        submits=Submits(
-            kube,
-            upstream,
-            clock=time.monotonic,
-            wall_clock=time.time,
-            timing=SubmitTiming(pending_seconds=settings.pending_seconds),
-        ),
+        submits=submits,
         upstream=upstream,
+        metrics=metrics,
     )
-    app = create_app(parts)
+    oversight = Oversight(
+        kube=kube,
+        upstream=upstream,
+        submits=submits,
+        accounts=accounts,
+        audience=settings.controller_audience,
+        user=controller_user(settings.namespace, settings.controller_service_account),
+    )
+    app = create_app(parts, oversight)
 
     async def reload_tls(_: web.Application) -> None:
         app["tls_task"] = app.loop.create_task(tls.watch(settings.tls_reload_seconds, on_reload=lambda: None))

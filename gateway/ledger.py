@@ -40,6 +40,8 @@ class Entry:
     worst_case: float | None
     at: float  # when the gateway wrote it, before the submit (Unix seconds)
     number: int | None = None  # JARVICE's job number once the submit answered (written after the answer)
+    machine: str | None = None  # what was counted: the machine and nodes sent (None in older entries)
+    nodes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,8 @@ def encode_ledger(ledger: Ledger) -> str:
             "worst_case": e.worst_case,
             "at": e.at,
             "number": e.number,
+            "machine": e.machine,
+            "nodes": e.nodes,
         }
         for label, e in sorted(ledger.items())
     }
@@ -166,6 +170,8 @@ def with_submit(
         cost_per_hour=submit.cost_per_hour,
         worst_case=submit.worst_case,
         at=now,
+        machine=submit.machine,
+        nodes=submit.nodes,
     )
     return {**ledger, submit.label: entry}
 

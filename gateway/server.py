@@ -15,11 +15,14 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from aiohttp import web
-from aiohttp.typedefs import Handler
+from aiohttp.typedefs import Handler, Middleware
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.accounts import Account, Accounts
 from gateway.callers import Callers
 from gateway.identity import Caller, NotAuthenticated
+from gateway.metrics import GatewayMetrics, route_of
+from gateway.oversight import NotTheController, Oversight
 from gateway.scope import find_label, own_jobs, pod_scope
 from gateway.submission import SubmitNotAllowed, admit_submit
 from gateway.submits import Refused, Submits, submitted_number
@@ -62,6 +65,7 @@ class GatewayParts:
     callers: Callers
     submits: Submits
     upstream: Upstream
+    metrics: GatewayMetrics
 
 
 class Handlers:
@@ -183,26 +187,50 @@ async def _healthy(_: web.Request) -> web.Response:
     return web.json_response({"status": "OK"})
 
 
-@web.middleware
-async def refusals(request: web.Request, handler: Handler) -> web.StreamResponse:
+# Each refusal's reason, as the metric counts it.
+REFUSAL_KINDS: Final[tuple[tuple[type[Exception], str], ...]] = (
+    (NotDecided, "not-decided"),
+    (SubmitNotAllowed, "not-allowed"),
+    (Refused, "ledger"),
+    (NotTheController, "not-the-controller"),
+)
+
+
+def refusals(metrics: GatewayMetrics) -> Middleware:
     """The gateway's own answers, for every route: who asks is not proven (401), may not do this (403),
-    or JARVICE could not be reached (502). Each is logged with its reason (never the token)."""
-    try:
-        return await handler(request)
-    except NotAuthenticated as exc:
-        log.warning("call refused", extra={"path": request.path, "status": 401, "reason": str(exc)})
-        return _error(401, str(exc))
-    except (NotDecided, SubmitNotAllowed, Refused) as exc:
-        log.warning("call refused", extra={"path": request.path, "status": 403, "reason": str(exc)})
-        return _error(403, str(exc))
-    except UpstreamFailed as exc:
-        log.warning("jarvice unreachable", extra={"path": request.path, "status": 502, "reason": str(exc)})
-        return _error(502, str(exc))
+    or JARVICE could not be reached (502). Each is logged with its reason (never the token), and counted."""
+
+    def count(request: web.Request, reason: str) -> None:
+        metrics.refusals.labels(route=route_of(request.path), reason=reason).inc()
+
+    @web.middleware
+    async def refused(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except NotAuthenticated as exc:
+            count(request, "not-authenticated")
+            log.warning("call refused", extra={"path": request.path, "status": 401, "reason": str(exc)})
+            return _error(401, str(exc))
+        except (NotDecided, SubmitNotAllowed, Refused, NotTheController) as exc:
+            count(request, next(kind for cls, kind in REFUSAL_KINDS if isinstance(exc, cls)))
+            log.warning("call refused", extra={"path": request.path, "status": 403, "reason": str(exc)})
+            return _error(403, str(exc))
+        except UpstreamFailed as exc:
+            count(request, "upstream")
+            log.warning("jarvice unreachable", extra={"path": request.path, "status": 502, "reason": str(exc)})
+            return _error(502, str(exc))
+
+    return refused
 
 
-def create_app(parts: GatewayParts) -> web.Application:
-    app = web.Application(client_max_size=1024 * 1024, middlewares=[refusals])
+def create_app(parts: GatewayParts, oversight: Oversight | None = None) -> web.Application:
+    app = web.Application(client_max_size=1024 * 1024, middlewares=[refusals(parts.metrics)])
     handlers = Handlers(parts)
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(parts.metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", _healthy)
     app.router.add_get("/readyz", _healthy)
     app.router.add_get("/jarvice/live", _healthy)
@@ -210,4 +238,6 @@ def create_app(parts: GatewayParts) -> web.Application:
     app.router.add_get("/jarvice/jobs", handlers.jobs)
     app.router.add_get("/jarvice/machines", handlers.machines)
     app.router.add_get("/jarvice/{endpoint}", handlers.job)
+    if oversight is not None:  # the controller's routes (gateway.oversight)
+        oversight.add_routes(app)
     return app

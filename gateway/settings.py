@@ -10,6 +10,7 @@ from typing import Final
 from kubeplumbing.options import Option, OptionValues, SettingsError, build_parser
 
 DEFAULT_AUDIENCE: Final = "nimbix-burst-gateway"
+DEFAULT_CONTROLLER_AUDIENCE: Final = "nimbix-burst-gateway-controller"
 OPTIONS: Final[tuple[Option, ...]] = (
     ("--host", "GATEWAY_HOST", "0.0.0.0", "address to listen on"),  # noqa: S104 - a pod listens on all
     ("--port", "GATEWAY_PORT", "8443", "HTTPS port"),
@@ -17,6 +18,18 @@ OPTIONS: Final[tuple[Option, ...]] = (
     ("--tls-reload-seconds", "GATEWAY_TLS_RELOAD_SECONDS", "60", "how often the certificate files are re-read"),
     ("--accounts-file", "GATEWAY_ACCOUNTS_FILE", "/accounts/accounts.json", "the JARVICE accounts (a Secret)"),
     ("--audience", "GATEWAY_AUDIENCE", DEFAULT_AUDIENCE, "the audience burst pods' projected tokens carry"),
+    (
+        "--controller-audience",
+        "GATEWAY_CONTROLLER_AUDIENCE",
+        DEFAULT_CONTROLLER_AUDIENCE,
+        "the audience of the controller's projected token (its routes only)",
+    ),
+    (
+        "--controller-service-account",
+        "GATEWAY_CONTROLLER_SERVICE_ACCOUNT",
+        "nimbix-burst-controller",
+        "the controller's ServiceAccount in the add-on's namespace: the only caller of /controller/",
+    ),
     ("--namespace", "POD_NAMESPACE", "nimbix-burst", "the add-on's namespace (the ledger ConfigMap lives there)"),
     ("--kubeconfig", "KUBECONFIG", "", "kubeconfig file; empty: in-cluster"),
     ("--pending-seconds", "GATEWAY_PENDING_SECONDS", "180", "how long a submit counts before JARVICE lists its job"),
@@ -32,6 +45,8 @@ class Settings:
     tls_reload_seconds: float
     accounts_file: Path
     audience: str
+    controller_audience: str
+    controller_service_account: str
     namespace: str
     kubeconfig: str
     pending_seconds: float
@@ -48,6 +63,8 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         tls_reload_seconds=values.number("tls_reload_seconds", minimum=1),
         accounts_file=Path(values.raw["accounts_file"]),
         audience=str(values.raw["audience"]).strip(),
+        controller_audience=str(values.raw["controller_audience"]).strip(),
+        controller_service_account=str(values.raw["controller_service_account"]).strip(),
         namespace=str(values.raw["namespace"]).strip(),
         kubeconfig=str(values.raw["kubeconfig"]),
         pending_seconds=values.number("pending_seconds", minimum=10),
@@ -55,6 +72,10 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
     )
     if not settings.audience:
         values.problems.append("--audience: must not be empty")
+    if not settings.controller_audience or settings.controller_audience == settings.audience:
+        values.problems.append("--controller-audience: must be set, and differ from --audience (burst pods' tokens)")
+    if not settings.controller_service_account:
+        values.problems.append("--controller-service-account: must not be empty")
     if not settings.namespace:
         values.problems.append("--namespace: must not be empty")
     if values.problems:

@@ -18,6 +18,7 @@ from typing import Any, Final
 from gateway import ledger
 from gateway.accounts import Account
 from gateway.kube import KubeAdapter, LedgerChanged
+from gateway.metrics import GatewayMetrics
 from gateway.submission import AdmittedSubmit, Catalogue
 from gateway.upstream import Answer, Upstream, UpstreamFailed
 from jarvice.wire import ProtocolError, parse_machines
@@ -47,8 +48,10 @@ class Submits:
         clock: Callable[[], float],
         wall_clock: Callable[[], float],
         timing: SubmitTiming,
+        metrics: GatewayMetrics | None = None,
     ) -> None:
         self._kube = kube
+        self._metrics = metrics
         self._upstream = upstream
         self._clock = clock
         self._wall_clock = wall_clock
@@ -125,6 +128,8 @@ class Submits:
                 )
                 return
             except LedgerChanged:
+                if self._metrics is not None:
+                    self._metrics.ledger_conflicts.inc()
                 continue
         raise UpstreamFailed("the ledger kept changing under this submit; try again")
 
@@ -141,11 +146,16 @@ class Submits:
                 )
                 return
             except LedgerChanged:
+                if self._metrics is not None:
+                    self._metrics.ledger_conflicts.inc()
                 continue
 
     async def submit(self, account: Account, submit: AdmittedSubmit, *, namespace: str, pod_uid: str) -> Answer:
         await self._reserve(account, submit, namespace=namespace, pod_uid=pod_uid)
         answer = await self._upstream.submit(account, submit.body)
+        if self._metrics is not None:
+            kind = "answered" if answer.status < 400 else "rejected" if answer.status < 500 else "failed"
+            self._metrics.submits.labels(answer=kind).inc()
         if 400 <= answer.status < 500:
             await self._settle(submit.label, None)
         elif (number := submitted_number(answer)) is not None:

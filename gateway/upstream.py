@@ -6,12 +6,14 @@ text passed on (JARVICE may echo it)."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, Final
 
 import aiohttp
 
 from gateway.accounts import Account
+from gateway.metrics import GatewayMetrics, endpoint_of
 from jarvice.redaction import redact
 
 TIMEOUT: Final = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=60)
@@ -36,8 +38,13 @@ class Answer:
 
 
 class Upstream:
-    def __init__(self, session: aiohttp.ClientSession) -> None:
+    def __init__(self, session: aiohttp.ClientSession, metrics: GatewayMetrics | None = None) -> None:
         self._session = session
+        self._metrics = metrics
+
+    def _observe(self, endpoint: str, started: float) -> None:
+        if self._metrics is not None:
+            self._metrics.upstream_seconds.labels(endpoint=endpoint_of(endpoint)).observe(time.monotonic() - started)
 
     @staticmethod
     def _query(account: Account, params: Mapping[str, str]) -> dict[str, str]:
@@ -48,8 +55,10 @@ class Upstream:
 
     async def get(self, account: Account, endpoint: str, params: Mapping[str, str]) -> Answer:
         url = f"{account.url}/jarvice/{endpoint}"
+        started = time.monotonic()
         try:
             async with self._session.get(url, params=self._query(account, params), timeout=TIMEOUT) as response:
+                self._observe(endpoint, started)
                 body = await response.read()
                 return Answer(response.status, response.content_type, body)
         except (aiohttp.ClientError, TimeoutError) as exc:
@@ -68,8 +77,10 @@ class Upstream:
 
     async def submit(self, account: Account, body: Mapping[str, Any]) -> Answer:
         payload = {**body, "user": {"username": account.username, "apikey": account.apikey.reveal()}}
+        started = time.monotonic()
         try:
             async with self._session.post(f"{account.url}/jarvice/submit", json=payload, timeout=TIMEOUT) as response:
+                self._observe("submit", started)
                 return Answer(response.status, response.content_type, await response.read())
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise UpstreamFailed(self.mask(account, f"submit: {type(exc).__name__}: {exc}")) from None

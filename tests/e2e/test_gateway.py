@@ -11,6 +11,8 @@ pod's job, past the namespace's budget.
 from __future__ import annotations
 
 import json
+import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +22,13 @@ from devplatform import demo
 from devplatform.cluster import addons, controlplane, install
 from jarvice import contract
 from tests.support.fault_matrix import FaultMatrix, Row
-from tests.support.installed_controller import annotations_of, app_container, pod_body, wait_admitted_as
+from tests.support.installed_controller import (
+    ORPHAN_INTERVAL_SECONDS,
+    annotations_of,
+    app_container,
+    pod_body,
+    wait_admitted_as,
+)
 
 WAIT_SECONDS = 180.0
 
@@ -36,9 +44,12 @@ def own(name, product):
 url = own("MY_GATEWAY", "JARVICE_API_URL")
 ctx = ssl.create_default_context(cadata=own("MY_CA", "NIMBIX_BURST_GATEWAY_CA"))
 
-def call(path, body=None):
+def call(path, body=None, bearer=False):
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url + path, data=data, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if bearer:
+        headers["Authorization"] = "Bearer " + token
+    request = urllib.request.Request(url + path, data=data, headers=headers)
     try:
         with urllib.request.urlopen(request, context=ctx, timeout=30) as response:
             print("ANSWER", response.status, response.read().decode(), flush=True)
@@ -58,6 +69,8 @@ def submit(attempt, machine, nodes, command):
 for step in json.loads(os.environ["STEPS"]):
     if step[0] == "submit":
         submit(*step[1:])
+    elif step[0] == "bearer":
+        call(step[1], bearer=True)
     else:
         call(step[1] + ("&" if "?" in step[1] else "?") + "apikey=" + token)
 """
@@ -270,3 +283,117 @@ def test_the_namespaces_budget_is_checked_where_the_tenant_cannot_reach(
             over_budget=max(0, len(jobs) - 1),  # one 1-GPU job per submit (ng1), a budget of 1
         )
     )
+
+
+def _submit_with_the_account_key(emulator: addons.EmulatorProcess, *, label: str, machine: str) -> int:
+    """What whoever holds the account's key can do around the product: submit on the account directly."""
+    env = emulator.runner_env()
+    body = {
+        "app": env["APP_NAME"],
+        "staging": False,
+        "checkedout": False,
+        "application": {"command": env.get("APP_COMMAND", "run"), "parameters": {"command": "sleep 600"}},
+        "machine": {"type": machine, "nodes": 1},
+        "job_label": label,
+        "user": {"username": env["JARVICE_USERNAME"], "apikey": env["JARVICE_APIKEY"]},
+    }
+    request = urllib.request.Request(
+        env["JARVICE_API_URL"].rstrip("/") + "/jarvice/submit",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=10) as response:
+        return int(json.loads(response.read())["number"])
+
+
+def test_a_job_submitted_around_the_gateway_is_stopped_within_two_rounds(
+    controller: None,
+    bare_namespace: str,
+    control_plane: controlplane.ControlPlane,
+    node_emulator: addons.EmulatorProcess,
+    fault_matrix: FaultMatrix,
+) -> None:
+    """A 1-GPU burst pod runs through the gateway; with the account's key, a 4-GPU job is submitted under
+    the label of that pod's next attempt (the gateway counted none). The controller stops it within two
+    of its rounds, with an Event on the pod; the pod's own job runs on."""
+    ns = bare_namespace
+    body = pod_body("counted", app_container(node_emulator, "sleep 300", gpus=1), gated=False)
+    control_plane.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(body))
+    pod = demo.read_pod(control_plane, ns, "counted")
+    uid = pod["metadata"]["uid"]
+
+    def own_job() -> dict[str, Any] | None:
+        jobs = demo.fetch_emulator_jobs(node_emulator.url, pod_uid=uid)
+        return jobs[0] if len(jobs) == 1 and jobs[0]["status"] == "PROCESSING STARTING" else None
+
+    counted_job: dict[str, Any] = demo.wait_for(own_job, what="the pod's own job running", timeout=WAIT_SECONDS)
+    around = counted_job["job_label"].rsplit("-", 1)[0] + "-2"
+    number = _submit_with_the_account_key(node_emulator, label=around, machine="ng4")
+    submitted_at = time.monotonic()
+
+    def state(job_number: int) -> str:
+        (job,) = [
+            j for j in demo.fetch_emulator(node_emulator.url, "/_emulator/jobs") if int(j["number"]) == job_number
+        ]
+        return str(job["status"])
+
+    # Two rounds, and the slack of one more for a round that began just before the submit.
+    bound = 3 * ORPHAN_INTERVAL_SECONDS + 20
+    demo.wait_for(
+        lambda: state(number) == "TERMINATED", what="the job submitted around the gateway stopped", timeout=bound + 60
+    )
+    took = time.monotonic() - submitted_at
+
+    def event() -> dict[str, Any] | None:
+        listed = json.loads(
+            control_plane.kubectl(
+                "-n", ns, "get", "events", "--field-selector", "reason=NimbixUnaccountedJobStopped", "-o", "json"
+            ).stdout
+        )["items"]
+        return listed[0] if listed else None
+
+    found: dict[str, Any] = demo.wait_for(event, what="the stop's Event", timeout=30)
+    assert found["involvedObject"]["uid"] == uid, found
+    assert f"JARVICE job {number} (ng4 x 1" in found["message"] and "not-decided" in found["message"], found
+    assert state(int(counted_job["number"])) == "PROCESSING STARTING"  # what was counted runs on
+    fault_matrix.record(
+        Row(
+            "a 4-GPU job submitted with the account's key around the gateway, under a burst pod's next label",
+            submitted=1,
+            completed=0,
+            billing_late=int(took > bound),
+            others_stopped=int(state(int(counted_job["number"])) != "PROCESSING STARTING"),
+            note=f"stopped {took:.0f}s after the submit (controller rounds every {ORPHAN_INTERVAL_SECONDS}s)",
+        )
+    )
+    control_plane.kubectl("-n", ns, "delete", "pod", "counted", "--wait=false")
+
+
+def test_only_the_controller_may_list_and_stop_the_accounts_jobs(
+    bare_namespace: str, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess
+) -> None:
+    """A user's pod projects a token of the controller's audience itself: the API server vouches for it,
+    as the namespace's ServiceAccount, and the gateway refuses it (403); with no token, 401."""
+    ns = bare_namespace
+    body = client_pod(
+        "not-the-controller", node_emulator, [["bearer", "/controller/jobs"], ["get", "/controller/jobs"]]
+    )
+    spec = body["spec"]
+    spec["volumes"] = [
+        *spec.get("volumes", []),
+        {
+            "name": "mine",
+            "projected": {
+                "sources": [{"serviceAccountToken": {"audience": "nimbix-burst-gateway-controller", "path": "token"}}]
+            },
+        },
+    ]
+    (container,) = spec["containers"]
+    container["volumeMounts"] = [*container.get("volumeMounts", []), {"name": "mine", "mountPath": "/mine"}]
+    container["env"] = [*container["env"], {"name": "TOKEN_FILE", "value": "/mine/token"}]
+    control_plane.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(body))
+    finished_pod(control_plane, ns, "not-the-controller")
+    (with_token, without) = answers(control_plane, ns, "not-the-controller")
+    assert with_token[0] == 403 and "only the controller" in with_token[1], with_token
+    assert without[0] == 401, without

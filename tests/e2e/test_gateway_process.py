@@ -17,10 +17,12 @@ from typing import Any
 import pytest
 import requests
 
+from controller.accounting import plan_stops
+from controller.gatewayjobs import GatewayAccess, GatewayJobs
 from devplatform import demo
 from devplatform.cluster import addons, controlplane
 from devplatform.cluster.pki import KeyPair, make_ca
-from gateway.settings import DEFAULT_AUDIENCE
+from gateway.settings import DEFAULT_AUDIENCE, DEFAULT_CONTROLLER_AUDIENCE
 from jarvice import contract
 from jarvice.client import CredentialsRejected, JarviceClient, JobNotFound, RequestRejected, RetryPolicy
 from jarvice.labels import PodIdentity, build_job_label
@@ -29,6 +31,7 @@ from jarvice.redaction import Secret
 from tests.support.gpus import GPU
 
 ADDON_NAMESPACE = "nimbix-burst"
+CONTROLLER_SERVICE_ACCOUNT = "nimbix-burst-controller"
 
 
 @dataclass(frozen=True)
@@ -212,3 +215,72 @@ def test_two_replicas_never_both_pass_a_budget(
         thread.join(timeout=60)
     assert sorted(o == "submitted" for o in outcomes) == [False, True], outcomes
     assert any("burst budget is 1 GPU(s)" in o for o in outcomes), outcomes
+
+
+def _controller_token(control_plane: controlplane.ControlPlane, tmp_path: Path) -> Path:
+    """The controller's ServiceAccount's token of its own audience, in a file as the kubelet projects it."""
+    control_plane.kubectl("-n", ADDON_NAMESPACE, "create", "serviceaccount", CONTROLLER_SERVICE_ACCOUNT, check=False)
+    audience = f"--audience={DEFAULT_CONTROLLER_AUDIENCE}"
+    token = control_plane.kubectl(
+        "-n", ADDON_NAMESPACE, "create", "token", CONTROLLER_SERVICE_ACCOUNT, audience
+    ).stdout.strip()  # fmt: skip
+    path = tmp_path / "controller-token"
+    path.write_text(token)
+    return path
+
+
+def _submit_with_the_account_key(emulator: addons.EmulatorProcess, body: SubmitBody) -> int:
+    env = emulator.runner_env()
+    sent = {**body, "user": {"username": env["JARVICE_USERNAME"], "apikey": env["JARVICE_APIKEY"]}}
+    with requests.Session() as session:
+        session.trust_env = False
+        answer = session.post(env["JARVICE_API_URL"].rstrip("/") + "/jarvice/submit", json=sent, timeout=10)
+    answer.raise_for_status()
+    return int(answer.json()["number"])
+
+
+def test_the_controller_sees_every_accounts_jobs_with_what_was_counted_and_stops_the_rest(
+    control_plane: controlplane.ControlPlane,
+    namespace: str,
+    gateways: Gateways,
+    emulator: addons.EmulatorProcess,
+    tmp_path: Path,
+) -> None:
+    """A burst pod's job through the gateway (1 GPU counted), and a 4-GPU job submitted around it with the
+    account's key under the pod's next label. The controller's own client, with its token, lists both with
+    what the ledger counted (the second: nothing), its decision marks the second, then stops it through
+    the gateway; the counted job runs on. A pod's token of the controller's audience is refused (403)."""
+    pod = burst_pod(control_plane, namespace, "counted")
+    with requests.Session() as session:
+        client = client_for(gateways.urls[0], token_for(control_plane, pod), gateways.ca_file, session)
+        counted_number = client.submit(submit_body(pod, emulator, machine="ng1", nodes=1)).number
+    around = _submit_with_the_account_key(emulator, submit_body(pod, emulator, machine="ng4", nodes=1, attempt=2))
+    access = GatewayAccess(gateways.urls[1], str(gateways.ca_file), str(_controller_token(control_plane, tmp_path)))
+    with requests.Session() as session:
+        jobs = GatewayJobs(access, session=session, read_file=lambda p: Path(p).read_text())
+        listed = {job.number: job for job in jobs.live_jobs()}
+        counted, hand_made = listed[counted_number], listed[around]
+        assert counted.counted is not None and (counted.counted.namespace, counted.counted.gpus) == (namespace, 1)
+        assert (counted.gpus, hand_made.gpus, hand_made.counted) == (1, 4, None)
+        cluster = str({e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}[contract.ENV_CLUSTER])
+        decided = {pod["metadata"]["uid"]}
+        first = plan_stops(list(listed.values()), cluster=cluster, decided_uids=decided, caps={}, marked=())
+        assert first.stop == () and ("emulator", around) in first.marked
+        second = plan_stops(jobs.live_jobs(), cluster=cluster, decided_uids=decided, caps={}, marked=first.marked)
+        assert [(s.job.number, s.reason) for s in second.stop] == [(around, "not-decided")]
+        jobs.terminate("emulator", around)
+    states = {int(j["number"]): j["status"] for j in demo.fetch_emulator(emulator.url, "/_emulator/jobs")}
+    assert states[around] == "TERMINATED" and states[counted_number] != "TERMINATED", states
+    meta = pod["metadata"]
+    stolen = control_plane.kubectl(
+        "-n", meta["namespace"], "create", "token", "default", f"--audience={DEFAULT_CONTROLLER_AUDIENCE}"
+    ).stdout.strip()  # fmt: skip
+    with requests.Session() as session:
+        session.trust_env = False
+        answer = session.get(
+            gateways.urls[0] + "/controller/jobs",
+            headers={"Authorization": f"Bearer {stolen}"},
+            verify=str(gateways.ca_file),
+            timeout=30,
+        )
+    assert answer.status_code == 403 and "only the controller" in answer.json()["error"], answer.text

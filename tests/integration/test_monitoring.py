@@ -18,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controller.metrics import Metrics as ControllerMetrics
 from devplatform import debtools, helmchart
+from gateway.metrics import GatewayMetrics
 from webhook.cache import ClusterCache
 from webhook.metrics import Metrics as WebhookMetrics
 from webhook.sync import CacheSync
@@ -33,6 +34,9 @@ EXPECTED_ALERTS = {
     "NimbixBurstControllerNoLeader",
     "NimbixBurstReviewsWithoutLocalPromise",
     "NimbixBurstOrphansTerminated",
+    "NimbixBurstUnaccountedJobsStopped",
+    "NimbixBurstGatewayRefusals",
+    "NimbixBurstGatewayUpstreamErrors",
     "NimbixBurstNamespaceAtBudget",
     "NimbixBurstJarviceErrors",
     "NimbixBurstControllerUnavailable",
@@ -63,7 +67,7 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess[str]:
 def test_promtool_accepts_the_rule_file(promtool: Path) -> None:
     result = _run([str(promtool), "check", "rules", str(ALERTS)])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "SUCCESS: 16 rules found" in result.stdout
+    assert "SUCCESS: 19 rules found" in result.stdout
 
 
 def test_promtool_unit_tests_of_every_alert_pass(promtool: Path) -> None:
@@ -126,6 +130,10 @@ def _controller_exposition() -> str:
     return generate_latest(ControllerMetrics(is_leader=lambda: True).registry).decode()
 
 
+def _gateway_exposition() -> str:
+    return generate_latest(GatewayMetrics().registry).decode()
+
+
 def _queried_names() -> dict[str, set[str]]:
     """Metric name -> where it is queried (alert names, dashboard panel titles)."""
     where: dict[str, set[str]] = {}
@@ -141,7 +149,12 @@ def _queried_names() -> dict[str, set[str]]:
 
 
 def test_every_metric_the_dashboard_and_the_alerts_query_is_exported() -> None:
-    exported = _exported_names(_webhook_exposition()) | _exported_names(_controller_exposition()) | SCRAPE_SERIES
+    exported = (
+        _exported_names(_webhook_exposition())
+        | _exported_names(_controller_exposition())
+        | _exported_names(_gateway_exposition())
+        | SCRAPE_SERIES
+    )
     queried = _queried_names()
     missing = {name: sorted(where) for name, where in queried.items() if name not in exported}
     assert missing == {}
@@ -149,7 +162,11 @@ def test_every_metric_the_dashboard_and_the_alerts_query_is_exported() -> None:
 
 
 def test_the_dashboard_shows_every_metric_the_programs_export() -> None:
-    exported = _exported_names(_webhook_exposition()) | _exported_names(_controller_exposition())
+    exported = (
+        _exported_names(_webhook_exposition())
+        | _exported_names(_controller_exposition())
+        | _exported_names(_gateway_exposition())
+    )
     shown = set(_queried_names())
     # Counters' _created and a histogram's _sum/_count are read through their family's main series.
     families = {name for name in exported if not name.endswith(("_created", "_sum", "_count"))}
@@ -161,4 +178,9 @@ def test_the_dashboard_is_a_grafana_dashboard_with_unique_panel_ids() -> None:
     ids = [panel["id"] for panel in dashboard["panels"]]
     assert len(ids) == len(set(ids))
     assert dashboard["uid"] == "nimbix-burst"
-    assert {v["name"] for v in dashboard["templating"]["list"]} == {"datasource", "webhook_job", "controller_job"}
+    assert {v["name"] for v in dashboard["templating"]["list"]} == {
+        "datasource",
+        "webhook_job",
+        "controller_job",
+        "gateway_job",
+    }

@@ -119,3 +119,32 @@ def test_an_unreadable_file_is_a_problem() -> None:
 )
 def test_cluster_name(env: Mapping[str, str], argv: tuple[str, ...], name: str) -> None:
     assert parse(env, *argv).cluster_name == name
+
+
+def test_the_gateway_is_off_by_default_and_taken_with_its_ca_and_token() -> None:
+    assert parse(BASE).gateway_url == ""
+    settings = parse(
+        {
+            **BASE,
+            "CONTROLLER_GATEWAY_URL": "https://nimbix-burst-gateway.nimbix-burst.svc/",
+            "CONTROLLER_GATEWAY_CA_FILE": "/ca/ca.crt",
+            "CONTROLLER_GATEWAY_TOKEN_FILE": "/token/token",
+        }
+    )
+    assert (settings.gateway_url, settings.gateway_ca_file, settings.gateway_token_file) == (
+        "https://nimbix-burst-gateway.nimbix-burst.svc",
+        "/ca/ca.crt",
+        "/token/token",
+    )
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        pytest.param({"CONTROLLER_GATEWAY_URL": "http://gw"}, "not an https URL", id="plain-http"),
+        pytest.param({"CONTROLLER_GATEWAY_URL": "https://gw"}, "needs --gateway-ca-file", id="no-ca-no-token"),
+    ],
+)
+def test_gateway_problems(env: Mapping[str, str], fragment: str) -> None:
+    with pytest.raises(SettingsError, match=fragment):
+        parse({**BASE, **env})
