@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jarvice import contract, gangidentity
-from kubeplumbing.disruptions import ignores_disruptions_first
+from kubeplumbing.disruptions import ignores_disruptions_first, ignores_moves_home
 from kubeplumbing.times import parse_time
 
 LABEL_KEY, LABEL_VALUE = "task-type", "Nimbix"
@@ -275,6 +275,8 @@ class OwnerState:
     # Its podFailurePolicy ignores a pod marked DisruptionTarget first: a pod the controller evicts
     # costs it no retry (kubeplumbing.disruptions).
     free_moves: bool = False
+    # ...and then a move home's exit second: its running burst pod may move home (controller.moving).
+    moves_home: bool = False
 
 
 def parse_job(obj: Mapping[str, Any] | None) -> OwnerState:
@@ -293,4 +295,5 @@ def parse_job(obj: Mapping[str, Any] | None) -> OwnerState:
         finished=finished,
         suspended=spec.get("suspend") is True,
         free_moves=ignores_disruptions_first(spec.get("podFailurePolicy")),
+        moves_home=ignores_moves_home(spec.get("podFailurePolicy")),
     )
