@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final, NoReturn
@@ -21,7 +21,7 @@ from typing import Any, Final, NoReturn
 import requests
 from pythonjsonlogger.json import JsonFormatter
 
-from entrypoint import gang, local, plan, ports, remote, restart, signals, staging, statefile, termination
+from entrypoint import gang, homeward, local, plan, ports, remote, restart, signals, staging, statefile, termination
 from entrypoint.settings import Settings, SettingsError, Tuning, parse_settings
 from jarvice import contract, exitcodes
 from jarvice.client import JarviceClient, RetryPolicy
@@ -231,7 +231,25 @@ def open_remote_deps(
             cancel=token,
             journal=journal,
             termination=TerminationFile(settings.termination_log),
+            move_mark=move_mark_reader(settings.remote.apikey_file),
         )
+
+
+def move_mark_reader(apikey_file: str | None) -> Callable[[], int | None]:
+    """The controller's move-home mark, read from the pod's annotations the kubelet writes beside the
+    gateway token (entrypoint.homeward); without that file no move home is asked."""
+    if not apikey_file:
+        return ports.no_move_mark
+    path = Path(apikey_file).parent / contract.POD_ANNOTATIONS_FILE
+
+    def read() -> int | None:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+        return homeward.marked_job(homeward.parse_annotations(text))
+
+    return read
 
 
 def run(env: Mapping[str, str], argv: Sequence[str]) -> int:
