@@ -27,7 +27,7 @@ from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.processes import ManagedProcess, free_port, start_process, stop_process
 from jarvice.gpubudget import ANNOTATION_BUDGET
 from kubeplumbing.spendrecord import ANNOTATION_MAX_COST_PER_HOUR
-from replay import accounting, cluster, gangs, objects, record_file, report
+from replay import accounting, cluster, come_home, gangs, objects, record_file, report
 from replay.accounting import Policy, PolicySummary, RunRecord
 from replay.driver import WORKERS, Driver
 from replay.history import AdmissionView
@@ -549,6 +549,11 @@ def run(settings: Settings) -> int:
     document = report.build_document(summaries, config=config, setup=setup)
     document["notes"] = notes
     markdown = report.build_markdown(table, config=config, setup=setup, notes=notes)
+    moved = come_home.what_ifs(runs, settings.come_home) if settings.come_home is not None else []
+    document["come_home"] = {title: result.as_dict() for title, result in moved}
+    lines = [f"{title}: {line}" for title, result in moved for line in come_home.describe(result)]
+    if lines:
+        markdown += "\n".join(["", "## What-if: moving running bursts home", "", *(f"- {x}" for x in lines), ""])
     report.write_files(settings.out, document=document, markdown=markdown)
     report.write_png(settings.out / "timeline.png", summaries, free_gpus=plan.free_gpus, trace_start=plan.start)
     # A row per (burst-after, cap) setting: every webhook run, the uncapped one ("none") included.
@@ -559,6 +564,8 @@ def run(settings: Settings) -> int:
         say(report.build_tradeoff_table(tradeoff))
     say("")
     say(table)
+    for line in lines:
+        say(line)
     say("")
     say(f"total wall time {time.monotonic() - began:.0f}s; report in {settings.out}/report.{{json,md}}, timeline.png")
     return 0

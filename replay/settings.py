@@ -9,6 +9,7 @@ from pathlib import Path
 
 from kubeplumbing.spendrecord import parse_cost_cap
 from replay.accounting import POLICIES, Policy
+from replay.come_home import Assumptions
 from replay.objects import DEFAULT_MODEL_LABEL
 from webhook.waiting import DurationError, parse_duration
 
@@ -36,6 +37,10 @@ DEFAULT_STRANDED_TIMEOUT = 10.0
 # A burst is wrong only if the pod fit this long (wall seconds) before the decision as well as
 # when it was made: the webhook's watch may legitimately be a few events behind the replay's.
 DEFAULT_RACE_WINDOW = 0.25
+# The what-if of moving running bursts home (replay.come_home): assumptions, stated in the report.
+DEFAULT_COME_HOME_SHARE = 0.5  # of lone burst pods that keep the checkpoint contract
+DEFAULT_COME_HOME_INTERVAL = "15m"  # how often they checkpoint (trace time)
+DEFAULT_COME_HOME_MOVE_SECONDS = 60.0  # GPUs free -> remote job stopped (checkpoint asked, written, copied back)
 
 
 class SettingsError(ValueError):
@@ -68,6 +73,7 @@ class Settings:
     # The checkout whose `webhook` package runs (e.g. devplatform.compiled_core's directory, what the
     # image ships); None: this one's .py files.
     webhook_tree: Path | None = None
+    come_home: Assumptions | None = None  # the what-if's assumptions (None: the defaults above)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,6 +128,29 @@ def build_parser() -> argparse.ArgumentParser:
         " decision core compiled as the image ships it); default: this checkout's .py files",
     )
     p.add_argument(
+        "--come-home-share",
+        type=float,
+        default=DEFAULT_COME_HOME_SHARE,
+        help="what-if: the share (0..1) of lone burst pods that checkpoint and may move home while running",
+    )
+    p.add_argument(
+        "--come-home-interval",
+        default=DEFAULT_COME_HOME_INTERVAL,
+        help="what-if: how often those pods checkpoint (trace time, e.g. 15m): the work a move may do again",
+    )
+    p.add_argument(
+        "--come-home-move-seconds",
+        type=float,
+        default=DEFAULT_COME_HOME_MOVE_SECONDS,
+        help="what-if: seconds from local GPUs free to the remote job stopped (checkpoint written, copied back)",
+    )
+    p.add_argument(
+        "--come-home-min-saving",
+        type=float,
+        default=0.0,
+        help="what-if: a move is made only if it saves more than this (as nimbix-burst.io/come-home-min-saving)",
+    )
+    p.add_argument(
         "--save-history",
         action="store_true",
         help="write each policy's recorded run to OUT/history-<policy>.jsonl.gz (for python -m replay.explain)",
@@ -163,6 +192,7 @@ def parse_settings(argv: Sequence[str]) -> Settings:
         problems.append("--max-cost-per-hour needs the webhook policy (--policies ...,webhook)")
     if args.webhook_tree is not None and not (args.webhook_tree / "webhook" / "__main__.py").is_file():
         problems.append(f"--webhook-tree: {args.webhook_tree} holds no webhook package (webhook/__main__.py)")
+    come_home = _come_home(args, problems)
     if problems:
         raise SettingsError("; ".join(problems))
     webhook_runs = max(len(burst_after), 1) * max(len(caps), 1)
@@ -189,6 +219,31 @@ def parse_settings(argv: Sequence[str]) -> Settings:
         cost_caps=tuple(caps),
         gangs=not args.no_gangs,
         webhook_tree=args.webhook_tree,
+        come_home=come_home,
+    )
+
+
+def _come_home(args: argparse.Namespace, problems: list[str]) -> Assumptions:
+    """The what-if's assumptions; a value out of range is a problem."""
+    if not 0.0 <= args.come_home_share <= 1.0:
+        problems.append("--come-home-share must be between 0 and 1 (the share of burst pods that checkpoint)")
+    interval = 0.0
+    try:
+        interval = parse_duration(str(args.come_home_interval))
+    except DurationError as exc:
+        problems.append(f"--come-home-interval: {exc}")
+    if interval <= 0 and not any(p.startswith("--come-home-interval") for p in problems):
+        problems.append("--come-home-interval must be more than 0 (how often the pods checkpoint, e.g. 15m)")
+    if args.come_home_move_seconds < 0:
+        problems.append("--come-home-move-seconds must be 0 or more")
+    if args.come_home_min_saving < 0:
+        problems.append("--come-home-min-saving must be 0 or more")
+    return Assumptions(
+        share=args.come_home_share,
+        interval_seconds=interval,
+        move_seconds=args.come_home_move_seconds,
+        min_saving=args.come_home_min_saving,
+        price_per_gpu_hour=args.price_per_gpu_hour,
     )
 
 
