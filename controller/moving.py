@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Final, Literal
 
+from jarvice.checkpoint import CheckpointContract
 from jarvice.exitcodes import EXIT_MOVED_HOME
 from jarvice.model import STATUS_COMPLETED, JobEntry, is_terminal
 
@@ -38,17 +39,6 @@ CHECKPOINT_DEADLINE_SECONDS: Final = 300.0
 COPY_BACK_DEADLINE_SECONDS: Final = 900.0
 # The replacement binds to a node (or bursts again) within this long (as a queued homecoming settles).
 RESUME_DEADLINE_SECONDS: Final = 300.0
-
-
-@dataclass(frozen=True, slots=True)
-class MoveTerms:
-    """What the pod (or its namespace) said: opted in, where the checkpoint is, how often it is
-    written, and the least money a move must save."""
-
-    opted_in: bool
-    checkpoint_dir: str
-    interval_seconds: float | None
-    min_saving: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +57,7 @@ def remaining_seconds(job: JobEntry, *, now: float) -> float | None:
 
 
 def decide(
-    terms: MoveTerms,
+    terms: CheckpointContract | None,
     job: JobEntry,
     *,
     price_per_hour: float | None,
@@ -76,15 +66,16 @@ def decide(
     checkpoint_age: float | None,
     policy_ignores_move: bool,
 ) -> MoveChoice:
-    """Whether the running `job` of a pod a local node can run now moves home.
+    """Whether the running `job` of a pod a local node can run now moves home. `terms`: the pod's
+    checkpoint contract (jarvice.checkpoint; None: it names no checkpoint directory).
 
     `price_per_hour`: the job's machine price times its nodes (None: unknown); `gpus`: the job's GPUs;
     `checkpoint_age`: seconds since the last checkpoint was written (None: not known);
     `policy_ignores_move`: the pod's Job ignores the runner's moved-home exit (its podFailurePolicy)."""
-    if not terms.opted_in:
-        return MoveChoice(False, "not opted in (nimbix-burst.io/come-home: running on the pod or its namespace)")
-    if not terms.checkpoint_dir:
+    if terms is None:
         return MoveChoice(False, "no nimbix-burst.io/checkpoint-dir: there is nothing to resume from")
+    if not terms.come_home_running:
+        return MoveChoice(False, "not opted in (nimbix-burst.io/come-home: running on the pod or its namespace)")
     if not policy_ignores_move:
         return MoveChoice(
             False, f"its Job's podFailurePolicy does not ignore exit code {EXIT_MOVED_HOME} (the move's end)"
@@ -100,11 +91,10 @@ def decide(
         return MoveChoice(
             False, f"not worth it: the rest of its walltime costs {saving:.2f}, not above {terms.min_saving:.2f}"
         )
-    if checkpoint_age is not None and terms.interval_seconds is not None and checkpoint_age > terms.interval_seconds:
+    if checkpoint_age is not None and checkpoint_age > terms.interval_seconds:
         return MoveChoice(
             False,
-            f"its last checkpoint is {checkpoint_age:.0f} s old, older than its interval"
-            f" ({terms.interval_seconds:.0f} s)",
+            f"its last checkpoint is {checkpoint_age:.0f} s old, older than its interval ({terms.interval_seconds} s)",
         )
     return MoveChoice(True, f"saves {saving:.2f} ({hours * gpus:.1f} GPU-hours)", saving, hours * gpus)
 
@@ -152,6 +142,11 @@ def _ended(job: JobEntry | None) -> bool:
     return job is not None and is_terminal(job.state)
 
 
+def _still_billing(seen: Seen) -> tuple[Action, ...]:
+    """Never a job billing after its pod came home: the pod left with the checkpoint, a live job ends."""
+    return ("terminate",) if seen.job is not None and not _ended(seen.job) else ()
+
+
 def _give_up(move: Move, why: str, *, now: float, actions: Sequence[Action] = ()) -> Progress:
     return Progress(replace(move, step="given_up", since=now), (("NimbixMoveGivenUp", why),), tuple(actions))
 
@@ -184,6 +179,7 @@ def advance(move: Move, seen: Seen, *, now: float) -> Progress:
                 return Progress(
                     replace(move, step="copied_back", since=now),
                     (("NimbixMoveCopiedBack", f"the checkpoint of job {number} was copied back into the volume"),),
+                    _still_billing(seen),
                 )
             return _give_up(move, f"the pod ended with exit code {seen.pod_exit_code}, not a move's", now=now)
         if waited >= COPY_BACK_DEADLINE_SECONDS:
@@ -191,8 +187,7 @@ def advance(move: Move, seen: Seen, *, now: float) -> Progress:
             return _give_up(move, why, now=now)
         return Progress(move)
     if move.step == "copied_back":
-        # Never a job billing after its pod came home: the pod left with the checkpoint.
-        actions: tuple[Action, ...] = ("terminate",) if seen.job is not None and not _ended(seen.job) else ()
+        actions = _still_billing(seen)
         if seen.replacement_node:
             message = f"the replacement runs on node {seen.replacement_node}, from job {number}'s checkpoint"
             return Progress(replace(move, step="resumed", since=now), (("NimbixMoveResumed", message),), actions)

@@ -8,6 +8,7 @@ import pytest
 
 from controller import moving
 from controller.model import parse_job
+from jarvice.checkpoint import CheckpointContract
 from jarvice.exitcodes import EXIT_MOVED_HOME, EXIT_TERMINATED, EXIT_TRANSFER
 from jarvice.model import JobEntry
 from tests.unit.controller.builders import IGNORE_DISRUPTIONS, job
@@ -16,7 +17,9 @@ pytestmark = pytest.mark.timeout(2)
 
 NOW = 1_800_000_000.0
 HOUR = 3600.0
-TERMS = moving.MoveTerms(opted_in=True, checkpoint_dir="/data/ckpt", interval_seconds=600.0, min_saving=5.0)
+TERMS = CheckpointContract(
+    directory="/data/ckpt", interval_seconds=600, come_home_running=True, come_home_source="pod", min_saving=5.0
+)
 RUNNING = JobEntry(
     number=1042,
     name="j",
@@ -29,7 +32,7 @@ RUNNING = JobEntry(
 
 
 def decide(
-    terms: moving.MoveTerms = TERMS,
+    terms: CheckpointContract | None = TERMS,
     job: JobEntry = RUNNING,
     *,
     price: float | None = 2.0,
@@ -44,8 +47,8 @@ def decide(
 @pytest.mark.parametrize(
     ("terms", "job", "price", "age", "policy", "fragment"),
     [
-        (replace(TERMS, opted_in=False), RUNNING, 2.0, 60.0, True, "not opted in"),
-        (replace(TERMS, checkpoint_dir=""), RUNNING, 2.0, 60.0, True, "no nimbix-burst.io/checkpoint-dir"),
+        (replace(TERMS, come_home_running=False), RUNNING, 2.0, 60.0, True, "not opted in"),
+        (None, RUNNING, 2.0, 60.0, True, "no nimbix-burst.io/checkpoint-dir"),
         (TERMS, RUNNING, 2.0, 60.0, False, f"does not ignore exit code {EXIT_MOVED_HOME}"),
         (TERMS, replace(RUNNING, state="SUBMITTED"), 2.0, 60.0, True, "not running (SUBMITTED)"),
         (TERMS, replace(RUNNING, walltime_limit=None), 2.0, 60.0, True, "walltime or its price is not known"),
@@ -56,7 +59,7 @@ def decide(
     ],
 )
 def test_a_move_does_not_go(
-    terms: moving.MoveTerms, job: JobEntry, price: float | None, age: float | None, policy: bool, fragment: str
+    terms: CheckpointContract | None, job: JobEntry, price: float | None, age: float | None, policy: bool, fragment: str
 ) -> None:
     choice = decide(terms, job, price=price, age=age, policy=policy)
     assert not choice.go and fragment in choice.reason
