@@ -142,39 +142,35 @@ def what_if(
     """The moves home the assumptions allow, oldest burst first (the product moves one pod at a time, the
     oldest first), each holding its GPUs from the moment it is decided until it would end here."""
     a = assumptions
-    nodes = sorted(name for name, series in free.items() if any(count > 0 for _, count in series))
-    holds: dict[str, list[tuple[float, float, int]]] = {name: [] for name in nodes}
-    changes = sorted({t for name in nodes for t, _ in free[name]})
+    holds: dict[str, list[tuple[float, float, int]]] = {name: [] for name in free}
     chosen = sorted((r for r in runs if keeps_contract(r.key, a.share)), key=lambda r: (r.start, r.key))
     moves: list[Move] = []
     freed = 0
     for run in chosen:
         end = min(run.end, observed_until)
-        freed += any(_free_range(free[n], run.start, end)[1] >= run.gpus for n in nodes)
-        released = {b for node_holds in holds.values() for _, b, _ in node_holds}
-        later = bisect.bisect_right(changes, run.start)
-        for at in sorted({*changes[later:], *(b for b in released if b > run.start)}):
-            stopped = at + a.move_seconds
-            saved_hours = run.gpus * (end - stopped) / SECONDS_PER_HOUR
-            if saved_hours <= 0 or saved_hours * a.price_per_gpu_hour <= a.min_saving:
-                break  # a later move saves less still
-            until = min(end + a.interval_seconds, observed_until)
-            node = _first_fitting(nodes, free, holds, run.gpus, start=at, stop=until)
-            if node is None:
-                continue
-            holds[node].append((at, until, run.gpus))
-            moves.append(
-                Move(
-                    key=run.key,
-                    node=node,
-                    gpus=run.gpus,
-                    at=at,
-                    gpu_hours_saved=saved_hours,
-                    money_saved=saved_hours * a.price_per_gpu_hour,
-                    gpu_hours_redone=run.gpus * a.interval_seconds / SECONDS_PER_HOUR,
-                )
+        freed += any(_free_range(series, run.start, end)[1] >= run.gpus for series in free.values())
+        found = [
+            (at, name)
+            for name in sorted(free)
+            if (at := _earliest_move(free[name], holds[name], run, a, end=end, observed_until=observed_until))
+            is not None
+        ]
+        if not found:
+            continue
+        at, node = min(found)
+        saved_hours = run.gpus * (end - at - a.move_seconds) / SECONDS_PER_HOUR
+        holds[node].append((at, min(end + a.interval_seconds, observed_until), run.gpus))
+        moves.append(
+            Move(
+                key=run.key,
+                node=node,
+                gpus=run.gpus,
+                at=at,
+                gpu_hours_saved=saved_hours,
+                money_saved=saved_hours * a.price_per_gpu_hour,
+                gpu_hours_redone=run.gpus * a.interval_seconds / SECONDS_PER_HOUR,
             )
-            break
+        )
     return ComeHomeWhatIf(
         assumptions=a,
         remote_runs=len(runs),
@@ -185,21 +181,28 @@ def what_if(
     )
 
 
-def _first_fitting(
-    nodes: Sequence[str],
-    free: Mapping[str, FreeSeries],
-    holds: Mapping[str, Sequence[tuple[float, float, int]]],
-    gpus: int,
+def _earliest_move(
+    series: FreeSeries,
+    holds: Sequence[tuple[float, float, int]],
+    run: RemoteRun,
+    a: Assumptions,
     *,
-    start: float,
-    stop: float,
-) -> str | None:
-    """The first node whose free GPUs, less what earlier moves hold, stay at `gpus` or more over [start, stop)."""
-    for name in nodes:
-        if free_at(free[name], start) < gpus:
-            continue
-        if _free_range(free[name], start, stop)[0] - _taken(holds[name], start, stop) >= gpus:
-            return name
+    end: float,
+    observed_until: float,
+) -> float | None:
+    """The first moment after the burst at which the node's free GPUs, less what earlier moves hold, are
+    the pod's and stay so until it would end here; None when there is none, or none worth the move."""
+    later = bisect.bisect_right(series, run.start, key=lambda entry: entry[0])
+    moments = sorted(
+        {t for t, count in series[later:] if count >= run.gpus} | {b for _, b, _ in holds if b > run.start}
+    )
+    for at in moments:
+        saved_hours = run.gpus * (end - at - a.move_seconds) / SECONDS_PER_HOUR
+        if saved_hours <= 0 or saved_hours * a.price_per_gpu_hour <= a.min_saving:
+            return None  # a later move saves less still
+        until = min(end + a.interval_seconds, observed_until)
+        if _free_range(series, at, until)[0] - _taken(holds, at, until) >= run.gpus:
+            return at
     return None
 
 
