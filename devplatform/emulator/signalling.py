@@ -89,8 +89,9 @@ class OverrideFailed(Exception):
 
 async def deliver(job: jobs.Job, delivery: Delivery, *, beside: Path | None) -> int:
     """Does `delivery` to the running `job`; returns the pid JARVICE's answer names (the override's
-    process, or the job's). The override runs in the job's process group, directory and environment,
-    its output appended to the job's; it is killed when the job ends, as a container's processes are."""
+    process, or the job's). The override runs in the job's directory (its HOME) and environment (and, for
+    a job with a vault, in its private root), its output appended to the job's; it is killed when the
+    job ends, as a container's processes are."""
     process = job.process
     if job.status != jobs.RUNNING or process is None or process.returncode is not None:
         raise NotRunning
@@ -101,6 +102,10 @@ async def deliver(job: jobs.Job, delivery: Delivery, *, beside: Path | None) -> 
             raise NotRunning from None
         return process.pid
     argv = [override_path(delivery.override, beside), str(delivery.signal)]
+    if job.vault is not None:
+        # A job with a vault runs in a private root (vault.py): the override runs in it too, where it
+        # sees what the job wrote.
+        argv = ["nsenter", "--target", str(process.pid), "--mount", "--root", "--wd", "--", *argv]
     with job.output_path.open("ab") as out:
         try:
             helper = await asyncio.create_subprocess_exec(

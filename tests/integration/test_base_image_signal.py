@@ -118,8 +118,11 @@ def test_sigusr1_reaches_the_program_which_checkpoints_and_the_job_completes(
 def test_a_shell_program_traps_sigusr1_itself(
     emulator: EmulatorThread, session: requests.Session, workdir: Path
 ) -> None:
-    command = "trap 'echo checkpoint written; exit 0' USR1\nwhile true; do sleep 0.05; done"
+    command = (
+        "trap 'echo checkpoint written; exit 0' USR1\nn=0; while true; do n=$((n+1)); echo step $n; sleep 0.05; done"
+    )
     number, label = start(session, emulator, workdir, command)
+    stepping(workdir, number)  # its trap is set by then
     assert signal(session, emulator, number, 10).status_code == 200
     with EmulatorControl(emulator.url) as control:
         assert wait_for_job(control, label, "COMPLETED")["exitcode"] == 0
