@@ -113,7 +113,8 @@ class Homecomer:
             assessment = homecoming.assess(pod, live.get(pod.uid, []), came_home_before=owner in self.came_home)
             if assessment.verdict == "ignore" or (assessment.verdict == "stay" and pod.uid in self._noted):
                 continue
-            moves = assessment.verdict == "check" or self._mover is not None  # a started job may move home
+            # A started job may move home: only a pod that names a checkpoint directory is looked at again.
+            moves = assessment.verdict == "check" or (self._mover is not None and pod.checkpoints)
             if moves and not may_bring_home:
                 continue
             try:
@@ -142,7 +143,7 @@ class Homecomer:
     def _consider(self, pod: PodView, assessment: homecoming.Assessment, jobs: Sequence[JobEntry]) -> bool:
         """True when the pod came home (or started moving home)."""
         assert pod.owner is not None  # is_candidate(): a Job controls it
-        if assessment.verdict == "stay" and self._mover is None:
+        if assessment.verdict == "stay" and (self._mover is None or not pod.checkpoints):
             self._noted.add(pod.uid)  # looked at once: a started job never goes back to the queue
         job = self._kube.read_job(pod.namespace, pod.owner.name)
         why_not = "owner not found" if job is None else stranding.check_owner(pod, parse_job(job))

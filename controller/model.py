@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jarvice import contract, gangidentity
+from jarvice.checkpoint import ANNOTATION_CHECKPOINT_DIR
 from kubeplumbing.disruptions import ignores_disruptions_first, ignores_moves_home
 from kubeplumbing.times import parse_time
 
@@ -64,6 +65,8 @@ class PodView:
     held_by_model: bool = False
     # Kept local to wait for a node until then (the webhook's burst-deadline, epoch s; None: not waiting).
     burst_deadline: float | None = None
+    # Names a checkpoint directory (the checkpoint contract): only such a pod's running job may move home.
+    checkpoints: bool = False
 
 
 def pod_reference(pod: PodView) -> dict[str, str]:
@@ -121,6 +124,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
         gang=str(annotations.get(contract.ANNOTATION_GANG) or ""),
         held_by_model=annotations.get(ANNOTATION_DECISION) == "local" and bool(annotations.get(ANNOTATION_GPU_MODEL)),
         burst_deadline=parse_time(annotations.get(contract.ANNOTATION_BURST_DEADLINE)),
+        checkpoints=bool(annotations.get(ANNOTATION_CHECKPOINT_DIR)),
     )
 
 

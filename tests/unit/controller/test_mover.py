@@ -207,3 +207,22 @@ def test_a_job_still_live_after_the_pod_left_with_its_checkpoint_is_terminated()
     w.jarvice.jobs = {4711: running()}  # listed live again (a stale listing): never billing after the pod left
     w.homecomer.round()
     assert w.jarvice.terminated == [4711]
+
+
+REMOTE_ANSWER = {
+    "metadata": {"annotations": {"nimbix-burst.io/decision": "remote", "nimbix-burst.io/reason": "no GPUs"}}
+}
+
+
+@pytest.mark.parametrize(("annotations", "dry_runs"), [(CONTRACT, 2), ({}, 1)])
+def test_only_a_pod_with_a_checkpoint_directory_is_looked_at_again_until_local_gpus_free(
+    annotations: dict[str, str], dry_runs: int
+) -> None:
+    w = world({**annotations, "nimbix-burst.io/come-home": "running"} if annotations else {})
+    w.kube.answer = REMOTE_ANSWER  # no local node can run it yet
+    w.homecomer.round()
+    w.homecomer.round()
+    assert len(w.kube.dry_runs) == dry_runs
+    w.kube.answer = LOCAL  # GPUs free
+    w.homecomer.round()
+    assert reasons(w) == (["NimbixMoveCheckpointAsked"] if annotations else [])
