@@ -232,24 +232,27 @@ def open_remote_deps(
             journal=journal,
             termination=TerminationFile(settings.termination_log),
             move_mark=move_mark_reader(settings.remote.apikey_file),
+            checkpoints=homeward.names_checkpoints(pod_annotations(settings.remote.apikey_file)),
         )
 
 
+def pod_annotations(apikey_file: str | None) -> dict[str, str]:
+    """The pod's annotations the kubelet writes beside the gateway token ({} without that file)."""
+    if not apikey_file:
+        return {}
+    try:
+        text = (Path(apikey_file).parent / contract.POD_ANNOTATIONS_FILE).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    return homeward.parse_annotations(text)
+
+
 def move_mark_reader(apikey_file: str | None) -> Callable[[], int | None]:
-    """The controller's move-home mark, read from the pod's annotations the kubelet writes beside the
-    gateway token (entrypoint.homeward); without that file no move home is asked."""
+    """The controller's move-home mark, read each time from the pod's annotations (entrypoint.homeward);
+    without that file no move home is asked."""
     if not apikey_file:
         return ports.no_move_mark
-    path = Path(apikey_file).parent / contract.POD_ANNOTATIONS_FILE
-
-    def read() -> int | None:
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return None
-        return homeward.marked_job(homeward.parse_annotations(text))
-
-    return read
+    return lambda: homeward.marked_job(pod_annotations(apikey_file))
 
 
 def run(env: Mapping[str, str], argv: Sequence[str]) -> int:

@@ -16,6 +16,7 @@ import signal
 from typing import Final
 
 from jarvice import contract
+from jarvice.checkpoint import ANNOTATION_CHECKPOINT_DIR
 from jarvice.exitcodes import EXIT_MOVED_HOME, EXIT_OK
 
 # What the job's program gets (through the image's JARVICE_SIGNAL_OVERRIDE script): write a checkpoint
@@ -50,3 +51,23 @@ def final_exit(code: int, *, asked: bool, staged_out: bool) -> int:
     """The runner's exit once the job ended and the data was staged out: a move home's when it asked
     the job for a checkpoint, the job ended well (0) and the data came back; else `code` as it is."""
     return EXIT_MOVED_HOME if asked and staged_out and code == EXIT_OK else code
+
+
+# Put before a checkpointing pod's job command: the job's shell records the job's process group when it
+# leads one (as a catalogue application's command does; the base image's run command records it itself)
+# for the image's JARVICE_SIGNAL_OVERRIDE (nimbix-burst-signal), and traps SIGUSR1 with a no-op so that
+# only the program acts on it (a trap, unlike an ignored signal, is not inherited).
+SIGNAL_PRELUDE: Final = (
+    'if [ "$(cut -d " " -f 5 /proc/$$/stat 2>/dev/null)" = "$$" ]; then'
+    ' mkdir -p "${HOME:-/tmp}/.nimbix-burst" && echo "$$" > "${HOME:-/tmp}/.nimbix-burst/job-pgid"; fi\n'
+    "trap : USR1\n"
+)
+
+
+def names_checkpoints(annotations: dict[str, str]) -> bool:
+    """Whether the pod names a checkpoint directory (the checkpoint contract): its job may move home."""
+    return bool(annotations.get(ANNOTATION_CHECKPOINT_DIR, "").strip())
+
+
+def with_signal_prelude(command: str) -> str:
+    return SIGNAL_PRELUDE + command

@@ -107,3 +107,5 @@ class RemoteDeps:
     wall_clock: Callable[[], float] = time.time
     # The JARVICE job the controller's move-home mark names now (entrypoint.homeward), read each poll.
     move_mark: Callable[[], int | None] = no_move_mark
+    # The pod names a checkpoint directory: its job command records the job's process group for a move.
+    checkpoints: bool = False

@@ -78,7 +78,8 @@ def mark_after_steps(emulator: EmulatorThread, jobs: Path, annotations: Path, *,
                     number = listed[-1]["number"]
                     log = jobs / str(number) / "output.log"
                     if log.is_file() and f"step {steps}\n" in log.read_text():
-                        annotations.write_text(f'{contract.ANNOTATION_MOVE_HOME}="{number}"\n')
+                        marked = f'{contract.ANNOTATION_MOVE_HOME}="{number}"\n'
+                        annotations.write_text(annotations.read_text() + marked)
                         return
                 time.sleep(0.05)
 
@@ -87,15 +88,18 @@ def mark_after_steps(emulator: EmulatorThread, jobs: Path, annotations: Path, *,
     return thread
 
 
+@pytest.mark.parametrize("through", ["run-command", "catalogue"])
 def test_a_marked_job_checkpoints_comes_back_and_the_runner_exits_moved_home(
-    emulator: tuple[EmulatorThread, Path], tmp_path: Path
+    emulator: tuple[EmulatorThread, Path], tmp_path: Path, through: str
 ) -> None:
+    """`run-command`: the job runs the base image's run command, as its AppDef does; `catalogue`: the
+    job's command is the trainer itself (bash -c), the runner's prelude records the process group."""
     emu, jobs = emulator
     gateway = tmp_path / "gateway"  # where the webhook mounts the token and the pod's annotations
     gateway.mkdir()
     (gateway / "token").write_text(API_KEY)
     annotations = gateway / contract.POD_ANNOTATIONS_FILE
-    annotations.write_text('nimbix-burst.io/decision="remote"\n')
+    annotations.write_text('nimbix-burst.io/decision="remote"\nnimbix-burst.io/checkpoint-dir="/srv/ckpt"\n')
     run_command = ROOT / "images" / "base" / "nimbix-burst-run-command"
     trainer = shlex.quote("python3 -c " + shlex.quote(TRAINER))
     env = staged_env(
@@ -106,7 +110,11 @@ def test_a_marked_job_checkpoints_comes_back_and_the_runner_exits_moved_home(
         NIMBIX_BURST_STAGE_IN="/srv/ckpt",
         NIMBIX_BURST_STAGE_OUT="/srv/ckpt",
         # As the base image's AppDef runs it: the run command leads the job's process group.
-        APP_COMMAND_ARGS=f"exec env NIMBIX_BURST_WORKDIR=/srv {run_command} {trainer}",
+        APP_COMMAND_ARGS=(
+            f"exec env NIMBIX_BURST_WORKDIR=/srv {run_command} {trainer}"
+            if through == "run-command"
+            else "python3 -c " + shlex.quote(TRAINER)
+        ),
     )
     player = mark_after_steps(emu, jobs, annotations, steps=25)
     code, out, err = run_in_pod(env, setup="mkdir -p /srv/ckpt", collect=tmp_path / "pod")

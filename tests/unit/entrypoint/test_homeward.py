@@ -120,3 +120,25 @@ def test_the_mark_is_read_from_the_downward_api_annotations_file(text: str, job:
 )
 def test_the_final_exit(code: int, asked: bool, staged_out: bool, expected: int) -> None:
     assert homeward.final_exit(code, asked=asked, staged_out=staged_out) == expected
+
+
+@pytest.mark.parametrize("checkpoints", [True, False])
+def test_a_checkpointing_pods_job_records_its_process_group_and_traps_sigusr1(world: World, checkpoints: bool) -> None:
+    world.backend.template.lines = LINES
+    assert remote.run_remote(make_plan(), world.deps(checkpoints=checkpoints)) == EXIT_OK
+    (body,) = world.backend.bodies
+    command = body["application"]["parameters"]["command"]
+    assert command.startswith(homeward.SIGNAL_PRELUDE) is checkpoints
+    assert command.endswith("python train.py")
+
+
+@pytest.mark.parametrize(
+    ("annotations", "checkpoints"),
+    [
+        ({"nimbix-burst.io/checkpoint-dir": "/data/ckpt"}, True),
+        ({"nimbix-burst.io/checkpoint-dir": " "}, False),
+        ({}, False),
+    ],
+)
+def test_a_pod_names_checkpoints(annotations: dict[str, str], checkpoints: bool) -> None:
+    assert homeward.names_checkpoints(annotations) is checkpoints

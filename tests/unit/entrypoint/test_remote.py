@@ -245,6 +245,7 @@ class World:
         journal: ports.Journal | None = None,
         data: ports.DataStage | None = None,
         move_mark: Callable[[], int | None] = ports.no_move_mark,
+        checkpoints: bool = False,
     ) -> ports.RemoteDeps:
         """The runner's ports on this world: its fake JARVICE, clock and cancel token; the world itself
         takes the termination message."""
@@ -259,6 +260,7 @@ class World:
             termination=self,
             data=data,
             move_mark=move_mark,
+            checkpoints=checkpoints,
         )
 
     def run(self, plan: RemotePlan | None = None) -> int:
