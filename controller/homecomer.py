@@ -164,13 +164,13 @@ class Homecomer:
         if not fits:
             return False
         if assessment.verdict == "stay":
-            self._noted.add(pod.uid)  # looked at once it fits: a move home is decided now or never
             if self._mover is not None and job is not None:
-                moved, why = self._mover.consider(pod, parse_job(job), jobs)
+                moved, why = self._mover.consider(pod, parse_job(job), jobs)  # a failed call: asked again next round
                 if moved:
                     self.came_home.add(pod.owner.uid)
                     return True
                 assessment = homecoming.Assessment("stay", f"{assessment.reason}; not moved home: {why}")
+            self._noted.add(pod.uid)  # looked at once it fits: a move home is decided then or never
             self._note(pod, homecoming.started_note(assessment, reason=reason))
             log.info("burst pod stays: its job started", extra=log_context(pod, reason=assessment.reason))
             return False

@@ -4,6 +4,7 @@ the fault matrix the controller sees (the checkpoint never comes, the GPUs are t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import pytest
@@ -44,9 +45,9 @@ class Jarvice(FakeJarvice):
 
 @dataclass
 class Kube(FakeKube):
-    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
+    namespaces: dict[str, Mapping[str, str]] = field(default_factory=dict)
 
-    def list_namespace_annotations(self) -> dict[str, dict[str, str]]:
+    def list_namespace_annotations(self) -> dict[str, Mapping[str, str]]:
         return self.namespaces
 
 
@@ -226,3 +227,18 @@ def test_only_a_pod_with_a_checkpoint_directory_is_looked_at_again_until_local_g
     w.kube.answer = LOCAL  # GPUs free
     w.homecomer.round()
     assert reasons(w) == (["NimbixMoveCheckpointAsked"] if annotations else [])
+
+
+def test_a_failed_look_at_the_prices_is_tried_again_next_round() -> None:
+    w = world({**CONTRACT, "nimbix-burst.io/come-home": "running"})
+    machines = w.jarvice.machines
+
+    def unreachable() -> dict[str, Machine]:
+        raise ConnectionError("JARVICE unreachable")
+
+    w.jarvice.fetch_machines = unreachable  # type: ignore[method-assign]
+    w.homecomer.round()
+    assert w.kube.events == [] and w.kube.patched == []
+    w.jarvice.fetch_machines = lambda: machines  # type: ignore[method-assign]
+    w.homecomer.round()
+    assert reasons(w) == ["NimbixMoveCheckpointAsked"]
