@@ -35,6 +35,7 @@ class Follower(ShellPart):
         self.mover: Callable[[int, str, float], runsteps.QueuedTooLong | None] | None = None
         self.queued_since: dict[int, float] = {}  # job -> when this runner first saw it queued (clock)
         self.checkpoint_asked: set[int] = set()  # jobs asked for a checkpoint to move home (homeward)
+        self.move_refused: set[int] = set()  # marked jobs this runner cannot move (nothing is staged back)
 
     @property
     def mirrors_only(self) -> bool:
@@ -78,6 +79,11 @@ class Follower(ShellPart):
         """Once the controller marked the pod to move home from this job: ask the job for a checkpoint.
         A refused call is asked again at the next poll; the job goes on running meanwhile."""
         if number in self.checkpoint_asked or self.deps.move_mark() != number:
+            return
+        if self.deps.data is None:  # nothing would come back: the program would stop for nothing
+            if number not in self.move_refused:
+                self.move_refused.add(number)
+                log.warning("cannot move home: this pod stages no data back", extra={"job": number})
             return
         try:
             self.backend.signal(
