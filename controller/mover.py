@@ -24,7 +24,7 @@ from jarvice import contract
 from jarvice.checkpoint import CheckpointContractError, parse_checkpoint_contract
 from jarvice.exitcodes import EXIT_MOVED_HOME
 from jarvice.labels import parse_job_label
-from jarvice.model import STATUS_RUNNING, JobEntry, Machine
+from jarvice.model import JobEntry, Machine
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +80,9 @@ class Mover:
         """Start moving `pod` home (True) or say why not (False, the reason)."""
         if pod.uid in self.moves:
             return False, "its move home is under way"
-        running = [job for job in jobs if job.state.strip().upper() == STATUS_RUNNING]
-        if len(jobs) != 1 or len(running) != 1:
+        if len(jobs) != 1:
             return False, "it has more than one JARVICE job (one per burst container): it does not move home"
-        job = running[0]
+        (job,) = jobs
         annotations = (self._kube.read_pod(pod.namespace, pod.name).get("metadata") or {}).get("annotations") or {}
         namespace = self._kube.list_namespace_annotations().get(pod.namespace, {})
         try:
