@@ -21,6 +21,7 @@ from controller.homecomer import Homecomer
 from controller.kube import Kube, PodFeed
 from controller.machinerates import MachineRates
 from controller.metrics import Metrics
+from controller.mover import Mover
 from controller.reaping import Reaper
 from controller.rebursting import Reburster
 from controller.recording import JobRecorder
@@ -198,14 +199,17 @@ async def _build(settings: Settings) -> web.Application:
         log.warning("spend record off", extra={"reason": "no JARVICE credentials"})
     homecoming_session = requests.Session()  # its own: each loop runs in its own worker thread
     if settings.homecoming and settings.credentials is not None:
+        homecoming_client = _jarvice_client(settings.credentials, homecoming_session)
         homecomer = Homecomer(
             store=store,
-            jarvice=_jarvice_client(settings.credentials, homecoming_session),
+            jarvice=homecoming_client,
             kube=kube,
             metrics=metrics,
             is_leader=is_leader,
             interval=settings.homecoming_seconds,
             stale_after=settings.watch_stale_seconds,
+            # Running burst jobs of pods that opted in move home from their checkpoints (same loop, same client).
+            mover=Mover(jarvice=homecoming_client, kube=kube, metrics=metrics),
         )
         background.append(every(settings.homecoming_seconds, homecomer.round, name="homecoming"))
     records_session = requests.Session()  # its own: the reaper's runs in another worker thread

@@ -19,6 +19,7 @@ from controller import homecoming, stranding
 from controller.kube import PodChangedOrGone
 from controller.metrics import Metrics
 from controller.model import PodView, log_context, parse_job, parse_pod
+from controller.mover import Mover
 from controller.store import PodStore
 from jarvice.labels import parse_job_label
 from jarvice.model import JobEntry
@@ -67,6 +68,7 @@ class Homecomer:
         interval: float,
         stale_after: float,
         clock: Callable[[], float] = time.monotonic,
+        mover: Mover | None = None,
     ) -> None:
         self._store = store
         self._jarvice = jarvice
@@ -81,6 +83,8 @@ class Homecomer:
         # are not counted as used by the webhook's dry runs, so no other pod comes home.
         self._settling: homecoming.Settling | None = None
         self._noted: set[str] = set()  # pod UIDs whose "stays, its job started" was looked at
+        # Running burst jobs move home from their checkpoints (None: they stay remote to the end).
+        self._mover = mover
 
     def round(self) -> float:
         if not self._is_leader():
@@ -89,6 +93,7 @@ class Homecomer:
         if not fresh:
             log.warning("homecoming round skipped", extra={"reason": why})
             return self._interval
+        self._advance_moves()
         pods = [pod for pod in self._store.labeled() if homecoming.is_candidate(pod)]
         self._noted &= {pod.uid for pod in pods}
         if not pods:
@@ -100,18 +105,20 @@ class Homecomer:
             log.warning("homecoming round failed", exc_info=True)
             return self._interval
         self._settling = homecoming.still_settling(self._settling, self._store.labeled(), now=self._clock())
-        # Oldest queued first (the lowest JARVICE job number); at most one comes home a round, none while
-        # the last one's replacement has not bound.
-        may_bring_home = self._settling is None
+        # Oldest queued first (the lowest JARVICE job number); at most one comes home (or starts moving
+        # home) a round, none while the last one's replacement has not bound or a move is under way.
+        may_bring_home = self._settling is None and not (self._mover is not None and self._mover.moves)
         for pod in sorted(pods, key=lambda p: homecoming.queue_order(live.get(p.uid, []))):
             owner = pod.owner.uid if pod.owner else ""
             assessment = homecoming.assess(pod, live.get(pod.uid, []), came_home_before=owner in self.came_home)
             if assessment.verdict == "ignore" or (assessment.verdict == "stay" and pod.uid in self._noted):
                 continue
-            if assessment.verdict == "check" and not may_bring_home:
+            # A started job may move home: only a pod that names a checkpoint directory is looked at again.
+            moves = assessment.verdict == "check" or (self._mover is not None and pod.checkpoints)
+            if moves and not may_bring_home:
                 continue
             try:
-                if self._consider(pod, assessment):
+                if self._consider(pod, assessment, live.get(pod.uid, [])):
                     may_bring_home = False
             except PodChangedOrGone as exc:
                 log.info("homecoming pod changed before we acted", extra=log_context(pod, reason=str(exc)))
@@ -120,10 +127,23 @@ class Homecomer:
                 log.warning("homecoming action failed", extra=log_context(pod), exc_info=True)
         return self._interval
 
-    def _consider(self, pod: PodView, assessment: homecoming.Assessment) -> bool:
-        """True when the pod came home."""
+    def _advance_moves(self) -> None:
+        """Moves under way go on, whether or not a burst pod is live (their pods have ended)."""
+        if self._mover is None:
+            return
+        try:
+            left = self._mover.round(self._store.labeled())
+        except Exception:  # JARVICE unreachable: the moves wait for the next round
+            self._metrics.errors.labels(kind="jarvice-list").inc()
+            log.warning("move home round failed", exc_info=True)
+            return
+        for owner_uid in left:  # the pod left with its checkpoint: its replacement settles as a homecoming's
+            self._settling = homecoming.settling(owner_uid, self._store.labeled(), now=self._clock())
+
+    def _consider(self, pod: PodView, assessment: homecoming.Assessment, jobs: Sequence[JobEntry]) -> bool:
+        """True when the pod came home (or started moving home)."""
         assert pod.owner is not None  # is_candidate(): a Job controls it
-        if assessment.verdict == "stay":
+        if assessment.verdict == "stay" and (self._mover is None or not pod.checkpoints):
             self._noted.add(pod.uid)  # looked at once: a started job never goes back to the queue
         job = self._kube.read_job(pod.namespace, pod.owner.name)
         why_not = "owner not found" if job is None else stranding.check_owner(pod, parse_job(job))
@@ -144,6 +164,13 @@ class Homecomer:
         if not fits:
             return False
         if assessment.verdict == "stay":
+            if self._mover is not None and job is not None:
+                moved, why = self._mover.consider(pod, parse_job(job), jobs)  # a failed call: asked again next round
+                if moved:
+                    self.came_home.add(pod.owner.uid)
+                    return True
+                assessment = homecoming.Assessment("stay", f"{assessment.reason}; not moved home: {why}")
+            self._noted.add(pod.uid)  # looked at once it fits: a move home is decided then or never
             self._note(pod, homecoming.started_note(assessment, reason=reason))
             log.info("burst pod stays: its job started", extra=log_context(pod, reason=assessment.reason))
             return False

@@ -23,6 +23,18 @@ class Metrics:
             "Burst pods brought home: deleted (their Job recreates them locally) while their JARVICE job was queued",
             registry=r,
         )
+        self.moves_home = Counter(
+            "nimbix_burst_controller_moves_home",
+            "Moves home of running burst jobs from their checkpoints, by how they ended (resumed: the replacement"
+            " runs on a local node; given_up: the job kept running remotely, or its replacement burst again)",
+            ["outcome"],
+            registry=r,
+        )
+        self.gpu_hours_moved_home = Counter(
+            "nimbix_burst_controller_gpu_hours_moved_home",
+            "GPU-hours of walltime left to the jobs that moved home (what they would have run remotely)",
+            registry=r,
+        )
         self.stranded_noted = Counter(
             "nimbix_burst_controller_stranded_noted",
             "Stranded local pods reported (Event + annotation) but not deleted",

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from jarvice import contract, gangidentity
-from kubeplumbing.disruptions import ignores_disruptions_first
+from jarvice.checkpoint import ANNOTATION_CHECKPOINT_DIR
+from kubeplumbing.disruptions import ignores_disruptions_first, ignores_moves_home
 from kubeplumbing.times import parse_time
 
 LABEL_KEY, LABEL_VALUE = "task-type", "Nimbix"
@@ -64,6 +65,8 @@ class PodView:
     held_by_model: bool = False
     # Kept local to wait for a node until then (the webhook's burst-deadline, epoch s; None: not waiting).
     burst_deadline: float | None = None
+    # Names a checkpoint directory (the checkpoint contract): only such a pod's running job may move home.
+    checkpoints: bool = False
 
 
 def pod_reference(pod: PodView) -> dict[str, str]:
@@ -121,6 +124,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
         gang=str(annotations.get(contract.ANNOTATION_GANG) or ""),
         held_by_model=annotations.get(ANNOTATION_DECISION) == "local" and bool(annotations.get(ANNOTATION_GPU_MODEL)),
         burst_deadline=parse_time(annotations.get(contract.ANNOTATION_BURST_DEADLINE)),
+        checkpoints=bool(annotations.get(ANNOTATION_CHECKPOINT_DIR)),
     )
 
 
@@ -275,6 +279,8 @@ class OwnerState:
     # Its podFailurePolicy ignores a pod marked DisruptionTarget first: a pod the controller evicts
     # costs it no retry (kubeplumbing.disruptions).
     free_moves: bool = False
+    # ...and then a move home's exit second: its running burst pod may move home (controller.moving).
+    moves_home: bool = False
 
 
 def parse_job(obj: Mapping[str, Any] | None) -> OwnerState:
@@ -293,4 +299,5 @@ def parse_job(obj: Mapping[str, Any] | None) -> OwnerState:
         finished=finished,
         suspended=spec.get("suspend") is True,
         free_moves=ignores_disruptions_first(spec.get("podFailurePolicy")),
+        moves_home=ignores_moves_home(spec.get("podFailurePolicy")),
     )

@@ -13,7 +13,7 @@ import sys
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final, NoReturn
@@ -21,7 +21,7 @@ from typing import Any, Final, NoReturn
 import requests
 from pythonjsonlogger.json import JsonFormatter
 
-from entrypoint import gang, local, plan, ports, remote, restart, signals, staging, statefile, termination
+from entrypoint import gang, homeward, local, plan, ports, remote, restart, signals, staging, statefile, termination
 from entrypoint.settings import Settings, SettingsError, Tuning, parse_settings
 from jarvice import contract, exitcodes
 from jarvice.client import JarviceClient, RetryPolicy
@@ -231,7 +231,28 @@ def open_remote_deps(
             cancel=token,
             journal=journal,
             termination=TerminationFile(settings.termination_log),
+            move_mark=move_mark_reader(settings.remote.apikey_file),
+            checkpoints=homeward.names_checkpoints(pod_annotations(settings.remote.apikey_file)),
         )
+
+
+def pod_annotations(apikey_file: str | None) -> dict[str, str]:
+    """The pod's annotations the kubelet writes beside the gateway token ({} without that file)."""
+    if not apikey_file:
+        return {}
+    try:
+        text = (Path(apikey_file).parent / contract.POD_ANNOTATIONS_FILE).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    return homeward.parse_annotations(text)
+
+
+def move_mark_reader(apikey_file: str | None) -> Callable[[], int | None]:
+    """The controller's move-home mark, read each time from the pod's annotations (entrypoint.homeward);
+    without that file no move home is asked."""
+    if not apikey_file:
+        return ports.no_move_mark
+    return lambda: homeward.marked_job(pod_annotations(apikey_file))
 
 
 def run(env: Mapping[str, str], argv: Sequence[str]) -> int:

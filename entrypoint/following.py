@@ -6,11 +6,11 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
-from entrypoint import output, recovery, runsteps, walltime
+from entrypoint import homeward, output, recovery, runsteps, walltime
 from entrypoint.candidates import QUEUED_STATUSES
 from entrypoint.progress import ShellPart
 from jarvice import exitcodes
-from jarvice.client import JobNotFound, RequestRejected
+from jarvice.client import JarviceError, JobNotFound, RequestRejected
 from jarvice.model import STATUS_RUNNING, JobEntry
 
 log = logging.getLogger(__name__)
@@ -20,6 +20,8 @@ POLL_JITTER: Final = 0.2
 # Right after a terminal status, output and exit code may lag; try a few times before giving up.
 FINAL_FETCH_ATTEMPTS: Final = 5
 FINAL_FETCH_PAUSE_SECONDS: Final = 1.0
+# How long a checkpoint request may retry before the next poll asks again (the output keeps streaming).
+CHECKPOINT_CALL_SECONDS: Final = 30.0
 # Output is written to stdout in batches of about this size while a whole output is replayed
 # (one write per line would cost a syscall per line; the batch bounds memory).
 WRITE_BATCH_BYTES: Final = 64 * 1024
@@ -32,6 +34,8 @@ class Follower(ShellPart):
         # `queued_too_long`); None: no job moves.
         self.mover: Callable[[int, str, float], runsteps.QueuedTooLong | None] | None = None
         self.queued_since: dict[int, float] = {}  # job -> when this runner first saw it queued (clock)
+        self.checkpoint_asked: set[int] = set()  # jobs asked for a checkpoint to move home (homeward)
+        self.move_refused: set[int] = set()  # marked jobs this runner cannot move (nothing is staged back)
 
     @property
     def mirrors_only(self) -> bool:
@@ -67,8 +71,29 @@ class Follower(ShellPart):
             if moved is not None:
                 return moved
             if status.state == STATUS_RUNNING and not self.mirrors_only:
+                self._ask_checkpoint_if_moving(number)
                 self._stream_tail(number)
             self.deps.sleep(self.tuning.poll_seconds * (1 + self.deps.rng.uniform(0, POLL_JITTER)))
+
+    def _ask_checkpoint_if_moving(self, number: int) -> None:
+        """Once the controller marked the pod to move home from this job: ask the job for a checkpoint.
+        A refused call is asked again at the next poll; the job goes on running meanwhile."""
+        if number in self.checkpoint_asked or self.deps.move_mark() != number:
+            return
+        if self.deps.data is None:  # nothing would come back: the program would stop for nothing
+            if number not in self.move_refused:
+                self.move_refused.add(number)
+                log.warning("cannot move home: this pod stages no data back", extra={"job": number})
+            return
+        try:
+            self.backend.signal(
+                number, homeward.CHECKPOINT_SIGNAL, deadline=self.deps.clock() + CHECKPOINT_CALL_SECONDS
+            )
+        except JarviceError as exc:
+            log.warning("checkpoint request failed; asking again", extra={"job": number, "error": str(exc)})
+            return
+        self.checkpoint_asked.add(number)
+        log.info("asked the job for a checkpoint to move home", extra={"job": number})
 
     def _queued_too_long(self, number: int, state: str) -> runsteps.QueuedTooLong | None:
         if self.mover is None or state.strip().upper() not in QUEUED_STATUSES:

@@ -13,7 +13,7 @@ from typing import Literal, NamedTuple, Protocol
 
 from entrypoint import restart
 from entrypoint.signals import CancelToken
-from jarvice.model import JobEntry, JobStatus, Machine, SubmitBody, SubmitResult
+from jarvice.model import JobEntry, JobStatus, Machine, SignalSent, SubmitBody, SubmitResult
 
 
 class JobBackend(Protocol):
@@ -36,6 +36,13 @@ class JobBackend(Protocol):
     def shutdown(self, number: int, *, deadline: float | None = None) -> None: ...
 
     def terminate(self, number: int, *, deadline: float | None = None) -> None: ...
+
+    def signal(self, number: int, signal: int, *, deadline: float | None = None) -> SignalSent: ...
+
+
+def no_move_mark() -> int | None:
+    """Without the pod's annotations file (not through the gateway): no move home is ever asked."""
+    return None
 
 
 class OutputSink(Protocol):
@@ -98,3 +105,7 @@ class RemoteDeps:
     data: DataStage | None = None  # None: nothing staged (no NIMBIX_BURST_STAGE_IN/OUT)
     # Unix time: when a gang's following rank started, to compare with JARVICE's job_end_time.
     wall_clock: Callable[[], float] = time.time
+    # The JARVICE job the controller's move-home mark names now (entrypoint.homeward), read each poll.
+    move_mark: Callable[[], int | None] = no_move_mark
+    # The pod names a checkpoint directory: its job command records the job's process group for a move.
+    checkpoints: bool = False

@@ -10,7 +10,7 @@ a fake backend and a fake clock.
 import logging
 from typing import Final
 
-from entrypoint import restart, runstate, runsteps, termination
+from entrypoint import homeward, restart, runstate, runsteps, termination
 from entrypoint.awaiting import GangWaiter
 from entrypoint.following import Follower
 from entrypoint.plan import RemotePlan
@@ -121,6 +121,11 @@ class _RemoteRun:
             code = data.finish(
                 job=self.state.job, job_may_run=self.state.job_may_run, exit_code=code, stopping_since=since
             )
+        asked = self.state.job is not None and self.state.job in self.follower.checkpoint_asked
+        moved = homeward.final_exit(code, asked=asked and not self.state.job_may_run, staged_out=data is not None)
+        if moved != code:
+            log.info("moving home: the checkpoint was copied back", extra={"job": self.state.job, "exit_code": moved})
+            code = moved
         self.progress.save_exit(reported=runstate.is_reported(self.state), exit_code=code)
         self.deps.termination.write(
             termination.build_message(job=self.state.job, job_may_run=self.state.job_may_run, exit_code=code)

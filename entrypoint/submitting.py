@@ -8,7 +8,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Final
 
-from entrypoint import budget, candidates, runsteps
+from entrypoint import budget, candidates, homeward, runsteps
 from entrypoint.plan import MachineChoice, NoMachineFits, build_submit_body
 from entrypoint.progress import ShellPart
 from entrypoint.signals import CancelRequested
@@ -96,6 +96,8 @@ class Submitter(ShellPart):
         plan = self.plan
         if self.deps.data is not None:  # the staged paths linked to their vault copies first
             plan = dataclasses.replace(plan, shell_command=self.deps.data.command(plan.shell_command))
+        if self.deps.checkpoints:  # its job may be asked for a checkpoint (a move home)
+            plan = dataclasses.replace(plan, shell_command=homeward.with_signal_prelude(plan.shell_command))
         body = build_submit_body(plan, machine=choice.machine)
         body["job_label"] = self.label
         self.body = body

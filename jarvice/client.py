@@ -23,7 +23,7 @@ from typing import Any, Final, Literal, TypeVar
 import requests
 
 from jarvice import __version__
-from jarvice.model import JobEntry, JobStatus, Machine, SubmitBody, SubmitResult
+from jarvice.model import JobEntry, JobStatus, Machine, SignalSent, SubmitBody, SubmitResult
 from jarvice.redaction import Secret, redact
 from jarvice.wire import (
     MAX_ERROR_TEXT,
@@ -40,6 +40,7 @@ from jarvice.wire import (
     expect_object,
     parse_jobs,
     parse_machines,
+    parse_signal,
     parse_status,
     parse_submit,
 )
@@ -304,6 +305,13 @@ class JarviceClient:
     def terminate(self, number: int, *, deadline: float | None = None) -> None:
         raw = self._get_json("terminate", {"number": number}, deadline=deadline)
         self._parsed(lambda r: expect_object(r, endpoint="terminate"), raw)
+
+    def signal(self, number: int, signal: int, *, deadline: float | None = None) -> SignalSent:
+        """/jarvice/signal: JARVICE gives `signal` to the job (or to the image's JARVICE_SIGNAL_OVERRIDE
+        script). Retried like the other calls: the requests it carries (checkpoint now, suspend,
+        resume) mean the same when they arrive twice."""
+        raw = self._get_json("signal", {"number": number, "signal": signal}, deadline=deadline)
+        return self._parsed(lambda r: parse_signal(r, asked=signal), raw)
 
     def submit(self, body: SubmitBody) -> SubmitResult:
         """POST /jarvice/submit exactly once."""

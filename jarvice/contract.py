@@ -68,6 +68,12 @@ GATEWAY_TOKEN_VOLUME_NAME: Final = "nimbix-burst-gateway-token"
 GATEWAY_TOKEN_MOUNT_PATH: Final = "/var/run/secrets/nimbix-burst-gateway"
 GATEWAY_TOKEN_FILE: Final = "token"
 GATEWAY_TOKEN_SECONDS: Final = 600  # the shortest the API server allows; the kubelet refreshes it at 80 %
+# Beside the token, the pod's annotations (the downward API, kept current by the kubelet): where the
+# runner sees the controller's move-home mark.
+POD_ANNOTATIONS_FILE: Final = "pod-annotations"
+# Set by the controller on a burst pod whose running job moves home: the JARVICE job number. Its runner
+# asks that job for a checkpoint (SIGUSR1 through /jarvice/signal), copies it back, and exits 81.
+ANNOTATION_MOVE_HOME: Final = ANNOTATION_PREFIX + "move-home"
 GATEWAY_USERNAME: Final = "pod"  # the gateway knows the pod by its token; JARVICE's username slot is not used
 # The CA that signs the gateway's serving certificate (PEM), for the runner to trust it.
 ENV_GATEWAY_CA: Final = "NIMBIX_BURST_GATEWAY_CA"

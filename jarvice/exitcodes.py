@@ -24,6 +24,9 @@ EXIT_CREDENTIALS: Final = 77  # JARVICE rejected the username/API key (EX_NOPERM
 EXIT_CONFIG: Final = 78  # invalid settings, incl. an APP_NAME JARVICE does not know (EX_CONFIG)
 EXIT_NO_MACHINE: Final = 79  # no machine in /jarvice/machines fits NUM_GPUS/NUM_CPUS/JARVICE_NODES
 EXIT_CANCELED: Final = 80  # job ended CANCELED with no non-zero job_exitcode
+# The job ended COMPLETED after a move home asked it for a checkpoint, and the checkpoint was copied
+# back: the Job's podFailurePolicy ignores this code (webhook/job_policy.py) and creates the replacement.
+EXIT_MOVED_HOME: Final = 81
 EXIT_COMMAND_NOT_EXECUTABLE: Final = 126  # as the shell reports it
 EXIT_COMMAND_NOT_FOUND: Final = 127  # as the shell reports it
 SIGNAL_BASE: Final = 128
@@ -46,7 +49,13 @@ def from_returncode(returncode: int) -> int:
     """subprocess returncode (negative = killed by signal -N) to an exit status."""
     if returncode < 0:
         return from_signal(-returncode)
-    return returncode if returncode <= MAX_EXIT else EXIT_FAILURE
+    return _not_reserved(returncode) if returncode <= MAX_EXIT else EXIT_FAILURE
+
+
+def _not_reserved(code: int) -> int:
+    """A program's own EXIT_MOVED_HOME is reported as a failure: its Job would ignore it and run the pod
+    again forever."""
+    return EXIT_FAILURE if code == EXIT_MOVED_HOME else code
 
 
 def normalize_job_exitcode(code: int) -> int:
@@ -54,7 +63,7 @@ def normalize_job_exitcode(code: int) -> int:
     if code < 0:
         return from_signal(code)
     # Above 255 cannot be a process status; do not let it wrap around to 0 (success).
-    return code if code <= MAX_EXIT else EXIT_FAILURE
+    return _not_reserved(code) if code <= MAX_EXIT else EXIT_FAILURE
 
 
 def from_job(state: str, exitcode: int | None, *, walltime_exceeded: bool = False) -> ExitDecision:

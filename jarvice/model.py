@@ -82,6 +82,14 @@ class SubmitResult:
 
 
 @dataclass(frozen=True, slots=True)
+class SignalSent:
+    """The answer to /jarvice/signal: the signal number and the process JARVICE gave it to."""
+
+    signal: int
+    pid: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class JobStatus:
     """One job from /jarvice/status. `state` is normalised to upper case."""
 

@@ -9,7 +9,7 @@ import math
 from typing import Any, Final
 
 from jarvice import contract
-from jarvice.model import JobEntry, JobStatus, Machine, SubmitResult
+from jarvice.model import JobEntry, JobStatus, Machine, SignalSent, SubmitResult
 
 # Error texts are quoted in messages; a server that sends a whole HTML page gets truncated.
 MAX_ERROR_TEXT: Final = 300
@@ -114,6 +114,15 @@ def parse_submit(raw: object) -> SubmitResult:
             f"submit: expected {{'name': str, 'number': int}}, got keys {sorted(obj)}", endpoint="submit"
         )
     return SubmitResult(number=number, name=name)
+
+
+def parse_signal(raw: object, *, asked: int) -> SignalSent:
+    """`{"signal": n, "pid": p}`; the signal must be the one asked for."""
+    obj = expect_object(raw, endpoint="signal")
+    number = _as_int(obj.get("signal"))
+    if number != asked:
+        raise ProtocolError(f"signal: asked for {asked}, JARVICE answered {obj.get('signal')!r}", endpoint="signal")
+    return SignalSent(signal=number, pid=_as_int(obj.get("pid")))
 
 
 def parse_machines(raw: object) -> dict[str, Machine]:

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from jarvice import contract, gpubudget
+from jarvice.exitcodes import EXIT_MOVED_HOME
 from jarvice.gpubudget import NamespaceBudget
 from jarvice.ledger import parse_ledger
 from kubeplumbing import spendrecord
@@ -91,6 +92,8 @@ def build_status_row(pod: Mapping[str, Any]) -> StatusRow | None:
     stage = annotations.get(contract.ANNOTATION_STAGE, "")
     if stage in DATA_STAGES and phase not in ("Succeeded", "Failed"):  # the runner moves data: no job runs
         state = stage
+    if annotations.get(contract.ANNOTATION_MOVE_HOME):  # the controller moves its running job home
+        state = move_state(pod, phase) or state
     deadline = annotations.get(contract.ANNOTATION_BURST_DEADLINE, "")
     if decision == contract.DECISION_LOCAL and deadline and phase in ("Pending", "") and not _node(pod):
         state = f"waiting until {deadline}"
@@ -105,6 +108,19 @@ def build_status_row(pod: Mapping[str, Any]) -> StatusRow | None:
         cost=annotations.get(contract.ANNOTATION_COST, ""),
         phase=phase,
     )
+
+
+def move_state(pod: Mapping[str, Any], phase: str) -> str:
+    """A marked pod's move home: `moving home` while it runs (its job asked for a checkpoint, then the
+    checkpoint copied back), `moved home` once it left with the checkpoint; "" when it ended otherwise."""
+    if phase not in ("Succeeded", "Failed"):
+        return "moving home"
+    codes = [
+        (status.get("state") or {}).get("terminated", {}).get("exitCode")
+        for status in (pod.get("status") or {}).get("containerStatuses") or ()
+        if isinstance(status, Mapping)
+    ]
+    return "moved home" if EXIT_MOVED_HOME in codes else ""
 
 
 def _node(pod: Mapping[str, Any]) -> str:
@@ -347,6 +363,7 @@ def explain_pod(pod: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("Stranded since", annotations.get(ANNOTATION_STRANDED_SINCE, "")),
         ("Bursts at", annotations.get(contract.ANNOTATION_BURST_DEADLINE, "")),
         ("Did not wait", annotations.get(contract.ANNOTATION_BURST_AFTER_IGNORED, "")),
+        ("Moving home from job", annotations.get(contract.ANNOTATION_MOVE_HOME, "")),
         ("JARVICE job", annotations.get(contract.ANNOTATION_JOB_NUMBER, "")),
         ("Job state", job_state(annotations)),
         ("Machine", row.machine if row is not None else ""),

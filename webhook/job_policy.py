@@ -9,6 +9,11 @@ for it: it creates the replacement, whatever `backoffLimit` (0 included).
 Only at the Job's creation (the API server refuses a later change of `podFailurePolicy`), only for
 a Job whose pod template carries `task-type: Nimbix`, and only when its pods' `restartPolicy` is
 `Never` (the only one a `podFailurePolicy` allows). A user's own rules are kept, after ours.
+
+The second rule (`{action: Ignore, onExitCodes: {operator: In, values: [81]}}`) serves a running burst
+job's move home: its runner exits 81 once the checkpoint is copied back (controller.moving), and the Job
+creates the replacement, which resumes from the checkpoint. The runner never exits 81 otherwise: a
+program's own 81 is reported as 1.
 """
 
 from __future__ import annotations
@@ -18,7 +23,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from jarvice import contract
-from kubeplumbing.disruptions import IGNORE_DISRUPTIONS, ignores_disruptions_first
+from kubeplumbing.disruptions import (
+    IGNORE_DISRUPTIONS,
+    IGNORE_MOVED_HOME,
+    ignores_disruptions_first,
+    ignores_moves_home,
+)
 from webhook.responses import Admission
 from webhook.review import AdmissionRequest, build_response
 
@@ -58,8 +68,8 @@ def plan(job: Mapping[str, Any]) -> JobPatch:
             ),
         )
     policy = _dict(spec.get("podFailurePolicy"))
-    if ignores_disruptions_first(policy):
-        return JobPatch((), "its podFailurePolicy already ignores DisruptionTarget first")
+    if ignores_moves_home(policy):
+        return JobPatch((), "its podFailurePolicy already ignores DisruptionTarget and a move home's exit first")
     rules = policy.get("rules")
     # The API server defaulted podReplacementPolicy before this webhook (TerminatingOrFailed without a
     # podFailurePolicy) and allows only Failed with one: the replacement waits for the old pod's end.
@@ -69,12 +79,17 @@ def plan(job: Mapping[str, Any]) -> JobPatch:
         else ()
     )
     if not isinstance(rules, list) or not policy:
+        value = {"rules": [dict(IGNORE_DISRUPTIONS), dict(IGNORE_MOVED_HOME)]}
         return JobPatch(
-            (
-                {"op": "add", "path": "/spec/podFailurePolicy", "value": {"rules": [dict(IGNORE_DISRUPTIONS)]}},
-                *replacement,
-            ),
-            "added a podFailurePolicy that ignores the product's evictions",
+            ({"op": "add", "path": "/spec/podFailurePolicy", "value": value}, *replacement),
+            "added a podFailurePolicy that ignores the product's evictions and a move home's exit",
+        )
+    if ignores_disruptions_first(policy):
+        if len(rules) >= MAX_RULES:
+            return JobPatch((), "its podFailurePolicy ignores DisruptionTarget first; no room for a move home's rule")
+        return JobPatch(
+            ({"op": "add", "path": "/spec/podFailurePolicy/rules/1", "value": dict(IGNORE_MOVED_HOME)},),
+            "put a rule ignoring a move home's exit after the one ignoring the product's evictions",
         )
     if len(rules) >= MAX_RULES:
         return JobPatch(
@@ -85,9 +100,14 @@ def plan(job: Mapping[str, Any]) -> JobPatch:
                 " moved (see docs)"
             ),
         )
+    first = {"op": "add", "path": "/spec/podFailurePolicy/rules/0", "value": dict(IGNORE_DISRUPTIONS)}
+    if len(rules) + 1 >= MAX_RULES:  # room for one rule: evictions stay free, running jobs never move home
+        return JobPatch((first, *replacement), "put a rule ignoring the product's evictions before the Job's own")
+    # Added at 0 in this order: the evictions' rule ends first, the move's second.
+    second = {"op": "add", "path": "/spec/podFailurePolicy/rules/0", "value": dict(IGNORE_MOVED_HOME)}
     return JobPatch(
-        ({"op": "add", "path": "/spec/podFailurePolicy/rules/0", "value": dict(IGNORE_DISRUPTIONS)}, *replacement),
-        "put a rule ignoring the product's evictions before the Job's own",
+        (second, first, *replacement),
+        "put rules ignoring the product's evictions and a move home's exit before the Job's own",
     )
 
 

@@ -277,7 +277,11 @@ def _volume_ops(spec: Mapping[str, Any], used: set[str], policy: RewritePolicy) 
             "expirationSeconds": contract.GATEWAY_TOKEN_SECONDS,
             "path": contract.GATEWAY_TOKEN_FILE,
         }
-        projected = {"sources": [{"serviceAccountToken": token}], "defaultMode": 0o444}
+        # Beside the token, the pod's annotations (kept current by the kubelet): the runner sees the
+        # controller's move-home mark there (entrypoint.homeward).
+        annotations = {"path": contract.POD_ANNOTATIONS_FILE, "fieldRef": {"fieldPath": "metadata.annotations"}}
+        sources = [{"serviceAccountToken": token}, {"downwardAPI": {"items": [annotations]}}]
+        projected = {"sources": sources, "defaultMode": 0o444}
         wanted.append({"name": contract.GATEWAY_TOKEN_VOLUME_NAME, "projected": projected})
     return _append_ops("/spec/volumes", volumes, wanted)
 

@@ -80,7 +80,10 @@ def start_extras(
         # On the node's gateway: burst pods reach it there, and so does the host (a local address).
         jarvice_dir = dev_dir / "jarvice"
         emulator = addons.start_jarvice_emulator(
-            jarvice_dir, host=emulator_host, args=("--vaults-dir", str(jarvice_dir / "vaults")), on_start=on_start
+            jarvice_dir,
+            host=emulator_host,
+            args=("--vaults-dir", str(jarvice_dir / "vaults"), *addons.SIGNAL_OVERRIDE_ARGS),
+            on_start=on_start,
         )
         started.append(emulator.process)
         shutil.copyfile(emulator.env_file, dev_dir / JARVICE_ENV_FILE)

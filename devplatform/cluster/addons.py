@@ -19,6 +19,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from devplatform import manifests
 from devplatform.cluster.controlplane import ControlPlane
@@ -199,6 +200,15 @@ class EmulatorProcess:
             if sep and not line.startswith("#"):
                 env[key.removeprefix("export ").strip()] = shlex.split(value)[0] if value else ""
         return env
+
+
+# The example application's image is built FROM the base image, which sets JARVICE_SIGNAL_OVERRIDE: the
+# emulator runs the base image's script from this checkout for /jarvice/signal (a move home's checkpoint).
+SIGNAL_OVERRIDE_ARGS: Final = (
+    "--image-env",
+    "nimbix-burst-example:JARVICE_SIGNAL_OVERRIDE="
+    + str(Path(__file__).resolve().parents[2] / "images" / "base" / "nimbix-burst-signal"),
+)
 
 
 def start_jarvice_emulator(

@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from devplatform.emulator import appdef, jobs, vault, vault_api
-from devplatform.emulator.config import EmulatorConfig, parse_apps, parse_users
+from devplatform.emulator.config import EmulatorConfig, parse_apps, parse_image_environment, parse_users
 from devplatform.emulator.server import create_app
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -57,6 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="APPID=PATH",
         help="an application defined by an AppDef.json (e.g. images/base/AppDef.json), repeatable; "
         "with --appdef and no --apps, only the AppDef applications exist",
+    )
+    parser.add_argument(
+        "--image-env",
+        action="append",
+        default=[],
+        metavar="APPID:NAME=VALUE",
+        help="a variable the application's image sets (its jobs get it), repeatable; "
+        "JARVICE_SIGNAL_OVERRIDE names the script /jarvice/signal runs",
     )
     parser.add_argument("--machines", type=Path, help="JSON file replacing the built-in machine catalogue")
     parser.add_argument("--queue-seconds", type=float, default=2.0, help="time a job stays SUBMITTED")
@@ -114,6 +122,7 @@ def build_config(args: argparse.Namespace) -> EmulatorConfig:
         users=users,
         apps=apps,
         appdefs=appdefs,
+        image_environment=parse_image_environment(args.image_env),
         timing=jobs.Timing(
             queue_seconds=args.queue_seconds,
             init_seconds=args.init_seconds,

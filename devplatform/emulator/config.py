@@ -27,6 +27,9 @@ class EmulatorConfig:
     vaults: vault.VaultConfig | None = None
     # Nodes each machine type can run at once (jobs.has_room); a machine not named is unlimited.
     machine_capacity: dict[str, int] = field(default_factory=dict)
+    # Per application id, the environment its image sets (the stand-in for the image's ENV lines):
+    # every job of the application gets it, and /jarvice/signal reads JARVICE_SIGNAL_OVERRIDE from it.
+    image_environment: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def app_commands(self) -> dict[str, frozenset[str]]:
         """Every application id (catalogue and AppDef) -> its command keys."""
@@ -55,3 +58,15 @@ def parse_apps(items: list[str]) -> dict[str, frozenset[str]]:
             raise ValueError(f"expected APPID:COMMAND[,COMMAND...], got {item!r}")
         apps[app] = apps.get(app, frozenset()) | keys
     return apps
+
+
+def parse_image_environment(items: list[str]) -> dict[str, dict[str, str]]:
+    """["app:NAME=VALUE", ...] -> {"app": {"NAME": "VALUE"}} (the command line's --image-env)."""
+    found: dict[str, dict[str, str]] = {}
+    for item in items:
+        app, sep, assignment = item.partition(":")
+        name, equals, value = assignment.partition("=")
+        if not sep or not app.strip() or not equals or not name.strip():
+            raise ValueError(f"expected APPID:NAME=VALUE, got {item!r}")
+        found.setdefault(app.strip(), {})[name.strip()] = value
+    return found

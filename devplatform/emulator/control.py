@@ -125,6 +125,7 @@ async def handle_emulator_jobs(request: web.Request) -> web.Response:
             "machine": job.machine,
             "nodes": list(job.node_names),
             "pid": job.process.pid if job.process is not None else None,
+            "signals": list(job.signals),
         }
         for job in state.jobs.values()
         if label is None or job.label == label

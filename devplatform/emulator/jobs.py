@@ -100,6 +100,9 @@ class Job:
     # The job's vault at /data in a private root (see vault.py); None: the command runs on the host.
     vault: vaults.JobVault | None = None
     waits_for_capacity: bool = False  # its queue time is over and its machine is full
+    # Signal override scripts started in the job (signalling.py): they end with the job.
+    helpers: list[asyncio.subprocess.Process] = field(default_factory=list)
+    signals: list[str] = field(default_factory=list)  # what each /jarvice/signal did (signalling.Action)
 
     @property
     def output_path(self) -> Path:
@@ -238,6 +241,10 @@ def _stopped(job: Job) -> bool:
 def _finish(job: Job, status: str, exitcode: int) -> None:
     if job.walltime_timer is not None:
         job.walltime_timer.cancel()
+    for helper in job.helpers:  # a container's processes end with it
+        if helper.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(helper.pid, signal.SIGKILL)
     if job.vault is not None:
         # An object vault gets the job's writes on a normal end (a shutdown included), never after a
         # terminate or the walltime (reference section 5, vault.objects).

@@ -22,7 +22,7 @@ from typing import Any, Final
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from devplatform.emulator import appdef, control, fault_injection, jobs, nodes, vault_api
+from devplatform.emulator import appdef, control, fault_injection, jobs, nodes, signalling, vault_api
 from devplatform.emulator.config import EmulatorConfig
 from devplatform.emulator.responses import TEXT_TYPE, Reject, error, json_response, text_response
 from devplatform.emulator.state import STATE, EmulatorState, redact_submission
@@ -119,7 +119,8 @@ async def handle_submit(request: web.Request) -> web.Response:
         machine=machine["type"],
         nodes=len(node_names),
         node_names=node_names,
-        environment=nodes.build_job_environment(jarvice_dir),
+        # The image's environment first, as a container's: the platform's own variables win.
+        environment={**state.config.image_environment.get(body["app"], {}), **nodes.build_job_environment(jarvice_dir)},
         submission=body,
         workdir=workdir,
         walltime_limit=_walltime_seconds(application.get("walltime")),
@@ -321,6 +322,28 @@ async def handle_terminate(request: web.Request) -> web.Response:
     return json_response({"status": "terminated"})
 
 
+async def handle_signal(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    params = await _params(request)
+    job = _select_job(state, params, _authenticate(state, params))
+    try:
+        number = signalling.parse_signal(params.get("signal"))
+    except signalling.SignalNotValid as exc:
+        return json_response({"error": "Invalid parameter(s)", "detail": str(exc)}, status=400)
+    delivery = signalling.plan_delivery(number, state.config.image_environment.get(job.app, {}))
+    loaded = state.config.appdefs.get(job.app)
+    beside = loaded.source.resolve().parent if loaded is not None else None
+    try:
+        pid = await signalling.deliver(job, delivery, beside=beside)
+    except signalling.NotRunning:
+        return error(404, "Running job is not found")
+    except signalling.OverrideFailed as exc:
+        # The emulator's answer: what JARVICE answers when the override cannot run is not documented.
+        return json_response({"error": "Signal override failed", "detail": str(exc)}, status=500)
+    job.signals.append(delivery.action)
+    return json_response({"signal": number, "pid": pid})
+
+
 async def handle_machines(request: web.Request) -> web.Response:
     state = request.app[STATE]
     params = await _params(request)
@@ -349,6 +372,7 @@ def create_app(config: EmulatorConfig) -> web.Application:
         ("output", handle_output),
         ("shutdown", handle_shutdown),
         ("terminate", handle_terminate),
+        ("signal", handle_signal),
         ("machines", handle_machines),
         ("live", handle_live),
         ("ready", handle_live),

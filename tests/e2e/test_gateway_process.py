@@ -142,6 +142,13 @@ def submit_body(
     }
 
 
+def signal_once(client: JarviceClient, number: int, signal: int) -> bool:
+    try:
+        return client.signal(number, signal).signal == signal
+    except JobNotFound:  # not running yet
+        return False
+
+
 def submissions(emulator: addons.EmulatorProcess, label: str) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = demo.fetch_emulator(emulator.url, f"/_emulator/submissions?job_label={label}")[
         "submissions"
@@ -166,6 +173,11 @@ def test_the_pod_gets_the_size_counted_and_its_own_jobs_only(
         assert other_client.fetch_jobs(completed=False) == {}
         with pytest.raises(JobNotFound, match="no job of this pod has that number"):
             other_client.terminate(result.number)
+        # Signals (a move home asks the job for its checkpoint) reach the pod's own job only.
+        with pytest.raises(JobNotFound, match="no job of this pod has that number"):
+            other_client.signal(result.number, 10)
+        # SIGCONT: nothing changes for `sleep`. A job still starting (no process yet) answers 404.
+        assert demo.wait_for(lambda: signal_once(client, result.number, 18), what="a signal delivered", timeout=30)
         client.terminate(result.number)
 
 

@@ -182,7 +182,10 @@ async def test_a_job_create_gets_its_failure_policy_rule_even_before_the_cache_i
             "op": "add",
             "path": "/spec/podFailurePolicy",
             "value": {
-                "rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}]
+                "rules": [
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                    {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [81]}},
+                ]
             },
         }
     ]

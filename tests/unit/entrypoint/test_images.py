@@ -27,6 +27,7 @@ RUN_COMMAND = ROOT / "images" / "base" / "nimbix-burst-run-command"
 # The files the base image copies besides the package build's inputs: its JARVICE application.
 BASE_JARVICE_FILES = {
     "images/base/nimbix-burst-run-command": "/usr/local/bin/nimbix-burst-run-command",
+    "images/base/nimbix-burst-signal": "/usr/local/bin/nimbix-burst-signal",
     "images/base/profile.sh": "/etc/profile.d/nimbix-burst.sh",
     "images/base/AppDef.json": "/etc/NAE/AppDef.json",
 }

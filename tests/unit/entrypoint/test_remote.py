@@ -23,7 +23,7 @@ from jarvice.client import (
     SubmitRefused,
     Unavailable,
 )
-from jarvice.model import JobEntry, JobStatus, Machine, SubmitBody, SubmitResult
+from jarvice.model import JobEntry, JobStatus, Machine, SignalSent, SubmitBody, SubmitResult
 from tests.support.clocks import Clock
 
 pytestmark = pytest.mark.timeout(5)
@@ -56,6 +56,7 @@ class FakeJob:
     stopped: tuple[float, str] | None = None  # (when, why)
     tail_fails: bool = False
     substatus_text: str = ""
+    checkpointed: float | None = None  # when its program wrote a checkpoint and exited 0 (asked by SIGUSR1)
 
     def start(self) -> float:
         return self.submitted + self.queue
@@ -68,6 +69,8 @@ class FakeJob:
             return "TERMINATED"
         if now < self.start():
             return "SUBMITTED"
+        if self.checkpointed is not None and now >= self.checkpointed:
+            return "COMPLETED"
         if now < self.end():
             return "PROCESSING STARTING"
         return self.final or ("COMPLETED" if self.exitcode == 0 else "COMPLETED WITH ERROR")
@@ -183,6 +186,16 @@ class FakeBackend:
         job = self._job(number)
         job.stopped = (self.clock.now, "terminate")
 
+    def signal(self, number: int, signal: int, *, deadline: float | None = None) -> SignalSent:
+        """The job's image runs its JARVICE_SIGNAL_OVERRIDE: SIGUSR1 makes the program checkpoint and exit 0."""
+        self._call(f"signal:{signal}")
+        job = self._job(number)
+        if job.state(self.clock.now) != "PROCESSING STARTING":
+            raise JobNotFound("Running job is not found", endpoint="signal")
+        if signal == 10 and job.checkpointed is None:
+            job.checkpointed = self.clock.now + 0.5
+        return SignalSent(signal, 4242)
+
 
 class Sink:
     def __init__(self) -> None:
@@ -226,7 +239,14 @@ class World:
     token: signals.CancelToken
     messages: list[str] = field(default_factory=list)
 
-    def deps(self, *, journal: ports.Journal | None = None) -> ports.RemoteDeps:
+    def deps(
+        self,
+        *,
+        journal: ports.Journal | None = None,
+        data: ports.DataStage | None = None,
+        move_mark: Callable[[], int | None] = ports.no_move_mark,
+        checkpoints: bool = False,
+    ) -> ports.RemoteDeps:
         """The runner's ports on this world: its fake JARVICE, clock and cancel token; the world itself
         takes the termination message."""
         return ports.RemoteDeps(
@@ -238,6 +258,9 @@ class World:
             cancel=self.token,
             journal=journal or ports.NoJournal(),
             termination=self,
+            data=data,
+            move_mark=move_mark,
+            checkpoints=checkpoints,
         )
 
     def run(self, plan: RemotePlan | None = None) -> int:

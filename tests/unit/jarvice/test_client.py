@@ -321,3 +321,32 @@ def test_user_agent_carries_the_one_version() -> None:
     version = tomllib.loads((Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())["project"]["version"]
     assert version == jarvice.__version__
     assert f"nimbix-burst-runner/{version}" == client.USER_AGENT
+
+
+def test_signal_sends_the_number_and_reads_the_answer() -> None:
+    session = ScriptedSession(make_response(200, {"signal": 10, "pid": 4242}))
+    sent = make_client(session).signal(42, 10)
+    assert (sent.signal, sent.pid) == (10, 4242)
+    method, url, kwargs = session.calls[0]
+    assert (method, url) == ("GET", "https://jarvice.example/api/jarvice/signal")
+    assert kwargs["params"]["number"] == 42 and kwargs["params"]["signal"] == 10
+
+
+def test_signal_retries_a_503_within_the_outage_budget() -> None:
+    session = ScriptedSession(
+        make_response(503, "Service Unavailable", "text/plain"), make_response(200, {"signal": 10})
+    )
+    assert make_client(session).signal(42, 10).pid is None
+    assert len(session.calls) == 2
+
+
+@pytest.mark.parametrize(
+    ("answer", "error", "fragment"),
+    [
+        (make_response(200, {"signal": 20, "pid": 1}), client.ProtocolError, "asked for 10, JARVICE answered 20"),
+        (make_response(404, {"error": "Running job is not found"}), client.JobNotFound, "Running job is not found"),
+    ],
+)
+def test_signal_refusals(answer: requests.Response, error: type[Exception], fragment: str) -> None:
+    with pytest.raises(error, match=fragment):
+        make_client(ScriptedSession(answer)).signal(42, 10)

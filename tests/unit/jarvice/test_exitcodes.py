@@ -1,3 +1,5 @@
+from collections.abc import Callable
+
 import pytest
 
 from jarvice import exitcodes
@@ -91,3 +93,11 @@ def test_the_runners_own_codes_are_distinct_and_in_its_block() -> None:
         exitcodes.EXIT_CANCELED,
     ]
     assert len(set(own)) == len(own) and all(69 <= code <= 80 for code in own)
+
+
+@pytest.mark.parametrize("convert", [exitcodes.from_returncode, exitcodes.normalize_job_exitcode])
+def test_a_programs_own_moved_home_code_is_a_failure_never_a_move(convert: Callable[[int], int]) -> None:
+    # The Job's podFailurePolicy ignores EXIT_MOVED_HOME: a program returning it would run again forever.
+    assert exitcodes.EXIT_MOVED_HOME not in (69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80)
+    assert convert(exitcodes.EXIT_MOVED_HOME) == exitcodes.EXIT_FAILURE
+    assert exitcodes.from_job("COMPLETED", exitcodes.EXIT_MOVED_HOME).code == exitcodes.EXIT_FAILURE

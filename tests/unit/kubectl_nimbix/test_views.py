@@ -320,3 +320,27 @@ def test_an_ended_pod_shows_how_its_job_ended_not_its_last_data_stage() -> None:
         pod(annotations={**RUNNING, P + "jobs": "4711=failed", P + "stage": "copying-back"}, phase="Failed")
     )
     assert row is not None and row.state == "failed"
+
+
+MOVING = {**RUNNING, P + "move-home": "4711"}
+
+
+def ended(code: int) -> dict[str, Any]:
+    raw = pod(annotations=MOVING, phase="Failed")
+    raw["status"]["containerStatuses"] = [{"name": "app", "state": {"terminated": {"exitCode": code}}}]
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("raw", "state"),
+    [
+        pytest.param(pod(annotations=MOVING, phase="Running"), "moving home", id="moving"),
+        pytest.param(ended(81), "moved home", id="moved"),
+        # it ended otherwise (a cut copy-back): the job's own end shows
+        pytest.param(ended(75), "running", id="not-moved"),
+    ],
+)
+def test_a_pod_moving_home_says_so(raw: dict[str, Any], state: str) -> None:
+    row = views.build_status_row(raw)
+    assert row is not None and row.state == state
+    assert dict(views.explain_pod(raw))["Moving home from job"] == "4711"

@@ -34,7 +34,13 @@ TOKEN_VOLUME = {
     "name": contract.GATEWAY_TOKEN_VOLUME_NAME,
     "projected": {
         "sources": [
-            {"serviceAccountToken": {"audience": "nimbix-burst-gateway", "expirationSeconds": 600, "path": "token"}}
+            {"serviceAccountToken": {"audience": "nimbix-burst-gateway", "expirationSeconds": 600, "path": "token"}},
+            # The pod's annotations beside the token: the runner sees a move-home mark there.
+            {
+                "downwardAPI": {
+                    "items": [{"path": "pod-annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]
+                }
+            },
         ],
         "defaultMode": 0o444,
     },

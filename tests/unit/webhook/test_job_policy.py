@@ -8,7 +8,14 @@ from typing import Any
 
 import pytest
 
-from kubeplumbing.disruptions import IGNORE_DISRUPTIONS, ignores_disruptions_first
+from jarvice.exitcodes import EXIT_MOVED_HOME
+from kubeplumbing.disruptions import (
+    IGNORE_DISRUPTIONS,
+    IGNORE_MOVED_HOME,
+    MOVED_HOME_EXIT_CODE,
+    ignores_disruptions_first,
+    ignores_moves_home,
+)
 from webhook import job_policy
 from webhook.review import AdmissionRequest
 
@@ -37,20 +44,34 @@ def applied(job: dict[str, Any], ops: tuple[dict[str, Any], ...]) -> dict[str, A
         elif op["path"] == "/spec/podFailurePolicy":
             job["spec"]["podFailurePolicy"] = op["value"]
         else:
-            assert op["path"] == "/spec/podFailurePolicy/rules/0"
-            job["spec"]["podFailurePolicy"]["rules"].insert(0, op["value"])
+            prefix = "/spec/podFailurePolicy/rules/"
+            assert op["path"] in (prefix + "0", prefix + "1")
+            job["spec"]["podFailurePolicy"]["rules"].insert(int(op["path"][len(prefix) :]), op["value"])
     return job
 
 
 @pytest.mark.parametrize(
     ("job", "rules_after"),
     [
-        pytest.param(a_job(), [IGNORE_DISRUPTIONS], id="no-policy-gets-one"),
-        pytest.param(a_job(rules=[EXIT_FAILS_JOB]), [IGNORE_DISRUPTIONS, EXIT_FAILS_JOB], id="users-rules-kept-after"),
-        pytest.param(a_job(rules=[IGNORE_DISRUPTIONS]), [IGNORE_DISRUPTIONS], id="already-first-unchanged"),
+        pytest.param(a_job(), [IGNORE_DISRUPTIONS, IGNORE_MOVED_HOME], id="no-policy-gets-one"),
+        pytest.param(
+            a_job(rules=[EXIT_FAILS_JOB]),
+            [IGNORE_DISRUPTIONS, IGNORE_MOVED_HOME, EXIT_FAILS_JOB],
+            id="users-rules-kept-after",
+        ),
+        pytest.param(
+            a_job(rules=[IGNORE_DISRUPTIONS, IGNORE_MOVED_HOME]),
+            [IGNORE_DISRUPTIONS, IGNORE_MOVED_HOME],
+            id="already-first-unchanged",
+        ),
+        pytest.param(
+            a_job(rules=[IGNORE_DISRUPTIONS, EXIT_FAILS_JOB]),
+            [IGNORE_DISRUPTIONS, IGNORE_MOVED_HOME, EXIT_FAILS_JOB],
+            id="evictions-first-gets-the-move-second",
+        ),
         pytest.param(
             a_job(rules=[EXIT_FAILS_JOB, IGNORE_DISRUPTIONS]),
-            [IGNORE_DISRUPTIONS, EXIT_FAILS_JOB, IGNORE_DISRUPTIONS],
+            [IGNORE_DISRUPTIONS, IGNORE_MOVED_HOME, EXIT_FAILS_JOB, IGNORE_DISRUPTIONS],
             id="not-first-put-first",
         ),
     ],
@@ -62,7 +83,19 @@ def test_a_job_whose_pods_may_burst_ignores_the_products_evictions_first(
     after = applied(job, planned.ops)
     assert after["spec"]["podFailurePolicy"]["rules"] == rules_after
     assert ignores_disruptions_first(after["spec"]["podFailurePolicy"])
+    assert ignores_moves_home(after["spec"]["podFailurePolicy"])
     assert planned.warning == ""
+
+
+def test_the_move_homes_rule_ignores_the_runners_own_code() -> None:
+    assert MOVED_HOME_EXIT_CODE == EXIT_MOVED_HOME
+
+
+def test_with_room_for_one_rule_evictions_stay_free_and_running_jobs_never_move_home() -> None:
+    job = a_job(rules=[EXIT_FAILS_JOB] * 19)
+    after = applied(job, job_policy.plan(job).ops)
+    assert ignores_disruptions_first(after["spec"]["podFailurePolicy"])
+    assert not ignores_moves_home(after["spec"]["podFailurePolicy"])
 
 
 @pytest.mark.parametrize(
@@ -95,7 +128,7 @@ def test_the_answer_is_the_patch_as_a_json_patch() -> None:
     answer = job_policy.admit(request).response["response"]
     assert answer["allowed"] is True and answer["patchType"] == "JSONPatch"
     assert json.loads(base64.b64decode(answer["patch"])) == [
-        {"op": "add", "path": "/spec/podFailurePolicy", "value": {"rules": [IGNORE_DISRUPTIONS]}}
+        {"op": "add", "path": "/spec/podFailurePolicy", "value": {"rules": [IGNORE_DISRUPTIONS, IGNORE_MOVED_HOME]}}
     ]
 
 

@@ -1,0 +1,187 @@
+"""Moves running burst jobs home from their checkpoints (I/O shell around `controller.moving`).
+
+The homecomer hands it a burst pod whose JARVICE job runs and which a local node could run now (the
+webhook's dry run said so). It reads the pod's checkpoint contract (the pod's and its namespace's
+annotations), prices the rest of the walltime on the job's machine, and when `moving.decide` says go,
+marks the pod (`nimbix-burst.io/move-home: <job>`): the runner asks its job for the checkpoint. Each
+round then advances every move from what the API server and JARVICE say (`moving.advance`), records
+its steps as Events on the Job, takes the mark away from a move given up before the job ended, and
+terminates a job still live after its pod left with the checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from controller import moving
+from controller.kube import PodGone
+from controller.metrics import Metrics
+from controller.model import OwnerState, PodView, log_context
+from jarvice import contract
+from jarvice.checkpoint import CheckpointContractError, parse_checkpoint_contract
+from jarvice.exitcodes import EXIT_MOVED_HOME
+from jarvice.labels import parse_job_label
+from jarvice.model import JobEntry, Machine
+
+log = logging.getLogger(__name__)
+
+_MARK_PATH = "/metadata/annotations/" + contract.ANNOTATION_MOVE_HOME.replace("/", "~1")
+
+
+class MoverJarvice(Protocol):
+    def fetch_jobs(self, *, completed: bool, deadline: float | None = None) -> Mapping[int, JobEntry]: ...
+    def fetch_machines(self) -> Mapping[str, Machine]: ...
+    def terminate(self, number: int, *, deadline: float | None = None) -> None: ...
+
+
+class MoverKube(Protocol):
+    def read_pod(self, namespace: str, name: str) -> Mapping[str, Any]: ...
+    def list_namespace_annotations(self) -> dict[str, Mapping[str, str]]: ...
+    def patch_pod_json(self, namespace: str, name: str, ops: Sequence[Mapping[str, Any]]) -> None: ...
+    def record_event(
+        self, *, namespace: str, involved: Mapping[str, str], reason: str, message: str, event_type: str = ...
+    ) -> None: ...
+
+
+def exit_code_of(pod: Mapping[str, Any]) -> int | None:
+    """The ended pod's exit: a move home's if a container exited with it, else the first container's."""
+    codes = [
+        int(terminated["exitCode"])
+        for status in (pod.get("status") or {}).get("containerStatuses") or ()
+        if isinstance(terminated := (status.get("state") or {}).get("terminated"), Mapping)
+        and isinstance(terminated.get("exitCode"), int)
+    ]
+    if EXIT_MOVED_HOME in codes:
+        return EXIT_MOVED_HOME
+    return codes[0] if codes else None
+
+
+class Mover:
+    def __init__(
+        self,
+        *,
+        jarvice: MoverJarvice,
+        kube: MoverKube,
+        metrics: Metrics,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._jarvice = jarvice
+        self._kube = kube
+        self._metrics = metrics
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self.moves: dict[str, tuple[PodView, moving.Move]] = {}  # by pod UID, until finished
+
+    def consider(self, pod: PodView, owner: OwnerState, jobs: Sequence[JobEntry]) -> tuple[bool, str]:
+        """Start moving `pod` home (True) or say why not (False, the reason)."""
+        if pod.uid in self.moves:
+            return False, "its move home is under way"
+        if len(jobs) != 1:
+            return False, "it has more than one JARVICE job (one per burst container): it does not move home"
+        (job,) = jobs
+        annotations = (self._kube.read_pod(pod.namespace, pod.name).get("metadata") or {}).get("annotations") or {}
+        namespace = self._kube.list_namespace_annotations().get(pod.namespace, {})
+        try:
+            terms = parse_checkpoint_contract(annotations, namespace)
+        except CheckpointContractError as exc:
+            return False, f"its checkpoint annotations cannot be used: {exc}"
+        machine = self._jarvice.fetch_machines().get(job.machine)
+        choice = moving.decide(
+            terms,
+            job,
+            price_per_hour=machine.price_for(job.nodes) if machine is not None else None,
+            gpus=machine.gpus * job.nodes if machine is not None else 0,
+            now=self._wall_clock(),
+            checkpoint_age=None,  # the remote checkpoint directory is not seen from here
+            policy_ignores_move=owner.moves_home,
+        )
+        if not choice.go:
+            return False, choice.reason
+        assert pod.owner is not None
+        self._kube.patch_pod_json(
+            pod.namespace, pod.name, [{"op": "add", "path": _MARK_PATH, "value": str(job.number)}]
+        )
+        progress = moving.start(pod.uid, pod.owner.uid, job.number, now=self._clock(), gpu_hours=choice.gpu_hours)
+        self.moves[pod.uid] = (pod, progress.move)
+        self._report(pod, progress)
+        log.info("moving a running burst job home", extra=log_context(pod, job=job.number, reason=choice.reason))
+        return True, choice.reason
+
+    def round(self, pods: Iterable[PodView]) -> set[str]:
+        """Advances every move; returns the Job UIDs whose pod left with its checkpoint this round (their
+        replacement is to be accounted as a homecoming's)."""
+        if not self.moves:
+            return set()
+        listed = self._jobs_by_number()
+        current = list(pods)
+        left: set[str] = set()
+        for uid, (pod, move) in list(self.moves.items()):
+            try:
+                seen = self._seen(pod, move, listed.get(move.job_number), current)
+            except Exception:  # a failed call costs this move one round
+                self._metrics.errors.labels(kind="kubernetes").inc()
+                log.warning("move home round failed", extra=log_context(pod), exc_info=True)
+                continue
+            progress = moving.advance(move, seen, now=self._clock())
+            self._act(pod, progress)
+            self.moves[uid] = (pod, progress.move)
+            if progress.move.step == "copied_back" and move.step != "copied_back":
+                left.add(move.owner_uid)
+            if moving.finished(progress.move):
+                del self.moves[uid]
+                self._metrics.moves_home.labels(outcome=progress.move.step).inc()
+                if progress.move.step == "resumed":
+                    self._metrics.gpu_hours_moved_home.inc(progress.move.gpu_hours)
+        return left
+
+    def _jobs_by_number(self) -> dict[int, JobEntry]:
+        found: dict[int, JobEntry] = {}
+        for completed in (True, False):  # live last: a live listing wins
+            found.update(self._jarvice.fetch_jobs(completed=completed))
+        return found
+
+    def _seen(self, pod: PodView, move: moving.Move, job: JobEntry | None, pods: Sequence[PodView]) -> moving.Seen:
+        if job is not None and (parsed := parse_job_label(job.label or "")) is not None and parsed.pod_uid != pod.uid:
+            job = None  # a number reused for another pod's job is not this move's
+        try:
+            body = self._kube.read_pod(pod.namespace, pod.name)
+            uid = str((body.get("metadata") or {}).get("uid") or "")
+            phase = str((body.get("status") or {}).get("phase") or "")
+            gone, code = (uid != pod.uid or phase in ("Failed", "Succeeded")), exit_code_of(body)
+        except PodGone:
+            gone, code = True, None
+        node, remote = "", False
+        for other in pods:
+            if other.owner is None or other.owner.uid != move.owner_uid or other.uid == pod.uid:
+                continue
+            node = node or (other.node_name if other.decision != contract.DECISION_REMOTE else "")
+            remote = remote or other.decision == contract.DECISION_REMOTE
+        return moving.Seen(job, gone, code, node, remote)
+
+    def _act(self, pod: PodView, progress: moving.Progress) -> None:
+        for action in progress.actions:
+            try:
+                if action == "unmark":
+                    self._kube.patch_pod_json(pod.namespace, pod.name, [{"op": "remove", "path": _MARK_PATH}])
+                else:
+                    self._jarvice.terminate(progress.move.job_number)
+            except Exception:  # the runner's own rules, and the orphan reaper, still end a stray job
+                self._metrics.errors.labels(kind=f"move-{action}").inc()
+                log.warning("move home action failed", extra=log_context(pod, action=action), exc_info=True)
+        self._report(pod, progress)
+
+    def _report(self, pod: PodView, progress: moving.Progress) -> None:
+        assert pod.owner is not None
+        for reason, message in progress.events:
+            log.info("move home step", extra=log_context(pod, step=reason, detail=message))
+            self._kube.record_event(
+                namespace=pod.namespace,
+                involved=pod.owner.reference(),
+                reason=reason,
+                message=f"pod {pod.name}: {message}",
+                event_type="Warning" if reason == "NimbixMoveGivenUp" else "Normal",
+            )

@@ -1,0 +1,204 @@
+"""Whether a running burst job moves home from its checkpoint, and how a move goes on (pure).
+
+A queued burst job comes home by deleting its pod (controller.homecoming). A running one has work to
+keep: it moves home from its checkpoint. The pod opted in (`nimbix-burst.io/come-home: running`, with a
+`checkpoint-dir` under a staged path); a local node can run it (the same accounted decision as a queued
+homecoming: the webhook's dry run, one pod a round, none while the last one settles); and it is worth
+it (the rest of its walltime at its machine's price is above `come-home-min-saving`). Then:
+
+1. asked: the controller marks the pod (`nimbix-burst.io/move-home: <job number>`); the pod's runner
+   sees the mark and asks the job for a checkpoint through JARVICE's signal path (SIGUSR1 to the
+   program, through the image's JARVICE_SIGNAL_OVERRIDE script);
+2. written, job stopped: the program writes its checkpoint and exits 0; the job ends COMPLETED (its
+   billing ends);
+3. copied back: the runner copies the checkpoint back into the volume (the normal stage-out) and exits
+   with EXIT_MOVED_HOME, which the Job's podFailurePolicy ignores: the Job creates the replacement;
+4. resumed: the webhook decides the replacement local (it fits now) and it binds to a node; it resumes
+   from the checkpoint.
+
+Any step that does not come by its deadline leaves the job where it is: before the job ended, it keeps
+running on Nimbix (the mark is taken away); a replacement that cannot bind here bursts again and resumes
+remotely from the same checkpoint. The old pod ends before the Job creates the replacement, so the work
+never runs in two places; a job still live after its pod left with the checkpoint is terminated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Final, Literal
+
+from jarvice.checkpoint import CheckpointContract
+from jarvice.exitcodes import EXIT_MOVED_HOME
+from jarvice.model import STATUS_COMPLETED, JobEntry, is_terminal
+
+# The checkpoint asked for must be written (the job ends COMPLETED) within this long: a program that
+# does not answer SIGUSR1 keeps running remotely.
+CHECKPOINT_DEADLINE_SECONDS: Final = 300.0
+# After the job ended, the runner copies the checkpoint back and its pod ends within this long.
+COPY_BACK_DEADLINE_SECONDS: Final = 900.0
+# The replacement binds to a node (or bursts again) within this long (as a queued homecoming settles).
+RESUME_DEADLINE_SECONDS: Final = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class MoveChoice:
+    go: bool
+    reason: str
+    saving: float = 0.0  # the money the rest of the walltime would cost remotely
+    gpu_hours: float = 0.0  # the GPU-hours the rest of the walltime would run remotely
+
+
+def remaining_seconds(job: JobEntry, *, now: float) -> float | None:
+    """The rest of the job's walltime limit (None: JARVICE did not echo a limit, or it has not started)."""
+    if job.walltime_limit is None or job.start_time <= 0:
+        return None
+    return max(0.0, job.walltime_limit - (now - job.start_time))
+
+
+def decide(
+    terms: CheckpointContract | None,
+    job: JobEntry,
+    *,
+    price_per_hour: float | None,
+    gpus: int,
+    now: float,
+    checkpoint_age: float | None,
+    policy_ignores_move: bool,
+) -> MoveChoice:
+    """Whether the running `job` of a pod a local node can run now moves home. `terms`: the pod's
+    checkpoint contract (jarvice.checkpoint; None: it names no checkpoint directory).
+
+    `price_per_hour`: the job's machine price times its nodes (None: unknown); `gpus`: the job's GPUs;
+    `checkpoint_age`: seconds since the last checkpoint was written (None: not known);
+    `policy_ignores_move`: the pod's Job ignores the runner's moved-home exit (its podFailurePolicy)."""
+    if terms is None:
+        return MoveChoice(False, "no nimbix-burst.io/checkpoint-dir: there is nothing to resume from")
+    if not terms.come_home_running:
+        return MoveChoice(False, "not opted in (nimbix-burst.io/come-home: running on the pod or its namespace)")
+    if not policy_ignores_move:
+        return MoveChoice(
+            False, f"its Job's podFailurePolicy does not ignore exit code {EXIT_MOVED_HOME} (the move's end)"
+        )
+    if job.state.strip().upper() != "PROCESSING STARTING":
+        return MoveChoice(False, f"its JARVICE job {job.number} is not running ({job.state})")
+    remaining = remaining_seconds(job, now=now)
+    if remaining is None or price_per_hour is None:
+        return MoveChoice(False, f"the rest of job {job.number}'s walltime or its price is not known")
+    hours = remaining / 3600.0
+    saving = hours * price_per_hour
+    if saving <= terms.min_saving:
+        return MoveChoice(
+            False, f"not worth it: the rest of its walltime costs {saving:.2f}, not above {terms.min_saving:.2f}"
+        )
+    if checkpoint_age is not None and checkpoint_age > terms.interval_seconds:
+        return MoveChoice(
+            False,
+            f"its last checkpoint is {checkpoint_age:.0f} s old, older than its interval ({terms.interval_seconds} s)",
+        )
+    return MoveChoice(True, f"saves {saving:.2f} ({hours * gpus:.1f} GPU-hours)", saving, hours * gpus)
+
+
+Step = Literal["asked", "job_stopped", "copied_back", "resumed", "given_up"]
+Action = Literal["unmark", "terminate"]
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    pod_uid: str
+    owner_uid: str  # the Job's UID: its replacement pod is the one to resume
+    job_number: int
+    step: Step
+    since: float  # when the step began (monotonic seconds)
+    gpu_hours: float  # what the decision counted as brought home
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What the controller sees of a move this round."""
+
+    job: JobEntry | None  # the job, live or ended (None: not listed)
+    pod_gone: bool  # the moving pod has ended (Failed, Succeeded) or is gone
+    pod_exit_code: int | None  # its burst container's exit code, when it ended
+    replacement_node: str  # the replacement's node ("" not bound, or none yet)
+    replacement_remote: bool  # the replacement was decided remote (the GPUs were taken again)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    move: Move
+    events: tuple[tuple[str, str], ...] = ()  # (reason, message) for the Job's Events
+    actions: tuple[Action, ...] = ()
+
+
+def start(pod_uid: str, owner_uid: str, job_number: int, *, now: float, gpu_hours: float) -> Progress:
+    move = Move(pod_uid, owner_uid, job_number, "asked", now, gpu_hours)
+    return Progress(
+        move, (("NimbixMoveCheckpointAsked", f"asked JARVICE job {job_number} for a checkpoint to move it home"),)
+    )
+
+
+def _ended(job: JobEntry | None) -> bool:
+    return job is not None and is_terminal(job.state)
+
+
+def _still_billing(seen: Seen) -> tuple[Action, ...]:
+    """Never a job billing after its pod came home: the pod left with the checkpoint, a live job ends."""
+    return ("terminate",) if seen.job is not None and not _ended(seen.job) else ()
+
+
+def _give_up(move: Move, why: str, *, now: float, actions: Sequence[Action] = ()) -> Progress:
+    return Progress(replace(move, step="given_up", since=now), (("NimbixMoveGivenUp", why),), tuple(actions))
+
+
+def advance(move: Move, seen: Seen, *, now: float) -> Progress:
+    """The move's next step from what is seen now (its events and the actions to take)."""
+    waited = now - move.since
+    number = move.job_number
+    if move.step == "asked":
+        if _ended(seen.job):
+            assert seen.job is not None
+            if seen.job.state.strip().upper() != STATUS_COMPLETED:
+                return _give_up(move, f"job {number} ended {seen.job.state} during the move", now=now)
+            return Progress(
+                replace(move, step="job_stopped", since=now),
+                (
+                    ("NimbixMoveCheckpointWritten", f"job {number}'s program wrote its checkpoint and exited"),
+                    ("NimbixMoveJobStopped", f"job {number} ended COMPLETED: its billing ended"),
+                ),
+            )
+        if seen.pod_gone:
+            return _give_up(move, f"the pod ended before job {number} wrote its checkpoint", now=now)
+        if waited >= CHECKPOINT_DEADLINE_SECONDS:
+            why = f"no checkpoint from job {number} within {CHECKPOINT_DEADLINE_SECONDS:.0f} s: it keeps running"
+            return _give_up(move, why, now=now, actions=("unmark",))
+        return Progress(move)
+    if move.step == "job_stopped":
+        if seen.pod_gone:
+            if seen.pod_exit_code == EXIT_MOVED_HOME:
+                return Progress(
+                    replace(move, step="copied_back", since=now),
+                    (("NimbixMoveCopiedBack", f"the checkpoint of job {number} was copied back into the volume"),),
+                    _still_billing(seen),
+                )
+            return _give_up(move, f"the pod ended with exit code {seen.pod_exit_code}, not a move's", now=now)
+        if waited >= COPY_BACK_DEADLINE_SECONDS:
+            why = f"the checkpoint was not copied back within {COPY_BACK_DEADLINE_SECONDS:.0f} s"
+            return _give_up(move, why, now=now)
+        return Progress(move)
+    if move.step == "copied_back":
+        actions = _still_billing(seen)
+        if seen.replacement_node:
+            message = f"the replacement runs on node {seen.replacement_node}, from job {number}'s checkpoint"
+            return Progress(replace(move, step="resumed", since=now), (("NimbixMoveResumed", message),), actions)
+        if seen.replacement_remote:
+            why = "the local GPUs were taken again: the replacement bursts and resumes remotely from the checkpoint"
+            return _give_up(move, why, now=now, actions=actions)
+        if waited >= RESUME_DEADLINE_SECONDS:
+            return _give_up(move, f"no replacement bound within {RESUME_DEADLINE_SECONDS:.0f} s", now=now)
+        return Progress(move, (), actions)
+    return Progress(move)  # resumed, given_up: done
+
+
+def finished(move: Move) -> bool:
+    return move.step in ("resumed", "given_up")
