@@ -29,6 +29,7 @@ from tests.support.installed_controller import (
     pod_body,
     wait_admitted_as,
 )
+from tests.support.large_output import COMMAND, assert_streamed_whole_within_bounds, stream
 
 WAIT_SECONDS = 180.0
 
@@ -139,6 +140,21 @@ def test_a_burst_pod_runs_through_the_gateway_and_carries_no_key(
     assert env["JARVICE_API_URL"]["value"] == "https://10.0.0.53"
     assert not env["JARVICE_APIKEY"].get("value") and "valueFrom" not in env["JARVICE_APIKEY"]  # blanked
     assert not [v for v in pod["spec"]["volumes"] if "secret" in v], pod["spec"]["volumes"]
+
+
+def test_a_large_output_streams_through_the_gateway_within_the_runners_memory(
+    bare_namespace: str, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess
+) -> None:
+    """The runner's memory bound for a large output holds when every tail call goes through the gateway."""
+    ns = bare_namespace
+    container = app_container(node_emulator, COMMAND, gpus=1)
+    # A training container with CPU and memory limits: the webhook cuts them to the runner's footprint.
+    container["resources"]["limits"].update({"cpu": "2", "memory": "4Gi"})
+    control_plane.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(pod_body("big", container, gated=False)))
+    streamed = stream(control_plane, ns, "big")
+    print("\nthrough the gateway: " + streamed.summary())
+    assert annotations_of(streamed.pod)[contract.ANNOTATION_DECISION] == "remote"
+    assert_streamed_whole_within_bounds(streamed)
 
 
 def test_a_pods_own_client_gets_the_size_it_was_counted_for(
