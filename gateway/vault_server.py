@@ -1,0 +1,198 @@
+"""The gateway's SFTP endpoint: a burst pod stages its data through it into its account's vault (I/O).
+
+A pod logs in with its projected token as the password (any username): the token is reviewed as for
+the HTTP API (gateway.callers), the pod must be decided remote, and its namespace's account must name
+a vault (gateway.accounts). Each SFTP session is then relayed to that vault, logged in with the
+account's vault credentials, confined to the pod's directories (gateway.vault_proxy). Nothing but
+the `sftp` subsystem is served: no shell, no command, no forwarding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import asyncssh
+from asyncssh.stream import SSHReader, SSHServerStreamSession, SSHWriter
+
+from gateway.accounts import Accounts, VaultAccess
+from gateway.callers import Callers
+from gateway.identity import NotAuthenticated
+from gateway.kube import KubeAdapter
+from gateway.sftp_requests import BadPacket, swaps_symlink
+from gateway.terms import NotDecided
+from gateway.vault_proxy import VaultProxy
+from gateway.vault_scope import VaultGrant, controlling_job
+
+log = logging.getLogger(__name__)
+
+LOGIN_TIMEOUT_SECONDS: Final = 30.0
+KEEPALIVE_SECONDS: Final = 30.0
+VAULT_CONNECT_SECONDS: Final = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class VaultSession:
+    """What a login was granted: whose directories, on which vault."""
+
+    grant: VaultGrant
+    access: VaultAccess
+    namespace: str
+    pod: str
+
+
+Authorize = Callable[[str], Awaitable[VaultSession]]
+
+
+class VaultLogins:
+    """A login's token -> its VaultSession, or NotAuthenticated / NotDecided saying why not."""
+
+    def __init__(self, callers: Callers, accounts: Accounts, kube: KubeAdapter) -> None:
+        self._callers = callers
+        self._accounts = accounts
+        self._kube = kube
+
+    async def __call__(self, token: str) -> VaultSession:
+        caller = await self._callers.authenticate(token)
+        pod = await self._callers.pod(caller, fresh=True)
+        account = self._accounts.for_namespace(caller.namespace)
+        if account is None:
+            raise NotDecided(f"no JARVICE account of this cluster pays for namespace {caller.namespace!r}")
+        if account.vault is None:
+            raise NotDecided(f"the account {account.name!r} names no vault: the cluster admin adds its 'vault'")
+        job = controlling_job(pod)
+        job_uid = None
+        if job is not None and await asyncio.to_thread(self._kube.job_uid, caller.namespace, job[0]) == job[1]:
+            job_uid = job[1]
+        grant = VaultGrant(pod_uid=caller.pod_uid, job_uid=job_uid)
+        return VaultSession(grant=grant, access=account.vault, namespace=caller.namespace, pod=caller.pod_name)
+
+
+class _LoginServer(asyncssh.SSHServer):
+    """One client connection: password logins only, the password being the pod's token."""
+
+    def __init__(self, authorize: Authorize) -> None:
+        self._authorize = authorize
+        self.session: VaultSession | None = None
+
+    def begin_auth(self, username: str) -> bool:
+        return True
+
+    def session_requested(self) -> _SftpOnlySession | bool:
+        return _SftpOnlySession(self.session) if self.session is not None else False
+
+    def password_auth_supported(self) -> bool:
+        return True
+
+    async def validate_password(self, username: str, password: str) -> bool:
+        try:
+            self.session = await self._authorize(password)
+        except (NotAuthenticated, NotDecided) as exc:
+            log.warning("vault login refused", extra={"reason": str(exc)})
+            return False
+        except Exception as exc:  # noqa: BLE001 - the API server unreachable: refused, said why
+            log.warning("vault login failed", extra={"reason": str(exc), "error": type(exc).__name__})
+            return False
+        log.info(
+            "vault login",
+            extra={"namespace": self.session.namespace, "pod": self.session.pod, "vault": self.session.access.host},
+        )
+        return True
+
+
+async def connect_vault(access: VaultAccess) -> asyncssh.SSHClientConnection:
+    """The account's vault, its host key checked against the accounts file's."""
+    keys = [asyncssh.import_private_key(access.private_key.reveal())] if access.private_key is not None else None
+    return await asyncssh.connect(
+        access.host,
+        access.port,
+        username=access.username,
+        password=access.password.reveal() if access.password is not None else None,
+        client_keys=keys,
+        known_hosts=asyncssh.import_known_hosts(access.known_hosts_line()),
+        agent_path=None,
+        config=[],
+        connect_timeout=VAULT_CONNECT_SECONDS,
+        keepalive_interval=KEEPALIVE_SECONDS,
+    )
+
+
+async def _relay(session: VaultSession, channel: asyncssh.SSHServerChannel[bytes], stream: _SftpStream) -> None:
+    connection = channel.get_connection()
+    try:
+        async with await connect_vault(session.access) as vault:
+            writer, reader, _ = await vault.open_session(subsystem="sftp", encoding=None)
+            async with vault.start_sftp_client() as checks:
+
+                async def resolve(path: str) -> str:
+                    answer = await checks.realpath(path.encode("utf-8", "surrogateescape"))
+                    return answer.decode("utf-8", "surrogateescape")
+
+                proxy = VaultProxy(
+                    session.grant,
+                    client=stream,
+                    vault=(reader, writer),
+                    resolve=resolve,
+                    client_swaps=swaps_symlink(str(connection.get_extra_info("client_version", ""))),
+                    vault_swaps=swaps_symlink(str(vault.get_extra_info("server_version", ""))),
+                )
+                await proxy.run()
+    except (OSError, asyncssh.Error, BadPacket) as exc:
+        log.warning(
+            "vault session ended",
+            extra={"namespace": session.namespace, "pod": session.pod, "reason": str(exc), "error": type(exc).__name__},
+        )
+    finally:
+        channel.exit(0)
+
+
+_SftpStream = tuple["asyncssh.SSHReader[bytes]", "asyncssh.SSHWriter[bytes]"]
+
+
+class _SftpOnlySession(SSHServerStreamSession[bytes]):
+    """A session channel that serves the `sftp` subsystem by relaying it: no shell, no command."""
+
+    def __init__(self, session: VaultSession) -> None:
+        super().__init__(None)
+        self._vault_session = session
+
+    def shell_requested(self) -> bool:
+        return False
+
+    def exec_requested(self, command: str) -> bool:
+        return False
+
+    def subsystem_requested(self, subsystem: str) -> bool:
+        return subsystem == "sftp"
+
+    def session_started(self) -> None:
+        channel = self._chan
+        assert channel is not None and self._conn is not None
+        channel.set_encoding(None)
+        self._encoding = None
+        stream = (SSHReader[bytes](self, channel), SSHWriter[bytes](self, channel))
+        self._conn.create_task(_relay(self._vault_session, channel, stream))  # type: ignore[arg-type]
+
+
+async def start_vault_server(
+    *, host: str, port: int, host_key_file: Path, authorize: Authorize
+) -> asyncssh.SSHAcceptor:
+    """Listen for burst pods' SFTP sessions; close the acceptor to stop."""
+    logging.getLogger("asyncssh").setLevel(logging.WARNING)  # its INFO is a line per SSH step
+    return await asyncssh.listen(
+        host,
+        port,
+        server_host_keys=[str(host_key_file)],
+        server_factory=lambda: _LoginServer(authorize),
+        encoding=None,
+        agent_forwarding=False,
+        x11_forwarding=False,
+        allow_pty=False,
+        line_editor=False,
+        login_timeout=LOGIN_TIMEOUT_SECONDS,
+        keepalive_interval=KEEPALIVE_SECONDS,
+    )
