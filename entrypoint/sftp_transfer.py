@@ -33,7 +33,6 @@ from typing import Final, TextIO, TypeVar
 import asyncssh
 
 from entrypoint import local_tree, staging
-from entrypoint.batched_socket import BatchedTCP
 from entrypoint.sftp_session import Activity, start_sftp
 from entrypoint.transfer_pass import (
     IN_PLACE_BYTES,
@@ -52,6 +51,7 @@ from entrypoint.transfer_pass import (
 )
 from entrypoint.vault_download import Downloader
 from entrypoint.vault_upload import Uploader
+from jarvice.batched_socket import BatchedTCP
 from jarvice.redaction import Secret
 
 __all__ = ["IN_PLACE_BYTES", "DownloadRoot", "Report", "Totals", "TransferFailed", "UploadRoot", "VaultTransfer"]

@@ -27,12 +27,27 @@ from gateway.sftp_requests import BadPacket, swaps_symlink
 from gateway.terms import NotDecided
 from gateway.vault_proxy import VaultProxy
 from gateway.vault_scope import VaultGrant, controlling_job
+from jarvice.batched_socket import BatchedTCP
 
 log = logging.getLogger(__name__)
 
 LOGIN_TIMEOUT_SECONDS: Final = 30.0
 KEEPALIVE_SECONDS: Final = 30.0
 VAULT_CONNECT_SECONDS: Final = 30.0
+# The pod's channel: SSH packets of up to 256 KiB (an SFTP block in one packet: one encryption, one
+# decryption, where asyncssh's default 32 KiB makes eight) and a window to match.
+CLIENT_WINDOW: Final = 8 * 1024 * 1024
+CLIENT_MAX_PACKET: Final = 256 * 1024 + 1024
+# AES-GCM first, on both legs, as the runner asks (entrypoint.sftp_transfer.ENCRYPTION_ALGS): one call
+# into OpenSSL per SSH packet, where chacha20-poly1305 (asyncssh's first choice) takes four from Python.
+ENCRYPTION_ALGS: Final = (
+    "aes128-gcm@openssh.com",
+    "aes256-gcm@openssh.com",
+    "chacha20-poly1305@openssh.com",
+    "aes256-ctr",
+    "aes192-ctr",
+    "aes128-ctr",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +132,8 @@ async def connect_vault(access: VaultAccess) -> asyncssh.SSHClientConnection:
         agent_path=None,
         config=[],
         connect_timeout=VAULT_CONNECT_SECONDS,
+        tunnel=BatchedTCP(),
+        encryption_algs=ENCRYPTION_ALGS,
         keepalive_interval=KEEPALIVE_SECONDS,
     )
 
@@ -193,6 +210,10 @@ async def start_vault_server(
         x11_forwarding=False,
         allow_pty=False,
         line_editor=False,
+        encryption_algs=ENCRYPTION_ALGS,
+        tunnel=BatchedTCP(),
+        window=CLIENT_WINDOW,
+        max_pktsize=CLIENT_MAX_PACKET,
         login_timeout=LOGIN_TIMEOUT_SECONDS,
         keepalive_interval=KEEPALIVE_SECONDS,
     )
