@@ -231,6 +231,7 @@ def open_remote_deps(
             cancel=token,
             journal=journal,
             termination=TerminationFile(settings.termination_log),
+            apikey=apikey if callable(apikey) else None,
         )
 
 

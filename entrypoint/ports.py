@@ -14,6 +14,7 @@ from typing import Literal, NamedTuple, Protocol
 from entrypoint import restart
 from entrypoint.signals import CancelToken
 from jarvice.model import JobEntry, JobStatus, Machine, SubmitBody, SubmitResult
+from jarvice.redaction import Secret
 
 
 class JobBackend(Protocol):
@@ -98,3 +99,6 @@ class RemoteDeps:
     data: DataStage | None = None  # None: nothing staged (no NIMBIX_BURST_STAGE_IN/OUT)
     # Unix time: when a gang's following rank started, to compare with JARVICE's job_end_time.
     wall_clock: Callable[[], float] = time.time
+    # The key as it is now (None: the settings' own): a projected token is refreshed while a job runs,
+    # and the copy-back after it logs in to the vault (through the gateway) with the current one.
+    apikey: Callable[[], Secret] | None = None

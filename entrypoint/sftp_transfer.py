@@ -105,13 +105,14 @@ class VaultTransfer:
         address: staging.VaultSettings,
         *,
         username: str,
-        apikey: Secret,
+        apikey: Secret | Callable[[], Secret],
         clock: Callable[[], float],
         progress_out: TextIO,
     ) -> None:
         self.address = address
         self.username = username
-        self.apikey = apikey
+        # The key as it is at each login: a projected token (through the gateway) is refreshed.
+        self.apikey: Callable[[], Secret] = apikey if callable(apikey) else (lambda: apikey)
         self.clock = clock
         self.progress_out = progress_out
         self.encryption_algs: Sequence[str] = ENCRYPTION_ALGS
@@ -200,7 +201,7 @@ class VaultTransfer:
         """How the session logs in: the JARVICE user, the API key as password."""
         return {
             "username": self.username,
-            "password": self.apikey.reveal(),
+            "password": self.apikey().reveal(),
             "client_keys": None,
             "preferred_auth": "password,keyboard-interactive",
         }

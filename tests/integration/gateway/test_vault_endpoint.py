@@ -214,3 +214,21 @@ def test_a_pod_of_a_job_reaches_its_jobs_directories_and_lease(endpoint: Endpoin
 def test_a_token_that_proves_no_pod_cannot_log_in(endpoint: Endpoint) -> None:
     with pytest.raises(asyncssh.PermissionDenied):
         _sftp(endpoint, "not-a-token", lambda s: s.listdir(OWN))
+
+
+def test_each_login_uses_the_key_as_its_file_holds_it_now(endpoint: Endpoint, tmp_path: Path) -> None:
+    """The pod's token is refreshed while its job runs: the copy-back after it logs in with the new one."""
+    local = tmp_path / "out"
+    local.mkdir()
+    (local / "result").write_bytes(b"trained")
+    holder = {"key": Secret("an-expired-token")}
+    relay = VaultTransfer(
+        endpoint.settings, username="p", apikey=lambda: holder["key"], clock=time.monotonic, progress_out=io.StringIO()
+    )
+    roots = [UploadRoot(str(local), str(local), f"{OWN}/refreshed")]
+    refused = relay.upload(roots, totals=sftp_transfer.Totals(), never_staged=frozenset(), should_stop=lambda: False)
+    assert not refused.complete
+    holder["key"] = Secret(POD_TOKEN)
+    done = relay.upload(roots, totals=sftp_transfer.Totals(), never_staged=frozenset(), should_stop=lambda: False)
+    assert done.complete, done.error
+    assert (endpoint.stored / OWN / "refreshed" / "result").read_bytes() == b"trained"
