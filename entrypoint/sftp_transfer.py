@@ -116,7 +116,7 @@ class VaultTransfer:
         self.clock = clock
         self.progress_out = progress_out
         self.encryption_algs: Sequence[str] = ENCRYPTION_ALGS
-        if address.known_hosts is None:
+        if address.known_hosts is None and address.host_key is None:
             log.warning(
                 "the vault's host key is not checked: set NIMBIX_BURST_VAULT_KNOWN_HOSTS",
                 extra={"host": address.host, "port": address.port},
@@ -206,12 +206,16 @@ class VaultTransfer:
             "preferred_auth": "password,keyboard-interactive",
         }
 
+    def _known_hosts(self) -> str | asyncssh.SSHKnownHosts | None:
+        line = self.address.known_hosts_line()
+        return asyncssh.import_known_hosts(line) if line is not None else self.address.known_hosts
+
     async def _connect(self) -> asyncssh.SSHClientConnection:
         return await asyncio.wait_for(
             asyncssh.connect(
                 self.address.host,
                 port=self.address.port,
-                known_hosts=self.address.known_hosts,
+                known_hosts=self._known_hosts(),
                 agent_path=None,
                 encryption_algs=self.encryption_algs,
                 tunnel=BatchedTCP(),

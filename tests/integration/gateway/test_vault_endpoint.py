@@ -81,7 +81,8 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
         known_hosts.write_text(f"[127.0.0.1]:{acceptor.get_port()} {public}\n")
         try:
             yield Endpoint(
-                staging.VaultSettings("127.0.0.1", acceptor.get_port(), str(known_hosts), keep_job_dir=True),
+                # As the webhook sets the runner up: the gateway's address and its host key itself.
+                staging.VaultSettings("127.0.0.1", acceptor.get_port(), None, keep_job_dir=True, host_key=public),
                 root / USER / "drop.jarvice.com",
                 known_hosts,
             )
