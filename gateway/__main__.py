@@ -64,7 +64,13 @@ async def _build(settings: Settings, tls: ReloadingTLS, accounts: Accounts) -> w
 
     async def serve_vault(_: web.Application) -> None:
         app["vault_server"] = None
-        if settings.sftp_port:
+        if settings.sftp_port and not settings.ssh_host_key_file.exists():
+            # The key's Secret is optional (docs/install.md): without it staging is not served, said once.
+            log.warning(
+                "no SSH host key: the vault's SFTP endpoint is not served",
+                extra={"file": str(settings.ssh_host_key_file), "sftp_port": settings.sftp_port},
+            )
+        elif settings.sftp_port:
             app["vault_server"] = await start_vault_server(
                 host=settings.host,
                 port=settings.sftp_port,
