@@ -73,6 +73,8 @@ class Request:
     checks: tuple[PathCheck, ...] = ()
     # Paths whose resolved directories a cache must forget once this request has run.
     changes: tuple[tuple[str, ...], ...] = ()
+    # It may put a link where a path was (SYMLINK, a rename): the checks of later requests wait for its answer.
+    barrier: bool = False
 
 
 class _Reader:
@@ -148,7 +150,7 @@ def _checked(
         check_access(parts, grant, passage_ok=passage_ok)
         checks.append(PathCheck(parts, how, passage_ok))
     changes = tuple(check.parts for check in checks) if kind in (REMOVE, RMDIR, RENAME) else ()
-    return Request(kind, request_id, packet, tuple(checks), changes)
+    return Request(kind, request_id, packet, tuple(checks), changes, barrier=kind == RENAME)
 
 
 def parse_request(packet: bytes, grant: VaultGrant, *, client_swaps: bool, vault_swaps: bool) -> Request:
@@ -180,7 +182,7 @@ def parse_request(packet: bytes, grant: VaultGrant, *, client_swaps: bool, vault
             encode_string(target) + encode_string(link) if vault_swaps else encode_string(link) + encode_string(target)
         )
         rewritten = frame(bytes([SYMLINK]) + struct.pack(">I", request_id) + args)
-        return Request(kind, request_id, rewritten, (PathCheck(parts, "parent", False),), (parts,))
+        return Request(kind, request_id, rewritten, (PathCheck(parts, "parent", False),), (parts,), barrier=True)
     if kind == EXTENDED:
         name = reader.string().decode(errors="replace")
         if name in HANDLE_EXTENSIONS or name == "limits@openssh.com":
@@ -190,7 +192,8 @@ def parse_request(packet: bytes, grant: VaultGrant, *, client_swaps: bool, vault
             raw_paths = [reader.string() for _ in plan]
             request = _checked(kind, request_id=request_id, packet=packet, raw_paths=raw_paths, plan=plan, grant=grant)
             if name == "posix-rename@openssh.com":
-                return Request(kind, request_id, packet, request.checks, tuple(c.parts for c in request.checks))
+                changes = tuple(c.parts for c in request.checks)
+                return Request(kind, request_id, packet, request.checks, changes, barrier=True)
             return request
         raise BadPacket(f"the SFTP extension {name!r} is not passed to the vault")
     raise BadPacket(f"SFTP request type {kind} is not passed to the vault")

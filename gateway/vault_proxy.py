@@ -113,8 +113,12 @@ class PathChecker:
             del self._dirs[parts]
 
 
-async def _verdict(request: Request, checker: PathChecker) -> bytes | None:
-    """None: pass the request on; else the refusal to answer with."""
+async def _verdict(request: Request, checker: PathChecker, after: asyncio.Future[None] | None) -> bytes | None:
+    """None: pass the request on; else the refusal to answer with. `after`: the answer of the last
+    request before it that may put a link on a path (checked before it ran, a path could be one
+    thing at the check and a link when the request runs)."""
+    if after is not None:
+        await asyncio.shield(after)
     try:
         for check in request.checks:
             await checker.check(check)
@@ -146,6 +150,10 @@ class VaultProxy:
         self._queue: asyncio.Queue[tuple[Request | None, asyncio.Future[bytes | None] | bytes | None]] = asyncio.Queue(
             MAX_QUEUED
         )
+        # Requests that may put a link on a path (SYMLINK, RENAME), by id: answered, the checks after
+        # them may run. The latest is what every later check waits for.
+        self._barriers: dict[int, asyncio.Future[None]] = {}
+        self._barrier: asyncio.Future[None] | None = None
 
     async def run(self) -> None:
         """Relay until either side ends."""
@@ -193,9 +201,10 @@ class VaultProxy:
         except BadPacket as exc:
             code = FX_OP_UNSUPPORTED if len(packet) >= 9 else FX_BAD_MESSAGE
             return None, status_packet(request_id_of(packet), code, str(exc))
-        if not request.checks:
-            return request, None
-        return request, asyncio.ensure_future(_verdict(request, checker))
+        verdict = asyncio.ensure_future(_verdict(request, checker, self._barrier)) if request.checks else None
+        if request.barrier:
+            self._barrier = self._barriers[request.id] = asyncio.get_running_loop().create_future()
+        return request, verdict
 
     async def _requests(self, checker: PathChecker) -> None:
         while packets := await self._client_in.packets():
@@ -211,6 +220,10 @@ class VaultProxy:
                 pending.clear()
                 await self._vault_out.drain()
             request, verdict = await self._queue.get()
+            if isinstance(verdict, asyncio.Future) and not verdict.done() and pending:
+                # What is held goes first: the check may wait for its answer (a link's creation).
+                self._vault_out.write(bytes(pending))
+                pending.clear()
             if request is None and verdict is None:
                 if pending:
                     self._vault_out.write(bytes(pending))
@@ -220,6 +233,8 @@ class VaultProxy:
             if refusal is not None or request is None:
                 if refusal is not None:
                     self._client_out.write(refusal)
+                if request is not None:
+                    self._answered(request.id)
                 continue
             pending += request.packet
             for changed in request.changes:
@@ -229,7 +244,15 @@ class VaultProxy:
                 pending.clear()
                 await self._vault_out.drain()
 
+    def _answered(self, request_id: int) -> None:
+        barrier = self._barriers.pop(request_id, None)
+        if barrier is not None and not barrier.done():
+            barrier.set_result(None)
+
     async def _answers(self) -> None:
         while packets := await self._vault_in.packets():
             self._client_out.write(b"".join(packets))
+            if self._barriers:
+                for packet in packets:
+                    self._answered(request_id_of(packet))
             await self._client_out.drain()

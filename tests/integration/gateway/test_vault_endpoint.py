@@ -233,3 +233,24 @@ def test_each_login_uses_the_key_as_its_file_holds_it_now(endpoint: Endpoint, tm
     done = relay.upload(roots, totals=sftp_transfer.Totals(), never_staged=frozenset(), should_stop=lambda: False)
     assert done.complete, done.error
     assert (endpoint.stored / OWN / "refreshed" / "result").read_bytes() == b"trained"
+
+
+def test_a_link_made_in_the_same_breath_as_a_request_through_it_is_not_followed(endpoint: Endpoint) -> None:
+    """The link and a request through it sent together: the request's path is checked after the
+    link exists (its check waits for the link's answer), never on the directory as it was before."""
+    other = endpoint.stored / f"nimbix-burst/pod-{OTHER_POD}"
+    other.mkdir(parents=True, exist_ok=True)
+    (other / "secret").write_text("not yours")
+    (endpoint.stored / OWN).mkdir(parents=True, exist_ok=True)
+
+    async def race(sftp: asyncssh.SFTPClient) -> object:
+        made, opened = await asyncio.gather(
+            sftp.symlink(f"../pod-{OTHER_POD}", f"{OWN}/swapped"),
+            sftp.open(f"{OWN}/swapped/secret"),
+            return_exceptions=True,
+        )
+        assert made is None, made
+        return opened
+
+    opened = _sftp(endpoint, POD_TOKEN, race)
+    assert isinstance(opened, asyncssh.SFTPError) and "symbolic link" in opened.reason, opened

@@ -155,3 +155,18 @@ def test_the_vaults_version_keeps_only_the_extensions_passed() -> None:
 )
 def test_which_peers_write_symlink_the_other_way_round(software: str, swaps: bool) -> None:
     assert sftp.swaps_symlink(software) is swaps
+
+
+@pytest.mark.parametrize(
+    ("packet", "barrier"),
+    [
+        (request(sftp.SYMLINK, f"{OWN}/l".encode(), b"../x"), True),
+        (request(sftp.RENAME, f"{OWN}/a".encode(), f"{OWN}/b".encode()), True),
+        (extended("posix-rename@openssh.com", f"{OWN}/a".encode(), f"{OWN}/b".encode()), True),
+        (request(sftp.REMOVE, f"{OWN}/f".encode()), False),  # a removal puts no link anywhere: uploads stay pipelined
+        (request(sftp.OPEN, f"{OWN}/f".encode(), 0x01, 0), False),
+        (request(sftp.MKDIR, f"{OWN}/d".encode(), 0), False),
+    ],
+)
+def test_a_request_that_may_put_a_link_on_a_path_holds_the_checks_after_it(packet: bytes, barrier: bool) -> None:
+    assert parse(packet).barrier is barrier
