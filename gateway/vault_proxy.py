@@ -90,6 +90,8 @@ class PathChecker:
         self._dirs: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     async def _resolved(self, parts: tuple[str, ...], *, cache: bool) -> tuple[str, ...]:
+        if not parts:  # the root is the root: no round trip (the runner times a stat of it)
+            return ()
         if cache and parts in self._dirs:
             return self._dirs[parts]
         resolved = relative_to_root(await self._resolve("/".join(parts) or "."), self._root)
@@ -139,6 +141,7 @@ class VaultProxy:
         client: tuple[asyncssh.SSHReader[bytes], asyncssh.SSHWriter[bytes]],
         vault: tuple[asyncssh.SSHReader[bytes], asyncssh.SSHWriter[bytes]],
         resolve: Resolver,
+        root: str,
         client_swaps: bool,
         vault_swaps: bool,
     ) -> None:
@@ -146,6 +149,7 @@ class VaultProxy:
         self._client_in, self._client_out = PacketStream(client[0]), client[1]
         self._vault_in, self._vault_out = PacketStream(vault[0]), vault[1]
         self._resolve = resolve
+        self._root = root  # the vault's answer for ".": where the session's relative paths start
         self._client_swaps, self._vault_swaps = client_swaps, vault_swaps
         self._queue: asyncio.Queue[tuple[Request | None, asyncio.Future[bytes | None] | bytes | None]] = asyncio.Queue(
             MAX_QUEUED
@@ -160,7 +164,7 @@ class VaultProxy:
         early = await self._handshake()
         if early is None:
             return
-        checker = PathChecker(self._grant, self._resolve, await self._resolve("."))
+        checker = PathChecker(self._grant, self._resolve, self._root)
         for packet in early:  # a client that did not wait for VERSION: its requests, in order
             await self._queue.put(self._parsed(packet, checker))
         tasks = [

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 import asyncssh
 from asyncssh.stream import SSHReader, SSHServerStreamSession, SSHWriter
@@ -87,18 +87,43 @@ class VaultLogins:
         return VaultSession(grant=grant, access=account.vault, namespace=caller.namespace, pod=caller.pod_name)
 
 
+class _Vault(NamedTuple):
+    """A client's connection to its vault: the connection, the SFTP session for path checks, the root."""
+
+    connection: asyncssh.SSHClientConnection
+    checks: asyncssh.SFTPClient
+    root: str
+
+
 class _LoginServer(asyncssh.SSHServer):
     """One client connection: password logins only, the password being the pod's token."""
 
     def __init__(self, authorize: Authorize) -> None:
         self._authorize = authorize
         self.session: VaultSession | None = None
+        # One connection to the vault for all this client's SFTP sessions (the runner opens several at
+        # once; a connection each would cost the vault's handshake round trips each), and one SFTP
+        # session on it for the path checks. Opened by the first session, closed with the client's.
+        self._vault: asyncio.Future[_Vault] | None = None
 
     def begin_auth(self, username: str) -> bool:
         return True
 
     def session_requested(self) -> _SftpOnlySession | bool:
-        return _SftpOnlySession(self.session) if self.session is not None else False
+        return _SftpOnlySession(self.session, self) if self.session is not None else False
+
+    async def vault(self, access: VaultAccess) -> _Vault:
+        if self._vault is None or (self._vault.done() and self._vault.exception() is not None):
+            self._vault = asyncio.ensure_future(_open_vault(access))
+        return await asyncio.shield(self._vault)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._vault is None:
+            return
+        if not self._vault.done():
+            self._vault.cancel()
+        elif self._vault.exception() is None:
+            self._vault.result().connection.close()
 
     def password_auth_supported(self) -> bool:
         return True
@@ -138,26 +163,42 @@ async def connect_vault(access: VaultAccess) -> asyncssh.SSHClientConnection:
     )
 
 
-async def _relay(session: VaultSession, channel: asyncssh.SSHServerChannel[bytes], stream: _SftpStream) -> None:
+async def _open_vault(access: VaultAccess) -> _Vault:
+    vault = await connect_vault(access)
+    try:
+        checks = await vault.start_sftp_client()
+        root = await checks.realpath(b".")
+        return _Vault(vault, checks, root.decode("utf-8", "surrogateescape"))
+    except BaseException:
+        vault.close()
+        raise
+
+
+async def _relay(
+    session: VaultSession, login: _LoginServer, channel: asyncssh.SSHServerChannel[bytes], stream: _SftpStream
+) -> None:
     connection = channel.get_connection()
     try:
-        async with await connect_vault(session.access) as vault:
-            writer, reader, _ = await vault.open_session(subsystem="sftp", encoding=None)
-            async with vault.start_sftp_client() as checks:
+        vault, checks, root = await login.vault(session.access)
+        writer, reader, _ = await vault.open_session(subsystem="sftp", encoding=None)
 
-                async def resolve(path: str) -> str:
-                    answer = await checks.realpath(path.encode("utf-8", "surrogateescape"))
-                    return answer.decode("utf-8", "surrogateescape")
+        async def resolve(path: str) -> str:
+            answer = await checks.realpath(path.encode("utf-8", "surrogateescape"))
+            return answer.decode("utf-8", "surrogateescape")
 
-                proxy = VaultProxy(
-                    session.grant,
-                    client=stream,
-                    vault=(reader, writer),
-                    resolve=resolve,
-                    client_swaps=swaps_symlink(str(connection.get_extra_info("client_version", ""))),
-                    vault_swaps=swaps_symlink(str(vault.get_extra_info("server_version", ""))),
-                )
-                await proxy.run()
+        proxy = VaultProxy(
+            session.grant,
+            client=stream,
+            vault=(reader, writer),
+            resolve=resolve,
+            root=root,
+            client_swaps=swaps_symlink(str(connection.get_extra_info("client_version", ""))),
+            vault_swaps=swaps_symlink(str(vault.get_extra_info("server_version", ""))),
+        )
+        try:
+            await proxy.run()
+        finally:
+            writer.close()
     except (OSError, asyncssh.Error, BadPacket) as exc:
         log.warning(
             "vault session ended",
@@ -173,9 +214,10 @@ _SftpStream = tuple["asyncssh.SSHReader[bytes]", "asyncssh.SSHWriter[bytes]"]
 class _SftpOnlySession(SSHServerStreamSession[bytes]):
     """A session channel that serves the `sftp` subsystem by relaying it: no shell, no command."""
 
-    def __init__(self, session: VaultSession) -> None:
+    def __init__(self, session: VaultSession, login: _LoginServer) -> None:
         super().__init__(None)
         self._vault_session = session
+        self._login = login
 
     def shell_requested(self) -> bool:
         return False
@@ -192,7 +234,7 @@ class _SftpOnlySession(SSHServerStreamSession[bytes]):
         channel.set_encoding(None)
         self._encoding = None
         stream = (SSHReader[bytes](self, channel), SSHWriter[bytes](self, channel))
-        self._conn.create_task(_relay(self._vault_session, channel, stream))  # type: ignore[arg-type]
+        self._conn.create_task(_relay(self._vault_session, self._login, channel, stream))  # type: ignore[arg-type]
 
 
 async def start_vault_server(
