@@ -33,7 +33,7 @@ from tests.support.runner_processes import API_KEY, APP, FAST_TIMING, USER
 POD = str(uuid.UUID(int=1))
 OTHER_POD = str(uuid.UUID(int=2))
 JOB = str(uuid.UUID(int=3))
-POD_TOKEN, JOB_POD_TOKEN = "token-of-pod-1", "token-of-job-pod-1"
+POD_TOKEN, JOB_POD_TOKEN, OTHER_TOKEN = "token-of-pod-1", "token-of-job-pod-1", "token-of-pod-2"
 OWN = f"nimbix-burst/pod-{POD}.main"
 
 
@@ -48,6 +48,7 @@ def _sessions(access: VaultAccess) -> dict[str, VaultSession]:
     return {
         POD_TOKEN: VaultSession(VaultGrant(POD), access, namespace="demo", pod="p"),
         JOB_POD_TOKEN: VaultSession(VaultGrant(POD, JOB), access, namespace="demo", pod="p"),
+        OTHER_TOKEN: VaultSession(VaultGrant(OTHER_POD), access, namespace="demo", pod="q"),
     }
 
 
@@ -254,3 +255,14 @@ def test_a_link_made_in_the_same_breath_as_a_request_through_it_is_not_followed(
 
     opened = _sftp(endpoint, POD_TOKEN, race)
     assert isinstance(opened, asyncssh.SFTPError) and "symbolic link" in opened.reason, opened
+
+
+def test_a_neighbours_copy_back_of_the_pods_directory_fails_saying_why(endpoint: Endpoint, tmp_path: Path) -> None:
+    (endpoint.stored / OWN / "kept").mkdir(parents=True, exist_ok=True)
+    (endpoint.stored / OWN / "kept" / "f").write_text("the pod's")
+    peek = transfer(endpoint, OTHER_TOKEN).download(
+        [DownloadRoot(f"{OWN}/kept", str(tmp_path / "peek"))], should_stop=lambda: False
+    )
+    assert not peek.complete
+    assert "outside this pod's vault directories" in str(peek.error), peek
+    assert not (tmp_path / "peek" / "f").exists()
