@@ -22,10 +22,13 @@ class KeyTransfer(VaultTransfer):
         address = staging.VaultSettings("127.0.0.1", spec["port"], spec["known_hosts"], keep_job_dir=True)
         super().__init__(address, username="root", apikey=Secret(""), clock=time.monotonic, progress_out=sys.stderr)
         self.key = spec["key"]
+        self.password = spec.get("password")  # through the gateway: the pod's token, as the runner logs in
         if spec.get("cipher"):  # the benchmark's one cipher for every tool
             self.encryption_algs = (spec["cipher"],)
 
     def _login(self) -> dict[str, object]:
+        if self.password:
+            return {"username": "bench", "password": self.password, "client_keys": None}
         # The bench's sshd takes a key (OpenSSH's `sftp -b` cannot type a password); the rest of the
         # session is the runner's own (VaultTransfer._connect).
         return {"username": "root", "client_keys": [self.key]}

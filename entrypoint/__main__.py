@@ -233,6 +233,7 @@ def open_remote_deps(
             termination=TerminationFile(settings.termination_log),
             move_mark=move_mark_reader(settings.remote.apikey_file),
             checkpoints=homeward.names_checkpoints(pod_annotations(settings.remote.apikey_file)),
+            apikey=apikey if callable(apikey) else None,
         )
 
 

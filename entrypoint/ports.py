@@ -14,6 +14,7 @@ from typing import Literal, NamedTuple, Protocol
 from entrypoint import restart
 from entrypoint.signals import CancelToken
 from jarvice.model import JobEntry, JobStatus, Machine, SignalSent, SubmitBody, SubmitResult
+from jarvice.redaction import Secret
 
 
 class JobBackend(Protocol):
@@ -109,3 +110,6 @@ class RemoteDeps:
     move_mark: Callable[[], int | None] = no_move_mark
     # The pod names a checkpoint directory: its job command records the job's process group for a move.
     checkpoints: bool = False
+    # The key as it is now (None: the settings' own): a projected token is refreshed while a job runs,
+    # and the copy-back after it logs in to the vault (through the gateway) with the current one.
+    apikey: Callable[[], Secret] | None = None

@@ -16,7 +16,7 @@ import asyncssh
 from asyncssh import sftp as asyncssh_sftp
 from asyncssh.channel import SSHChannel
 
-from entrypoint.batched_socket import TurnBatch
+from jarvice.batched_socket import TurnBatch
 
 # A request this large (a large file's block) is written at once: joined, it would be copied for nothing
 # (a 1 GiB upload took half as long again).

@@ -33,7 +33,6 @@ from typing import Final, TextIO, TypeVar
 import asyncssh
 
 from entrypoint import local_tree, staging
-from entrypoint.batched_socket import BatchedTCP
 from entrypoint.sftp_session import Activity, start_sftp
 from entrypoint.transfer_pass import (
     IN_PLACE_BYTES,
@@ -52,6 +51,7 @@ from entrypoint.transfer_pass import (
 )
 from entrypoint.vault_download import Downloader
 from entrypoint.vault_upload import Uploader
+from jarvice.batched_socket import BatchedTCP
 from jarvice.redaction import Secret
 
 __all__ = ["IN_PLACE_BYTES", "DownloadRoot", "Report", "Totals", "TransferFailed", "UploadRoot", "VaultTransfer"]
@@ -105,17 +105,18 @@ class VaultTransfer:
         address: staging.VaultSettings,
         *,
         username: str,
-        apikey: Secret,
+        apikey: Secret | Callable[[], Secret],
         clock: Callable[[], float],
         progress_out: TextIO,
     ) -> None:
         self.address = address
         self.username = username
-        self.apikey = apikey
+        # The key as it is at each login: a projected token (through the gateway) is refreshed.
+        self.apikey: Callable[[], Secret] = apikey if callable(apikey) else (lambda: apikey)
         self.clock = clock
         self.progress_out = progress_out
         self.encryption_algs: Sequence[str] = ENCRYPTION_ALGS
-        if address.known_hosts is None:
+        if address.known_hosts is None and address.host_key is None:
             log.warning(
                 "the vault's host key is not checked: set NIMBIX_BURST_VAULT_KNOWN_HOSTS",
                 extra={"host": address.host, "port": address.port},
@@ -200,17 +201,21 @@ class VaultTransfer:
         """How the session logs in: the JARVICE user, the API key as password."""
         return {
             "username": self.username,
-            "password": self.apikey.reveal(),
+            "password": self.apikey().reveal(),
             "client_keys": None,
             "preferred_auth": "password,keyboard-interactive",
         }
+
+    def _known_hosts(self) -> str | asyncssh.SSHKnownHosts | None:
+        line = self.address.known_hosts_line()
+        return asyncssh.import_known_hosts(line) if line is not None else self.address.known_hosts
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
         return await asyncio.wait_for(
             asyncssh.connect(
                 self.address.host,
                 port=self.address.port,
-                known_hosts=self.address.known_hosts,
+                known_hosts=self._known_hosts(),
                 agent_path=None,
                 encryption_algs=self.encryption_algs,
                 tunnel=BatchedTCP(),

@@ -446,8 +446,10 @@ def format_progress(
 
 # --- where the vault is -----------------------------------------------------------------------------
 
-ENV_VAULT_SFTP: Final = "NIMBIX_BURST_VAULT_SFTP"  # host[:port]; default: JARVICE_API_URL's host, port 22
-ENV_VAULT_KNOWN_HOSTS: Final = "NIMBIX_BURST_VAULT_KNOWN_HOSTS"  # a known_hosts file for the vault's host key
+ENV_VAULT_SFTP: Final = contract.ENV_VAULT_SFTP  # host[:port]; default: JARVICE_API_URL's host, port 22
+ENV_VAULT_KNOWN_HOSTS: Final = contract.ENV_VAULT_KNOWN_HOSTS  # a known_hosts file for the vault's host key
+ENV_VAULT_HOST_KEY: Final = contract.ENV_VAULT_HOST_KEY  # or the host key itself (the gateway's, from the webhook)
+_HOST_KEY_RE: Final = re.compile(r"^[a-z0-9@.-]+ [A-Za-z0-9+/]+={0,2}$")
 ENV_KEEP_VAULT_DIR: Final = "NIMBIX_BURST_KEEP_VAULT_DIR"  # 1: keep the per-job directory after the copy-back
 DEFAULT_SFTP_PORT: Final = 22
 
@@ -458,6 +460,14 @@ class VaultSettings:
     port: int
     known_hosts: str | None
     keep_job_dir: bool
+    host_key: str | None = None  # the vault's public key ("ssh-ed25519 AAAA..."): checked instead of the file
+
+    def known_hosts_line(self) -> str | None:
+        """The host key as a known_hosts line for this address; None without one."""
+        if self.host_key is None:
+            return None
+        where = self.host if self.port == DEFAULT_SFTP_PORT else f"[{self.host}]:{self.port}"
+        return f"{where} {self.host_key}\n"
 
 
 # After a signal, the copy-back stops this long before the pod's grace period ends: the runner still
@@ -501,7 +511,12 @@ def parse_vault_settings(env: Mapping[str, str], *, api_host: str) -> VaultSetti
     keep = env.get(ENV_KEEP_VAULT_DIR, "").strip()
     if keep not in ("", "0", "1"):
         raise StagingError(f"{ENV_KEEP_VAULT_DIR} must be 0 or 1, got {keep!r}")
-    return VaultSettings(host=host, port=port, known_hosts=known_hosts, keep_job_dir=keep == "1")
+    host_key = " ".join(env.get(ENV_VAULT_HOST_KEY, "").split()[:2]) or None
+    if host_key is not None and not _HOST_KEY_RE.match(host_key):
+        raise StagingError(
+            f"{ENV_VAULT_HOST_KEY} must be a public host key ('ssh-ed25519 AAAA...'), got {host_key[:40]!r}"
+        )
+    return VaultSettings(host=host, port=port, known_hosts=known_hosts, keep_job_dir=keep == "1", host_key=host_key)
 
 
 # The runner's credential files (settings.ENV_USERNAME_FILE, ENV_APIKEY_FILE): never staged, even

@@ -367,7 +367,7 @@ def attach(
     out_files = [path for path in paths.stage_out if os.path.isfile(path)]
     creds = settings.remote.credentials
     transfer = VaultTransfer(
-        vault, username=creds.username, apikey=creds.apikey, clock=deps.clock, progress_out=sys.stderr
+        vault, username=creds.username, apikey=deps.apikey or creds.apikey, clock=deps.clock, progress_out=sys.stderr
     )
     stage = VaultStaging(
         paths,

@@ -22,6 +22,7 @@ from gateway.server import GatewayParts, create_app
 from gateway.settings import Settings, parse_settings
 from gateway.submits import Submits, SubmitTiming
 from gateway.upstream import Upstream
+from gateway.vault_server import VaultLogins, start_vault_server
 from kubeplumbing.logs import configure_logging
 from kubeplumbing.options import SettingsError
 from kubeplumbing.tls import ReloadingTLS
@@ -45,6 +46,7 @@ async def _build(settings: Settings, tls: ReloadingTLS, accounts: Accounts) -> w
     kube = KubeAdapter(load_api_client(settings.kubeconfig), namespace=settings.namespace)
     session = aiohttp.ClientSession()
     metrics = GatewayMetrics()
+    callers = Callers(kube, audience=settings.audience, clock=time.monotonic, timing=CallerCacheTiming())
     upstream = Upstream(session, metrics)
     submits = Submits(
         kube,
@@ -56,7 +58,7 @@ async def _build(settings: Settings, tls: ReloadingTLS, accounts: Accounts) -> w
     )
     parts = GatewayParts(
         accounts=accounts,
-        callers=Callers(kube, audience=settings.audience, clock=time.monotonic, timing=CallerCacheTiming()),
+        callers=callers,
         submits=submits,
         upstream=upstream,
         metrics=metrics,
@@ -74,15 +76,39 @@ async def _build(settings: Settings, tls: ReloadingTLS, accounts: Accounts) -> w
     async def reload_tls(_: web.Application) -> None:
         app["tls_task"] = app.loop.create_task(tls.watch(settings.tls_reload_seconds, on_reload=lambda: None))
 
+    async def serve_vault(_: web.Application) -> None:
+        app["vault_server"] = None
+        if settings.sftp_port and not settings.ssh_host_key_file.exists():
+            # The key's Secret is optional (docs/install.md): without it staging is not served, said once.
+            log.warning(
+                "no SSH host key: the vault's SFTP endpoint is not served",
+                extra={"file": str(settings.ssh_host_key_file), "sftp_port": settings.sftp_port},
+            )
+        elif settings.sftp_port:
+            app["vault_server"] = await start_vault_server(
+                host=settings.host,
+                port=settings.sftp_port,
+                host_key_file=settings.ssh_host_key_file,
+                authorize=VaultLogins(callers, accounts, kube),
+            )
+
     async def close(_: web.Application) -> None:
         app["tls_task"].cancel()
+        if app["vault_server"] is not None:
+            app["vault_server"].close()
         await session.close()
 
     app.on_startup.append(reload_tls)
+    app.on_startup.append(serve_vault)
     app.on_cleanup.append(close)
     log.info(
         "gateway starting",
-        extra={"port": settings.port, "accounts": [a.name for a in accounts.accounts], "audience": settings.audience},
+        extra={
+            "port": settings.port,
+            "sftp_port": settings.sftp_port,
+            "accounts": [a.name for a in accounts.accounts],
+            "audience": settings.audience,
+        },
     )
     return app
 

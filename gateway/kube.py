@@ -59,6 +59,18 @@ class KubeAdapter:
         pod: dict[str, Any] = self._json(response)
         return pod
 
+    def job_uid(self, namespace: str, name: str) -> str | None:
+        """The UID of the Job `name` in `namespace`; None when there is none."""
+        batch = kubernetes.client.BatchV1Api(self._core.api_client)
+        try:
+            response = batch.read_namespaced_job(name, namespace, _preload_content=False, _request_timeout=CALL_TIMEOUT)
+        except ApiException as exc:
+            if exc.status == HTTP_NOT_FOUND:
+                return None
+            raise
+        uid = (self._json(response).get("metadata") or {}).get("uid")
+        return uid if isinstance(uid, str) else None
+
     def namespace_annotations(self, namespace: str) -> dict[str, str]:
         response = self._core.read_namespace(namespace, _preload_content=False, _request_timeout=CALL_TIMEOUT)
         annotations: dict[str, str] = (self._json(response).get("metadata") or {}).get("annotations") or {}

@@ -33,6 +33,13 @@ OPTIONS: Final[tuple[Option, ...]] = (
     ("--namespace", "POD_NAMESPACE", "nimbix-burst", "the add-on's namespace (the ledger ConfigMap lives there)"),
     ("--kubeconfig", "KUBECONFIG", "", "kubeconfig file; empty: in-cluster"),
     ("--pending-seconds", "GATEWAY_PENDING_SECONDS", "180", "how long a submit counts before JARVICE lists its job"),
+    ("--sftp-port", "GATEWAY_SFTP_PORT", "0", "the vault SFTP endpoint's port (e.g. 2222); 0: not served"),
+    (
+        "--ssh-host-key-file",
+        "GATEWAY_SSH_HOST_KEY_FILE",
+        "/ssh/ssh_host_key",
+        "the SFTP endpoint's SSH host key (a Secret; every replica serves the same key)",
+    ),
     ("--log-level", "LOG_LEVEL", "INFO", "DEBUG, INFO, WARNING or ERROR"),
 )
 
@@ -51,6 +58,15 @@ class Settings:
     kubeconfig: str
     pending_seconds: float
     log_level: str
+    sftp_port: int = 0
+    ssh_host_key_file: Path = Path("/ssh/ssh_host_key")
+
+
+def _sftp_port(raw: str, problems: list[str]) -> int:
+    if raw.strip().isdigit() and 0 <= int(raw) < 65536:
+        return int(raw)
+    problems.append(f"--sftp-port: must be a port number, or 0 for no SFTP endpoint, got {raw!r}")
+    return 0
 
 
 def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
@@ -69,6 +85,8 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str]) -> Settings:
         kubeconfig=str(values.raw["kubeconfig"]),
         pending_seconds=values.number("pending_seconds", minimum=10),
         log_level=values.log_level(),
+        sftp_port=_sftp_port(str(values.raw["sftp_port"]), values.problems),
+        ssh_host_key_file=Path(values.raw["ssh_host_key_file"]),
     )
     if not settings.audience:
         values.problems.append("--audience: must not be empty")

@@ -77,6 +77,12 @@ ANNOTATION_MOVE_HOME: Final = ANNOTATION_PREFIX + "move-home"
 GATEWAY_USERNAME: Final = "pod"  # the gateway knows the pod by its token; JARVICE's username slot is not used
 # The CA that signs the gateway's serving certificate (PEM), for the runner to trust it.
 ENV_GATEWAY_CA: Final = "NIMBIX_BURST_GATEWAY_CA"
+# Where a container stages its data (the runner reads them; the webhook writes the gateway's SFTP
+# endpoint there in a namespace that pays through the gateway): host[:port], a known_hosts file, or
+# the host's public key itself ("ssh-ed25519 AAAA...", for the address given).
+ENV_VAULT_SFTP: Final = "NIMBIX_BURST_VAULT_SFTP"
+ENV_VAULT_KNOWN_HOSTS: Final = "NIMBIX_BURST_VAULT_KNOWN_HOSTS"
+ENV_VAULT_HOST_KEY: Final = "NIMBIX_BURST_VAULT_HOST_KEY"
 STATE_VOLUME_NAME: Final = "nimbix-burst-state"
 STATE_MOUNT_PATH: Final = "/var/run/nimbix-burst"
 # What it holds, per burst container: the restart state and the staging record (a few flags each,

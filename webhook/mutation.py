@@ -49,6 +49,11 @@ class RewritePolicy:
     gateway_url: str = ""
     gateway_audience: str = ""
     gateway_ca: str = ""
+    # The gateway's SFTP endpoint (--gateway-sftp, host:port; "": none) and its SSH host key
+    # (--gateway-ssh-host-key, "ssh-ed25519 AAAA..."): a burst container that stages data in a namespace
+    # paying through the gateway stages through it, its token for password.
+    gateway_sftp: str = ""
+    gateway_ssh_host_key: str = ""
     # --staging-cpu-limit: the CPU limit (not request) of a runner that stages data, so SSH's
     # encryption is not throttled at remote_cpu; "" keeps remote_cpu.
     staging_cpu_limit: str = ""
@@ -286,6 +291,17 @@ def _volume_ops(spec: Mapping[str, Any], used: set[str], policy: RewritePolicy) 
     return _append_ops("/spec/volumes", volumes, wanted)
 
 
+def _gateway_vault_env(policy: RewritePolicy) -> list[_EnvWish]:
+    """Where a container stages through the gateway: its SFTP endpoint and host key, whatever the
+    container set (the pod's token, its password, goes nowhere else); a known_hosts file of its own
+    is blanked, so the gateway's key is the one checked."""
+    return [
+        (contract.ENV_VAULT_SFTP, _value(contract.ENV_VAULT_SFTP, policy.gateway_sftp), True),
+        (contract.ENV_VAULT_HOST_KEY, _value(contract.ENV_VAULT_HOST_KEY, policy.gateway_ssh_host_key), True),
+        (contract.ENV_VAULT_KNOWN_HOSTS, _value(contract.ENV_VAULT_KNOWN_HOSTS, ""), True),
+    ]
+
+
 def _burst_container_ops(
     base: str,
     container: Mapping[str, Any],
@@ -336,6 +352,8 @@ def _burst_container_ops(
                 wanted.append((contract.ENV_DATA_KEY, _value(contract.ENV_DATA_KEY, terms.data_key), True))
             # The copy-back after a signal runs as long as the pod's grace period allows.
             wanted.append((contract.ENV_GRACE_SECONDS, _value(contract.ENV_GRACE_SECONDS, str(grace)), True))
+            if gateway and policy.gateway_sftp:
+                wanted += _gateway_vault_env(policy)
     if terms.allowed_machines:
         allowed = contract.format_machine_list(terms.allowed_machines)
         wanted.append((contract.ENV_ALLOWED_MACHINES, _value(contract.ENV_ALLOWED_MACHINES, allowed), True))

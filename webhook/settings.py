@@ -129,6 +129,8 @@ OPTIONS: tuple[Option, ...] = (
     ("--gateway-url", "WEBHOOK_GATEWAY_URL", "", "the JARVICE gateway's URL ('' for none: the namespace Secret)"),
     ("--gateway-audience", "WEBHOOK_GATEWAY_AUDIENCE", "nimbix-burst-gateway", "audience of burst pods' tokens"),
     ("--gateway-ca-file", "WEBHOOK_GATEWAY_CA_FILE", "", "CA (PEM) that signed the gateway's certificate"),
+    ("--gateway-sftp", "WEBHOOK_GATEWAY_SFTP", "", "the gateway's SFTP endpoint, host:port ('' for none)"),
+    ("--gateway-ssh-host-key", "WEBHOOK_GATEWAY_SSH_HOST_KEY", "", "its SSH host key: 'ssh-ed25519 AAAA...'"),
     (
         "--default-walltime",
         "WEBHOOK_DEFAULT_WALLTIME",
@@ -260,6 +262,9 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
     models = _load_gpu_models(str(raw["gpu_models_file"]).strip(), problems)
     gateway_url = str(raw["gateway_url"]).strip()
     gateway_ca = _gateway_ca(gateway_url, str(raw["gateway_ca_file"]).strip(), problems, check_files=check_files)
+    gateway_sftp, gateway_host_key = _gateway_sftp(
+        gateway_url, str(raw["gateway_sftp"]).strip(), str(raw["gateway_ssh_host_key"]).strip(), problems
+    )
     settings = Settings(
         host=raw["host"],
         port=port,
@@ -291,6 +296,8 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
             gateway_url=gateway_url,
             gateway_audience=str(raw["gateway_audience"]).strip(),
             gateway_ca=gateway_ca,
+            gateway_sftp=gateway_sftp,
+            gateway_ssh_host_key=gateway_host_key,
         ),
         leader_election=leader_election,
         client_ca_file=client_ca_file,
@@ -303,6 +310,30 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
     if problems:
         raise SettingsError(problems)
     return settings
+
+
+_SSH_HOST_KEY = re.compile(r"^[a-z0-9@.-]+ [A-Za-z0-9+/]+={0,2}$")
+_HOST_PORT = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):([0-9]{1,5})$")
+
+
+def _gateway_sftp(url: str, address: str, host_key: str, problems: list[str]) -> tuple[str, str]:
+    """The gateway's SFTP endpoint and host key, both or neither, and only with --gateway-url."""
+    host_key = " ".join(host_key.split()[:2])
+    if not address and not host_key:
+        return "", ""
+    if not url:
+        problems.append("--gateway-sftp: needs --gateway-url (pods stage through the gateway they submit through)")
+    match = _HOST_PORT.match(address)
+    if not match or not 0 < int(match.group(2)) < 65536:
+        problems.append(
+            f"--gateway-sftp: {address!r} must be host:port, e.g. nimbix-burst-gateway.nimbix-burst.svc:2222"
+        )
+    if not _SSH_HOST_KEY.match(host_key):
+        problems.append(
+            "--gateway-ssh-host-key: must be the gateway's public SSH host key, e.g. 'ssh-ed25519 AAAA...'"
+            f" (its Secret's ssh_host_key.pub), got {host_key[:40]!r}"
+        )
+    return address, host_key
 
 
 def _gateway_ca(url: str, path: str, problems: list[str], *, check_files: bool) -> str:

@@ -108,9 +108,10 @@ def start_gateway(
     namespace: str,
     port: int | None = None,
     ca: KeyPair | None = None,
+    extra_args: Sequence[str] = (),
 ) -> WebhookProcess:
     """`python -m gateway` on 127.0.0.1 with its own serving certificate (signed by `ca`, or a new CA)
-    and the accounts file, returned once /readyz answers. Same shape as a webhook process."""
+    and the accounts file (and `extra_args`), returned once /readyz answers. Same shape as a webhook process."""
     tls_dir = run_dir / "gateway-tls"
     ca = make_webhook_tls(tls_dir, ca=ca)
     accounts = run_dir / "accounts.json"
@@ -125,6 +126,7 @@ def start_gateway(
         "--kubeconfig", str(kubeconfig),
         "--accounts-file", str(accounts),
         "--namespace", namespace,
+        *extra_args,
     ]  # fmt: skip
     process = start_process("gateway", argv, log_path=run_dir / "logs" / "gateway.log")
     gateway = WebhookProcess(process=process, url=f"https://127.0.0.1:{port}", ca=ca, tls_dir=tls_dir)

@@ -2,18 +2,24 @@
 the gateway's URL decides labelled GPU pods remote (no node can host them); each pod's token is
 minted as the kubelet would project it (`kubectl create token --bound-object-kind Pod`, audience
 nimbix-burst-gateway); the runner's own JARVICE client talks to a host gateway (two replicas for the
-race), which talks to the emulator. Everything but the node is the real thing."""
+race), which talks to the emulator. Everything but the node is the real thing. Replica 0 also serves
+the vault's SFTP endpoint, relaying to the emulator's vault: the runner's own transfers stage through
+it with a pod's token."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import random
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import asyncssh
 import pytest
 import requests
 
@@ -22,6 +28,10 @@ from controller.gatewayjobs import GatewayAccess, GatewayJobs
 from devplatform import demo
 from devplatform.cluster import addons, controlplane
 from devplatform.cluster.pki import KeyPair, make_ca
+from devplatform.cluster.processes import free_port
+from devplatform.emulator.vault import DEFAULT_VAULT
+from entrypoint import sftp_transfer, staging
+from entrypoint.sftp_transfer import DownloadRoot, UploadRoot, VaultTransfer
 from gateway.settings import DEFAULT_AUDIENCE, DEFAULT_CONTROLLER_AUDIENCE
 from jarvice import contract
 from jarvice.client import CredentialsRejected, JarviceClient, JobNotFound, RequestRejected, RetryPolicy
@@ -34,16 +44,24 @@ ADDON_NAMESPACE = "nimbix-burst"
 CONTROLLER_SERVICE_ACCOUNT = "nimbix-burst-controller"
 
 
+def EMULATOR_VAULTS(control_plane: controlplane.ControlPlane) -> Path:  # noqa: N802 - a path, as a constant would be
+    return control_plane.run_dir / "gateway-emulator" / "vaults"
+
+
 @dataclass(frozen=True)
 class Gateways:
     urls: tuple[str, ...]
     ca_file: Path
     webhook: addons.WebhookProcess
+    sftp_port: int
+    ssh_host_key: str  # the endpoint's public key
+    vault_dir: Path  # the emulator's vault on disk
 
 
 @pytest.fixture(scope="module")
 def emulator(control_plane: controlplane.ControlPlane) -> Iterator[addons.EmulatorProcess]:
-    started = addons.start_jarvice_emulator(control_plane.run_dir / "gateway-emulator")
+    run_dir = control_plane.run_dir / "gateway-emulator"
+    started = addons.start_jarvice_emulator(run_dir, args=("--vaults-dir", str(EMULATOR_VAULTS(control_plane))))
     try:
         yield started
     finally:
@@ -57,13 +75,27 @@ def gateways(
     run_dir = control_plane.run_dir / "gateway"
     ca: KeyPair = make_ca("nimbix-burst-gateway-test-ca")
     control_plane.kubectl("create", "namespace", ADDON_NAMESPACE, check=False)
+    accounts = json.loads(demo.build_gateway_accounts_file(emulator))
+    session = requests.Session()
+    session.trust_env = False
+    vault = session.get(f"{emulator.url}/_emulator/vault", timeout=10).json()
+    accounts["accounts"][0]["vault"] = {
+        "address": vault["sftp"],
+        "host_key": " ".join(vault["known_hosts"].split()[1:3]),
+    }
+    run_dir.mkdir(parents=True, exist_ok=True)
+    host_key = asyncssh.generate_private_key("ssh-ed25519")
+    host_key.write_private_key(str(run_dir / "ssh_host_key"))
+    sftp_port = free_port()
+    sftp_args = ("--sftp-port", str(sftp_port), "--ssh-host-key-file", str(run_dir / "ssh_host_key"))
     started = [
         addons.start_gateway(
             run_dir / f"replica-{i}",
             kubeconfig=control_plane.kubeconfig_path,
-            accounts_json=demo.build_gateway_accounts_file(emulator),
+            accounts_json=json.dumps(accounts),
             namespace=ADDON_NAMESPACE,
             ca=ca,
+            extra_args=sftp_args if i == 0 else (),
         )
         for i in range(2)
     ]
@@ -72,7 +104,14 @@ def gateways(
     args = ["--gateway-url", started[0].url, "--gateway-ca-file", str(ca_file)]
     try:
         with addons.registered_webhook(control_plane, run_dir / "webhook", name_suffix="-gateway", args=args) as hook:
-            yield Gateways(urls=tuple(g.url for g in started), ca_file=ca_file, webhook=hook)
+            yield Gateways(
+                urls=tuple(g.url for g in started),
+                ca_file=ca_file,
+                webhook=hook,
+                sftp_port=sftp_port,
+                ssh_host_key=host_key.export_public_key("openssh").decode().strip(),
+                vault_dir=EMULATOR_VAULTS(control_plane) / emulator.runner_env()["JARVICE_USERNAME"] / DEFAULT_VAULT,
+            )
     finally:
         for gateway in started:
             addons.stop_webhook(gateway)
@@ -296,3 +335,47 @@ def test_the_controller_sees_every_accounts_jobs_with_what_was_counted_and_stops
             timeout=30,
         )
     assert answer.status_code == 403 and "only the controller" in answer.json()["error"], answer.text
+
+
+def through_gateway(gateways: Gateways, token: str) -> VaultTransfer:
+    """The runner's transfers as the webhook sets them up in a gateway namespace: the endpoint's
+    address and host key, the pod's token for password."""
+    address = staging.VaultSettings(
+        "127.0.0.1", gateways.sftp_port, None, keep_job_dir=True, host_key=gateways.ssh_host_key
+    )
+    return VaultTransfer(
+        address, username="pod", apikey=Secret(token), clock=time.monotonic, progress_out=io.StringIO()
+    )
+
+
+def test_a_pod_stages_through_the_gateway_into_its_own_directory_only(
+    control_plane: controlplane.ControlPlane, namespace: str, gateways: Gateways, tmp_path: Path
+) -> None:
+    mine, other = burst_pod(control_plane, namespace, "stager"), burst_pod(control_plane, namespace, "neighbour")
+    own = f"nimbix-burst/pod-{mine['metadata']['uid']}.trainer/workspace"
+    local = tmp_path / "workspace"
+    (local / "data").mkdir(parents=True)
+    (local / "data" / "input.bin").write_bytes(payload := os.urandom(300_000))
+    transfer = through_gateway(gateways, token_for(control_plane, mine))
+    up = transfer.upload(
+        [UploadRoot(str(local), str(local), own)],
+        totals=sftp_transfer.Totals(),
+        never_staged=frozenset(),
+        should_stop=lambda: False,
+    )
+    assert up.complete, up.error
+    assert (gateways.vault_dir / own / "data" / "input.bin").read_bytes() == payload
+    back = tmp_path / "back"
+    down = transfer.download([DownloadRoot(own, str(back))], should_stop=lambda: False)
+    assert down.complete, down.error
+    assert (back / "data" / "input.bin").read_bytes() == payload
+    # The neighbour's token reaches none of it; a deleted pod's token logs in no more.
+    neighbour = through_gateway(gateways, token_for(control_plane, other))
+    peek = neighbour.download([DownloadRoot(own, str(tmp_path / "peek"))], should_stop=lambda: False)
+    assert not peek.complete and "outside this pod's vault directories" in str(peek.error), peek
+    gone = token_for(control_plane, other)
+    control_plane.kubectl("-n", namespace, "delete", "pod", "neighbour", "--wait=true")
+    refused = through_gateway(gateways, gone).download(
+        [DownloadRoot(f"nimbix-burst/pod-{other['metadata']['uid']}", str(tmp_path / "x"))], should_stop=lambda: False
+    )
+    assert not refused.complete

@@ -29,6 +29,7 @@ from bench import (
     profiling,
     report,
     staging,
+    staging_gateway,
     stats,
     tls_rotation,
 )
@@ -503,6 +504,9 @@ async def test_tls_rotation_bench_reports_both_halves(tmp_path: Path) -> None:
     assert set(result) >= {"requests_per_s_before", "requests_per_s_after"}
 
 
+MIB_BYTES = 1 << 20
+
+
 def test_the_staging_table_gives_each_tool_s_median_and_the_paired_ratio(tmp_path: Path) -> None:
     measures = [
         staging.Measure(tool, "small", direction, seconds, 4096 * 10, 10, 40.0)
@@ -526,6 +530,21 @@ def test_the_staging_table_pairs_the_ratios_by_round() -> None:
     ]
     table = staging.table(measures)
     assert "| small | stage-in | 3.0 s (0 MiB/s) | 3.0 s (0 MiB/s) | **1.00x** [0.25-1.50] | 40 MB |" in table
+
+
+def test_the_gateway_staging_table_pairs_direct_over_gateway_by_round() -> None:
+    """1.0x: as fast through the gateway as direct; each round's pair, never the best of each."""
+    measures = [
+        staging_gateway.Measure(route, "tree", direction, seconds, 16 * MIB_BYTES, 500, round_)
+        for round_, (direct, relayed) in enumerate(((1.0, 2.0), (2.0, 2.0), (1.5, 1.0)))
+        for route, seconds in (("direct", direct), ("gateway", relayed))
+        for direction in ("up", "down")
+    ]
+    rendered = staging_gateway.render("2026-12-07 06:00 UTC", measures, staging_gateway.QUICK, rtt_ms=20)
+    assert "a delay line of 20 ms round trip" in rendered
+    assert (
+        "| 500 files of 16 KiB | stage-in | 1.50 s (11 MiB/s) | 2.00 s (8 MiB/s) | **1.00x** [0.50-1.50] |" in rendered
+    )
 
 
 def test_the_many_files_table_names_the_rate_memory_and_record() -> None:

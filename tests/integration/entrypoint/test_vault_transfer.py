@@ -1,7 +1,7 @@
 """The runner's SFTP transfers (entrypoint.sftp_transfer) against the emulator's vault, in process:
 small files go up and come back whole with their times, a second pass moves nothing, a file new to
 the pod is written in place and one the pod holds is replaced whole, and nothing is written through
-a link. The SSH connection's writes go through entrypoint.batched_socket, the SFTP session's through
+a link. The SSH connection's writes go through jarvice.batched_socket, the SFTP session's through
 entrypoint.sftp_session (both also tested alone)."""
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import asyncssh
 import pytest
 
 from devplatform.emulator import EmulatorControl, Timing
-from entrypoint import batched_socket, local_tree, sftp_session, sftp_transfer, staging, vault_download
+from entrypoint import local_tree, sftp_session, sftp_transfer, staging, vault_download
 from entrypoint.sftp_transfer import DownloadRoot, UploadRoot, VaultTransfer
+from jarvice import batched_socket
 from jarvice.redaction import Secret
 from tests.support import vaults
 from tests.support.runner_processes import API_KEY, APP, FAST_TIMING, USER

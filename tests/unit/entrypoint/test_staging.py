@@ -373,10 +373,21 @@ def test_decide_end(job_may_run: bool, job_known: bool, action: str) -> None:
             staging.VaultSettings("fd00::1", 2222, "/etc/kh", False),
             id="ipv6",
         ),
+        pytest.param(
+            {"NIMBIX_BURST_VAULT_SFTP": "10.0.0.53:2222", "NIMBIX_BURST_VAULT_HOST_KEY": "ssh-ed25519 AAAAC3Nz gw"},
+            staging.VaultSettings("10.0.0.53", 2222, None, False, host_key="ssh-ed25519 AAAAC3Nz"),
+            id="the-gateways-host-key",
+        ),
     ],
 )
 def test_parse_vault_settings(env: dict[str, str], expected: staging.VaultSettings) -> None:
     assert staging.parse_vault_settings(env, api_host="api.example") == expected
+
+
+@pytest.mark.parametrize(("port", "line"), [(22, "v ssh-ed25519 AAAA\n"), (2222, "[v]:2222 ssh-ed25519 AAAA\n")])
+def test_a_host_key_is_a_known_hosts_line_for_the_address(port: int, line: str) -> None:
+    assert staging.VaultSettings("v", port, None, False, host_key="ssh-ed25519 AAAA").known_hosts_line() == line
+    assert staging.VaultSettings("v", port, "/kh", False).known_hosts_line() is None
 
 
 @pytest.mark.parametrize(
@@ -385,6 +396,7 @@ def test_parse_vault_settings(env: dict[str, str], expected: staging.VaultSettin
         pytest.param({"NIMBIX_BURST_VAULT_SFTP": "h:99999"}, "host or host:port", id="port-range"),
         pytest.param({"NIMBIX_BURST_VAULT_KNOWN_HOSTS": "kh"}, "absolute path", id="relative-known-hosts"),
         pytest.param({"NIMBIX_BURST_KEEP_VAULT_DIR": "yes"}, "0 or 1", id="keep-typo"),
+        pytest.param({"NIMBIX_BURST_VAULT_HOST_KEY": "AAAAC3Nz"}, "public host key", id="host-key-without-type"),
     ],
 )
 def test_parse_vault_settings_rejects(env: dict[str, str], says: str) -> None:

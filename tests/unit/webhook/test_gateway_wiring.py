@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from typing import Any
 
 import jsonpatch
@@ -18,6 +19,7 @@ from tests.unit.webhook.builders import GPU, container, pod
 from tests.unit.webhook.patch_terms import REMOTE
 from webhook.model import parse_namespace
 from webhook.mutation import BurstTerms, RewritePolicy, build_remote_patch
+from webhook.settings import SettingsError, parse_settings
 from webhook.walltime import Walltime
 
 CA = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"
@@ -105,3 +107,76 @@ def test_a_namespace_that_pays_with_its_own_key_mounts_its_secret() -> None:
 def test_only_own_opts_a_namespace_out_of_the_gateway(annotations: dict[str, str], own: bool) -> None:
     raw = {"metadata": {"name": "team", "uid": "u", "annotations": annotations}}
     assert parse_namespace(raw).own_account is own
+
+
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGatewayHostKey"
+SFTP_POLICY = dataclasses.replace(
+    POLICY, gateway_sftp="nimbix-burst-gateway.nimbix-burst.svc:2222", gateway_ssh_host_key=HOST_KEY
+)
+STAGING = dataclasses.replace(TERMS, staging=(("train", "/w/data", "/w/out"),))
+
+
+def staged(raw: dict[str, Any], *, terms: BurstTerms = STAGING, policy: RewritePolicy = SFTP_POLICY) -> dict[str, str]:
+    ops = build_remote_patch(raw, gpus={GPU: 1}, decision=REMOTE, policy=policy, terms=terms)
+    return env_of(jsonpatch.apply_patch(copy.deepcopy(raw), ops)["spec"]["containers"][0])
+
+
+def test_a_staging_burst_pod_stages_through_the_gateway_with_nothing_but_its_annotations() -> None:
+    env = staged(pod(container("train", gpus=1)))
+    assert env[contract.ENV_VAULT_SFTP] == "nimbix-burst-gateway.nimbix-burst.svc:2222"
+    assert env[contract.ENV_VAULT_HOST_KEY] == HOST_KEY
+    assert env.get(contract.ENV_VAULT_KNOWN_HOSTS, "") == ""
+    # The password is the pod's token, the API key it already reads from its file.
+    assert env[contract.ENV_APIKEY_FILE] == "/var/run/secrets/nimbix-burst-gateway/token"
+
+
+def test_a_vault_the_container_names_is_replaced_by_the_gateways() -> None:
+    own = [
+        {"name": contract.ENV_VAULT_SFTP, "value": "vault.example:22"},
+        {"name": contract.ENV_VAULT_KNOWN_HOSTS, "value": "/etc/vault/known_hosts"},
+        {"name": contract.ENV_VAULT_HOST_KEY, "value": "ssh-ed25519 AAAAother"},
+    ]
+    env = staged(pod(container("train", gpus=1, env=own)))
+    assert env[contract.ENV_VAULT_SFTP] == SFTP_POLICY.gateway_sftp
+    assert env[contract.ENV_VAULT_HOST_KEY] == HOST_KEY
+    assert env.get(contract.ENV_VAULT_KNOWN_HOSTS, "") == ""
+
+
+@pytest.mark.parametrize(
+    ("terms", "policy"),
+    [
+        pytest.param(TERMS, SFTP_POLICY, id="a-container-that-stages-nothing"),
+        pytest.param(dataclasses.replace(STAGING, own_account=True), SFTP_POLICY, id="a-namespace-with-its-own-key"),
+        pytest.param(STAGING, POLICY, id="a-gateway-without-an-sftp-endpoint"),
+    ],
+)
+def test_otherwise_the_vault_is_left_as_the_container_says(terms: BurstTerms, policy: RewritePolicy) -> None:
+    own = [{"name": contract.ENV_VAULT_SFTP, "value": "vault.example:22"}]
+    env = staged(pod(container("train", gpus=1, env=own)), terms=terms, policy=policy)
+    assert env[contract.ENV_VAULT_SFTP] == "vault.example:22"
+    assert contract.ENV_VAULT_HOST_KEY not in env
+
+
+GATEWAY_ENV = {"WEBHOOK_GATEWAY_URL": "https://10.0.0.53"}
+
+
+def test_the_gateways_sftp_endpoint_and_host_key_are_settings() -> None:
+    env = {**GATEWAY_ENV, "WEBHOOK_GATEWAY_SFTP": "10.0.0.53:2222", "WEBHOOK_GATEWAY_SSH_HOST_KEY": HOST_KEY + " gw"}
+    policy = parse_settings([], env, check_files=False).policy
+    assert (policy.gateway_sftp, policy.gateway_ssh_host_key) == ("10.0.0.53:2222", HOST_KEY)
+    assert parse_settings([], GATEWAY_ENV, check_files=False).policy.gateway_sftp == ""
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"WEBHOOK_GATEWAY_SFTP": "10.0.0.53:2222", "WEBHOOK_GATEWAY_SSH_HOST_KEY": HOST_KEY}, "needs --gateway-url"),
+        ({**GATEWAY_ENV, "WEBHOOK_GATEWAY_SFTP": "10.0.0.53"}, "must be host:port"),
+        ({**GATEWAY_ENV, "WEBHOOK_GATEWAY_SFTP": "10.0.0.53:2222"}, "--gateway-ssh-host-key: must be"),
+        ({**GATEWAY_ENV, "WEBHOOK_GATEWAY_SSH_HOST_KEY": HOST_KEY}, "--gateway-sftp: '' must be host:port"),
+        ({**GATEWAY_ENV, "WEBHOOK_GATEWAY_SFTP": "gw:2222", "WEBHOOK_GATEWAY_SSH_HOST_KEY": "AAAA"}, "public SSH"),
+    ],
+)
+def test_a_half_given_sftp_endpoint_is_refused_saying_what_to_fix(env: dict[str, str], says: str) -> None:
+    with pytest.raises(SettingsError, match=re.escape(says)):
+        parse_settings([], env, check_files=False)

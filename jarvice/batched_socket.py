@@ -1,11 +1,13 @@
-"""The vault's TCP connection, with what one event-loop turn writes sent in one `send`. I/O only.
+"""An SSH connection's TCP socket, with what one event-loop turn writes sent in one `send`. I/O only.
+The runner's connection to the vault, and the gateway's vault relay (both its legs), use it.
 
 asyncssh hands each SSH packet to its transport on its own (and an SSH_MSG_IGNORE packet before
 each), and asyncio sends each at once: a small file's SFTP requests cost a `send` each, twice, and
 wake the server as many times. Held until the loop's next turn, they leave together and the server
 reads them together. This plugs in as asyncssh's `tunnel=` (an object with `create_connection`,
 the hook asyncssh gives for connections it does not open itself): a plain TCP connection to the
-vault whose writes are batched. Order is kept, and nothing waits longer than the loop's turn.
+vault whose writes are batched; and, given to `asyncssh.listen` likewise, a plain TCP listener whose
+accepted connections are. Order is kept, and nothing waits longer than the loop's turn.
 """
 
 import asyncio
@@ -145,6 +147,14 @@ class BatchedTCP:
         )
         # asyncssh uses the session only; the first item stands where an SSH tunnel's channel would.
         return cast(SSHTCPChannel[bytes], transport), session
+
+    async def create_server(
+        self, session_factory: Callable[[str, int], object], listen_host: str, listen_port: int
+    ) -> asyncio.Server:
+        """A TCP listener whose connections' writes are batched (asyncssh.listen's `tunnel=`)."""
+        return await asyncio.get_running_loop().create_server(
+            lambda: _Relay(cast(asyncio.Protocol, session_factory(listen_host, listen_port))), listen_host, listen_port
+        )
 
     def close(self) -> None:
         """Nothing shared to close: each connection closes itself."""

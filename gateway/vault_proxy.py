@@ -1,0 +1,262 @@
+"""One pod's SFTP session relayed to its account's vault, every path checked on the way (I/O).
+
+Requests are read as packets and passed on in the order they came, as many in flight as the client
+sends (the runner keeps many: a round trip per request would halve a transfer). A request naming a
+path waits for its checks (gateway.sftp_requests, gateway.vault_scope): the path as written at once,
+the path as the vault resolves it by a realpath on a second SFTP session of the same connection, its
+directory's answer remembered until a request removes or renames something there. The checks of
+many requests are asked together; the requests behind one wait for it, so the vault sees them in
+their order. Answers come back untouched, as whole packets (the gateway's own refusals go between them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from collections.abc import Awaitable, Callable
+from typing import Final
+
+import asyncssh
+
+from gateway.sftp_requests import (
+    FX_BAD_MESSAGE,
+    FX_NO_SUCH_FILE,
+    FX_OP_UNSUPPORTED,
+    FX_PERMISSION_DENIED,
+    BadPacket,
+    PathCheck,
+    Request,
+    filter_version,
+    init_packet,
+    parse_request,
+    request_id_of,
+    status_packet,
+)
+from gateway.vault_scope import PathRefused, VaultGrant, check_resolved, relative_to_root
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK: Final = 256 * 1024
+# Requests read ahead of the one the vault is waiting for: the client's pipelining, bounded.
+MAX_QUEUED: Final = 4096
+MAX_PACKET: Final = 1024 * 1024 + 64  # asyncssh and OpenSSH write at most 256 KiB blocks; room to spare
+MAX_CACHED_DIRS: Final = 4096
+
+Resolver = Callable[[str], Awaitable[str]]
+
+
+class PacketStream:
+    """Whole packets from an SSH stream (length, then body), read in large chunks."""
+
+    def __init__(self, reader: asyncssh.SSHReader[bytes]) -> None:
+        self._reader = reader
+        self._buffer = bytearray()
+
+    async def packets(self) -> list[bytes]:
+        """The next whole packets (at least one); [] at the stream's end."""
+        while True:
+            packets = self._split()
+            if packets:
+                return packets
+            chunk = await self._reader.read(READ_CHUNK)
+            if not chunk:
+                return []
+            self._buffer += chunk
+
+    def _split(self) -> list[bytes]:
+        packets: list[bytes] = []
+        offset = 0
+        while len(self._buffer) - offset >= 4:
+            (size,) = struct.unpack_from(">I", self._buffer, offset)
+            if size > MAX_PACKET:
+                raise BadPacket(f"an SFTP packet of {size} bytes")
+            if len(self._buffer) - offset - 4 < size:
+                break
+            packets.append(bytes(self._buffer[offset : offset + 4 + size]))
+            offset += 4 + size
+        del self._buffer[:offset]
+        return packets
+
+
+class PathChecker:
+    """A request's paths as the vault resolves them, checked against the pod's grant."""
+
+    def __init__(self, grant: VaultGrant, resolve: Resolver, root: str) -> None:
+        self._grant = grant
+        self._resolve = resolve
+        self._root = root
+        self._dirs: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    async def _resolved(self, parts: tuple[str, ...], *, cache: bool) -> tuple[str, ...]:
+        if not parts:  # the root is the root: no round trip (the runner times a stat of it)
+            return ()
+        if cache and parts in self._dirs:
+            return self._dirs[parts]
+        resolved = relative_to_root(await self._resolve("/".join(parts) or "."), self._root)
+        if cache:
+            if len(self._dirs) >= MAX_CACHED_DIRS:
+                self._dirs.clear()
+            self._dirs[parts] = resolved
+        return resolved
+
+    async def check(self, check: PathCheck) -> None:
+        if check.how == "full":
+            resolved = await self._resolved(check.parts, cache=False)
+        else:
+            resolved = await self._resolved(check.parts[:-1], cache=True)
+        check_resolved(check.parts, resolved, self._grant, passage_ok=check.passage_ok, how=check.how)
+
+    def forget(self, changed: tuple[str, ...]) -> None:
+        """A path removed or renamed: what was resolved at or below it may be another thing now."""
+        size = len(changed)
+        for parts in [p for p in self._dirs if p[:size] == changed]:
+            del self._dirs[parts]
+
+
+async def _verdict(request: Request, checker: PathChecker, after: asyncio.Future[None] | None) -> bytes | None:
+    """None: pass the request on; else the refusal to answer with. `after`: the answer of the last
+    request before it that may put a link on a path (checked before it ran, a path could be one
+    thing at the check and a link when the request runs)."""
+    if after is not None:
+        await asyncio.shield(after)
+    try:
+        for check in request.checks:
+            await checker.check(check)
+    except PathRefused as exc:
+        return status_packet(request.id, FX_PERMISSION_DENIED, str(exc))
+    except asyncssh.SFTPError as exc:  # the vault could not resolve it: the request would fail alike
+        return status_packet(request.id, exc.code if exc.code else FX_NO_SUCH_FILE, exc.reason)
+    return None
+
+
+class VaultProxy:
+    """Relay one SFTP session: client (the pod) <-> vault, for the pod's `grant`."""
+
+    def __init__(
+        self,
+        grant: VaultGrant,
+        *,
+        client: tuple[asyncssh.SSHReader[bytes], asyncssh.SSHWriter[bytes]],
+        vault: tuple[asyncssh.SSHReader[bytes], asyncssh.SSHWriter[bytes]],
+        resolve: Resolver,
+        root: str,
+        client_swaps: bool,
+        vault_swaps: bool,
+    ) -> None:
+        self._grant = grant
+        self._client_in, self._client_out = PacketStream(client[0]), client[1]
+        self._vault_in, self._vault_out = PacketStream(vault[0]), vault[1]
+        self._resolve = resolve
+        self._root = root  # the vault's answer for ".": where the session's relative paths start
+        self._client_swaps, self._vault_swaps = client_swaps, vault_swaps
+        self._queue: asyncio.Queue[tuple[Request | None, asyncio.Future[bytes | None] | bytes | None]] = asyncio.Queue(
+            MAX_QUEUED
+        )
+        # Requests that may put a link on a path (SYMLINK, RENAME), by id: answered, the checks after
+        # them may run. The latest is what every later check waits for.
+        self._barriers: dict[int, asyncio.Future[None]] = {}
+        self._barrier: asyncio.Future[None] | None = None
+
+    async def run(self) -> None:
+        """Relay until either side ends."""
+        early = await self._handshake()
+        if early is None:
+            return
+        checker = PathChecker(self._grant, self._resolve, self._root)
+        for packet in early:  # a client that did not wait for VERSION: its requests, in order
+            await self._queue.put(self._parsed(packet, checker))
+        tasks = [
+            asyncio.create_task(self._requests(checker)),
+            asyncio.create_task(self._forward(checker)),
+            asyncio.create_task(self._answers()),
+        ]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def _handshake(self) -> list[bytes] | None:
+        """INIT and VERSION; the requests that came with the INIT (None: a side ended)."""
+        first = await self._client_in.packets()
+        if not first:
+            return None
+        self._vault_out.write(init_packet())  # version 3, whatever the client asked: the version read here
+        answer = await self._vault_in.packets()
+        if not answer:
+            return None
+        if len(answer) > 1:  # nothing but VERSION may come before a request
+            raise BadPacket("the vault answered SFTP's INIT with more than VERSION")
+        self._client_out.write(filter_version(answer[0]))
+        return first[1:]
+
+    def _parsed(
+        self, packet: bytes, checker: PathChecker
+    ) -> tuple[Request | None, asyncio.Future[bytes | None] | bytes | None]:
+        try:
+            request = parse_request(packet, self._grant, client_swaps=self._client_swaps, vault_swaps=self._vault_swaps)
+        except PathRefused as exc:
+            return None, status_packet(request_id_of(packet), FX_PERMISSION_DENIED, str(exc))
+        except BadPacket as exc:
+            code = FX_OP_UNSUPPORTED if len(packet) >= 9 else FX_BAD_MESSAGE
+            return None, status_packet(request_id_of(packet), code, str(exc))
+        verdict = asyncio.ensure_future(_verdict(request, checker, self._barrier)) if request.checks else None
+        if request.barrier:
+            self._barrier = self._barriers[request.id] = asyncio.get_running_loop().create_future()
+        return request, verdict
+
+    async def _requests(self, checker: PathChecker) -> None:
+        while packets := await self._client_in.packets():
+            for packet in packets:
+                await self._queue.put(self._parsed(packet, checker))
+        await self._queue.put((None, None))
+
+    async def _forward(self, checker: PathChecker) -> None:
+        pending = bytearray()
+        while True:
+            if self._queue.empty() and pending:
+                self._vault_out.write(bytes(pending))
+                pending.clear()
+                await self._vault_out.drain()
+            request, verdict = await self._queue.get()
+            if isinstance(verdict, asyncio.Future) and not verdict.done() and pending:
+                # What is held goes first: the check may wait for its answer (a link's creation).
+                self._vault_out.write(bytes(pending))
+                pending.clear()
+            if request is None and verdict is None:
+                if pending:
+                    self._vault_out.write(bytes(pending))
+                self._vault_out.write_eof()
+                return
+            refusal = verdict if isinstance(verdict, bytes) else (await verdict if verdict is not None else None)
+            if refusal is not None or request is None:
+                if refusal is not None:
+                    self._client_out.write(refusal)
+                if request is not None:
+                    self._answered(request.id)
+                continue
+            pending += request.packet
+            for changed in request.changes:
+                checker.forget(changed)
+            if len(pending) >= READ_CHUNK:
+                self._vault_out.write(bytes(pending))
+                pending.clear()
+                await self._vault_out.drain()
+
+    def _answered(self, request_id: int) -> None:
+        barrier = self._barriers.pop(request_id, None)
+        if barrier is not None and not barrier.done():
+            barrier.set_result(None)
+
+    async def _answers(self) -> None:
+        while packets := await self._vault_in.packets():
+            self._client_out.write(b"".join(packets))
+            if self._barriers:
+                for packet in packets:
+                    self._answered(request_id_of(packet))
+            await self._client_out.drain()

@@ -1,0 +1,172 @@
+"""The vault proxy's reading of SFTP requests (pure): what passes at once, what is checked and how,
+what is refused, and SYMLINK's two paths put in the order the vault reads them."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from gateway import sftp_requests as sftp
+from gateway.sftp_requests import BadPacket, encode_string, filter_version, frame, parse_request
+from gateway.vault_scope import PathRefused, VaultGrant
+
+POD = "11111111-1111-1111-1111-111111111111"
+GRANT = VaultGrant(POD)
+OWN = f"nimbix-burst/pod-{POD}.main"
+
+
+def request(kind: int, *fields: bytes | int, request_id: int = 7) -> bytes:
+    body = bytes([kind]) + struct.pack(">I", request_id)
+    for field in fields:
+        body += struct.pack(">I", field) if isinstance(field, int) else encode_string(field)
+    return frame(body)
+
+
+def extended(name: str, *fields: bytes) -> bytes:
+    return request(sftp.EXTENDED, name.encode(), *fields)
+
+
+def parse(packet: bytes, *, client_swaps: bool = False, vault_swaps: bool = False) -> sftp.Request:
+    return parse_request(packet, GRANT, client_swaps=client_swaps, vault_swaps=vault_swaps)
+
+
+@pytest.mark.parametrize(
+    "packet",
+    [
+        request(sftp.READ, b"handle", 0, 0, 32768),
+        request(sftp.WRITE, b"handle", 0, 0, b"data"),
+        request(sftp.CLOSE, b"handle"),
+        request(sftp.FSTAT, b"handle"),
+        request(sftp.READDIR, b"handle"),
+        extended("fsync@openssh.com", b"handle"),
+        extended("limits@openssh.com"),
+    ],
+)
+def test_a_request_on_a_handle_passes_as_it_came(packet: bytes) -> None:
+    parsed = parse(packet)
+    assert (parsed.packet, parsed.checks, parsed.id) == (packet, (), 7)
+
+
+@pytest.mark.parametrize(
+    ("packet", "checks"),
+    [
+        (request(sftp.OPEN, f"{OWN}/f".encode(), 0x01, 0), [("full", False)]),
+        (request(sftp.OPEN, f"{OWN}/f".encode(), 0x02 | 0x08 | 0x20, 0), [("parent", False)]),
+        (request(sftp.OPEN, f"{OWN}/f".encode(), 0x02 | 0x08 | 0x10, 0), [("full", False)]),
+        (request(sftp.STAT, b"nimbix-burst"), [("full", True)]),
+        (request(sftp.LSTAT, f"{OWN}/l".encode()), [("parent", True)]),
+        (request(sftp.MKDIR, b"nimbix-burst", 0), [("parent", True)]),
+        (request(sftp.OPENDIR, OWN.encode()), [("full", False)]),
+        (request(sftp.REMOVE, f"{OWN}/f".encode()), [("parent", False)]),
+        (request(sftp.READLINK, f"{OWN}/l".encode()), [("parent", False)]),
+        (request(sftp.RENAME, f"{OWN}/a".encode(), f"{OWN}/b".encode()), [("parent", False)] * 2),
+        (extended("posix-rename@openssh.com", f"{OWN}/a".encode(), f"{OWN}/b".encode()), [("parent", False)] * 2),
+        (
+            extended("hardlink@openssh.com", f"{OWN}/a".encode(), f"{OWN}/b".encode()),
+            [("full", False), ("parent", False)],
+        ),
+        (extended("statvfs@openssh.com", OWN.encode()), [("full", False)]),
+    ],
+)
+def test_a_request_naming_paths_is_checked_as_its_kind_resolves_them(
+    packet: bytes, checks: list[tuple[str, bool]]
+) -> None:
+    parsed = parse(packet)
+    assert parsed.packet == packet
+    assert [(c.how, c.passage_ok) for c in parsed.checks] == checks
+
+
+def test_a_removal_or_rename_makes_the_cache_forget_its_paths() -> None:
+    assert parse(request(sftp.REMOVE, f"{OWN}/f".encode())).changes == (("nimbix-burst", f"pod-{POD}.main", "f"),)
+    assert len(parse(extended("posix-rename@openssh.com", f"{OWN}/a".encode(), f"{OWN}/b".encode())).changes) == 2
+    assert parse(request(sftp.MKDIR, f"{OWN}/d".encode(), 0)).changes == ()
+
+
+@pytest.mark.parametrize(
+    "packet",
+    [
+        request(sftp.OPEN, b"/etc/passwd", 1, 0),
+        request(sftp.OPENDIR, b"nimbix-burst"),
+        request(sftp.RENAME, f"{OWN}/a".encode(), b"nimbix-burst/pod-x/b"),
+        extended("posix-rename@openssh.com", b"nimbix-burst/pod-x/a", f"{OWN}/b".encode()),
+        request(sftp.SYMLINK, b"nimbix-burst/pod-x/l", b"anything"),
+    ],
+)
+def test_a_path_outside_the_pods_is_refused_before_the_vault_sees_it(packet: bytes) -> None:
+    with pytest.raises(PathRefused):
+        parse(packet)
+
+
+@pytest.mark.parametrize(
+    ("packet", "says"),
+    [
+        (extended("expand-path@openssh.com", b"~"), "'expand-path@openssh.com' is not passed"),
+        (extended("home-directory", b"alice"), "not passed"),
+        (request(sftp.INIT), "type 1 is not passed"),
+        (request(60), "type 60 is not passed"),
+        (frame(bytes([sftp.OPEN]) + struct.pack(">I", 1) + struct.pack(">I", 99)), "ended early"),
+    ],
+)
+def test_a_request_the_gateway_does_not_know_is_refused(packet: bytes, says: str) -> None:
+    with pytest.raises(BadPacket, match=says):
+        parse(packet)
+
+
+@pytest.mark.parametrize(
+    ("client_swaps", "vault_swaps", "sent", "passed"),
+    [
+        (False, False, (b"L", b"target"), (b"L", b"target")),
+        (False, True, (b"L", b"target"), (b"target", b"L")),
+        (True, False, (b"target", b"L"), (b"L", b"target")),
+        (True, True, (b"target", b"L"), (b"target", b"L")),
+    ],
+)
+def test_symlinks_paths_reach_the_vault_in_the_order_it_reads_them(
+    client_swaps: bool, vault_swaps: bool, sent: tuple[bytes, bytes], passed: tuple[bytes, bytes]
+) -> None:
+    def named(pair: tuple[bytes, bytes]) -> tuple[bytes, bytes]:
+        return tuple(f"{OWN}/l".encode() if p == b"L" else p for p in pair)  # type: ignore[return-value]
+
+    parsed = parse(request(sftp.SYMLINK, *named(sent)), client_swaps=client_swaps, vault_swaps=vault_swaps)
+    assert parsed.packet == request(sftp.SYMLINK, *named(passed))
+    assert [c.how for c in parsed.checks] == ["parent"]  # the target is text: any may be stored
+
+
+def test_the_vaults_version_keeps_only_the_extensions_passed() -> None:
+    answer = frame(
+        bytes([sftp.VERSION])
+        + struct.pack(">I", 3)
+        + encode_string(b"posix-rename@openssh.com")
+        + encode_string(b"1")
+        + encode_string(b"expand-path@openssh.com")
+        + encode_string(b"1")
+    )
+    kept = frame(
+        bytes([sftp.VERSION]) + struct.pack(">I", 3) + encode_string(b"posix-rename@openssh.com") + encode_string(b"1")
+    )
+    assert filter_version(answer) == kept
+    with pytest.raises(BadPacket, match="version 6"):
+        filter_version(frame(bytes([sftp.VERSION]) + struct.pack(">I", 6)))
+
+
+@pytest.mark.parametrize(
+    ("software", "swaps"), [("OpenSSH_9.6p1", True), ("paramiko_3.4", True), ("AsyncSSH_2.24.1", False)]
+)
+def test_which_peers_write_symlink_the_other_way_round(software: str, swaps: bool) -> None:
+    assert sftp.swaps_symlink(software) is swaps
+
+
+@pytest.mark.parametrize(
+    ("packet", "barrier"),
+    [
+        (request(sftp.SYMLINK, f"{OWN}/l".encode(), b"../x"), True),
+        (request(sftp.RENAME, f"{OWN}/a".encode(), f"{OWN}/b".encode()), True),
+        (extended("posix-rename@openssh.com", f"{OWN}/a".encode(), f"{OWN}/b".encode()), True),
+        (request(sftp.REMOVE, f"{OWN}/f".encode()), False),  # a removal puts no link anywhere: uploads stay pipelined
+        (request(sftp.OPEN, f"{OWN}/f".encode(), 0x01, 0), False),
+        (request(sftp.MKDIR, f"{OWN}/d".encode(), 0), False),
+    ],
+)
+def test_a_request_that_may_put_a_link_on_a_path_holds_the_checks_after_it(packet: bytes, barrier: bool) -> None:
+    assert parse(packet).barrier is barrier
