@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -115,14 +116,30 @@ def build_secret(emulator: addons.EmulatorProcess, *, namespace: str) -> dict[st
 def build_gateway_accounts_file(emulator: addons.EmulatorProcess, *, paid: Sequence[str] = ("*",)) -> str:
     """The gateway's accounts.json (docs/install.md): the emulator's account, paying for `paid`."""
     creds = emulator.runner_env()
-    account = {
+    account: dict[str, Any] = {
         "name": "emulator",
         "username": creds["JARVICE_USERNAME"],
         "apikey": creds["JARVICE_APIKEY"],
         "url": creds["JARVICE_API_URL"],
         "namespaces": list(paid),
     }
+    vault = _emulator_vault(emulator.url)
+    if vault is not None:  # its vault, logged in to with the account's username and key (the defaults)
+        account["vault"] = vault
     return json.dumps({"accounts": [account]})
+
+
+def _emulator_vault(url: str) -> dict[str, str] | None:
+    """The emulator's vault as an account's `vault` entry (docs/install.md), None if it serves none."""
+    try:
+        info = fetch_emulator(url, "/_emulator/vault")
+    except urllib.error.HTTPError as error:
+        if error.code == 404:  # started without --vaults-dir
+            return None
+        raise
+    if not info.get("sftp") or not info.get("host_key"):
+        return None
+    return {"address": str(info["sftp"]), "host_key": str(info["host_key"])}
 
 
 def build_gateway_accounts(emulator: addons.EmulatorProcess, *, namespace: str, name: str) -> dict[str, Any]:

@@ -42,7 +42,7 @@ KUBECTL_LINK = "kubectl"  # a symlink to the control plane's kubectl
 HELM_LINK = "helm"  # a symlink to the project-built helm (with --install helm)
 INSTALL_METHODS = ("kustomize", "helm")
 DEMO_NAMESPACE = "demo"
-# Data staging still pays with the namespace's own key (the gateway does not serve the vault yet).
+# Namespace `demo-data` pays with its own key and vault settings: the bring-your-own-key example of docs/data.md.
 DEMO_DATA_NAMESPACE = "demo-data"
 DEV_NODES = (("gpu-node-1", 4), ("gpu-node-2", 4), ("cpu-node-1", 0))
 # Fake nodes have no kubelet: nothing scheduled there would ever run.

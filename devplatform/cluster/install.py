@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 import yaml  # type: ignore[import-untyped]  # PyYAML (a kubernetes client dependency) ships no stubs
 
 from devplatform import helmchart
-from devplatform.cluster import nodeconfig
+from devplatform.cluster import gatewayssh, nodeconfig
 from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.node import RealNode
 
@@ -265,9 +265,9 @@ def read_chart_values(node: RealNode) -> dict[str, Any]:
     return build_chart_values(node.settings, gpu_models=mapping)
 
 
-def render_overlay(plane: ControlPlane) -> list[dict[str, Any]]:
-    """``kubectl kustomize devplatform/overlay`` as objects."""
-    rendered = _kubectl(plane, "kustomize", str(OVERLAY_DIR))
+def render_overlay(plane: ControlPlane, directory: Path = OVERLAY_DIR) -> list[dict[str, Any]]:
+    """``kubectl kustomize devplatform/overlay`` (or the install's kustomization over it) as objects."""
+    rendered = _kubectl(plane, "kustomize", str(directory))
     return [dict(doc) for doc in yaml.safe_load_all(rendered.stdout) if doc]
 
 
@@ -286,7 +286,14 @@ def install_addon(
         raise InstallError(f"cert-manager is not installed ({CERT_MANAGER_CRD} not found): certmanager.install first")
     values = read_chart_values(node)
     source = f"{helmchart.CHART_DIR} with the local values" if helm else str(OVERLAY_DIR)
-    rendered = helmchart.render(helm, values=values) if helm else render_overlay(plane)
+    # The overlay, plus the gateway's SSH host key and the webhook's staging settings naming it
+    # (docs/install.md's three steps for vault staging through the gateway), made for this install.
+    applied_dir = plane.run_dir / "addon-install"
+    if not helm:
+        gatewayssh.write_install_dir(
+            applied_dir, OVERLAY_DIR, namespace=NAMESPACE, sftp=f"{GATEWAY_SERVICE_IP}:{gatewayssh.SFTP_PORT}"
+        )
+    rendered = helmchart.render(helm, values=values) if helm else render_overlay(plane, applied_dir)
     problems = find_overlay_problems(rendered, settings=node.settings)
     if problems:
         raise InstallError(f"{source} does not fit the real node: " + "; ".join(problems))
@@ -298,7 +305,7 @@ def install_addon(
         except helmchart.HelmError as error:
             raise InstallError(str(error)) from error
     else:
-        _kubectl(plane, "apply", "-k", str(OVERLAY_DIR))
+        _kubectl(plane, "apply", "-k", str(applied_dir))
     applied = time.monotonic() - began
 
     certificate_names = list_certificate_names(rendered)

@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from devplatform import demo
-from devplatform.cluster import addons, controlplane, install
+from devplatform.cluster import addons, controlplane, install, node
 from jarvice import contract
 from tests.support.fault_matrix import FaultMatrix, Row
 from tests.support.installed_controller import (
@@ -94,6 +95,19 @@ def answers(plane: controlplane.ControlPlane, namespace: str, name: str) -> list
     return found
 
 
+@pytest.fixture(scope="module")
+def node_emulator(
+    control_plane: controlplane.ControlPlane, real_node: node.RealNode
+) -> Iterator[addons.EmulatorProcess]:
+    """This module's emulator serves its vault too, as `make dev-up`'s does (jobs in private roots, as
+    root): the gateway's account names it, so pods here stage through the gateway."""
+    emulator = demo.start_emulator_for_node(control_plane.run_dir / "test_gateway-emulator", real_node, vaults=True)
+    try:
+        yield emulator
+    finally:
+        addons.stop_jarvice_emulator(emulator)
+
+
 def finished_pod(plane: controlplane.ControlPlane, namespace: str, name: str) -> dict[str, Any]:
     def done() -> dict[str, Any] | None:
         pod = demo.read_pod(plane, namespace, name)
@@ -155,6 +169,76 @@ def test_a_large_output_streams_through_the_gateway_within_the_runners_memory(
     print("\nthrough the gateway: " + streamed.summary())
     assert annotations_of(streamed.pod)[contract.ANNOTATION_DECISION] == "remote"
     assert_streamed_whole_within_bounds(streamed)
+
+
+def test_a_pod_stages_through_the_gateway_with_nothing_but_its_stage_annotations(
+    bare_namespace: str,
+    control_plane: controlplane.ControlPlane,
+    node_emulator: addons.EmulatorProcess,
+    tmp_path: Path,
+) -> None:
+    """docs/data.md's gateway example: the pod names what to stage and nothing else (no vault address,
+    host key or credentials); its input reaches the remote job and the job's output lands on its volume."""
+    ns = bare_namespace
+    host_dir = tmp_path / "volume"
+    (host_dir / "in").mkdir(parents=True)
+    (host_dir / "in" / "input.txt").write_text("staged input\n")
+    for path in (host_dir, host_dir / "in"):
+        path.chmod(0o777)  # the runner runs as uid 10001
+    pv_name = f"pv-{ns}"
+    pv = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": pv_name, "labels": {"nimbix-burst-test": "1"}},
+        "spec": {
+            "capacity": {"storage": "1Gi"},
+            "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain",
+            "storageClassName": "",
+            "hostPath": {"path": str(host_dir), "type": "Directory"},
+            "claimRef": {"namespace": ns, "name": "training-data"},
+        },
+    }
+    pvc = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "training-data", "namespace": ns},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "",
+            "volumeName": pv_name,
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+    try:
+        control_plane.kubectl(
+            "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [pv, pvc]})
+        )
+        command = "cat /workspace/in/input.txt; mkdir -p /workspace/out; echo trained > /workspace/out/model.txt"
+        container = app_container(node_emulator, command, gpus=1)
+        container["volumeMounts"] = [{"name": "data", "mountPath": "/workspace"}]
+        body = pod_body("staged", container, gated=False)
+        body["metadata"]["annotations"] = {
+            contract.ANNOTATION_STAGE_IN: "/workspace/in",
+            contract.ANNOTATION_STAGE_OUT: "/workspace/out",
+        }
+        body["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "training-data"}}]
+        control_plane.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(body))
+        pod = finished_pod(control_plane, ns, "staged")
+        logs = control_plane.kubectl("-n", ns, "logs", "staged").stdout
+        assert annotations_of(pod)[contract.ANNOTATION_DECISION] == "remote"
+        assert demo.read_exit_code(pod) == 0, logs
+        assert "staged input" in logs, logs  # the remote job read the staged input
+        assert (host_dir / "out" / "model.txt").read_text() == "trained\n"  # and its output came back
+        env = {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0]["env"]}
+        assert env[contract.ENV_VAULT_SFTP] == f"{install.GATEWAY_SERVICE_IP}:2222", env
+        assert env[contract.ENV_VAULT_HOST_KEY].startswith("ssh-ed25519 "), env
+        secrets = json.loads(control_plane.kubectl("-n", ns, "get", "secrets", "-o", "json").stdout)["items"]
+        assert secrets == [], [s["metadata"]["name"] for s in secrets]
+    finally:
+        control_plane.kubectl("-n", ns, "delete", "pod", "staged", "--ignore-not-found", "--wait=false")
+        control_plane.kubectl("-n", ns, "delete", "pvc", "training-data", "--ignore-not-found", "--wait=false")
+        control_plane.kubectl("delete", "pv", pv_name, "--ignore-not-found", "--wait=false")
 
 
 def test_a_pods_own_client_gets_the_size_it_was_counted_for(

@@ -13,7 +13,7 @@ import pytest
 import yaml  # type: ignore[import-untyped]  # PyYAML ships no stubs
 
 from devplatform import gotools, helmchart, manifests
-from devplatform.cluster import controlplane, install, nodeconfig
+from devplatform.cluster import controlplane, gatewayssh, install, nodeconfig
 
 
 @pytest.fixture(scope="module")
@@ -407,3 +407,24 @@ def test_the_controllers_dry_runs_only_policy_names_its_service_account_in_the_r
     assert policy["spec"]["validations"][0]["expression"] == "request.dryRun == true"
     binding = _find(objects, "ValidatingAdmissionPolicyBinding", "nimbix-burst-controller-dry-runs-only")
     assert binding["spec"]["validationActions"] == ["Deny"]
+
+
+def test_the_installs_kustomization_gives_the_gateway_its_host_key_and_the_webhook_its_staging_settings(
+    kubectl: Path, tmp_path: Path
+) -> None:
+    """make dev-up and the e2e install apply devplatform/overlay through a kustomization of the install's
+    own (devplatform.cluster.gatewayssh): the overlay's objects, plus the host key Secret and the two
+    webhook settings that name it, rendered by the real kustomize."""
+    key = gatewayssh.write_install_dir(
+        tmp_path / "addon-install", install.OVERLAY_DIR, namespace=install.NAMESPACE, sftp="10.0.0.53:2222"
+    )
+    applied = manifests.render_kustomize(kubectl, directory=tmp_path / "addon-install")
+    overlay = manifests.render_kustomize(kubectl, directory=install.OVERLAY_DIR)
+    secret = _find(applied, "Secret", gatewayssh.SECRET)
+    assert base64.b64decode(secret["data"]["ssh_host_key"]).decode() == key.private_openssh
+    settings = _settings(applied)["data"]
+    assert settings["WEBHOOK_GATEWAY_SFTP"] == "10.0.0.53:2222"
+    assert settings["WEBHOOK_GATEWAY_SSH_HOST_KEY"] == key.public
+    assert settings["WEBHOOK_GATEWAY_URL"] == _settings(overlay)["data"]["WEBHOOK_GATEWAY_URL"]
+    assert len(applied) == len(overlay) + 1  # the Secret; nothing else added or lost
+    assert install.find_overlay_problems(applied, settings=nodeconfig.NodeSettings()) == []
