@@ -84,6 +84,7 @@ async def _build(settings: Settings) -> web.Application:
         await asyncio.to_thread(watcher.run)
 
     background: list[BackgroundTask] = [watch, elector.run]
+    came_home: set[str] = set()  # Job UIDs a pod came home for: the homecomer adds, the re-burster reads
     if settings.reburst:
         reburster = Reburster(
             store=store,
@@ -92,6 +93,7 @@ async def _build(settings: Settings) -> web.Application:
             metrics=metrics,
             is_leader=is_leader,
             wall_clock=time.time,  # lastTransitionTime is the API server's wall clock
+            came_home=came_home,
         )
         background.append(every(settings.scan_seconds, reburster.scan, name="reburst"))
     session = requests.Session()
@@ -182,6 +184,7 @@ async def _build(settings: Settings) -> web.Application:
             is_leader=is_leader,
             interval=settings.homecoming_seconds,
             stale_after=settings.watch_stale_seconds,
+            came_home=came_home,
         )
         background.append(every(settings.homecoming_seconds, homecomer.round, name="homecoming"))
     records_session = requests.Session()  # its own: the reaper's runs in another worker thread

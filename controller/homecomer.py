@@ -67,6 +67,7 @@ class Homecomer:
         interval: float,
         stale_after: float,
         clock: Callable[[], float] = time.monotonic,
+        came_home: set[str] | None = None,
     ) -> None:
         self._store = store
         self._jarvice = jarvice
@@ -76,7 +77,9 @@ class Homecomer:
         self._interval = interval
         self._stale_after = stale_after
         self._clock = clock
-        self.came_home: set[str] = set()  # Job UIDs a pod came home for: at most once per Job
+        # Job UIDs a pod came home for: at most once per Job (shared with the re-burster, which sends a pod
+        # of such a Job that cannot bind back to its burst within a round).
+        self.came_home: set[str] = set() if came_home is None else came_home
         # The homecoming whose replacement has not bound yet: until it does, the GPUs it came home for
         # are not counted as used by the webhook's dry runs, so no other pod comes home.
         self._settling: homecoming.Settling | None = None

@@ -22,7 +22,9 @@ the webhook as for any pod, the webhook decides it without reserving anything, a
 - Never a pod a step of which already ran (another burst container's job ended after running): it
   would run again here (`one_that_ran`).
 - At most once per Job: the controller remembers the Jobs a pod came home for (in the leader's
-  memory, as the re-burst count), so a replacement that strands and bursts again stays remote.
+  memory, as the re-burst count, shared with the re-burster), so a replacement that strands and bursts
+  again stays remote; one that cannot bind goes back to its burst within a round
+  (stranding.HOMECOMING_BIND_SECONDS), not after the stranded threshold.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ once), so every pod of a parallel Job is moved however many it has.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Protocol
 
 from controller import stranding
@@ -50,6 +50,7 @@ class Reburster:
         metrics: Metrics,
         is_leader: Callable[[], bool],
         wall_clock: Callable[[], float],
+        came_home: Collection[str] = frozenset(),
     ) -> None:
         self._store = store
         self._kube = kube
@@ -57,6 +58,7 @@ class Reburster:
         self._metrics = metrics
         self._is_leader = is_leader
         self._now = wall_clock
+        self._came_home = came_home  # Job UIDs a pod came home for (the homecomer's, shared): never again
         self.rebursts_by_owner: dict[str, int] = {}
         self._handled: set[str] = set()  # pod UIDs acted on; the watch shows the result a little later
 
@@ -70,16 +72,19 @@ class Reburster:
         for pod in pods:
             if pod.uid in self._handled:
                 continue
-            owner_uid = pod.owner.uid if pod.owner else ""
-            assessment = stranding.assess(
-                pod, now=self._now(), policy=self._policy, rebursts=self.rebursts_by_owner.get(owner_uid, 0)
-            )
+            assessment = self._assess(pod)
             if assessment.verdict == "gang":
                 stranded_gangs.setdefault(pod.gang, []).append((pod, assessment))
                 continue
             self._act(pod, assessment)
         for gang, stranded in stranded_gangs.items():
             self._act_on_gang([pod for pod in pods if pod.gang == gang], stranded)
+
+    def _assess(self, pod: PodView) -> stranding.Assessment:
+        owner_uid = pod.owner.uid if pod.owner else ""
+        count = self.rebursts_by_owner.get(owner_uid, 0)
+        came_home = owner_uid in self._came_home
+        return stranding.assess(pod, now=self._now(), policy=self._policy, rebursts=count, came_home=came_home)
 
     def _act(self, pod: PodView, assessment: stranding.Assessment) -> None:
         try:
@@ -180,7 +185,7 @@ class Reburster:
         # Re-read right before deleting: the decision is made again on what the API server says now.
         fresh = parse_pod(self._kube.read_pod(pod.namespace, pod.name))
         count = self.rebursts_by_owner.get(pod.owner.uid, 0)
-        again = stranding.assess(fresh, now=self._now(), policy=self._policy, rebursts=count)
+        again = self._assess(fresh)
         if fresh.uid != pod.uid or again.verdict != "reburst":
             self._metrics.reburst_aborted.labels(reason="no-longer-stranded").inc()
             log.info("stranded pod recovered before re-burst", extra=log_context(pod, reason=again.reason))

@@ -52,6 +52,11 @@ NOT_FREE = (
     " at its creation)"
 )
 
+# How long a local pod of a Job that came home may stay unschedulable before it goes back to its burst:
+# it came home on the webhook's word that a node can take it now, so the scheduler binds it within
+# seconds or not at all (a rule the fit does not model, or the GPUs taken meanwhile).
+HOMECOMING_BIND_SECONDS = 10.0
+
 Verdict = Literal["ignore", "wait", "reburst", "note", "cap-hit", "gang"]
 
 
@@ -114,15 +119,17 @@ def _assess_waiting(pod: PodView, deadline: float, *, now: float) -> Assessment:
     return Assessment("reburst", "no node took it by its burst deadline; its Job recreates it", deadline)
 
 
-def assess(pod: PodView, *, now: float, policy: Policy, rebursts: int) -> Assessment:
-    """What to do with `pod` now; `rebursts` is how many times its owner's pods were re-burst."""
+def assess(pod: PodView, *, now: float, policy: Policy, rebursts: int, came_home: bool = False) -> Assessment:
+    """What to do with `pod` now; `rebursts` is how many times its owner's pods were re-burst;
+    `came_home`: a pod of its Job came home (it is judged by HOMECOMING_BIND_SECONDS, not the threshold)."""
     if pod.burst_deadline is not None and is_waiting(pod):
         return _assess_waiting(pod, pod.burst_deadline, now=now)
     if not is_stranded_candidate(pod):
         return Assessment("ignore", "not a local pod marked Unschedulable")
     if pod.scheduled_since is None:
         return Assessment("ignore", "PodScheduled has no lastTransitionTime")
-    due = pod.scheduled_since + policy.threshold
+    came_home = came_home and may_reburst_owner(pod)
+    due = pod.scheduled_since + (min(policy.threshold, HOMECOMING_BIND_SECONDS) if came_home else policy.threshold)
     if now < due:
         return Assessment("wait", "unschedulable for less than the threshold", due_at=due)
     if pod.stranded_since:
@@ -143,6 +150,8 @@ def assess(pod: PodView, *, now: float, policy: Policy, rebursts: int) -> Assess
             f"its {pod.owner.kind if pod.owner else 'owner'} was re-burst {rebursts} times (cap {policy.cap})",
             stranded_since=since,
         )
+    if came_home:
+        return Assessment("reburst", "its Job came home and a node did not take it; its Job recreates it", since)
     return Assessment("reburst", "owned by a Job, which recreates it", stranded_since=since)
 
 

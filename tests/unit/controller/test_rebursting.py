@@ -11,7 +11,7 @@ import pytest
 from controller import stranding
 from controller.kube import PodChanged, PodGone
 from controller.metrics import Metrics
-from controller.model import PodView
+from controller.model import PodView, format_time
 from controller.rebursting import Reburster
 from controller.store import PodStore
 from tests.unit.controller.builders import JOB_UID, T0, job, job_owner, pod
@@ -338,3 +338,26 @@ def test_the_waiting_gangs_event_says_it_waited_and_bursts_as_one() -> None:
     (message,) = messages
     assert "a gang of 2 pods waited for local nodes (burst-after) until its deadline" in message
     assert "its replacements burst to Nimbix as one job (the evictions cost the Job no retry)" in message
+
+
+def test_a_pod_whose_job_came_home_and_that_cannot_bind_is_sent_back_to_its_burst_within_a_scan() -> None:
+    """Shared with the homecomer: the Jobs a pod came home for (a Job comes home once, so it never comes
+    home again). Unschedulable past the bind time, far short of the threshold: evicted, and counted."""
+    since = NOW - stranding.HOMECOMING_BIND_SECONDS
+    body = pod(since=format_time(since))
+    store = PodStore(clock=lambda: 0.0)
+    store.replace([body])
+    kube = FakeKube(pods={body["metadata"]["name"]: body}, jobs={"train": job()})
+    reburster = Reburster(
+        store=store,
+        kube=kube,
+        policy=stranding.Policy(threshold=120, cap=3),
+        metrics=Metrics(is_leader=lambda: True),
+        is_leader=lambda: True,
+        wall_clock=lambda: NOW,
+        came_home={JOB_UID},
+    )
+    reburster.scan()
+    assert [name for name, _uid, _rv in kube.deleted] == ["train-abcde"]
+    assert kube.events == [("Job", "train", "NimbixReBurst")]
+    assert reburster.rebursts_by_owner == {JOB_UID: 1}

@@ -146,3 +146,29 @@ def test_a_deadline_in_milliseconds_is_kept_to_the_millisecond() -> None:
     body = pod(burst_deadline="2023-11-14T22:23:20.250Z")  # T0 + 600.25: a replay's compressed wait
     assert stranding.assess(parse_pod(body), now=DEADLINE + 0.2, policy=POLICY, rebursts=0).verdict == "wait"
     assert stranding.assess(parse_pod(body), now=DEADLINE + 0.25, policy=POLICY, rebursts=0).verdict == "reburst"
+
+
+# A local pod of a Job one of whose pods came home: it came home on the webhook's word that it fits, so
+# if it cannot bind (a rule the fit does not model, or the GPU taken meanwhile) it goes back to its burst
+# within a round, not after the whole threshold: it never sits stranded after coming home.
+@pytest.mark.parametrize(
+    ("came_home", "now", "verdict"),
+    [
+        pytest.param(True, T0 + stranding.HOMECOMING_BIND_SECONDS, "reburst", id="came-home-bind-time-past"),
+        pytest.param(True, T0 + stranding.HOMECOMING_BIND_SECONDS - 1, "wait", id="came-home-still-binding"),
+        pytest.param(False, T0 + stranding.HOMECOMING_BIND_SECONDS, "wait", id="not-came-home-threshold"),
+    ],
+)
+def test_a_pod_that_came_home_and_cannot_bind_goes_back_within_a_round(
+    came_home: bool, now: float, verdict: str
+) -> None:
+    assessment = stranding.assess(parse_pod(pod()), now=now, policy=POLICY, rebursts=0, came_home=came_home)
+    assert assessment.verdict == verdict
+
+
+def test_a_pod_that_came_home_and_cannot_bind_still_counts_against_the_cap() -> None:
+    """Bounded as any re-burst is: a Job whose pods keep failing to bind stops moving at the cap."""
+    assessment = stranding.assess(
+        parse_pod(pod()), now=T0 + stranding.HOMECOMING_BIND_SECONDS, policy=POLICY, rebursts=3, came_home=True
+    )
+    assert assessment.verdict == "cap-hit"
