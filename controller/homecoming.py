@@ -116,6 +116,12 @@ def fits_locally(decided: Mapping[str, Any]) -> tuple[bool, str]:
     return False, reason or f"decided {decision}"
 
 
+def would_burst(decided: Mapping[str, Any]) -> bool:
+    """Whether the webhook decided the dry-run pod remote (it would burst now)."""
+    annotations = (decided.get("metadata") or {}).get("annotations") or {}
+    return bool(annotations.get(contract.ANNOTATION_DECISION) == contract.DECISION_REMOTE)
+
+
 def build_message(pod: PodView, *, jobs: Sequence[int], reason: str) -> str:
     numbers = ", ".join(str(n) for n in jobs)
     return (

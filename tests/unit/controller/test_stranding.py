@@ -8,7 +8,7 @@ import pytest
 
 from controller import stranding
 from controller.model import parse_job, parse_pod
-from tests.unit.controller.builders import IGNORE_DISRUPTIONS, T0, job, job_owner, pod
+from tests.unit.controller.builders import IGNORE_DISRUPTIONS, T0, T0_TEXT, job, job_owner, pod
 
 POLICY = stranding.Policy(threshold=120, cap=3)
 # A user's own rule: fail the Job on any non-zero exit (the evicted runner exits 143).
@@ -42,8 +42,11 @@ LATER = T0 + 121  # past the threshold
         pytest.param(pod(since=""), LATER, 0, "ignore", id="no-transition-time"),
         pytest.param(pod(stranded_since="2023-11-14T22:13:20Z"), LATER, 0, "ignore", id="already-reported"),
         pytest.param(pod(owners=[], stranded_since="x"), LATER, 0, "ignore", id="bare-already-reported"),
-        # Kept local on purpose (over its namespace's burst budget): deleting it would only loop.
-        pytest.param(pod(budget="over budget: 4 of 4 GPUs in use"), LATER, 0, "note", id="held-by-budget"),
+        # Kept local by its namespace's burst budget: a Job's pod is looked at again (the webhook is asked
+        # whether it would burst it now: the spend record fresh again, the spend down), anyone else's reported.
+        pytest.param(pod(budget="over budget: 4 of 4 GPUs in use"), LATER, 0, "recheck", id="held-by-budget"),
+        pytest.param(pod(budget="x", stranded_since=T0_TEXT), LATER, 3, "recheck", id="held-by-budget-reported-capped"),
+        pytest.param(pod(budget="x", owners=[]), LATER, 0, "note", id="held-by-budget-bare"),
         pytest.param(pod(budget="x"), T0 + 10, 0, "wait", id="held-by-budget-not-yet"),
         # Kept local because no JARVICE machine offers its GPU model: its replacement would be too.
         pytest.param(pod(gpu_model="no JARVICE machine offers x=H100"), LATER, 0, "note", id="held-by-gpu-model"),
