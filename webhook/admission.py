@@ -155,6 +155,7 @@ def _wait_ask(
         now=cache.wall_now(),
         deadlines=cache.burst_deadlines(),
         restart_policy=str(_mapping(pod_spec).get("restartPolicy") or ""),
+        burst_before=cache.job_burst_before(waiting.controlling_job(meta)),
     )
 
 

@@ -188,6 +188,8 @@ class ClusterCache:
         # Job UID -> the deadline its pods wait until before bursting (webhook.waiting). In memory:
         # a new leader gives a Job a new wait (the controller's re-burst cap bounds the repeats).
         self.waits: dict[str, float] = {}
+        # Job UID -> when the watch last showed a burst pod of it: such a Job never waits again.
+        self.burst_jobs: dict[str, float] = {}
         self.gpu_resources = tuple(gpu_resources)
         self._scheduler_names = frozenset(scheduler_names)
         # The view's structures are mutated in place, never rebound: the view stays valid.
@@ -312,6 +314,14 @@ class ClusterCache:
             del self.waits[key]
         return self.waits
 
+    def job_burst_before(self, job_uid: str) -> bool:
+        """Whether a pod of the Job burst (a burst pod of it seen within WAIT_MEMORY_SECONDS)."""
+        seen = self.burst_jobs.get(job_uid)
+        if seen is not None and seen < self._wall_clock() - WAIT_MEMORY_SECONDS:
+            del self.burst_jobs[job_uid]
+            return False
+        return seen is not None
+
     def apply(self, effects: Effects) -> None:
         """An admission's verdict, applied at once (see verdict.Effects): its claim moves, a cap it
         met, the reservations it releases and makes, a gang's decision to remember."""
@@ -425,6 +435,8 @@ class ClusterCache:
             self.issued.take(pod.admission)
         if pod.reservation_id:
             self.reservations.release(pod.reservation_id)
+        if pod.job_uid:
+            self.burst_jobs[pod.job_uid] = self._wall_clock()
         if old is not None:
             self.namespaces.count_remote(old, -1)
             self.spend.count(old, -1)

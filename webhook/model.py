@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 
 from jarvice import contract, gpubudget
 from kubeplumbing import spendrecord
-from webhook import spending, walltime
+from webhook import spending, waiting, walltime
 from webhook.resources import (
     QuantityError,
     effective_gpus,
@@ -332,6 +332,7 @@ def _with_gang(pod: PodInfo, meta: Mapping[str, Any], annotations: Mapping[str, 
         remote_gpus=pod.remote_gpus,
         remote_cost=pod.remote_cost,
         remote_worst_case=pod.remote_worst_case,
+        job_uid=pod.job_uid,
         gang=gang,
         gang_rank=rank,
         decision=annotations.get(contract.ANNOTATION_DECISION, ""),
@@ -366,6 +367,7 @@ def _burst_pod(
         remote_gpus=remote_gpus,
         remote_cost=_money(annotations.get(spending.ANNOTATION_COST_PER_HOUR)),
         remote_worst_case=_money(annotations.get(spending.ANNOTATION_WORST_CASE)),
+        job_uid=waiting.controlling_job(meta),
     )
     return _with_gang(pod, meta, annotations)
 

@@ -153,6 +153,9 @@ class PodInfo:
     # A burst pod in a namespace with cost caps: what it was counted for (webhook.spending).
     remote_cost: float = 0.0  # per hour
     remote_worst_case: float = 0.0  # over its walltime
+    # A burst pod's Job (the UID of the Job that controls it; "": none): a Job one of whose pods burst
+    # never waits before bursting again (webhook.waiting), however long ago its wait ended.
+    job_uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
