@@ -172,6 +172,12 @@ class Homecomer:
             self._note(pod, homecoming.ran_note(ran))
             log.info("burst pod stays: a job of it already ran", extra=log_context(pod, job=ran.number))
             return False
+        # Marked first: the webhook, seeing the marked pod evicted, holds the GPUs it comes home to for its
+        # Job's next pod (until that pod's admission), so no other pod is decided onto them meanwhile.
+        self._kube.patch_pod_json(pod.namespace, pod.name, homecoming.coming_home_mark(fresh))
+        fresh = parse_pod(self._kube.read_pod(pod.namespace, pod.name))
+        if fresh.uid != pod.uid:
+            return False
         self._kube.evict_pod(fresh)  # precondition: this uid and resourceVersion
         self.came_home.add(pod.owner.uid)
         self._settling = homecoming.settling(pod.owner.uid, self._store.labeled(), now=self._clock())

@@ -116,6 +116,19 @@ def fits_locally(decided: Mapping[str, Any]) -> tuple[bool, str]:
     return False, reason or f"decided {decision}"
 
 
+def coming_home_mark(pod: PodView) -> list[dict[str, Any]]:
+    """The JSON patch marking a pod the controller is about to evict to bring it home (a test op on its
+    uid: never another pod of the same name)."""
+    return [
+        {"op": "test", "path": "/metadata/uid", "value": pod.uid},
+        {
+            "op": "add",
+            "path": "/metadata/annotations/" + contract.ANNOTATION_COMING_HOME.replace("/", "~1"),
+            "value": "true",
+        },
+    ]
+
+
 def would_burst(decided: Mapping[str, Any]) -> bool:
     """Whether the webhook decided the dry-run pod remote (it would burst now)."""
     annotations = (decided.get("metadata") or {}).get("annotations") or {}

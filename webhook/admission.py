@@ -99,6 +99,8 @@ def admit(
     except ObjectError as exc:
         raise MalformedReview(f"request.object: {exc}") from exc
     needs = PodNeeds(gpus=gpus, requests=requests, placement=placement, namespace=request.namespace)
+    if not request.dry_run and not reinvoked:  # the GPUs a pod of its Job came home to are its own
+        cache.take_over_homecoming(waiting.controlling_job(meta))
     snapshot = cache.snapshot_for(request.namespace, cluster_name=policy.cluster_name)
     gang: gangs.GangSnapshot | None = None
     carried: gangs.GangTerms | None = None  # a reinvoked pod's gang, as its annotations carry it

@@ -67,6 +67,10 @@ CLUSTER_NAMESPACE = "kube-system"
 # How long a Job's wait deadline is remembered after it passed: its replacement pods, created within
 # seconds of the controller's scan, burst at once; a pod the Job creates much later may wait again.
 WAIT_MEMORY_SECONDS = 3600.0
+# How long the GPUs a pod comes home to are held for its Job's next pod: the evicted runner stops
+# (within its grace period), then the Job creates the replacement; a hold no pod takes over expires.
+HOMECOMING_HOLD_SECONDS = 120.0
+_HOME_PREFIX = "home-"
 _NO_KUBE_SYSTEM = "the kube-system namespace is not in the webhook's cache, so the cluster's identity is unknown"
 
 
@@ -190,6 +194,8 @@ class ClusterCache:
         self.waits: dict[str, float] = {}
         # Job UID -> when the watch last showed a burst pod of it: such a Job never waits again.
         self.burst_jobs: dict[str, float] = {}
+        # Job UID -> the reservation holding the GPUs a pod of it comes home to, for its next pod.
+        self.homecomings: dict[str, str] = {}
         self.gpu_resources = tuple(gpu_resources)
         self._scheduler_names = frozenset(scheduler_names)
         # The view's structures are mutated in place, never rebound: the view stays valid.
@@ -322,6 +328,38 @@ class ClusterCache:
             return False
         return seen is not None
 
+    def _hold_for_homecoming(self, pod: PodInfo) -> None:
+        """Hold the GPUs a burst pod comes home to (on the node that fits them best now) for its Job's
+        next pod, which takes them over at its admission (`take_over_homecoming`); until then every
+        other decision, dry runs included, finds them taken. Once per pod; a leader that adopted the
+        hold from the last one takes it as it is."""
+        for job, held in list(self.homecomings.items()):  # holds expired with no pod taking them over
+            if self.reservations.hold(held) is None:
+                del self.homecomings[job]
+        reservation_id = _HOME_PREFIX + pod.uid
+        if self.reservations.hold(reservation_id) is None:
+            requests = dict(pod.coming_home)
+            fit = find_fit(self.view, requests, eligibility(Placement()))
+            if fit.node is None:
+                return  # nothing free to hold: the next pod is decided on what there is
+            self.reserve(
+                reservation_id,
+                node=fit.node.name,
+                requests=requests,
+                placement=Placement(),
+                namespace=pod.namespace,
+                ttl=HOMECOMING_HOLD_SECONDS,
+            )
+            self.ledger.settle()
+        self.homecomings[pod.job_uid] = reservation_id
+
+    def take_over_homecoming(self, job_uid: str) -> None:
+        """A pod of the Job is being admitted: the GPUs held for it are released for its decision (which
+        reserves them again under its own admission when it stays local)."""
+        reservation_id = self.homecomings.pop(job_uid, None) if job_uid else None
+        if reservation_id is not None:
+            self.release_reservation(reservation_id)
+
     def apply(self, effects: Effects) -> None:
         """An admission's verdict, applied at once (see verdict.Effects): its claim moves, a cap it
         met, the reservations it releases and makes, a gang's decision to remember."""
@@ -437,6 +475,8 @@ class ClusterCache:
             self.reservations.release(pod.reservation_id)
         if pod.job_uid:
             self.burst_jobs[pod.job_uid] = self._wall_clock()
+            if pod.coming_home and pod.job_uid not in self.homecomings:
+                self._hold_for_homecoming(pod)
         if old is not None:
             self.namespaces.count_remote(old, -1)
             self.spend.count(old, -1)

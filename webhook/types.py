@@ -156,6 +156,9 @@ class PodInfo:
     # A burst pod's Job (the UID of the Job that controls it; "": none): a Job one of whose pods burst
     # never waits before bursting again (webhook.waiting), however long ago its wait ended.
     job_uid: str = ""
+    # A burst pod the controller is bringing home (its coming-home mark, and being deleted): the GPUs it
+    # ran remotely (its original resources), to hold for its Job's next pod (ClusterCache). Empty: none.
+    coming_home: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
