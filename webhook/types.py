@@ -132,7 +132,7 @@ class PodInfo:
     terminal: bool  # Succeeded or Failed: holds nothing
     placement: Placement
     reservation_id: str  # our annotation: the admission that reserved GPUs for this pod
-    # Why an unbound pod might not compete for GPUs (see ClusterCache.claims_gpus):
+    # Why an unbound pod might not compete for GPUs (see webhook.cache.claims_gpus):
     scheduler_name: str = "default-scheduler"
     gated: bool = False  # spec.schedulingGates non-empty: the scheduler ignores it until ungated
     blocked_elsewhere: bool = False  # PodScheduled=False/Unschedulable, and the message names no GPU resource

@@ -12,7 +12,8 @@ from tests.support.clocks import Clock
 from tests.support.reinvocation import patched_by
 from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, node, pod
 from webhook import admission
-from webhook.cache import HOMECOMING_HOLD_SECONDS, ClusterCache
+from webhook.cache import ClusterCache
+from webhook.job_moves import HOMECOMING_HOLD_SECONDS
 from webhook.mutation import RewritePolicy
 from webhook.review import AdmissionRequest
 from webhook.sync import CacheSync
@@ -74,7 +75,7 @@ def test_the_hold_is_taken_over_once_the_next_pod_is_admitted() -> None:
     sync, _ = burst_then_free_one_gpu(mark=True)
     assert admit(sync, job_pod("home-2", "home"))[0] == "local"  # it holds the GPU now, under its own reservation
     assert admit(sync, job_pod("other-1", "other"))[0] == "remote"
-    assert sync.cache.homecomings == {}
+    assert sync.cache.job_moves.homecomings == {}
 
 
 def test_a_hold_no_pod_takes_over_expires() -> None:

@@ -20,7 +20,8 @@ from tests.support.clocks import Clock
 from tests.support.reinvocation import patched_by
 from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, node, pod
 from webhook import admission, waiting
-from webhook.cache import WAIT_MEMORY_SECONDS, ClusterCache
+from webhook.cache import ClusterCache
+from webhook.job_moves import WAIT_MEMORY_SECONDS
 from webhook.mutation import RewritePolicy
 from webhook.review import AdmissionRequest
 from webhook.sync import CacheSync
