@@ -28,6 +28,9 @@ WAIT_MEMORY_SECONDS = 3600.0
 # (within its grace period), then the Job creates the replacement; a hold no pod takes over expires.
 HOMECOMING_HOLD_SECONDS = 120.0
 _HOME_PREFIX = "home-"
+# Evicted pods whose GPUs were held, remembered so that their later events (the runner stopping, the
+# finalizer going) never hold them again; a few hundred: far more than come home at once.
+_HELD_PODS_KEPT = 512
 
 
 class JobMoves:
@@ -40,6 +43,7 @@ class JobMoves:
         self.waits: dict[str, float] = {}
         self.burst_jobs: dict[str, float] = {}  # Job UID -> when the watch last showed a burst pod of it
         self.homecomings: dict[str, str] = {}  # Job UID -> the reservation holding its pod's GPUs
+        self._held_pods: dict[str, None] = {}  # UIDs of the pods whose GPUs were held, oldest first
 
     def remember_wait(self, job_uid: str, deadline: float) -> None:
         self.waits[job_uid] = deadline
@@ -62,7 +66,10 @@ class JobMoves:
     def saw_burst_pod(self, pod: PodInfo) -> None:
         """A burst pod of a Job as the watch shows it (a pod its `job_uid` says a Job controls)."""
         self.burst_jobs[pod.job_uid] = self._wall_clock()
-        if pod.coming_home and pod.job_uid not in self.homecomings:
+        if pod.coming_home and not pod.terminal and pod.uid not in self._held_pods:
+            self._held_pods[pod.uid] = None  # once per pod, whatever its later events
+            if len(self._held_pods) > _HELD_PODS_KEPT:
+                del self._held_pods[next(iter(self._held_pods))]
             self._hold(pod)
 
     def _hold(self, pod: PodInfo) -> None:

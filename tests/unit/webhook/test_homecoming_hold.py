@@ -41,7 +41,7 @@ def admit(sync: CacheSync, raw: dict[str, Any], *, dry_run: bool = False) -> tup
     return result.outcome, patched_by(raw, result)
 
 
-def burst_then_free_one_gpu(*, mark: bool) -> tuple[CacheSync, Clock]:
+def burst_then_free_one_gpu(*, mark: bool, freed: int = 1) -> tuple[CacheSync, Clock]:
     """Job `home`'s pod burst on a full node; the node's GPU freed; the controller evicts the burst pod
     (marked coming-home when `mark`), and the watch shows it going."""
     clock = Clock()
@@ -54,7 +54,7 @@ def burst_then_free_one_gpu(*, mark: bool) -> tuple[CacheSync, Clock]:
     assert outcome == "remote"
     burst["metadata"]["uid"] = "home-1"
     sync.apply_event("pods", "ADDED", burst)
-    sync.apply_event("nodes", "MODIFIED", node("gpu", 1))
+    sync.apply_event("nodes", "MODIFIED", node("gpu", freed))
     if mark:
         burst["metadata"]["annotations"][contract.ANNOTATION_COMING_HOME] = "true"
     burst["metadata"]["deletionTimestamp"] = "2026-09-21T14:13:20Z"
@@ -88,3 +88,16 @@ def test_a_hold_no_pod_takes_over_expires() -> None:
 def test_a_burst_pod_deleted_without_the_mark_holds_nothing() -> None:
     sync, _ = burst_then_free_one_gpu(mark=False)
     assert admit(sync, job_pod("other-1", "other"))[0] == "local"
+
+
+def test_the_evicted_pods_later_events_hold_nothing_again_once_taken_over() -> None:
+    """The evicted runner's pod keeps changing as it stops (and its finalizer goes) after its replacement was
+    admitted: those events never hold its GPUs a second time."""
+    sync, _ = burst_then_free_one_gpu(mark=True, freed=2)  # a GPU more than it needs: one a new hold could take
+    assert admit(sync, job_pod("home-2", "home"))[0] == "local"
+    assert sync.cache.job_moves.homecomings == {}
+    old = sync.cache.pods()["home-1"]
+    assert old.coming_home
+    sync.cache.upsert_pod(old)  # a later event of the pod being deleted, still marked
+    assert sync.cache.job_moves.homecomings == {}
+    assert admit(sync, job_pod("other-1", "other"))[0] == "local"  # the second GPU is free
