@@ -87,6 +87,7 @@ async def _build(settings: Settings) -> web.Application:
         await asyncio.to_thread(watcher.run)
 
     background: list[BackgroundTask] = [watch, elector.run]
+    came_home: set[str] = set()  # Job UIDs a pod came home for: the homecomer adds, the re-burster reads
     if settings.reburst:
         reburster = Reburster(
             store=store,
@@ -95,6 +96,7 @@ async def _build(settings: Settings) -> web.Application:
             metrics=metrics,
             is_leader=is_leader,
             wall_clock=time.time,  # lastTransitionTime is the API server's wall clock
+            came_home=came_home,
         )
         background.append(every(settings.scan_seconds, reburster.scan, name="reburst"))
     session = requests.Session()
@@ -210,6 +212,7 @@ async def _build(settings: Settings) -> web.Application:
             stale_after=settings.watch_stale_seconds,
             # Running burst jobs of pods that opted in move home from their checkpoints (same loop, same client).
             mover=Mover(jarvice=homecoming_client, kube=kube, metrics=metrics),
+            came_home=came_home,
         )
         background.append(every(settings.homecoming_seconds, homecomer.round, name="homecoming"))
     records_session = requests.Session()  # its own: the reaper's runs in another worker thread

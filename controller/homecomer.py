@@ -69,6 +69,7 @@ class Homecomer:
         stale_after: float,
         clock: Callable[[], float] = time.monotonic,
         mover: Mover | None = None,
+        came_home: set[str] | None = None,
     ) -> None:
         self._store = store
         self._jarvice = jarvice
@@ -78,7 +79,9 @@ class Homecomer:
         self._interval = interval
         self._stale_after = stale_after
         self._clock = clock
-        self.came_home: set[str] = set()  # Job UIDs a pod came home for: at most once per Job
+        # Job UIDs a pod came home for: at most once per Job (shared with the re-burster, which sends a pod
+        # of such a Job that cannot bind back to its burst within a round).
+        self.came_home: set[str] = set() if came_home is None else came_home
         # The homecoming whose replacement has not bound yet: until it does, the GPUs it came home for
         # are not counted as used by the webhook's dry runs, so no other pod comes home.
         self._settling: homecoming.Settling | None = None
@@ -195,6 +198,12 @@ class Homecomer:
             self._noted.add(pod.uid)
             self._note(pod, homecoming.ran_note(ran))
             log.info("burst pod stays: a job of it already ran", extra=log_context(pod, job=ran.number))
+            return False
+        # Marked first: the webhook, seeing the marked pod evicted, holds the GPUs it comes home to for its
+        # Job's next pod (until that pod's admission), so no other pod is decided onto them meanwhile.
+        self._kube.patch_pod_json(pod.namespace, pod.name, homecoming.coming_home_mark(fresh))
+        fresh = parse_pod(self._kube.read_pod(pod.namespace, pod.name))
+        if fresh.uid != pod.uid:
             return False
         self._kube.evict_pod(fresh)  # precondition: this uid and resourceVersion
         self.came_home.add(pod.owner.uid)

@@ -22,7 +22,9 @@ the webhook as for any pod, the webhook decides it without reserving anything, a
 - Never a pod a step of which already ran (another burst container's job ended after running): it
   would run again here (`one_that_ran`).
 - At most once per Job: the controller remembers the Jobs a pod came home for (in the leader's
-  memory, as the re-burst count), so a replacement that strands and bursts again stays remote.
+  memory, as the re-burst count, shared with the re-burster), so a replacement that strands and bursts
+  again stays remote; one that cannot bind goes back to its burst within a round
+  (stranding.HOMECOMING_BIND_SECONDS), not after the stranded threshold.
 """
 
 from __future__ import annotations
@@ -112,6 +114,25 @@ def fits_locally(decided: Mapping[str, Any]) -> tuple[bool, str]:
     if not decision:
         return False, "the webhook did not decide it (not installed, or it skipped the pod)"
     return False, reason or f"decided {decision}"
+
+
+def coming_home_mark(pod: PodView) -> list[dict[str, Any]]:
+    """The JSON patch marking a pod the controller is about to evict to bring it home (a test op on its
+    uid: never another pod of the same name)."""
+    return [
+        {"op": "test", "path": "/metadata/uid", "value": pod.uid},
+        {
+            "op": "add",
+            "path": "/metadata/annotations/" + contract.ANNOTATION_COMING_HOME.replace("/", "~1"),
+            "value": "true",
+        },
+    ]
+
+
+def would_burst(decided: Mapping[str, Any]) -> bool:
+    """Whether the webhook decided the dry-run pod remote (it would burst now)."""
+    annotations = (decided.get("metadata") or {}).get("annotations") or {}
+    return bool(annotations.get(contract.ANNOTATION_DECISION) == contract.DECISION_REMOTE)
 
 
 def build_message(pod: PodView, *, jobs: Sequence[int], reason: str) -> str:

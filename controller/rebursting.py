@@ -11,10 +11,10 @@ once), so every pod of a parallel Job is moved however many it has.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Protocol
 
-from controller import stranding
+from controller import homecoming, stranding
 from controller.kube import PodChanged, PodChangedOrGone, PodGone
 from controller.metrics import Metrics
 from controller.model import PodView, format_time, log_context, parse_job, parse_pod, pod_reference
@@ -33,6 +33,7 @@ GANG_EVICTION_ATTEMPTS = 5  # a pod that waited for a node in vain (burst-after)
 class KubeWrites(Protocol):
     def read_pod(self, namespace: str, name: str) -> Mapping[str, Any]: ...
     def read_job(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
+    def dry_run_create_pod(self, namespace: str, body: Mapping[str, Any]) -> Mapping[str, Any]: ...
     def evict_pod(self, pod: PodView) -> None: ...
     def annotate_stranded(self, pod: PodView, *, since: str) -> None: ...
     def record_event(
@@ -50,6 +51,7 @@ class Reburster:
         metrics: Metrics,
         is_leader: Callable[[], bool],
         wall_clock: Callable[[], float],
+        came_home: Collection[str] = frozenset(),
     ) -> None:
         self._store = store
         self._kube = kube
@@ -57,8 +59,10 @@ class Reburster:
         self._metrics = metrics
         self._is_leader = is_leader
         self._now = wall_clock
+        self._came_home = came_home  # Job UIDs a pod came home for (the homecomer's, shared): never again
         self.rebursts_by_owner: dict[str, int] = {}
         self._handled: set[str] = set()  # pod UIDs acted on; the watch shows the result a little later
+        self._rechecked: dict[str, float] = {}  # namespace -> when a pod its budget holds was last asked about
 
     def scan(self) -> None:
         if not self._is_leader():
@@ -70,10 +74,7 @@ class Reburster:
         for pod in pods:
             if pod.uid in self._handled:
                 continue
-            owner_uid = pod.owner.uid if pod.owner else ""
-            assessment = stranding.assess(
-                pod, now=self._now(), policy=self._policy, rebursts=self.rebursts_by_owner.get(owner_uid, 0)
-            )
+            assessment = self._assess(pod)
             if assessment.verdict == "gang":
                 stranded_gangs.setdefault(pod.gang, []).append((pod, assessment))
                 continue
@@ -81,10 +82,18 @@ class Reburster:
         for gang, stranded in stranded_gangs.items():
             self._act_on_gang([pod for pod in pods if pod.gang == gang], stranded)
 
+    def _assess(self, pod: PodView) -> stranding.Assessment:
+        owner_uid = pod.owner.uid if pod.owner else ""
+        count = self.rebursts_by_owner.get(owner_uid, 0)
+        came_home = owner_uid in self._came_home
+        return stranding.assess(pod, now=self._now(), policy=self._policy, rebursts=count, came_home=came_home)
+
     def _act(self, pod: PodView, assessment: stranding.Assessment) -> None:
         try:
             if assessment.verdict == "reburst":
                 self._reburst(pod)
+            elif assessment.verdict == "recheck":
+                self._recheck(pod, assessment)
             elif assessment.verdict in ("note", "cap-hit"):
                 self._note(pod, assessment)
         except PodChangedOrGone as exc:  # the re-burst's read or delete: the report's own are caught in _note
@@ -180,7 +189,7 @@ class Reburster:
         # Re-read right before deleting: the decision is made again on what the API server says now.
         fresh = parse_pod(self._kube.read_pod(pod.namespace, pod.name))
         count = self.rebursts_by_owner.get(pod.owner.uid, 0)
-        again = stranding.assess(fresh, now=self._now(), policy=self._policy, rebursts=count)
+        again = self._assess(fresh)
         if fresh.uid != pod.uid or again.verdict != "reburst":
             self._metrics.reburst_aborted.labels(reason="no-longer-stranded").inc()
             log.info("stranded pod recovered before re-burst", extra=log_context(pod, reason=again.reason))
@@ -207,6 +216,38 @@ class Reburster:
             ),
         )
         self._event_on_owner(pod, reason=REASON_REBURST, message=message)
+
+    def _recheck(self, pod: PodView, assessment: stranding.Assessment) -> None:
+        """A Job's pod its namespace's budget kept local: reported once, then the webhook is asked (a
+        dry-run create of the Job's next pod) whether it would burst it now; if so it is evicted, its
+        replacement bursts. One per namespace every BUDGET_RECHECK_SECONDS: the dry run reserves nothing."""
+        assert pod.owner is not None  # assess() said recheck: a Job owns it
+        if not pod.stranded_since:
+            self._note(pod, assessment)
+            self._handled.discard(pod.uid)  # reported, but looked at again
+        now = self._now()
+        if (
+            now - self._rechecked.get(pod.namespace, -stranding.BUDGET_RECHECK_SECONDS)
+            < stranding.BUDGET_RECHECK_SECONDS
+        ):
+            return
+        self._rechecked[pod.namespace] = now
+        job = self._kube.read_job(pod.namespace, pod.owner.name)
+        if job is None or stranding.check_owner(pod, parse_job(job)):
+            return
+        decided = self._kube.dry_run_create_pod(pod.namespace, homecoming.dry_run_pod(job, pod))
+        if not homecoming.would_burst(decided):
+            return
+        fresh = parse_pod(self._kube.read_pod(pod.namespace, pod.name))
+        if fresh.uid != pod.uid or self._assess(fresh).verdict != "recheck":
+            return
+        self._kube.evict_pod(fresh)  # precondition: this uid and resourceVersion
+        self._handled.add(pod.uid)
+        self._metrics.rebursts.inc()
+        log.info(
+            "budget-held pod moved: the budget allows its burst now", extra=log_context(fresh, owner=pod.owner.name)
+        )
+        self._event_on_owner(pod, reason=REASON_REBURST, message=stranding.build_budget_allows_message(fresh))
 
     def _note(self, pod: PodView, assessment: stranding.Assessment) -> None:
         since = assessment.stranded_since if assessment.stranded_since is not None else self._now()

@@ -12,7 +12,10 @@ not model (inter-pod affinity, topology spread, ...).
   podFailurePolicy ignores the eviction (`check_owner`): a move never costs the Job a retry;
   otherwise the pod is reported, as below.
 - Kept local by its namespace's burst budget (the webhook's `budget` annotation): waiting for local
-  GPUs is what the budget decided, and its replacement would be kept local again; report it, as below.
+  GPUs is what the budget decided, so report it, as below; a Job's pod is then looked at again
+  ("recheck": the webhook is asked whether it would burst the Job's next pod now, as homecoming asks)
+  and moved once the budget allows it, one pod per namespace at a time (the spend record fresh again
+  after an outage, the spend down, the cap raised).
 - Kept local because no JARVICE machine offers the GPU model it selects (the webhook's `gpu-model`
   annotation on a local pod): its replacement would be kept local again; report it, as below.
 - Anything else (a bare pod, a ReplicaSet's, a StatefulSet's, or a Job whose cap is spent): report
@@ -52,7 +55,16 @@ NOT_FREE = (
     " at its creation)"
 )
 
-Verdict = Literal["ignore", "wait", "reburst", "note", "cap-hit", "gang"]
+# How long a local pod of a Job that came home may stay unschedulable before it goes back to its burst:
+# it came home on the webhook's word that a node can take it now, so the scheduler binds it within
+# seconds or not at all (a rule the fit does not model, or the GPUs taken meanwhile).
+HOMECOMING_BIND_SECONDS = 10.0
+
+# How often the webhook is asked again whether it would now burst a Job's pod its namespace's budget kept
+# local, and at most one such pod moved per namespace in that time (the dry run reserves nothing).
+BUDGET_RECHECK_SECONDS = 30.0
+
+Verdict = Literal["ignore", "wait", "reburst", "note", "cap-hit", "gang", "recheck"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,20 +126,26 @@ def _assess_waiting(pod: PodView, deadline: float, *, now: float) -> Assessment:
     return Assessment("reburst", "no node took it by its burst deadline; its Job recreates it", deadline)
 
 
-def assess(pod: PodView, *, now: float, policy: Policy, rebursts: int) -> Assessment:
-    """What to do with `pod` now; `rebursts` is how many times its owner's pods were re-burst."""
+def assess(pod: PodView, *, now: float, policy: Policy, rebursts: int, came_home: bool = False) -> Assessment:
+    """What to do with `pod` now; `rebursts` is how many times its owner's pods were re-burst;
+    `came_home`: a pod of its Job came home (it is judged by HOMECOMING_BIND_SECONDS, not the threshold)."""
     if pod.burst_deadline is not None and is_waiting(pod):
         return _assess_waiting(pod, pod.burst_deadline, now=now)
     if not is_stranded_candidate(pod):
         return Assessment("ignore", "not a local pod marked Unschedulable")
     if pod.scheduled_since is None:
         return Assessment("ignore", "PodScheduled has no lastTransitionTime")
-    due = pod.scheduled_since + policy.threshold
+    came_home = came_home and may_reburst_owner(pod)
+    due = pod.scheduled_since + (min(policy.threshold, HOMECOMING_BIND_SECONDS) if came_home else policy.threshold)
     if now < due:
         return Assessment("wait", "unschedulable for less than the threshold", due_at=due)
+    since = pod.scheduled_since
+    if pod.held_by_budget and may_reburst_owner(pod) and not pod.gang:
+        # Reported once, then asked again: the budget may allow it later (a fresh spend record after an
+        # outage of the controller or JARVICE, the namespace's spend down, its cap raised).
+        return Assessment("recheck", "kept local by its namespace's burst budget", stranded_since=since)
     if pod.stranded_since:
         return Assessment("ignore", "already reported as stranded")
-    since = pod.scheduled_since
     if pod.held_by_budget:
         return Assessment("note", "kept local by its namespace's burst budget", stranded_since=since)
     if pod.held_by_model:
@@ -143,6 +161,8 @@ def assess(pod: PodView, *, now: float, policy: Policy, rebursts: int) -> Assess
             f"its {pod.owner.kind if pod.owner else 'owner'} was re-burst {rebursts} times (cap {policy.cap})",
             stranded_since=since,
         )
+    if came_home:
+        return Assessment("reburst", "its Job came home and a node did not take it; its Job recreates it", since)
     return Assessment("reburst", "owned by a Job, which recreates it", stranded_since=since)
 
 
@@ -192,6 +212,13 @@ def build_burst_after_message(pod: PodView, *, waited: float) -> str:
     return (
         f"pod {pod.name} waited {waited:.0f}s for a local node (burst-after) and none took it by its deadline;"
         " evicted so that its replacement bursts to Nimbix (the eviction costs the Job no retry)"
+    )
+
+
+def build_budget_allows_message(pod: PodView) -> str:
+    return (
+        f"pod {pod.name} was kept local by its namespace's burst budget; the webhook would burst it now (the"
+        " budget allows it); evicted so that its replacement bursts to Nimbix (the eviction costs the Job no retry)"
     )
 
 

@@ -30,6 +30,10 @@ ANNOTATION_RESERVATION: Final = ANNOTATION_PREFIX + "reservation"
 # taken it (webhook.provenance); a copy of a decided pod carries a token already taken.
 ANNOTATION_ADMISSION: Final = ANNOTATION_PREFIX + "admission"
 
+# Set by the controller on a burst pod it brings home, right before evicting it: the webhook holds the
+# GPUs the pod comes home to for its Job's next pod, from the eviction to that pod's admission.
+ANNOTATION_COMING_HOME: Final = ANNOTATION_PREFIX + "coming-home"
+
 DECISION_LOCAL: Final = "local"
 DECISION_REMOTE: Final = "remote"
 

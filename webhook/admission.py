@@ -99,6 +99,8 @@ def admit(
     except ObjectError as exc:
         raise MalformedReview(f"request.object: {exc}") from exc
     needs = PodNeeds(gpus=gpus, requests=requests, placement=placement, namespace=request.namespace)
+    if not request.dry_run and not reinvoked:  # the GPUs a pod of its Job came home to are its own
+        cache.job_moves.take_over(waiting.controlling_job(meta))  # snapshot_for settles the ledger
     snapshot = cache.snapshot_for(request.namespace, cluster_name=policy.cluster_name)
     gang: gangs.GangSnapshot | None = None
     carried: gangs.GangTerms | None = None  # a reinvoked pod's gang, as its annotations carry it
@@ -153,8 +155,9 @@ def _wait_ask(
         namespace_setting=namespace_setting,
         job_uid=waiting.controlling_job(meta),
         now=cache.wall_now(),
-        deadlines=cache.burst_deadlines(),
+        deadlines=cache.job_moves.burst_deadlines(),
         restart_policy=str(_mapping(pod_spec).get("restartPolicy") or ""),
+        burst_before=cache.job_moves.burst_before(waiting.controlling_job(meta)),
     )
 
 

@@ -4,13 +4,18 @@ One at a time: the watch threads apply events and the event loop decides and res
 holding CacheSync.lock for the whole of it, so a decision reads one consistent state and two
 concurrent admissions can never claim the same GPUs.
 
-Three parts, one responsibility each:
-  ClusterCache (here)      indexes nodes, pods and namespaces from the watch: labels, cordoned and
-                           not-ready GPU nodes, burst budgets, and what each pod holds
+Its parts, one responsibility each:
+  ClusterCache (here)      applies the watch's nodes, pods and namespaces to the parts below, and
+                           what each pod holds (claims_gpus, holding); hands out snapshots
+  node_index               a node's place in the view's indexes: labels, cordoned and not-ready GPU nodes
+  NamespaceIndex           burst budgets, cost caps, namespaces' settings, the cluster's identity
+  (webhook.namespace_index)
   ClaimLedger              the accounting of what is used and claimed on each node, the claims and
   (webhook.accounting)     their moves, and the free-count index the fit search reads
   Reservations             what this webhook promised before the watch showed the pod, and its expiry
   (webhook.reservations)
+  JobMoves                 what it remembers of Jobs' moves: waits before bursting, Jobs whose pods
+  (webhook.job_moves)      burst, the GPUs held for a pod coming home
 They share one ClusterView (webhook.types; webhook.fitting searches it): the structures a decision
 reads, handed out without a copy. An admission takes one Snapshot (snapshot_for: the view and what
 its namespace and the reservations say), and a gang's pod one GangSnapshot beside it (gang_snapshot_for);
@@ -33,23 +38,23 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from jarvice import contract
 from jarvice.gpubudget import NamespaceBudget
 from kubeplumbing.leadership import HandedOver
 from webhook.accounting import ClaimLedger
 from webhook.fitting import CANDIDATE_CAP, best_partial_fit, find_fit
 from webhook.gangs import GangIndex, GangSnapshot
+from webhook.job_moves import JobMoves
+from webhook.namespace_index import CLUSTER_NAMESPACE, NamespaceIndex
+from webhook.node_index import index_node, unindex_labels, unindex_node
 from webhook.provenance import IssuedTokens
 from webhook.reservations import Reservations
 from webhook.scheduling import eligibility
 from webhook.spend_ledger import SpendLedger
-from webhook.spending import DEFAULT_MAX_RECORD_AGE_SECONDS, CostCaps, InUse
+from webhook.spending import DEFAULT_MAX_RECORD_AGE_SECONDS, InUse
 from webhook.types import (
     Claim,
     ClaimMove,
     FitResult,
-    NamespaceInfo,
-    NamespaceMachines,
     NodeInfo,
     Placement,
     PodInfo,
@@ -62,111 +67,6 @@ from webhook.verdict import Effects
 __all__ = ["CANDIDATE_CAP", "CLUSTER_NAMESPACE", "DEFAULT_SCHEDULERS", "Claim", "ClusterCache", "FitResult"]
 
 DEFAULT_SCHEDULERS = ("default-scheduler",)
-# Every cluster has it and it is never deleted: its UID names the cluster (contract.cluster_identity).
-CLUSTER_NAMESPACE = "kube-system"
-# How long a Job's wait deadline is remembered after it passed: its replacement pods, created within
-# seconds of the controller's scan, burst at once; a pod the Job creates much later may wait again.
-WAIT_MEMORY_SECONDS = 3600.0
-_NO_KUBE_SYSTEM = "the kube-system namespace is not in the webhook's cache, so the cluster's identity is unknown"
-
-
-class NamespaceIndex:
-    """What the watch shows of namespaces: burst budgets and the GPUs their burst pods count against
-    them (kept by the pod writes), default walltimes, the cluster's identity."""
-
-    def __init__(self) -> None:
-        self.budgets: dict[str, NamespaceBudget] = {}  # namespaces with a max-remote-gpus annotation
-        self.default_walltimes: dict[str, str] = {}  # namespaces with a default-walltime annotation
-        self.caps: dict[str, CostCaps] = {}  # namespaces with a cost cap
-        self.apps: dict[str, str] = {}  # namespaces that name their JARVICE application
-        self.burst_afters: dict[str, str] = {}  # namespaces with a burst-after annotation
-        self.machines: dict[str, NamespaceMachines] = {}  # namespaces with a machines or max-remote-queue annotation
-        self.own_accounts: set[str] = set()  # namespaces that pay with their own key
-        self.kube_system_uid = ""
-        self.remote_in_use: dict[str, int] = {}  # namespace -> GPUs of its watched burst pods
-        # (kube-system UID, cluster name) -> (identity, why unknown): worked out once, not per review.
-        self._identity: tuple[str, str, tuple[str, str]] = ("", "", ("", _NO_KUBE_SYSTEM))
-
-    def replace(self, namespaces: Iterable[NamespaceInfo]) -> None:
-        self.budgets = {}
-        self.default_walltimes = {}
-        self.caps = {}
-        self.apps = {}
-        self.burst_afters = {}
-        self.machines = {}
-        self.own_accounts = set()
-        self.kube_system_uid = ""
-        for namespace in namespaces:
-            self.upsert(namespace)
-
-    def upsert(self, namespace: NamespaceInfo) -> None:
-        name = namespace.name
-        if namespace.budget is None:
-            self.budgets.pop(name, None)
-        else:
-            self.budgets[name] = namespace.budget
-        if namespace.default_walltime is None:
-            self.default_walltimes.pop(name, None)
-        else:
-            self.default_walltimes[name] = namespace.default_walltime
-        if namespace.cost_caps is None:
-            self.caps.pop(name, None)
-        else:
-            self.caps[name] = namespace.cost_caps
-        if namespace.app:
-            self.apps[name] = namespace.app
-        else:
-            self.apps.pop(name, None)
-        if namespace.burst_after is None:
-            self.burst_afters.pop(name, None)
-        else:
-            self.burst_afters[name] = namespace.burst_after
-        if namespace.machines is None:
-            self.machines.pop(name, None)
-        else:
-            self.machines[name] = namespace.machines
-        if namespace.own_account:
-            self.own_accounts.add(name)
-        else:
-            self.own_accounts.discard(name)
-        if name == CLUSTER_NAMESPACE:
-            self.kube_system_uid = namespace.uid
-
-    def count_remote(self, pod: PodInfo, sign: int) -> None:
-        # A finished burst pod still carries remote_gpus while its job may run (see model.parse_pod).
-        if pod.remote_gpus:
-            left = self.remote_in_use.get(pod.namespace, 0) + sign * pod.remote_gpus
-            if left:
-                self.remote_in_use[pod.namespace] = left
-            else:
-                del self.remote_in_use[pod.namespace]
-
-    def cluster_identity(self, cluster_name: str) -> tuple[str, str]:
-        """(the cluster's identity, "") or ("", why it is unknown). Every job a burst pod submits
-        carries it, so the reaper of this cluster, and only that one, may stop the job."""
-        uid = self.kube_system_uid
-        known_uid, known_name, identity = self._identity
-        if uid == known_uid and cluster_name == known_name:
-            return identity
-        if not uid:
-            identity = "", _NO_KUBE_SYSTEM
-        else:
-            try:
-                identity = contract.cluster_identity(uid, cluster_name), ""
-            except ValueError as exc:
-                identity = "", f"the cluster's identity is unknown: {exc}"
-        self._identity = (uid, cluster_name, identity)
-        return identity
-
-    def delete(self, name: str) -> None:
-        self.budgets.pop(name, None)
-        self.default_walltimes.pop(name, None)
-        self.caps.pop(name, None)
-        self.apps.pop(name, None)
-        self.burst_afters.pop(name, None)
-        self.machines.pop(name, None)
-        if name == CLUSTER_NAMESPACE:
-            self.kube_system_uid = ""
 
 
 class ClusterCache:
@@ -185,9 +85,6 @@ class ClusterCache:
         """`clock`: for reservations (monotonic); `wall_clock`: epoch seconds, for the deadlines of
         pods waiting to burst (None: `clock`)."""
         self._wall_clock = wall_clock or clock
-        # Job UID -> the deadline its pods wait until before bursting (webhook.waiting). In memory:
-        # a new leader gives a Job a new wait (the controller's re-burst cap bounds the repeats).
-        self.waits: dict[str, float] = {}
         self.gpu_resources = tuple(gpu_resources)
         self._scheduler_names = frozenset(scheduler_names)
         # The view's structures are mutated in place, never rebound: the view stays valid.
@@ -202,6 +99,8 @@ class ClusterCache:
             max_reservations_per_namespace=max_reservations_per_namespace,
         )
         self._pods: dict[str, PodInfo] = {}
+        # What it remembers of Jobs' moves: waits, bursts, homecomings (webhook.job_moves).
+        self.job_moves = JobMoves(view=self.view, reservations=self.reservations, wall_clock=self._wall_clock)
         self.issued = IssuedTokens(clock=clock)  # admissions decided, pod not seen yet (webhook.provenance)
         # The spend record says when (Unix time) JARVICE was listed: its age is read on the wall clock.
         self.spend = SpendLedger(clock=self._wall_clock, max_record_age=max_spend_record_age)  # GPUs, money
@@ -255,14 +154,6 @@ class ClusterCache:
         finished without word that their jobs ended), plus remote decisions whose pod has not appeared yet."""
         return self.namespaces.remote_in_use.get(namespace, 0) + self.reservations.remote_gpus_in(namespace)
 
-    def claims_gpus(self, pod: PodInfo) -> bool:
-        """Whether an unbound pod competes for GPUs now, i.e. kube-scheduler is trying to place it:
-        not held back by scheduling gates, handled by a scheduler we account for, and not already
-        found unschedulable for a reason other than GPUs (unless preemption nominated a node for it)."""
-        if pod.gated or pod.scheduler_name not in self._scheduler_names:
-            return False
-        return not pod.blocked_elsewhere or bool(pod.nominated_node)
-
     def find_fit(self, requests: Requests, placement: Placement, *, exclude: str = "") -> FitResult:
         """Best-fit node for `requests` (see webhook.fitting.find_fit)."""
         return find_fit(self.view, requests, eligibility(placement), exclude=exclude)
@@ -305,13 +196,6 @@ class ClusterCache:
         """Epoch seconds: a waiting pod's deadline is written on it, so it is wall-clock time."""
         return self._wall_clock()
 
-    def burst_deadlines(self) -> Mapping[str, float]:
-        """The deadlines Jobs' pods wait until (webhook.waiting), those long past forgotten first."""
-        forget = self._wall_clock() - WAIT_MEMORY_SECONDS
-        for key in [key for key, deadline in self.waits.items() if deadline < forget]:
-            del self.waits[key]
-        return self.waits
-
     def apply(self, effects: Effects) -> None:
         """An admission's verdict, applied at once (see verdict.Effects): its claim moves, a cap it
         met, the reservations it releases and makes, a gang's decision to remember."""
@@ -325,8 +209,7 @@ class ClusterCache:
         if effects.record is not None:
             self.gang_index.book.put(effects.gang, effects.record)
         if effects.wait is not None:
-            key, deadline = effects.wait
-            self.waits[key] = deadline
+            self.job_moves.remember_wait(*effects.wait)
         self.ledger.settle()
 
     def gang_snapshot_for(self, meta: Mapping[str, Any], *, namespace: str, cluster: str) -> GangSnapshot | None:
@@ -354,25 +237,10 @@ class ClusterCache:
         old = self._nodes.get(node.name)
         if old == node:
             return  # a status heartbeat: nothing accounting reads has changed
-        view = self.view
         if old is not None:
-            self._unindex_labels(old)
+            unindex_labels(self.view, old)
         self._nodes[node.name] = node
-        for item in node.labels.items():
-            view.by_label.setdefault(item, {})[node.name] = None
-        has_gpus = False
-        for resource in self.gpu_resources:
-            if resource in node.allocatable:
-                has_gpus = True
-                view.max_allocatable[resource] = max(view.max_allocatable[resource], node.allocatable[resource])
-        if has_gpus and not node.schedulable:
-            view.unschedulable_gpu_nodes.add(node.name)
-        else:
-            view.unschedulable_gpu_nodes.discard(node.name)
-        if has_gpus and node.ready and node.unschedulable:
-            view.cordoned[node.name] = None
-        else:
-            view.cordoned.pop(node.name, None)
+        index_node(self.view, node)
         self.ledger.reindex(node.name)
         self.ledger.rehome_claims(node.name)
         self.ledger.node_changed(node.name)
@@ -381,32 +249,12 @@ class ClusterCache:
     def delete_node(self, name: str) -> None:
         old = self._nodes.pop(name, None)
         if old is not None:
-            self._unindex_labels(old)
-        self.view.unschedulable_gpu_nodes.discard(name)
-        self.view.cordoned.pop(name, None)
+            unindex_labels(self.view, old)
+        unindex_node(self.view, name)
         self.ledger.reindex(name)
         # Bound pods keep their usage under the name (a node re-registering finds them); claims move.
         self.ledger.rehome_claims(name)
         self.ledger.settle()
-
-    def _unindex_labels(self, node: NodeInfo) -> None:
-        by_label = self.view.by_label
-        for item in node.labels.items():
-            names = by_label[item]
-            del names[node.name]
-            if not names:
-                del by_label[item]
-
-    # ----- namespace writes --------------------------------------------------------------------
-
-    def replace_namespaces(self, namespaces: Iterable[NamespaceInfo]) -> None:
-        self.namespaces.replace(namespaces)
-
-    def upsert_namespace(self, namespace: NamespaceInfo) -> None:
-        self.namespaces.upsert(namespace)
-
-    def delete_namespace(self, name: str) -> None:
-        self.namespaces.delete(name)
 
     # ----- pod writes --------------------------------------------------------------------------
 
@@ -425,18 +273,20 @@ class ClusterCache:
             self.issued.take(pod.admission)
         if pod.reservation_id:
             self.reservations.release(pod.reservation_id)
+        if pod.job_uid:
+            self.job_moves.saw_burst_pod(pod)
         if old is not None:
             self.namespaces.count_remote(old, -1)
             self.spend.count(old, -1)
         self.namespaces.count_remote(pod, 1)
         self.spend.count(pod, 1)
-        if old is not None and self._holding(old) == self._holding(pod):
+        if old is not None and holding(old, self._scheduler_names) == holding(pod, self._scheduler_names):
             self._pods[pod.uid] = pod
         else:
             if old is not None:
                 self.ledger.drop_holding(old)
             self._pods[pod.uid] = pod
-            self.ledger.take_holding(pod, claims_gpus=self.claims_gpus(pod))
+            self.ledger.take_holding(pod, claims_gpus=claims_gpus(pod, self._scheduler_names))
         self.ledger.settle()  # after the whole change: a pod binding frees its claim and fills its node at once
 
     def delete_pod(self, uid: str) -> None:
@@ -448,15 +298,6 @@ class ClusterCache:
             self.spend.count(old, -1)
             self.ledger.drop_holding(old)
             self.ledger.settle()
-
-    def _holding(self, pod: PodInfo) -> tuple[object, ...]:
-        """Everything that decides what a pod holds and where: when it changes (an in-place resize
-        changes `requests`), the pod is re-accounted."""
-        if pod.terminal:
-            return (True,)
-        if pod.node_name:
-            return (pod.node_name, pod.requests)
-        return ("", pod.requests, pod.nominated_node, pod.placement, self.claims_gpus(pod))
 
     # ----- reservations ------------------------------------------------------------------------
 
@@ -518,3 +359,26 @@ class ClusterCache:
     def claims(self) -> Mapping[str, Claim]:
         """Claim id ("pod:<uid>" or "res:<reservation id>") -> where it sits and what it holds."""
         return self.ledger.claims
+
+
+# ----- what a watched pod holds (pure) -------------------------------------------------------------
+
+
+def claims_gpus(pod: PodInfo, scheduler_names: Collection[str]) -> bool:
+    """Whether an unbound pod competes for GPUs now, i.e. kube-scheduler is trying to place it:
+    not held back by scheduling gates, handled by a scheduler we account for (`scheduler_names`), and
+    not already found unschedulable for a reason other than GPUs (unless preemption nominated a node
+    for it)."""
+    if pod.gated or pod.scheduler_name not in scheduler_names:
+        return False
+    return not pod.blocked_elsewhere or bool(pod.nominated_node)
+
+
+def holding(pod: PodInfo, scheduler_names: Collection[str]) -> tuple[object, ...]:
+    """Everything that decides what a pod holds and where: when it changes (an in-place resize
+    changes `requests`), the pod is re-accounted."""
+    if pod.terminal:
+        return (True,)
+    if pod.node_name:
+        return (pod.node_name, pod.requests)
+    return ("", pod.requests, pod.nominated_node, pod.placement, claims_gpus(pod, scheduler_names))

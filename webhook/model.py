@@ -6,6 +6,7 @@ wrong shape raises ObjectError with a message naming the field, so a bad review 
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
@@ -13,7 +14,7 @@ from typing import Any, NoReturn
 
 from jarvice import contract, gpubudget
 from kubeplumbing import spendrecord
-from webhook import spending, walltime
+from webhook import spending, waiting, walltime
 from webhook.resources import (
     QuantityError,
     effective_gpus,
@@ -332,6 +333,8 @@ def _with_gang(pod: PodInfo, meta: Mapping[str, Any], annotations: Mapping[str, 
         remote_gpus=pod.remote_gpus,
         remote_cost=pod.remote_cost,
         remote_worst_case=pod.remote_worst_case,
+        job_uid=pod.job_uid,
+        coming_home=pod.coming_home,
         gang=gang,
         gang_rank=rank,
         decision=annotations.get(contract.ANNOTATION_DECISION, ""),
@@ -366,8 +369,25 @@ def _burst_pod(
         remote_gpus=remote_gpus,
         remote_cost=_money(annotations.get(spending.ANNOTATION_COST_PER_HOUR)),
         remote_worst_case=_money(annotations.get(spending.ANNOTATION_WORST_CASE)),
+        job_uid=waiting.controlling_job(meta),
+        coming_home=_coming_home(meta, annotations),
     )
     return _with_gang(pod, meta, annotations)
+
+
+def _coming_home(meta: Mapping[str, Any], annotations: Mapping[str, str]) -> tuple[tuple[str, int], ...]:
+    """The GPUs a burst pod the controller is evicting to bring it home ran remotely (from the audit of
+    its original resources); () for any other pod."""
+    if contract.ANNOTATION_COMING_HOME not in annotations or not meta.get("deletionTimestamp"):
+        return ()
+    try:
+        audit = json.loads(annotations.get(contract.ANNOTATION_ORIGINAL_RESOURCES, "{}"))
+    except ValueError:
+        return ()
+    gpus = audit.get("gpus") if isinstance(audit, dict) else None
+    if not isinstance(gpus, dict):
+        return ()
+    return tuple(sorted((str(r), n) for r, n in gpus.items() if type(n) is int and n > 0))
 
 
 def _money(value: str | None) -> float:

@@ -157,7 +157,7 @@ class CacheSync:
         if kind == "nodes":
             self.cache.replace_nodes(parsed.nodes)
         elif kind == "namespaces":
-            self.cache.replace_namespaces(parsed.namespaces)
+            self.cache.namespaces.replace(parsed.namespaces)
         elif kind == "jobs":
             self.cache.gang_index.replace_jobs(parsed.jobs)
         else:
@@ -186,9 +186,9 @@ class CacheSync:
                 self._apply_job(event_type, raw)
                 return None
             if event_type == "DELETED":
-                self.cache.delete_namespace(_name(raw))
+                self.cache.namespaces.delete(_name(raw))
             else:
-                self.cache.upsert_namespace(parse_namespace(raw))
+                self.cache.namespaces.upsert(parse_namespace(raw))
             return None
         except ObjectError as exc:
             self.state.skipped_objects += 1

@@ -132,7 +132,7 @@ class PodInfo:
     terminal: bool  # Succeeded or Failed: holds nothing
     placement: Placement
     reservation_id: str  # our annotation: the admission that reserved GPUs for this pod
-    # Why an unbound pod might not compete for GPUs (see ClusterCache.claims_gpus):
+    # Why an unbound pod might not compete for GPUs (see webhook.cache.claims_gpus):
     scheduler_name: str = "default-scheduler"
     gated: bool = False  # spec.schedulingGates non-empty: the scheduler ignores it until ungated
     blocked_elsewhere: bool = False  # PodScheduled=False/Unschedulable, and the message names no GPU resource
@@ -153,6 +153,12 @@ class PodInfo:
     # A burst pod in a namespace with cost caps: what it was counted for (webhook.spending).
     remote_cost: float = 0.0  # per hour
     remote_worst_case: float = 0.0  # over its walltime
+    # A burst pod's Job (the UID of the Job that controls it; "": none): a Job one of whose pods burst
+    # never waits before bursting again (webhook.waiting), however long ago its wait ended.
+    job_uid: str = ""
+    # A burst pod the controller is bringing home (its coming-home mark, and being deleted): the GPUs it
+    # ran remotely (its original resources), to hold for its Job's next pod (ClusterCache). Empty: none.
+    coming_home: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

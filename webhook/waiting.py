@@ -12,7 +12,9 @@ and would count the eviction against its backoffLimit). A bare pod, or a Replica
 once, and says why on its `burst-after-ignored` annotation. One Job waits once: the webhook
 remembers the deadline it gave the Job's first waiting pod (ClusterCache.waits, by the Job's UID),
 its later pods wait until that same deadline, and a pod admitted after it bursts at once, which is
-how the replacement of a pod that waited in vain bursts.
+how the replacement of a pod that waited in vain bursts. Nor does a pod of a Job one of whose pods
+burst (ClusterCache.burst_jobs, from the watch, for as long as such a pod lives): the replacement of a
+pod that came home and found its GPU taken bursts at once, without a second wait.
 
 A gang (webhook.gangs) waits as one. An Indexed Job's pods wait until the Job's creation + the
 setting: every pod's admission computes the same deadline from what they all share, whenever it comes
@@ -78,6 +80,7 @@ class WaitAsk:
     now: float  # wall clock, epoch seconds
     deadlines: Mapping[str, float]  # Job UID -> the deadline given to its first waiting pod
     restart_policy: str  # the pod's spec.restartPolicy as written ("": unset, Always)
+    burst_before: bool = False  # a pod of its Job burst (the watch shows it): the Job has waited
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +163,8 @@ def decide(ask: WaitAsk, *, gang: bool, gang_since: float | None = None) -> Wait
         )
     if not_free:
         return _not_free(ask)
+    if ask.burst_before:  # e.g. the replacement of a pod that came home and lost its GPU meanwhile
+        return NoWait("its Job's pods already burst (a Job waits once); this pod bursts at once")
     deadline = ask.deadlines.get(ask.job_uid)
     if deadline is None:
         return Wait(ask.job_uid, ask.now + seconds, seconds, source)

@@ -27,6 +27,9 @@ mypyc=${1:?usage: compile-core.sh MYPYC}
   webhook/provenance.py \
   webhook/spending.py \
   webhook/spend_ledger.py \
+  webhook/namespace_index.py \
+  webhook/node_index.py \
+  webhook/job_moves.py \
   webhook/cache.py \
   webhook/sync.py \
   webhook/gangs.py \

@@ -18,6 +18,7 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -213,12 +214,11 @@ def test_a_backoff_limit_0_job_that_waited_in_vain_completes_on_its_burst_and_co
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
     ns: str,
-    node_gpus: Callable[[int], None],
+    held_gpus: list[str],
 ) -> None:
-    """The examples' backoffLimit 0 with burst-after 20s and no local GPU: the webhook gave the Job the rule
-    ignoring evictions, the controller evicted the waiting pod at its deadline, and the Job completes on its
-    burst with no failure counted (a delete used to fail it: nothing ran anywhere)."""
-    node_gpus(0)
+    """The examples' backoffLimit 0 with burst-after 20s, every local GPU held by a plain pod: the webhook
+    gave the Job the rule ignoring evictions, the controller evicted the waiting pod at its deadline, and the
+    Job completes on its burst with no failure counted (a delete used to fail it: nothing ran anywhere)."""
     job = _create_job(
         control_plane,
         ns,
@@ -246,11 +246,12 @@ def test_every_pod_of_a_parallel_job_that_waited_in_vain_runs(
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
     ns: str,
-    node_gpus: Callable[[int], None],
+    held_gpus: list[str],
 ) -> None:
-    """4 pods, burst-after 20s, no local GPU: all four wait until the one deadline, are evicted (no re-burst
-    cap holds the fourth back) and complete on their bursts; backoffLimit 0, no failure counted."""
-    node_gpus(0)
+    """4 pods, burst-after 20s, every local GPU held by a plain pod: all four wait until the one deadline, are
+    evicted (no re-burst cap holds the fourth back) and complete on their bursts; backoffLimit 0, no failure
+    counted."""
+    began = time.monotonic()
     job = _create_job(
         control_plane,
         ns,
@@ -265,6 +266,7 @@ def test_every_pod_of_a_parallel_job_that_waited_in_vain_runs(
         what="every pod of the Job complete",
         timeout=WAIT_SECONDS + 120,
     )
+    print(f"\n4-pod parallel Job, burst-after 20s: created -> every pod complete {time.monotonic() - began:.1f}s")
     status = _get(control_plane, "-n", ns, "get", "job", job)["status"]
     assert not status.get("failed"), status
     assert len(_events(control_plane, ns, job, "NimbixBurstAfterWait")) == 4
@@ -443,3 +445,108 @@ def test_a_burst_job_pod_held_submitted_comes_home_when_local_gpus_free(
         f" billing late {row['billing late']} | ran {row['ran']} | freed -> replaced {MEASURED['freed_to_replaced_s']}s"
     )
     assert (row["submitted"], row["completed"], row["billing late"], row["ran"]) == (1, 0, 0, 0)
+
+
+def _holder(name: str, *, gpus: int) -> dict[str, Any]:
+    """A plain pod (no task-type label: the product leaves it alone) that holds `gpus` of the real node's GPUs."""
+    container = {
+        "name": "hold",
+        "image": demo.build_app_container(command="", gpus=gpus, app_name="")["image"],
+        "imagePullPolicy": "Never",
+        "command": ["sleep", "3600"],
+        "resources": {"limits": {GPU: str(gpus)}, "requests": {GPU: str(gpus)}},
+    }
+    spec = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0, "containers": [container]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": demo.build_real_node_placement(spec)}
+
+
+@pytest.fixture
+def held_gpus(control_plane: controlplane.ControlPlane, real_node: node.RealNode, ns: str) -> Iterator[list[str]]:
+    """The real node's GPUs held by plain pods of one GPU each (their names); all deleted after the test."""
+    names = [f"holder-{index}" for index in range(real_node.settings.gpus)]
+    items = [_holder(name, gpus=1) for name in names]
+    control_plane.kubectl(
+        "-n", ns, "create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+    )
+
+    def all_running() -> bool:
+        pods = _get(control_plane, "-n", ns, "get", "pods")["items"]
+        running = {p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Running"}
+        return set(names) <= running
+
+    demo.wait_for(all_running, what="the holders Running on the real node", timeout=120)
+    try:
+        yield names
+    finally:
+        control_plane.kubectl("-n", ns, "delete", "pod", "--ignore-not-found", "--wait", *names)
+
+
+def test_one_freed_gpu_brings_home_exactly_one_of_two_queued_backoff_limit_0_jobs_and_both_complete(
+    homecoming: None,
+    control_plane: controlplane.ControlPlane,
+    real_node: node.RealNode,
+    node_emulator: addons.EmulatorProcess,
+    ns: str,
+    held_gpus: list[str],
+    held_queue: None,
+) -> None:
+    """Every GPU held by plain pods, two 1-GPU Jobs (backoffLimit 0) burst and held SUBMITTED; one holder
+    deleted: the oldest queued comes home alone (the other's pod and job are left as they are while the
+    freed GPU is taken), and when it completes and gives the GPU back the other comes home: both Jobs
+    complete, neither counts a failure, and neither JARVICE job ever ran."""
+    probe = pod_body(f"probe-{uuid.uuid4().hex[:6]}", app_container(node_emulator, "true", gpus=1), gated=False)
+    wait_admitted_as(control_plane, ns, probe, decision="remote", what="the holders' GPUs counted")
+    jobs = [
+        _create_job(control_plane, ns, node_emulator, command='sleep 20; echo "came home"', backoff_limit=0)
+        for _ in range(2)
+    ]
+    firsts = [
+        demo.wait_for(partial(_job_pods, control_plane, ns, job), what="a Job's pod", timeout=30)[0] for job in jobs
+    ]
+    uids = [pod["metadata"]["uid"] for pod in firsts]
+    assert [annotations_of(p)[contract.ANNOTATION_DECISION] for p in firsts] == ["remote", "remote"]
+    demo.wait_for(
+        lambda: [j["status"] for j in _jobs_of(node_emulator, set(uids))] == ["SUBMITTED"] * 2,
+        what="both JARVICE jobs held SUBMITTED",
+        timeout=60,
+    )
+    numbers = {uid: _jobs_of(node_emulator, {uid})[0]["number"] for uid in uids}
+    home_job, other_job = jobs if numbers[uids[0]] < numbers[uids[1]] else jobs[::-1]  # the oldest queued first
+    other_uid = uids[jobs.index(other_job)]
+    control_plane.kubectl("-n", ns, "delete", "pod", "--wait", held_gpus[0])
+
+    demo.wait_for(
+        lambda: _events(control_plane, ns, home_job, "NimbixCameHome"), what="the oldest queued came home", timeout=60
+    )
+    # While the one freed GPU runs the pod that came home (20 s), the other Job's pod is left where it is; it
+    # may come home only once that pod has finished and given the GPU back. Each look reads the other Job
+    # first and its Event after (no Event yet: what was read was untouched), and the pod that came home after
+    # an Event (had it still run when we looked, it ran when the other came home).
+    until = time.monotonic() + WAIT_SECONDS
+    while not _succeeded(control_plane, ns, home_job):
+        assert time.monotonic() < until, f"the Job {home_job} that came home did not complete"
+        pods = [p["metadata"]["uid"] for p in _job_pods(control_plane, ns, other_job)]
+        queued = [j["status"] for j in _jobs_of(node_emulator, {other_uid})]
+        if _events(control_plane, ns, other_job, "NimbixCameHome"):
+            local = [p for p in _job_pods(control_plane, ns, home_job) if p["metadata"]["uid"] not in uids]
+            phases = [p["status"].get("phase") for p in local]
+            assert phases and set(phases) <= {"Succeeded", "Failed"}, f"a second pod came home for one GPU: {phases}"
+            break
+        assert pods == [other_uid], "the other Job's pod was moved"
+        assert queued == ["SUBMITTED"], queued
+        time.sleep(1)
+    for job in jobs:
+        demo.wait_for(partial(_succeeded, control_plane, ns, job), what=f"Job {job} complete", timeout=WAIT_SECONDS)
+        status = _get(control_plane, "-n", ns, "get", "job", job)["status"]
+        assert not status.get("failed"), status
+        (event,) = _events(control_plane, ns, job, "NimbixCameHome")
+        assert firsts[jobs.index(job)]["metadata"]["name"] in event["message"]
+        local = [p for p in _job_pods(control_plane, ns, job) if p["metadata"]["uid"] not in uids]
+        assert [p["spec"]["nodeName"] for p in local] == [real_node.name]
+        assert "came home" in control_plane.kubectl("-n", ns, "logs", local[0]["metadata"]["name"]).stdout
+    demo.wait_for(
+        lambda: [j["status"] for j in _jobs_of(node_emulator, set(uids))] == ["TERMINATED"] * 2,
+        what="both held jobs terminated",
+        timeout=30,
+    )
+    assert [j["pid"] for j in _jobs_of(node_emulator, set(uids))] == [None, None], "a held job ran"

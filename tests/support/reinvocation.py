@@ -26,7 +26,7 @@ def make_cache(free_gpus: int) -> ClusterCache:
     cache = ClusterCache(gpu_resources=(GPU,), clock=lambda: 0.0, reservation_ttl=60)
     cache.replace_nodes([parse_node(node("a", free_gpus), (GPU,))])
     cache.replace_pods([])
-    cache.replace_namespaces([parse_namespace(KUBE_SYSTEM)])
+    cache.namespaces.replace([parse_namespace(KUBE_SYSTEM)])
     return cache
 
 

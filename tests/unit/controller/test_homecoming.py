@@ -419,3 +419,35 @@ def test_a_job_of_it_that_ended_without_running_does_not_keep_it_away() -> None:
     homecomer, kube, _ = make(burst(), jarvice)
     homecomer.round()
     assert kube.deleted == [("train-abcde", "42")]
+
+
+def test_the_pod_is_marked_coming_home_before_its_eviction_so_the_webhook_holds_its_gpus() -> None:
+    jarvice = FakeJarvice({4711: entry()})
+    homecomer, kube, _ = make(burst(), jarvice)
+    evictions_seen_marked: list[bool] = []
+    evict = kube.evict_pod
+
+    def evict_after_the_mark(pod: PodView) -> None:
+        evictions_seen_marked.append(any(name == pod.name for name, _ops in kube.patched))
+        evict(pod)
+
+    kube.evict_pod = evict_after_the_mark  # type: ignore[method-assign]
+    homecomer.round()
+    uid = burst()["metadata"]["uid"]
+    assert kube.patched == [
+        (
+            "train-abcde",
+            [
+                {"op": "test", "path": "/metadata/uid", "value": uid},
+                {"op": "add", "path": "/metadata/annotations/nimbix-burst.io~1coming-home", "value": "true"},
+            ],
+        )
+    ]
+    assert evictions_seen_marked == [True]
+
+
+def test_a_pod_whose_job_started_is_never_marked_coming_home() -> None:
+    jarvice = FakeJarvice({4711: entry()}, then={4711: entry(state="PROCESSING STARTING", started=1)})
+    homecomer, kube, _ = make(burst(), jarvice)
+    homecomer.round()
+    assert kube.patched == [] and kube.deleted == []

@@ -11,10 +11,10 @@ import pytest
 from controller import stranding
 from controller.kube import PodChanged, PodGone
 from controller.metrics import Metrics
-from controller.model import PodView
+from controller.model import PodView, format_time
 from controller.rebursting import Reburster
 from controller.store import PodStore
-from tests.unit.controller.builders import JOB_UID, T0, job, job_owner, pod
+from tests.unit.controller.builders import JOB_UID, T0, T0_TEXT, job, job_owner, pod
 
 NOW = T0 + 300
 
@@ -29,6 +29,9 @@ class FakeKube:
     delete_conflict: bool = False
     conflicts_left: dict[str, int] = field(default_factory=dict)  # pod name -> evictions refused (409) first
     annotate_conflict: bool = False
+    # What the webhook answers a dry-run create of the Job's next pod (its annotations), and the dry runs made.
+    answer: dict[str, str] = field(default_factory=lambda: {"nimbix-burst.io/decision": "remote"})
+    dry_runs: list[str] = field(default_factory=list)  # namespaces
 
     def read_pod(self, namespace: str, name: str) -> Mapping[str, Any]:
         if name not in self.pods:
@@ -45,6 +48,10 @@ class FakeKube:
             self.conflicts_left[pod.name] -= 1
             raise PodChanged("409")
         self.deleted.append((pod.name, pod.uid, pod.resource_version))
+
+    def dry_run_create_pod(self, namespace: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        self.dry_runs.append(namespace)
+        return {**body, "metadata": {**body["metadata"], "annotations": dict(self.answer)}}
 
     def annotate_stranded(self, pod: PodView, *, since: str) -> None:
         if self.annotate_conflict:
@@ -338,3 +345,68 @@ def test_the_waiting_gangs_event_says_it_waited_and_bursts_as_one() -> None:
     (message,) = messages
     assert "a gang of 2 pods waited for local nodes (burst-after) until its deadline" in message
     assert "its replacements burst to Nimbix as one job (the evictions cost the Job no retry)" in message
+
+
+def test_a_pod_whose_job_came_home_and_that_cannot_bind_is_sent_back_to_its_burst_within_a_scan() -> None:
+    """Shared with the homecomer: the Jobs a pod came home for (a Job comes home once, so it never comes
+    home again). Unschedulable past the bind time, far short of the threshold: evicted, and counted."""
+    since = NOW - stranding.HOMECOMING_BIND_SECONDS
+    body = pod(since=format_time(since))
+    store = PodStore(clock=lambda: 0.0)
+    store.replace([body])
+    kube = FakeKube(pods={body["metadata"]["name"]: body}, jobs={"train": job()})
+    reburster = Reburster(
+        store=store,
+        kube=kube,
+        policy=stranding.Policy(threshold=120, cap=3),
+        metrics=Metrics(is_leader=lambda: True),
+        is_leader=lambda: True,
+        wall_clock=lambda: NOW,
+        came_home={JOB_UID},
+    )
+    reburster.scan()
+    assert [name for name, _uid, _rv in kube.deleted] == ["train-abcde"]
+    assert kube.events == [("Job", "train", "NimbixReBurst")]
+    assert reburster.rebursts_by_owner == {JOB_UID: 1}
+
+
+# A Job's pod kept local by its namespace's budget: when the webhook was replaced (or the controller was
+# down) its spend record was not fresh, so the waiting pod's replacement was kept local ("no fresh spend
+# record"); it is asked again, and moved once the webhook would burst it.
+BUDGET_HELD = "the controller's spend record is 400 s old (at most 60 s: is the controller running?)"
+
+
+def test_a_pod_kept_local_by_its_budget_is_moved_once_the_webhook_would_burst_it() -> None:
+    reburster, kube, _ = make(pod(budget=BUDGET_HELD, stranded_since=T0_TEXT))  # reported before
+    reburster.scan()
+    assert kube.dry_runs == ["team"]
+    assert [name for name, _uid, _rv in kube.deleted] == ["train-abcde"]
+    assert kube.events == [("Job", "train", "NimbixReBurst")]
+    assert reburster.rebursts_by_owner == {}  # asked first: not a strand loop, no cap
+
+
+def test_a_pod_the_webhook_would_still_keep_local_is_reported_once_and_asked_again_later() -> None:
+    body = pod(budget=BUDGET_HELD)
+    reburster, kube, _ = make(body)
+    kube.answer = {"nimbix-burst.io/decision": "local", "nimbix-burst.io/budget": BUDGET_HELD}
+    reburster.scan()
+    assert kube.deleted == [] and kube.annotated == [("train-abcde", T0_TEXT)]
+    assert kube.events == [("Pod", "train-abcde", "NimbixStranded")]
+    reburster.scan()  # within the recheck interval: not asked again
+    assert kube.dry_runs == ["team"]
+    later = [NOW + stranding.BUDGET_RECHECK_SECONDS]
+    reburster._now = lambda: later[0]
+    kube.answer = {"nimbix-burst.io/decision": "remote"}
+    kube.pods["train-abcde"] = pod(budget=BUDGET_HELD, stranded_since=T0_TEXT)
+    reburster._store.replace([kube.pods["train-abcde"]])
+    reburster.scan()
+    assert kube.dry_runs == ["team", "team"]
+    assert [name for name, _uid, _rv in kube.deleted] == ["train-abcde"]
+
+
+def test_pods_kept_local_by_their_budget_are_moved_one_per_namespace_at_a_time() -> None:
+    """The dry run reserves nothing: two held pods asked at once would both be told the budget has room."""
+    first, second = pod(budget=BUDGET_HELD), pod(budget=BUDGET_HELD, name="train-fghij", uid="u2")
+    reburster, kube, _ = make(first, second)
+    reburster.scan()
+    assert len(kube.deleted) == 1 and kube.dry_runs == ["team"]

@@ -8,7 +8,7 @@ import pytest
 
 from controller import stranding
 from controller.model import parse_job, parse_pod
-from tests.unit.controller.builders import IGNORE_DISRUPTIONS, T0, job, job_owner, pod
+from tests.unit.controller.builders import IGNORE_DISRUPTIONS, T0, T0_TEXT, job, job_owner, pod
 
 POLICY = stranding.Policy(threshold=120, cap=3)
 # A user's own rule: fail the Job on any non-zero exit (the evicted runner exits 143).
@@ -42,8 +42,11 @@ LATER = T0 + 121  # past the threshold
         pytest.param(pod(since=""), LATER, 0, "ignore", id="no-transition-time"),
         pytest.param(pod(stranded_since="2023-11-14T22:13:20Z"), LATER, 0, "ignore", id="already-reported"),
         pytest.param(pod(owners=[], stranded_since="x"), LATER, 0, "ignore", id="bare-already-reported"),
-        # Kept local on purpose (over its namespace's burst budget): deleting it would only loop.
-        pytest.param(pod(budget="over budget: 4 of 4 GPUs in use"), LATER, 0, "note", id="held-by-budget"),
+        # Kept local by its namespace's burst budget: a Job's pod is looked at again (the webhook is asked
+        # whether it would burst it now: the spend record fresh again, the spend down), anyone else's reported.
+        pytest.param(pod(budget="over budget: 4 of 4 GPUs in use"), LATER, 0, "recheck", id="held-by-budget"),
+        pytest.param(pod(budget="x", stranded_since=T0_TEXT), LATER, 3, "recheck", id="held-by-budget-reported-capped"),
+        pytest.param(pod(budget="x", owners=[]), LATER, 0, "note", id="held-by-budget-bare"),
         pytest.param(pod(budget="x"), T0 + 10, 0, "wait", id="held-by-budget-not-yet"),
         # Kept local because no JARVICE machine offers its GPU model: its replacement would be too.
         pytest.param(pod(gpu_model="no JARVICE machine offers x=H100"), LATER, 0, "note", id="held-by-gpu-model"),
@@ -146,3 +149,29 @@ def test_a_deadline_in_milliseconds_is_kept_to_the_millisecond() -> None:
     body = pod(burst_deadline="2023-11-14T22:23:20.250Z")  # T0 + 600.25: a replay's compressed wait
     assert stranding.assess(parse_pod(body), now=DEADLINE + 0.2, policy=POLICY, rebursts=0).verdict == "wait"
     assert stranding.assess(parse_pod(body), now=DEADLINE + 0.25, policy=POLICY, rebursts=0).verdict == "reburst"
+
+
+# A local pod of a Job one of whose pods came home: it came home on the webhook's word that it fits, so
+# if it cannot bind (a rule the fit does not model, or the GPU taken meanwhile) it goes back to its burst
+# within a round, not after the whole threshold: it never sits stranded after coming home.
+@pytest.mark.parametrize(
+    ("came_home", "now", "verdict"),
+    [
+        pytest.param(True, T0 + stranding.HOMECOMING_BIND_SECONDS, "reburst", id="came-home-bind-time-past"),
+        pytest.param(True, T0 + stranding.HOMECOMING_BIND_SECONDS - 1, "wait", id="came-home-still-binding"),
+        pytest.param(False, T0 + stranding.HOMECOMING_BIND_SECONDS, "wait", id="not-came-home-threshold"),
+    ],
+)
+def test_a_pod_that_came_home_and_cannot_bind_goes_back_within_a_round(
+    came_home: bool, now: float, verdict: str
+) -> None:
+    assessment = stranding.assess(parse_pod(pod()), now=now, policy=POLICY, rebursts=0, came_home=came_home)
+    assert assessment.verdict == verdict
+
+
+def test_a_pod_that_came_home_and_cannot_bind_still_counts_against_the_cap() -> None:
+    """Bounded as any re-burst is: a Job whose pods keep failing to bind stops moving at the cap."""
+    assessment = stranding.assess(
+        parse_pod(pod()), now=T0 + stranding.HOMECOMING_BIND_SECONDS, policy=POLICY, rebursts=3, came_home=True
+    )
+    assert assessment.verdict == "cap-hit"

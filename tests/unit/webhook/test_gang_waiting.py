@@ -157,7 +157,7 @@ def test_a_gang_on_a_full_cluster_waits_as_one_until_its_jobs_creation_plus_the_
         assert patched["spec"]["containers"][0]["resources"]["limits"][GPU] == "1"  # as submitted: it waits here
     assert any("kept local for now" in w for w in second_result.response["response"]["warnings"])
     assert sync.cache.reservation_count == 0  # nothing reserved, here or against a budget
-    assert sync.cache.waits == {}  # nothing remembered: the deadline is the Job's creation + 60 s
+    assert sync.cache.job_moves.waits == {}  # nothing remembered: the deadline is the Job's creation + 60 s
 
 
 def test_a_waiting_gang_pod_admitted_again_gets_the_same_deadline() -> None:

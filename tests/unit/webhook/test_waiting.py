@@ -9,6 +9,7 @@ tests/unit/webhook/test_gang_waiting.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -19,7 +20,8 @@ from tests.support.clocks import Clock
 from tests.support.reinvocation import patched_by
 from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, node, pod
 from webhook import admission, waiting
-from webhook.cache import WAIT_MEMORY_SECONDS, ClusterCache
+from webhook.cache import ClusterCache
+from webhook.job_moves import WAIT_MEMORY_SECONDS
 from webhook.mutation import RewritePolicy
 from webhook.review import AdmissionRequest
 from webhook.sync import CacheSync
@@ -268,3 +270,28 @@ def test_a_pod_without_the_setting_is_decided_as_before() -> None:
     assert result.outcome == "remote"
     assert not {contract.ANNOTATION_BURST_DEADLINE, contract.ANNOTATION_BURST_AFTER_IGNORED} & set(annotations(patched))
     assert json.loads(annotations(patched)[contract.ANNOTATION_ORIGINAL_RESOURCES])["gpus"] == {GPU: 1}
+
+
+def test_a_job_whose_pod_burst_never_waits_again_even_once_its_deadline_is_forgotten() -> None:
+    """A Job waits once. Its burst pod, seen by the watch, says so for as long as it lives: a later pod of the
+    Job (the replacement of a pod that came home and lost its GPU meanwhile, or one admitted by a webhook that
+    restarted) bursts at once, with no second wait at the back of JARVICE's queue."""
+    sync, wall = make_sync()
+    admit(sync, job_pod("p1"))
+    wall.now = START + 61
+    result, burst = admit(sync, job_pod("p2"))
+    assert result.outcome == "remote"
+    burst["metadata"]["uid"] = "p2"
+    sync.apply_event("pods", "ADDED", burst)  # the watch shows it: a burst pod of the Job
+    wall.now = START + 60 + WAIT_MEMORY_SECONDS + 1  # the deadline forgotten; the burst pod still there
+    sync.apply_event("pods", "MODIFIED", burst)
+    result, patched = admit(sync, job_pod("p3"))
+    notes = annotations(patched)
+    assert result.outcome == "remote"
+    assert contract.ANNOTATION_BURST_DEADLINE not in notes
+    assert "its Job's pods already burst" in notes[contract.ANNOTATION_BURST_AFTER_IGNORED]
+
+
+def test_the_rule_a_job_that_burst_never_waits_again() -> None:
+    decided = waiting.decide(dataclasses.replace(ask("60s"), burst_before=True), gang=False)
+    assert isinstance(decided, waiting.NoWait) and "its Job's pods already burst" in decided.reason
