@@ -14,12 +14,11 @@ import json
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from devplatform import demo
+from devplatform import demo, demo_data
 from devplatform.cluster import addons, controlplane, install, node
 from jarvice import contract
 from tests.support.fault_matrix import FaultMatrix, Row
@@ -175,45 +174,19 @@ def test_a_pod_stages_through_the_gateway_with_nothing_but_its_stage_annotations
     bare_namespace: str,
     control_plane: controlplane.ControlPlane,
     node_emulator: addons.EmulatorProcess,
-    tmp_path: Path,
 ) -> None:
     """docs/data.md's gateway example: the pod names what to stage and nothing else (no vault address,
     host key or credentials); its input reaches the remote job and the job's output lands on its volume."""
     ns = bare_namespace
-    host_dir = tmp_path / "volume"
+    host_dir = control_plane.run_dir / "pv" / ns  # where the other staging tests keep their volumes
     (host_dir / "in").mkdir(parents=True)
     (host_dir / "in" / "input.txt").write_text("staged input\n")
     for path in (host_dir, host_dir / "in"):
         path.chmod(0o777)  # the runner runs as uid 10001
-    pv_name = f"pv-{ns}"
-    pv = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": pv_name, "labels": {"nimbix-burst-test": "1"}},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "persistentVolumeReclaimPolicy": "Retain",
-            "storageClassName": "",
-            "hostPath": {"path": str(host_dir), "type": "Directory"},
-            "claimRef": {"namespace": ns, "name": "training-data"},
-        },
-    }
-    pvc = {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "training-data", "namespace": ns},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": "",
-            "volumeName": pv_name,
-            "resources": {"requests": {"storage": "1Gi"}},
-        },
-    }
+    pv, pvc = demo_data.build_host_volume(ns, host_dir)
     try:
-        control_plane.kubectl(
-            "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [pv, pvc]})
-        )
+        listed = {"apiVersion": "v1", "kind": "List", "items": [pv, pvc]}
+        control_plane.kubectl("apply", "-f", "-", input=json.dumps(listed))
         command = "cat /workspace/in/input.txt; mkdir -p /workspace/out; echo trained > /workspace/out/model.txt"
         container = app_container(node_emulator, command, gpus=1)
         container["volumeMounts"] = [{"name": "data", "mountPath": "/workspace"}]
@@ -238,7 +211,7 @@ def test_a_pod_stages_through_the_gateway_with_nothing_but_its_stage_annotations
     finally:
         control_plane.kubectl("-n", ns, "delete", "pod", "staged", "--ignore-not-found", "--wait=false")
         control_plane.kubectl("-n", ns, "delete", "pvc", "training-data", "--ignore-not-found", "--wait=false")
-        control_plane.kubectl("delete", "pv", pv_name, "--ignore-not-found", "--wait=false")
+        control_plane.kubectl("delete", "pv", pv["metadata"]["name"], "--ignore-not-found", "--wait=false")
 
 
 def test_a_pods_own_client_gets_the_size_it_was_counted_for(
