@@ -13,6 +13,7 @@ from typing import Literal, NamedTuple, Protocol
 
 from entrypoint import restart
 from entrypoint.signals import CancelToken
+from entrypoint.termination import KeptInVault
 from jarvice.model import JobEntry, JobStatus, Machine, SignalSent, SubmitBody, SubmitResult
 from jarvice.redaction import Secret
 
@@ -91,6 +92,10 @@ class DataStage(Protocol):
         ...
 
     def finish(self, *, job: int | None, job_may_run: bool, exit_code: int, stopping_since: float | None) -> int: ...
+
+    def kept_in_vault(self) -> KeptInVault | None:
+        """After finish(): the outputs its copy-back did not place in the pod (None: none)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,8 +127,9 @@ class _RemoteRun:
             log.info("moving home: the checkpoint was copied back", extra={"job": self.state.job, "exit_code": moved})
             code = moved
         self.progress.save_exit(reported=runstate.is_reported(self.state), exit_code=code)
+        kept = data.kept_in_vault() if data is not None else None
         self.deps.termination.write(
-            termination.build_message(job=self.state.job, job_may_run=self.state.job_may_run, exit_code=code)
+            termination.build_message(job=self.state.job, job_may_run=self.state.job_may_run, exit_code=code, kept=kept)
         )
         return code
 

@@ -6,6 +6,7 @@ the job ended). A runner killed with SIGKILL writes nothing, and its pod stays c
 """
 
 import json
+from dataclasses import dataclass
 from typing import Final
 
 from entrypoint.settings import Tuning
@@ -19,10 +20,30 @@ MAX_MESSAGE_BYTES: Final = 4096
 GRACE_MARGIN_SECONDS: Final = 5.0
 
 
-def build_message(*, job: int | None, job_may_run: bool, exit_code: int) -> str:
-    """The termination message: one JSON object under `contract.TERMINATION_KEY`."""
-    body = {contract.TERMINATION_KEY: {"job": job, "job_may_run": job_may_run, "exit_code": exit_code}}
-    return json.dumps(body, separators=(",", ":"), sort_keys=True)
+# The longest path a message names: four of them and the rest stay far under MAX_MESSAGE_BYTES.
+NAMED_PATH_CHARS: Final = 512
+
+
+@dataclass(frozen=True, slots=True)
+class KeptInVault:
+    """Outputs the copy-back did not place in the pod: they stay in the vault, in `vault_dir`."""
+
+    vault_dir: str
+    count: int  # outputs refused by the pod's volume (0: the copy-back stopped or failed first)
+    first: tuple[str, ...]  # the first of them (or of those not copied), as vault paths
+
+
+def build_message(*, job: int | None, job_may_run: bool, exit_code: int, kept: KeptInVault | None = None) -> str:
+    """The termination message: one JSON object under `contract.TERMINATION_KEY` (`kubectl describe pod`
+    shows it). With `kept`, it says which outputs stayed in the vault and where."""
+    payload: dict[str, object] = {"job": job, "job_may_run": job_may_run, "exit_code": exit_code}
+    if kept is not None:
+        payload["kept_in_vault"] = {
+            "vault_dir": kept.vault_dir[:NAMED_PATH_CHARS],
+            "refused": kept.count,
+            "first": [path[:NAMED_PATH_CHARS] for path in kept.first[:4]],
+        }
+    return json.dumps({contract.TERMINATION_KEY: payload}, separators=(",", ":"), sort_keys=True)
 
 
 def required_grace_seconds(tuning: Tuning) -> float:

@@ -24,6 +24,7 @@ from entrypoint.ports import EarlyExit, RemoteDeps
 from entrypoint.settings import Settings
 from entrypoint.sftp_transfer import DownloadRoot, Totals, TransferFailed, UploadRoot, VaultTransfer
 from entrypoint.signals import CancelToken
+from entrypoint.termination import KeptInVault
 from jarvice import contract, exitcodes
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ class VaultStaging:
         # Where this run's data is: chosen by prepare() (an earlier runner's, or under the Job's lease).
         self.job_dir = self.record.work_dir
         self.shared = self.record.shared
+        self._kept: KeptInVault | None = None  # what the copy-back left in the vault (the pod's exit names it)
 
     # --- before the run ------------------------------------------------------------------------
 
@@ -249,6 +251,8 @@ class VaultStaging:
             "refused": report.refused,
             "vault_dir": job_dir,
         }
+        if not report.complete:  # whatever it could not place stays in the vault, named on the pod's exit
+            self._kept = KeptInVault(job_dir, report.refused, tuple(report.kept_in_vault or report.not_copied))
         if report.stopped:
             log.warning("the grace period ended during the copy-back; the rest stays in the vault", extra=extra)
             return exit_code
@@ -272,6 +276,9 @@ class VaultStaging:
         self._save()
         self._done_with_work_dir(exit_code)
         return exit_code
+
+    def kept_in_vault(self) -> KeptInVault | None:
+        return self._kept
 
     def _done_with_work_dir(self, exit_code: int) -> None:
         """Everything is home: remove the directory (the Job's only after a success), give its lease back."""

@@ -94,6 +94,8 @@ def build_status_row(pod: Mapping[str, Any]) -> StatusRow | None:
         state = stage
     if annotations.get(contract.ANNOTATION_MOVE_HOME):  # the controller moves its running job home
         state = move_state(pod, phase) or state
+    if phase in ("Succeeded", "Failed") and kept_in_vault(pod):  # the job's outputs wait in the vault
+        state = "outputs in vault"
     deadline = annotations.get(contract.ANNOTATION_BURST_DEADLINE, "")
     if decision == contract.DECISION_LOCAL and deadline and phase in ("Pending", "") and not _node(pod):
         state = f"waiting until {deadline}"
@@ -121,6 +123,27 @@ def move_state(pod: Mapping[str, Any], phase: str) -> str:
         if isinstance(status, Mapping)
     ]
     return "moved home" if EXIT_MOVED_HOME in codes else ""
+
+
+def kept_in_vault(pod: Mapping[str, Any]) -> str:
+    """What a burst container's copy-back left in the vault, from its runner's termination message
+    (`kept_in_vault`): `<n> outputs the pod refused, in <vault dir> (first: <path>, ...)`; "" for none."""
+    said = []
+    for status in (pod.get("status") or {}).get("containerStatuses") or ():
+        terminated = (status.get("state") or {}).get("terminated") if isinstance(status, Mapping) else None
+        message = terminated.get("message") if isinstance(terminated, Mapping) else None
+        try:
+            payload = json.loads(message)[contract.TERMINATION_KEY] if isinstance(message, str) else None
+        except (ValueError, TypeError, KeyError):
+            continue  # not the runner's message: nothing to say
+        kept = payload.get("kept_in_vault") if isinstance(payload, Mapping) else None
+        if not isinstance(kept, Mapping):
+            continue
+        first = [str(path) for path in kept.get("first") or () if isinstance(path, str)]
+        refused = kept.get("refused")
+        what = f"{refused} outputs the pod refused" if isinstance(refused, int) and refused else "outputs not copied"
+        said.append(f"{what}, in {kept.get('vault_dir', '?')}" + (f" (first: {', '.join(first)})" if first else ""))
+    return "; ".join(said)
 
 
 def _node(pod: Mapping[str, Any]) -> str:
@@ -370,6 +393,7 @@ def explain_pod(pod: Mapping[str, Any]) -> list[tuple[str, str]]:
         ("GPU-hours", annotations.get(contract.ANNOTATION_GPU_HOURS, "")),
         ("Cost", annotations.get(contract.ANNOTATION_COST, "")),
         ("Jobs", annotations.get(contract.ANNOTATION_JOB_LEDGER, "")),
+        ("Kept in the vault", kept_in_vault(pod)),
     ]
     fields += [(name, value) for name, value in pairs if value]
     if labels.get(contract.LABEL_DECISION) != decision:

@@ -236,12 +236,14 @@ def test_the_copy_back_never_writes_through_a_link_in_the_pod_volume_and_keeps_w
     vault_emulator: tuple[EmulatorThread, Path], tmp_path: Path
 ) -> None:
     emu, root = vault_emulator
+    message = tmp_path / "termination-log"
     env = staged_env(
         emu.url,
         tmp_path,
         NIMBIX_BURST_STAGE_OUT="/srv/ws/out,/srv/ws/model.pt",
         APP_COMMAND_ARGS="mkdir -p /srv/ws/out/sub && echo overwritten > /srv/ws/out/sub/token"
         " && echo overwritten > /srv/ws/out/token && echo result > /srv/ws/out/result.txt",
+        NIMBIX_BURST_TERMINATION_LOG=str(message),
     )
     # The volume holds links planted before the run: a directory and a file leading to the token.
     setup = (
@@ -278,6 +280,10 @@ def test_the_copy_back_never_writes_through_a_link_in_the_pod_volume_and_keeps_w
     assert kept.read_text() == "overwritten\n"
     refusal = next(line for line in err.splitlines() if "could not place some outputs" in line)
     assert json.loads(refusal)["first_kept_in_vault"] == [f"{vault_dir}/srv/ws/out/sub"]
+    # The pod's exit says it too (`kubectl describe pod`: the terminated state's message).
+    said = json.loads(message.read_text())["nimbix_burst"]
+    assert said["exit_code"] == 75
+    assert said["kept_in_vault"] == {"vault_dir": vault_dir, "refused": 1, "first": [f"{vault_dir}/srv/ws/out/sub"]}
 
 
 def test_a_checkpoint_directory_that_does_not_exist_yet_is_staged_as_empty(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from entrypoint import homeward, ports, remote
+from entrypoint.termination import KeptInVault
 from jarvice import contract
 from jarvice.client import Unavailable
 from jarvice.exitcodes import EXIT_MOVED_HOME, EXIT_OK, EXIT_TRANSFER
@@ -32,6 +33,9 @@ class CopyBack:
     def finish(self, *, job: int | None, job_may_run: bool, exit_code: int, stopping_since: float | None) -> int:
         self.finished.append(exit_code)
         return EXIT_TRANSFER if self.cut else exit_code
+
+    def kept_in_vault(self) -> KeptInVault | None:
+        return KeptInVault("nimbix-burst/job-1", 0, ("ckpt/step-40.pt",)) if self.cut else None
 
 
 def marked(world: World, *, after: float) -> ports.RemoteDeps:

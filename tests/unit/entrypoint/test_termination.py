@@ -26,6 +26,20 @@ def test_build_message(job: int | None, may_run: bool, code: int) -> None:
     assert len(text.encode()) < termination.MAX_MESSAGE_BYTES // 10
 
 
+def test_the_message_names_what_stayed_in_the_vault_and_stays_within_kubernetes_limit() -> None:
+    kept = termination.KeptInVault("nimbix-burst/job-7", 2, ("out/model.bin", "out/x" * 400, "c", "d", "e"))
+    text = termination.build_message(job=7, job_may_run=False, exit_code=75, kept=kept)
+    payload = json.loads(text)["nimbix_burst"]
+    assert payload["kept_in_vault"]["vault_dir"] == "nimbix-burst/job-7"
+    assert payload["kept_in_vault"]["refused"] == 2
+    assert payload["kept_in_vault"]["first"][0] == "out/model.bin"
+    assert len(payload["kept_in_vault"]["first"]) == 4  # the first few: the runner's log has the rest
+    assert len(payload["kept_in_vault"]["first"][1]) == termination.NAMED_PATH_CHARS
+    long = termination.KeptInVault("d" * 5000, 9, tuple("p" * 5000 for _ in range(10)))
+    worst = termination.build_message(job=2**40, job_may_run=True, exit_code=255, kept=long)
+    assert len(worst.encode()) < termination.MAX_MESSAGE_BYTES
+
+
 def test_default_timeouts_fit_the_burst_pods_grace_period() -> None:
     # SIGTERM at the start of the submit POST: held until the POST returns (connect + read timeout),
     # then the cancel grace, then the terminate call, plus a margin, all before the kubelet's SIGKILL.

@@ -344,3 +344,41 @@ def test_a_pod_moving_home_says_so(raw: dict[str, Any], state: str) -> None:
     row = views.build_status_row(raw)
     assert row is not None and row.state == state
     assert dict(views.explain_pod(raw))["Moving home from job"] == "4711"
+
+
+def ended(message: object, *, phase: str = "Failed") -> dict[str, Any]:
+    """A burst pod whose runner's container ended with `message` as its termination message."""
+    raw = pod(annotations={P + "decision": "remote", P + "job-number": "7"}, phase=phase)
+    terminated = {"exitCode": 75, "message": message} if message is not None else {"exitCode": 75}
+    raw["status"]["containerStatuses"] = [{"name": "c", "state": {"terminated": terminated}}]
+    return raw
+
+
+KEPT = {"vault_dir": "nimbix-burst/pod-u", "refused": 1, "first": ["nimbix-burst/pod-u/srv/out/sub"]}
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (
+            json.dumps({"nimbix_burst": {"job": 7, "job_may_run": False, "exit_code": 75, "kept_in_vault": KEPT}}),
+            "1 outputs the pod refused, in nimbix-burst/pod-u (first: nimbix-burst/pod-u/srv/out/sub)",
+        ),
+        (
+            json.dumps({"nimbix_burst": {"kept_in_vault": {"vault_dir": "d", "refused": 0, "first": []}}}),
+            "outputs not copied, in d",
+        ),
+        (json.dumps({"nimbix_burst": {"job": 7, "job_may_run": False, "exit_code": 0}}), ""),
+        ("OOMKilled", ""),  # not the runner's message
+        (json.dumps({"nimbix_burst": "garbled"}), ""),
+        (None, ""),
+    ],
+    ids=["refused", "copy-back-cut", "nothing-kept", "not-json", "garbled", "no-message"],
+)
+def test_what_the_copy_back_left_in_the_vault_is_shown(message: object, expected: str) -> None:
+    raw = ended(message)
+    assert views.kept_in_vault(raw) == expected
+    row = views.build_status_row(raw)
+    assert row is not None and (row.state == "outputs in vault") == bool(expected)
+    fields = dict(views.explain_pod(raw))
+    assert fields.get("Kept in the vault", "") == expected
