@@ -91,9 +91,13 @@ def order_candidates(plan: RemotePlan, machines: Mapping[str, Machine]) -> Candi
     within = _order_within(plan, affordable)
     if plan.max_price is None or (isinstance(within, Candidates) and not within.over_budget):
         return within
-    # Nothing usable under the ceiling: if the whole catalogue had a machine, the ceiling is the reason.
+    # Nothing usable under the ceiling. Without it: no machine either (that reason holds whatever the
+    # ceiling, e.g. a pin outside its node range), or every one over the GPUs counted (so is `within`),
+    # or one that fits: the ceiling is the reason.
     unbounded = _order_within(dataclasses.replace(plan, max_price=None), machines)
-    if isinstance(unbounded, NoMachineFits) or unbounded.over_budget:
+    if isinstance(unbounded, NoMachineFits):
+        return unbounded
+    if unbounded.over_budget:
         return within
     fitting = [machines[name] for name in unbounded.machines]
     return NoMachineFits(reason=_over_the_ceiling(plan, plan.max_price, fitting))

@@ -109,3 +109,11 @@ def test_when_the_ceiling_leaves_out_every_machine_that_fits_the_reason_names_it
     assert isinstance(chosen, plan.NoMachineFits), chosen
     assert contract.ENV_MAX_PRICE in chosen.reason and left_out in chosen.reason, chosen.reason
     assert "not in /jarvice/machines" not in chosen.reason
+
+
+def test_a_pin_outside_its_node_range_is_refused_for_that_under_a_ceiling_too() -> None:
+    # ng1a runs on one node only: that is the reason to give, whatever the ceiling leaves out.
+    extra = {contract.ENV_MAX_PRICE: "4.2", "JARVICE_NODES": "2"}  # 2 nodes of ng1 are within it
+    chosen = candidates.order_candidates(remote_plan(gpus=1, allowed=None, machine="ng1a", extra=extra), CATALOGUE)
+    assert isinstance(chosen, plan.NoMachineFits)
+    assert "scales 1..1 node(s)" in chosen.reason and "not in /jarvice/machines" not in chosen.reason, chosen.reason
