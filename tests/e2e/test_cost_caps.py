@@ -44,11 +44,11 @@ WAIT_SECONDS = 120.0
 
 
 def _prices(emulator: addons.EmulatorProcess) -> dict[str, float]:
-    """mc_price per node-hour of every machine, as /jarvice/machines says (the account's own call)."""
+    """mc_price per node-hour of every machine that has one, as /jarvice/machines says (the account's own call)."""
     env = emulator.runner_env()
     query = urllib.parse.urlencode({"username": env["JARVICE_USERNAME"], "apikey": env["JARVICE_APIKEY"]})
     machines = demo.fetch_emulator(emulator.url, f"/jarvice/machines?{query}")
-    return {str(name): float(entry["mc_price"]) for name, entry in machines.items()}
+    return {str(name): float(entry["mc_price"]) for name, entry in machines.items() if "mc_price" in entry}
 
 
 def _live_cost(emulator: addons.EmulatorProcess, uids: list[str], prices: dict[str, float]) -> float:
@@ -56,7 +56,9 @@ def _live_cost(emulator: addons.EmulatorProcess, uids: list[str], prices: dict[s
     for uid in uids:
         for job in demo.fetch_emulator_jobs(emulator.url, pod_uid=uid):
             if job["status"] in LIVE:
-                total += prices.get(str(job.get("machine", "")), 0.0) * max(1, len(job.get("nodes") or ()))
+                # A machine without a price is costed at the dearest, never at 0.
+                price = prices.get(str(job.get("machine", "")), max(prices.values()))
+                total += price * max(1, len(job.get("nodes") or ()))
     return total
 
 
