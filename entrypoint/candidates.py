@@ -18,6 +18,7 @@ The move (docs/runner.md#moving-a-queued-job): a job this runner submitted that 
 the next candidate; on the last one it keeps waiting.
 """
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -44,6 +45,7 @@ class Candidates:
     machines: tuple[str, ...]  # in the order they are tried; never empty
     reason: str  # why these, in this order (for the log)
     warning: str | None = None  # a pinned machine smaller than the request
+    over_budget: bool = False  # every machine that fits holds more GPUs than counted: the budget check refuses it
 
 
 def _fits(machine: Machine, plan: RemotePlan) -> bool:
@@ -76,7 +78,8 @@ def _within(machine: Machine, *, nodes: int, cap: int | None) -> bool:
 
 def order_candidates(plan: RemotePlan, machines: Mapping[str, Machine]) -> Candidates | NoMachineFits:
     """The machines to try for `plan`, in order (see the module docstring), or why none fits. Never
-    one dearer than the namespace's cost caps counted the burst at (NIMBIX_BURST_MAX_PRICE)."""
+    one dearer than the namespace's cost caps counted the burst at (NIMBIX_BURST_MAX_PRICE), nor one
+    without a price under that ceiling; when the ceiling is what leaves none, the reason says so."""
     affordable = within_price(machines, plan.max_price, nodes=plan.nodes, counted_nodes=plan.counted_nodes)
     if plan.max_price is not None and not affordable:
         counted = plan.max_price * plan.counted_nodes
@@ -85,7 +88,38 @@ def order_candidates(plan: RemotePlan, machines: Mapping[str, Machine]) -> Candi
             f" nodes; {contract.ENV_MAX_PRICE}={plan.max_price:g} per node-hour x the {plan.counted_nodes} node(s)"
             " the namespace's cost caps counted this burst for)"
         )
-    catalogue = restrict_machines(affordable, allowed=plan.allowed_machines, pinned=plan.machine)
+    within = _order_within(plan, affordable)
+    if plan.max_price is None or (isinstance(within, Candidates) and not within.over_budget):
+        return within
+    # Nothing usable under the ceiling. Without it: no machine either (that reason holds whatever the
+    # ceiling, e.g. a pin outside its node range), or every one over the GPUs counted (so is `within`),
+    # or one that fits: the ceiling is the reason.
+    unbounded = _order_within(dataclasses.replace(plan, max_price=None), machines)
+    if isinstance(unbounded, NoMachineFits):
+        return unbounded
+    if unbounded.over_budget:
+        return within
+    fitting = [machines[name] for name in unbounded.machines]
+    return NoMachineFits(reason=_over_the_ceiling(plan, plan.max_price, fitting))
+
+
+def _over_the_ceiling(plan: RemotePlan, max_price: float, fitting: list[Machine]) -> str:
+    counted = max_price * plan.counted_nodes
+
+    def priced(machine: Machine) -> str:
+        cost = machine.price_for(plan.nodes)
+        return f"{machine.name} (no price)" if cost is None else f"{machine.name} ({cost:g} an hour)"
+
+    return (
+        f"every machine that fits for {plan.nodes} node(s) costs more than the {counted:g} an hour the namespace's"
+        f" cost caps counted this burst at ({contract.ENV_MAX_PRICE}={max_price:g} per node-hour x"
+        f" {plan.counted_nodes} node(s)), or has no price (never taken under a ceiling):"
+        f" {', '.join(priced(m) for m in fitting)}"
+    )
+
+
+def _order_within(plan: RemotePlan, catalogue_in: Mapping[str, Machine]) -> Candidates | NoMachineFits:
+    catalogue = restrict_machines(catalogue_in, allowed=plan.allowed_machines, pinned=plan.machine)
     if isinstance(catalogue, NoMachineFits):
         return catalogue
     if plan.machine is not None:
@@ -107,7 +141,9 @@ def order_candidates(plan: RemotePlan, machines: Mapping[str, Machine]) -> Candi
     if not within:
         # Every fitting machine is over the budget: the cheapest is returned, and the budget check refuses it.
         cheapest = min(fitting, key=lambda m: _order_key(m, plan.nodes))
-        return Candidates((cheapest.name,), f"cheapest of {len(fitting)} machine(s) that fit, all over the budget")
+        return Candidates(
+            (cheapest.name,), f"cheapest of {len(fitting)} machine(s) that fit, all over the budget", over_budget=True
+        )
     ordered = sorted(within, key=lambda m: _order_key(m, plan.nodes))
     memory = f", {plan.memory_gb} GiB RAM" if plan.memory_gb else ""
     wanted = f"{plan.num_gpus} GPU(s), {plan.num_cpus} core(s){memory}, {plan.nodes} node(s)"

@@ -181,10 +181,13 @@ class ControlPlane:
         bin_dir: Path,
         controller_manager: bool = True,
         on_start: Callable[[ManagedProcess], None] | None = None,
+        apiserver_args: Sequence[str] = (),
     ) -> None:
         """``on_start``: called with each component's process the moment it is started (dev-up
-        records it, so a start that never finishes can still be stopped)."""
+        records it, so a start that never finishes can still be stopped). ``apiserver_args``: more
+        kube-apiserver flags, after the platform's (e.g. an ``--admission-control-config-file``)."""
         self._layout = _Layout(run_dir.resolve())
+        self._apiserver_args = tuple(apiserver_args)
         self._on_start = on_start
         self._bin_dir = bin_dir
         self._with_controller_manager = controller_manager
@@ -321,7 +324,9 @@ class ControlPlane:
         self._wait_healthy(etcd, lambda: _probe_etcd(ports.etcd_client), timeout=ETCD_HEALTH_TIMEOUT_SECONDS)
 
         admin_tls = _client_tls_context(layout, client_name="admin")
-        apiserver = self._launch(APISERVER, _build_apiserver_args(self._bin_dir, layout, ports))
+        apiserver = self._launch(
+            APISERVER, [*_build_apiserver_args(self._bin_dir, layout, ports), *self._apiserver_args]
+        )
         self._wait_healthy(
             apiserver,
             lambda: _probe_https(f"{_https_url(ports.apiserver)}/readyz", admin_tls),

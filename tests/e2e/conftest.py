@@ -179,9 +179,14 @@ def make_control_plane(
     """Starts extra control planes (run dirs under the session's); stops them after the test."""
     started: list[controlplane.ControlPlane] = []
 
-    def make(label: str, *, controller_manager: bool = True) -> controlplane.ControlPlane:
+    def make(
+        label: str, *, controller_manager: bool = True, apiserver_args: tuple[str, ...] = ()
+    ) -> controlplane.ControlPlane:
         plane = controlplane.ControlPlane(
-            e2e_run_root / label, bin_dir=control_plane_bin_dir, controller_manager=controller_manager
+            e2e_run_root / label,
+            bin_dir=control_plane_bin_dir,
+            controller_manager=controller_manager,
+            apiserver_args=apiserver_args,
         )
         pytestconfig.stash[_RUN_RECORD].add_logs(label, plane)
         started.append(plane)

@@ -20,6 +20,7 @@ import requests
 
 from devplatform import demo
 from devplatform.cluster import addons, controlplane, node
+from devplatform.emulator.vault import DEFAULT_VAULT
 from tests.support.real_node_pods import RunnerMemory
 
 STAGE_IN = "nimbix-burst.io/stage-in"
@@ -119,7 +120,12 @@ def volume(plane: controlplane.ControlPlane, namespace: str, host_dir: Path) -> 
 
 
 def train_pod(
-    emulator: addons.EmulatorProcess, command: str, *, annotations: dict[str, str], config: bool = False
+    emulator: addons.EmulatorProcess,
+    command: str,
+    *,
+    annotations: dict[str, str],
+    config: bool = False,
+    extra_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The example app with 8 GPUs (the node has 4: burst), the PVC at /workspace."""
     info = vault_info(emulator)
@@ -127,6 +133,7 @@ def train_pod(
         "NIMBIX_BURST_VAULT_SFTP": info["sftp"],
         "NIMBIX_BURST_VAULT_KNOWN_HOSTS": f"{KNOWN_HOSTS_DIR}/known_hosts",
         "LOG_LEVEL": "INFO",
+        **(extra_env or {}),
     }
     container = demo.build_app_container(command=command, gpus=8, app_name=emulator.runner_env()["APP_NAME"], env=env)
     mounts = [
@@ -208,6 +215,32 @@ def test_a_staged_job_reads_its_input_and_config_remotely_and_its_output_lands_o
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert env["NIMBIX_BURST_STAGE_IN"] == f"/workspace/data,{KNOWN_HOSTS_DIR},/etc/train"
     assert not Path("/etc/train").exists()  # the job's links stayed in its own root
+
+
+def test_keep_vault_dir_keeps_the_vault_directory_after_a_complete_copy_back(
+    control_plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess, ns: str
+) -> None:
+    """`NIMBIX_BURST_KEEP_VAULT_DIR=1`: after a success and a complete copy-back, the job's directory stays
+    in the vault (input and output as the job left them), where it is otherwise removed."""
+    host_dir = control_plane.run_dir / "pv" / ns
+    volume(control_plane, ns, host_dir)
+    (host_dir / "data").mkdir()
+    (host_dir / "data" / "input.txt").write_text("kept input\n")
+    command = "mkdir -p /workspace/out && echo kept-output > /workspace/out/result.txt"
+    annotations = {STAGE_IN: "/workspace/data", STAGE_OUT: "/workspace/out"}
+    template = train_pod(emulator, command, annotations=annotations, extra_env={"NIMBIX_BURST_KEEP_VAULT_DIR": "1"})
+    create_job(control_plane, ns, job("kept", template))
+    pod = wait_job_pod(control_plane, ns, "kept")
+    text = logs(control_plane, ns, pod)
+    assert demo.read_exit_code(pod) == 0, text
+    assert (host_dir / "out" / "result.txt").read_text() == "kept-output\n"  # the copy-back was complete
+    kept = [json.loads(line) for line in text.splitlines() if '"keeping the job\'s vault directory"' in line]
+    assert len(kept) == 1, text[-4000:]
+    info = vault_info(emulator)
+    user = emulator.runner_env()["JARVICE_USERNAME"]
+    directory = Path(info["root"]) / user / DEFAULT_VAULT / kept[0]["vault_dir"]
+    contents = {path.name: path.read_text() for path in directory.rglob("*.txt")}
+    assert contents == {"input.txt": "kept input\n", "result.txt": "kept-output\n"}, (directory, contents)
 
 
 def test_a_pod_mounting_a_pvc_without_staging_is_not_burst_and_says_why(

@@ -21,10 +21,14 @@ from devplatform import demo
 from devplatform.cluster import addons
 from devplatform.cluster.controlplane import ControlPlane
 from devplatform.cluster.tcpproxy import CuttableProxy
+from tests.support.at_once import run_at_once
 from tests.support.gpus import GPU, GPU_TOLERATION
 from tests.support.webhook_group import LEGACY, WEBHOOK_ARGS, Group, annotations_of, assert_remote, env
 
 ADMISSION_LATENCIES_MS: list[float] = []
+# The module's cap on a namespace's local admissions awaiting their pods: above the 10 local pods the
+# thirty-pod test makes at once, so only the reservation-cap test reaches it.
+RESERVATION_CAP = 12
 
 
 def _proxied_kubeconfig(control_plane: ControlPlane, port: int, path: Path) -> Path:
@@ -49,7 +53,11 @@ def webhook(control_plane: ControlPlane, proxy: CuttableProxy) -> Iterator[addon
     run_dir.mkdir(exist_ok=True)
     kubeconfig = _proxied_kubeconfig(control_plane, proxy.port, run_dir / "kubeconfig")
     with addons.registered_webhook(
-        control_plane, run_dir, name_suffix="-e2e", args=WEBHOOK_ARGS, kubeconfig=kubeconfig
+        control_plane,
+        run_dir,
+        name_suffix="-e2e",
+        args=(*WEBHOOK_ARGS, "--max-reservations-per-namespace", str(RESERVATION_CAP)),
+        kubeconfig=kubeconfig,
     ) as hook:
         yield hook
     _collect_latencies(hook.process.log_path)
@@ -214,3 +222,60 @@ def test_decisions_stay_correct_across_a_watch_interruption(
     demo.wait_for(lambda: webhook.get("/readyz")[0] == 200, timeout=60, what="the watch to recover")
     pod, stderr = group.create(group.pod(1))
     assert_remote(pod, stderr, 1)
+
+
+def _gpu_quota_enforced(group: Group) -> bool:
+    """The quota admission refuses only once the quota controller has written the quota's status."""
+    quota = json.loads(group.cp.kubectl("-n", group.namespace, "get", "resourcequota", "no-gpus", "-o", "json").stdout)
+    return f"requests.{GPU}" in (quota.get("status") or {}).get("hard", {})
+
+
+def test_creates_refused_after_admission_fill_the_namespaces_reservation_cap_and_the_next_pod_bursts(
+    group: Group, webhook: addons.WebhookProcess
+) -> None:
+    """Reviews no pod follows (here a ResourceQuota refuses, after the webhook admitted them local, every
+    pod that keeps a GPU) hold at most the namespace's cap of places: the next pod that would fit bursts,
+    naming the cap, and is created (a burst pod keeps no GPU for the quota to refuse); once the places
+    lapse, a pod that fits is local again."""
+    group.gpu_node(RESERVATION_CAP + 4)
+    group.cpu_node()
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-gpus", "namespace": group.namespace},
+        "spec": {"hard": {f"requests.{GPU}": "0"}},
+    }
+    group.cp.kubectl("apply", "-f", "-", input=json.dumps(quota))
+    demo.wait_for(lambda: _gpu_quota_enforced(group), timeout=60, what="the quota controller to write the quota")
+    hits_before = _metric(webhook, "nimbix_burst_reservation_cap_hits_total")
+    # All at once: their reservations (15 s) must be outstanding together.
+    refused, errors = run_at_once(group.create, [group.pod(1) for _ in range(RESERVATION_CAP)], barrier=True)
+    assert refused == [] and len(errors) == RESERVATION_CAP, refused
+    assert all("exceeded quota" in str(error) for error in errors), errors[:1]
+    pod, stderr = group.create(group.pod(1))
+    assert_remote(pod, stderr, 1)
+    reason = annotations_of(pod)["nimbix-burst.io/reason"]
+    cap = RESERVATION_CAP
+    expected = f"{cap} local admissions in namespace {group.namespace} await their pods (cap {cap})"
+    assert expected in reason, reason
+    assert _metric(webhook, "nimbix_burst_reservation_cap_hits_total") == hits_before + 1
+    # No pod ever claims them: they lapse after --reservation-ttl-seconds (15 s), and their GPUs are free again.
+    # (A dry run, which reserves nothing, and without the quota, which would refuse a local one.)
+    group.cp.kubectl("-n", group.namespace, "delete", "resourcequota", "no-gpus")
+    probe = group.pod(RESERVATION_CAP)  # more than the 4 GPUs the held places leave free
+
+    def decided_local() -> bool:
+        done = group.cp.kubectl(
+            "create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(probe), check=False
+        )
+        return done.returncode == 0 and annotations_of(json.loads(done.stdout))["nimbix-burst.io/decision"] == "local"
+
+    demo.wait_for(decided_local, timeout=60, what="the unclaimed reservations to lapse")
+
+
+def _metric(webhook: addons.WebhookProcess, name: str) -> float:
+    status, text = webhook.get("/metrics")
+    assert status == 200, text
+    values = [float(line.split()[-1]) for line in text.splitlines() if line.startswith(f"{name} ")]
+    assert len(values) == 1, f"{name} not in /metrics"
+    return values[0]

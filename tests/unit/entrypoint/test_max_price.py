@@ -87,3 +87,33 @@ def test_without_a_ceiling_a_machine_without_a_price_comes_last() -> None:
     unpriced = {**CATALOGUE, "ng1": dataclasses.replace(CATALOGUE["ng1"], price=None)}
     chosen = candidates.order_candidates(remote_plan(gpus=1, allowed=None), unpriced)
     assert isinstance(chosen, candidates.Candidates) and chosen.machines == ("ng1a-spot", "ng1a", "ng1")
+
+
+# A 3-GPU machine JARVICE lists without an mc_price: the only one that holds no more GPUs than counted.
+UNPRICED_THREE = {**CATALOGUE, "ng3x": Machine(name="ng3x", cores=24, gpus=3, ram_gb=192, price=None, arch="x86_64")}
+
+
+@pytest.mark.parametrize(
+    ("gpus", "machine", "extra", "catalogue", "left_out"),
+    [
+        # Pinned, but dearer than what was counted: it is listed, the ceiling is why.
+        (1, "ng1a", {contract.ENV_MAX_PRICE: "2.4"}, CATALOGUE, "ng1a (3.2 an hour)"),
+        # Only a machine without a price fits within the counted GPUs: never taken under a ceiling.
+        (3, None, {contract.ENV_MAX_PRICE: "25.6", contract.ENV_COUNTED_GPUS: "3"}, UNPRICED_THREE, "ng3x (no price)"),
+    ],
+)
+def test_when_the_ceiling_leaves_out_every_machine_that_fits_the_reason_names_it(
+    gpus: int, machine: str | None, extra: dict[str, str], catalogue: dict[str, Machine], left_out: str
+) -> None:
+    chosen = candidates.order_candidates(remote_plan(gpus=gpus, allowed=None, machine=machine, extra=extra), catalogue)
+    assert isinstance(chosen, plan.NoMachineFits), chosen
+    assert contract.ENV_MAX_PRICE in chosen.reason and left_out in chosen.reason, chosen.reason
+    assert "not in /jarvice/machines" not in chosen.reason
+
+
+def test_a_pin_outside_its_node_range_is_refused_for_that_under_a_ceiling_too() -> None:
+    # ng1a runs on one node only: that is the reason to give, whatever the ceiling leaves out.
+    extra = {contract.ENV_MAX_PRICE: "4.2", "JARVICE_NODES": "2"}  # 2 nodes of ng1 are within it
+    chosen = candidates.order_candidates(remote_plan(gpus=1, allowed=None, machine="ng1a", extra=extra), CATALOGUE)
+    assert isinstance(chosen, plan.NoMachineFits)
+    assert "scales 1..1 node(s)" in chosen.reason and "not in /jarvice/machines" not in chosen.reason, chosen.reason
