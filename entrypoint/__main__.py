@@ -231,29 +231,29 @@ def open_remote_deps(
             cancel=token,
             journal=journal,
             termination=TerminationFile(settings.termination_log),
-            move_mark=move_mark_reader(settings.remote.apikey_file),
-            checkpoints=homeward.names_checkpoints(pod_annotations(settings.remote.apikey_file)),
+            move_mark=move_mark_reader(settings.pod_annotations_file),
+            checkpoints=homeward.names_checkpoints(pod_annotations(settings.pod_annotations_file)),
             apikey=apikey if callable(apikey) else None,
         )
 
 
-def pod_annotations(apikey_file: str | None) -> dict[str, str]:
-    """The pod's annotations the kubelet writes beside the gateway token ({} without that file)."""
-    if not apikey_file:
+def pod_annotations(path: str | None) -> dict[str, str]:
+    """The pod's annotations the kubelet writes into the file the webhook names ({} without that file)."""
+    if not path:
         return {}
     try:
-        text = (Path(apikey_file).parent / contract.POD_ANNOTATIONS_FILE).read_text(encoding="utf-8", errors="replace")
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return {}
     return homeward.parse_annotations(text)
 
 
-def move_mark_reader(apikey_file: str | None) -> Callable[[], int | None]:
-    """The controller's move-home mark, read each time from the pod's annotations (entrypoint.homeward);
+def move_mark_reader(path: str | None) -> Callable[[], int | None]:
+    """The controller's move-home mark, read each time from the pod's annotations file (entrypoint.homeward);
     without that file no move home is asked."""
-    if not apikey_file:
+    if not path:
         return ports.no_move_mark
-    return lambda: homeward.marked_job(pod_annotations(apikey_file))
+    return lambda: homeward.marked_job(pod_annotations(path))
 
 
 def run(env: Mapping[str, str], argv: Sequence[str]) -> int:

@@ -2,7 +2,8 @@
 the exit that tells the Job to create the replacement.
 
 The controller marks the pod (`nimbix-burst.io/move-home: <job number>`, controller.moving); the kubelet
-writes the pod's annotations beside the gateway token (the downward API); while the job runs, the runner
+writes the pod's annotations into the file the webhook mounts on every burst container (the downward API,
+named by NIMBIX_BURST_POD_ANNOTATIONS_FILE); while the job runs, the runner
 sees the mark naming its job and asks the job for a checkpoint (SIGUSR1, through `/jarvice/signal` and
 the image's JARVICE_SIGNAL_OVERRIDE). The program writes its checkpoint and exits 0, the job ends
 COMPLETED, the runner copies the data back (the normal stage-out) and exits EXIT_MOVED_HOME, which the

@@ -176,6 +176,9 @@ class Settings:
     state_dir: str | None = None
     # NIMBIX_BURST_TERMINATION_LOG: where the remote runner writes its termination message.
     termination_log: str = contract.DEFAULT_TERMINATION_LOG
+    # NIMBIX_BURST_POD_ANNOTATIONS_FILE: the pod's annotations (the webhook mounts them), where the runner
+    # sees the controller's move-home mark; None: no move home is asked.
+    pod_annotations_file: str | None = None
 
 
 class SettingsError(Exception):
@@ -503,6 +506,9 @@ def parse_settings(env: Mapping[str, str], *, argv: Sequence[str], read_file: Re
     termination_log = _strip(_get(env, contract.ENV_TERMINATION_LOG)) or contract.DEFAULT_TERMINATION_LOG
     if not termination_log.startswith("/"):
         problems.add(f"{contract.ENV_TERMINATION_LOG} must be an absolute path, got {termination_log!r}")
+    pod_annotations_file = _strip(_get(env, contract.ENV_POD_ANNOTATIONS_FILE))
+    if pod_annotations_file is not None and not pod_annotations_file.startswith("/"):
+        problems.add(f"{contract.ENV_POD_ANNOTATIONS_FILE} must be an absolute path, got {pod_annotations_file!r}")
     if problems.items:
         raise SettingsError(problems.items)
     assert mode is not None  # a None mode always adds a problem
@@ -523,4 +529,5 @@ def parse_settings(env: Mapping[str, str], *, argv: Sequence[str], read_file: Re
         remote=remote,
         state_dir=state_dir,
         termination_log=termination_log,
+        pod_annotations_file=pod_annotations_file,
     )

@@ -72,9 +72,13 @@ GATEWAY_TOKEN_VOLUME_NAME: Final = "nimbix-burst-gateway-token"
 GATEWAY_TOKEN_MOUNT_PATH: Final = "/var/run/secrets/nimbix-burst-gateway"
 GATEWAY_TOKEN_FILE: Final = "token"
 GATEWAY_TOKEN_SECONDS: Final = 600  # the shortest the API server allows; the kubelet refreshes it at 80 %
-# Beside the token, the pod's annotations (the downward API, kept current by the kubelet): where the
-# runner sees the controller's move-home mark.
+# The pod's annotations (the downward API, kept current by the kubelet), in a volume of their own on every
+# burst container whichever way it pays (through the gateway or with its namespace's key, as a pod that
+# stages data does): where the runner sees the controller's move-home mark. The variable names the file.
+POD_INFO_VOLUME_NAME: Final = "nimbix-burst-pod-info"
+POD_INFO_MOUNT_PATH: Final = "/var/run/nimbix-burst-pod"
 POD_ANNOTATIONS_FILE: Final = "pod-annotations"
+ENV_POD_ANNOTATIONS_FILE: Final = "NIMBIX_BURST_POD_ANNOTATIONS_FILE"
 # Set by the controller on a burst pod whose running job moves home: the JARVICE job number. Its runner
 # asks that job for a checkpoint (SIGUSR1 through /jarvice/signal), copies it back, and exits 81.
 ANNOTATION_MOVE_HOME: Final = ANNOTATION_PREFIX + "move-home"

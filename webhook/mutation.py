@@ -11,7 +11,7 @@ import math
 import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -246,6 +246,9 @@ def _append_ops(path: str, existing: object, items: Sequence[Mapping[str, Any]])
     return [{"op": "add", "path": f"{path}/-", "value": item} for item in items]
 
 
+_POD_ANNOTATIONS_PATH: Final = posixpath.join(contract.POD_INFO_MOUNT_PATH, contract.POD_ANNOTATIONS_FILE)
+
+
 def _mounts(container: Mapping[str, Any], *, credentials: bool, gateway: bool) -> list[dict[str, Any]]:
     """What a burst container mounts: the state volume, and the namespace's JARVICE credentials
     (`credentials`) or the gateway's token (`gateway`), each unless something is already mounted at its
@@ -259,6 +262,9 @@ def _mounts(container: Mapping[str, Any], *, credentials: bool, gateway: bool) -
         mounts.append({**mount, "readOnly": True})
     if gateway and not _mounts_path(container, contract.GATEWAY_TOKEN_MOUNT_PATH):
         mount = {"name": contract.GATEWAY_TOKEN_VOLUME_NAME, "mountPath": contract.GATEWAY_TOKEN_MOUNT_PATH}
+        mounts.append({**mount, "readOnly": True})
+    if not _mounts_path(container, contract.POD_INFO_MOUNT_PATH):
+        mount = {"name": contract.POD_INFO_VOLUME_NAME, "mountPath": contract.POD_INFO_MOUNT_PATH}
         mounts.append({**mount, "readOnly": True})
     return mounts
 
@@ -282,12 +288,14 @@ def _volume_ops(spec: Mapping[str, Any], used: set[str], policy: RewritePolicy) 
             "expirationSeconds": contract.GATEWAY_TOKEN_SECONDS,
             "path": contract.GATEWAY_TOKEN_FILE,
         }
-        # Beside the token, the pod's annotations (kept current by the kubelet): the runner sees the
-        # controller's move-home mark there (entrypoint.homeward).
-        annotations = {"path": contract.POD_ANNOTATIONS_FILE, "fieldRef": {"fieldPath": "metadata.annotations"}}
-        sources = [{"serviceAccountToken": token}, {"downwardAPI": {"items": [annotations]}}]
-        projected = {"sources": sources, "defaultMode": 0o444}
+        projected = {"sources": [{"serviceAccountToken": token}], "defaultMode": 0o444}
         wanted.append({"name": contract.GATEWAY_TOKEN_VOLUME_NAME, "projected": projected})
+    if contract.POD_INFO_VOLUME_NAME in used and contract.POD_INFO_VOLUME_NAME not in have:
+        # The pod's annotations, kept current by the kubelet: the runner sees the controller's move-home
+        # mark there (entrypoint.homeward), however the pod pays. Projected: never staged in on its own.
+        annotations = {"path": contract.POD_ANNOTATIONS_FILE, "fieldRef": {"fieldPath": "metadata.annotations"}}
+        projected = {"sources": [{"downwardAPI": {"items": [annotations]}}], "defaultMode": 0o444}
+        wanted.append({"name": contract.POD_INFO_VOLUME_NAME, "projected": projected})
     return _append_ops("/spec/volumes", volumes, wanted)
 
 
@@ -330,6 +338,7 @@ def _burst_container_ops(
         (contract.ENV_POD_NAMESPACE, _field_ref(contract.ENV_POD_NAMESPACE, "metadata.namespace"), True),
         (contract.ENV_POD_NAME, _field_ref(contract.ENV_POD_NAME, "metadata.name"), True),
         (contract.ENV_STATE_DIR, _value(contract.ENV_STATE_DIR, contract.STATE_MOUNT_PATH), True),
+        (contract.ENV_POD_ANNOTATIONS_FILE, _value(contract.ENV_POD_ANNOTATIONS_FILE, _POD_ANNOTATIONS_PATH), True),
     ]
     if terms.cluster:
         wanted.append((contract.ENV_CLUSTER, _value(contract.ENV_CLUSTER, terms.cluster), True))

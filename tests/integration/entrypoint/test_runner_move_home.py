@@ -2,10 +2,10 @@
 runner (a subprocess in a mount namespace of its own, /srv its pod volume) stages a checkpoint directory
 through the emulator's vault; its job runs the base image's run command around a checkpointing trainer,
 with the base image's JARVICE_SIGNAL_OVERRIDE. The test plays the controller: once the trainer has taken
-some steps it writes the move-home mark into the pod's annotations file beside the key file (as the
-kubelet does). The runner asks for the checkpoint through /jarvice/signal, the trainer writes it and
-exits 0, the job ends COMPLETED, the checkpoint comes back into the pod volume, and the runner exits 81.
-Needs root (the emulator's private job roots), as the staging tests do."""
+some steps it writes the move-home mark into the pod's annotations file (as the kubelet does), which
+NIMBIX_BURST_POD_ANNOTATIONS_FILE names. The runner asks for the checkpoint through /jarvice/signal, the
+trainer writes it and exits 0, the job ends COMPLETED, the checkpoint comes back into the pod volume,
+and the runner exits 81. Needs root (the emulator's private job roots), as the staging tests do."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def test_a_marked_job_checkpoints_comes_back_and_the_runner_exits_moved_home(
     """`run-command`: the job runs the base image's run command, as its AppDef does; `catalogue`: the
     job's command is the trainer itself (bash -c), the runner's prelude records the process group."""
     emu, jobs = emulator
-    gateway = tmp_path / "gateway"  # where the webhook mounts the token and the pod's annotations
+    gateway = tmp_path / "gateway"  # where the webhook mounts the token (and, here, the pod's annotations)
     gateway.mkdir()
     (gateway / "token").write_text(API_KEY)
     annotations = gateway / contract.POD_ANNOTATIONS_FILE
@@ -111,6 +111,7 @@ def test_a_marked_job_checkpoints_comes_back_and_the_runner_exits_moved_home(
         tmp_path,
         JARVICE_APIKEY="",
         JARVICE_APIKEY_FILE=str(gateway / "token"),
+        NIMBIX_BURST_POD_ANNOTATIONS_FILE=str(annotations),
         NIMBIX_BURST_STAGE_IN="/srv/ckpt",
         NIMBIX_BURST_STAGE_OUT="/srv/ckpt",
         # As the base image's AppDef runs it: the run command leads the job's process group.

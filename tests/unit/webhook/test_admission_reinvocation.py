@@ -67,7 +67,11 @@ def test_remote_pod_gets_gpus_from_a_later_webhook_stripped(
     assert set(audit["reinvoked"].get("containers", {})) | set(audit["reinvoked"].get("initContainers", {})) == set(
         gpus_left(changed)
     )
-    assert [v["name"] for v in again["spec"]["volumes"]] == ["nimbix-burst-state", "nimbix-burst-jarvice-credentials"]
+    assert [v["name"] for v in again["spec"]["volumes"]] == [
+        "nimbix-burst-state",
+        "nimbix-burst-jarvice-credentials",
+        "nimbix-burst-pod-info",
+    ]
 
     # Idempotent: another reinvocation with nothing new changes nothing.
     third, result = admit(again, cache, "reinvoked-again")

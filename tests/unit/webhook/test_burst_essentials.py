@@ -97,7 +97,7 @@ def test_without_an_add_on_url_the_secret_may_name_the_endpoint() -> None:
 def test_no_secret_configured_mounts_nothing() -> None:
     policy = RewritePolicy(gpu_resources=(GPU,), remote_cpu="100m", remote_memory="128Mi", credentials_secret="")
     out = rewrite(pod(container("train", gpus=1)), policy=policy)
-    assert [v["name"] for v in out["spec"]["volumes"]] == [contract.STATE_VOLUME_NAME]
+    assert [v["name"] for v in out["spec"]["volumes"]] == [contract.STATE_VOLUME_NAME, contract.POD_INFO_VOLUME_NAME]
 
 
 @pytest.mark.parametrize(("annotation", "expected"), [("team-app", "team-app"), (None, "default-app")])

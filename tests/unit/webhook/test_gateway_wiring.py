@@ -37,12 +37,6 @@ TOKEN_VOLUME = {
     "projected": {
         "sources": [
             {"serviceAccountToken": {"audience": "nimbix-burst-gateway", "expirationSeconds": 600, "path": "token"}},
-            # The pod's annotations beside the token: the runner sees a move-home mark there.
-            {
-                "downwardAPI": {
-                    "items": [{"path": "pod-annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]
-                }
-            },
         ],
         "defaultMode": 0o444,
     },
@@ -180,3 +174,45 @@ def test_the_gateways_sftp_endpoint_and_host_key_are_settings() -> None:
 def test_a_half_given_sftp_endpoint_is_refused_saying_what_to_fix(env: dict[str, str], says: str) -> None:
     with pytest.raises(SettingsError, match=re.escape(says)):
         parse_settings([], env, check_files=False)
+
+
+POD_INFO_VOLUME = {
+    "name": contract.POD_INFO_VOLUME_NAME,
+    "projected": {
+        "sources": [
+            {"downwardAPI": {"items": [{"path": "pod-annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]}}
+        ],
+        "defaultMode": 0o444,
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("own_account", "env"),
+    [
+        (False, []),  # through the gateway
+        (True, []),  # the namespace's Secret, mounted
+        (
+            True,
+            [
+                {
+                    "name": "JARVICE_APIKEY",
+                    "valueFrom": {"secretKeyRef": {"name": "jarvice-credentials", "key": "apikey"}},
+                }
+            ],
+        ),
+    ],
+)
+def test_every_burst_container_sees_the_pods_annotations_whichever_way_it_pays(
+    own_account: bool, env: list[dict[str, Any]]
+) -> None:
+    """The runner sees the controller's move-home mark in the pod's annotations: a pod that stages its
+    data (which pays with its namespace's key) moves home as one that pays through the gateway does."""
+    terms = dataclasses.replace(TERMS, own_account=own_account)
+    out = rewrite(pod(container("train", gpus=1, env=env)), terms=terms)
+    (app,) = out["spec"]["containers"]
+    path = f"{contract.POD_INFO_MOUNT_PATH}/{contract.POD_ANNOTATIONS_FILE}"
+    assert env_of(app)[contract.ENV_POD_ANNOTATIONS_FILE] == path
+    assert POD_INFO_VOLUME in out["spec"]["volumes"]
+    mount = {"name": contract.POD_INFO_VOLUME_NAME, "mountPath": contract.POD_INFO_MOUNT_PATH, "readOnly": True}
+    assert mount in app["volumeMounts"]

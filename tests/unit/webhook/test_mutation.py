@@ -157,6 +157,19 @@ DOWNWARD = {
 }
 
 
+# The pod's annotations, where the runner sees a move-home mark (every burst container).
+POD_INFO_MOUNT = {"name": "nimbix-burst-pod-info", "mountPath": "/var/run/nimbix-burst-pod", "readOnly": True}
+POD_INFO_VOLUME = {
+    "name": "nimbix-burst-pod-info",
+    "projected": {
+        "sources": [
+            {"downwardAPI": {"items": [{"path": "pod-annotations", "fieldRef": {"fieldPath": "metadata.annotations"}}]}}
+        ],
+        "defaultMode": 0o444,
+    },
+}
+
+
 def test_burst_container_gets_identity_and_state_dir() -> None:
     out = rewrite(pod(container("app", gpus=1), container("log")))
     app, log = out["spec"]["containers"]
@@ -164,8 +177,9 @@ def test_burst_container_gets_identity_and_state_dir() -> None:
     for name, value_from in DOWNWARD.items():
         assert env[name] == {"name": name, "valueFrom": value_from}
     assert env["NIMBIX_BURST_STATE_DIR"] == {"name": "NIMBIX_BURST_STATE_DIR", "value": "/var/run/nimbix-burst"}
-    assert app["volumeMounts"] == [{"name": "nimbix-burst-state", "mountPath": "/var/run/nimbix-burst"}]
-    assert out["spec"]["volumes"] == [{"name": "nimbix-burst-state", "emptyDir": {"sizeLimit": "1Mi"}}]
+    assert env["NIMBIX_BURST_POD_ANNOTATIONS_FILE"]["value"] == "/var/run/nimbix-burst-pod/pod-annotations"
+    assert app["volumeMounts"] == [{"name": "nimbix-burst-state", "mountPath": "/var/run/nimbix-burst"}, POD_INFO_MOUNT]
+    assert out["spec"]["volumes"] == [{"name": "nimbix-burst-state", "emptyDir": {"sizeLimit": "1Mi"}}, POD_INFO_VOLUME]
     assert "volumeMounts" not in log and "env" not in log
 
 
@@ -195,10 +209,10 @@ def test_state_volume_is_added_once_and_appended_to_existing_lists() -> None:
     a["volumeMounts"] = [user_mount]
     raw = pod(a, container("b", gpus=1), volumes=[{"name": "data", "emptyDir": {}}])
     spec = rewrite(raw)["spec"]
-    assert [v["name"] for v in spec["volumes"]] == ["data", "nimbix-burst-state"]
+    assert [v["name"] for v in spec["volumes"]] == ["data", "nimbix-burst-state", "nimbix-burst-pod-info"]
     state = {"name": "nimbix-burst-state", "mountPath": "/var/run/nimbix-burst"}
-    assert spec["containers"][0]["volumeMounts"] == [user_mount, state]
-    assert spec["containers"][1]["volumeMounts"] == [state]
+    assert spec["containers"][0]["volumeMounts"] == [user_mount, state, POD_INFO_MOUNT]
+    assert spec["containers"][1]["volumeMounts"] == [state, POD_INFO_MOUNT]
 
 
 @pytest.mark.parametrize(
@@ -237,8 +251,8 @@ def test_state_volume_name_and_path_clashes(
     if mounts is not None:
         app["volumeMounts"] = mounts
     spec = rewrite(pod(app, volumes=volumes))["spec"]
-    assert spec["volumes"] == expected_volumes
-    assert spec["containers"][0]["volumeMounts"] == expected_mounts
+    assert spec["volumes"] == [*expected_volumes, POD_INFO_VOLUME]
+    assert spec["containers"][0]["volumeMounts"] == [*expected_mounts, POD_INFO_MOUNT]
     assert env_of(spec["containers"][0])["NIMBIX_BURST_STATE_DIR"] == "/var/run/nimbix-burst"
 
 
