@@ -207,7 +207,7 @@ def test_every_burst_container_sees_the_pods_annotations_whichever_way_it_pays(
     own_account: bool, env: list[dict[str, Any]]
 ) -> None:
     """The runner sees the controller's move-home mark in the pod's annotations: a pod that stages its
-    data (which pays with its namespace's key) moves home as one that pays through the gateway does."""
+    data with its namespace's own key moves home as one that pays through the gateway does."""
     terms = dataclasses.replace(TERMS, own_account=own_account)
     out = rewrite(pod(container("train", gpus=1, env=env)), terms=terms)
     (app,) = out["spec"]["containers"]
