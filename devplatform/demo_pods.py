@@ -154,8 +154,11 @@ def build_gateway_accounts(emulator: addons.EmulatorProcess, *, namespace: str, 
 
 def start_emulator_for_node(run_dir: Path, real_node: node.RealNode, *, vaults: bool = False) -> addons.EmulatorProcess:
     """The JARVICE emulator on the node's gateway address, where runners in pods reach it; with
-    `vaults`, its vault too (SFTP on the same address; jobs in private roots, as root)."""
-    args = (*EMULATOR_ARGS, "--vaults-dir", str(run_dir / "vaults")) if vaults else EMULATOR_ARGS
+    `vaults`, its vault too (SFTP on the same address; jobs in private roots, as root). The example
+    application's image environment is the base image's (its JARVICE_SIGNAL_OVERRIDE), as on dev-up."""
+    args: tuple[str, ...] = (*EMULATOR_ARGS, *addons.SIGNAL_OVERRIDE_ARGS)
+    if vaults:
+        args = (*args, "--vaults-dir", str(run_dir / "vaults"))
     return addons.start_jarvice_emulator(run_dir, host=real_node.gateway_address, args=args)
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import getpass
 import logging
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from pathlib import Path
 
 import aiohttp
@@ -113,7 +114,20 @@ async def _build(settings: Settings, tls: ReloadingTLS, accounts: Accounts) -> w
     return app
 
 
+def ensure_login_name(
+    environ: MutableMapping[str, str], *, getuser: Callable[[], str] = getpass.getuser, uid: int | None = None
+) -> None:
+    """asyncssh asks for the local user name (getpass) before every connection to a vault, even with no SSH
+    config to read; the add-on's image runs as a uid without a passwd entry (65532), where that raises and
+    no vault is ever reached. Such a process is named after its uid (getpass reads LOGNAME first)."""
+    try:
+        getuser()
+    except (KeyError, OSError):
+        environ["LOGNAME"] = f"uid-{os.getuid() if uid is None else uid}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    ensure_login_name(os.environ)
     try:
         settings = parse_settings(sys.argv[1:] if argv is None else argv, os.environ)
     except SettingsError as exc:

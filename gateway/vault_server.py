@@ -204,6 +204,11 @@ async def _relay(
             "vault session ended",
             extra={"namespace": session.namespace, "pod": session.pod, "reason": str(exc), "error": type(exc).__name__},
         )
+    except Exception as exc:  # noqa: BLE001 - a task of its own: unlogged, the pod would see only a closed channel
+        log.error(
+            "vault session failed",
+            extra={"namespace": session.namespace, "pod": session.pod, "reason": str(exc), "error": type(exc).__name__},
+        )
     finally:
         channel.exit(0)
 
