@@ -33,6 +33,7 @@ MAX_MESSAGE_CHARS: Final = 4096
 # The runner's work directories: `nimbix-burst/` and one name of the characters it writes, never
 # starting with a dot (entrypoint.staging); the longest it makes is 127 characters.
 VAULT_DIR_RE: Final = re.compile(r"nimbix-burst/[A-Za-z0-9][A-Za-z0-9._~-]{0,159}")
+MAX_COUNT: Final = 10**12  # outputs refused: a count beyond any volume's is not the runner's
 SHOWN_PATHS: Final = 2  # of the first outputs the message names (the runner names up to four)
 PATH_CHARS: Final = 100  # each, at most, before it is cut short
 # Kubernetes keeps 1024 characters of an Event's message (the Kube adapter cuts there): the pod's
@@ -86,7 +87,7 @@ def parse_kept(container: str, message: object) -> Kept | None:
     vault_dir, refused, first = kept.get("vault_dir"), kept.get("refused"), kept.get("first")
     if not isinstance(vault_dir, str) or not VAULT_DIR_RE.fullmatch(vault_dir):
         return None
-    if type(refused) is not int or refused < 0 or not isinstance(first, list):
+    if type(refused) is not int or not 0 <= refused <= MAX_COUNT or not isinstance(first, list):
         return None
     if not all(isinstance(path, str) for path in first):
         return None

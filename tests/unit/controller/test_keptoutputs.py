@@ -62,6 +62,7 @@ GOOD = {"vault_dir": DIR, "refused": 1, "first": [f"{DIR}/out/a"]}
         pytest.param(said({**GOOD, "refused": True}), None, id="refused-a-bool"),
         pytest.param(said({**GOOD, "refused": -1}), None, id="refused-negative"),
         pytest.param(said({**GOOD, "refused": 1.5}), None, id="refused-a-float"),
+        pytest.param(said({**GOOD, "refused": 10**3000}), None, id="refused-thousands-of-digits"),
         pytest.param(said({**GOOD, "first": "out/a"}), None, id="first-a-string"),
         pytest.param(said({**GOOD, "first": ["a", 7]}), None, id="first-not-all-strings"),
         pytest.param(said({**GOOD, "vault_dir": "/etc"}), None, id="dir-not-the-runners"),
@@ -120,7 +121,9 @@ def test_the_event_says_how_many_where_the_first_and_how_to_copy_them(given: lis
 
 
 def test_the_longest_message_leaves_room_for_the_jobs_copy_to_name_the_pod() -> None:
-    widest = Kept("c" * 63, LONGEST_DIR, 10**9, ("/" + "p" * 99, "/" + "q" * 99))
+    widest_dir = "nimbix-burst/" + "d" * 160  # the longest directory taken (the runner's are shorter)
+    assert parse_kept("c", said({**GOOD, "vault_dir": widest_dir})) is not None
+    widest = Kept("c" * 63, widest_dir, keptoutputs.MAX_COUNT, ("/" + "p" * 99, "/" + "q" * 99))
     one = event_message([widest])
     many = event_message([widest] * 64)
     assert one is not None and many is not None

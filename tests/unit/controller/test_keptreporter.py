@@ -225,3 +225,12 @@ def test_a_backlog_is_worked_off_a_few_pods_a_round_in_name_order() -> None:
     assert [name for kind, name, _, _ in w.api.events if kind == "Pod"] == ["train-1", "train-2"]
     reporter.round()
     assert [name for kind, name, _, _ in w.api.events if kind == "Pod"] == ["train-1", "train-2", "train-3"]
+
+
+def test_a_pod_deleted_before_its_round_leaves_nothing_to_report() -> None:
+    w = world(pod(1), pod(2))
+    gone = w.api.pods.pop("4f1c2a9e-7b1d-4c55-9d0e-000000000001")
+    w.store.apply("DELETED", gone)
+    w.reporter().round()
+    assert [name for kind, name, _, _ in w.api.events if kind == "Pod"] == ["train-2"]
+    assert w.api.patches == 1
