@@ -18,6 +18,8 @@ from controller import identity, stranding
 from controller.app import create_app, every
 from controller.gatewayjobs import GatewayAccess, GatewayJobs
 from controller.homecomer import Homecomer
+from controller.keptreporter import INTERVAL_SECONDS as KEPT_INTERVAL_SECONDS
+from controller.keptreporter import KeptReporter
 from controller.kube import Kube, PodFeed
 from controller.machinerates import MachineRates
 from controller.metrics import Metrics
@@ -87,6 +89,11 @@ async def _build(settings: Settings) -> web.Application:
         await asyncio.to_thread(watcher.run)
 
     background: list[BackgroundTask] = [watch, elector.run]
+    # Outputs a burst pod's copy-back left in the vault: an Event on the pod and its Job (no JARVICE call).
+    kept = KeptReporter(
+        store=store, kube=kube, metrics=metrics, is_leader=is_leader, stale_after=settings.watch_stale_seconds
+    )
+    background.append(every(KEPT_INTERVAL_SECONDS, kept.round, name="kept-in-vault"))
     came_home: set[str] = set()  # Job UIDs a pod came home for: the homecomer adds, the re-burster reads
     if settings.reburst:
         reburster = Reburster(

@@ -87,7 +87,7 @@ class Metrics:
         self.job_events = Counter(
             "nimbix_burst_controller_job_events",
             "Events recorded on burst pods about their JARVICE jobs, by reason (NimbixSubmitted, NimbixQueued,"
-            " NimbixRunning, NimbixSucceeded, NimbixFailed)",
+            " NimbixRunning, NimbixSucceeded, NimbixFailed), and NimbixOutputsKeptInVault once per pod",
             ["reason"],
             registry=r,
         )

@@ -83,7 +83,8 @@ def format_time(epoch: float) -> str:
     return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _owner(metadata: Mapping[str, Any]) -> Owner | None:
+def owner_of(metadata: Mapping[str, Any]) -> Owner | None:
+    """The pod's controller reference, from its metadata (None when it has none)."""
     for ref in metadata.get("ownerReferences") or ():
         if isinstance(ref, Mapping) and ref.get("controller") is True:
             return Owner(
@@ -114,7 +115,7 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
         decision=str(annotations.get(ANNOTATION_DECISION) or ""),
         stranded_since=str(annotations.get(ANNOTATION_STRANDED_SINCE) or ""),
         held_by_budget=bool(annotations.get(ANNOTATION_BUDGET)),
-        owner=_owner(metadata),
+        owner=owner_of(metadata),
         phase=str(status.get("phase") or ""),
         node_name=str(spec.get("nodeName") or ""),
         deleting=bool(metadata.get("deletionTimestamp")),
@@ -238,7 +239,7 @@ def _gang_claim(metadata: Mapping[str, Any], annotations: Mapping[str, Any]) -> 
     if not annotations.get(contract.ANNOTATION_GANG):
         return None
     labels = metadata.get("labels") or {}
-    owner = _owner(metadata)
+    owner = owner_of(metadata)
     job_uid = owner.uid if owner is not None and owner.kind == "Job" and owner.api_version == "batch/v1" else ""
     return GangClaim(
         generation=_generation(annotations.get(contract.ANNOTATION_GANG_GENERATION, "1")),

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from controller.jobrecords import BurstPod, parse_burst_pod
+from controller.keptoutputs import KeptPod, parse_kept_pod
 from controller.model import PodView, ReapView, parse_pod, parse_reap_view
 
 
@@ -23,6 +24,7 @@ class PodStore:
         self._reap_views: dict[str, ReapView] = {}
         self._labeled: dict[str, PodView] = {}
         self._burst: dict[str, BurstPod] = {}  # the pods decided remote, with our job annotations
+        self._kept: dict[str, KeptPod] = {}  # finished burst pods with outputs in the vault, not yet reported
         self._listed = False
         self._broken_since: float | None = None
 
@@ -33,9 +35,11 @@ class PodStore:
         views = [parse_pod(obj) for obj in objs]
         reap_views = [parse_reap_view(obj) for obj in objs]
         burst = [b for b in map(parse_burst_pod, objs) if b is not None and b.uid]
+        kept = [k for k in map(parse_kept_pod, objs) if k is not None]
         with self._lock:
             self._reap_views = {v.uid: v for v in reap_views if v.uid}
             self._burst = {b.uid: b for b in burst}
+            self._kept = {k.uid: k for k in kept}
             self._labeled = {v.uid: v for v in views if v.uid and v.labeled}
             self._listed = True
             self._broken_since = None
@@ -46,18 +50,24 @@ class PodStore:
             return
         reap_view = parse_reap_view(obj)
         burst = parse_burst_pod(obj)
+        kept = parse_kept_pod(obj)
         with self._lock:
             self._broken_since = None
             if event_type == "DELETED":
                 self._reap_views.pop(view.uid, None)
                 self._labeled.pop(view.uid, None)
                 self._burst.pop(view.uid, None)
+                self._kept.pop(view.uid, None)
                 return
             self._reap_views[view.uid] = reap_view
             if burst is not None:
                 self._burst[view.uid] = burst
             else:
                 self._burst.pop(view.uid, None)
+            if kept is not None:
+                self._kept[view.uid] = kept
+            else:
+                self._kept.pop(view.uid, None)
             if view.labeled:
                 self._labeled[view.uid] = view
             else:
@@ -92,6 +102,11 @@ class PodStore:
         """The pods decided remote, as of now."""
         with self._lock:
             return list(self._burst.values())
+
+    def kept_pods(self) -> list[KeptPod]:
+        """The finished burst pods whose outputs stayed in the vault and are not reported yet, as of now."""
+        with self._lock:
+            return list(self._kept.values())
 
     def labeled(self) -> list[PodView]:
         with self._lock:
