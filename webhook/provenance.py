@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from jarvice import contract
+from jarvice import checkpoint, contract
 
 # What a user writes on a pod for the product to read. Every other annotation under the prefix is
 # the product's own record of what it decided.
@@ -36,6 +36,12 @@ USER_ANNOTATIONS: Final = frozenset(
         contract.ANNOTATION_BURST_AFTER,
         contract.ANNOTATION_MACHINES,
         contract.ANNOTATION_MAX_REMOTE_QUEUE,
+        # The checkpoint contract (docs/checkpoints.md): where the program keeps its checkpoints, how
+        # often, and whether (and for how much) its running job may move home.
+        checkpoint.ANNOTATION_CHECKPOINT_DIR,
+        checkpoint.ANNOTATION_CHECKPOINT_INTERVAL,
+        checkpoint.ANNOTATION_COME_HOME,
+        checkpoint.ANNOTATION_COME_HOME_MIN_SAVING,
     }
 )
 # The environment the webhook writes on a burst container: what makes the runner submit (REMOTE), what

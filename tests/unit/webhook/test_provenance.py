@@ -14,7 +14,7 @@ from typing import Any
 import jsonpatch
 import pytest
 
-from jarvice import contract
+from jarvice import checkpoint, contract
 from jarvice.gpubudget import ANNOTATION_REMOTE_GPUS
 from tests.support.budgets import NS, make_sync
 from tests.support.clocks import Clock
@@ -66,6 +66,28 @@ def full_budget(limit: int = 4) -> tuple[CacheSync, dict[str, Any]]:
 
 
 # ----- the marks (pure) --------------------------------------------------------------------------
+
+
+# Every annotation the user's manual tells a user to put on a pod (docs/data.md, docs/burst-after, the
+# machine terms, docs/checkpoints.md): the product reads them and must never clear them as marks.
+WHAT_USERS_WRITE = (
+    (contract.ANNOTATION_STAGE_IN, "/workspace/data"),
+    (contract.ANNOTATION_STAGE_OUT, "/workspace/out"),
+    (contract.ANNOTATION_REMOTE_DATA, "data"),
+    (contract.ANNOTATION_BURST_AFTER, "60s"),
+    (contract.ANNOTATION_MACHINES, "ng1,ng4"),
+    (contract.ANNOTATION_MAX_REMOTE_QUEUE, "10m"),
+    (checkpoint.ANNOTATION_CHECKPOINT_DIR, "/workspace/ckpt"),
+    (checkpoint.ANNOTATION_CHECKPOINT_INTERVAL, "15m"),
+    (checkpoint.ANNOTATION_COME_HOME, "running"),
+    (checkpoint.ANNOTATION_COME_HOME_MIN_SAVING, "0.50"),
+)
+
+
+@pytest.mark.parametrize(("key", "value"), WHAT_USERS_WRITE, ids=[key for key, _ in WHAT_USERS_WRITE])
+def test_what_the_docs_tell_users_to_write_is_kept(key: str, value: str) -> None:
+    raw = pod(container(gpus=1), annotations={key: value})
+    assert provenance.carried_marks(raw) == ()
 
 
 @pytest.mark.parametrize(
