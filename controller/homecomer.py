@@ -38,6 +38,9 @@ class KubeCalls(Protocol):
     def read_pod(self, namespace: str, name: str) -> Mapping[str, Any]: ...
     def read_job(self, namespace: str, name: str) -> Mapping[str, Any] | None: ...
     def dry_run_create_pod(self, namespace: str, body: Mapping[str, Any]) -> Mapping[str, Any]: ...
+    def read_claim_and_volume(
+        self, namespace: str, claim: str
+    ) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]: ...
     def evict_pod(self, pod: PodView) -> None: ...
     def patch_pod_json(self, namespace: str, name: str, ops: Sequence[Mapping[str, Any]]) -> None: ...
     def record_event(
@@ -157,7 +160,8 @@ class Homecomer:
         if job is None or why_not:
             return False  # the Job would not recreate it, or would count its eviction: it stays where it is
         body = homecoming.dry_run_pod(job, pod)
-        if rule := homecoming.unmodelled_rule(body["spec"]):
+        pinned = [name for name in homecoming.claim_names(body["spec"]) if self._pins_nodes(pod.namespace, name)]
+        if rule := homecoming.unmodelled_rule(body["spec"], pinned_claims=pinned):
             if pod.uid not in self._noted:
                 self._noted.add(pod.uid)  # said once: the Job's template cannot change
                 self._note(pod, homecoming.unmodelled_note(rule))
@@ -178,6 +182,14 @@ class Homecomer:
             log.info("burst pod stays: its job started", extra=log_context(pod, reason=assessment.reason))
             return False
         return self._bring_home(pod, reason=reason)
+
+    def _pins_nodes(self, namespace: str, claim: str) -> bool:
+        try:
+            found, volume = self._kube.read_claim_and_volume(namespace, claim)
+        except Exception:  # unreadable: as if it were tied to some nodes (never strands a pod)
+            log.warning("claim unreadable", exc_info=True, extra={"namespace": namespace, "claim": claim})
+            return True
+        return homecoming.volume_pins_nodes(found, volume)
 
     def _note(self, pod: PodView, note: str) -> None:
         ops = [{"op": "add", "path": "/metadata/annotations/nimbix-burst.io~1homecoming", "value": note}]

@@ -30,7 +30,7 @@ the webhook as for any pod, the webhook decides it without reserving anything, a
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
@@ -200,10 +200,36 @@ def ran_note(job: JobEntry) -> str:
     return f"stays on Nimbix: its JARVICE job {job.number} already ran ({job.state}); coming home would run it again"
 
 
-def unmodelled_rule(spec: Mapping[str, Any]) -> str:
+def claim_names(spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The persistentVolumeClaims a pod spec's volumes name, in order, each once."""
+    names: list[str] = []
+    for volume in spec.get("volumes") or ():
+        claim = volume.get("persistentVolumeClaim") if isinstance(volume, Mapping) else None
+        name = claim.get("claimName") if isinstance(claim, Mapping) else None
+        if isinstance(name, str) and name and name not in names:
+            names.append(name)
+    return tuple(names)
+
+
+def volume_pins_nodes(claim: Mapping[str, Any] | None, volume: Mapping[str, Any] | None) -> bool:
+    """Whether a claim's volume may keep the pod off some nodes: the claim or its volume not found, the
+    claim not bound yet (the scheduler would bind it by topology), or a volume with node affinity (a zonal
+    disk, a local volume). A bound volume without node affinity (NFS, a hostPath, most file shares) mounts
+    on any node, so the webhook's fit holds for a pod using it."""
+    if claim is None or volume is None:
+        return True
+    status = claim.get("status") or {}
+    if not isinstance(status, Mapping) or status.get("phase") != "Bound":
+        return True
+    spec = volume.get("spec") or {}
+    return not isinstance(spec, Mapping) or bool(spec.get("nodeAffinity"))
+
+
+def unmodelled_rule(spec: Mapping[str, Any], *, pinned_claims: Collection[str]) -> str:
     """A scheduling rule in a pod spec that the webhook's fit does not model ("": none). A pod with one
     is never brought home: the webhook could say it fits where the scheduler would not place it, and
-    it would strand here instead of running on Nimbix."""
+    it would strand here instead of running on Nimbix. `pinned_claims`: the pod's claims whose volumes
+    may keep it off some nodes (`volume_pins_nodes`); a claim on a volume any node mounts is modelled."""
     affinity = spec.get("affinity") or {}
     if isinstance(affinity, Mapping) and affinity.get("podAntiAffinity"):
         return "pod anti-affinity"
@@ -211,9 +237,9 @@ def unmodelled_rule(spec: Mapping[str, Any]) -> str:
         return "pod affinity"
     if spec.get("topologySpreadConstraints"):
         return "topology spread constraints"
-    for volume in spec.get("volumes") or ():
-        if isinstance(volume, Mapping) and volume.get("persistentVolumeClaim"):
-            return "a persistentVolumeClaim"  # its volume may be bound to one zone or node
+    for name in claim_names(spec):
+        if name in pinned_claims:
+            return f"a persistentVolumeClaim ({name}) whose volume may be tied to some nodes"
     return ""
 
 

@@ -166,6 +166,31 @@ class Kube:
         parsed: Mapping[str, Any] = json.loads(response.data)
         return parsed
 
+    def read_claim_and_volume(
+        self, namespace: str, claim: str
+    ) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]:
+        """A persistentVolumeClaim and the PersistentVolume bound to it (None for what is not found)."""
+        try:
+            response = self._core.read_namespaced_persistent_volume_claim(
+                claim, namespace, _preload_content=False, _request_timeout=CALL_TIMEOUT
+            )
+        except ApiException as exc:
+            if exc.status == HTTP_NOT_FOUND:
+                return None, None
+            raise
+        found: Mapping[str, Any] = json.loads(response.data)
+        name = (found.get("spec") or {}).get("volumeName")
+        if not name:
+            return found, None
+        try:
+            response = self._core.read_persistent_volume(name, _preload_content=False, _request_timeout=CALL_TIMEOUT)
+        except ApiException as exc:
+            if exc.status == HTTP_NOT_FOUND:
+                return found, None
+            raise
+        volume: Mapping[str, Any] = json.loads(response.data)
+        return found, volume
+
     def dry_run_create_pod(self, namespace: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
         """Create `body` with dryRun=All: admission (the webhook included) runs, nothing is stored.
         Returns the pod as admission left it."""

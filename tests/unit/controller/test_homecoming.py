@@ -117,7 +117,11 @@ def test_the_dry_run_pod_is_the_jobs_next_pod_under_a_name_of_its_own() -> None:
         ({"affinity": {"podAntiAffinity": {"x": 1}}}, "pod anti-affinity"),
         ({"affinity": {"podAffinity": {"x": 1}}}, "pod affinity"),
         ({"topologySpreadConstraints": [{"maxSkew": 1}]}, "topology spread constraints"),
-        ({"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}, "a persistentVolumeClaim"),
+        (
+            {"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "zonal"}}]},
+            "a persistentVolumeClaim (zonal) whose volume may be tied to some nodes",
+        ),
+        ({"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "nfs"}}]}, ""),  # mounts anywhere
         ({"volumes": [{"name": "d", "emptyDir": {}}]}, ""),
     ],
 )
@@ -126,7 +130,40 @@ def test_a_rule_the_webhook_does_not_model_keeps_the_pod_from_coming_home(
 ) -> None:
     """The webhook's 'fits' cannot see these: a pod brought home might not bind, and strand here."""
     spec = {"containers": [{"name": "app", "image": "train"}], "restartPolicy": "Never", **extra}
-    assert homecoming.unmodelled_rule(spec) == unmodelled
+    assert homecoming.unmodelled_rule(spec, pinned_claims={"zonal"}) == unmodelled
+
+
+BOUND = {"status": {"phase": "Bound"}, "spec": {"volumeName": "pv-1"}}
+ZONE = {"required": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}
+
+
+@pytest.mark.parametrize(
+    ("claim", "volume", "pins"),
+    [
+        pytest.param(BOUND, {"spec": {"nfs": {"server": "x", "path": "/"}}}, False, id="bound-mounts-anywhere"),
+        pytest.param(BOUND, {"spec": {"hostPath": {"path": "/d"}}}, False, id="bound-hostpath-without-affinity"),
+        pytest.param(BOUND, {"spec": {"nodeAffinity": ZONE}}, True, id="bound-zonal"),
+        pytest.param({"status": {"phase": "Pending"}, "spec": {}}, None, True, id="not-bound-yet"),
+        pytest.param(None, None, True, id="claim-not-found"),
+        pytest.param(BOUND, None, True, id="volume-not-found"),
+    ],
+)
+def test_a_claim_keeps_a_pod_away_only_when_its_volume_may_be_tied_to_some_nodes(
+    claim: dict[str, Any] | None, volume: dict[str, Any] | None, pins: bool
+) -> None:
+    assert homecoming.volume_pins_nodes(claim, volume) is pins
+
+
+def test_the_claims_a_spec_names_once_each() -> None:
+    spec = {
+        "volumes": [
+            {"name": "a", "persistentVolumeClaim": {"claimName": "data"}},
+            {"name": "b", "emptyDir": {}},
+            {"name": "c", "persistentVolumeClaim": {"claimName": "data"}},
+            {"name": "d", "persistentVolumeClaim": {"claimName": "ckpt"}},
+        ]
+    }
+    assert homecoming.claim_names(spec) == ("data", "ckpt")
 
 
 def test_a_pod_with_a_rule_the_webhook_does_not_model_stays_burst_and_says_so_once() -> None:
@@ -139,6 +176,30 @@ def test_a_pod_with_a_rule_the_webhook_does_not_model_stays_burst_and_says_so_on
     assert (kube.dry_runs, kube.deleted, jarvice.terminated) == ([], [], [])
     ((_, ops),) = kube.patched
     assert ops[0]["value"].startswith("never brought home: its pods have topology spread constraints")
+
+
+@pytest.mark.parametrize(
+    ("volume", "comes_home"),
+    [
+        pytest.param({"spec": {"nfs": {"server": "x", "path": "/"}}}, True, id="a-volume-any-node-mounts"),
+        pytest.param({"spec": {"nodeAffinity": ZONE}}, False, id="a-zonal-volume"),
+    ],
+)
+def test_a_pod_with_its_data_on_a_claim_comes_home_when_the_volume_mounts_anywhere(
+    volume: dict[str, Any], comes_home: bool
+) -> None:
+    """Data staged from a claim is the usual shape of a pod that bursts with its data (and of one that
+    moves home from its checkpoint): its claim keeps it away only when its volume may be tied to nodes."""
+    jarvice = FakeJarvice({4711: entry()})
+    homecomer, kube, _ = make(burst(), jarvice)
+    spec = {"containers": [{"name": "app"}], "volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}
+    kube.jobs["train"]["spec"]["template"] = {"metadata": {}, "spec": spec}
+    kube.claims["data"] = (BOUND, volume)
+    homecomer.round()
+    assert (len(kube.dry_runs), len(kube.deleted)) == ((1, 1) if comes_home else (0, 0))
+    if not comes_home:
+        ((_, ops),) = kube.patched
+        assert "a persistentVolumeClaim (data) whose volume may be tied to some nodes" in ops[0]["value"]
 
 
 # ----- Homecomer.round against fakes -------------------------------------------------------------
@@ -180,6 +241,7 @@ class FakeKube:
     patched: list[tuple[str, Any]] = field(default_factory=list)
     events: list[tuple[str, str, str]] = field(default_factory=list)
     delete_conflict: bool = False
+    claims: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None]] = field(default_factory=dict)
 
     def read_pod(self, namespace: str, name: str) -> Mapping[str, Any]:
         if name not in self.pods:
@@ -192,6 +254,11 @@ class FakeKube:
     def dry_run_create_pod(self, namespace: str, body: Mapping[str, Any]) -> Mapping[str, Any]:
         self.dry_runs.append(dict(body))
         return self.answer
+
+    def read_claim_and_volume(
+        self, namespace: str, claim: str
+    ) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]:
+        return self.claims.get(claim, (None, None))
 
     def evict_pod(self, pod: PodView) -> None:
         if self.delete_conflict:
