@@ -13,7 +13,7 @@ from jarvice import contract
 from webhook.mutation import RewritePolicy
 from webhook.resources import container_gpus
 
-ENV_NODES = "JARVICE_NODES"  # the runner's (entrypoint.settings): how many machines the job spans
+ENV_NODES = "JARVICE_NODES"  # the runner's (entrypoint.remote_settings): how many machines the job spans
 
 
 def env_gpus(env: Sequence[Mapping[str, Any]], *, default_gpus: int) -> int | None:

@@ -20,6 +20,8 @@ PURE = [
     "entrypoint.restart",
     "entrypoint.runstate",
     "entrypoint.runsteps",
+    "entrypoint.env_reading",
+    "entrypoint.remote_settings",
     "entrypoint.settings",
     "entrypoint.staging",
     "entrypoint.termination",
