@@ -18,7 +18,7 @@ from typing import Final
 
 import asyncssh
 
-from entrypoint import local_tree, staging
+from entrypoint import local_tree, staging, vault_settings
 from entrypoint.plan import RemotePlan
 from entrypoint.ports import EarlyExit, RemoteDeps
 from entrypoint.settings import Settings
@@ -307,7 +307,7 @@ class VaultStaging:
             return False
         if self.signal_seen_at is None:
             self.signal_seen_at = self.clock()
-        return self.clock() - self.signal_seen_at >= staging.copy_back_seconds(self.grace_seconds)
+        return self.clock() - self.signal_seen_at >= vault_settings.copy_back_seconds(self.grace_seconds)
 
     # --- the record ----------------------------------------------------------------------------
 
@@ -366,7 +366,7 @@ def attach(
     logging.getLogger("asyncssh").setLevel(logging.WARNING)  # its INFO is a line per SSH step
     assert settings.remote is not None
     api_host = urllib.parse.urlsplit(settings.remote.api_url).hostname or ""
-    vault = staging.parse_vault_settings(env, api_host=api_host)
+    vault = vault_settings.parse_vault_settings(env, api_host=api_host)
     pod = settings.pod
     dirs = staging.build_work_dirs(
         data_key=staging.parse_data_key(env), pod_uid=pod.uid, container=pod.container, job_label=plan.job_label
@@ -387,9 +387,9 @@ def attach(
         keep_job_dir=vault.keep_job_dir,
         cancel=deps.cancel,
         clock=deps.clock,
-        never_staged=staging.credential_files(env),
+        never_staged=vault_settings.credential_files(env),
         out_files=out_files,
-        grace_seconds=staging.parse_grace_seconds(env),
+        grace_seconds=vault_settings.parse_grace_seconds(env),
     )
     log.info(
         "data staging",

@@ -25,6 +25,8 @@ PURE = [
     "entrypoint.settings",
     "entrypoint.staging",
     "entrypoint.termination",
+    "entrypoint.vault_files",
+    "entrypoint.vault_settings",
     "entrypoint.walltime",
     "jarvice.contract",
     "jarvice.duplicates",
