@@ -1,5 +1,6 @@
-"""Data staging's pure rules (entrypoint.staging): the variables, the vault layout, the job's prelude,
-the record that keeps a restart from uploading twice or copying back twice, and the vault settings."""
+"""Data staging's pure rules (entrypoint.staging, entrypoint.vault_files, entrypoint.vault_settings): the
+variables, the vault layout, the job's prelude, the record that keeps a restart from uploading twice or
+copying back twice, how one file is copied, and the vault settings."""
 
 import subprocess
 from pathlib import Path
