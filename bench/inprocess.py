@@ -33,7 +33,7 @@ from webhook import admission, review
 from webhook.cache import ClusterCache
 from webhook.gangs import ANNOTATION_KUEUE_TOTAL, LABEL_KUEUE_GROUP
 from webhook.model import parse_placement, pod_compute, pod_gpus
-from webhook.mutation import RewritePolicy
+from webhook.rewrite_terms import RewritePolicy
 from webhook.settings import parse_settings
 from webhook.sync import CacheSync, ParsedList
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from entrypoint import local_tree, staging, vault_staging
+from entrypoint import local_tree, staging, vault_settings, vault_staging
 from entrypoint.sftp_transfer import DownloadRoot, UploadRoot, VaultTransfer
 from entrypoint.signals import CancelToken
 from jarvice.redaction import Secret
@@ -19,7 +19,7 @@ from jarvice.redaction import Secret
 
 class KeyTransfer(VaultTransfer):
     def __init__(self, spec: dict[str, Any]) -> None:
-        address = staging.VaultSettings("127.0.0.1", spec["port"], spec["known_hosts"], keep_job_dir=True)
+        address = vault_settings.VaultSettings("127.0.0.1", spec["port"], spec["known_hosts"], keep_job_dir=True)
         super().__init__(address, username="root", apikey=Secret(""), clock=time.monotonic, progress_out=sys.stderr)
         self.key = spec["key"]
         self.password = spec.get("password")  # through the gateway: the pod's token, as the runner logs in

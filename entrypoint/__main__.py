@@ -22,7 +22,8 @@ import requests
 from pythonjsonlogger.json import JsonFormatter
 
 from entrypoint import gang, homeward, local, plan, ports, remote, restart, signals, staging, statefile, termination
-from entrypoint.settings import Settings, SettingsError, Tuning, parse_settings
+from entrypoint.remote_settings import Tuning
+from entrypoint.settings import Settings, SettingsError, parse_settings
 from jarvice import contract, exitcodes
 from jarvice.client import JarviceClient, RetryPolicy
 from jarvice.redaction import Secret, redact

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from entrypoint import staging
+from entrypoint import staging, vault_files
 
 log = logging.getLogger(__name__)
 
@@ -267,7 +267,7 @@ class BeneathWriter:
         """The partial file beside `relative` for writing: the existing one to resume, else one
         created exclusively (a stale one is removed first, a link there is never followed)."""
         head, _, name = relative.rpartition("/")
-        part, parent = staging.part_name(name), self.dir_fd(head)
+        part, parent = vault_files.part_name(name), self.dir_fd(head)
         flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
             if resume:
@@ -294,7 +294,7 @@ class BeneathWriter:
         """Rename the verified partial file into place (a link there is replaced, never followed)."""
         head, _, name = relative.rpartition("/")
         parent = self.dir_fd(head)
-        part = staging.part_name(name)
+        part = vault_files.part_name(name)
         if mtime is not None:
             os.utime(part, (mtime, mtime), dir_fd=parent, follow_symlinks=False)
         os.replace(part, name, src_dir_fd=parent, dst_dir_fd=parent)
@@ -302,7 +302,7 @@ class BeneathWriter:
     def discard_part(self, relative: str) -> None:
         head, _, name = relative.rpartition("/")
         with contextlib.suppress(OSError):
-            os.unlink(staging.part_name(name), dir_fd=self.dir_fd(head))
+            os.unlink(vault_files.part_name(name), dir_fd=self.dir_fd(head))
 
     def remove(self, relative: str) -> None:
         """Remove the file at `relative` (a copy that failed half-way), never following a link."""

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from entrypoint.gang import Gang, build_gang_command
-from entrypoint.settings import Command, Settings, ShellCommand, Tuning
+from entrypoint.remote_settings import Tuning
+from entrypoint.settings import Command, Settings, ShellCommand
 from jarvice import contract
 from jarvice.labels import build_job_label
 from jarvice.model import Machine, SubmitBody

@@ -2,86 +2,32 @@
 
 Only `entrypoint.__main__` reads `os.environ`; it hands the mapping (and a file reader for the
 `*_FILE` credential variants) to `parse_settings`. Every problem is collected, so a misconfigured
-pod gets one message listing all of them, before anything is submitted.
+pod gets one message listing all of them, before anything is submitted. What a remote run needs besides
+(JARVICE, the app, the machine, the timing knobs) is read by `entrypoint.remote_settings`.
 """
 
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from entrypoint import walltime
-from entrypoint.gang import DEFAULT_GANG_WAIT_SECONDS, ENV_GANG_WAIT_SECONDS, Gang, parse_gang
+from entrypoint.env_reading import Problems, nonblank, parse_int, stripped
+from entrypoint.remote_settings import ReadFile, RemoteSettings, parse_remote
 from jarvice import contract
 from jarvice.labels import PodIdentity
 from jarvice.model import Mode
-from jarvice.redaction import Secret
 
-# Variable names (the shared ones live in `jarvice.contract`).
+# Variable names (the shared ones live in `jarvice.contract`; the remote run's in `entrypoint.remote_settings`).
 ENV_COMMAND_ARGS: Final = "APP_COMMAND_ARGS"
-ENV_API_URL: Final = contract.ENV_API_URL
-ENV_USERNAME: Final = "JARVICE_USERNAME"
-ENV_APIKEY: Final = "JARVICE_APIKEY"
-ENV_USERNAME_FILE: Final = contract.ENV_USERNAME_FILE
-ENV_APIKEY_FILE: Final = contract.ENV_APIKEY_FILE
-# The original IBM entrypoint's names, accepted as fallbacks (reference §11).
-ENV_LEGACY_USERNAME: Final = "USERNAME"
-ENV_LEGACY_APIKEY: Final = "APIKEY"
-ENV_APP_NAME: Final = contract.ENV_APP_NAME
-ENV_APP_COMMAND: Final = "APP_COMMAND"
-ENV_COMMAND_PARAMETER: Final = "JARVICE_COMMAND_PARAMETER"
-ENV_MACHINE: Final = "JARVICE_MACHINE"
-ENV_NODES: Final = "JARVICE_NODES"
-ENV_VAULT: Final = "JARVICE_VAULT"
-ENV_WALLTIME: Final = contract.ENV_WALLTIME
-ENV_GEOMETRY: Final = "JARVICE_GEOMETRY"
-ENV_ARCH: Final = "JARVICE_ARCH"
-ENV_POLL_SECONDS: Final = "JARVICE_POLL_SECONDS"
-ENV_CANCEL_GRACE_SECONDS: Final = "JARVICE_CANCEL_GRACE_SECONDS"
-ENV_OUTAGE_SECONDS: Final = "JARVICE_OUTAGE_SECONDS"
-ENV_TAIL_LINES: Final = "JARVICE_TAIL_LINES"
-ENV_CONNECT_TIMEOUT: Final = "JARVICE_CONNECT_TIMEOUT"
-ENV_READ_TIMEOUT: Final = "JARVICE_READ_TIMEOUT"
-ENV_RETRY_BASE_SECONDS: Final = "JARVICE_RETRY_BASE_SECONDS"
-ENV_RETRY_CAP_SECONDS: Final = "JARVICE_RETRY_CAP_SECONDS"
-ENV_SUBMIT_RESOLVE_SECONDS: Final = "JARVICE_SUBMIT_RESOLVE_SECONDS"
 ENV_POD_UID: Final = contract.ENV_POD_UID
 ENV_POD_NAMESPACE: Final = contract.ENV_POD_NAMESPACE
 ENV_POD_NAME: Final = contract.ENV_POD_NAME
 ENV_LOG_LEVEL: Final = "LOG_LEVEL"
 
-# The current public API base URL (reference §1; jardoc changed it in 2021).
-DEFAULT_API_URL: Final = "https://cloud.nimbix.net/api"
-# The AppDef command key and parameter id of a "run a shell command" app: the reference's J12
-# AppDef's `run` command executes `/bin/bash -l -c <parameters.command>`.
-DEFAULT_APP_COMMAND: Final = "run"
-DEFAULT_COMMAND_PARAMETER: Final = "command"
-# Present in every portal-generated submit body; whether batch commands need it is UNCONFIRMED,
-# so it is sent by default and can be dropped with JARVICE_GEOMETRY="".
-DEFAULT_GEOMETRY: Final = "1280x720"
-# Nimbix's own clients poll every 5 s (reference §9: J5 wait_for, J7 jobperf).
-DEFAULT_POLL_SECONDS: Final = 5.0
-# Kubernetes' default terminationGracePeriodSeconds is 30: 20 s of shutdown leaves room to
-# terminate and still exit before the kubelet's SIGKILL.
-DEFAULT_CANCEL_GRACE_SECONDS: Final = 20.0
-# How long JARVICE may be unreachable (every retry failing) before the runner gives up.
-DEFAULT_OUTAGE_SECONDS: Final = 300.0
-# tail window per poll; 0 would fetch the whole output every time.
-DEFAULT_TAIL_LINES: Final = 1000
-DEFAULT_CONNECT_TIMEOUT: Final = 5.0
-# Nimbix's jobperf uses a 30 s timeout per call (reference §9).
-DEFAULT_READ_TIMEOUT: Final = 30.0
-DEFAULT_RETRY_BASE_SECONDS: Final = 1.0
-DEFAULT_RETRY_CAP_SECONDS: Final = 30.0
-# After a submit with an unknown outcome, how long to keep looking for the job it may have
-# created before concluding it did not and submitting again.
-DEFAULT_SUBMIT_RESOLVE_SECONDS: Final = 30.0
-DEFAULT_NODES: Final = 1
 LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR")
 DEFAULT_LOG_LEVEL: Final = "WARNING"
 
-_GEOMETRY_RE: Final = re.compile(r"^\d+x\d+$")
 _MILLICORES_RE: Final = re.compile(r"^(\d+)m$")
 # A container name is a DNS-1123 label (Kubernetes validation).
 _CONTAINER_NAME_RE: Final = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -102,64 +48,6 @@ class ArgvCommand:
 
 
 Command = ShellCommand | ArgvCommand
-
-
-@dataclass(frozen=True, slots=True)
-class Credentials:
-    username: str
-    apikey: Secret
-    source: str  # which variables they came from, for logs ("JARVICE_USERNAME/JARVICE_APIKEY_FILE")
-
-
-@dataclass(frozen=True, slots=True)
-class Tuning:
-    """Timing knobs of the remote runner; the defaults suit production, tests shrink them."""
-
-    poll_seconds: float = DEFAULT_POLL_SECONDS
-    cancel_grace_seconds: float = DEFAULT_CANCEL_GRACE_SECONDS
-    outage_seconds: float = DEFAULT_OUTAGE_SECONDS
-    tail_lines: int = DEFAULT_TAIL_LINES
-    connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
-    read_timeout: float = DEFAULT_READ_TIMEOUT
-    retry_base_seconds: float = DEFAULT_RETRY_BASE_SECONDS
-    retry_cap_seconds: float = DEFAULT_RETRY_CAP_SECONDS
-    submit_resolve_seconds: float = DEFAULT_SUBMIT_RESOLVE_SECONDS
-    gang_wait_seconds: float = DEFAULT_GANG_WAIT_SECONDS  # a following rank's wait for rank 0's job
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteSettings:
-    api_url: str
-    credentials: Credentials
-    app_name: str
-    app_command: str
-    command_parameter: str
-    machine: str | None
-    nodes: int
-    vault: str | None
-    walltime: str  # JARVICE_WALLTIME, else the runner's default: no job bills without a limit
-    geometry: str | None
-    arch: str | None
-    tuning: Tuning
-    # NIMBIX_BURST_COUNTED_GPUS: what the namespace's budget counted for this container (None: the
-    # webhook did not rewrite the pod, no check).
-    counted_gpus: int | None = None
-    # NIMBIX_BURST_ALLOWED_MACHINES: the machine types the pod's GPU model allows (None: any).
-    allowed_machines: tuple[str, ...] | None = None
-    gang: Gang | None = None  # NIMBIX_BURST_GANG_*: this pod is one rank of a gang's one job
-    # NIMBIX_BURST_MAX_PRICE: the dearest mc_price per node-hour the namespace's cost caps counted
-    # this burst at (None: no caps, no ceiling).
-    max_price: float | None = None
-    # NIMBIX_BURST_MACHINES: the machines to use, in order (None: every one that fits, cheapest first).
-    preferred_machines: tuple[str, ...] | None = None
-    # NIMBIX_BURST_MEMORY_GB: the container's memory request in GiB (None: any machine's RAM will do).
-    memory_gb: int | None = None
-    # NIMBIX_BURST_MAX_REMOTE_QUEUE: how long a job may stay queued before it moves to the next machine.
-    max_remote_queue_seconds: int = contract.DEFAULT_MAX_REMOTE_QUEUE_SECONDS
-    # NIMBIX_BURST_GATEWAY_CA: the CA (PEM) of the add-on's JARVICE gateway, trusted beside the system's.
-    gateway_ca: str | None = None
-    # The key is a file (JARVICE_APIKEY_FILE): re-read when it changes, as a projected token is refreshed.
-    apikey_file: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,25 +77,6 @@ class SettingsError(Exception):
         super().__init__("invalid settings: " + "; ".join(self.problems))
 
 
-ReadFile = Callable[[str], str]
-
-
-class _Problems:
-    def __init__(self) -> None:
-        self.items: list[str] = []
-
-    def add(self, problem: str) -> None:
-        self.items.append(problem)
-
-
-def _get(env: Mapping[str, str], name: str) -> str | None:
-    """A variable's value, or None when unset or blank (blank counts as unset everywhere)."""
-    value = env.get(name)
-    if value is None or value.strip() == "":
-        return None
-    return value
-
-
 def parse_mode(value: str | None) -> Mode | None:
     """REMOTE: unset, empty or "0" => local; "1" => remote; anything else => None (invalid)."""
     if value is None or value.strip() in ("", "0"):
@@ -215,20 +84,6 @@ def parse_mode(value: str | None) -> Mode | None:
     if value.strip() == "1":
         return "remote"
     return None
-
-
-def _parse_int(env: Mapping[str, str], name: str, problems: _Problems, *, minimum: int) -> int | None:
-    raw = _get(env, name)
-    if raw is None:
-        return None
-    try:
-        value: int | None = int(raw.strip())
-    except ValueError:
-        value = None
-    if value is None or value < minimum:
-        problems.add(f"{name} must be an integer >= {minimum}, got {raw!r}")
-        return None
-    return value
 
 
 def parse_cpus(raw: str) -> int | None:
@@ -244,220 +99,7 @@ def parse_cpus(raw: str) -> int | None:
     return math.ceil(value)
 
 
-def _parse_float(
-    env: Mapping[str, str], name: str, default: float, problems: _Problems, *, allow_zero: bool = False
-) -> float:
-    raw = _get(env, name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        value = math.nan
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        problems.add(f"{name} must be a number of seconds {bound}, got {raw!r}")
-        return default
-    return value
-
-
-def _resolve_credential(
-    env: Mapping[str, str],
-    *,
-    direct: str,
-    file_var: str,
-    legacy: str,
-    read_file: ReadFile,
-    problems: _Problems,
-) -> tuple[str | None, str]:
-    """(value, source variable). Precedence: direct, then *_FILE, then the legacy name."""
-    direct_value = _get(env, direct)
-    file_path = _get(env, file_var)
-    if direct_value is not None and file_path is not None:
-        problems.add(f"set only one of {direct} and {file_var}")
-        return None, direct
-    if direct_value is not None:
-        return direct_value.strip(), direct
-    if file_path is not None:
-        try:
-            content = read_file(file_path).strip()
-        except OSError as exc:
-            problems.add(f"{file_var}: cannot read {file_path}: {exc.strerror or type(exc).__name__}")
-            return None, file_var
-        if not content:
-            problems.add(f"{file_var}: {file_path} is empty")
-            return None, file_var
-        return content, file_var
-    legacy_value = _get(env, legacy)
-    if legacy_value is not None:
-        return legacy_value.strip(), legacy
-    problems.add(f"{direct} (or {file_var}, or {legacy}) is required when REMOTE=1")
-    return None, direct
-
-
-def _parse_api_url(env: Mapping[str, str], problems: _Problems) -> str:
-    raw = _get(env, ENV_API_URL)
-    if raw is None:
-        return DEFAULT_API_URL
-    url = raw.strip().rstrip("/")
-    if not url.startswith(("https://", "http://")) or len(url) <= len("https://"):
-        problems.add(f"{ENV_API_URL} must be an http(s) URL, got {raw!r}")
-        return DEFAULT_API_URL
-    if "?" in url or "#" in url:
-        problems.add(f"{ENV_API_URL} must not contain a query or fragment, got {raw!r}")
-    return url
-
-
-def _parse_tuning(env: Mapping[str, str], problems: _Problems) -> Tuning:
-    tail_lines = _parse_int(env, ENV_TAIL_LINES, problems, minimum=0)
-    tuning = Tuning(
-        poll_seconds=_parse_float(env, ENV_POLL_SECONDS, DEFAULT_POLL_SECONDS, problems),
-        cancel_grace_seconds=_parse_float(
-            env, ENV_CANCEL_GRACE_SECONDS, DEFAULT_CANCEL_GRACE_SECONDS, problems, allow_zero=True
-        ),
-        outage_seconds=_parse_float(env, ENV_OUTAGE_SECONDS, DEFAULT_OUTAGE_SECONDS, problems),
-        tail_lines=DEFAULT_TAIL_LINES if tail_lines is None else tail_lines,
-        connect_timeout=_parse_float(env, ENV_CONNECT_TIMEOUT, DEFAULT_CONNECT_TIMEOUT, problems),
-        read_timeout=_parse_float(env, ENV_READ_TIMEOUT, DEFAULT_READ_TIMEOUT, problems),
-        retry_base_seconds=_parse_float(env, ENV_RETRY_BASE_SECONDS, DEFAULT_RETRY_BASE_SECONDS, problems),
-        retry_cap_seconds=_parse_float(env, ENV_RETRY_CAP_SECONDS, DEFAULT_RETRY_CAP_SECONDS, problems),
-        submit_resolve_seconds=_parse_float(
-            env, ENV_SUBMIT_RESOLVE_SECONDS, DEFAULT_SUBMIT_RESOLVE_SECONDS, problems, allow_zero=True
-        ),
-        gang_wait_seconds=_parse_float(env, ENV_GANG_WAIT_SECONDS, DEFAULT_GANG_WAIT_SECONDS, problems),
-    )
-    if tuning.retry_cap_seconds < tuning.retry_base_seconds:
-        problems.add(f"{ENV_RETRY_CAP_SECONDS} must be >= {ENV_RETRY_BASE_SECONDS}")
-    return tuning
-
-
-def _parse_remote(env: Mapping[str, str], *, read_file: ReadFile, problems: _Problems) -> RemoteSettings:
-    username, username_source = _resolve_credential(
-        env,
-        direct=ENV_USERNAME,
-        file_var=ENV_USERNAME_FILE,
-        legacy=ENV_LEGACY_USERNAME,
-        read_file=read_file,
-        problems=problems,
-    )
-    apikey, apikey_source = _resolve_credential(
-        env,
-        direct=ENV_APIKEY,
-        file_var=ENV_APIKEY_FILE,
-        legacy=ENV_LEGACY_APIKEY,
-        read_file=read_file,
-        problems=problems,
-    )
-    app_name = _get(env, ENV_APP_NAME)
-    if app_name is None:
-        problems.add(f"{ENV_APP_NAME} (the JARVICE application id) is required when REMOTE=1")
-    walltime_raw = _get(env, ENV_WALLTIME)
-    walltime_text = walltime.DEFAULT_WALLTIME if walltime_raw is None else walltime_raw.strip()
-    walltime_seconds = walltime.parse_walltime_seconds(walltime_text)
-    if walltime_seconds is None:
-        problems.add(f"{ENV_WALLTIME} must look like HH:MM:SS, got {walltime_raw!r}")
-    elif walltime_seconds == 0:
-        problems.add(f"{ENV_WALLTIME} must be longer than 00:00:00, got {walltime_raw!r}")
-    geometry_raw = env.get(ENV_GEOMETRY)
-    geometry: str | None = DEFAULT_GEOMETRY if geometry_raw is None else (geometry_raw.strip() or None)
-    if geometry is not None and not _GEOMETRY_RE.match(geometry):
-        problems.add(f"{ENV_GEOMETRY} must look like WIDTHxHEIGHT (or be empty), got {geometry_raw!r}")
-    nodes = _parse_int(env, ENV_NODES, problems, minimum=1)
-    gang, gang_problems = parse_gang(env, nodes=nodes)
-    for problem in gang_problems:
-        problems.add(problem)
-    return RemoteSettings(
-        api_url=_parse_api_url(env, problems),
-        credentials=Credentials(
-            username=username or "",
-            apikey=Secret(apikey or ""),
-            source=f"{username_source}/{apikey_source}",
-        ),
-        app_name=(app_name or "").strip(),
-        app_command=(_get(env, ENV_APP_COMMAND) or DEFAULT_APP_COMMAND).strip(),
-        command_parameter=(_get(env, ENV_COMMAND_PARAMETER) or DEFAULT_COMMAND_PARAMETER).strip(),
-        machine=_strip(_get(env, ENV_MACHINE)),
-        nodes=DEFAULT_NODES if nodes is None else nodes,
-        vault=_strip(_get(env, ENV_VAULT)),
-        walltime=walltime_text,
-        geometry=geometry,
-        arch=_strip(_get(env, ENV_ARCH)),
-        tuning=_parse_tuning(env, problems),
-        counted_gpus=_parse_int(env, contract.ENV_COUNTED_GPUS, problems, minimum=0),
-        allowed_machines=_parse_allowed_machines(env, problems),
-        gang=gang,
-        max_price=_parse_max_price(env, problems),
-        preferred_machines=_parse_machine_order(env, problems),
-        memory_gb=_parse_int(env, contract.ENV_MEMORY_GB, problems, minimum=0),
-        max_remote_queue_seconds=_parse_max_remote_queue(env, problems),
-        gateway_ca=_parse_gateway_ca(env, problems),
-        apikey_file=_get(env, ENV_APIKEY_FILE) if apikey_source == ENV_APIKEY_FILE else None,
-    )
-
-
-def _parse_gateway_ca(env: Mapping[str, str], problems: _Problems) -> str | None:
-    raw = _get(env, contract.ENV_GATEWAY_CA)
-    if raw is None:
-        return None
-    if "-----BEGIN CERTIFICATE-----" not in raw:
-        problems.add(f"{contract.ENV_GATEWAY_CA} must hold a PEM certificate (the gateway's CA), got {raw[:40]!r}")
-        return None
-    return raw.strip()
-
-
-def _parse_max_price(env: Mapping[str, str], problems: _Problems) -> float | None:
-    raw = _get(env, contract.ENV_MAX_PRICE)
-    if raw is None:
-        return None
-    text = raw.strip()
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not text or not (value >= 0) or value == float("inf"):
-        problems.add(f"{contract.ENV_MAX_PRICE} must be a price per node-hour >= 0 (e.g. 3.2), got {raw!r}")
-        return None
-    return value
-
-
-def _parse_machine_order(env: Mapping[str, str], problems: _Problems) -> tuple[str, ...] | None:
-    raw = _get(env, contract.ENV_MACHINES)
-    if raw is None:
-        return None
-    try:
-        return contract.parse_machine_order(raw)
-    except ValueError as exc:
-        problems.add(f"{contract.ENV_MACHINES}: {exc}")
-        return None
-
-
-def _parse_max_remote_queue(env: Mapping[str, str], problems: _Problems) -> int:
-    raw = _get(env, contract.ENV_MAX_REMOTE_QUEUE)
-    if raw is None:
-        return contract.DEFAULT_MAX_REMOTE_QUEUE_SECONDS
-    try:
-        return contract.parse_duration_seconds(raw)
-    except ValueError as exc:
-        problems.add(f"{contract.ENV_MAX_REMOTE_QUEUE}: {exc}")
-        return contract.DEFAULT_MAX_REMOTE_QUEUE_SECONDS
-
-
-def _parse_allowed_machines(env: Mapping[str, str], problems: _Problems) -> tuple[str, ...] | None:
-    raw = _get(env, contract.ENV_ALLOWED_MACHINES)
-    if raw is None:
-        return None
-    try:
-        return contract.parse_machine_list(raw)
-    except ValueError as exc:
-        problems.add(f"{contract.ENV_ALLOWED_MACHINES}: {exc}")
-        return None
-
-
-def _strip(value: str | None) -> str | None:
-    return None if value is None else value.strip()
-
-
-def _parse_command(env: Mapping[str, str], argv: Sequence[str], problems: _Problems) -> Command:
+def _parse_command(env: Mapping[str, str], argv: Sequence[str], problems: Problems) -> Command:
     text = env.get(ENV_COMMAND_ARGS)
     if text is not None and text.strip() != "":
         return ShellCommand(text)  # exactly as given: no stripping, the shell gets every byte
@@ -469,14 +111,14 @@ def _parse_command(env: Mapping[str, str], argv: Sequence[str], problems: _Probl
 
 def parse_settings(env: Mapping[str, str], *, argv: Sequence[str], read_file: ReadFile, hostname: str) -> Settings:
     """Settings from the environment; raises SettingsError listing every problem found."""
-    problems = _Problems()
+    problems = Problems()
     remote_raw = env.get(contract.ENV_REMOTE)
     mode = parse_mode(remote_raw)
     if mode is None:
         problems.add(f"{contract.ENV_REMOTE} must be unset, empty, 0 (local) or 1 (remote), got {remote_raw!r}")
     command = _parse_command(env, argv, problems)
-    num_gpus = _parse_int(env, contract.ENV_NUM_GPUS, problems, minimum=0)
-    cpus_raw = _get(env, contract.ENV_NUM_CPUS)
+    num_gpus = parse_int(env, contract.ENV_NUM_GPUS, problems, minimum=0)
+    cpus_raw = nonblank(env, contract.ENV_NUM_CPUS)
     num_cpus = None if cpus_raw is None else parse_cpus(cpus_raw)
     if cpus_raw is not None and num_cpus is None:
         problems.add(
@@ -484,29 +126,29 @@ def parse_settings(env: Mapping[str, str], *, argv: Sequence[str], read_file: Re
         )
     # WARNING by default: `kubectl logs` of a pod shows the job's own output, and the runner speaks
     # only when something needs attention (LOG_LEVEL=INFO shows its progress too).
-    log_level = (_get(env, ENV_LOG_LEVEL) or DEFAULT_LOG_LEVEL).strip().upper()
+    log_level = (nonblank(env, ENV_LOG_LEVEL) or DEFAULT_LOG_LEVEL).strip().upper()
     if log_level not in LOG_LEVELS:
         problems.add(f"{ENV_LOG_LEVEL} must be one of {', '.join(LOG_LEVELS)}, got {env.get(ENV_LOG_LEVEL)!r}")
         log_level = DEFAULT_LOG_LEVEL
-    remote = _parse_remote(env, read_file=read_file, problems=problems) if mode == "remote" else None
-    container = (_get(env, contract.ENV_CONTAINER_NAME) or "").strip()
+    remote = parse_remote(env, read_file=read_file, problems=problems) if mode == "remote" else None
+    container = (nonblank(env, contract.ENV_CONTAINER_NAME) or "").strip()
     if container and not _CONTAINER_NAME_RE.match(container):
         problems.add(
             f"{contract.ENV_CONTAINER_NAME} must be a container name (lower-case DNS label), got {container!r}"
         )
-    cluster = (_get(env, contract.ENV_CLUSTER) or "").strip()
+    cluster = (nonblank(env, contract.ENV_CLUSTER) or "").strip()
     if cluster and not contract.is_cluster_identity(cluster):
         problems.add(
             f"{contract.ENV_CLUSTER} must be the cluster identity the nimbix-burst webhook sets (12 hex digits,"
             f" optionally after a lowercase name and '-', e.g. prod-0123456789ab), got {cluster!r}"
         )
-    state_dir = _strip(_get(env, contract.ENV_STATE_DIR))
+    state_dir = stripped(nonblank(env, contract.ENV_STATE_DIR))
     if state_dir is not None and not state_dir.startswith("/"):
         problems.add(f"{contract.ENV_STATE_DIR} must be an absolute path, got {state_dir!r}")
-    termination_log = _strip(_get(env, contract.ENV_TERMINATION_LOG)) or contract.DEFAULT_TERMINATION_LOG
+    termination_log = stripped(nonblank(env, contract.ENV_TERMINATION_LOG)) or contract.DEFAULT_TERMINATION_LOG
     if not termination_log.startswith("/"):
         problems.add(f"{contract.ENV_TERMINATION_LOG} must be an absolute path, got {termination_log!r}")
-    pod_annotations_file = _strip(_get(env, contract.ENV_POD_ANNOTATIONS_FILE))
+    pod_annotations_file = stripped(nonblank(env, contract.ENV_POD_ANNOTATIONS_FILE))
     if pod_annotations_file is not None and not pod_annotations_file.startswith("/"):
         problems.add(f"{contract.ENV_POD_ANNOTATIONS_FILE} must be an absolute path, got {pod_annotations_file!r}")
     if problems.items:
@@ -518,9 +160,9 @@ def parse_settings(env: Mapping[str, str], *, argv: Sequence[str], read_file: Re
         num_gpus=num_gpus,
         num_cpus=num_cpus,
         pod=PodIdentity(
-            uid=(_get(env, ENV_POD_UID) or "").strip(),
-            namespace=(_get(env, ENV_POD_NAMESPACE) or "").strip(),
-            name=(_get(env, ENV_POD_NAME) or "").strip(),
+            uid=(nonblank(env, ENV_POD_UID) or "").strip(),
+            namespace=(nonblank(env, ENV_POD_NAMESPACE) or "").strip(),
+            name=(nonblank(env, ENV_POD_NAME) or "").strip(),
             hostname=hostname.strip(),
             container=container,
             cluster=cluster,

@@ -32,7 +32,7 @@ from typing import Final, TextIO, TypeVar
 
 import asyncssh
 
-from entrypoint import local_tree, staging
+from entrypoint import local_tree, vault_files, vault_settings
 from entrypoint.sftp_session import Activity, start_sftp
 from entrypoint.transfer_pass import (
     IN_PLACE_BYTES,
@@ -102,7 +102,7 @@ class VaultTransfer:
 
     def __init__(
         self,
-        address: staging.VaultSettings,
+        address: vault_settings.VaultSettings,
         *,
         username: str,
         apikey: Secret | Callable[[], Secret],
@@ -251,7 +251,7 @@ class VaultTransfer:
             rtt = clock() - started
             # Across a WAN a channel's window (the server's: 2 MiB on OpenSSH) caps what one
             # session has in flight: a far vault gets more sessions, and more blocks per file.
-            depth = staging.transfer_depth(rtt)
+            depth = vault_files.transfer_depth(rtt)
             state.blocks_per_file = depth.blocks_per_file
             more = [
                 await lanes.enter_async_context(await start_sftp(conn, activity)) for _ in range(depth.sessions - 1)

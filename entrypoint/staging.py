@@ -20,7 +20,6 @@ already in place is read from the vault itself (a copy whose size and modificati
 source's), so a restarted runner or a retry never uploads twice and a copy-back resumes.
 """
 
-import hashlib
 import json
 import posixpath
 import re
@@ -48,16 +47,6 @@ _DATA_KEY_RE: Final = re.compile(
     rf"^{contract.DATA_KEY_JOB_PREFIX}{contract.UID_RE.pattern}(?:-(?:0|[1-9][0-9]{{0,8}}))?$"
 )
 _CONTAINER_RE: Final = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
-# A file being written is `.nbpart-<16 hex digits of its name's hash>` beside it, renamed into place
-# only once whole: 24 bytes whatever the name (a name of 255 bytes, the most a volume allows, has a
-# part file too). Runners before wrote `<name>.nbpart`: both are the runner's own, never data.
-PART_PREFIX: Final = ".nbpart-"
-LEGACY_PART_SUFFIX: Final = ".nbpart"
-_PART_RE: Final = re.compile(r"\.nbpart-[0-9a-f]{16}")
-# SFTP (version 3) carries a file's times as unsigned 32-bit seconds.
-MAX_SFTP_TIME: Final = 2**32 - 1
-# A grace period longer than a week is no pod's (a typo): refused rather than waited for.
-MAX_GRACE_SECONDS: Final = 7 * 24 * 3600
 _CONTROL: Final = frozenset("\n\r\t\0")
 
 CopyBack = Literal["none", "pending", "done"]
@@ -329,53 +318,6 @@ MAX_RECORD_BYTES: Final = len(
 )
 
 
-def is_current(*, size: int, mtime: int, copy: tuple[int, int] | None) -> bool:
-    """Whether a copy (size, modification time in whole seconds, as SFTP carries it) is the file
-    as it is now: the same size and time. The copy gets the source's time only once it is whole."""
-    return copy is not None and copy == (size, mtime)
-
-
-def part_name(name: str) -> str:
-    """The partial file's name for a file named `name` (any bytes the volume allows, as
-    os.fsdecode gives them): short and the same on every try, so a resume finds it."""
-    digest = hashlib.blake2b(name.encode("utf-8", "surrogateescape"), digest_size=8).hexdigest()
-    return PART_PREFIX + digest
-
-
-def is_part_name(name: str) -> bool:
-    """Whether `name` is a partial file of a runner (this one's or an earlier one's): never data."""
-    return name.endswith(LEGACY_PART_SUFFIX) or _PART_RE.fullmatch(name) is not None
-
-
-def file_mode(mode: int) -> int:
-    """The permission bits a copy carries (read, write, execute for each); never set-id bits."""
-    return mode & 0o777
-
-
-def sftp_time(mtime_ns: int) -> int:
-    """A modification time in the seconds SFTP carries: before 1970 or after 2106 it is clamped."""
-    return min(max(mtime_ns // 1_000_000_000, 0), MAX_SFTP_TIME)
-
-
-# Below this round trip the vault is near (a LAN, loopback): the CPU per packet sets the pace, and one
-# session with three blocks of a file in flight is quickest. Farther, what is in flight does: four
-# sessions (each an SSH channel with its own window) and six blocks.
-NEAR_RTT_SECONDS: Final = 0.005
-
-
-@dataclass(frozen=True, slots=True)
-class Depth:
-    """How much a transfer keeps in flight: SFTP sessions, and a file's blocks."""
-
-    sessions: int
-    blocks_per_file: int
-
-
-def transfer_depth(rtt_seconds: float) -> Depth:
-    """The depth for a vault a measured round trip away."""
-    return Depth(1, 3) if rtt_seconds < NEAR_RTT_SECONDS else Depth(4, 6)
-
-
 def is_inside(path: str, tree: str) -> bool:
     """Whether the absolute, normalised `path` is `tree` or below it."""
     return path == tree or path.startswith(tree.rstrip("/") + "/")
@@ -417,112 +359,3 @@ def decide_end(*, job_may_run: bool, job_known: bool) -> EndAction:
     if job_may_run or not job_known:
         return "leave"
     return "copy_back"
-
-
-# --- progress lines -------------------------------------------------------------------------------
-
-
-def format_bytes(count: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(count) < 1024 or unit == "GiB":
-            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
-        count /= 1024
-    raise AssertionError("unreachable")
-
-
-def format_progress(
-    direction: str, *, done: int, total: int, seconds: float, files_done: int = 0, files: int = 0
-) -> str:
-    """One progress line:
-    `stage-in 1200 of 2400 files, 512.0 MiB of 1.0 GiB (50%), 85.3 MiB/s, ETA 6 s`."""
-    share = 100 * done // total if total else 100
-    rate = done / seconds if seconds > 0 else 0.0
-    eta = f"{(total - done) / rate:.0f} s" if rate > 0 else "unknown"
-    return (
-        f"nimbix-burst: {direction} {files_done} of {files} files, {format_bytes(done)} of {format_bytes(total)}"
-        f" ({share}%), {format_bytes(rate)}/s, ETA {eta}"
-    )
-
-
-# --- where the vault is -----------------------------------------------------------------------------
-
-ENV_VAULT_SFTP: Final = contract.ENV_VAULT_SFTP  # host[:port]; default: JARVICE_API_URL's host, port 22
-ENV_VAULT_KNOWN_HOSTS: Final = contract.ENV_VAULT_KNOWN_HOSTS  # a known_hosts file for the vault's host key
-ENV_VAULT_HOST_KEY: Final = contract.ENV_VAULT_HOST_KEY  # or the host key itself (the gateway's, from the webhook)
-_HOST_KEY_RE: Final = re.compile(r"^[a-z0-9@.-]+ [A-Za-z0-9+/]+={0,2}$")
-ENV_KEEP_VAULT_DIR: Final = "NIMBIX_BURST_KEEP_VAULT_DIR"  # 1: keep the per-job directory after the copy-back
-DEFAULT_SFTP_PORT: Final = 22
-
-
-@dataclass(frozen=True, slots=True)
-class VaultSettings:
-    host: str
-    port: int
-    known_hosts: str | None
-    keep_job_dir: bool
-    host_key: str | None = None  # the vault's public key ("ssh-ed25519 AAAA..."): checked instead of the file
-
-    def known_hosts_line(self) -> str | None:
-        """The host key as a known_hosts line for this address; None without one."""
-        if self.host_key is None:
-            return None
-        where = self.host if self.port == DEFAULT_SFTP_PORT else f"[{self.host}]:{self.port}"
-        return f"{where} {self.host_key}\n"
-
-
-# After a signal, the copy-back stops this long before the pod's grace period ends: the runner still
-# says how it ended (its log, the termination message) before the kubelet's SIGKILL.
-GRACE_MARGIN_SECONDS: Final = 5.0
-
-
-def parse_grace_seconds(env: Mapping[str, str]) -> int:
-    """The pod's grace period (NIMBIX_BURST_GRACE_SECONDS, set by the webhook); the least a burst pod
-    gets when unset. Raises StagingError naming the variable."""
-    raw = env.get(contract.ENV_GRACE_SECONDS, "").strip()
-    if not raw:
-        return contract.MIN_TERMINATION_GRACE_SECONDS
-    if not raw.isdigit() or not 0 < int(raw) <= MAX_GRACE_SECONDS:
-        raise StagingError(f"{contract.ENV_GRACE_SECONDS} must be the pod's grace period in whole seconds, got {raw!r}")
-    return int(raw)
-
-
-def copy_back_seconds(grace_seconds: int) -> float:
-    """How long after a signal the copy-back may run: the pod's grace period less a margin."""
-    return max(0.0, grace_seconds - GRACE_MARGIN_SECONDS)
-
-
-def parse_vault_settings(env: Mapping[str, str], *, api_host: str) -> VaultSettings:
-    """The vault's SFTP address and options; raises StagingError naming the variable to fix."""
-    raw = env.get(ENV_VAULT_SFTP, "").strip()
-    host, port = api_host, DEFAULT_SFTP_PORT
-    if raw:
-        head, colon, tail = raw.rpartition(":")
-        if colon and tail.isdigit() and not head.endswith(":"):
-            host, port = head.strip("[]"), int(tail)
-        else:
-            host = raw.strip("[]")
-        if not host or not 0 < port < 65536:
-            raise StagingError(f"{ENV_VAULT_SFTP} must be host or host:port, got {raw!r}")
-    if not host:
-        raise StagingError(f"the vault's host is unknown: set {ENV_VAULT_SFTP}")
-    known_hosts = env.get(ENV_VAULT_KNOWN_HOSTS, "").strip() or None
-    if known_hosts is not None and not known_hosts.startswith("/"):
-        raise StagingError(f"{ENV_VAULT_KNOWN_HOSTS} must be an absolute path, got {known_hosts!r}")
-    keep = env.get(ENV_KEEP_VAULT_DIR, "").strip()
-    if keep not in ("", "0", "1"):
-        raise StagingError(f"{ENV_KEEP_VAULT_DIR} must be 0 or 1, got {keep!r}")
-    host_key = " ".join(env.get(ENV_VAULT_HOST_KEY, "").split()[:2]) or None
-    if host_key is not None and not _HOST_KEY_RE.match(host_key):
-        raise StagingError(
-            f"{ENV_VAULT_HOST_KEY} must be a public host key ('ssh-ed25519 AAAA...'), got {host_key[:40]!r}"
-        )
-    return VaultSettings(host=host, port=port, known_hosts=known_hosts, keep_job_dir=keep == "1", host_key=host_key)
-
-
-# The runner's credential files (settings.ENV_USERNAME_FILE, ENV_APIKEY_FILE): never staged, even
-# under a staged directory (the API key is also the vault's SFTP password).
-CREDENTIAL_FILE_VARIABLES: Final = ("JARVICE_USERNAME_FILE", "JARVICE_APIKEY_FILE")
-
-
-def credential_files(env: Mapping[str, str]) -> frozenset[str]:
-    return frozenset(value.strip() for name in CREDENTIAL_FILE_VARIABLES if (value := env.get(name, "")).strip())

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Final
 
-from entrypoint.settings import Tuning
+from entrypoint.remote_settings import Tuning
 from jarvice import contract
 
 # After the cancel grace, what is left for the terminate call itself.

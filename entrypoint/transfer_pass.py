@@ -14,7 +14,7 @@ from typing import Final, TextIO, TypeVar
 
 import asyncssh
 
-from entrypoint import staging
+from entrypoint import vault_files
 from entrypoint.local_tree import LocalFailure
 
 T = TypeVar("T")
@@ -28,7 +28,7 @@ CHUNK_BYTES: Final = 1024 * 1024
 # eight large files in flight (92 MB measured in the bench's mixed case; 71 MB with 4 x 1 MiB).
 CHUNKS_IN_MEMORY: Final = 6
 # A file's blocks in flight at once (when the block memory allows) until the round trip is measured
-# (staging.transfer_depth: three near, six far, where what is in flight sets the pace; on loopback
+# (vault_files.transfer_depth: three near, six far, where what is in flight sets the pace; on loopback
 # two left the server waiting).
 BLOCKS_PER_FILE: Final = 3
 # Files moving at once: small files are a few round trips each, so they move side by side.
@@ -126,7 +126,7 @@ class Meter:
         self.files = self.bytes = 0
 
     def show(self) -> None:
-        line = staging.format_progress(
+        line = vault_files.format_progress(
             self.direction,
             done=self.bytes,
             total=max(self.totals.bytes, self.bytes),
@@ -186,7 +186,7 @@ class Pass:
     # file's blocks go round them, and small files take turns; set per connection.
     lanes: list[asyncssh.SFTPClient] = field(default_factory=list)
     turn: int = 0
-    # A file's blocks in flight at once (staging.transfer_depth, from the measured round trip).
+    # A file's blocks in flight at once (vault_files.transfer_depth, from the measured round trip).
     blocks_per_file: int = BLOCKS_PER_FILE
 
     def next_lane(self) -> asyncssh.SFTPClient:

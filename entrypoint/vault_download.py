@@ -14,7 +14,7 @@ from typing import Final, cast
 
 import asyncssh
 
-from entrypoint import local_tree, staging
+from entrypoint import local_tree, vault_files
 from entrypoint.transfer_pass import (
     CHUNK_BYTES,
     IN_PLACE_BYTES,
@@ -138,7 +138,7 @@ class Downloader:
                         local = f"{root.local}/{relative}"
                         why = _link_refusal(local) if stat.S_ISLNK(have[2]) else _NOT_A_DIRECTORY
                         self._refuse(local, f"{directory}/{name}", why)
-                    elif stat.S_ISREG(mode) and not staging.is_part_name(name):
+                    elif stat.S_ISREG(mode) and not vault_files.is_part_name(name):
                         get = Get(writer, relative, f"{directory}/{name}", size, mtime, mode, fresh=have is None)
                         if self._placeable(get, have) and not self._is_current(get, have):
                             yield get
@@ -170,9 +170,9 @@ class Downloader:
         """Whether the pod already holds the vault's copy (same size, time and permissions); counted as done."""
         if have is None or not stat.S_ISREG(have[2]):
             return False
-        if not staging.is_current(size=have[0], mtime=have[1], copy=(item.size, item.mtime)):
+        if not vault_files.is_current(size=have[0], mtime=have[1], copy=(item.size, item.mtime)):
             return False
-        if staging.file_mode(have[2]) != staging.file_mode(item.mode):
+        if vault_files.file_mode(have[2]) != vault_files.file_mode(item.mode):
             return False
         self.state.report.skipped += 1
         self.state.meter.add(files=1, size=item.size)
@@ -321,7 +321,7 @@ def _write_new(item: Get, data: bytes) -> bool:
     try:
         if os.pwrite(fd, data, 0) != len(data):
             raise OSError(errno.ENOSPC, "the disk took part of it")
-        os.fchmod(fd, staging.file_mode(item.mode))
+        os.fchmod(fd, vault_files.file_mode(item.mode))
         os.utime(fd, (item.mtime, item.mtime))
     except OSError:
         item.writer.remove(item.relative)
@@ -338,7 +338,7 @@ def _finish_part(item: Get, fd: int | None, offset: int) -> None:
         os.ftruncate(fd, offset)
     try:
         written = os.fstat(fd).st_size
-        os.fchmod(fd, staging.file_mode(item.mode))
+        os.fchmod(fd, vault_files.file_mode(item.mode))
     finally:
         os.close(fd)
     if written != item.size:

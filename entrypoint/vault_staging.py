@@ -18,7 +18,7 @@ from typing import Final
 
 import asyncssh
 
-from entrypoint import local_tree, staging
+from entrypoint import local_tree, staging, vault_settings
 from entrypoint.plan import RemotePlan
 from entrypoint.ports import EarlyExit, RemoteDeps
 from entrypoint.settings import Settings
@@ -58,13 +58,13 @@ class VaultStaging:
         self.pod_uid = pod_uid
         self.out_files = tuple(out_files)
         self.transfer = transfer
-        self.record_path = state_dir / f"{RECORD_NAME}-{container or 'runner'}.json" if state_dir else None
+        self.record_file = RecordFile(state_dir / f"{RECORD_NAME}-{container or 'runner'}.json" if state_dir else None)
         self.keep_job_dir = keep_job_dir
         self.cancel = cancel
         self.clock = clock
         self.signal_seen_at: float | None = None
         self.grace_seconds = grace_seconds
-        self.record = self._load() or staging.StagingRecord(job_label=job_label)
+        self.record = self.record_file.load() or staging.StagingRecord(job_label=job_label)
         # Where this run's data is: chosen by prepare() (an earlier runner's, or under the Job's lease).
         self.job_dir = self.record.work_dir
         self.shared = self.record.shared
@@ -175,7 +175,7 @@ class VaultStaging:
             roots, totals=totals, never_staged=self.never_staged, should_stop=self.should_stop_stage_in
         )
         self.record = self._record(stage_in_done=report.complete)
-        self._save()
+        self.record_file.save(self.record)
         if not report.complete:  # nothing is submitted: nothing writes there
             self._release()
         if report.stopped:
@@ -221,7 +221,7 @@ class VaultStaging:
             self._done_with_work_dir(exit_code)
             return exit_code
         self.record = self._record(stage_in_done=True, copy_back="pending", exit_code=exit_code)
-        self._save()
+        self.record_file.save(self.record)
         return self._copy_back(self.job_label, exit_code=exit_code, stopping_since=stopping_since)
 
     def _record(
@@ -273,7 +273,7 @@ class VaultStaging:
         self.record = dataclasses.replace(
             self.record, job_label=label, stage_in_done=True, copy_back="done", exit_code=exit_code
         )
-        self._save()
+        self.record_file.save(self.record)
         self._done_with_work_dir(exit_code)
         return exit_code
 
@@ -307,38 +307,42 @@ class VaultStaging:
             return False
         if self.signal_seen_at is None:
             self.signal_seen_at = self.clock()
-        return self.clock() - self.signal_seen_at >= staging.copy_back_seconds(self.grace_seconds)
+        return self.clock() - self.signal_seen_at >= vault_settings.copy_back_seconds(self.grace_seconds)
 
-    # --- the record ----------------------------------------------------------------------------
 
-    def _load(self) -> staging.StagingRecord | None:
-        if self.record_path is None:
+class RecordFile:
+    """The staging record in the state directory (an emptyDir that outlives container restarts),
+    replaced atomically; no file (no state directory): nothing is kept."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+
+    def load(self) -> staging.StagingRecord | None:
+        if self.path is None:
             return None
         try:
-            return staging.parse_record(self.record_path.read_text(encoding="utf-8"))
+            return staging.parse_record(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
         except (OSError, staging.StagingError) as exc:
-            log.warning(
-                "staging record unreadable; starting afresh", extra={"path": str(self.record_path), "error": str(exc)}
-            )
+            log.warning("staging record unreadable; starting afresh", extra={"path": str(self.path), "error": str(exc)})
             return None
 
-    def _save(self) -> None:
-        if self.record_path is None:
+    def save(self, record: staging.StagingRecord) -> None:
+        if self.path is None:
             return
-        directory = self.record_path.parent
-        fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{self.record_path.name}.", suffix=".tmp")
+        directory = self.path.parent
+        fd, temp = tempfile.mkstemp(dir=directory, prefix=f".{self.path.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(staging.render_record(self.record))
+                handle.write(staging.render_record(record))
                 handle.flush()
                 os.fsync(handle.fileno())
-            os.replace(temp, self.record_path)
+            os.replace(temp, self.path)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
-            log.warning("could not save the staging record", extra={"path": str(self.record_path), "error": str(exc)})
+            log.warning("could not save the staging record", extra={"path": str(self.path), "error": str(exc)})
 
 
 def count_files(roots: Sequence[UploadRoot]) -> Totals:
@@ -366,7 +370,7 @@ def attach(
     logging.getLogger("asyncssh").setLevel(logging.WARNING)  # its INFO is a line per SSH step
     assert settings.remote is not None
     api_host = urllib.parse.urlsplit(settings.remote.api_url).hostname or ""
-    vault = staging.parse_vault_settings(env, api_host=api_host)
+    vault = vault_settings.parse_vault_settings(env, api_host=api_host)
     pod = settings.pod
     dirs = staging.build_work_dirs(
         data_key=staging.parse_data_key(env), pod_uid=pod.uid, container=pod.container, job_label=plan.job_label
@@ -387,9 +391,9 @@ def attach(
         keep_job_dir=vault.keep_job_dir,
         cancel=deps.cancel,
         clock=deps.clock,
-        never_staged=staging.credential_files(env),
+        never_staged=vault_settings.credential_files(env),
         out_files=out_files,
-        grace_seconds=staging.parse_grace_seconds(env),
+        grace_seconds=vault_settings.parse_grace_seconds(env),
     )
     log.info(
         "data staging",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import asyncssh
 
-from entrypoint import local_tree, staging
+from entrypoint import local_tree, vault_files
 from entrypoint.transfer_pass import (
     CHUNK_BYTES,
     IN_PLACE_BYTES,
@@ -109,16 +109,16 @@ class Uploader:
         if real in self.never_staged:
             log.warning("not staging the JARVICE credentials", extra={"path": local})
             return None
-        if staging.is_part_name(entry.name):
+        if vault_files.is_part_name(entry.name):
             log.warning("not staging a partial file left by an interrupted copy", extra={"path": local})
             return None
-        mtime = staging.sftp_time(entry.mtime_ns)
-        mode = staging.file_mode(entry.mode)
+        mtime = vault_files.sftp_time(entry.mtime_ns)
+        mode = vault_files.file_mode(entry.mode)
         if (
             copy is not None
             and stat.S_ISREG(copy[2])
-            and staging.is_current(size=entry.size, mtime=mtime, copy=(copy[0], copy[1]))
-            and staging.file_mode(copy[2]) == mode
+            and vault_files.is_current(size=entry.size, mtime=mtime, copy=(copy[0], copy[1]))
+            and vault_files.file_mode(copy[2]) == mode
         ):
             self.state.report.skipped += 1
             self.state.meter.add(files=1, size=entry.size)
@@ -142,7 +142,7 @@ class Uploader:
         # round the lanes (block k on lane k mod n), each lane's handle opened when first used.
         sftp = lanes[0]
         head, name = posixpath.split(item.vault)
-        target = posixpath.join(head, staging.part_name(name))
+        target = posixpath.join(head, vault_files.part_name(name))
         key = self.state.resume_key(item.local, item.size, item.mtime)
         offset = self.state.acked[key]
         try:

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jarvice import contract
-from webhook import budget, data_volumes, gangs, mutation, provenance, responses, waiting
+from webhook import budget, data_volumes, gangs, provenance, responses, rewrite_terms, waiting
 from webhook import decision as decisions
 from webhook.burst import BurstAsk
 from webhook.cache import ClusterCache
@@ -38,7 +38,7 @@ def admit(
     request: AdmissionRequest,
     *,
     cache: ClusterCache,
-    policy: mutation.RewritePolicy,
+    policy: rewrite_terms.RewritePolicy,
     local_refusal: str = "",
     over_budget: budget.OverBudget = "local",
 ) -> Admission:

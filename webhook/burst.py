@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jarvice import contract
-from webhook import data_volumes, gpu_models, mutation, spending, walltime
+from webhook import data_volumes, gpu_models, rewrite_terms, spending, walltime
 from webhook import machine_terms as machine_terms_of
 from webhook.gangs import GangTerms
 from webhook.types import GpuCounts, PodNeeds, Snapshot
@@ -27,14 +27,14 @@ class BurstAsk:
 
     spec: Mapping[str, Any]
     annotations: Mapping[str, Any]
-    policy: mutation.RewritePolicy
+    policy: rewrite_terms.RewritePolicy
     bursting: tuple[str, ...]  # the app containers that would burst (resources.burst_container_names)
     data_key: str = ""  # whose staged data it is (data_volumes.data_key): "" for the pod's own
 
 
 @dataclass(frozen=True, slots=True)
 class Terms:
-    burst: mutation.BurstTerms
+    burst: rewrite_terms.BurstTerms
     limit_warning: str  # why the namespace's default walltime was not used ("": it was, or none)
     remote_gpus: int  # what the burst counts against its namespace's budget (see remote_gpus)
 
@@ -53,7 +53,7 @@ def with_price(terms: Terms, price: spending.Price) -> Terms:
     job's, counted on the rank that submits it, as its GPUs are: webhook.verdict, webhook.mutation)."""
     burst = terms.burst
     # Built, not dataclasses.replace(): the module is compiled with mypyc.
-    priced = mutation.BurstTerms(
+    priced = rewrite_terms.BurstTerms(
         cluster=burst.cluster,
         limit=burst.limit,
         reinvoked=burst.reinvoked,
@@ -128,7 +128,7 @@ def settle(
         namespace_default=snapshot.default_walltime,
         webhook_default=default_walltime_seconds,
     )
-    terms = mutation.BurstTerms(
+    terms = rewrite_terms.BurstTerms(
         cluster=snapshot.cluster,
         limit=limit,
         gang=gang,

@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jarvice import contract
-from webhook.mutation import RewritePolicy
 from webhook.resources import container_gpus
+from webhook.rewrite_terms import RewritePolicy
 
-ENV_NODES = "JARVICE_NODES"  # the runner's (entrypoint.settings): how many machines the job spans
+ENV_NODES = "JARVICE_NODES"  # the runner's (entrypoint.remote_settings): how many machines the job spans
 
 
 def env_gpus(env: Sequence[Mapping[str, Any]], *, default_gpus: int) -> int | None:

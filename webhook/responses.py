@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from jarvice import contract, gpubudget
-from webhook import mutation, overreach, spending
+from webhook import mutation, overreach, rewrite_terms, spending
 from webhook.provenance import Cleared
 from webhook.review import AdmissionRequest, build_denial, build_response
 from webhook.types import GpuCounts
@@ -59,7 +59,7 @@ def respond(
     verdict: Verdict,
     *,
     gpus: GpuCounts,
-    policy: mutation.RewritePolicy,
+    policy: rewrite_terms.RewritePolicy,
     cleared: Cleared | None = None,
 ) -> Admission:
     """The answer for a pod's verdict (a pod alone's or a gang's pod's). `cleared`: the pod carried
@@ -137,7 +137,9 @@ def _denial(request: AdmissionRequest, verdict: Verdict) -> str:
     )
 
 
-def _readmit(request: AdmissionRequest, *, policy: mutation.RewritePolicy, terms: mutation.BurstTerms) -> Admission:
+def _readmit(
+    request: AdmissionRequest, *, policy: rewrite_terms.RewritePolicy, terms: rewrite_terms.BurstTerms
+) -> Admission:
     """A pod decided remote before gets GPU requests added since stripped, its grace period raised."""
     stripped = mutation.build_reinvocation_patch(request.object, policy=policy, terms=terms)
     grace = mutation.build_grace_patch(request.object)

@@ -21,8 +21,8 @@ from kubeplumbing.options import Option, OptionValues
 from kubeplumbing.options import build_parser as build_option_parser
 from webhook import gpu_models, walltime
 from webhook.budget import OVER_BUDGET_ACTIONS, OverBudget
-from webhook.mutation import RewritePolicy
 from webhook.resources import QuantityError, parse_quantity
+from webhook.rewrite_terms import RewritePolicy
 
 DEFAULT_GPU_RESOURCES = ("nvidia.com/gpu", "alpha.kubernetes.io/nvidia-gpu")
 # controller-runtime allows 7 MiB (two 3 MB objects + overhead); a little more costs nothing.

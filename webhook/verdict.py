@@ -22,8 +22,8 @@ from webhook.budget import BudgetRefusal, OverBudget
 from webhook.burst import NotBurst, Terms
 from webhook.gang_decision import GangPart
 from webhook.gangs import GangKind, GangRecord, GangTerms, marker_id, open_id, taken_id
-from webhook.mutation import BurstTerms
 from webhook.placement import Choice
+from webhook.rewrite_terms import BurstTerms
 from webhook.types import ClaimMove, Decision, LocalReservation, PodNeeds, RemoteReservation
 from webhook.waiting import NoWait, Wait, format_deadline
 

@@ -12,7 +12,7 @@ from typing import Final
 
 ANNOTATION_DEFAULT_WALLTIME: Final = "nimbix-burst.io/default-walltime"  # on a namespace: HH:MM:SS
 DEFAULT_WALLTIME: Final = "24:00:00"
-# The runner accepts at most 5 digits of hours (entrypoint.settings): 99999:59:59.
+# The runner accepts at most 5 digits of hours (entrypoint.remote_settings): 99999:59:59.
 MAX_HOURS: Final = 99999
 MAX_SECONDS: Final = MAX_HOURS * 3600 + 59 * 60 + 59
 _DIGITS = frozenset("0123456789")

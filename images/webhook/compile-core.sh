@@ -43,6 +43,10 @@ mypyc=${1:?usage: compile-core.sh MYPYC}
   webhook/decision.py \
   webhook/gpu_models.py \
   webhook/gpu_model_patch.py \
+  webhook/json_patch.py \
+  webhook/rewrite_terms.py \
+  webhook/grace_period.py \
+  webhook/burst_containers.py \
   webhook/mutation.py \
   webhook/overreach.py \
   webhook/review.py \

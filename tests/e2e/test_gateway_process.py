@@ -30,7 +30,7 @@ from devplatform.cluster import addons, controlplane
 from devplatform.cluster.pki import KeyPair, make_ca
 from devplatform.cluster.processes import free_port
 from devplatform.emulator.vault import DEFAULT_VAULT
-from entrypoint import sftp_transfer, staging
+from entrypoint import sftp_transfer, vault_settings
 from entrypoint.sftp_transfer import DownloadRoot, UploadRoot, VaultTransfer
 from gateway.settings import DEFAULT_AUDIENCE, DEFAULT_CONTROLLER_AUDIENCE
 from jarvice import contract
@@ -340,7 +340,7 @@ def test_the_controller_sees_every_accounts_jobs_with_what_was_counted_and_stops
 def through_gateway(gateways: Gateways, token: str) -> VaultTransfer:
     """The runner's transfers as the webhook sets them up in a gateway namespace: the endpoint's
     address and host key, the pod's token for password."""
-    address = staging.VaultSettings(
+    address = vault_settings.VaultSettings(
         "127.0.0.1", gateways.sftp_port, None, keep_job_dir=True, host_key=gateways.ssh_host_key
     )
     return VaultTransfer(

@@ -12,7 +12,14 @@ from tests.support.compiled_run import CompiledRun
 
 def test_the_compile_script_compiles_the_pure_core_of_every_review() -> None:
     modules = compiled_core.compiled_modules()
-    for name in ("webhook.review", "webhook.admission", "webhook.decision", "webhook.cache", "webhook.mutation"):
+    for name in (
+        "webhook.review",
+        "webhook.admission",
+        "webhook.decision",
+        "webhook.cache",
+        "webhook.mutation",
+        "webhook.burst_containers",
+    ):
         assert name in modules
     # The I/O shell stays interpreted: aiohttp handlers, threads, the kubernetes client.
     assert not {"webhook.app", "webhook.watching", "webhook.__main__"} & set(modules)

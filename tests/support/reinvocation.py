@@ -15,8 +15,8 @@ from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, node, pod
 from webhook import admission
 from webhook.cache import ClusterCache
 from webhook.model import parse_namespace, parse_node
-from webhook.mutation import RewritePolicy
 from webhook.review import AdmissionRequest
+from webhook.rewrite_terms import RewritePolicy
 
 POLICY = RewritePolicy(gpu_resources=(GPU,), remote_cpu="100m", remote_memory="128Mi")
 AUDIT = "nimbix-burst.io/original-resources"

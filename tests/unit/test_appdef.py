@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from devplatform.emulator import appdef
-from entrypoint import settings
+from entrypoint import remote_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_APPDEF = ROOT / "images" / "base" / "AppDef.json"
@@ -269,11 +269,11 @@ def test_bad_appdef_option(text: str) -> None:
 
 def test_base_image_appdef_runs_what_the_runner_sends() -> None:
     """The runner submits {"command": "run", "parameters": {"command": <shell string>}}
-    (entrypoint/settings.py defaults); the image's AppDef accepts exactly that and runs it through its
+    (entrypoint/remote_settings.py defaults); the image's AppDef accepts exactly that and runs it through its
     run-command script with the string as the only argument."""
     loaded = appdef.load_appdef(BASE_APPDEF)
-    run = loaded.appdef.commands[settings.DEFAULT_APP_COMMAND]
-    parameters = {settings.DEFAULT_COMMAND_PARAMETER: "python train.py --epochs 3"}
+    run = loaded.appdef.commands[remote_settings.DEFAULT_APP_COMMAND]
+    parameters = {remote_settings.DEFAULT_COMMAND_PARAMETER: "python train.py --epochs 3"}
     assert appdef.check_submission(loaded.appdef, command="run", parameters=parameters) is None
     assert appdef.build_invocation(run, parameters).argv == (
         "/usr/local/bin/nimbix-burst-run-command",

@@ -19,7 +19,8 @@ import jsonpatch
 from devplatform import manifests
 from jarvice import contract
 from tests.support.dockerfiles import DOCKERFILE, dockerfile_stages, dockerfile_user_id, stage_instructions
-from webhook.mutation import BurstTerms, RewritePolicy, build_remote_patch
+from webhook.mutation import build_remote_patch
+from webhook.rewrite_terms import BurstTerms, RewritePolicy
 from webhook.types import Decision
 from webhook.walltime import Walltime
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import local_tree, staging
+from entrypoint import local_tree, vault_files
 
 
 def tree_with_bait(tmp_path: Path) -> tuple[Path, Path]:
@@ -76,7 +76,7 @@ def test_the_copy_back_never_writes_through_a_link(tmp_path: Path) -> None:
     assert not (data / "token").is_symlink() and (data / "token").read_text() == "output"
     assert (data / "token").stat().st_mtime == 1_000_000_000
     assert (data / "new" / "dir" / "file").exists()
-    assert not [p for p in data.rglob("*") if staging.is_part_name(p.name)]
+    assert not [p for p in data.rglob("*") if vault_files.is_part_name(p.name)]
 
 
 def test_a_stage_out_path_under_a_link_is_refused(tmp_path: Path) -> None:

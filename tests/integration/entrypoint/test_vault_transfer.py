@@ -18,7 +18,7 @@ import asyncssh
 import pytest
 
 from devplatform.emulator import EmulatorControl, Timing
-from entrypoint import local_tree, sftp_session, sftp_transfer, staging, vault_download
+from entrypoint import local_tree, sftp_session, sftp_transfer, vault_download, vault_files, vault_settings
 from entrypoint.sftp_transfer import DownloadRoot, UploadRoot, VaultTransfer
 from jarvice import batched_socket
 from jarvice.redaction import Secret
@@ -30,7 +30,7 @@ OLD = 1_500_000_000  # a modification time no file made now has
 
 
 @pytest.fixture(scope="module")
-def vault(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[staging.VaultSettings, Path]]:
+def vault(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[vault_settings.VaultSettings, Path]]:
     """The vault's SFTP address (host key checked) and the directory it stores the user's files in."""
     root = tmp_path_factory.mktemp("vaults")
     with vaults.vault_emulator(root, user=USER, apikey=API_KEY, app=APP, timing=Timing(**FAST_TIMING)) as emu:
@@ -40,12 +40,12 @@ def vault(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[staging.Va
         known_hosts.write_text(info["known_hosts"])
         host, _, port = info["sftp"].rpartition(":")
         yield (
-            staging.VaultSettings(host, int(port), str(known_hosts), keep_job_dir=True),
+            vault_settings.VaultSettings(host, int(port), str(known_hosts), keep_job_dir=True),
             root / USER / "drop.jarvice.com",
         )
 
 
-def transfer(address: staging.VaultSettings) -> VaultTransfer:
+def transfer(address: vault_settings.VaultSettings) -> VaultTransfer:
     return VaultTransfer(
         address, username=USER, apikey=Secret(API_KEY), clock=time.monotonic, progress_out=io.StringIO()
     )
@@ -65,7 +65,7 @@ def small_tree(top: Path) -> dict[str, bytes]:
     return made
 
 
-def upload(address: staging.VaultSettings, local: Path, vault_path: str) -> sftp_transfer.Report:
+def upload(address: vault_settings.VaultSettings, local: Path, vault_path: str) -> sftp_transfer.Report:
     roots = [UploadRoot(str(local), str(local), vault_path)]
     return transfer(address).upload(
         roots, totals=sftp_transfer.Totals(), never_staged=frozenset(), should_stop=lambda: False
@@ -73,7 +73,7 @@ def upload(address: staging.VaultSettings, local: Path, vault_path: str) -> sftp
 
 
 def test_small_files_go_up_whole_with_their_times_and_a_second_pass_moves_nothing(
-    vault: tuple[staging.VaultSettings, Path], tmp_path: Path
+    vault: tuple[vault_settings.VaultSettings, Path], tmp_path: Path
 ) -> None:
     address, stored = vault
     made = small_tree(tmp_path / "data")
@@ -89,7 +89,7 @@ def test_small_files_go_up_whole_with_their_times_and_a_second_pass_moves_nothin
 
 
 def test_the_requests_of_files_in_flight_leave_in_few_channel_writes(
-    vault: tuple[staging.VaultSettings, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    vault: tuple[vault_settings.VaultSettings, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each small file is four SFTP requests (open; write, time, close); written one by one, each
     would be an SSH packet of its own. The files in flight share a loop turn's write."""
@@ -111,7 +111,7 @@ def test_the_requests_of_files_in_flight_leave_in_few_channel_writes(
 
 
 def test_copy_back_writes_new_files_in_place_and_replaces_a_file_the_pod_holds_whole(
-    vault: tuple[staging.VaultSettings, Path], tmp_path: Path
+    vault: tuple[vault_settings.VaultSettings, Path], tmp_path: Path
 ) -> None:
     address, _stored = vault
     made = small_tree(tmp_path / "data")
@@ -125,7 +125,7 @@ def test_copy_back_writes_new_files_in_place_and_replaces_a_file_the_pod_holds_w
     for relative, data in made.items():
         assert (pod / relative).read_bytes() == data, relative
         assert (pod / relative).stat().st_mtime == (tmp_path / "data" / relative).stat().st_mtime, relative
-    assert not [p for p in pod.rglob("*") if staging.is_part_name(p.name)]
+    assert not [p for p in pod.rglob("*") if vault_files.is_part_name(p.name)]
     again = transfer(address).download([DownloadRoot("down-small", str(pod))], should_stop=lambda: False)
     assert (again.copied, again.skipped) == (0, SMALL)
 

@@ -21,7 +21,16 @@ from pathlib import Path
 import pytest
 
 from devplatform.emulator import EmulatorControl, Timing
-from entrypoint import local_tree, sftp_transfer, staging, transfer_pass, vault_download, vault_staging
+from entrypoint import (
+    local_tree,
+    sftp_transfer,
+    staging,
+    transfer_pass,
+    vault_download,
+    vault_files,
+    vault_settings,
+    vault_staging,
+)
 from entrypoint.sftp_transfer import DownloadRoot, UploadRoot, VaultTransfer
 from entrypoint.signals import CancelToken
 from jarvice import exitcodes
@@ -34,7 +43,7 @@ BIG = 2 * 1024 * 1024  # larger than one block: goes through a partial file
 
 
 @pytest.fixture(scope="module")
-def vault(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[staging.VaultSettings, Path, str]]:
+def vault(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[vault_settings.VaultSettings, Path, str]]:
     """The vault's SFTP address (host key checked), the directory it stores the user's files in, and
     the emulator's URL (its faults)."""
     root = tmp_path_factory.mktemp("vaults")
@@ -45,26 +54,26 @@ def vault(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[staging.Va
         known_hosts.write_text(info["known_hosts"])
         host, _, port = info["sftp"].rpartition(":")
         yield (
-            staging.VaultSettings(host, int(port), str(known_hosts), keep_job_dir=True),
+            vault_settings.VaultSettings(host, int(port), str(known_hosts), keep_job_dir=True),
             root / USER / "drop.jarvice.com",
             emu.url,
         )
 
 
-def transfer(address: staging.VaultSettings) -> VaultTransfer:
+def transfer(address: vault_settings.VaultSettings) -> VaultTransfer:
     return VaultTransfer(
         address, username=USER, apikey=Secret(API_KEY), clock=time.monotonic, progress_out=io.StringIO()
     )
 
 
-def upload(address: staging.VaultSettings, local: Path, vault_path: str) -> sftp_transfer.Report:
+def upload(address: vault_settings.VaultSettings, local: Path, vault_path: str) -> sftp_transfer.Report:
     roots = [UploadRoot(str(local), str(local), vault_path)]
     return transfer(address).upload(
         roots, totals=sftp_transfer.Totals(), never_staged=frozenset(), should_stop=lambda: False
     )
 
 
-def download(address: staging.VaultSettings, vault_path: str, local: Path) -> sftp_transfer.Report:
+def download(address: vault_settings.VaultSettings, vault_path: str, local: Path) -> sftp_transfer.Report:
     return transfer(address).download([DownloadRoot(vault_path, str(local))], should_stop=lambda: False)
 
 
@@ -99,7 +108,9 @@ def a_real_tree(top: Path) -> dict[str, tuple[bytes, int, int]]:
     return made
 
 
-def test_every_tree_stages_as_it_is_both_ways(vault: tuple[staging.VaultSettings, Path, str], tmp_path: Path) -> None:
+def test_every_tree_stages_as_it_is_both_ways(
+    vault: tuple[vault_settings.VaultSettings, Path, str], tmp_path: Path
+) -> None:
     address, stored, _url = vault
     made = a_real_tree(tmp_path / "data")
     report = upload(address, tmp_path / "data", "trees/as-is")
@@ -111,7 +122,7 @@ def test_every_tree_stages_as_it_is_both_ways(vault: tuple[staging.VaultSettings
         assert stat.S_IMODE((copy / relative).stat().st_mode) == mode, relative
         assert int((copy / relative).stat().st_mtime) == min(max(mtime, 0), 2**32 - 1), relative
     assert (copy / "empty" / "deeper").is_dir()
-    assert not [p for p in copy.rglob("*") if staging.is_part_name(p.name)]
+    assert not [p for p in copy.rglob("*") if vault_files.is_part_name(p.name)]
     again = upload(address, tmp_path / "data", "trees/as-is")
     assert again.complete, again.error
     assert (again.copied, again.skipped) == (0, len(made))  # a clamped time is current too
@@ -123,11 +134,11 @@ def test_every_tree_stages_as_it_is_both_ways(vault: tuple[staging.VaultSettings
         assert (pod / relative).read_bytes() == data, relative
         assert stat.S_IMODE((pod / relative).stat().st_mode) == mode, relative
     assert (pod / "empty" / "deeper").is_dir()
-    assert not [p for p in pod.rglob("*") if staging.is_part_name(p.name)]
+    assert not [p for p in pod.rglob("*") if vault_files.is_part_name(p.name)]
 
 
 def test_a_tree_whose_kinds_changed_since_the_last_stage_in_is_staged_as_it_is_now(
-    vault: tuple[staging.VaultSettings, Path, str], tmp_path: Path
+    vault: tuple[vault_settings.VaultSettings, Path, str], tmp_path: Path
 ) -> None:
     """The Job's vault directory holds the failed pod's tree: a file where the pod now has a
     directory, and a directory where it now has a file."""
@@ -146,7 +157,9 @@ def test_a_tree_whose_kinds_changed_since_the_last_stage_in_is_staged_as_it_is_n
     assert (earlier / "was-a-file" / "sub" / "new.txt").read_text() == "new file"
 
 
-def test_a_mode_change_alone_is_staged_again(vault: tuple[staging.VaultSettings, Path, str], tmp_path: Path) -> None:
+def test_a_mode_change_alone_is_staged_again(
+    vault: tuple[vault_settings.VaultSettings, Path, str], tmp_path: Path
+) -> None:
     address, stored, _url = vault
     script = tmp_path / "data" / "train.sh"
     script.parent.mkdir()
@@ -160,7 +173,7 @@ def test_a_mode_change_alone_is_staged_again(vault: tuple[staging.VaultSettings,
 
 
 def test_partial_files_are_the_runner_s_own_never_staged_in_or_copied_back(
-    vault: tuple[staging.VaultSettings, Path, str], tmp_path: Path
+    vault: tuple[vault_settings.VaultSettings, Path, str], tmp_path: Path
 ) -> None:
     address, stored, _url = vault
     ckpt = tmp_path / "data" / "ckpt"
@@ -169,7 +182,7 @@ def test_partial_files_are_the_runner_s_own_never_staged_in_or_copied_back(
     (ckpt / "model.bin").write_bytes(good)
     # Left by copy-backs cut short: an earlier runner's name, and this runner's own.
     (ckpt / "model.bin.nbpart").write_bytes(os.urandom(BIG))
-    (ckpt / staging.part_name("model.bin")).write_bytes(os.urandom(BIG // 2))
+    (ckpt / vault_files.part_name("model.bin")).write_bytes(os.urandom(BIG // 2))
     report = upload(address, tmp_path / "data", "trees/parts")
     assert report.complete, report.error
     copy = stored / "trees" / "parts" / "ckpt"
@@ -177,7 +190,7 @@ def test_partial_files_are_the_runner_s_own_never_staged_in_or_copied_back(
     assert (copy / "model.bin").read_bytes() == good
 
     # The vault holds a stale partial file too: the pod's good checkpoint is what comes back.
-    (copy / staging.part_name("model.bin")).write_bytes(b"partial")
+    (copy / vault_files.part_name("model.bin")).write_bytes(b"partial")
     (copy / "model.bin.nbpart").write_bytes(b"partial")
     pod = tmp_path / "pod"
     (pod / "ckpt").mkdir(parents=True)
@@ -188,7 +201,7 @@ def test_partial_files_are_the_runner_s_own_never_staged_in_or_copied_back(
 
 
 def test_outputs_the_pod_cannot_take_are_refused_named_and_kept_and_the_rest_comes_back(
-    vault: tuple[staging.VaultSettings, Path, str], tmp_path: Path
+    vault: tuple[vault_settings.VaultSettings, Path, str], tmp_path: Path
 ) -> None:
     """A directory in the vault where the pod has a file, a file where it has a directory: each is
     refused at once (no reconnect: the pod's side is no network failure), named, and left in the vault."""
@@ -212,7 +225,7 @@ def test_outputs_the_pod_cannot_take_are_refused_named_and_kept_and_the_rest_com
 
 
 def test_a_vault_copy_that_changes_while_it_is_read_never_replaces_the_pod_s(
-    vault: tuple[staging.VaultSettings, Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    vault: tuple[vault_settings.VaultSettings, Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The job still writing after it was listed (a pod deleted while its job ran): the second look
     sees another time, so the pod keeps its complete file and the vault keeps the newer one."""
@@ -240,11 +253,11 @@ def test_a_vault_copy_that_changes_while_it_is_read_never_replaces_the_pod_s(
     assert report.refused == 2 and report.copied == 0
     for name in ("small.ckpt", "large.ckpt"):
         assert (pod / name).read_bytes() == b"complete and good"
-    assert not [p for p in pod.iterdir() if staging.is_part_name(p.name)]
+    assert not [p for p in pod.iterdir() if vault_files.is_part_name(p.name)]
 
 
 def test_a_vault_that_stops_answering_is_handled_like_a_dropped_one(
-    vault: tuple[staging.VaultSettings, Path, str],
+    vault: tuple[vault_settings.VaultSettings, Path, str],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
@@ -352,7 +365,7 @@ def deeper_than_path_max(top: Path) -> str:
 
 
 def test_a_staged_tree_the_runner_cannot_read_ends_the_stage_in_naming_it_and_gives_the_lease_back(
-    vault: tuple[staging.VaultSettings, Path, str], tmp_path: Path
+    vault: tuple[vault_settings.VaultSettings, Path, str], tmp_path: Path
 ) -> None:
     """A local error (here ENAMETOOLONG: a path past PATH_MAX) is no network failure: no reconnect,
     exit 78 naming the path, nothing submitted, and the Job's vault directory's lease released."""

@@ -20,7 +20,7 @@ import asyncssh
 import pytest
 
 from devplatform.emulator import EmulatorControl, Timing
-from entrypoint import sftp_transfer, staging
+from entrypoint import sftp_transfer, vault_settings
 from entrypoint.sftp_transfer import DownloadRoot, UploadRoot, VaultTransfer
 from gateway.accounts import VaultAccess
 from gateway.identity import NotAuthenticated
@@ -39,7 +39,7 @@ OWN = f"nimbix-burst/pod-{POD}.main"
 
 @dataclass(frozen=True)
 class Endpoint:
-    settings: staging.VaultSettings
+    settings: vault_settings.VaultSettings
     stored: Path  # the vault's directory on disk
     known_hosts: Path
 
@@ -83,7 +83,9 @@ def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
         try:
             yield Endpoint(
                 # As the webhook sets the runner up: the gateway's address and its host key itself.
-                staging.VaultSettings("127.0.0.1", acceptor.get_port(), None, keep_job_dir=True, host_key=public),
+                vault_settings.VaultSettings(
+                    "127.0.0.1", acceptor.get_port(), None, keep_job_dir=True, host_key=public
+                ),
                 root / USER / "drop.jarvice.com",
                 known_hosts,
             )

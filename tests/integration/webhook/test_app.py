@@ -11,7 +11,7 @@ from tests.support.clocks import Clock
 from tests.support.webhook_app import ClientFactory, review_body
 from tests.unit.webhook.builders import container, pod
 from webhook.app import create_app
-from webhook.mutation import RewritePolicy
+from webhook.rewrite_terms import RewritePolicy
 from webhook.settings import Settings
 from webhook.sync import CacheSync
 

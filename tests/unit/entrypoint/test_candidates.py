@@ -9,7 +9,7 @@ import pytest
 from entrypoint import candidates
 from entrypoint.candidates import Candidates, Move, Stay, decide_move, order_candidates
 from entrypoint.plan import NoMachineFits, RemotePlan
-from entrypoint.settings import Tuning
+from entrypoint.remote_settings import Tuning
 from jarvice import contract
 from jarvice.model import Machine
 

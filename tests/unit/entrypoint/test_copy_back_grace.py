@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from entrypoint import staging
+from entrypoint import staging, vault_settings
 from entrypoint.sftp_transfer import VaultTransfer
 from entrypoint.signals import CancelToken
 from entrypoint.vault_staging import VaultStaging
@@ -24,18 +24,18 @@ from jarvice.redaction import Secret
     ],
 )
 def test_parse_grace_seconds(env: dict[str, str], seconds: int) -> None:
-    assert staging.parse_grace_seconds(env) == seconds
+    assert vault_settings.parse_grace_seconds(env) == seconds
 
 
-@pytest.mark.parametrize("raw", ["0", "-5", "1.5", "ten", str(staging.MAX_GRACE_SECONDS + 1)])
+@pytest.mark.parametrize("raw", ["0", "-5", "1.5", "ten", str(vault_settings.MAX_GRACE_SECONDS + 1)])
 def test_parse_grace_seconds_rejects(raw: str) -> None:
     with pytest.raises(staging.StagingError, match="NIMBIX_BURST_GRACE_SECONDS must be the pod's grace period"):
-        staging.parse_grace_seconds({"NIMBIX_BURST_GRACE_SECONDS": raw})
+        vault_settings.parse_grace_seconds({"NIMBIX_BURST_GRACE_SECONDS": raw})
 
 
 @pytest.mark.parametrize(("grace", "copy_back"), [(75, 70.0), (600, 595.0), (3, 0.0)])
 def test_copy_back_seconds(grace: int, copy_back: float) -> None:
-    assert staging.copy_back_seconds(grace) == copy_back
+    assert vault_settings.copy_back_seconds(grace) == copy_back
 
 
 class Clock:
@@ -50,7 +50,7 @@ class Clock:
 def test_the_copy_back_after_a_signal_stops_only_near_the_end_of_the_pod_s_grace_period(grace: int) -> None:
     clock, cancel = Clock(), CancelToken()
     transfer = VaultTransfer(
-        staging.VaultSettings("vault.invalid", 22, "/known_hosts", keep_job_dir=False),
+        vault_settings.VaultSettings("vault.invalid", 22, "/known_hosts", keep_job_dir=False),
         username="u",
         apikey=Secret("k"),
         clock=clock,
@@ -72,7 +72,7 @@ def test_the_copy_back_after_a_signal_stops_only_near_the_end_of_the_pod_s_grace
     assert not stage.should_stop_copy_back()
     cancel.request(signal.SIGTERM)
     assert not stage.should_stop_copy_back()  # the signal's time is noted
-    clock.now += grace - staging.GRACE_MARGIN_SECONDS - 1
+    clock.now += grace - vault_settings.GRACE_MARGIN_SECONDS - 1
     assert not stage.should_stop_copy_back()
     clock.now += 1
     assert stage.should_stop_copy_back()

@@ -12,7 +12,7 @@ import pytest
 from entrypoint import ports, remote, restart, signals
 from entrypoint.output import SEPARATOR
 from entrypoint.plan import RemotePlan
-from entrypoint.settings import Tuning
+from entrypoint.remote_settings import Tuning
 from jarvice import exitcodes
 from jarvice.client import (
     CredentialsRejected,

@@ -1,7 +1,7 @@
 import pytest
 
+from entrypoint.remote_settings import DEFAULT_API_URL
 from entrypoint.settings import (
-    DEFAULT_API_URL,
     ArgvCommand,
     SettingsError,
     ShellCommand,

@@ -1,12 +1,13 @@
-"""Data staging's pure rules (entrypoint.staging): the variables, the vault layout, the job's prelude,
-the record that keeps a restart from uploading twice or copying back twice, and the vault settings."""
+"""Data staging's pure rules (entrypoint.staging, entrypoint.vault_files, entrypoint.vault_settings): the
+variables, the vault layout, the job's prelude, the record that keeps a restart from uploading twice or
+copying back twice, how one file is copied, and the vault settings."""
 
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from entrypoint import staging
+from entrypoint import staging, vault_files, vault_settings
 from entrypoint.staging import StagePaths, StagingError, StagingRecord
 from jarvice import contract
 
@@ -319,7 +320,7 @@ def test_the_record_never_outgrows_its_share_of_the_state_volume() -> None:
     ],
 )
 def test_is_current(size: int, mtime: int, copy: tuple[int, int] | None, current: bool) -> None:
-    assert staging.is_current(size=size, mtime=mtime, copy=copy) is current
+    assert vault_files.is_current(size=size, mtime=mtime, copy=copy) is current
 
 
 @pytest.mark.parametrize(
@@ -362,32 +363,32 @@ def test_decide_end(job_may_run: bool, job_known: bool, action: str) -> None:
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
-        pytest.param({}, staging.VaultSettings("api.example", 22, None, False), id="default-api-host"),
+        pytest.param({}, vault_settings.VaultSettings("api.example", 22, None, False), id="default-api-host"),
         pytest.param(
             {"NIMBIX_BURST_VAULT_SFTP": "10.0.0.1:2222", "NIMBIX_BURST_KEEP_VAULT_DIR": "1"},
-            staging.VaultSettings("10.0.0.1", 2222, None, True),
+            vault_settings.VaultSettings("10.0.0.1", 2222, None, True),
             id="host-port-keep",
         ),
         pytest.param(
             {"NIMBIX_BURST_VAULT_SFTP": "[fd00::1]:2222", "NIMBIX_BURST_VAULT_KNOWN_HOSTS": "/etc/kh"},
-            staging.VaultSettings("fd00::1", 2222, "/etc/kh", False),
+            vault_settings.VaultSettings("fd00::1", 2222, "/etc/kh", False),
             id="ipv6",
         ),
         pytest.param(
             {"NIMBIX_BURST_VAULT_SFTP": "10.0.0.53:2222", "NIMBIX_BURST_VAULT_HOST_KEY": "ssh-ed25519 AAAAC3Nz gw"},
-            staging.VaultSettings("10.0.0.53", 2222, None, False, host_key="ssh-ed25519 AAAAC3Nz"),
+            vault_settings.VaultSettings("10.0.0.53", 2222, None, False, host_key="ssh-ed25519 AAAAC3Nz"),
             id="the-gateways-host-key",
         ),
     ],
 )
-def test_parse_vault_settings(env: dict[str, str], expected: staging.VaultSettings) -> None:
-    assert staging.parse_vault_settings(env, api_host="api.example") == expected
+def test_parse_vault_settings(env: dict[str, str], expected: vault_settings.VaultSettings) -> None:
+    assert vault_settings.parse_vault_settings(env, api_host="api.example") == expected
 
 
 @pytest.mark.parametrize(("port", "line"), [(22, "v ssh-ed25519 AAAA\n"), (2222, "[v]:2222 ssh-ed25519 AAAA\n")])
 def test_a_host_key_is_a_known_hosts_line_for_the_address(port: int, line: str) -> None:
-    assert staging.VaultSettings("v", port, None, False, host_key="ssh-ed25519 AAAA").known_hosts_line() == line
-    assert staging.VaultSettings("v", port, "/kh", False).known_hosts_line() is None
+    assert vault_settings.VaultSettings("v", port, None, False, host_key="ssh-ed25519 AAAA").known_hosts_line() == line
+    assert vault_settings.VaultSettings("v", port, "/kh", False).known_hosts_line() is None
 
 
 @pytest.mark.parametrize(
@@ -401,7 +402,7 @@ def test_a_host_key_is_a_known_hosts_line_for_the_address(port: int, line: str) 
 )
 def test_parse_vault_settings_rejects(env: dict[str, str], says: str) -> None:
     with pytest.raises(StagingError, match=says):
-        staging.parse_vault_settings(env, api_host="api.example")
+        vault_settings.parse_vault_settings(env, api_host="api.example")
 
 
 @pytest.mark.parametrize(
@@ -413,13 +414,13 @@ def test_parse_vault_settings_rejects(env: dict[str, str], says: str) -> None:
     ],
 )
 def test_format_progress(done: int, total: int, seconds: float, line: str) -> None:
-    shown = staging.format_progress("stage-in", done=done, total=total, seconds=seconds, files_done=1, files=2)
+    shown = vault_files.format_progress("stage-in", done=done, total=total, seconds=seconds, files_done=1, files=2)
     assert shown == "nimbix-burst: stage-in " + line
 
 
 def test_credential_files_are_the_runner_s_file_variables() -> None:
     env = {"JARVICE_APIKEY_FILE": " /etc/jarvice/apikey ", "JARVICE_USERNAME_FILE": "", "OTHER_FILE": "/x"}
-    assert staging.credential_files(env) == frozenset({"/etc/jarvice/apikey"})
+    assert vault_settings.credential_files(env) == frozenset({"/etc/jarvice/apikey"})
 
 
 @pytest.mark.parametrize(
@@ -427,10 +428,10 @@ def test_credential_files_are_the_runner_s_file_variables() -> None:
     ["model.bin", "x" * 255, "caf\udce9.bin", "", ".nbpart-0123456789abcdef"],
 )
 def test_a_partial_file_s_name_is_short_stable_and_the_runner_s_own(name: str) -> None:
-    part = staging.part_name(name)
+    part = vault_files.part_name(name)
     assert len(part.encode()) == 24  # beside a name of 255 bytes too
-    assert part == staging.part_name(name)  # a resume finds it
-    assert staging.is_part_name(part)
+    assert part == vault_files.part_name(name)  # a resume finds it
+    assert vault_files.is_part_name(part)
 
 
 @pytest.mark.parametrize(
@@ -445,7 +446,7 @@ def test_a_partial_file_s_name_is_short_stable_and_the_runner_s_own(name: str) -
     ],
 )
 def test_is_part_name(name: str, ours: bool) -> None:
-    assert staging.is_part_name(name) is ours
+    assert vault_files.is_part_name(name) is ours
 
 
 @pytest.mark.parametrize(
@@ -460,24 +461,24 @@ def test_is_part_name(name: str, ours: bool) -> None:
     ],
 )
 def test_sftp_time_clamps_what_sftp_cannot_carry(mtime_ns: int, seconds: int) -> None:
-    assert staging.sftp_time(mtime_ns) == seconds
+    assert vault_files.sftp_time(mtime_ns) == seconds
 
 
 @pytest.mark.parametrize(
     ("mode", "carried"), [(0o100755, 0o755), (0o104755, 0o755), (0o40700, 0o700), (0o100644, 0o644)]
 )
 def test_file_mode_carries_permissions_never_set_id_bits(mode: int, carried: int) -> None:
-    assert staging.file_mode(mode) == carried
+    assert vault_files.file_mode(mode) == carried
 
 
 @pytest.mark.parametrize(
     ("rtt", "depth"),
     [
-        (0.0001, staging.Depth(1, 3)),  # loopback: the CPU per packet sets the pace
-        (0.0049, staging.Depth(1, 3)),
-        (0.005, staging.Depth(4, 6)),  # a WAN: what is in flight does
-        (0.150, staging.Depth(4, 6)),
+        (0.0001, vault_files.Depth(1, 3)),  # loopback: the CPU per packet sets the pace
+        (0.0049, vault_files.Depth(1, 3)),
+        (0.005, vault_files.Depth(4, 6)),  # a WAN: what is in flight does
+        (0.150, vault_files.Depth(4, 6)),
     ],
 )
-def test_transfer_depth_follows_the_measured_round_trip(rtt: float, depth: staging.Depth) -> None:
-    assert staging.transfer_depth(rtt) == depth
+def test_transfer_depth_follows_the_measured_round_trip(rtt: float, depth: vault_files.Depth) -> None:
+    assert vault_files.transfer_depth(rtt) == depth

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from entrypoint import termination
-from entrypoint.settings import (
+from entrypoint.remote_settings import (
     DEFAULT_CANCEL_GRACE_SECONDS,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_READ_TIMEOUT,

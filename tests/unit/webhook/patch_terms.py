@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.unit.webhook.builders import GPU
-from webhook.mutation import BurstTerms, RewritePolicy
+from webhook.rewrite_terms import BurstTerms, RewritePolicy
 from webhook.types import Decision
 from webhook.walltime import Walltime
 

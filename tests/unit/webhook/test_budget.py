@@ -26,8 +26,8 @@ from tests.support.reinvocation import patched_by
 from tests.unit.webhook.builders import GPU, container, pod
 from webhook import admission, budget
 from webhook.model import parse_pod
-from webhook.mutation import RewritePolicy
 from webhook.review import AdmissionRequest
+from webhook.rewrite_terms import RewritePolicy
 from webhook.sync import CacheSync
 
 POLICY = RewritePolicy(gpu_resources=(GPU,), remote_cpu="100m", remote_memory="128Mi")

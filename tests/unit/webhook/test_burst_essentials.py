@@ -17,8 +17,9 @@ from tests.support.reinvocation import env_of, patched_by
 from tests.unit.webhook.builders import GPU, container, pod
 from tests.unit.webhook.patch_terms import REMOTE
 from webhook import admission
-from webhook.mutation import BurstTerms, RewritePolicy, build_remote_patch
+from webhook.mutation import build_remote_patch
 from webhook.review import AdmissionRequest
+from webhook.rewrite_terms import BurstTerms, RewritePolicy
 from webhook.walltime import Walltime
 
 POLICY = RewritePolicy(

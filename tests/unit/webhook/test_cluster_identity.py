@@ -18,7 +18,7 @@ from tests.support.reinvocation import patched_by, review
 from tests.unit.webhook.builders import CLUSTER_ID, GPU, KUBE_SYSTEM, KUBE_SYSTEM_UID, container, namespace, node, pod
 from webhook import admission
 from webhook.cache import ClusterCache
-from webhook.mutation import RewritePolicy
+from webhook.rewrite_terms import RewritePolicy
 from webhook.settings import SettingsError, parse_settings
 from webhook.sync import CacheSync
 

@@ -13,8 +13,8 @@ from tests.unit.webhook import test_spending as spent
 from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, namespace, node, pod
 from webhook import admission, gangs, gpu_models, spending
 from webhook.cache import ClusterCache
-from webhook.mutation import RewritePolicy
 from webhook.review import AdmissionRequest
+from webhook.rewrite_terms import RewritePolicy
 from webhook.sync import KINDS_WITH_JOBS, CacheSync
 
 POLICY = RewritePolicy(gpu_resources=(GPU,), remote_cpu="100m", remote_memory="128Mi")

@@ -20,7 +20,7 @@ from webhook.budget import OverBudget
 from webhook.burst import BurstAsk
 from webhook.decision import decide
 from webhook.gangs import GangKind, GangMember, GangRecord, GangSnapshot, RankHolds, SeenGang
-from webhook.mutation import RewritePolicy
+from webhook.rewrite_terms import RewritePolicy
 from webhook.types import Hold, LocalReservation, Placement, PodNeeds, RemoteReservation, Snapshot
 from webhook.verdict import Effects, Verdict
 

@@ -20,7 +20,7 @@ from tests.support.reinvocation import patched_by, review
 from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, namespace, node, pod
 from webhook import admission, gangs, waiting
 from webhook.cache import ClusterCache
-from webhook.mutation import RewritePolicy
+from webhook.rewrite_terms import RewritePolicy
 from webhook.sync import KINDS_WITH_JOBS, CacheSync
 
 POLICY = RewritePolicy(gpu_resources=(GPU,), remote_cpu="100m", remote_memory="128Mi")

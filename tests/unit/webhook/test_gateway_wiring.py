@@ -18,7 +18,8 @@ from tests.support.reinvocation import env_of
 from tests.unit.webhook.builders import GPU, container, pod
 from tests.unit.webhook.patch_terms import REMOTE
 from webhook.model import parse_namespace
-from webhook.mutation import BurstTerms, RewritePolicy, build_remote_patch
+from webhook.mutation import build_remote_patch
+from webhook.rewrite_terms import BurstTerms, RewritePolicy
 from webhook.settings import SettingsError, parse_settings
 from webhook.walltime import Walltime
 

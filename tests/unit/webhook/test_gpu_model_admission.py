@@ -12,7 +12,7 @@ from tests.support.reinvocation import make_cache, patched_by, review
 from tests.unit.webhook.builders import GPU, container, node, pod
 from webhook import admission, gpu_models
 from webhook.model import parse_node
-from webhook.mutation import RewritePolicy
+from webhook.rewrite_terms import RewritePolicy
 
 pytestmark = pytest.mark.timeout(2)
 

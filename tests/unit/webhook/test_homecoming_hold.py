@@ -14,8 +14,8 @@ from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, node, pod
 from webhook import admission
 from webhook.cache import ClusterCache
 from webhook.job_moves import HOMECOMING_HOLD_SECONDS
-from webhook.mutation import RewritePolicy
 from webhook.review import AdmissionRequest
+from webhook.rewrite_terms import RewritePolicy
 from webhook.sync import CacheSync
 
 POLICY = RewritePolicy(gpu_resources=(GPU,), remote_cpu="100m", remote_memory="128Mi")

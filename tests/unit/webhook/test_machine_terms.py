@@ -14,7 +14,7 @@ from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, namespace, 
 from webhook import admission
 from webhook.cache import ClusterCache
 from webhook.machine_terms import MachineTerms, decide_machine_terms
-from webhook.mutation import RewritePolicy
+from webhook.rewrite_terms import RewritePolicy
 from webhook.sync import CacheSync
 from webhook.types import NamespaceMachines
 

@@ -21,8 +21,8 @@ from tests.support.clocks import Clock
 from tests.support.reinvocation import env_of, patched_by
 from tests.unit.webhook.builders import GPU, container, pod
 from webhook import admission, provenance
-from webhook.mutation import RewritePolicy
 from webhook.review import AdmissionRequest
+from webhook.rewrite_terms import RewritePolicy
 from webhook.sync import CacheSync
 
 POLICY = RewritePolicy(gpu_resources=(GPU,), remote_cpu="100m", remote_memory="128Mi")

@@ -25,8 +25,8 @@ from tests.support.reinvocation import env_of, patched_by
 from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, node, pod
 from webhook import admission, spending
 from webhook.cache import ClusterCache
-from webhook.mutation import RewritePolicy
 from webhook.review import AdmissionRequest
+from webhook.rewrite_terms import RewritePolicy
 from webhook.spending import CostCaps, InUse, OwnBurst, Price
 from webhook.sync import CacheSync
 
