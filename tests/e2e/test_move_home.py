@@ -245,6 +245,13 @@ def test_a_running_burst_job_moves_home_from_its_checkpoint_with_every_step_done
 
     second = demo.wait_for(replacement, what="the moved pod's replacement", timeout=120)
     assert annotations_of(second)[contract.ANNOTATION_DECISION] == "local", annotations_of(second)
+
+    def first_local_step() -> bool:
+        log = control_plane.kubectl("-n", ns, "logs", second["metadata"]["name"], check=False).stdout
+        return bool(_steps(log))
+
+    demo.wait_for(first_local_step, what="the replacement's first step", timeout=120)
+    first_step_after = time.monotonic() - freed
     demo.wait_for(
         lambda: (_job_status(control_plane, ns, job).get("succeeded") or 0) >= 1,
         what="the Job complete",
@@ -265,8 +272,8 @@ def test_a_running_burst_job_moves_home_from_its_checkpoint_with_every_step_done
     assert resumed is not None, local_log
     resumed_at = int(resumed.group(1))
     print(
-        f"\nmove home: remote steps 1-{max(remote_steps)}, resumed locally from step {resumed_at}, job COMPLETED "
-        f"{completed_after:.1f} s after the GPUs freed"
+        f"\nmove home: remote steps 1-{max(remote_steps)}, resumed locally from step {resumed_at}; after the GPUs"
+        f" freed: job COMPLETED in {completed_after:.1f} s, first local step in {first_step_after:.1f} s"
     )
     assert remote_steps == list(range(1, max(remote_steps) + 1)), remote_log
     assert local_steps == list(range(resumed_at + 1, STEPS + 1)), local_log
