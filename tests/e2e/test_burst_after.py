@@ -24,18 +24,16 @@ from typing import Any
 import pytest
 
 from devplatform import demo
-from devplatform.cluster import addons, controlplane, install, node
+from devplatform.cluster import addons, controlplane, node
 from jarvice import contract
 from tests.support.fault_matrix import FaultMatrix, Row
 from tests.support.gpus import GPU
 from tests.support.indexed_jobs import real_node_indexed_job, submissions
 from tests.support.installed_controller import (
-    CONTROLLER,
-    CONTROLLER_SELECTOR,
     annotations_of,
     app_container,
-    controller_leader,
     pod_body,
+    turn_homecoming_on,
     wait_admitted_as,
 )
 from tests.support.webhook_group import env
@@ -55,18 +53,8 @@ MEASURED: dict[str, float] = {}
 
 @pytest.fixture(scope="module")
 def homecoming(controller: None, control_plane: controlplane.ControlPlane) -> Iterator[None]:
-    """The installed controller with homecoming on and looked at every 2 s (`kubectl set env`, as
-    docs/controller.md says); the next module's `controller` fixture sets its own values again."""
-    deployment = f"deployment/{CONTROLLER}"
-    env = {"CONTROLLER_HOMECOMING": "true", "CONTROLLER_HOMECOMING_SECONDS": str(HOMECOMING_SECONDS)}
-    control_plane.kubectl("-n", install.NAMESPACE, "set", "env", deployment, *(f"{k}={v}" for k, v in env.items()))
-    control_plane.kubectl("-n", install.NAMESPACE, "rollout", "status", deployment, "--timeout=180s")
-    demo.wait_for(
-        lambda: len(install.read_serving_pods(control_plane, CONTROLLER_SELECTOR)) == 2,
-        what="two controller pods Ready",
-        timeout=60,
-    )
-    demo.wait_for(lambda: controller_leader(control_plane), what="a controller leader", timeout=60)
+    """The installed controller with homecoming on, looked at every 2 s."""
+    turn_homecoming_on(control_plane, every_seconds=HOMECOMING_SECONDS)
     yield
 
 

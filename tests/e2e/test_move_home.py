@@ -24,10 +24,10 @@ from typing import Any
 import pytest
 
 from devplatform import demo, demo_data
-from devplatform.cluster import addons, controlplane, install, node
+from devplatform.cluster import addons, controlplane, node
 from jarvice import contract
 from tests.support.gpus import GPU
-from tests.support.installed_controller import CONTROLLER, CONTROLLER_SELECTOR, annotations_of, controller_leader
+from tests.support.installed_controller import annotations_of, turn_homecoming_on
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAINER = REPO_ROOT / "images" / "example-app" / "train.py"
@@ -63,18 +63,8 @@ def node_emulator(
 
 @pytest.fixture(scope="module")
 def moves_home(controller: None, control_plane: controlplane.ControlPlane) -> Iterator[None]:
-    """The installed controller with homecoming on, looked at every 2 s (`kubectl set env`, as
-    docs/controller.md says); the next module's `controller` fixture sets its own values again."""
-    deployment = f"deployment/{CONTROLLER}"
-    env = {"CONTROLLER_HOMECOMING": "true", "CONTROLLER_HOMECOMING_SECONDS": str(HOMECOMING_SECONDS)}
-    control_plane.kubectl("-n", install.NAMESPACE, "set", "env", deployment, *(f"{k}={v}" for k, v in env.items()))
-    control_plane.kubectl("-n", install.NAMESPACE, "rollout", "status", deployment, "--timeout=180s")
-    demo.wait_for(
-        lambda: len(install.read_serving_pods(control_plane, CONTROLLER_SELECTOR)) == 2,
-        what="two controller pods Ready",
-        timeout=60,
-    )
-    demo.wait_for(lambda: controller_leader(control_plane), what="a controller leader", timeout=60)
+    """The installed controller with homecoming on, looked at every 2 s."""
+    turn_homecoming_on(control_plane, every_seconds=HOMECOMING_SECONDS)
     yield
 
 

@@ -43,6 +43,18 @@ def controller_leader(plane: controlplane.ControlPlane) -> str:
     return holder if holder in {p["metadata"]["name"] for p in controller_pods(plane)} else ""
 
 
+def turn_homecoming_on(plane: controlplane.ControlPlane, *, every_seconds: int) -> None:
+    """The installed controller with homecoming on, looked at every `every_seconds` (`kubectl set env`, as
+    docs/controller.md says), rolled out with both replicas Ready and a leader; the next module's
+    `controller` fixture sets its own values again."""
+    deployment = f"deployment/{CONTROLLER}"
+    env = {"CONTROLLER_HOMECOMING": "true", "CONTROLLER_HOMECOMING_SECONDS": str(every_seconds)}
+    plane.kubectl("-n", install.NAMESPACE, "set", "env", deployment, *(f"{k}={v}" for k, v in env.items()))
+    plane.kubectl("-n", install.NAMESPACE, "rollout", "status", deployment, "--timeout=180s")
+    demo.wait_for(lambda: len(controller_pods(plane)) == 2, what="two controller pods Ready", timeout=60)
+    demo.wait_for(lambda: controller_leader(plane), what="a controller leader", timeout=60)
+
+
 def annotations_of(pod: dict[str, Any]) -> dict[str, str]:
     return dict(pod["metadata"].get("annotations") or {})
 
