@@ -145,6 +145,8 @@ class Homecomer:
             return
         for owner_uid in left:  # the pod left with its checkpoint: its replacement settles as a homecoming's
             self._settling = homecoming.settling(owner_uid, self._store.labeled(), now=self._clock())
+        # A move another leader started and this one took over counts as the Job's one move, as its own do.
+        self.came_home |= {move.owner_uid for _, move in self._mover.moves.values()}
 
     def _consider(self, pod: PodView, assessment: homecoming.Assessment, jobs: Sequence[JobEntry]) -> bool:
         """True when the pod came home (or started moving home)."""

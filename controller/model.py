@@ -67,6 +67,8 @@ class PodView:
     burst_deadline: float | None = None
     # Names a checkpoint directory (the checkpoint contract): only such a pod's running job may move home.
     checkpoints: bool = False
+    # The JARVICE job the controller's move-home mark names (a move under way), None without one.
+    moving_home: int | None = None
 
 
 def pod_reference(pod: PodView) -> dict[str, str]:
@@ -126,7 +128,13 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
         held_by_model=annotations.get(ANNOTATION_DECISION) == "local" and bool(annotations.get(ANNOTATION_GPU_MODEL)),
         burst_deadline=parse_time(annotations.get(contract.ANNOTATION_BURST_DEADLINE)),
         checkpoints=bool(annotations.get(ANNOTATION_CHECKPOINT_DIR)),
+        moving_home=_job_number(annotations.get(contract.ANNOTATION_MOVE_HOME)),
     )
+
+
+def _job_number(raw: object) -> int | None:
+    text = raw.strip() if isinstance(raw, str) else ""
+    return int(text) if text.isdigit() else None
 
 
 # A pod in one of these phases runs nothing any more (its containers will not be started again).

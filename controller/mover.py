@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from controller import moving
 from controller.kube import PodGone
 from controller.metrics import Metrics
-from controller.model import OwnerState, PodView, log_context
+from controller.model import TERMINAL_PHASES, OwnerState, PodView, log_context
 from jarvice import contract
 from jarvice.checkpoint import CheckpointContractError, parse_checkpoint_contract
 from jarvice.exitcodes import EXIT_MOVED_HOME
@@ -75,6 +75,8 @@ class Mover:
         self._clock = clock
         self._wall_clock = wall_clock
         self.moves: dict[str, tuple[PodView, moving.Move]] = {}  # by pod UID, until finished
+        # Pods whose move this leader finished: their mark may still show in the watch for a moment.
+        self._finished: set[str] = set()
 
     def consider(self, pod: PodView, owner: OwnerState, jobs: Sequence[JobEntry]) -> tuple[bool, str]:
         """Start moving `pod` home (True) or say why not (False, the reason)."""
@@ -114,10 +116,11 @@ class Mover:
     def round(self, pods: Iterable[PodView]) -> set[str]:
         """Advances every move; returns the Job UIDs whose pod left with its checkpoint this round (their
         replacement is to be accounted as a homecoming's)."""
+        current = list(pods)
+        self._take_over(current)
         if not self.moves:
             return set()
         listed = self._jobs_by_number()
-        current = list(pods)
         left: set[str] = set()
         for uid, (pod, move) in list(self.moves.items()):
             try:
@@ -133,10 +136,24 @@ class Mover:
                 left.add(move.owner_uid)
             if moving.finished(progress.move):
                 del self.moves[uid]
+                self._finished.add(uid)
                 self._metrics.moves_home.labels(outcome=progress.move.step).inc()
                 if progress.move.step == "resumed":
                     self._metrics.gpu_hours_moved_home.inc(progress.move.gpu_hours)
         return left
+
+    def _take_over(self, pods: Sequence[PodView]) -> None:
+        """Moves another leader started: a running pod carrying the mark this leader did not set. A pod
+        that has ended is not taken over (its runner finished the move; the Job creates the replacement)."""
+        live = {pod.uid for pod in pods}
+        self._finished &= live  # what the watch no longer shows needs no memory
+        for pod in pods:
+            if pod.moving_home is None or pod.uid in self.moves or pod.uid in self._finished or pod.owner is None:
+                continue
+            if pod.phase in TERMINAL_PHASES or pod.deleting:
+                continue
+            self.moves[pod.uid] = (pod, moving.adopt(pod.uid, pod.owner.uid, pod.moving_home, now=self._clock()))
+            log.info("move home taken over", extra=log_context(pod, job=pod.moving_home))
 
     def _jobs_by_number(self) -> dict[int, JobEntry]:
         found: dict[int, JobEntry] = {}

@@ -138,6 +138,14 @@ def start(pod_uid: str, owner_uid: str, job_number: int, *, now: float, gpu_hour
     )
 
 
+def adopt(pod_uid: str, owner_uid: str, job_number: int, *, now: float) -> Move:
+    """A move under way that another leader started (the pod carries its mark), taken over: at the first
+    step (what comes next is read from the job and the pod, as for any move), its deadline counted from
+    now, and no Event for what the other leader said already. What it counted as brought home is not
+    known here: it is not counted again."""
+    return Move(pod_uid, owner_uid, job_number, "asked", now, 0.0)
+
+
 def _ended(job: JobEntry | None) -> bool:
     return job is not None and is_terminal(job.state)
 

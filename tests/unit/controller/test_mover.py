@@ -242,3 +242,37 @@ def test_a_failed_look_at_the_prices_is_tried_again_next_round() -> None:
     w.jarvice.fetch_machines = lambda: machines  # type: ignore[method-assign]
     w.homecomer.round()
     assert reasons(w) == ["NimbixMoveCheckpointAsked"]
+
+
+def test_a_new_leader_takes_over_a_move_under_way_without_asking_again() -> None:
+    """The leader that marked the pod is gone; the next one sees the mark and carries the move on."""
+    w = world({**CONTRACT, "nimbix-burst.io/come-home": "running", "nimbix-burst.io/move-home": "4711"})
+    w.homecomer.round()
+    assert (w.kube.patched, reasons(w)) == ([], [])  # not marked again, nothing said again
+    w.jarvice.jobs, w.jarvice.ended = {}, {4711: replace(running(), state="COMPLETED", exitcode=0)}
+    w.homecomer.round()
+    assert reasons(w) == ["NimbixMoveCheckpointWritten", "NimbixMoveJobStopped"]
+    ended_with(w, EXIT_MOVED_HOME)
+    w.homecomer.round()
+    assert reasons(w)[2:] == ["NimbixMoveCopiedBack"]
+    assert w.jarvice.terminated == []
+
+
+def test_a_new_leader_gives_a_taken_over_move_its_own_deadline_and_takes_the_mark_away() -> None:
+    w = world({**CONTRACT, "nimbix-burst.io/come-home": "running", "nimbix-burst.io/move-home": "4711"})
+    w.homecomer.round()
+    w.clock[0] += moving.CHECKPOINT_DEADLINE_SECONDS
+    w.homecomer.round()
+    assert w.kube.patched == [("train-abcde", [{"op": "remove", "path": MARK}])]
+    assert reasons(w) == ["NimbixMoveGivenUp"]
+    w.homecomer.round()  # the watch still shows the mark for a moment: the move is not taken over again
+    assert reasons(w) == ["NimbixMoveGivenUp"]
+
+
+def test_a_pod_that_ended_with_the_mark_is_not_taken_over() -> None:
+    """Its runner finished the move (or the pod ended otherwise): the Job creates the replacement."""
+    w = world({**CONTRACT, "nimbix-burst.io/come-home": "running", "nimbix-burst.io/move-home": "4711"})
+    ended_with(w, EXIT_MOVED_HOME)
+    w.store.replace([w.kube.pods["train-abcde"]])
+    w.homecomer.round()
+    assert (w.kube.patched, reasons(w), w.jarvice.terminated) == ([], [], [])
