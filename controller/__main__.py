@@ -169,6 +169,7 @@ async def _build(settings: Settings) -> web.Application:
                 stale_after=settings.watch_stale_seconds,
                 metrics=metrics,
                 is_leader=is_leader,
+                orphans_reaped=reaping,
             )
             await every(settings.orphan_interval_seconds, stopper.round, name="stop-unaccounted")()
 

@@ -153,11 +153,15 @@ def plan_stops(
     caps: Mapping[str, Caps],
     marked: Collection[tuple[str, int]],
     own_key_uids: Collection[str] = (),
+    orphans_reaped: bool = False,
 ) -> Plan:
     """`decided_uids`: the UIDs a decided pod stands for (its own, and its gang's when it is a member);
     `caps` by namespace (none: no limit); `marked`: the previous round's marks; `own_key_uids`: the pods
     of namespaces that pay with their own key (`jarvice-account: own`): a job of theirs the gateway did
-    not submit was sent with that namespace's key, which may be one of the add-on's accounts too."""
+    not submit was sent with that namespace's key, which may be one of the add-on's accounts too.
+    `orphans_reaped`: the orphan reaper runs. Then a job the gateway counted whose pod has ended or gone
+    since is an orphan, the reaper's to stop after its grace (`CONTROLLER_ORPHAN_GRACE_SECONDS`, its own
+    Event and count), not an unaccounted job; without the reaper it is stopped here as one."""
     decided = frozenset(decided_uids)
     own_key = frozenset(own_key_uids)
     previously = frozenset(marked)
@@ -175,6 +179,9 @@ def plan_stops(
         counted = job.counted
         if counted is None and uid in own_key:
             left_alone.append(job)
+            continue
+        if counted is not None and uid not in decided and orphans_reaped:
+            left_alone.append(job)  # counted when its pod was decided: an orphan now, the reaper's
             continue
         if counted is None or uid not in decided:
             namespace = counted.namespace if counted is not None else ""

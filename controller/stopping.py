@@ -68,7 +68,9 @@ class Stopper:
         stale_after: float,
         metrics: Metrics,
         is_leader: Callable[[], bool],
+        orphans_reaped: bool = False,
     ) -> None:
+        self._orphans_reaped = orphans_reaped  # the orphan reaper runs: a counted job whose pod left is its
         self._store = store
         self._jobs = jobs
         self._kube = kube
@@ -128,6 +130,7 @@ class Stopper:
             caps=caps,
             marked=self._marked,
             own_key_uids=_uids_of(views.values(), own_key, cluster=self._cluster),
+            orphans_reaped=self._orphans_reaped,
         )
         self._marked = plan.marked
         self._metrics.unaccounted_marked.set(len(plan.marked))

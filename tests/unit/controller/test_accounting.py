@@ -126,6 +126,17 @@ def test_a_job_of_an_undecided_pod_names_its_namespace_from_the_entry() -> None:
     assert (stop.reason, stop.namespace, stop.pod_uid) == ("not-decided", NS, POD_A)
 
 
+def test_with_the_reaper_on_a_counted_job_whose_pod_left_is_its_orphan_not_an_unaccounted_job() -> None:
+    """Its pod was decided when the gateway counted it, then ended or was deleted: the orphan reaper stops
+    it after its grace (with its own Event); stopped here too it would skip that grace and page the
+    unaccounted-jobs alert for an ordinary orphan. A job nobody counted is still stopped."""
+    jobs = [job(), replace(job(uncounted=True), number=2)]
+    first = plan_stops(jobs, cluster=HERE, decided_uids=(), caps={}, marked=(), orphans_reaped=True)
+    second = plan_stops(jobs, cluster=HERE, decided_uids=(), caps={}, marked=first.marked, orphans_reaped=True)
+    assert reasons(second) == {2: "not-decided"}
+    assert [j.number for j in second.left_alone] == [1]
+
+
 def _three() -> list[LiveJob]:
     return [
         job(1, uid=POD_A, count=counted(at=100.0)),
