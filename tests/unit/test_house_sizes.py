@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.timeout(10)
-
 ROOT = Path(__file__).resolve().parents[2]
 MAX_MODULE_LINES = 500
 MAX_CLASS_LINES = 300
