@@ -686,7 +686,9 @@ def test_controller_cluster_role_is_least_privilege(objs: list[Manifest]) -> Non
     events = {("", "events", v, ()) for v in ("create", "patch")}
     identity = {("", "namespaces", "get", ("kube-system",))}  # the cluster identity: kube-system's UID
     caps = {("", "namespaces", v, ()) for v in ("list", "watch")}  # the namespaces' cost caps, for the metrics
-    assert _grants(role) == pods | events | identity | caps | {("batch", "jobs", "get", ())}
+    # before a pod comes or moves home: whether its claims' volumes mount on any node
+    volumes = {("", resource, "get", ()) for resource in ("persistentvolumeclaims", "persistentvolumes")}
+    assert _grants(role) == pods | events | identity | caps | volumes | {("batch", "jobs", "get", ())}
     assert "aggregationRule" not in role
     binding = manifests.find_object(objs, kind="ClusterRoleBinding", name=CONTROLLER)
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CONTROLLER}
@@ -722,8 +724,11 @@ def test_controller_deployment_runs_two_hardened_replicas_of_the_webhook_image(
         "runAsNonRoot": True,
         "capabilities": {"drop": ["ALL"]},
     }
-    (secret,) = [v for v in spec["volumes"] if "secret" in v]
-    assert secret["secret"]["optional"] is True  # without credentials the reaper is off, not the controller
+    secrets = {v["secret"]["secretName"]: v["secret"] for v in spec["volumes"] if "secret" in v}
+    assert set(secrets) == {"nimbix-burst-controller-jarvice", "nimbix-burst-gateway-tls"}
+    # Without credentials the reaper is off, not the controller; without the gateway the stopper is.
+    assert all(secret["optional"] is True for secret in secrets.values())
+    assert secrets["nimbix-burst-gateway-tls"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]  # never its key
 
 
 def test_the_controller_and_the_webhook_read_one_cluster_name(objs: list[Manifest]) -> None:
