@@ -191,6 +191,11 @@ MOVE_RULE = {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [EX
         ([IGNORE_DISRUPTIONS], False),  # a Job created before the rule: queued homecomings only
         ([MOVE_RULE, IGNORE_DISRUPTIONS], False),  # evictions not ignored first
         ([IGNORE_DISRUPTIONS, {**MOVE_RULE, "action": "Count"}], False),
+        # the user's rule for a container of theirs: the runner's 81 would count against backoffLimit
+        (
+            [IGNORE_DISRUPTIONS, {**MOVE_RULE, "onExitCodes": {**MOVE_RULE["onExitCodes"], "containerName": "log"}}],
+            False,
+        ),
         ([IGNORE_DISRUPTIONS, {**MOVE_RULE, "onExitCodes": {"operator": "NotIn", "values": [EXIT_MOVED_HOME]}}], False),
     ],
 )
