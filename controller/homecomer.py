@@ -174,7 +174,8 @@ class Homecomer:
             return False
         if assessment.verdict == "stay":
             if self._mover is not None and job is not None:
-                moved, why = self._mover.consider(pod, parse_job(job), jobs)  # a failed call: asked again next round
+                # A failed call: asked again next round. The Job's pods now are never its replacement.
+                moved, why = self._mover.consider(pod, parse_job(job), jobs, self._store.labeled())
                 if moved:
                     self.came_home.add(pod.owner.uid)
                     return True

@@ -111,6 +111,9 @@ class Move:
     step: Step
     since: float  # when the step began (monotonic seconds)
     gpu_hours: float  # what the decision counted as brought home
+    # The Job's pods when the move began (its own, and a parallel Job's others): never its replacement,
+    # which the Job creates only once the moving pod ended.
+    before: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,19 +134,21 @@ class Progress:
     actions: tuple[Action, ...] = ()
 
 
-def start(pod_uid: str, owner_uid: str, job_number: int, *, now: float, gpu_hours: float) -> Progress:
-    move = Move(pod_uid, owner_uid, job_number, "asked", now, gpu_hours)
+def start(
+    pod_uid: str, owner_uid: str, job_number: int, *, now: float, gpu_hours: float, before: frozenset[str] = frozenset()
+) -> Progress:
+    move = Move(pod_uid, owner_uid, job_number, "asked", now, gpu_hours, before)
     return Progress(
         move, (("NimbixMoveCheckpointAsked", f"asked JARVICE job {job_number} for a checkpoint to move it home"),)
     )
 
 
-def adopt(pod_uid: str, owner_uid: str, job_number: int, *, now: float) -> Move:
+def adopt(pod_uid: str, owner_uid: str, job_number: int, *, now: float, before: frozenset[str] = frozenset()) -> Move:
     """A move under way that another leader started (the pod carries its mark), taken over: at the first
     step (what comes next is read from the job and the pod, as for any move), its deadline counted from
     now, and no Event for what the other leader said already. What it counted as brought home is not
     known here: it is not counted again."""
-    return Move(pod_uid, owner_uid, job_number, "asked", now, 0.0)
+    return Move(pod_uid, owner_uid, job_number, "asked", now, 0.0, before)
 
 
 def _ended(job: JobEntry | None) -> bool:

@@ -276,3 +276,30 @@ def test_a_pod_that_ended_with_the_mark_is_not_taken_over() -> None:
     w.store.replace([w.kube.pods["train-abcde"]])
     w.homecomer.round()
     assert (w.kube.patched, reasons(w), w.jarvice.terminated) == ([], [], [])
+
+
+SIBLING = "33333333-4444-5555-6666-777777777777"
+
+
+@pytest.mark.parametrize("sibling_decision", ["remote", "local"])
+def test_in_a_parallel_job_a_sibling_that_ran_all_along_is_not_the_replacement(sibling_decision: str) -> None:
+    """parallelism 2: the Job's other pod (burst, or bound to a local node) was there before the move;
+    only the pod the Job creates for the one that left says how the move ended."""
+    w = world({**CONTRACT, "nimbix-burst.io/come-home": "running"})
+    sibling = burst(uid=SIBLING, name="train-sibli", node_name="gpu-9" if sibling_decision == "local" else "cpu-1")
+    sibling["metadata"]["annotations"]["nimbix-burst.io/decision"] = sibling_decision
+    w.store.replace([w.kube.pods["train-abcde"], sibling])
+    w.homecomer.round()
+    w.jarvice.jobs, w.jarvice.ended = {}, {4711: replace(running(), state="COMPLETED", exitcode=0)}
+    w.homecomer.round()
+    ended_with(w, EXIT_MOVED_HOME)
+    w.homecomer.round()
+    w.homecomer.round()  # the replacement is not created yet: the sibling says nothing of it
+    assert reasons(w)[-1] == "NimbixMoveCopiedBack"
+    replacement = burst(uid="22222222-3333-4444-5555-666666666666", name="train-fghij", node_name="gpu-1")
+    replacement["metadata"]["annotations"]["nimbix-burst.io/decision"] = "local"
+    w.store.replace([w.kube.pods["train-abcde"], sibling, replacement])
+    w.homecomer.round()
+    assert reasons(w)[-1] == "NimbixMoveResumed"
+    sample = w.metrics.registry.get_sample_value
+    assert sample("nimbix_burst_controller_moves_home_total", {"outcome": "resumed"}) == 1.0
