@@ -290,6 +290,8 @@ class OwnerState:
     free_moves: bool = False
     # ...and then a move home's exit second: its running burst pod may move home (controller.moving).
     moves_home: bool = False
+    parallelism: int = 1  # pods run at once (spec.parallelism)
+    indexed: bool = False  # completionMode Indexed: a replacement comes back with its pod's index
 
 
 def parse_job(obj: Mapping[str, Any] | None) -> OwnerState:
@@ -309,4 +311,6 @@ def parse_job(obj: Mapping[str, Any] | None) -> OwnerState:
         suspended=spec.get("suspend") is True,
         free_moves=ignores_disruptions_first(spec.get("podFailurePolicy")),
         moves_home=ignores_moves_home(spec.get("podFailurePolicy")),
+        parallelism=parallelism if isinstance(parallelism := spec.get("parallelism", 1), int) else 1,
+        indexed=spec.get("completionMode") == "Indexed",
     )

@@ -107,6 +107,7 @@ class Mover:
             now=self._wall_clock(),
             checkpoint_age=None,  # the remote checkpoint directory is not seen from here
             policy_ignores_move=owner.moves_home,
+            parallel_unindexed=0 if owner.indexed else owner.parallelism,
         )
         if not choice.go:
             return False, choice.reason

@@ -65,13 +65,17 @@ def decide(
     now: float,
     checkpoint_age: float | None,
     policy_ignores_move: bool,
+    parallel_unindexed: int = 0,
 ) -> MoveChoice:
     """Whether the running `job` of a pod a local node can run now moves home. `terms`: the pod's
     checkpoint contract (jarvice.checkpoint; None: it names no checkpoint directory).
 
     `price_per_hour`: the job's machine price times its nodes (None: unknown); `gpus`: the job's GPUs;
     `checkpoint_age`: seconds since the last checkpoint was written (None: not known);
-    `policy_ignores_move`: the pod's Job ignores the runner's moved-home exit (its podFailurePolicy)."""
+    `policy_ignores_move`: the pod's Job ignores the runner's moved-home exit (its podFailurePolicy);
+    `parallel_unindexed`: the pods its Job runs at once without completion indexes (0: not such a Job).
+    Those pods share the one checkpoint directory of their template, and nothing tells a replacement
+    which checkpoint was its pod's: it could resume from a sibling's, whose work would run twice."""
     if terms is None:
         return MoveChoice(False, "no nimbix-burst.io/checkpoint-dir: there is nothing to resume from")
     if not terms.come_home_running:
@@ -79,6 +83,12 @@ def decide(
     if not policy_ignores_move:
         return MoveChoice(
             False, f"its Job's podFailurePolicy does not ignore exit code {EXIT_MOVED_HOME} (the move's end)"
+        )
+    if parallel_unindexed > 1:
+        return MoveChoice(
+            False,
+            f"its Job runs {parallel_unindexed} pods at once without completion indexes: they share one checkpoint"
+            " directory, and the replacement could resume from another pod's checkpoint",
         )
     if job.state.strip().upper() != "PROCESSING STARTING":
         return MoveChoice(False, f"its JARVICE job {job.number} is not running ({job.state})")

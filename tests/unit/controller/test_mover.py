@@ -283,9 +283,10 @@ SIBLING = "33333333-4444-5555-6666-777777777777"
 
 @pytest.mark.parametrize("sibling_decision", ["remote", "local"])
 def test_in_a_parallel_job_a_sibling_that_ran_all_along_is_not_the_replacement(sibling_decision: str) -> None:
-    """parallelism 2: the Job's other pod (burst, or bound to a local node) was there before the move;
-    only the pod the Job creates for the one that left says how the move ended."""
+    """An Indexed Job, parallelism 2: the Job's other pod (burst, or bound to a local node) was there
+    before the move; only the pod the Job creates for the one that left says how the move ended."""
     w = world({**CONTRACT, "nimbix-burst.io/come-home": "running"})
+    w.kube.jobs["train"]["spec"].update(parallelism=2, completionMode="Indexed")
     sibling = burst(uid=SIBLING, name="train-sibli", node_name="gpu-9" if sibling_decision == "local" else "cpu-1")
     sibling["metadata"]["annotations"]["nimbix-burst.io/decision"] = sibling_decision
     w.store.replace([w.kube.pods["train-abcde"], sibling])
@@ -303,3 +304,12 @@ def test_in_a_parallel_job_a_sibling_that_ran_all_along_is_not_the_replacement(s
     assert reasons(w)[-1] == "NimbixMoveResumed"
     sample = w.metrics.registry.get_sample_value
     assert sample("nimbix_burst_controller_moves_home_total", {"outcome": "resumed"}) == 1.0
+
+
+def test_a_pod_of_a_parallel_job_without_indexes_stays_and_says_why() -> None:
+    w = world({**CONTRACT, "nimbix-burst.io/come-home": "running"})
+    w.kube.jobs["train"]["spec"]["parallelism"] = 2
+    w.homecomer.round()
+    ((_, ops),) = w.kube.patched  # no mark: the note why
+    assert "2 pods at once without completion indexes" in ops[0]["value"]
+    assert w.kube.events == []

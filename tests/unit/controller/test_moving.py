@@ -74,6 +74,32 @@ def test_a_move_goes_and_counts_what_it_saves(age: float | None) -> None:
     assert "saves 38.00 (76.0 GPU-hours)" in choice.reason
 
 
+def test_a_pod_of_a_parallel_job_without_indexes_does_not_move() -> None:
+    """Its siblings write into the same checkpoint directory: the replacement could resume from theirs."""
+    choice = moving.decide(
+        TERMS,
+        RUNNING,
+        price_per_hour=2.0,
+        gpus=4,
+        now=NOW,
+        checkpoint_age=60.0,
+        policy_ignores_move=True,
+        parallel_unindexed=2,
+    )
+    assert not choice.go and "2 pods at once without completion indexes" in choice.reason
+
+
+@pytest.mark.parametrize(
+    ("spec", "parallel_unindexed"),
+    [({}, 1), ({"parallelism": 3}, 3), ({"parallelism": 3, "completionMode": "Indexed"}, 0)],
+)
+def test_a_jobs_pods_at_once_and_indexes_are_read(spec: dict[str, object], parallel_unindexed: int) -> None:
+    body = job()
+    body["spec"].update(spec)
+    owner = parse_job(body)
+    assert (0 if owner.indexed else owner.parallelism) == parallel_unindexed
+
+
 def test_the_remaining_walltime_never_goes_below_zero() -> None:
     assert moving.remaining_seconds(replace(RUNNING, start_time=int(NOW - 30 * HOUR)), now=NOW) == 0.0
     assert moving.remaining_seconds(replace(RUNNING, start_time=0), now=NOW) is None
