@@ -149,13 +149,20 @@ class Mover:
             self.moves[uid] = (pod, progress.move)
             if progress.move.step == "copied_back" and move.step != "copied_back":
                 left.add(move.owner_uid)
+            if progress.move.step == "withdrawn" and move.step != "withdrawn":  # given up, as said
+                self._metrics.moves_home.labels(outcome="given_up").inc()
             if moving.finished(progress.move):
                 del self.moves[uid]
                 self._finished.add(uid)
-                self._metrics.moves_home.labels(outcome=progress.move.step).inc()
+                if not (move.step == "withdrawn" and progress.move.step == "given_up"):  # counted once
+                    self._metrics.moves_home.labels(outcome=progress.move.step).inc()
                 if progress.move.step == "resumed":
                     self._metrics.gpu_hours_moved_home.inc(progress.move.gpu_hours)
         return left
+
+    def under_way(self) -> bool:
+        """A move that may take local GPUs soon: no other pod comes home meanwhile."""
+        return any(moving.under_way(move) for _, move in self.moves.values())
 
     def _take_over(self, pods: Sequence[PodView]) -> None:
         """Moves another leader started: a running pod carrying the mark this leader did not set. A pod

@@ -109,7 +109,9 @@ def decide(
     return MoveChoice(True, f"saves {saving:.2f} ({hours * gpus:.1f} GPU-hours)", saving, hours * gpus)
 
 
-Step = Literal["asked", "job_stopped", "copied_back", "resumed", "given_up"]
+# "withdrawn": given up before the job ended, the mark taken away; the runner may have asked already,
+# and a program that writes its checkpoint late still ends the pod with a move's exit: watched until then.
+Step = Literal["asked", "withdrawn", "job_stopped", "copied_back", "resumed", "given_up"]
 Action = Literal["unmark", "terminate"]
 
 
@@ -194,8 +196,18 @@ def advance(move: Move, seen: Seen, *, now: float) -> Progress:
             return _give_up(move, f"the pod ended before job {number} wrote its checkpoint", now=now)
         if waited >= CHECKPOINT_DEADLINE_SECONDS:
             why = f"no checkpoint from job {number} within {CHECKPOINT_DEADLINE_SECONDS:.0f} s: it keeps running"
-            return _give_up(move, why, now=now, actions=("unmark",))
+            given_up = _give_up(move, why, now=now, actions=("unmark",))
+            return replace(given_up, move=replace(given_up.move, step="withdrawn"))
         return Progress(move)
+    if move.step == "withdrawn":
+        if not seen.pod_gone:
+            return Progress(move)
+        if seen.pod_exit_code != EXIT_MOVED_HOME:  # said when it was withdrawn
+            return Progress(replace(move, step="given_up", since=now))
+        message = f"job {number} wrote its checkpoint late; it was copied back into the volume, the replacement resumes"
+        return Progress(
+            replace(move, step="copied_back", since=now), (("NimbixMoveCopiedBack", message),), _still_billing(seen)
+        )
     if move.step == "job_stopped":
         if seen.pod_gone:
             if seen.pod_exit_code == EXIT_MOVED_HOME:
@@ -225,3 +237,8 @@ def advance(move: Move, seen: Seen, *, now: float) -> Progress:
 
 def finished(move: Move) -> bool:
     return move.step in ("resumed", "given_up")
+
+
+def under_way(move: Move) -> bool:
+    """Whether the move may still take local GPUs soon (a withdrawn one waits on a job that runs on)."""
+    return not finished(move) and move.step != "withdrawn"

@@ -313,3 +313,34 @@ def test_a_pod_of_a_parallel_job_without_indexes_stays_and_says_why() -> None:
     ((_, ops),) = w.kube.patched  # no mark: the note why
     assert "2 pods at once without completion indexes" in ops[0]["value"]
     assert w.kube.events == []
+
+
+def test_a_checkpoint_written_after_the_move_was_given_up_still_comes_home_as_a_move() -> None:
+    """The runner asked before the deadline; the program wrote its checkpoint late (the mark was taken
+    away meanwhile) and its runner exited 81: the Job creates the replacement all the same. It settles
+    as a homecoming's (no other pod comes home onto those GPUs meanwhile) and its job never bills on."""
+    w = world({**CONTRACT, "nimbix-burst.io/come-home": "running"})
+    w.homecomer.round()
+    w.clock[0] += moving.CHECKPOINT_DEADLINE_SECONDS
+    w.homecomer.round()
+    assert reasons(w) == ["NimbixMoveCheckpointAsked", "NimbixMoveGivenUp"]
+    w.jarvice.jobs, w.jarvice.ended = {}, {4711: replace(running(), state="COMPLETED", exitcode=0)}
+    ended_with(w, EXIT_MOVED_HOME)
+    w.homecomer.round()
+    assert reasons(w)[-1] == "NimbixMoveCopiedBack"
+    assert not w.homecomer.may_bring_home()  # the replacement settles first
+    replacement = burst(uid="22222222-3333-4444-5555-666666666666", name="train-fghij", node_name="gpu-1")
+    replacement["metadata"]["annotations"]["nimbix-burst.io/decision"] = "local"
+    w.store.replace([w.kube.pods["train-abcde"], replacement])
+    w.homecomer.round()
+    assert reasons(w)[-1] == "NimbixMoveResumed"
+
+
+def test_a_move_given_up_while_its_job_runs_on_does_not_hold_back_other_homecomings() -> None:
+    w = world({**CONTRACT, "nimbix-burst.io/come-home": "running"})
+    w.homecomer.round()
+    w.clock[0] += moving.CHECKPOINT_DEADLINE_SECONDS
+    w.homecomer.round()
+    w.clock[0] += 10 * moving.CHECKPOINT_DEADLINE_SECONDS
+    w.homecomer.round()  # the job runs on remotely, for hours maybe
+    assert w.homecomer.may_bring_home()

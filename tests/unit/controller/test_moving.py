@@ -143,8 +143,16 @@ def test_the_checkpoint_never_comes_the_job_keeps_running() -> None:
     before = moving.advance(move, NOTHING, now=T + moving.CHECKPOINT_DEADLINE_SECONDS - 1)
     assert before.move.step == "asked"
     late = moving.advance(move, NOTHING, now=T + moving.CHECKPOINT_DEADLINE_SECONDS)
-    assert late.move.step == "given_up" and late.actions == ("unmark",)  # never terminated: it keeps running
-    assert "it keeps running" in late.events[0][1]
+    assert late.move.step == "withdrawn" and late.actions == ("unmark",)  # never terminated: it keeps running
+    assert reasons(late) == ["NimbixMoveGivenUp"] and "it keeps running" in late.events[0][1]
+    assert not moving.finished(late.move) and not moving.under_way(late.move)
+    # The runner had asked, the program wrote its checkpoint late: the pod leaves with it after all.
+    ended = replace(NOTHING, job=COMPLETED, pod_gone=True, pod_exit_code=EXIT_MOVED_HOME)
+    copied = moving.advance(late.move, ended, now=T + 2 * moving.CHECKPOINT_DEADLINE_SECONDS)
+    assert copied.move.step == "copied_back" and reasons(copied) == ["NimbixMoveCopiedBack"]
+    # The job ran on to its own end (the runner never asked): nothing more is said.
+    done = moving.advance(late.move, replace(ended, pod_exit_code=0), now=T + 10 * HOUR)
+    assert done == moving.Progress(replace(late.move, step="given_up", since=T + 10 * HOUR))
 
 
 @pytest.mark.parametrize("state", ["TERMINATED", "COMPLETED WITH ERROR"])
