@@ -114,6 +114,15 @@ class PathChecker:
         for parts in [p for p in self._dirs if p[:size] == changed]:
             del self._dirs[parts]
 
+    def sent(self, request: Request) -> None:
+        """`request` goes to the vault: forget what it may change. One that may put a link on a path
+        (a symlink, a rename, a hard link) empties the cache: a directory resolved before may lead
+        through that path by way of other links, which its own name does not show."""
+        if request.barrier:
+            self._dirs.clear()
+        for changed in request.changes:
+            self.forget(changed)
+
 
 async def _verdict(request: Request, checker: PathChecker, after: asyncio.Future[None] | None) -> bytes | None:
     """None: pass the request on; else the refusal to answer with. `after`: the answer of the last
@@ -241,8 +250,7 @@ class VaultProxy:
                     self._answered(request.id)
                 continue
             pending += request.packet
-            for changed in request.changes:
-                checker.forget(changed)
+            checker.sent(request)
             if len(pending) >= READ_CHUNK:
                 self._vault_out.write(bytes(pending))
                 pending.clear()
