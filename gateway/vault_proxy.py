@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 READ_CHUNK: Final = 256 * 1024
 # Requests read ahead of the one the vault is waiting for: the client's pipelining, bounded.
 MAX_QUEUED: Final = 4096
+# ...and their bytes: a pod that sends large packets and reads no answers (the vault then reads
+# nothing more) is held here, not in the gateway's memory that every pod's session shares.
+MAX_QUEUED_BYTES: Final = 16 * 1024 * 1024
 MAX_PACKET: Final = 1024 * 1024 + 64  # asyncssh and OpenSSH write at most 256 KiB blocks; room to spare
 MAX_CACHED_DIRS: Final = 4096
 
@@ -160,9 +163,12 @@ class VaultProxy:
         self._resolve = resolve
         self._root = root  # the vault's answer for ".": where the session's relative paths start
         self._client_swaps, self._vault_swaps = client_swaps, vault_swaps
-        self._queue: asyncio.Queue[tuple[Request | None, asyncio.Future[bytes | None] | bytes | None]] = asyncio.Queue(
-            MAX_QUEUED
+        # (request, its verdict, the bytes it came as)
+        self._queue: asyncio.Queue[tuple[Request | None, asyncio.Future[bytes | None] | bytes | None, int]] = (
+            asyncio.Queue(MAX_QUEUED)
         )
+        self._queued_bytes = 0
+        self._room = asyncio.Event()  # set: the queue's bytes went below MAX_QUEUED_BYTES
         # Requests that may put a link on a path (SYMLINK, RENAME), by id: answered, the checks after
         # them may run. The latest is what every later check waits for.
         self._barriers: dict[int, asyncio.Future[None]] = {}
@@ -175,7 +181,7 @@ class VaultProxy:
             return
         checker = PathChecker(self._grant, self._resolve, self._root)
         for packet in early:  # a client that did not wait for VERSION: its requests, in order
-            await self._queue.put(self._parsed(packet, checker))
+            await self._enqueue(packet, checker)
         tasks = [
             asyncio.create_task(self._requests(checker)),
             asyncio.create_task(self._forward(checker)),
@@ -219,11 +225,18 @@ class VaultProxy:
             self._barrier = self._barriers[request.id] = asyncio.get_running_loop().create_future()
         return request, verdict
 
+    async def _enqueue(self, packet: bytes, checker: PathChecker) -> None:
+        self._queued_bytes += len(packet)
+        await self._queue.put((*self._parsed(packet, checker), len(packet)))
+
     async def _requests(self, checker: PathChecker) -> None:
         while packets := await self._client_in.packets():
             for packet in packets:
-                await self._queue.put(self._parsed(packet, checker))
-        await self._queue.put((None, None))
+                await self._enqueue(packet, checker)
+            while self._queued_bytes >= MAX_QUEUED_BYTES:  # read no more until the vault took some
+                self._room.clear()
+                await self._room.wait()
+        await self._queue.put((None, None, 0))
 
     async def _forward(self, checker: PathChecker) -> None:
         pending = bytearray()
@@ -232,7 +245,10 @@ class VaultProxy:
                 self._vault_out.write(bytes(pending))
                 pending.clear()
                 await self._vault_out.drain()
-            request, verdict = await self._queue.get()
+            request, verdict, size = await self._queue.get()
+            self._queued_bytes -= size
+            if self._queued_bytes < MAX_QUEUED_BYTES:
+                self._room.set()
             if isinstance(verdict, asyncio.Future) and not verdict.done() and pending:
                 # What is held goes first: the check may wait for its answer (a link's creation).
                 self._vault_out.write(bytes(pending))
@@ -244,8 +260,9 @@ class VaultProxy:
                 return
             refusal = verdict if isinstance(verdict, bytes) else (await verdict if verdict is not None else None)
             if refusal is not None or request is None:
-                if refusal is not None:
+                if refusal is not None:  # as the vault's answers: a client that reads none is not buffered for
                     self._client_out.write(refusal)
+                    await self._client_out.drain()
                 if request is not None:
                     self._answered(request.id)
                 continue
