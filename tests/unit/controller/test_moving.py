@@ -91,7 +91,12 @@ def test_a_pod_of_a_parallel_job_without_indexes_does_not_move() -> None:
 
 @pytest.mark.parametrize(
     ("spec", "parallel_unindexed"),
-    [({}, 1), ({"parallelism": 3}, 3), ({"parallelism": 3, "completionMode": "Indexed"}, 0)],
+    [
+        ({}, 1),
+        ({"parallelism": 3}, 3),
+        ({"parallelism": 3, "completions": 1}, 1),  # one completion: one pod at a time
+        ({"parallelism": 3, "completionMode": "Indexed"}, 0),
+    ],
 )
 def test_a_jobs_pods_at_once_and_indexes_are_read(spec: dict[str, object], parallel_unindexed: int) -> None:
     body = job()
