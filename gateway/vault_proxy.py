@@ -180,10 +180,8 @@ class VaultProxy:
         if early is None:
             return
         checker = PathChecker(self._grant, self._resolve, self._root)
-        for packet in early:  # a client that did not wait for VERSION: its requests, in order
-            await self._enqueue(packet, checker)
         tasks = [
-            asyncio.create_task(self._requests(checker)),
+            asyncio.create_task(self._requests(checker, early)),
             asyncio.create_task(self._forward(checker)),
             asyncio.create_task(self._answers()),
         ]
@@ -229,13 +227,17 @@ class VaultProxy:
         self._queued_bytes += len(packet)
         await self._queue.put((*self._parsed(packet, checker), len(packet)))
 
-    async def _requests(self, checker: PathChecker) -> None:
-        while packets := await self._client_in.packets():
+    async def _requests(self, checker: PathChecker, early: list[bytes]) -> None:
+        """`early`: the requests of a client that did not wait for VERSION, queued as the forwarder
+        takes them (more than the queue holds would wait for a forwarder not started yet)."""
+        packets = early
+        while packets or (packets := await self._client_in.packets()):
             for packet in packets:
                 await self._enqueue(packet, checker)
             while self._queued_bytes >= MAX_QUEUED_BYTES:  # read no more until the vault took some
                 self._room.clear()
                 await self._room.wait()
+            packets = []
         await self._queue.put((None, None, 0))
 
     async def _forward(self, checker: PathChecker) -> None:

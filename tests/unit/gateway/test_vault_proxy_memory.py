@@ -94,3 +94,51 @@ def test_a_pod_that_reads_none_of_the_gateways_refusals_is_held_too() -> None:
     """Refusals never reach the vault: without waiting for the pod to read them they pile up here."""
     sent = asyncio.run(offered_until_held(refused_open, 200_000))
     assert sent < 60_000, sent  # the queue's 4096 requests and the socket buffers' few thousand
+
+
+async def answers_to_requests_sent_with_init(count: int) -> int:
+    """How many answers come back to `count` refused requests sent in one write with the INIT."""
+    pod_side, proxy_client = socket.socketpair()
+    vault_side, proxy_vault = socket.socketpair()
+    client_in, client_out = await streams(proxy_client)
+    vault_in, vault_out = await streams(proxy_vault)
+    pod_in, pod_out = await streams(pod_side)
+    vault_reader, vault_writer = await streams(vault_side)
+
+    async def unresolved(path: str) -> str:
+        raise AssertionError("an absolute path is refused before it is resolved")
+
+    proxy = VaultProxy(
+        VaultGrant("11111111-1111-1111-1111-111111111111"),
+        client=(client_in, client_out),
+        vault=(vault_in, vault_out),
+        resolve=unresolved,
+        root="/",
+        client_swaps=False,
+        vault_swaps=False,
+    )
+    relay = asyncio.create_task(proxy.run())
+    pod_out.write(sftp.init_packet() + b"".join(refused_open(number) for number in range(count)))
+    await vault_reader.readexactly(9)
+    vault_writer.write(sftp.frame(bytes([sftp.VERSION]) + struct.pack(">I", 3)))
+    await vault_writer.drain()
+    answered = -1  # the VERSION first
+    try:
+        async with asyncio.timeout(30):
+            while answered < count:
+                (size,) = struct.unpack(">I", await pod_in.readexactly(4))
+                await pod_in.readexactly(size)
+                answered += 1
+    except TimeoutError:
+        pass
+    relay.cancel()
+    await asyncio.gather(relay, return_exceptions=True)
+    for writer in (client_out, vault_out, pod_out, vault_writer):
+        writer.transport.abort()
+    await asyncio.sleep(0)
+    return answered
+
+
+def test_more_requests_sent_with_the_init_than_the_queue_holds_are_all_answered() -> None:
+    """A client need not wait for VERSION: what came with its INIT is more than 4096 small requests."""
+    assert asyncio.run(answers_to_requests_sent_with_init(6000)) == 6000
