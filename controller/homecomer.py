@@ -113,7 +113,7 @@ class Homecomer:
         self._settling = homecoming.still_settling(self._settling, self._store.labeled(), now=self._clock())
         # Oldest queued first (the lowest JARVICE job number); at most one comes home (or starts moving
         # home) a round, none while the last one's replacement has not bound or a move is under way.
-        may_bring_home = self._settling is None and not (self._mover is not None and self._mover.moves)
+        may_bring_home = self.may_bring_home()
         for pod in sorted(pods, key=lambda p: homecoming.queue_order(live.get(p.uid, []))):
             owner = pod.owner.uid if pod.owner else ""
             assessment = homecoming.assess(pod, live.get(pod.uid, []), came_home_before=owner in self.came_home)
@@ -132,6 +132,10 @@ class Homecomer:
                 self._metrics.errors.labels(kind="kubernetes").inc()
                 log.warning("homecoming action failed", extra=log_context(pod), exc_info=True)
         return self._interval
+
+    def may_bring_home(self) -> bool:
+        """No homecoming settling and no move home under way (a move given up while its job runs on is not)."""
+        return self._settling is None and not (self._mover is not None and self._mover.under_way())
 
     def _advance_moves(self) -> None:
         """Moves under way go on, whether or not a burst pod is live (their pods have ended)."""
@@ -174,7 +178,8 @@ class Homecomer:
             return False
         if assessment.verdict == "stay":
             if self._mover is not None and job is not None:
-                moved, why = self._mover.consider(pod, parse_job(job), jobs)  # a failed call: asked again next round
+                # A failed call: asked again next round. The Job's pods now are never its replacement.
+                moved, why = self._mover.consider(pod, parse_job(job), jobs, self._store.labeled())
                 if moved:
                     self.came_home.add(pod.owner.uid)
                     return True

@@ -290,6 +290,15 @@ class OwnerState:
     free_moves: bool = False
     # ...and then a move home's exit second: its running burst pod may move home (controller.moving).
     moves_home: bool = False
+    parallelism: int = 1  # pods run at once (spec.parallelism)
+    indexed: bool = False  # completionMode Indexed: a replacement comes back with its pod's index
+
+
+def _pods_at_once(spec: Mapping[str, Any]) -> int:
+    """The most pods a Job runs at once: its parallelism, never more than its completions."""
+    parallelism, completions = spec.get("parallelism", 1), spec.get("completions")
+    at_once = parallelism if isinstance(parallelism, int) else 1
+    return min(at_once, completions) if isinstance(completions, int) else at_once
 
 
 def parse_job(obj: Mapping[str, Any] | None) -> OwnerState:
@@ -309,4 +318,6 @@ def parse_job(obj: Mapping[str, Any] | None) -> OwnerState:
         suspended=spec.get("suspend") is True,
         free_moves=ignores_disruptions_first(spec.get("podFailurePolicy")),
         moves_home=ignores_moves_home(spec.get("podFailurePolicy")),
+        parallelism=_pods_at_once(spec),
+        indexed=spec.get("completionMode") == "Indexed",
     )

@@ -59,6 +59,10 @@ def exit_code_of(pod: Mapping[str, Any]) -> int | None:
     return codes[0] if codes else None
 
 
+def _pods_of(owner_uid: str, pods: Iterable[PodView]) -> frozenset[str]:
+    return frozenset(p.uid for p in pods if p.owner is not None and p.owner.uid == owner_uid)
+
+
 class Mover:
     def __init__(
         self,
@@ -78,8 +82,11 @@ class Mover:
         # Pods whose move this leader finished: their mark may still show in the watch for a moment.
         self._finished: set[str] = set()
 
-    def consider(self, pod: PodView, owner: OwnerState, jobs: Sequence[JobEntry]) -> tuple[bool, str]:
-        """Start moving `pod` home (True) or say why not (False, the reason)."""
+    def consider(
+        self, pod: PodView, owner: OwnerState, jobs: Sequence[JobEntry], pods: Iterable[PodView] = ()
+    ) -> tuple[bool, str]:
+        """Start moving `pod` home (True) or say why not (False, the reason). `pods`: the pods seen now
+        (those of its Job are never its replacement)."""
         if pod.uid in self.moves:
             return False, "its move home is under way"
         if len(jobs) != 1:
@@ -100,6 +107,7 @@ class Mover:
             now=self._wall_clock(),
             checkpoint_age=None,  # the remote checkpoint directory is not seen from here
             policy_ignores_move=owner.moves_home,
+            parallel_unindexed=0 if owner.indexed else owner.parallelism,
         )
         if not choice.go:
             return False, choice.reason
@@ -107,7 +115,14 @@ class Mover:
         self._kube.patch_pod_json(
             pod.namespace, pod.name, [{"op": "add", "path": _MARK_PATH, "value": str(job.number)}]
         )
-        progress = moving.start(pod.uid, pod.owner.uid, job.number, now=self._clock(), gpu_hours=choice.gpu_hours)
+        progress = moving.start(
+            pod.uid,
+            pod.owner.uid,
+            job.number,
+            now=self._clock(),
+            gpu_hours=choice.gpu_hours,
+            before=_pods_of(pod.owner.uid, pods),
+        )
         self.moves[pod.uid] = (pod, progress.move)
         self._report(pod, progress)
         log.info("moving a running burst job home", extra=log_context(pod, job=job.number, reason=choice.reason))
@@ -134,13 +149,20 @@ class Mover:
             self.moves[uid] = (pod, progress.move)
             if progress.move.step == "copied_back" and move.step != "copied_back":
                 left.add(move.owner_uid)
+            if progress.move.step == "withdrawn" and move.step != "withdrawn":  # given up, as said
+                self._metrics.moves_home.labels(outcome="given_up").inc()
             if moving.finished(progress.move):
                 del self.moves[uid]
                 self._finished.add(uid)
-                self._metrics.moves_home.labels(outcome=progress.move.step).inc()
+                if not (move.step == "withdrawn" and progress.move.step == "given_up"):  # counted once
+                    self._metrics.moves_home.labels(outcome=progress.move.step).inc()
                 if progress.move.step == "resumed":
                     self._metrics.gpu_hours_moved_home.inc(progress.move.gpu_hours)
         return left
+
+    def under_way(self) -> bool:
+        """A move that may take local GPUs soon: no other pod comes home meanwhile."""
+        return any(moving.under_way(move) for _, move in self.moves.values())
 
     def _take_over(self, pods: Sequence[PodView]) -> None:
         """Moves another leader started: a running pod carrying the mark this leader did not set. A pod
@@ -152,7 +174,11 @@ class Mover:
                 continue
             if pod.phase in TERMINAL_PHASES or pod.deleting:
                 continue
-            self.moves[pod.uid] = (pod, moving.adopt(pod.uid, pod.owner.uid, pod.moving_home, now=self._clock()))
+            before = _pods_of(pod.owner.uid, pods)
+            self.moves[pod.uid] = (
+                pod,
+                moving.adopt(pod.uid, pod.owner.uid, pod.moving_home, now=self._clock(), before=before),
+            )
             log.info("move home taken over", extra=log_context(pod, job=pod.moving_home))
 
     def _jobs_by_number(self) -> dict[int, JobEntry]:
@@ -173,7 +199,7 @@ class Mover:
             gone, code = True, None
         node, remote = "", False
         for other in pods:
-            if other.owner is None or other.owner.uid != move.owner_uid or other.uid == pod.uid:
+            if other.owner is None or other.owner.uid != move.owner_uid or other.uid in move.before | {pod.uid}:
                 continue
             node = node or (other.node_name if other.decision != contract.DECISION_REMOTE else "")
             remote = remote or other.decision == contract.DECISION_REMOTE

@@ -65,13 +65,17 @@ def decide(
     now: float,
     checkpoint_age: float | None,
     policy_ignores_move: bool,
+    parallel_unindexed: int = 0,
 ) -> MoveChoice:
     """Whether the running `job` of a pod a local node can run now moves home. `terms`: the pod's
     checkpoint contract (jarvice.checkpoint; None: it names no checkpoint directory).
 
     `price_per_hour`: the job's machine price times its nodes (None: unknown); `gpus`: the job's GPUs;
     `checkpoint_age`: seconds since the last checkpoint was written (None: not known);
-    `policy_ignores_move`: the pod's Job ignores the runner's moved-home exit (its podFailurePolicy)."""
+    `policy_ignores_move`: the pod's Job ignores the runner's moved-home exit (its podFailurePolicy);
+    `parallel_unindexed`: the pods its Job runs at once without completion indexes (0: not such a Job).
+    Those pods share the one checkpoint directory of their template, and nothing tells a replacement
+    which checkpoint was its pod's: it could resume from a sibling's, whose work would run twice."""
     if terms is None:
         return MoveChoice(False, "no nimbix-burst.io/checkpoint-dir: there is nothing to resume from")
     if not terms.come_home_running:
@@ -79,6 +83,12 @@ def decide(
     if not policy_ignores_move:
         return MoveChoice(
             False, f"its Job's podFailurePolicy does not ignore exit code {EXIT_MOVED_HOME} (the move's end)"
+        )
+    if parallel_unindexed > 1:
+        return MoveChoice(
+            False,
+            f"its Job runs {parallel_unindexed} pods at once without completion indexes: they share one checkpoint"
+            " directory, and the replacement could resume from another pod's checkpoint",
         )
     if job.state.strip().upper() != "PROCESSING STARTING":
         return MoveChoice(False, f"its JARVICE job {job.number} is not running ({job.state})")
@@ -99,7 +109,9 @@ def decide(
     return MoveChoice(True, f"saves {saving:.2f} ({hours * gpus:.1f} GPU-hours)", saving, hours * gpus)
 
 
-Step = Literal["asked", "job_stopped", "copied_back", "resumed", "given_up"]
+# "withdrawn": given up before the job ended, the mark taken away; the runner may have asked already,
+# and a program that writes its checkpoint late still ends the pod with a move's exit: watched until then.
+Step = Literal["asked", "withdrawn", "job_stopped", "copied_back", "resumed", "given_up"]
 Action = Literal["unmark", "terminate"]
 
 
@@ -111,6 +123,9 @@ class Move:
     step: Step
     since: float  # when the step began (monotonic seconds)
     gpu_hours: float  # what the decision counted as brought home
+    # The Job's pods when the move began (its own, and a parallel Job's others): never its replacement,
+    # which the Job creates only once the moving pod ended.
+    before: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,19 +146,21 @@ class Progress:
     actions: tuple[Action, ...] = ()
 
 
-def start(pod_uid: str, owner_uid: str, job_number: int, *, now: float, gpu_hours: float) -> Progress:
-    move = Move(pod_uid, owner_uid, job_number, "asked", now, gpu_hours)
+def start(
+    pod_uid: str, owner_uid: str, job_number: int, *, now: float, gpu_hours: float, before: frozenset[str] = frozenset()
+) -> Progress:
+    move = Move(pod_uid, owner_uid, job_number, "asked", now, gpu_hours, before)
     return Progress(
         move, (("NimbixMoveCheckpointAsked", f"asked JARVICE job {job_number} for a checkpoint to move it home"),)
     )
 
 
-def adopt(pod_uid: str, owner_uid: str, job_number: int, *, now: float) -> Move:
+def adopt(pod_uid: str, owner_uid: str, job_number: int, *, now: float, before: frozenset[str] = frozenset()) -> Move:
     """A move under way that another leader started (the pod carries its mark), taken over: at the first
     step (what comes next is read from the job and the pod, as for any move), its deadline counted from
     now, and no Event for what the other leader said already. What it counted as brought home is not
     known here: it is not counted again."""
-    return Move(pod_uid, owner_uid, job_number, "asked", now, 0.0)
+    return Move(pod_uid, owner_uid, job_number, "asked", now, 0.0, before)
 
 
 def _ended(job: JobEntry | None) -> bool:
@@ -179,8 +196,18 @@ def advance(move: Move, seen: Seen, *, now: float) -> Progress:
             return _give_up(move, f"the pod ended before job {number} wrote its checkpoint", now=now)
         if waited >= CHECKPOINT_DEADLINE_SECONDS:
             why = f"no checkpoint from job {number} within {CHECKPOINT_DEADLINE_SECONDS:.0f} s: it keeps running"
-            return _give_up(move, why, now=now, actions=("unmark",))
+            given_up = _give_up(move, why, now=now, actions=("unmark",))
+            return replace(given_up, move=replace(given_up.move, step="withdrawn"))
         return Progress(move)
+    if move.step == "withdrawn":
+        if not seen.pod_gone:
+            return Progress(move)
+        if seen.pod_exit_code != EXIT_MOVED_HOME:  # said when it was withdrawn
+            return Progress(replace(move, step="given_up", since=now))
+        message = f"job {number} wrote its checkpoint late; it was copied back into the volume, the replacement resumes"
+        return Progress(
+            replace(move, step="copied_back", since=now), (("NimbixMoveCopiedBack", message),), _still_billing(seen)
+        )
     if move.step == "job_stopped":
         if seen.pod_gone:
             if seen.pod_exit_code == EXIT_MOVED_HOME:
@@ -210,3 +237,8 @@ def advance(move: Move, seen: Seen, *, now: float) -> Progress:
 
 def finished(move: Move) -> bool:
     return move.step in ("resumed", "given_up")
+
+
+def under_way(move: Move) -> bool:
+    """Whether the move may still take local GPUs soon (a withdrawn one waits on a job that runs on)."""
+    return not finished(move) and move.step != "withdrawn"

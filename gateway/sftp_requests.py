@@ -194,6 +194,11 @@ def parse_request(packet: bytes, grant: VaultGrant, *, client_swaps: bool, vault
             if name == "posix-rename@openssh.com":
                 changes = tuple(c.parts for c in request.checks)
                 return Request(kind, request_id, packet, request.checks, changes, barrier=True)
+            if name == "hardlink@openssh.com":
+                # OpenSSH's link(2) links a link itself: its relative text, read from the new name's
+                # directory, may lead elsewhere, so what was resolved at the new name is forgotten.
+                changes = (request.checks[1].parts,)
+                return Request(kind, request_id, packet, request.checks, changes, barrier=True)
             return request
         raise BadPacket(f"the SFTP extension {name!r} is not passed to the vault")
     raise BadPacket(f"SFTP request type {kind} is not passed to the vault")

@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 READ_CHUNK: Final = 256 * 1024
 # Requests read ahead of the one the vault is waiting for: the client's pipelining, bounded.
 MAX_QUEUED: Final = 4096
+# ...and their bytes: a pod that sends large packets and reads no answers (the vault then reads
+# nothing more) is held here, not in the gateway's memory that every pod's session shares.
+MAX_QUEUED_BYTES: Final = 16 * 1024 * 1024
 MAX_PACKET: Final = 1024 * 1024 + 64  # asyncssh and OpenSSH write at most 256 KiB blocks; room to spare
 MAX_CACHED_DIRS: Final = 4096
 
@@ -114,6 +117,15 @@ class PathChecker:
         for parts in [p for p in self._dirs if p[:size] == changed]:
             del self._dirs[parts]
 
+    def sent(self, request: Request) -> None:
+        """`request` goes to the vault: forget what it may change. One that may put a link on a path
+        (a symlink, a rename, a hard link) empties the cache: a directory resolved before may lead
+        through that path by way of other links, which its own name does not show."""
+        if request.barrier:
+            self._dirs.clear()
+        for changed in request.changes:
+            self.forget(changed)
+
 
 async def _verdict(request: Request, checker: PathChecker, after: asyncio.Future[None] | None) -> bytes | None:
     """None: pass the request on; else the refusal to answer with. `after`: the answer of the last
@@ -151,9 +163,12 @@ class VaultProxy:
         self._resolve = resolve
         self._root = root  # the vault's answer for ".": where the session's relative paths start
         self._client_swaps, self._vault_swaps = client_swaps, vault_swaps
-        self._queue: asyncio.Queue[tuple[Request | None, asyncio.Future[bytes | None] | bytes | None]] = asyncio.Queue(
-            MAX_QUEUED
+        # (request, its verdict, the bytes it came as)
+        self._queue: asyncio.Queue[tuple[Request | None, asyncio.Future[bytes | None] | bytes | None, int]] = (
+            asyncio.Queue(MAX_QUEUED)
         )
+        self._queued_bytes = 0
+        self._room = asyncio.Event()  # set: the queue's bytes went below MAX_QUEUED_BYTES
         # Requests that may put a link on a path (SYMLINK, RENAME), by id: answered, the checks after
         # them may run. The latest is what every later check waits for.
         self._barriers: dict[int, asyncio.Future[None]] = {}
@@ -165,10 +180,8 @@ class VaultProxy:
         if early is None:
             return
         checker = PathChecker(self._grant, self._resolve, self._root)
-        for packet in early:  # a client that did not wait for VERSION: its requests, in order
-            await self._queue.put(self._parsed(packet, checker))
         tasks = [
-            asyncio.create_task(self._requests(checker)),
+            asyncio.create_task(self._requests(checker, early)),
             asyncio.create_task(self._forward(checker)),
             asyncio.create_task(self._answers()),
         ]
@@ -210,11 +223,22 @@ class VaultProxy:
             self._barrier = self._barriers[request.id] = asyncio.get_running_loop().create_future()
         return request, verdict
 
-    async def _requests(self, checker: PathChecker) -> None:
-        while packets := await self._client_in.packets():
+    async def _enqueue(self, packet: bytes, checker: PathChecker) -> None:
+        self._queued_bytes += len(packet)
+        await self._queue.put((*self._parsed(packet, checker), len(packet)))
+
+    async def _requests(self, checker: PathChecker, early: list[bytes]) -> None:
+        """`early`: the requests of a client that did not wait for VERSION, queued as the forwarder
+        takes them (more than the queue holds would wait for a forwarder not started yet)."""
+        packets = early
+        while packets or (packets := await self._client_in.packets()):
             for packet in packets:
-                await self._queue.put(self._parsed(packet, checker))
-        await self._queue.put((None, None))
+                await self._enqueue(packet, checker)
+            while self._queued_bytes >= MAX_QUEUED_BYTES:  # read no more until the vault took some
+                self._room.clear()
+                await self._room.wait()
+            packets = []
+        await self._queue.put((None, None, 0))
 
     async def _forward(self, checker: PathChecker) -> None:
         pending = bytearray()
@@ -223,7 +247,10 @@ class VaultProxy:
                 self._vault_out.write(bytes(pending))
                 pending.clear()
                 await self._vault_out.drain()
-            request, verdict = await self._queue.get()
+            request, verdict, size = await self._queue.get()
+            self._queued_bytes -= size
+            if self._queued_bytes < MAX_QUEUED_BYTES:
+                self._room.set()
             if isinstance(verdict, asyncio.Future) and not verdict.done() and pending:
                 # What is held goes first: the check may wait for its answer (a link's creation).
                 self._vault_out.write(bytes(pending))
@@ -235,14 +262,14 @@ class VaultProxy:
                 return
             refusal = verdict if isinstance(verdict, bytes) else (await verdict if verdict is not None else None)
             if refusal is not None or request is None:
-                if refusal is not None:
+                if refusal is not None:  # as the vault's answers: a client that reads none is not buffered for
                     self._client_out.write(refusal)
+                    await self._client_out.drain()
                 if request is not None:
                     self._answered(request.id)
                 continue
             pending += request.packet
-            for changed in request.changes:
-                checker.forget(changed)
+            checker.sent(request)
             if len(pending) >= READ_CHUNK:
                 self._vault_out.write(bytes(pending))
                 pending.clear()

@@ -53,7 +53,9 @@ def ignores_disruptions_first(pod_failure_policy: object) -> bool:
 
 def ignores_moves_home(pod_failure_policy: object) -> bool:
     """Whether a Job's podFailurePolicy ignores evictions first and a move home's exit second: then no
-    rule of the Job's own counts or fails the Job for the pod that left with its checkpoint."""
+    rule of the Job's own counts or fails the Job for the pod that left with its checkpoint. A rule
+    that names a container is not that rule: the runner's exit is its burst container's, whatever
+    its name, and the moved pod would count against the Job's backoffLimit."""
     if not ignores_disruptions_first(pod_failure_policy):
         return False
     assert isinstance(pod_failure_policy, dict)
@@ -65,6 +67,7 @@ def ignores_moves_home(pod_failure_policy: object) -> bool:
     return (
         second.get("action") == "Ignore"
         and isinstance(exits, dict)
+        and exits.get("containerName") in (None, "")
         and exits.get("operator") == "In"
         and isinstance(exits.get("values"), list)
         and MOVED_HOME_EXIT_CODE in exits["values"]

@@ -7,6 +7,7 @@ here a login's token names its grant from a table."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import threading
@@ -268,3 +269,49 @@ def test_a_neighbours_copy_back_of_the_pods_directory_fails_saying_why(endpoint:
     assert not peek.complete
     assert "outside this pod's vault directories" in str(peek.error), peek
     assert not (tmp_path / "peek" / "f").exists()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a path is checked, then sent: a second session of the same pod that swaps a checked directory "
+    "for a link between the two (here after the first session remembered the directory's answer) "
+    "leads the request into another pod's directory; no small fix keeps the runner's '../' links",
+)
+def test_a_directory_swapped_for_a_link_by_a_second_session_is_not_followed(endpoint: Endpoint) -> None:
+    """Two SFTP sessions of one pod (the runner opens several): the first looks into a directory of
+    its own, the second puts a link to another pod's directory where that directory was, the first
+    then removes and writes through the path it looked at."""
+    other = endpoint.stored / f"nimbix-burst/pod-{OTHER_POD}"
+    other.mkdir(parents=True, exist_ok=True)
+    (other / "precious").write_text("not yours")
+    (endpoint.stored / OWN / "swap").mkdir(parents=True, exist_ok=True)
+
+    async def two_sessions(conn: asyncssh.SSHClientConnection) -> None:
+        async with conn.start_sftp_client() as first, conn.start_sftp_client() as second:
+            with pytest.raises(asyncssh.SFTPNoSuchFile):  # its own directory, looked into
+                await first.lstat(f"{OWN}/swap/precious")
+            await second.rmdir(f"{OWN}/swap")
+            await second.symlink(f"../pod-{OTHER_POD}", f"{OWN}/swap")
+            for action in (
+                first.remove(f"{OWN}/swap/precious"),
+                first.open(f"{OWN}/swap/planted", "xb"),
+            ):
+                with contextlib.suppress(asyncssh.SFTPError):
+                    await action
+
+    async def run() -> None:
+        async with asyncssh.connect(
+            "127.0.0.1",
+            endpoint.settings.port,
+            username="p",
+            password=POD_TOKEN,
+            known_hosts=str(endpoint.known_hosts),
+            client_keys=None,
+            agent_path=None,
+            config=[],
+        ) as conn:
+            await two_sessions(conn)
+
+    asyncio.run(run())
+    assert (other / "precious").read_text() == "not yours"
+    assert not (other / "planted").exists()

@@ -276,3 +276,71 @@ def test_a_pod_that_ended_with_the_mark_is_not_taken_over() -> None:
     w.store.replace([w.kube.pods["train-abcde"]])
     w.homecomer.round()
     assert (w.kube.patched, reasons(w), w.jarvice.terminated) == ([], [], [])
+
+
+SIBLING = "33333333-4444-5555-6666-777777777777"
+
+
+@pytest.mark.parametrize("sibling_decision", ["remote", "local"])
+def test_in_a_parallel_job_a_sibling_that_ran_all_along_is_not_the_replacement(sibling_decision: str) -> None:
+    """An Indexed Job, parallelism 2: the Job's other pod (burst, or bound to a local node) was there
+    before the move; only the pod the Job creates for the one that left says how the move ended."""
+    w = world({**CONTRACT, "nimbix-burst.io/come-home": "running"})
+    w.kube.jobs["train"]["spec"].update(parallelism=2, completionMode="Indexed")
+    sibling = burst(uid=SIBLING, name="train-sibli", node_name="gpu-9" if sibling_decision == "local" else "cpu-1")
+    sibling["metadata"]["annotations"]["nimbix-burst.io/decision"] = sibling_decision
+    w.store.replace([w.kube.pods["train-abcde"], sibling])
+    w.homecomer.round()
+    w.jarvice.jobs, w.jarvice.ended = {}, {4711: replace(running(), state="COMPLETED", exitcode=0)}
+    w.homecomer.round()
+    ended_with(w, EXIT_MOVED_HOME)
+    w.homecomer.round()
+    w.homecomer.round()  # the replacement is not created yet: the sibling says nothing of it
+    assert reasons(w)[-1] == "NimbixMoveCopiedBack"
+    replacement = burst(uid="22222222-3333-4444-5555-666666666666", name="train-fghij", node_name="gpu-1")
+    replacement["metadata"]["annotations"]["nimbix-burst.io/decision"] = "local"
+    w.store.replace([w.kube.pods["train-abcde"], sibling, replacement])
+    w.homecomer.round()
+    assert reasons(w)[-1] == "NimbixMoveResumed"
+    sample = w.metrics.registry.get_sample_value
+    assert sample("nimbix_burst_controller_moves_home_total", {"outcome": "resumed"}) == 1.0
+
+
+def test_a_pod_of_a_parallel_job_without_indexes_stays_and_says_why() -> None:
+    w = world({**CONTRACT, "nimbix-burst.io/come-home": "running"})
+    w.kube.jobs["train"]["spec"]["parallelism"] = 2
+    w.homecomer.round()
+    ((_, ops),) = w.kube.patched  # no mark: the note why
+    assert "2 pods at once without completion indexes" in ops[0]["value"]
+    assert w.kube.events == []
+
+
+def test_a_checkpoint_written_after_the_move_was_given_up_still_comes_home_as_a_move() -> None:
+    """The runner asked before the deadline; the program wrote its checkpoint late (the mark was taken
+    away meanwhile) and its runner exited 81: the Job creates the replacement all the same. It settles
+    as a homecoming's (no other pod comes home onto those GPUs meanwhile) and its job never bills on."""
+    w = world({**CONTRACT, "nimbix-burst.io/come-home": "running"})
+    w.homecomer.round()
+    w.clock[0] += moving.CHECKPOINT_DEADLINE_SECONDS
+    w.homecomer.round()
+    assert reasons(w) == ["NimbixMoveCheckpointAsked", "NimbixMoveGivenUp"]
+    w.jarvice.jobs, w.jarvice.ended = {}, {4711: replace(running(), state="COMPLETED", exitcode=0)}
+    ended_with(w, EXIT_MOVED_HOME)
+    w.homecomer.round()
+    assert reasons(w)[-1] == "NimbixMoveCopiedBack"
+    assert not w.homecomer.may_bring_home()  # the replacement settles first
+    replacement = burst(uid="22222222-3333-4444-5555-666666666666", name="train-fghij", node_name="gpu-1")
+    replacement["metadata"]["annotations"]["nimbix-burst.io/decision"] = "local"
+    w.store.replace([w.kube.pods["train-abcde"], replacement])
+    w.homecomer.round()
+    assert reasons(w)[-1] == "NimbixMoveResumed"
+
+
+def test_a_move_given_up_while_its_job_runs_on_does_not_hold_back_other_homecomings() -> None:
+    w = world({**CONTRACT, "nimbix-burst.io/come-home": "running"})
+    w.homecomer.round()
+    w.clock[0] += moving.CHECKPOINT_DEADLINE_SECONDS
+    w.homecomer.round()
+    w.clock[0] += 10 * moving.CHECKPOINT_DEADLINE_SECONDS
+    w.homecomer.round()  # the job runs on remotely, for hours maybe
+    assert w.homecomer.may_bring_home()

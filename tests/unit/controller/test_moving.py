@@ -74,6 +74,37 @@ def test_a_move_goes_and_counts_what_it_saves(age: float | None) -> None:
     assert "saves 38.00 (76.0 GPU-hours)" in choice.reason
 
 
+def test_a_pod_of_a_parallel_job_without_indexes_does_not_move() -> None:
+    """Its siblings write into the same checkpoint directory: the replacement could resume from theirs."""
+    choice = moving.decide(
+        TERMS,
+        RUNNING,
+        price_per_hour=2.0,
+        gpus=4,
+        now=NOW,
+        checkpoint_age=60.0,
+        policy_ignores_move=True,
+        parallel_unindexed=2,
+    )
+    assert not choice.go and "2 pods at once without completion indexes" in choice.reason
+
+
+@pytest.mark.parametrize(
+    ("spec", "parallel_unindexed"),
+    [
+        ({}, 1),
+        ({"parallelism": 3}, 3),
+        ({"parallelism": 3, "completions": 1}, 1),  # one completion: one pod at a time
+        ({"parallelism": 3, "completionMode": "Indexed"}, 0),
+    ],
+)
+def test_a_jobs_pods_at_once_and_indexes_are_read(spec: dict[str, object], parallel_unindexed: int) -> None:
+    body = job()
+    body["spec"].update(spec)
+    owner = parse_job(body)
+    assert (0 if owner.indexed else owner.parallelism) == parallel_unindexed
+
+
 def test_the_remaining_walltime_never_goes_below_zero() -> None:
     assert moving.remaining_seconds(replace(RUNNING, start_time=int(NOW - 30 * HOUR)), now=NOW) == 0.0
     assert moving.remaining_seconds(replace(RUNNING, start_time=0), now=NOW) is None
@@ -117,8 +148,16 @@ def test_the_checkpoint_never_comes_the_job_keeps_running() -> None:
     before = moving.advance(move, NOTHING, now=T + moving.CHECKPOINT_DEADLINE_SECONDS - 1)
     assert before.move.step == "asked"
     late = moving.advance(move, NOTHING, now=T + moving.CHECKPOINT_DEADLINE_SECONDS)
-    assert late.move.step == "given_up" and late.actions == ("unmark",)  # never terminated: it keeps running
-    assert "it keeps running" in late.events[0][1]
+    assert late.move.step == "withdrawn" and late.actions == ("unmark",)  # never terminated: it keeps running
+    assert reasons(late) == ["NimbixMoveGivenUp"] and "it keeps running" in late.events[0][1]
+    assert not moving.finished(late.move) and not moving.under_way(late.move)
+    # The runner had asked, the program wrote its checkpoint late: the pod leaves with it after all.
+    ended = replace(NOTHING, job=COMPLETED, pod_gone=True, pod_exit_code=EXIT_MOVED_HOME)
+    copied = moving.advance(late.move, ended, now=T + 2 * moving.CHECKPOINT_DEADLINE_SECONDS)
+    assert copied.move.step == "copied_back" and reasons(copied) == ["NimbixMoveCopiedBack"]
+    # The job ran on to its own end (the runner never asked): nothing more is said.
+    done = moving.advance(late.move, replace(ended, pod_exit_code=0), now=T + 10 * HOUR)
+    assert done == moving.Progress(replace(late.move, step="given_up", since=T + 10 * HOUR))
 
 
 @pytest.mark.parametrize("state", ["TERMINATED", "COMPLETED WITH ERROR"])
@@ -191,6 +230,11 @@ MOVE_RULE = {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [EX
         ([IGNORE_DISRUPTIONS], False),  # a Job created before the rule: queued homecomings only
         ([MOVE_RULE, IGNORE_DISRUPTIONS], False),  # evictions not ignored first
         ([IGNORE_DISRUPTIONS, {**MOVE_RULE, "action": "Count"}], False),
+        # the user's rule for a container of theirs: the runner's 81 would count against backoffLimit
+        (
+            [IGNORE_DISRUPTIONS, {**MOVE_RULE, "onExitCodes": {**MOVE_RULE["onExitCodes"], "containerName": "log"}}],
+            False,
+        ),
         ([IGNORE_DISRUPTIONS, {**MOVE_RULE, "onExitCodes": {"operator": "NotIn", "values": [EXIT_MOVED_HOME]}}], False),
     ],
 )

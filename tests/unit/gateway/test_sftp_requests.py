@@ -81,6 +81,8 @@ def test_a_removal_or_rename_makes_the_cache_forget_its_paths() -> None:
     assert parse(request(sftp.REMOVE, f"{OWN}/f".encode())).changes == (("nimbix-burst", f"pod-{POD}.main", "f"),)
     assert len(parse(extended("posix-rename@openssh.com", f"{OWN}/a".encode(), f"{OWN}/b".encode())).changes) == 2
     assert parse(request(sftp.MKDIR, f"{OWN}/d".encode(), 0)).changes == ()
+    hardlink = extended("hardlink@openssh.com", f"{OWN}/a".encode(), f"{OWN}/b".encode())
+    assert parse(hardlink).changes == (("nimbix-burst", f"pod-{POD}.main", "b"),)
 
 
 @pytest.mark.parametrize(
@@ -163,6 +165,7 @@ def test_which_peers_write_symlink_the_other_way_round(software: str, swaps: boo
         (request(sftp.SYMLINK, f"{OWN}/l".encode(), b"../x"), True),
         (request(sftp.RENAME, f"{OWN}/a".encode(), f"{OWN}/b".encode()), True),
         (extended("posix-rename@openssh.com", f"{OWN}/a".encode(), f"{OWN}/b".encode()), True),
+        (extended("hardlink@openssh.com", f"{OWN}/a".encode(), f"{OWN}/b".encode()), True),  # of a link, a link
         (request(sftp.REMOVE, f"{OWN}/f".encode()), False),  # a removal puts no link anywhere: uploads stay pipelined
         (request(sftp.OPEN, f"{OWN}/f".encode(), 0x01, 0), False),
         (request(sftp.MKDIR, f"{OWN}/d".encode(), 0), False),

@@ -20,6 +20,8 @@ from webhook import job_policy
 from webhook.review import AdmissionRequest
 
 EXIT_FAILS_JOB = {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}}
+# The user's own rule for one container of theirs: the runner's 81 comes from the burst container.
+SIDECAR_81_IGNORED = {"action": "Ignore", "onExitCodes": {"containerName": "sidecar", "operator": "In", "values": [81]}}
 
 
 def a_job(*, restart: str | None = "Never", labeled: bool = True, rules: list[Any] | None = None) -> dict[str, Any]:
@@ -68,6 +70,11 @@ def applied(job: dict[str, Any], ops: tuple[dict[str, Any], ...]) -> dict[str, A
             a_job(rules=[IGNORE_DISRUPTIONS, EXIT_FAILS_JOB]),
             [IGNORE_DISRUPTIONS, IGNORE_MOVED_HOME, EXIT_FAILS_JOB],
             id="evictions-first-gets-the-move-second",
+        ),
+        pytest.param(
+            a_job(rules=[IGNORE_DISRUPTIONS, SIDECAR_81_IGNORED, EXIT_FAILS_JOB]),
+            [IGNORE_DISRUPTIONS, IGNORE_MOVED_HOME, SIDECAR_81_IGNORED, EXIT_FAILS_JOB],
+            id="one-containers-81-is-not-the-moves",
         ),
         pytest.param(
             a_job(rules=[EXIT_FAILS_JOB, IGNORE_DISRUPTIONS]),
@@ -160,3 +167,17 @@ def test_the_replacement_policy_the_api_server_defaulted_is_made_failed_as_a_fai
     planned = job_policy.plan(job)
     after = applied(job, planned.ops)
     assert after["spec"].get("podReplacementPolicy", "Failed") == "Failed"
+
+
+def test_a_rule_for_one_container_does_not_let_the_controller_move_the_jobs_pods_home() -> None:
+    """The runner exits 81 from the burst container: a rule for another container of the user's lets
+    the moved pod count against backoffLimit (with 0, the Job fails)."""
+    assert not ignores_moves_home({"rules": [IGNORE_DISRUPTIONS, SIDECAR_81_IGNORED]})
+    assert ignores_moves_home(
+        {
+            "rules": [
+                IGNORE_DISRUPTIONS,
+                {**IGNORE_MOVED_HOME, "onExitCodes": {"containerName": None, "operator": "In", "values": [5, 81]}},
+            ]
+        }
+    )
