@@ -5,6 +5,7 @@ One test per acceptance bullet of the runner issue, plus the edges around them."
 import json
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from devplatform.emulator import EmulatorControl, EmulatorThread
 from tests.support.runner_processes import (
     ALL_OUTPUT,
     API_KEY,
+    RUNNER_TIMEOUT,
     Runner,
     base_env,
     direct_session,
@@ -222,27 +224,38 @@ def test_a_502_to_submit_is_resolved_by_label_not_submitted_again(
 
 
 def test_of_two_live_jobs_with_its_label_the_runner_keeps_the_lowest(
-    env: dict[str, str], control: EmulatorControl
+    env: dict[str, str], control: EmulatorControl, tmp_path: Path
 ) -> None:
     # Two jobs already carry this container's label (a duplicate submit): the runner follows the
     # lowest-numbered one, as the controller's reaper would keep it, and terminates the other.
+    release = tmp_path / "release"  # the kept job runs until the runner has made its choice, however slow the machine
     session = direct_session()
     body = {
         "app": env["APP_NAME"],
         "staging": False,
         "checkedout": False,
-        # The kept job outlives the runner's start on a loaded machine (a finished one is not "live").
-        "application": {"command": "run", "parameters": {"command": "echo kept; sleep 5"}},
+        "application": {
+            "command": "run",
+            "parameters": {"command": f"echo kept; while [ ! -e {release} ]; do sleep 0.1; done"},
+        },
         "machine": {"type": "n0", "nodes": 1},
         "job_label": label_of(env),
         "user": {"username": env["JARVICE_USERNAME"], "apikey": env["JARVICE_APIKEY"]},
     }
     numbers = [session.post(f"{env['JARVICE_API_URL']}/jarvice/submit", json=body, timeout=5).json()["number"]]
-    body["application"]["parameters"] = {"command": "echo duplicate; sleep 30"}
+    body["application"]["parameters"] = {"command": "echo duplicate; sleep 300"}
     numbers.append(session.post(f"{env['JARVICE_API_URL']}/jarvice/submit", json=body, timeout=5).json()["number"])
     session.close()
     env["APP_COMMAND_ARGS"] = "echo never submitted"
-    code, runner = run_runner(env)
+    runner = Runner.start(env, ())
+    try:
+        deadline = time.monotonic() + RUNNER_TIMEOUT
+        while {j["number"]: j["status"] for j in control.jobs(label_of(env))}.get(numbers[1]) != "TERMINATED":
+            assert time.monotonic() < deadline, f"the duplicate job was not terminated: {runner.err}"
+            time.sleep(0.1)
+    finally:
+        release.touch()
+    code = runner.wait(RUNNER_TIMEOUT)
     assert code == 0, runner.err
     assert runner.out == b"kept\n"
     jobs = {job["number"]: job for job in control.jobs(label_of(env))}

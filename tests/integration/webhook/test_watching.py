@@ -223,7 +223,8 @@ async def test_view_versions_follow_lists_and_events() -> None:
     api = ScriptedApiServer()
     async with Watching(api) as watching:
         cache, sync = watching.cache, watching.sync
-        await watching.until(lambda: "u-new" in cache.pods())
+        # The pods' event and the nodes' list come on watches of their own, in either order.
+        await watching.until(lambda: "u-new" in cache.pods() and sync.view_versions()[1] != 0)
         assert sync.view_versions() == (12, 10)  # the pod event's object, the nodes' list
         api.send_later.set()
         await watching.until(lambda: "u-later" in cache.pods())
