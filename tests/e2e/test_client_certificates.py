@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from devplatform import demo
 from devplatform.cluster import addons, controlplane
 from devplatform.cluster.pki import KeyPair, issue_cert, make_ca, write_pair
 from devplatform.cluster.processes import free_port
@@ -108,6 +109,13 @@ def test_only_the_api_servers_admission_certificate_may_call_mutate(
         # The API server presents its admission certificate: a labelled GPU pod is decided, not let through
         # unmutated (the registration's failurePolicy is Ignore: a refused review would leave no decision).
         plane.kubectl("create", "namespace", "team")
+        # The API server admits a pod only once its namespace's default ServiceAccount exists, which the
+        # controller-manager makes a moment after the namespace.
+        demo.wait_for(
+            lambda: plane.kubectl("-n", "team", "get", "serviceaccount", "default", check=False).returncode == 0,
+            what="namespace team's default ServiceAccount",
+            timeout=60,
+        )
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
