@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import sys
@@ -25,12 +24,7 @@ class AdmissionLine:
     the logger and handler chain, the generic formatter). Side by side, that took ~11 % off the
     webhook's CPU per review (issue 15). Built only where the configuration is the one
     configure_logging makes (one plain JSON stream handler on the root, no filters); anything else
-    gets `logger.info`.
-
-    Inside a running event loop the stream is flushed once per loop iteration, not once per line:
-    the reviews answered in one iteration share one write(2) (a flush was ~4 of the line's ~8 us).
-    The stream is the one every other log line goes through, so lines keep their order, and any
-    other line's flush (or the interpreter's at exit) writes the pending ones too."""
+    gets `logger.info`."""
 
     def __init__(
         self,
@@ -44,7 +38,6 @@ class AdmissionLine:
         self._handler = handler
         self._formatter = formatter
         self._clock = clock
-        self._flush_scheduled = False
 
     @classmethod
     def for_logger(cls, logger: logging.Logger) -> Callable[[dict[str, Any]], None]:
@@ -71,34 +64,11 @@ class AdmissionLine:
         }
         line.update(fields)
         text = self._formatter.jsonify_log_record(line) + self._handler.terminator
-        try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:  # no loop (a tool, a test): flush now, as logging does
-            loop = None
         self._handler.acquire()
         try:
             self._handler.stream.write(text)
-            if loop is None:
-                self._handler.flush()
-            elif not self._flush_scheduled:
-                self._flush_scheduled = True
-                loop.call_soon(self.flush)
-        except (OSError, ValueError) as exc:  # as logging does: a lost log line must not fail the review
-            _report_lost(exc)
-        finally:
-            self._handler.release()
-
-    def flush(self) -> None:
-        """Write the lines buffered since the last flush (the loop calls this once per iteration)."""
-        self._handler.acquire()
-        try:
-            self._flush_scheduled = False
             self._handler.flush()
-        except (OSError, ValueError) as exc:
-            _report_lost(exc)
+        except (OSError, ValueError) as exc:  # as logging does: a lost log line must not fail the review
+            print(f"admission log line not written: {exc}", file=sys.stderr)  # noqa: T201 - logging is what failed
         finally:
             self._handler.release()
-
-
-def _report_lost(exc: BaseException) -> None:
-    print(f"admission log line not written: {exc}", file=sys.stderr)  # noqa: T201 - logging is what failed

@@ -3,16 +3,13 @@ made them cheaper, not different: tools grep for '"message": "admission"')."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import io
-import json
 import logging
 import sys
 from collections.abc import Iterator
 from decimal import Decimal
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import pytest
 from pythonjsonlogger.json import JsonFormatter
@@ -177,74 +174,3 @@ def test_the_direct_line_serves_only_our_logging_configuration(restored_logging:
     root.handlers.pop()
     root.handlers[0].setFormatter(JsonFormatter(FORMAT, style="{", timestamp=False))
     assert not _direct(AdmissionLine.for_logger(logger))
-
-
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "log"
-
-
-@pytest.fixture
-def file_handler(path: Path) -> Iterator[logging.StreamHandler[TextIO]]:
-    """A JSON handler writing to a real file through its buffered text stream."""
-    handler: logging.StreamHandler[TextIO] = logging.StreamHandler(path.open("w", encoding="utf-8"))
-    handler.setFormatter(JsonLineFormatter(FORMAT, style="{", timestamp=False))
-    try:
-        yield handler
-    finally:
-        handler.stream.close()
-
-
-@pytest.fixture
-def line(file_handler: logging.StreamHandler[TextIO]) -> AdmissionLine:
-    assert isinstance(file_handler.formatter, JsonLineFormatter)
-    return AdmissionLine(logging.getLogger("webhook.app"), file_handler, file_handler.formatter)
-
-
-def _lines(path: Path) -> list[str]:
-    """What has reached the file (another open file sees only what was flushed)."""
-    return [json.loads(text)["uid"] for text in path.read_text(encoding="utf-8").splitlines()]
-
-
-def test_outside_an_event_loop_each_line_is_flushed_as_written(line: AdmissionLine, path: Path) -> None:
-    line.write({"uid": "a"})
-    assert _lines(path) == ["a"]
-
-
-def test_in_an_event_loop_the_lines_of_one_iteration_are_flushed_together_after_it(
-    line: AdmissionLine, path: Path
-) -> None:
-
-    async def reviews() -> list[list[str]]:
-        seen = []
-        line.write({"uid": "a"})
-        line.write({"uid": "b"})
-        seen.append(_lines(path))  # still buffered: the flush waits for the loop's next turn
-        await asyncio.sleep(0)
-        seen.append(_lines(path))
-        line.write({"uid": "c"})  # a later iteration's line gets its own flush
-        await asyncio.sleep(0)
-        seen.append(_lines(path))
-        return seen
-
-    assert asyncio.run(reviews()) == [[], ["a", "b"], ["a", "b", "c"]]
-
-
-def test_a_line_logged_in_between_keeps_the_order(
-    line: AdmissionLine, file_handler: logging.StreamHandler[TextIO], path: Path
-) -> None:
-    logger = logging.getLogger("test_log_format.between")
-    logger.propagate = False
-    logger.addHandler(file_handler)  # the handler every other line goes through: the same stream
-    try:
-
-        async def reviews() -> None:
-            line.write({"uid": "a"})
-            logger.warning("in between", extra={"uid": "w"})
-            line.write({"uid": "b"})
-            await asyncio.sleep(0)
-
-        asyncio.run(reviews())
-    finally:
-        logger.removeHandler(file_handler)
-    assert _lines(path) == ["a", "w", "b"]
