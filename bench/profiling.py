@@ -19,7 +19,7 @@ SAMPLE_RATE_HZ = 250
 # "function (file:line)"; the compiled core's are native frames named CPyDef_<module>___<function>.
 CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("watch threads (list/watch; mostly blocked in recv)", ("webhook/watching.py",)),
-    ("logging: the per-admission JSON line", ("AdmissionLine.", "logging/__init__.py")),
+    ("logging: the per-admission JSON line", ("AdmissionLine.write", "logging/__init__.py")),
     ("metrics (prometheus_client)", ("prometheus_client/", "ReviewCounts.")),
     ("admit(): shape checks, GPU request, decide, patch", ("webhook/admission.py", "CPyDef_admission___admit")),
     ("parse_review(): orjson.loads of the body", ("parse_review",)),

@@ -135,9 +135,7 @@ def test_profile_categories_split_the_request_path() -> None:
         "main (webhook/__main__.py:1);mutate (webhook/app.py:50);admit (webhook/admission.py:60) 20",
         # The compiled core: native frames (py-spy --native).
         "main (webhook/__main__.py:1);mutate (webhook/app.py:50);CPyDef_admission___admit (__native_x.c:9) 10",
-        "main (webhook/__main__.py:1);mutate (webhook/app.py:70);AdmissionLine.write (webhook/__main__.py:1) 3",
-        # One loop turn's lines go out from a callback of their own, outside mutate().
-        "main (webhook/__main__.py:1);AdmissionLine.flush (webhook/admission_log.py:1) 3",
+        "main (webhook/__main__.py:1);mutate (webhook/app.py:70);AdmissionLine.write (webhook/__main__.py:1) 6",
         "main (webhook/__main__.py:1);mutate (webhook/app.py:70);info (logging/__init__.py:1) 4",
         "main (webhook/__main__.py:1);write (asyncio/sslproto.py:1) 60",
         "run (threading.py:1);_watch (webhook/watching.py:1) 25",
