@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import atexit
 import functools
 import logging
 import sys
@@ -26,13 +24,7 @@ class AdmissionLine:
     the logger and handler chain, the generic formatter). Side by side, that took ~11 % off the
     webhook's CPU per review (issue 15). Built only where the configuration is the one
     configure_logging makes (one plain JSON stream handler on the root, no filters); anything else
-    gets `logger.info`.
-
-    In the event loop the lines of one loop turn are written together, in one write(2), at the start
-    of the next turn: stdout is unbuffered where the webhook runs (PYTHONUNBUFFERED=1), so each line
-    was a system call of its own. Any other record through the handler writes the pending lines
-    first (a handler filter), and so does the interpreter's exit, so the stream keeps the order in
-    which the lines were made. Outside a running loop a line is written at once."""
+    gets `logger.info`."""
 
     def __init__(
         self,
@@ -46,7 +38,6 @@ class AdmissionLine:
         self._handler = handler
         self._formatter = formatter
         self._clock = clock
-        self._pending: list[str] = []  # under the handler's lock: another thread's record flushes it
 
     @classmethod
     def for_logger(cls, logger: logging.Logger) -> Callable[[dict[str, Any]], None]:
@@ -61,10 +52,7 @@ class AdmissionLine:
             and logger.propagate
         ):
             return functools.partial(log_admission, logger)
-        line = cls(logger, handler, formatter)
-        handler.addFilter(line.before_other_record)
-        atexit.register(line.flush)
-        return line.write
+        return cls(logger, handler, formatter).write
 
     def write(self, fields: dict[str, Any]) -> None:
         created = self._clock()
@@ -78,32 +66,9 @@ class AdmissionLine:
         text = self._formatter.jsonify_log_record(line) + self._handler.terminator
         self._handler.acquire()
         try:
-            first = not self._pending
-            self._pending.append(text)
-        finally:
-            self._handler.release()
-        if first:  # the turn's first line: one flush, after this turn's callbacks
-            try:
-                asyncio.get_running_loop().call_soon(self.flush)
-            except RuntimeError:  # no running loop (a tool, a test): written now, as logging does
-                self.flush()
-
-    def flush(self) -> None:
-        """Write the pending lines, in one write."""
-        self._handler.acquire()
-        try:
-            if self._pending:
-                text = "".join(self._pending)
-                self._pending.clear()
-                self._handler.stream.write(text)
-                self._handler.flush()
+            self._handler.stream.write(text)
+            self._handler.flush()
         except (OSError, ValueError) as exc:  # as logging does: a lost log line must not fail the review
-            print(f"admission log lines not written: {exc}", file=sys.stderr)  # noqa: T201 - logging is what failed
+            print(f"admission log line not written: {exc}", file=sys.stderr)  # noqa: T201 - logging is what failed
         finally:
             self._handler.release()
-
-    def before_other_record(self, _record: logging.LogRecord) -> bool:
-        """A handler filter that lets every record through, after the pending admission lines."""
-        if self._pending:
-            self.flush()
-        return True

@@ -3,16 +3,13 @@ made them cheaper, not different: tools grep for '"message": "admission"')."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import io
-import json
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from decimal import Decimal
-from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import pytest
 from pythonjsonlogger.json import JsonFormatter
@@ -177,88 +174,3 @@ def test_the_direct_line_serves_only_our_logging_configuration(restored_logging:
     root.handlers.pop()
     root.handlers[0].setFormatter(JsonFormatter(FORMAT, style="{", timestamp=False))
     assert not _direct(AdmissionLine.for_logger(logger))
-
-
-def _unbuffered(path: Path) -> TextIO:
-    """A text stream like the webhook's stdout under PYTHONUNBUFFERED=1: every write reaches the file."""
-    return io.TextIOWrapper(path.open("wb", buffering=0), encoding="utf-8", write_through=True)
-
-
-def _uids(path: Path) -> list[str]:
-    return [json.loads(text).get("uid", "") for text in path.read_text(encoding="utf-8").splitlines()]
-
-
-@pytest.fixture
-def direct_to_file(restored_logging: None, tmp_path: Path) -> Iterator[tuple[Callable[[dict[str, Any]], None], Path]]:
-    """The composition root's writer, on configure_logging's handler pointed at an unbuffered file."""
-    configure_logging("INFO")
-    path = tmp_path / "log"
-    stream = _unbuffered(path)
-    handler = logging.getLogger().handlers[0]
-    assert isinstance(handler, logging.StreamHandler)
-    handler.setStream(stream)
-    try:
-        write = AdmissionLine.for_logger(logging.getLogger("webhook.app"))
-        assert _direct(write)
-        yield write, path
-    finally:
-        stream.close()
-
-
-def test_outside_an_event_loop_a_line_is_written_at_once(
-    direct_to_file: tuple[Callable[[dict[str, Any]], None], Path],
-) -> None:
-    write, path = direct_to_file
-    write({"uid": "a"})
-    assert _uids(path) == ["a"]
-
-
-def test_in_the_event_loop_one_turns_lines_are_written_together_after_it(
-    direct_to_file: tuple[Callable[[dict[str, Any]], None], Path],
-) -> None:
-    write, path = direct_to_file
-
-    async def reviews() -> list[list[str]]:
-        seen = []
-        write({"uid": "a"})
-        write({"uid": "b"})
-        seen.append(_uids(path))  # pending: the write waits for the loop's next turn
-        await asyncio.sleep(0)
-        seen.append(_uids(path))
-        write({"uid": "c"})  # a later turn's line gets a write of its own
-        await asyncio.sleep(0)
-        seen.append(_uids(path))
-        return seen
-
-    assert asyncio.run(reviews()) == [[], ["a", "b"], ["a", "b", "c"]]
-
-
-def test_another_record_writes_the_pending_lines_first(
-    direct_to_file: tuple[Callable[[dict[str, Any]], None], Path],
-) -> None:
-    write, path = direct_to_file
-
-    async def reviews() -> None:
-        write({"uid": "a"})
-        logging.getLogger("webhook.watching").warning("in between", extra={"uid": "w"})
-        write({"uid": "b"})
-        await asyncio.sleep(0)
-
-    asyncio.run(reviews())
-    assert _uids(path) == ["a", "w", "b"]
-
-
-def test_pending_lines_are_written_by_an_explicit_flush(
-    direct_to_file: tuple[Callable[[dict[str, Any]], None], Path],
-) -> None:
-    """What the interpreter's exit runs (atexit) when the loop stopped before its next turn."""
-    write, path = direct_to_file
-    line = getattr(write, "__self__", None)
-    assert isinstance(line, AdmissionLine)
-
-    async def last_review() -> list[str]:
-        write({"uid": "a"})
-        line.flush()
-        return _uids(path)
-
-    assert asyncio.run(last_review()) == ["a"]
