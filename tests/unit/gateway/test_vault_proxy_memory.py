@@ -9,6 +9,7 @@ import socket
 import struct
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from gateway import sftp_requests as sftp
@@ -32,17 +33,31 @@ def refused_open(request_id: int) -> bytes:
     return sftp.frame(body + struct.pack(">II", 1, 0))
 
 
-async def offered_until_held(make: Callable[[int], bytes], offered: int) -> int:
-    """How many requests the proxy took from a pod that reads no answer, the vault reading no more."""
+@dataclass
+class Wired:
+    """A proxy between a pod's socket and a vault's, each end's streams in the test's hands."""
+
+    relay: asyncio.Task[None]
+    pod: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    vault: tuple[asyncio.StreamReader, asyncio.StreamWriter]
+    proxy_writers: tuple[asyncio.StreamWriter, asyncio.StreamWriter]
+
+    async def abort(self) -> None:
+        """Every end closed at once, not flushed: what they hold is never read."""
+        for writer in (*self.proxy_writers, self.pod[1], self.vault[1]):
+            writer.transport.abort()
+        await asyncio.sleep(0)  # the transports close their sockets on the next turn
+
+
+async def wire_proxy(why_no_path: str) -> Wired:
+    """A running proxy; `why_no_path`: why no request of the test is resolved (an assertion if one is)."""
     pod_side, proxy_client = socket.socketpair()
     vault_side, proxy_vault = socket.socketpair()
     client_in, client_out = await streams(proxy_client)
     vault_in, vault_out = await streams(proxy_vault)
-    pod_in, pod_out = await streams(pod_side)
-    vault_reader, vault_writer = await streams(vault_side)
 
     async def unresolved(path: str) -> str:
-        raise AssertionError("a WRITE names no path")
+        raise AssertionError(why_no_path)
 
     proxy = VaultProxy(
         VaultGrant("11111111-1111-1111-1111-111111111111"),
@@ -53,7 +68,14 @@ async def offered_until_held(make: Callable[[int], bytes], offered: int) -> int:
         client_swaps=False,
         vault_swaps=False,
     )
-    relay = asyncio.create_task(proxy.run())
+    pod, vault = await streams(pod_side), await streams(vault_side)
+    return Wired(asyncio.create_task(proxy.run()), pod, vault, (client_out, vault_out))
+
+
+async def offered_until_held(make: Callable[[int], bytes], offered: int) -> int:
+    """How many requests the proxy took from a pod that reads no answer, the vault reading no more."""
+    wired = await wire_proxy("a WRITE names no path")
+    relay, (pod_in, pod_out), (vault_reader, vault_writer) = wired.relay, wired.pod, wired.vault
     pod_out.write(sftp.init_packet())
     await vault_reader.readexactly(9)  # the proxy's INIT; then VERSION, and the vault reads nothing more
     vault_writer.write(sftp.frame(bytes([sftp.VERSION]) + struct.pack(">I", 3)))
@@ -77,9 +99,7 @@ async def offered_until_held(make: Callable[[int], bytes], offered: int) -> int:
     for task in (sender, relay):
         task.cancel()
     await asyncio.gather(sender, relay, return_exceptions=True)
-    for writer in (client_out, vault_out, pod_out, vault_writer):
-        writer.transport.abort()  # what they hold is never read: closed at once, not flushed
-    await asyncio.sleep(0)  # the transports close their sockets on the next turn
+    await wired.abort()
     del pod_in
     return sent
 
@@ -98,26 +118,8 @@ def test_a_pod_that_reads_none_of_the_gateways_refusals_is_held_too() -> None:
 
 async def answers_to_requests_sent_with_init(count: int) -> int:
     """How many answers come back to `count` refused requests sent in one write with the INIT."""
-    pod_side, proxy_client = socket.socketpair()
-    vault_side, proxy_vault = socket.socketpair()
-    client_in, client_out = await streams(proxy_client)
-    vault_in, vault_out = await streams(proxy_vault)
-    pod_in, pod_out = await streams(pod_side)
-    vault_reader, vault_writer = await streams(vault_side)
-
-    async def unresolved(path: str) -> str:
-        raise AssertionError("an absolute path is refused before it is resolved")
-
-    proxy = VaultProxy(
-        VaultGrant("11111111-1111-1111-1111-111111111111"),
-        client=(client_in, client_out),
-        vault=(vault_in, vault_out),
-        resolve=unresolved,
-        root="/",
-        client_swaps=False,
-        vault_swaps=False,
-    )
-    relay = asyncio.create_task(proxy.run())
+    wired = await wire_proxy("an absolute path is refused before it is resolved")
+    relay, (pod_in, pod_out), (vault_reader, vault_writer) = wired.relay, wired.pod, wired.vault
     pod_out.write(sftp.init_packet() + b"".join(refused_open(number) for number in range(count)))
     await vault_reader.readexactly(9)
     vault_writer.write(sftp.frame(bytes([sftp.VERSION]) + struct.pack(">I", 3)))
@@ -133,9 +135,7 @@ async def answers_to_requests_sent_with_init(count: int) -> int:
         pass
     relay.cancel()
     await asyncio.gather(relay, return_exceptions=True)
-    for writer in (client_out, vault_out, pod_out, vault_writer):
-        writer.transport.abort()
-    await asyncio.sleep(0)
+    await wired.abort()
     return answered
 
 
