@@ -194,10 +194,12 @@ async def serve(args: argparse.Namespace, config: EmulatorConfig) -> None:
         sftp = vault_api.sftp_address(app)
         if sftp is not None:
             info["vault_sftp"] = sftp
-        if args.state_file:
-            _write_private(args.state_file, json.dumps(info) + "\n")
+        # The env file first: the state file says the emulator is ready (addons.start_jarvice_emulator
+        # returns when it appears), and whoever waits for it reads the env file next.
         if args.env_file:
             _write_private(args.env_file, render_env_file(url, config, vault_sftp=sftp))
+        if args.state_file:
+            _write_private(args.state_file, json.dumps(info) + "\n")
         sys.stdout.write(json.dumps(info) + "\n")
         sys.stdout.flush()
         await stop.wait()
