@@ -36,6 +36,7 @@ from tests.support.installed_controller import (
     turn_homecoming_on,
     wait_admitted_as,
 )
+from tests.support.real_node_pods import gpu_holder
 from tests.support.webhook_group import env
 
 BURST_AFTER_SECONDS = 60
@@ -435,24 +436,11 @@ def test_a_burst_job_pod_held_submitted_comes_home_when_local_gpus_free(
     assert (row["submitted"], row["completed"], row["billing late"], row["ran"]) == (1, 0, 0, 0)
 
 
-def _holder(name: str, *, gpus: int) -> dict[str, Any]:
-    """A plain pod (no task-type label: the product leaves it alone) that holds `gpus` of the real node's GPUs."""
-    container = {
-        "name": "hold",
-        "image": demo.build_app_container(command="", gpus=gpus, app_name="")["image"],
-        "imagePullPolicy": "Never",
-        "command": ["sleep", "3600"],
-        "resources": {"limits": {GPU: str(gpus)}, "requests": {GPU: str(gpus)}},
-    }
-    spec = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0, "containers": [container]}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": demo.build_real_node_placement(spec)}
-
-
 @pytest.fixture
 def held_gpus(control_plane: controlplane.ControlPlane, real_node: node.RealNode, ns: str) -> Iterator[list[str]]:
     """The real node's GPUs held by plain pods of one GPU each (their names); all deleted after the test."""
     names = [f"holder-{index}" for index in range(real_node.settings.gpus)]
-    items = [_holder(name, gpus=1) for name in names]
+    items = [gpu_holder(name, gpus=1) for name in names]
     control_plane.kubectl(
         "-n", ns, "create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
     )

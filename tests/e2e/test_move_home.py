@@ -26,8 +26,8 @@ import pytest
 from devplatform import demo, demo_data
 from devplatform.cluster import addons, controlplane, node
 from jarvice import contract
-from tests.support.gpus import GPU
 from tests.support.installed_controller import annotations_of, turn_homecoming_on
+from tests.support.real_node_pods import gpu_holder
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAINER = REPO_ROOT / "images" / "example-app" / "train.py"
@@ -88,25 +88,6 @@ def workspace(control_plane: controlplane.ControlPlane, namespace: str) -> Itera
         control_plane.kubectl("-n", namespace, "delete", "jobs,pods", "--all", "--wait=false", check=False)
         control_plane.kubectl("-n", namespace, "delete", "pvc", "training-data", "--ignore-not-found", "--wait=false")
         control_plane.kubectl("delete", "pv", pv["metadata"]["name"], "--ignore-not-found", "--wait=false")
-
-
-def _holder(real_node: node.RealNode) -> dict[str, Any]:
-    """A plain pod (no task-type label: the product leaves it alone) holding all of the real node's GPUs."""
-    gpus = str(real_node.settings.gpus)
-    container = {
-        "name": "hold",
-        "image": demo.build_app_container(command="", gpus=1, app_name="")["image"],
-        "imagePullPolicy": "Never",
-        "command": ["sleep", "3600"],
-        "resources": {"limits": {GPU: gpus}, "requests": {GPU: gpus}},
-    }
-    spec = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0, "containers": [container]}
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "holder"},
-        "spec": demo.build_real_node_placement(spec),
-    }
 
 
 def _checkpointing_job(node_emulator: addons.EmulatorProcess) -> dict[str, Any]:
@@ -177,7 +158,9 @@ def test_a_running_burst_job_moves_home_from_its_checkpoint_with_every_step_done
     workspace: Path,
 ) -> None:
     ns = namespace
-    control_plane.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(_holder(real_node)))
+    control_plane.kubectl(
+        "-n", ns, "create", "-f", "-", input=json.dumps(gpu_holder("holder", gpus=real_node.settings.gpus))
+    )
     demo.wait_for(
         lambda: demo.read_pod(control_plane, ns, "holder")["status"].get("phase") == "Running",
         what="the holder pod running on the real node",

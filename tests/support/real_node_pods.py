@@ -12,8 +12,22 @@ from typing import Any
 from devplatform import demo
 from devplatform.cluster import addons, controlplane, nodeconfig
 from tests.support import cgroups
+from tests.support.gpus import GPU
 
 WAIT_SECONDS = 120.0
+
+
+def gpu_holder(name: str, *, gpus: int) -> dict[str, Any]:
+    """A plain pod (no task-type label: the product leaves it alone) that holds `gpus` of the real node's GPUs."""
+    container = {
+        "name": "hold",
+        "image": demo.build_app_container(command="", gpus=gpus, app_name="")["image"],
+        "imagePullPolicy": "Never",
+        "command": ["sleep", "3600"],
+        "resources": {"limits": {GPU: str(gpus)}, "requests": {GPU: str(gpus)}},
+    }
+    spec = {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0, "containers": [container]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": demo.build_real_node_placement(spec)}
 
 
 def gpu_pod(
