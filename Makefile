@@ -77,9 +77,12 @@ lint: venv
 # session); each of its modules passes alone (make test-order).
 # Coverage is measured as they run (the packages: pyproject.toml's [tool.coverage.run]); what each
 # package's lines the tests ran is printed after them.
+# They run in TEST_WORKERS processes (pytest-xdist; each worker takes the tests in the seed's order): most of
+# their time is waiting on the processes and sockets they start, not CPU.
+TEST_WORKERS ?= 3
 RANDOM_ORDER = mkdir -p .test-runs; seed=$${SEED:-$$RANDOM}; echo "unit + integration in random order: seed $$seed (SEED=$$seed repeats it)"; \
 	$(BIN)/pytest tests/unit tests/integration -q -p randomly -p no:cacheprovider --randomly-seed=$$seed \
-		--cov --cov-report= && { $(COVERAGE_BY_PACKAGE); }
+		-n $(TEST_WORKERS) --cov --cov-report= && { $(COVERAGE_BY_PACKAGE); }
 COVERAGE_BY_PACKAGE = echo "unit + integration coverage, per package (lines the tests ran):"; \
 	$(BIN)/coverage report | awk '$$1 ~ /\.py$$/ { split($$1, part, "/"); lines[part[1]] += $$2; missed[part[1]] += $$3 } \
 		END { for (p in lines) printf "  %-15s %5.1f %% of %d lines\n", p, 100 * (lines[p] - missed[p]) / lines[p], lines[p] }' \

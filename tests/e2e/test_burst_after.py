@@ -39,7 +39,7 @@ from tests.support.installed_controller import (
 from tests.support.real_node_pods import gpu_holder
 from tests.support.webhook_group import env
 
-BURST_AFTER_SECONDS = 60
+BURST_AFTER_SECONDS = 30
 GANG_BURST_AFTER_SECONDS = 30
 GANG_GPUS = 4  # per pod: the emulator's ng4 runs the gang as one job of 2 nodes
 HOMECOMING_SECONDS = 2
@@ -159,7 +159,7 @@ def test_a_job_pod_on_a_full_cluster_waits_then_bursts_at_its_deadline(
     ns: str,
     node_gpus: Callable[[int], None],
 ) -> None:
-    """burst-after 60s, no local GPU: no JARVICE job for the first 50 s, burst by 120 s, completed remotely."""
+    """burst-after 30s, no local GPU: no JARVICE job for the first 25 s, burst by 90 s, completed remotely."""
     node_gpus(0)
     began = time.monotonic()
     job = _create_job(
@@ -175,7 +175,7 @@ def test_a_job_pod_on_a_full_cluster_waits_then_bursts_at_its_deadline(
     assert notes.get(contract.ANNOTATION_BURST_DEADLINE), notes
     assert "waits for a local node until" in notes[contract.ANNOTATION_REASON], notes
     seen: set[str] = {first["metadata"]["uid"]}
-    while time.monotonic() - began < 50:  # the whole wait: a pod of the Job, and no job on JARVICE
+    while time.monotonic() - began < BURST_AFTER_SECONDS - 5:  # the whole wait: a pod, no job on JARVICE
         seen |= {pod["metadata"]["uid"] for pod in _job_pods(control_plane, ns, job)}
         assert _jobs_of(node_emulator, seen) == [], "a JARVICE job before the deadline"
         time.sleep(1)
@@ -186,7 +186,8 @@ def test_a_job_pod_on_a_full_cluster_waits_then_bursts_at_its_deadline(
         decided = [p for p in pods if annotations_of(p).get(contract.ANNOTATION_DECISION) == "remote"]
         return decided[0] if decided else None
 
-    second = demo.wait_for(burst_pod, what="the replacement decided remote", timeout=120 - (time.monotonic() - began))
+    remaining = BURST_AFTER_SECONDS + 60 - (time.monotonic() - began)
+    second = demo.wait_for(burst_pod, what="the replacement decided remote", timeout=remaining)
     MEASURED["created_to_burst_s"] = round(time.monotonic() - began, 1)
     assert "its Job waited until" in annotations_of(second)[contract.ANNOTATION_BURST_AFTER_IGNORED]
     demo.wait_for(lambda: _succeeded(control_plane, ns, job), what="the Job complete", timeout=WAIT_SECONDS)
@@ -270,7 +271,7 @@ def test_gpus_freed_within_the_wait_run_the_pod_locally_with_no_jarvice_job(
     ns: str,
     node_gpus: Callable[[int], None],
 ) -> None:
-    """burst-after 60s, the local GPUs freed after 20 s: it runs here, and nothing is ever submitted."""
+    """burst-after 30s, the local GPUs freed after 10 s: it runs here, and nothing is ever submitted."""
     node_gpus(0)
     job = _create_job(
         control_plane,
@@ -281,7 +282,7 @@ def test_gpus_freed_within_the_wait_run_the_pod_locally_with_no_jarvice_job(
     )
     (first,) = demo.wait_for(lambda: _job_pods(control_plane, ns, job), what="the Job's first pod", timeout=30)
     assert annotations_of(first).get(contract.ANNOTATION_BURST_DEADLINE), annotations_of(first)
-    time.sleep(20)
+    time.sleep(10)
     node_gpus(1)
     demo.wait_for(lambda: _succeeded(control_plane, ns, job), what="the Job complete", timeout=WAIT_SECONDS)
     pods = _job_pods(control_plane, ns, job)
