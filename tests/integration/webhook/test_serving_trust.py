@@ -18,6 +18,7 @@ import pytest
 from devplatform.cluster.pki import KeyPair, issue_cert, make_ca, write_pair
 from devplatform.cluster.processes import free_port
 from kubeplumbing.tls import find_serving_problem
+from tests.support.deadlines import PROGRAM_EXIT_SECONDS
 from webhook.settings import SettingsError, parse_settings
 
 pytestmark = pytest.mark.timeout(30)
@@ -94,7 +95,13 @@ def test_the_webhook_exits_at_start_saying_its_certificate_is_not_trusted(tmp_pa
         "WEBHOOK_GPU_MODELS_FILE": "",
     }
     started = subprocess.run(
-        [sys.executable, "-m", "webhook"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=20, check=False
+        [sys.executable, "-m", "webhook"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=PROGRAM_EXIT_SECONDS,
+        check=False,
     )
     assert started.returncode == 3, started.stderr
     output = started.stdout + started.stderr

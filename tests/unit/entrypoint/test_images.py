@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from devplatform import compiled_core
+from tests.support.deadlines import PROGRAM_EXIT_SECONDS
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -110,7 +111,7 @@ def test_example_app_builds_from_the_base_and_its_command_runs_under_the_runner(
         cwd=APP.parent,
         env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path)},
         capture_output=True,
-        timeout=15,
+        timeout=PROGRAM_EXIT_SECONDS,
         check=False,
     )
     assert result.returncode == 0, result.stderr
@@ -165,7 +166,7 @@ def test_base_image_carries_its_jarvice_application() -> None:
 def test_run_command_script(tmp_path: Path, command: str, status: int, stdout: str) -> None:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NIMBIX_BURST_WORKDIR": str(tmp_path)}
     result = subprocess.run(
-        [str(RUN_COMMAND), command], env=env, capture_output=True, text=True, timeout=10, check=False
+        [str(RUN_COMMAND), command], env=env, capture_output=True, text=True, timeout=PROGRAM_EXIT_SECONDS, check=False
     )
     assert (result.returncode, result.stdout) == (status, stdout.format(workdir=tmp_path)), result.stderr
 
@@ -181,7 +182,9 @@ def test_run_command_script(tmp_path: Path, command: str, status: int, stdout: s
 )
 def test_run_command_script_errors(tmp_path: Path, args: list[str], workdir: str, status: int, message: str) -> None:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "NIMBIX_BURST_WORKDIR": workdir.format(tmp=tmp_path)}
-    result = subprocess.run([str(RUN_COMMAND), *args], env=env, capture_output=True, text=True, timeout=10, check=False)
+    result = subprocess.run(
+        [str(RUN_COMMAND), *args], env=env, capture_output=True, text=True, timeout=PROGRAM_EXIT_SECONDS, check=False
+    )
     assert result.returncode == status
     assert message.format(tmp=tmp_path) in result.stderr
 
