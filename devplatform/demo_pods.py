@@ -9,7 +9,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,11 @@ EMULATOR_ARGS = ("--queue-seconds", "0.5", "--init-seconds", "0.2")
 POLL_SECONDS = "0.5"
 # What a local container asks for besides GPUs: the real node has only this machine's cores.
 LOCAL_CPU, LOCAL_MEMORY = "100m", "64Mi"
-POLL_INTERVAL_SECONDS = 0.2
+POLL_INTERVAL_SECONDS = 0.2  # wait_for's first re-check
+# ... growing to this: a probe is often a kubectl process (~0.1 s of CPU), and a wait of a minute that
+# probed five times a second kept a core a quarter busy, beside the e2e sessions it slowed.
+POLL_INTERVAL_MAX_SECONDS = 1.0
+POLL_INTERVAL_GROWTH = 1.5
 
 
 def build_real_node_placement(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -185,12 +189,31 @@ def read_exit_code(pod: Mapping[str, Any]) -> int | None:
     return None if terminated is None else int(terminated["exitCode"])
 
 
-def wait_for(probe: Callable[[], Any], *, what: str, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
+def poll_intervals() -> Iterator[float]:
+    """The pauses between a wait's probes: quick at first, then at most POLL_INTERVAL_MAX_SECONDS."""
+    interval = POLL_INTERVAL_SECONDS
     while True:
+        yield interval
+        interval = min(interval * POLL_INTERVAL_GROWTH, POLL_INTERVAL_MAX_SECONDS)
+
+
+def wait_for(
+    probe: Callable[[], Any],
+    *,
+    what: str,
+    timeout: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Any:
+    """``probe()``'s first true value; TimeoutError once ``timeout`` seconds pass without one (the
+    probe runs once more at the deadline)."""
+    deadline = clock() + timeout
+    for interval in poll_intervals():
         value = probe()
         if value:
             return value
-        if time.monotonic() >= deadline:
+        left = deadline - clock()
+        if left <= 0:
             raise TimeoutError(f"no {what} after {timeout:g} s")
-        time.sleep(POLL_INTERVAL_SECONDS)
+        sleep(min(interval, left))
+    raise AssertionError("poll_intervals() never ends")
