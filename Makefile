@@ -98,7 +98,7 @@ e2e: venv controlplane certmanager helm
 # with its own control plane and real node in namespaces of its own (devplatform/testshards), and lint and
 # the unit + integration tiers run beside them, their output kept and printed after. Any failing fails the
 # target. The images are built first (`node`): a shard has no network.
-E2E_SHARDS ?= 3
+E2E_SHARDS ?= 4
 # More pytest arguments for every shard, e.g. E2E_ARGS=--durations=0 to measure the modules for the plan.
 E2E_ARGS ?=
 FAST_TIERS_LOG := .test-runs/lint-unit-integration.log
