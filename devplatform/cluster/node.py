@@ -385,7 +385,7 @@ def stop_node(state_file: Path) -> list[str]:
     done.extend(_unmount_under((layout.run_dir, layout.containerd_root)))
     done.extend(_remove_kubepods_cgroups())
     bridge = extra.get("bridge", "")
-    if bridge and Path(f"/sys/class/net/{bridge}").exists():
+    if bridge and link_exists(bridge):
         _run(["ip", "link", "delete", bridge], check=False)
         done.append(f"bridge {bridge} deleted")
     for key, value in json.loads(extra.get("sysctls", "{}")).items():
@@ -578,7 +578,7 @@ def _gather_host_facts(settings: NodeSettings) -> nodeconfig.HostFacts:
         cgroup_mounts=mounts,
         missing_commands=tuple(missing),
         routes=routes,
-        bridge_exists=Path(f"/sys/class/net/{settings.bridge}").exists(),
+        bridge_exists=link_exists(settings.bridge),
         kubepods_cgroups=tuple(str(path) for path in _kubepods_dirs()),
     )
 
@@ -742,6 +742,13 @@ def _ctr(
 
 def _ctr_ok(layout: NodeLayout) -> bool:
     return layout.containerd_socket.exists() and _ctr(layout, "version", check=False, timeout=5).returncode == 0
+
+
+def link_exists(name: str) -> bool:
+    """Whether this process's network namespace has a device `name`. Asked over netlink (`ip`), not
+    read from /sys/class/net: /sys shows the namespace of whoever mounted it, so an e2e session in a
+    network namespace of its own would see the host's devices (a dev cluster's bridge) as its own."""
+    return _run(["ip", "-j", "link", "show", "dev", name], check=False).returncode == 0
 
 
 def _run(
