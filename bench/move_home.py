@@ -44,6 +44,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # As short as honest: a step of half a second, a checkpoint every 10 steps (5 s), 20 s of remote run before
 # the GPUs free; the rest (about 20 steps) runs at home. The e2e module runs 120 steps of 1 s, 40 s remote.
 TRAINER = move_home.TrainerSettings(steps=60, seconds_per_step=0.5, checkpoint_every=10, run_remotely_seconds=20.0)
+DEFAULT_ROUNDS = 5
 HOMECOMING_SECONDS = 2  # how often the controller looks for a burst pod to move
 REAL_NODE_CLAIM_WAIT_SECONDS = 1800.0  # another session may hold the machine's one real node
 NAMESPACE_GONE_SECONDS = 120
@@ -259,6 +260,7 @@ def measure(
 ) -> dict[str, Any]:
     """The rounds, then the what-if at their median (and at the old assumption, for comparison)."""
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    run_dir.mkdir(parents=True, exist_ok=True)
     rows = run_rounds(run_dir, rounds=rounds, trainer=trainer)
     summary = summarize(rows)
     result: dict[str, Any] = {
@@ -288,7 +290,7 @@ def measure(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.move_home", description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
     parser.add_argument("--history", type=Path, help="a saved history-webhook.jsonl.gz (else the replay runs)")
     parser.add_argument("--share", type=float, default=DEFAULT_COME_HOME_SHARE, help="of lone burst pods (0..1)")
     options = parser.parse_args(argv)
