@@ -42,8 +42,9 @@ from webhook.waiting import parse_duration
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # As short as honest: a step of half a second, a checkpoint every 10 steps (5 s), 20 s of remote run before
-# the GPUs free; the rest (about 20 steps) runs at home. The e2e module runs 120 steps of 1 s, 40 s remote.
-TRAINER = move_home.TrainerSettings(steps=60, seconds_per_step=0.5, checkpoint_every=10, run_remotely_seconds=20.0)
+# the GPUs free; the rest runs at home. 60 s of steps in all: with 30 s a slow round's remote job finished
+# before the move was asked for. The e2e module runs 120 steps of 1 s, 40 s remote.
+TRAINER = move_home.TrainerSettings(steps=120, seconds_per_step=0.5, checkpoint_every=10, run_remotely_seconds=20.0)
 DEFAULT_ROUNDS = 5
 HOMECOMING_SECONDS = 2  # how often the controller looks for a burst pod to move
 REAL_NODE_CLAIM_WAIT_SECONDS = 1800.0  # another session may hold the machine's one real node

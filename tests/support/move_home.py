@@ -224,6 +224,8 @@ def move_home_once(
 
     def replacement() -> dict[str, Any] | None:
         pods = [p for p in job_pods(plane, ns, job) if p["metadata"]["uid"] != first_uid]
+        if not pods and demo.read_exit_code(demo.read_pod(plane, ns, first_name)) == 0:  # say why none comes
+            raise AssertionError(f"the burst pod finished its work remotely before a move (job {remote_status})")
         return pods[0] if pods else None
 
     second = demo.wait_for(replacement, what="the moved pod's replacement", timeout=120)
