@@ -278,7 +278,9 @@ def measure(
     }
     measured = summary["first_local_step_s"]
     if measured is not None:
-        source = history if history is not None else replay_history(run_dir / "replay")
+        if history is not None and not history.exists():
+            log(f"no history at {history}: replaying the slice")
+        source = history if history is not None and history.exists() else replay_history(run_dir / "replay")
         moves = [
             ("measured median", float(measured["median"])),
             ("slowest round", float(measured["max"])),
