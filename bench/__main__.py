@@ -10,6 +10,8 @@ Phases (each prints progress; every server is started and stopped by PID, loopba
   4. real control plane: 1k nodes / 10k pods -> webhook sync time, naive baseline, pod CREATE
   5. staging: stage-in and copy-back vs OpenSSH's sftp on a loopback sshd (bench.staging)
   6. the webhook's admission time under the what-if replay's default slice (bench.replay_admission)
+  7. a running burst job moving home on the real node, in rounds, and the what-if's GPU-hours moved home at
+     the measured move on the replay's slice (bench.move_home)
 Writes bench/results.json, bench/results.md and bench/results.png; logs go to bench/out/<run>/.
 """
 
@@ -30,7 +32,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from bench import http_load, realcluster, replay_admission, report, staging
+from bench import http_load, move_home, realcluster, replay_admission, report, staging
 from devplatform import compiled_core
 from devplatform.cluster import processes
 
@@ -102,6 +104,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-staging", action="store_true", help="skip the staging phase (vs OpenSSH sftp)")
     parser.add_argument(
         "--skip-replay", action="store_true", help="skip the admission time under the what-if replay's slice"
+    )
+    parser.add_argument(
+        "--skip-move-home",
+        action="store_true",
+        help="skip moving a running burst job home on the real node (needs root, the real node free)",
     )
     parser.add_argument(
         "--http-clusters",
@@ -178,6 +185,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.skip_replay:
         with phase("replay", "the webhook's admission time under the what-if replay's default slice"):
             results["replay_admission"] = replay_admission.run(run_dir, webhook_tree=tree, quick=args.quick)
+
+    if not args.skip_move_home:
+        with phase("move_home", "a running burst job moving home on the real node, and the GPU-hours moved home"):
+            saved = replay_admission.history_path(run_dir)  # the replay phase's, if it ran
+            results["move_home"] = move_home.measure(
+                run_dir / "move_home",
+                rounds=1 if args.quick else move_home.DEFAULT_ROUNDS,
+                history=saved if saved.exists() else None,
+            )
 
     staging_table = ""
     if not args.skip_staging:

@@ -25,8 +25,14 @@ REPLAY_TIMEOUT_SECONDS = 900.0
 QUICK_COUNT = 300  # pods of the slice replayed by --quick (the default slice is 2,000)
 
 
+def history_path(run_dir: Path) -> Path:
+    """Where `run` leaves the replay's saved history (bench.move_home's what-if reads it)."""
+    return run_dir / "replay" / "history-webhook.jsonl.gz"
+
+
 def replay_argv(out: Path, *, webhook_tree: Path, quick: bool) -> list[str]:
-    argv = [sys.executable, "-m", "replay", "--policies", "webhook", "--out", str(out)]
+    # The history is saved for the move-home phase's what-if (a few MB, a second or two).
+    argv = [sys.executable, "-m", "replay", "--policies", "webhook", "--save-history", "--out", str(out)]
     argv += ["--webhook-tree", str(webhook_tree)]
     if quick:
         argv += ["--count", str(QUICK_COUNT)]

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
-from bench import stats
+from bench import move_home, stats
 
 # Issue 6 targets.
 THROUGHPUT_RATIO_TARGET = 0.7
@@ -802,8 +802,14 @@ def build_markdown(results: Mapping[str, Any], targets: Sequence[Target]) -> str
         *_scale_section(results),
         *_naive_section(results),
         *_create_section(results),
+        *_move_home_section(results),
     ]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _move_home_section(results: Mapping[str, Any]) -> list[str]:
+    moved = results.get("move_home")
+    return [move_home.render(moved), ""] if moved else []
 
 
 # ----- the plot ---------------------------------------------------------------------------------

@@ -100,6 +100,8 @@ class Homecomer:
             log.warning("homecoming round skipped", extra={"reason": why})
             return self._interval
         self._advance_moves()
+        # Every round, candidates or not: may_bring_home() tells the truth between rounds too.
+        self._settling = homecoming.still_settling(self._settling, self._store.labeled(), now=self._clock())
         pods = [pod for pod in self._store.labeled() if homecoming.is_candidate(pod)]
         self._noted &= {pod.uid for pod in pods}
         if not pods:
@@ -110,7 +112,6 @@ class Homecomer:
             self._metrics.errors.labels(kind="jarvice-list").inc()
             log.warning("homecoming round failed", exc_info=True)
             return self._interval
-        self._settling = homecoming.still_settling(self._settling, self._store.labeled(), now=self._clock())
         # Oldest queued first (the lowest JARVICE job number); at most one comes home (or starts moving
         # home) a round, none while the last one's replacement has not bound or a move is under way.
         may_bring_home = self.may_bring_home()
@@ -147,8 +148,8 @@ class Homecomer:
             self._metrics.errors.labels(kind="jarvice-list").inc()
             log.warning("move home round failed", exc_info=True)
             return
-        for owner_uid in left:  # the pod left with its checkpoint: its replacement settles as a homecoming's
-            self._settling = homecoming.settling(owner_uid, self._store.labeled(), now=self._clock())
+        for owner_uid, never in left.items():  # the pod left with its checkpoint: its replacement settles
+            self._settling = homecoming.Settling(owner_uid, never, self._clock())
         # A move another leader started and this one took over counts as the Job's one move, as its own do.
         self.came_home |= {move.owner_uid for _, move in self._mover.moves.values()}
 

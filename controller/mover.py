@@ -128,15 +128,16 @@ class Mover:
         log.info("moving a running burst job home", extra=log_context(pod, job=job.number, reason=choice.reason))
         return True, choice.reason
 
-    def round(self, pods: Iterable[PodView]) -> set[str]:
-        """Advances every move; returns the Job UIDs whose pod left with its checkpoint this round (their
-        replacement is to be accounted as a homecoming's)."""
+    def round(self, pods: Iterable[PodView]) -> dict[str, frozenset[str]]:
+        """Advances every move; returns, by Job UID, those whose pod left with its checkpoint this round (their
+        replacement is to be accounted as a homecoming's) and the Job's pods that are never the replacement:
+        the Job may have created it already, so the pods seen now would count it among them."""
         current = list(pods)
         self._take_over(current)
         if not self.moves:
-            return set()
+            return {}
         listed = self._jobs_by_number()
-        left: set[str] = set()
+        left: dict[str, frozenset[str]] = {}
         for uid, (pod, move) in list(self.moves.items()):
             try:
                 seen = self._seen(pod, move, listed.get(move.job_number), current)
@@ -148,7 +149,7 @@ class Mover:
             self._act(pod, progress)
             self.moves[uid] = (pod, progress.move)
             if progress.move.step == "copied_back" and move.step != "copied_back":
-                left.add(move.owner_uid)
+                left[move.owner_uid] = move.before | {move.pod_uid}
             if progress.move.step == "withdrawn" and move.step != "withdrawn":  # given up, as said
                 self._metrics.moves_home.labels(outcome="given_up").inc()
             if moving.finished(progress.move):

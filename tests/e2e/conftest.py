@@ -34,13 +34,7 @@ from devplatform import certmanager, demo
 from devplatform.cluster import addons, controlplane, install, node, nodeconfig, nodes
 from tests.support.fault_matrix import FaultMatrix, table
 from tests.support.gpus import GPU
-from tests.support.installed_controller import (
-    CONTROLLER,
-    CONTROLLER_ENV,
-    CONTROLLER_SECRET,
-    controller_leader,
-    controller_pods,
-)
+from tests.support.installed_controller import CONTROLLER_SECRET, configure_controller, gateway_pays_with
 
 E2E_DIR = Path(__file__).resolve().parent
 REPO_ROOT = E2E_DIR.parents[1]
@@ -380,12 +374,7 @@ def _gateway_pays_with_this_modules_emulator(request: pytest.FixtureRequest) -> 
         return
     request.getfixturevalue("installed_addon")
     plane: controlplane.ControlPlane = request.getfixturevalue("control_plane")
-    emulator: addons.EmulatorProcess = request.getfixturevalue("node_emulator")
-    secret = demo.build_gateway_accounts(emulator, namespace=install.NAMESPACE, name=install.GATEWAY_ACCOUNTS_SECRET)
-    plane.kubectl("apply", "-f", "-", input=json.dumps(secret))
-    deployment = f"deployment/{install.GATEWAY_DEPLOYMENT}"
-    plane.kubectl("-n", install.NAMESPACE, "rollout", "restart", deployment)
-    plane.kubectl("-n", install.NAMESPACE, "rollout", "status", deployment, "--timeout=180s")
+    gateway_pays_with(plane, request.getfixturevalue("node_emulator"))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -407,19 +396,7 @@ def controller(
 ) -> Iterator[None]:
     """The installed controller given the reaper's Secret and the test's thresholds; rolled out with
     both replicas Ready and one of them holding the Lease."""
-    secret = demo.build_secret(node_emulator, namespace=install.NAMESPACE)
-    secret["metadata"]["name"] = CONTROLLER_SECRET
-    control_plane.kubectl("apply", "-f", "-", input=json.dumps(secret))
-    deployment = f"deployment/{CONTROLLER}"
-    control_plane.kubectl(
-        "-n", install.NAMESPACE, "set", "env", deployment, *(f"{k}={v}" for k, v in CONTROLLER_ENV.items())
-    )
-    # The controller reads its Secret (this module's emulator) only at start, and `set env` with the
-    # values an earlier module already set rolls nothing out: restart it so it talks to this emulator.
-    control_plane.kubectl("-n", install.NAMESPACE, "rollout", "restart", deployment)
-    control_plane.kubectl("-n", install.NAMESPACE, "rollout", "status", deployment, "--timeout=180s")
-    demo.wait_for(lambda: len(controller_pods(control_plane)) == 2, what="two controller pods Ready", timeout=60)
-    demo.wait_for(lambda: controller_leader(control_plane), what="a controller leader", timeout=60)
+    configure_controller(control_plane, node_emulator)
     yield
     control_plane.kubectl("-n", install.NAMESPACE, "delete", "secret", CONTROLLER_SECRET, "--ignore-not-found")
 

@@ -34,6 +34,32 @@ CONTROLLER_ENV = {
 }
 
 
+def gateway_pays_with(plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess) -> None:
+    """The gateway's accounts Secret for `emulator` (every namespace paid by it, as `make dev-up` has it), and
+    the gateway restarted to read it."""
+    secret = demo.build_gateway_accounts(emulator, namespace=install.NAMESPACE, name=install.GATEWAY_ACCOUNTS_SECRET)
+    plane.kubectl("apply", "-f", "-", input=json.dumps(secret))
+    deployment = f"deployment/{install.GATEWAY_DEPLOYMENT}"
+    plane.kubectl("-n", install.NAMESPACE, "rollout", "restart", deployment)
+    plane.kubectl("-n", install.NAMESPACE, "rollout", "status", deployment, "--timeout=180s")
+
+
+def configure_controller(plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess) -> None:
+    """The installed controller given the reaper's Secret (`emulator`) and CONTROLLER_ENV's thresholds; rolled
+    out with both replicas Ready and one of them holding the Lease."""
+    secret = demo.build_secret(emulator, namespace=install.NAMESPACE)
+    secret["metadata"]["name"] = CONTROLLER_SECRET
+    plane.kubectl("apply", "-f", "-", input=json.dumps(secret))
+    deployment = f"deployment/{CONTROLLER}"
+    plane.kubectl("-n", install.NAMESPACE, "set", "env", deployment, *(f"{k}={v}" for k, v in CONTROLLER_ENV.items()))
+    # The controller reads its Secret only at start, and `set env` with the values an earlier user already set
+    # rolls nothing out: restart it so it talks to this emulator.
+    plane.kubectl("-n", install.NAMESPACE, "rollout", "restart", deployment)
+    plane.kubectl("-n", install.NAMESPACE, "rollout", "status", deployment, "--timeout=180s")
+    demo.wait_for(lambda: len(controller_pods(plane)) == 2, what="two controller pods Ready", timeout=60)
+    demo.wait_for(lambda: controller_leader(plane), what="a controller leader", timeout=60)
+
+
 def controller_pods(plane: controlplane.ControlPlane) -> list[dict[str, Any]]:
     return install.read_serving_pods(plane, CONTROLLER_SELECTOR)
 

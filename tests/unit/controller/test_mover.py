@@ -344,3 +344,26 @@ def test_a_move_given_up_while_its_job_runs_on_does_not_hold_back_other_homecomi
     w.clock[0] += 10 * moving.CHECKPOINT_DEADLINE_SECONDS
     w.homecomer.round()  # the job runs on remotely, for hours maybe
     assert w.homecomer.may_bring_home()
+
+
+def test_a_replacement_seen_in_the_round_its_pod_left_still_settles_when_it_binds() -> None:
+    """The Job controller creates the replacement the moment the moved pod ends 81, so the watch may show it
+    in the very round the move reaches "copied back". It is still the replacement: once it binds, other pods
+    may come home again (not only SETTLE_SECONDS later, which held every homecoming back for 5 minutes)."""
+    w = world({**CONTRACT, "nimbix-burst.io/come-home": "running"})
+    w.homecomer.round()
+    w.jarvice.jobs, w.jarvice.ended = {}, {4711: replace(running(), state="COMPLETED", exitcode=0)}
+    w.homecomer.round()
+    ended_with(w, EXIT_MOVED_HOME)
+    replacement = burst(uid="22222222-3333-4444-5555-666666666666", name="train-fghij")
+    replacement["metadata"]["annotations"]["nimbix-burst.io/decision"] = "local"
+    w.store.replace([w.kube.pods["train-abcde"], replacement])  # created, not yet bound
+    w.homecomer.round()
+    assert reasons(w)[-1] == "NimbixMoveCopiedBack"
+    assert not w.homecomer.may_bring_home()  # the replacement settles first
+    replacement["spec"]["nodeName"] = "gpu-1"
+    w.store.replace([w.kube.pods["train-abcde"], replacement])
+    w.clock[0] += 10
+    w.homecomer.round()
+    assert reasons(w)[-1] == "NimbixMoveResumed"
+    assert w.homecomer.may_bring_home()
