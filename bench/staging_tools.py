@@ -97,11 +97,13 @@ def sshd(work: Path) -> Iterator[Server]:
             process.wait()
 
 
-def timed(argv: list[str], *, stdin: str | None = None) -> tuple[float, float]:
-    """Wall seconds and the peak RSS (MB) of a child process run to completion."""
+def timed(argv: list[str], *, stdin: str | None = None, cwd: Path | None = None) -> tuple[float, float]:
+    """Wall seconds and the peak RSS (MB) of a child process run to completion (in `cwd`: its code's tree)."""
     started = time.monotonic()
     with tempfile.TemporaryFile() as err:
-        process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        process = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=err, text=True, cwd=cwd
+        )
         assert process.stdin is not None
         process.stdin.write(stdin or "")
         process.stdin.close()

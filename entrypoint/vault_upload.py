@@ -40,6 +40,7 @@ class Put:
     mtime: int
     mode: int  # the permissions the vault's copy gets
     identity: tuple[int, int]  # (device, inode) as walked: a file swapped in since is not read
+    new: bool = False  # the vault had nothing at its path when its directory was listed
 
 
 class Uploader:
@@ -123,7 +124,7 @@ class Uploader:
             self.state.report.skipped += 1
             self.state.meter.add(files=1, size=entry.size)
             return None
-        return Put(local, real, vault, entry.size, mtime, mode, (entry.device, entry.inode))
+        return Put(local, real, vault, entry.size, mtime, mode, (entry.device, entry.inode), new=copy is None)
 
     async def _put(self, item: Put) -> None:
         try:
@@ -229,13 +230,24 @@ class Uploader:
                 " was sent?); it will be sent again"
             )
         self.state.check_stop()
-        # block_size=0: one request per call, without asyncssh's parallel-I/O tasks.
-        dst = await sftp.open(item.vault, "wb", encoding=None, block_size=0)
+        dst = await open_small(sftp, item)
         writes = [dst.write(data, 0)] if data else []
         await pipelined(*writes, dst.setstat(_attrs(item)), dst.close())
         self.state.report.copied += 1
         self.state.report.copied_bytes += item.size
         self.state.meter.add(files=1, size=item.size)
+
+
+async def open_small(sftp: asyncssh.SFTPClient, item: Put) -> asyncssh.SFTPClientFile:
+    """A file the vault did not have is created exclusively: it follows no link, so a confined vault
+    (the gateway) checks only its directory, where an open that may truncate what is there waits for
+    the file's own path to be resolved (a round trip to the vault per file). Something made at its
+    name since the listing: opened as any other. block_size=0: one request per call, without
+    asyncssh's parallel-I/O tasks."""
+    if item.new:
+        with contextlib.suppress(asyncssh.SFTPFailure):  # it exists now (EEXIST is SFTP v3's FAILURE)
+            return await sftp.open(item.vault, "xb", encoding=None, block_size=0)
+    return await sftp.open(item.vault, "wb", encoding=None, block_size=0)
 
 
 def _attrs(item: Put) -> asyncssh.SFTPAttrs:

@@ -18,11 +18,11 @@ SFTP_VERSION: Final = 3
 # Packet types (draft-ietf-secsh-filexfer-02).
 INIT, VERSION, OPEN, CLOSE, READ, WRITE, LSTAT, FSTAT, SETSTAT, FSETSTAT = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10
 OPENDIR, READDIR, REMOVE, MKDIR, RMDIR, REALPATH, STAT, RENAME, READLINK, SYMLINK = range(11, 21)
-STATUS, EXTENDED = 101, 200
+STATUS, HANDLE, EXTENDED = 101, 102, 200
 # Status codes.
 FX_NO_SUCH_FILE, FX_PERMISSION_DENIED, FX_FAILURE, FX_BAD_MESSAGE, FX_OP_UNSUPPORTED = 2, 3, 4, 5, 8
 # OPEN's pflags.
-FXF_CREAT, FXF_EXCL = 0x08, 0x20
+FXF_READ, FXF_CREAT, FXF_EXCL = 0x01, 0x08, 0x20
 
 HANDLE_REQUESTS: Final = frozenset({CLOSE, READ, WRITE, FSTAT, FSETSTAT, READDIR})
 # Per path request: how the vault resolves each path, and whether a passage (nimbix-burst itself) may
@@ -40,6 +40,8 @@ PATH_REQUESTS: Final[dict[int, tuple[tuple[Resolve, bool], ...]]] = {
     RENAME: (("parent", False), ("parent", False)),
     READLINK: (("parent", False),),
 }
+# Requests that change nothing in the vault, whatever their path (an OPEN only when it reads alone).
+EARLY_REQUESTS: Final = frozenset({OPENDIR, STAT, REALPATH})
 HANDLE_EXTENSIONS: Final = frozenset({"fstatvfs@openssh.com", "fsync@openssh.com"})
 PATH_EXTENSIONS: Final[dict[str, tuple[tuple[Resolve, bool], ...]]] = {
     "posix-rename@openssh.com": (("parent", False), ("parent", False)),
@@ -75,6 +77,10 @@ class Request:
     changes: tuple[tuple[str, ...], ...] = ()
     # It may put a link where a path was (SYMLINK, a rename): the checks of later requests wait for its answer.
     barrier: bool = False
+    # It changes nothing in the vault (a read-only open, a directory's open, a stat, a realpath): it may
+    # go to the vault with its checks, its answer held until they pass (a handle closed if they fail),
+    # which saves the round trip of the checks. A request that writes, creates or truncates never does.
+    early: bool = False
 
 
 class _Reader:
@@ -143,6 +149,7 @@ def _checked(
     raw_paths: list[bytes],
     plan: tuple[tuple[Resolve, bool], ...],
     grant: VaultGrant,
+    early: bool = False,
 ) -> Request:
     checks: list[PathCheck] = []
     for raw, (how, passage_ok) in zip(raw_paths, plan, strict=True):
@@ -150,7 +157,7 @@ def _checked(
         check_access(parts, grant, passage_ok=passage_ok)
         checks.append(PathCheck(parts, how, passage_ok))
     changes = tuple(check.parts for check in checks) if kind in (REMOVE, RMDIR, RENAME) else ()
-    return Request(kind, request_id, packet, tuple(checks), changes, barrier=kind == RENAME)
+    return Request(kind, request_id, packet, tuple(checks), changes, barrier=kind == RENAME, early=early)
 
 
 def parse_request(packet: bytes, grant: VaultGrant, *, client_swaps: bool, vault_swaps: bool) -> Request:
@@ -167,11 +174,15 @@ def parse_request(packet: bytes, grant: VaultGrant, *, client_swaps: bool, vault
     if kind in PATH_REQUESTS:
         plan = PATH_REQUESTS[kind]
         paths = [reader.string() for _ in plan]
+        early = kind in EARLY_REQUESTS
         if kind == OPEN:
             pflags = reader.uint32()
+            early = pflags == FXF_READ
             if pflags & FXF_CREAT and pflags & FXF_EXCL:
                 plan = (("parent", False),)
-        return _checked(kind, request_id=request_id, packet=packet, raw_paths=paths, plan=plan, grant=grant)
+        return _checked(
+            kind, request_id=request_id, packet=packet, raw_paths=paths, plan=plan, grant=grant, early=early
+        )
     if kind == SYMLINK:
         first, second = reader.string(), reader.string()
         link, target = (second, first) if client_swaps else (first, second)
@@ -202,6 +213,17 @@ def parse_request(packet: bytes, grant: VaultGrant, *, client_swaps: bool, vault
             return request
         raise BadPacket(f"the SFTP extension {name!r} is not passed to the vault")
     raise BadPacket(f"SFTP request type {kind} is not passed to the vault")
+
+
+def handle_of(answer: bytes) -> bytes | None:
+    """The handle a HANDLE answer carries; None for another answer."""
+    if len(answer) < 13 or answer[4] != HANDLE:
+        return None
+    return _Reader(answer, 9).string()
+
+
+def close_packet(request_id: int, handle: bytes) -> bytes:
+    return frame(bytes([CLOSE]) + struct.pack(">I", request_id) + encode_string(handle))
 
 
 def request_id_of(packet: bytes) -> int:

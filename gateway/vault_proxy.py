@@ -6,7 +6,10 @@ path waits for its checks (gateway.sftp_requests, gateway.vault_scope): the path
 the path as the vault resolves it by a realpath on a second SFTP session of the same connection, its
 directory's answer remembered until a request removes or renames something there. The checks of
 many requests are asked together; the requests behind one wait for it, so the vault sees them in
-their order. Answers come back untouched, as whole packets (the gateway's own refusals go between them).
+their order. A request that changes nothing in the vault (a read-only open, a stat) goes at once
+instead, with its checks: its answer is held until they pass, and if they fail a handle it opened is
+closed unread and the pod gets the refusal. Answers come back untouched, as whole packets (the
+gateway's own refusals go between them, and SFTP lets answers come in any order).
 """
 
 from __future__ import annotations
@@ -22,13 +25,16 @@ import asyncssh
 
 from gateway.sftp_requests import (
     FX_BAD_MESSAGE,
+    FX_FAILURE,
     FX_NO_SUCH_FILE,
     FX_OP_UNSUPPORTED,
     FX_PERMISSION_DENIED,
     BadPacket,
     PathCheck,
     Request,
+    close_packet,
     filter_version,
+    handle_of,
     init_packet,
     parse_request,
     request_id_of,
@@ -173,6 +179,13 @@ class VaultProxy:
         # them may run. The latest is what every later check waits for.
         self._barriers: dict[int, asyncio.Future[None]] = {}
         self._barrier: asyncio.Future[None] | None = None
+        # Requests on their way to the vault (or to the gateway's refusal), by id: an early request
+        # is held by its id, so it goes early only when no other request has that id, and a request
+        # with the id of one held is refused (SFTP ids are unique among a client's open requests).
+        self._in_flight: dict[int, int] = {}
+        self._held: dict[int, asyncio.Future[bytes | None]] = {}  # an early request's verdict, by id
+        self._closing: dict[int, bytes] = {}  # the gateway's CLOSE of a refused handle: the refusal, by id
+        self._settling: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
         """Relay until either side ends."""
@@ -188,6 +201,7 @@ class VaultProxy:
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            tasks += self._settling
             for task in tasks:
                 task.cancel()
             for task in tasks:
@@ -218,7 +232,14 @@ class VaultProxy:
         except BadPacket as exc:
             code = FX_OP_UNSUPPORTED if len(packet) >= 9 else FX_BAD_MESSAGE
             return None, status_packet(request_id_of(packet), code, str(exc))
+        if request.id in self._held or request.id in self._closing:
+            return None, status_packet(request.id, FX_BAD_MESSAGE, "a request id already in use")
+        in_use = self._in_flight.get(request.id, 0)
+        self._in_flight[request.id] = in_use + 1
         verdict = asyncio.ensure_future(_verdict(request, checker, self._barrier)) if request.checks else None
+        if verdict is not None and request.early and not in_use and (self._barrier is None or self._barrier.done()):
+            self._held[request.id] = verdict
+            return request, None
         if request.barrier:
             self._barrier = self._barriers[request.id] = asyncio.get_running_loop().create_future()
         return request, verdict
@@ -267,6 +288,7 @@ class VaultProxy:
                     await self._client_out.drain()
                 if request is not None:
                     self._answered(request.id)
+                    self._release(request.id)
                 continue
             pending += request.packet
             checker.sent(request)
@@ -280,10 +302,59 @@ class VaultProxy:
         if barrier is not None and not barrier.done():
             barrier.set_result(None)
 
+    def _release(self, request_id: int) -> None:
+        left = self._in_flight.pop(request_id, 1) - 1
+        if left:
+            self._in_flight[request_id] = left
+
     async def _answers(self) -> None:
         while packets := await self._vault_in.packets():
-            self._client_out.write(b"".join(packets))
-            if self._barriers:
-                for packet in packets:
-                    self._answered(request_id_of(packet))
+            passed = [out for packet in packets if (out := self._outcome(packet)) is not None]
+            if passed:
+                self._client_out.write(passed[0] if len(passed) == 1 else b"".join(passed))
             await self._client_out.drain()
+
+    def _outcome(self, answer: bytes) -> bytes | None:
+        """What the client gets for a vault's answer (None: nothing yet)."""
+        request_id = request_id_of(answer)
+        if self._barriers:
+            self._answered(request_id)
+        refusal = self._closing.pop(request_id, None)
+        if refusal is not None:  # the answer to the gateway's own CLOSE: the early request's refusal now
+            self._release(request_id)
+            return refusal
+        verdict = self._held.get(request_id)
+        if verdict is None:
+            self._release(request_id)
+            return answer
+        if verdict.done():
+            return self._settled(request_id, verdict, answer)
+        task = asyncio.ensure_future(self._settle_later(request_id, verdict, answer))
+        self._settling.add(task)
+        task.add_done_callback(self._settling.discard)
+        return None
+
+    async def _settle_later(self, request_id: int, verdict: asyncio.Future[bytes | None], answer: bytes) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.shield(verdict)
+        out = self._settled(request_id, verdict, answer)
+        if out is not None:
+            self._client_out.write(out)
+
+    def _settled(self, request_id: int, verdict: asyncio.Future[bytes | None], answer: bytes) -> bytes | None:
+        """An early request's answer, its checks done: passed, or refused (a handle closed first)."""
+        del self._held[request_id]
+        if verdict.cancelled() or verdict.exception() is not None:
+            refusal: bytes | None = status_packet(request_id, FX_FAILURE, "the path could not be checked")
+        else:
+            refusal = verdict.result()
+        if refusal is None:
+            self._release(request_id)
+            return answer
+        handle = handle_of(answer)
+        if handle is None:
+            self._release(request_id)
+            return refusal
+        self._closing[request_id] = refusal  # its id stays in use until the CLOSE is answered
+        self._vault_out.write(close_packet(request_id, handle))
+        return None

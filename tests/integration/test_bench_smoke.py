@@ -547,6 +547,19 @@ def test_the_gateway_staging_table_pairs_direct_over_gateway_by_round() -> None:
     )
 
 
+def test_the_gateway_staging_table_pairs_the_gateway_with_the_one_before_it_by_round() -> None:
+    measures = [
+        staging_gateway.Measure(route, "tree", direction, seconds, 16 * MIB_BYTES, 500, round_)
+        for round_, (direct, relayed, before) in enumerate(((1.0, 2.0, 4.0), (2.0, 2.0, 2.0), (1.5, 1.0, 1.5)))
+        for route, seconds in (("direct", direct), ("gateway", relayed), ("before", before))
+        for direction in ("up", "down")
+    ]
+    rendered = staging_gateway.render("2026-12-07 06:00 UTC", measures, staging_gateway.QUICK, rtt_ms=0)
+    assert "| before (median) | before / direct | gateway / before |" in rendered
+    row = "| 500 files of 16 KiB | stage-in | 1.50 s (11 MiB/s) | 2.00 s (8 MiB/s) | **1.00x** [0.50-1.50] |"
+    assert row + " 2.00 s (8 MiB/s) | **1.00x** [0.25-1.00] | **1.50x** [1.00-2.00] |" in rendered
+
+
 def test_the_many_files_table_names_the_rate_memory_and_record() -> None:
     measures = [staging.ManyMeasure(1_000_000, 100, "up", 500.0, 48.0, 94)]
     rendered = staging.render_many("2026-11-27 20:00 UTC", measures)

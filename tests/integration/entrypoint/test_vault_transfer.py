@@ -18,7 +18,15 @@ import asyncssh
 import pytest
 
 from devplatform.emulator import EmulatorControl, Timing
-from entrypoint import local_tree, sftp_session, sftp_transfer, vault_download, vault_files, vault_settings
+from entrypoint import (
+    local_tree,
+    sftp_session,
+    sftp_transfer,
+    vault_download,
+    vault_files,
+    vault_settings,
+    vault_upload,
+)
 from entrypoint.sftp_transfer import DownloadRoot, UploadRoot, VaultTransfer
 from jarvice import batched_socket
 from jarvice.redaction import Secret
@@ -108,6 +116,49 @@ def test_the_requests_of_files_in_flight_leave_in_few_channel_writes(
     assert report.complete, report.error
     assert report.copied == SMALL
     assert len(writes) < 2 * SMALL, f"{len(writes)} channel writes for {4 * SMALL} requests"
+
+
+def test_a_small_file_new_to_the_vault_is_created_exclusively_and_one_made_there_since_still_replaced(
+    vault: tuple[vault_settings.VaultSettings, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Created exclusively, a file follows no link at its name (through the gateway only its directory
+    is resolved); a file that appeared at its name after the listing is opened as any other."""
+    address, stored = vault
+    (stored / "exclusive").mkdir(parents=True, exist_ok=True)
+    (stored / "exclusive" / "appeared").write_bytes(b"made after the listing")
+    opens: list[tuple[str, str]] = []
+    real_open = asyncssh.SFTPClient.open
+
+    async def seen(self: asyncssh.SFTPClient, path: str, mode: str = "r", **kwargs: object) -> object:
+        opens.append((path, mode))
+        return await real_open(self, path, mode, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(asyncssh.SFTPClient, "open", seen)
+
+    async def put_both() -> None:
+        async with (
+            asyncssh.connect(
+                address.host,
+                address.port,
+                username=USER,
+                password=API_KEY,
+                known_hosts=address.known_hosts,
+                client_keys=None,
+                agent_path=None,
+                config=[],
+            ) as conn,
+            conn.start_sftp_client() as sftp,
+        ):
+            for name in ("fresh", "appeared"):
+                item = vault_upload.Put(name, name, f"exclusive/{name}", 3, OLD, 0o644, (0, 0), new=True)
+                handle = await vault_upload.open_small(sftp, item)
+                await handle.write(b"new", 0)
+                await handle.close()
+
+    asyncio.run(put_both())
+    assert opens == [("exclusive/fresh", "xb"), ("exclusive/appeared", "xb"), ("exclusive/appeared", "wb")]
+    assert (stored / "exclusive" / "fresh").read_bytes() == b"new"
+    assert (stored / "exclusive" / "appeared").read_bytes() == b"new"
 
 
 def test_copy_back_writes_new_files_in_place_and_replaces_a_file_the_pod_holds_whole(

@@ -173,3 +173,32 @@ def test_which_peers_write_symlink_the_other_way_round(software: str, swaps: boo
 )
 def test_a_request_that_may_put_a_link_on_a_path_holds_the_checks_after_it(packet: bytes, barrier: bool) -> None:
     assert parse(packet).barrier is barrier
+
+
+@pytest.mark.parametrize(
+    ("packet", "early"),
+    [
+        (request(sftp.OPEN, f"{OWN}/f".encode(), sftp.FXF_READ, 0), True),
+        (request(sftp.OPEN, f"{OWN}/f".encode(), sftp.FXF_READ | 0x02, 0), False),
+        (request(sftp.OPEN, f"{OWN}/f".encode(), 0x02 | 0x08 | 0x10, 0), False),
+        (request(sftp.OPEN, f"{OWN}/f".encode(), 0x02 | 0x08 | 0x20, 0), False),
+        (request(sftp.OPEN, f"{OWN}/f".encode(), 0x04, 0), False),  # append
+        (request(sftp.OPENDIR, OWN.encode()), True),
+        (request(sftp.STAT, f"{OWN}/f".encode()), True),
+        (request(sftp.REALPATH, f"{OWN}/f".encode()), True),
+        (request(sftp.SETSTAT, f"{OWN}/f".encode(), 0), False),
+        (request(sftp.REMOVE, f"{OWN}/f".encode()), False),
+        (request(sftp.MKDIR, f"{OWN}/d".encode(), 0), False),
+        (request(sftp.RENAME, f"{OWN}/a".encode(), f"{OWN}/b".encode()), False),
+        (extended("statvfs@openssh.com", OWN.encode()), False),
+    ],
+)
+def test_only_a_request_that_changes_nothing_goes_with_its_checks(packet: bytes, early: bool) -> None:
+    assert parse(packet).early is early
+
+
+def test_a_handle_answer_gives_the_handle_a_close_takes() -> None:
+    answer = frame(bytes([sftp.HANDLE]) + struct.pack(">I", 9) + encode_string(b"h-1"))
+    assert sftp.handle_of(answer) == b"h-1"
+    assert sftp.handle_of(sftp.status_packet(9, 0, "")) is None
+    assert sftp.close_packet(9, b"h-1") == request(sftp.CLOSE, b"h-1", request_id=9)

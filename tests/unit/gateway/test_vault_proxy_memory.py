@@ -5,16 +5,13 @@ gateway, whose memory every pod's session shares."""
 from __future__ import annotations
 
 import asyncio
-import socket
 import struct
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
 from gateway import sftp_requests as sftp
-from gateway.vault_proxy import MAX_QUEUED_BYTES, VaultProxy
-from gateway.vault_scope import VaultGrant
+from gateway.vault_proxy import MAX_QUEUED_BYTES
+from tests.support.proxy_wiring import wire_proxy
 
 BLOCK = 1024 * 1024  # a WRITE of 1 MiB: within the packets the proxy takes
 
@@ -24,52 +21,9 @@ def write_request(request_id: int) -> bytes:
     return sftp.frame(body + struct.pack(">Q", 0) + sftp.encode_string(b"\0" * BLOCK))
 
 
-async def streams(sock: socket.socket) -> tuple[Any, Any]:
-    return await asyncio.open_connection(sock=sock)
-
-
 def refused_open(request_id: int) -> bytes:
     body = bytes([sftp.OPEN]) + struct.pack(">I", request_id) + sftp.encode_string(b"/etc/passwd")
     return sftp.frame(body + struct.pack(">II", 1, 0))
-
-
-@dataclass
-class Wired:
-    """A proxy between a pod's socket and a vault's, each end's streams in the test's hands."""
-
-    relay: asyncio.Task[None]
-    pod: tuple[asyncio.StreamReader, asyncio.StreamWriter]
-    vault: tuple[asyncio.StreamReader, asyncio.StreamWriter]
-    proxy_writers: tuple[asyncio.StreamWriter, asyncio.StreamWriter]
-
-    async def abort(self) -> None:
-        """Every end closed at once, not flushed: what they hold is never read."""
-        for writer in (*self.proxy_writers, self.pod[1], self.vault[1]):
-            writer.transport.abort()
-        await asyncio.sleep(0)  # the transports close their sockets on the next turn
-
-
-async def wire_proxy(why_no_path: str) -> Wired:
-    """A running proxy; `why_no_path`: why no request of the test is resolved (an assertion if one is)."""
-    pod_side, proxy_client = socket.socketpair()
-    vault_side, proxy_vault = socket.socketpair()
-    client_in, client_out = await streams(proxy_client)
-    vault_in, vault_out = await streams(proxy_vault)
-
-    async def unresolved(path: str) -> str:
-        raise AssertionError(why_no_path)
-
-    proxy = VaultProxy(
-        VaultGrant("11111111-1111-1111-1111-111111111111"),
-        client=(client_in, client_out),
-        vault=(vault_in, vault_out),
-        resolve=unresolved,
-        root="/",
-        client_swaps=False,
-        vault_swaps=False,
-    )
-    pod, vault = await streams(pod_side), await streams(vault_side)
-    return Wired(asyncio.create_task(proxy.run()), pod, vault, (client_out, vault_out))
 
 
 async def offered_until_held(make: Callable[[int], bytes], offered: int) -> int:

@@ -1,0 +1,159 @@
+"""gateway.vault_proxy.VaultProxy with requests that change nothing in the vault (a read-only open, a
+stat): they reach the vault with their path checks, not after them, and their answers wait for the
+checks; a refused one's handle is closed unread. A request that writes still waits for its check."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from gateway import sftp_requests as sftp
+from tests.support.proxy_wiring import POD, Wired, wire_proxy
+
+OWN = f"nimbix-burst/pod-{POD}.main"
+OTHER = "nimbix-burst/pod-22222222-2222-2222-2222-222222222222/secret"
+DEADLINE_SECONDS = 30  # a hang fails the test instead of holding the run
+
+
+class Vault:
+    """The vault's realpath as the proxy asks it: answered from `paths`, once `answer` is set."""
+
+    def __init__(self, paths: dict[str, str]) -> None:
+        self.paths = paths
+        self.answer = asyncio.Event()
+
+    async def __call__(self, path: str) -> str:
+        await self.answer.wait()
+        return self.paths[path]
+
+
+def request(kind: int, request_id: int, *fields: bytes | int) -> bytes:
+    body = bytes([kind]) + struct.pack(">I", request_id)
+    for field in fields:
+        body += struct.pack(">I", field) if isinstance(field, int) else sftp.encode_string(field)
+    return sftp.frame(body)
+
+
+def read_open(request_id: int, path: str) -> bytes:
+    return request(sftp.OPEN, request_id, path.encode(), sftp.FXF_READ, 0)
+
+
+def handle_answer(request_id: int, handle: bytes) -> bytes:
+    return request(sftp.HANDLE, request_id, handle)
+
+
+def ok(request_id: int) -> bytes:
+    return sftp.status_packet(request_id, 0, "")
+
+
+async def next_packet(reader: asyncio.StreamReader) -> bytes:
+    (size,) = struct.unpack(">I", await reader.readexactly(4))
+    return struct.pack(">I", size) + await reader.readexactly(size)
+
+
+def status_of(packet: bytes) -> tuple[int, int, str]:
+    """(request id, code, message) of a STATUS answer."""
+    assert packet[4] == sftp.STATUS, packet
+    request_id, code, size = struct.unpack_from(">III", packet, 5)
+    return request_id, code, packet[17 : 17 + size].decode()
+
+
+async def wired_session(vault: Vault, test: Callable[[Wired], Awaitable[None]]) -> None:
+    wired = await wire_proxy(resolve=vault)
+    (pod_in, pod_out), (vault_in, vault_out) = wired.pod, wired.vault
+    try:
+        async with asyncio.timeout(DEADLINE_SECONDS):
+            pod_out.write(sftp.init_packet())
+            await next_packet(vault_in)
+            vault_out.write(sftp.frame(bytes([sftp.VERSION]) + struct.pack(">I", 3)))
+            await next_packet(pod_in)
+            await test(wired)
+    finally:
+        wired.relay.cancel()
+        await asyncio.gather(wired.relay, return_exceptions=True)
+        await wired.abort()
+
+
+def test_a_read_only_open_reaches_the_vault_before_its_check_and_its_answer_waits_for_it() -> None:
+    vault = Vault({f"{OWN}/f": f"/{OWN}/f"})
+
+    async def test(wired: Wired) -> None:
+        (pod_in, pod_out), (vault_in, vault_out) = wired.pod, wired.vault
+        pod_out.write(read_open(1, f"{OWN}/f") + request(sftp.FSTAT, 2, b"h0"))
+        assert (await next_packet(vault_in))[4] == sftp.OPEN  # the check not answered yet
+        assert sftp.request_id_of(await next_packet(vault_in)) == 2
+        vault_out.write(handle_answer(1, b"h1") + ok(2))
+        assert sftp.request_id_of(await next_packet(pod_in)) == 2  # the open's answer is held
+        vault.answer.set()
+        assert await next_packet(pod_in) == handle_answer(1, b"h1")
+
+    asyncio.run(wired_session(vault, test))
+
+
+@pytest.mark.parametrize("check_first", [True, False], ids=["check-answered-first", "vault-answered-first"])
+def test_a_read_only_open_through_a_link_out_is_closed_unread_and_refused(check_first: bool) -> None:
+    vault = Vault({f"{OWN}/out": f"/{OTHER}"})
+
+    async def test(wired: Wired) -> None:
+        (pod_in, pod_out), (vault_in, vault_out) = wired.pod, wired.vault
+        if check_first:
+            vault.answer.set()
+        pod_out.write(read_open(1, f"{OWN}/out"))
+        await next_packet(vault_in)
+        vault_out.write(handle_answer(1, b"h1"))
+        vault.answer.set()
+        assert await next_packet(vault_in) == sftp.close_packet(1, b"h1")
+        vault_out.write(ok(1))
+        request_id, code, message = status_of(await next_packet(pod_in))
+        assert (request_id, code) == (1, sftp.FX_PERMISSION_DENIED)
+        assert "symbolic link" in message
+
+    asyncio.run(wired_session(vault, test))
+
+
+def test_a_refused_stat_gets_the_refusal_not_the_vaults_answer() -> None:
+    vault = Vault({f"{OWN}/out": f"/{OTHER}"})
+
+    async def test(wired: Wired) -> None:
+        (pod_in, pod_out), (vault_in, vault_out) = wired.pod, wired.vault
+        pod_out.write(request(sftp.STAT, 1, f"{OWN}/out".encode()))
+        await next_packet(vault_in)
+        vault_out.write(request(105, 1, 0))  # ATTRS, no fields
+        vault.answer.set()
+        assert status_of(await next_packet(pod_in))[:2] == (1, sftp.FX_PERMISSION_DENIED)
+
+    asyncio.run(wired_session(vault, test))
+
+
+def test_an_open_that_may_write_reaches_the_vault_only_once_checked() -> None:
+    vault = Vault({f"{OWN}/out": f"/{OTHER}"})
+    vault.answer.set()
+
+    async def test(wired: Wired) -> None:
+        (pod_in, pod_out), vault_in = wired.pod, wired.vault[0]
+        flags = 0x02 | sftp.FXF_CREAT | 0x10  # write, create, truncate
+        pod_out.write(request(sftp.OPEN, 1, f"{OWN}/out".encode(), flags, 0) + request(sftp.FSTAT, 2, b"h0"))
+        assert sftp.request_id_of(await next_packet(vault_in)) == 2  # the open never came
+        assert status_of(await next_packet(pod_in))[:2] == (1, sftp.FX_PERMISSION_DENIED)
+
+    asyncio.run(wired_session(vault, test))
+
+
+def test_a_request_with_the_id_of_one_held_is_refused_not_passed() -> None:
+    """Answers are matched to a held request by its id: a second request with it would be taken for it."""
+    vault = Vault({f"{OWN}/f": f"/{OWN}/f", f"{OWN}/out": f"/{OTHER}"})
+
+    async def test(wired: Wired) -> None:
+        (pod_in, pod_out), (vault_in, vault_out) = wired.pod, wired.vault
+        pod_out.write(read_open(1, f"{OWN}/out") + read_open(1, f"{OWN}/f") + request(sftp.FSTAT, 3, b"h0"))
+        assert sftp.request_id_of(await next_packet(vault_in)) == 1
+        assert sftp.request_id_of(await next_packet(vault_in)) == 3  # not the second open
+        assert status_of(await next_packet(pod_in))[:2] == (1, sftp.FX_BAD_MESSAGE)
+        vault_out.write(handle_answer(1, b"h1"))
+        vault.answer.set()
+        assert await next_packet(vault_in) == sftp.close_packet(1, b"h1")
+
+    asyncio.run(wired_session(vault, test))
