@@ -81,6 +81,8 @@ class Request:
     # go to the vault with its checks, its answer held until they pass (a handle closed if they fail),
     # which saves the round trip of the checks. A request that writes, creates or truncates never does.
     early: bool = False
+    # The handle it names (CLOSE, READ, ...): passed only if the vault gave it to this client.
+    handle: bytes | None = None
 
 
 class _Reader:
@@ -170,7 +172,7 @@ def parse_request(packet: bytes, grant: VaultGrant, *, client_swaps: bool, vault
     reader = _Reader(packet, 5)
     request_id = reader.uint32()
     if kind in HANDLE_REQUESTS:
-        return Request(kind, request_id, packet)
+        return Request(kind, request_id, packet, handle=reader.string())
     if kind in PATH_REQUESTS:
         plan = PATH_REQUESTS[kind]
         paths = [reader.string() for _ in plan]
@@ -196,7 +198,9 @@ def parse_request(packet: bytes, grant: VaultGrant, *, client_swaps: bool, vault
         return Request(kind, request_id, rewritten, (PathCheck(parts, "parent", False),), (parts,), barrier=True)
     if kind == EXTENDED:
         name = reader.string().decode(errors="replace")
-        if name in HANDLE_EXTENSIONS or name == "limits@openssh.com":
+        if name in HANDLE_EXTENSIONS:
+            return Request(kind, request_id, packet, handle=reader.string())
+        if name == "limits@openssh.com":
             return Request(kind, request_id, packet)
         if name in PATH_EXTENSIONS:
             plan = PATH_EXTENSIONS[name]

@@ -24,6 +24,7 @@ from typing import Final
 import asyncssh
 
 from gateway.sftp_requests import (
+    CLOSE,
     FX_BAD_MESSAGE,
     FX_FAILURE,
     FX_NO_SUCH_FILE,
@@ -186,6 +187,10 @@ class VaultProxy:
         self._held: dict[int, asyncio.Future[bytes | None]] = {}  # an early request's verdict, by id
         self._closing: dict[int, bytes] = {}  # the gateway's CLOSE of a refused handle: the refusal, by id
         self._settling: set[asyncio.Task[None]] = set()
+        # The handles the vault gave this client and it has not closed: a request naming another is
+        # refused. A vault numbers its handles, so a pod could otherwise name the handle of an early
+        # open the gateway is about to close (a path through a link out) before it is closed.
+        self._handles: set[bytes] = set()
 
     async def run(self) -> None:
         """Relay until either side ends."""
@@ -234,6 +239,11 @@ class VaultProxy:
             return None, status_packet(request_id_of(packet), code, str(exc))
         if request.id in self._held or request.id in self._closing:
             return None, status_packet(request.id, FX_BAD_MESSAGE, "a request id already in use")
+        if request.handle is not None:
+            if request.handle not in self._handles:
+                return None, status_packet(request.id, FX_FAILURE, "not a handle this session was given")
+            if request.kind == CLOSE:  # the vault may give the same handle to a later open
+                self._handles.discard(request.handle)
         in_use = self._in_flight.get(request.id, 0)
         self._in_flight[request.id] = in_use + 1
         verdict = asyncio.ensure_future(_verdict(request, checker, self._barrier)) if request.checks else None
@@ -326,13 +336,20 @@ class VaultProxy:
         verdict = self._held.get(request_id)
         if verdict is None:
             self._release(request_id)
-            return answer
+            return self._given(answer)
         if verdict.done():
             return self._settled(request_id, verdict, answer)
         task = asyncio.ensure_future(self._settle_later(request_id, verdict, answer))
         self._settling.add(task)
         task.add_done_callback(self._settling.discard)
         return None
+
+    def _given(self, answer: bytes) -> bytes:
+        """An answer on its way to the client, a handle it carries noted as the client's."""
+        handle = handle_of(answer)
+        if handle is not None:
+            self._handles.add(handle)
+        return answer
 
     async def _settle_later(self, request_id: int, verdict: asyncio.Future[bytes | None], answer: bytes) -> None:
         with contextlib.suppress(Exception):
@@ -350,7 +367,7 @@ class VaultProxy:
             refusal = verdict.result()
         if refusal is None:
             self._release(request_id)
-            return answer
+            return self._given(answer)
         handle = handle_of(answer)
         if handle is None:
             self._release(request_id)

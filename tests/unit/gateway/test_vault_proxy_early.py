@@ -45,6 +45,15 @@ def handle_answer(request_id: int, handle: bytes) -> bytes:
     return request(sftp.HANDLE, request_id, handle)
 
 
+def marker(request_id: int) -> bytes:
+    """A request with neither path nor handle: passed at once, in its order."""
+    return request(sftp.EXTENDED, request_id, b"limits@openssh.com")
+
+
+def read(request_id: int, handle: bytes) -> bytes:
+    return request(sftp.READ, request_id, handle, 0, 0, 4096)  # offset as two 32-bit halves
+
+
 def ok(request_id: int) -> bytes:
     return sftp.status_packet(request_id, 0, "")
 
@@ -82,7 +91,7 @@ def test_a_read_only_open_reaches_the_vault_before_its_check_and_its_answer_wait
 
     async def test(wired: Wired) -> None:
         (pod_in, pod_out), (vault_in, vault_out) = wired.pod, wired.vault
-        pod_out.write(read_open(1, f"{OWN}/f") + request(sftp.FSTAT, 2, b"h0"))
+        pod_out.write(read_open(1, f"{OWN}/f") + marker(2))
         assert (await next_packet(vault_in))[4] == sftp.OPEN  # the check not answered yet
         assert sftp.request_id_of(await next_packet(vault_in)) == 2
         vault_out.write(handle_answer(1, b"h1") + ok(2))
@@ -135,7 +144,7 @@ def test_an_open_that_may_write_reaches_the_vault_only_once_checked() -> None:
     async def test(wired: Wired) -> None:
         (pod_in, pod_out), vault_in = wired.pod, wired.vault[0]
         flags = 0x02 | sftp.FXF_CREAT | 0x10  # write, create, truncate
-        pod_out.write(request(sftp.OPEN, 1, f"{OWN}/out".encode(), flags, 0) + request(sftp.FSTAT, 2, b"h0"))
+        pod_out.write(request(sftp.OPEN, 1, f"{OWN}/out".encode(), flags, 0) + marker(2))
         assert sftp.request_id_of(await next_packet(vault_in)) == 2  # the open never came
         assert status_of(await next_packet(pod_in))[:2] == (1, sftp.FX_PERMISSION_DENIED)
 
@@ -148,12 +157,50 @@ def test_a_request_with_the_id_of_one_held_is_refused_not_passed() -> None:
 
     async def test(wired: Wired) -> None:
         (pod_in, pod_out), (vault_in, vault_out) = wired.pod, wired.vault
-        pod_out.write(read_open(1, f"{OWN}/out") + read_open(1, f"{OWN}/f") + request(sftp.FSTAT, 3, b"h0"))
+        pod_out.write(read_open(1, f"{OWN}/out") + read_open(1, f"{OWN}/f") + marker(3))
         assert sftp.request_id_of(await next_packet(vault_in)) == 1
         assert sftp.request_id_of(await next_packet(vault_in)) == 3  # not the second open
         assert status_of(await next_packet(pod_in))[:2] == (1, sftp.FX_BAD_MESSAGE)
         vault_out.write(handle_answer(1, b"h1"))
         vault.answer.set()
         assert await next_packet(vault_in) == sftp.close_packet(1, b"h1")
+
+    asyncio.run(wired_session(vault, test))
+
+
+def test_a_read_of_a_guessed_handle_of_a_held_open_is_refused_not_passed() -> None:
+    """A vault numbers its handles (OpenSSH: the index in its table): a pod that sends a read-only open of
+    a path through a link out, and at once a READ of the handle it will get, must not read it before
+    the gateway closes it. Only handles the pod was given are passed."""
+    vault = Vault({f"{OWN}/out": f"/{OTHER}"})
+
+    async def test(wired: Wired) -> None:
+        (pod_in, pod_out), (vault_in, vault_out) = wired.pod, wired.vault
+        pod_out.write(read_open(1, f"{OWN}/out") + read(2, b"h1") + marker(3))
+        assert (await next_packet(vault_in))[4] == sftp.OPEN
+        assert sftp.request_id_of(await next_packet(vault_in)) == 3  # not the READ
+        assert status_of(await next_packet(pod_in))[:2] == (2, sftp.FX_FAILURE)
+        vault_out.write(handle_answer(1, b"h1"))
+        vault.answer.set()
+        assert await next_packet(vault_in) == sftp.close_packet(1, b"h1")
+
+    asyncio.run(wired_session(vault, test))
+
+
+def test_a_handle_is_passed_once_given_and_refused_once_closed() -> None:
+    vault = Vault({f"{OWN}/f": f"/{OWN}/f"})
+    vault.answer.set()
+
+    async def test(wired: Wired) -> None:
+        (pod_in, pod_out), (vault_in, vault_out) = wired.pod, wired.vault
+        pod_out.write(read_open(1, f"{OWN}/f"))
+        await next_packet(vault_in)
+        vault_out.write(handle_answer(1, b"h1"))
+        assert await next_packet(pod_in) == handle_answer(1, b"h1")
+        pod_out.write(read(2, b"h1") + request(sftp.CLOSE, 3, b"h1") + read(4, b"h1") + marker(5))
+        assert sftp.request_id_of(await next_packet(vault_in)) == 2
+        assert await next_packet(vault_in) == sftp.close_packet(3, b"h1")
+        assert sftp.request_id_of(await next_packet(vault_in)) == 5  # the READ after the CLOSE never came
+        assert status_of(await next_packet(pod_in))[:2] == (4, sftp.FX_FAILURE)
 
     asyncio.run(wired_session(vault, test))

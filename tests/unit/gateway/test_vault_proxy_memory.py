@@ -11,9 +11,22 @@ from collections.abc import Callable
 
 from gateway import sftp_requests as sftp
 from gateway.vault_proxy import MAX_QUEUED_BYTES
-from tests.support.proxy_wiring import wire_proxy
+from tests.support.proxy_wiring import POD, wire_proxy
 
 BLOCK = 1024 * 1024  # a WRITE of 1 MiB: within the packets the proxy takes
+OWN_FILE = f"nimbix-burst/pod-{POD}.main/f"
+OPEN_ID = 1 << 31  # beside the offered requests' ids
+
+
+async def own_file_only(path: str) -> str:
+    """The vault's realpath, for the one file the pod opens before it floods its handle with WRITEs."""
+    assert path == OWN_FILE, path
+    return f"/{path}"
+
+
+async def next_packet(reader: asyncio.StreamReader) -> bytes:
+    (size,) = struct.unpack(">I", await reader.readexactly(4))
+    return await reader.readexactly(size)
 
 
 def write_request(request_id: int) -> bytes:
@@ -28,12 +41,20 @@ def refused_open(request_id: int) -> bytes:
 
 async def offered_until_held(make: Callable[[int], bytes], offered: int) -> int:
     """How many requests the proxy took from a pod that reads no answer, the vault reading no more."""
-    wired = await wire_proxy("a WRITE names no path")
+    wired = await wire_proxy(resolve=own_file_only)
     relay, (pod_in, pod_out), (vault_reader, vault_writer) = wired.relay, wired.pod, wired.vault
     pod_out.write(sftp.init_packet())
-    await vault_reader.readexactly(9)  # the proxy's INIT; then VERSION, and the vault reads nothing more
+    await vault_reader.readexactly(9)  # the proxy's INIT; then VERSION
     vault_writer.write(sftp.frame(bytes([sftp.VERSION]) + struct.pack(">I", 3)))
+    await next_packet(pod_in)
+    # The handle the WRITEs name, given as a vault gives one (the gateway passes only those); then the
+    # vault reads nothing more.
+    opened = bytes([sftp.OPEN]) + struct.pack(">I", OPEN_ID) + sftp.encode_string(OWN_FILE.encode())
+    pod_out.write(sftp.frame(opened + struct.pack(">II", sftp.FXF_READ, 0)))
+    await next_packet(vault_reader)
+    vault_writer.write(sftp.frame(bytes([sftp.HANDLE]) + struct.pack(">I", OPEN_ID) + sftp.encode_string(b"h")))
     await vault_writer.drain()
+    await next_packet(pod_in)
     sent = 0
 
     async def send() -> None:
