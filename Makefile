@@ -80,8 +80,12 @@ lint: venv
 # They run in TEST_WORKERS processes (pytest-xdist; each worker takes the tests in the seed's order): most of
 # their time is waiting on the processes and sockets they start, not CPU.
 TEST_WORKERS ?= 3
+# PYTHONNODEBUGRANGES: tracebacks without column ranges. Python 3.11's traceback module parses each line
+# (ast) to underline a range, and its AST state is shared by threads: a server thread of a test logging an
+# exception while pytest parsed a failing test's source raised "AST constructor recursion depth
+# mismatch" inside pytest, which ended the whole tier at that failure.
 RANDOM_ORDER = mkdir -p .test-runs; seed=$${SEED:-$$RANDOM}; echo "unit + integration in random order: seed $$seed (SEED=$$seed repeats it)"; \
-	$(BIN)/pytest tests/unit tests/integration -q -p randomly -p no:cacheprovider --randomly-seed=$$seed \
+	PYTHONNODEBUGRANGES=1 $(BIN)/pytest tests/unit tests/integration -q -p randomly -p no:cacheprovider --randomly-seed=$$seed \
 		-n $(TEST_WORKERS) --cov --cov-report= && { $(COVERAGE_BY_PACKAGE); }
 COVERAGE_BY_PACKAGE = echo "unit + integration coverage, per package (lines the tests ran):"; \
 	$(BIN)/coverage report | awk '$$1 ~ /\.py$$/ { split($$1, part, "/"); lines[part[1]] += $$2; missed[part[1]] += $$3 } \
