@@ -39,20 +39,30 @@ _FORBIDDEN_CHARS: Final = frozenset(contract.STAGE_PATH_SEPARATOR + "\n\r\t\0")
 MAX_STAGE_ANNOTATION: Final = 8192
 
 
-@dataclass(frozen=True, slots=True)
+# Its own __init__ and Final fields: mypyc compiles that __init__ (the one dataclasses writes stays
+# interpreted, mypyc #817: ~780 ns a call against ~50 ns) and keeps the fields read-only.
+@dataclass(init=False, unsafe_hash=True, slots=True)
 class ContainerStaging:
-    container: str
-    stage_in: tuple[str, ...]
-    stage_out: tuple[str, ...]
+    container: Final[str]
+    stage_in: Final[tuple[str, ...]]
+    stage_out: Final[tuple[str, ...]]
+
+    def __init__(self, container: str, stage_in: tuple[str, ...], stage_out: tuple[str, ...]) -> None:
+        self.container = container
+        self.stage_in = stage_in
+        self.stage_out = stage_out
 
     def env_value(self, direction: Literal["in", "out"]) -> str:
         paths = self.stage_in if direction == "in" else self.stage_out
         return contract.STAGE_PATH_SEPARATOR.join(paths)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, unsafe_hash=True, slots=True)
 class DataPlan:
-    staging: tuple[ContainerStaging, ...]  # only containers with something to stage
+    staging: Final[tuple[ContainerStaging, ...]]  # only containers with something to stage
+
+    def __init__(self, staging: tuple[ContainerStaging, ...]) -> None:
+        self.staging = staging
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +73,22 @@ class DataRefusal:
     warnings: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, unsafe_hash=True, slots=True)
 class _Mount:
-    container: str
-    path: str
-    volume: str
-    kind: str
-    role: VolumeRole
-    read_only: bool
+    container: Final[str]
+    path: Final[str]
+    volume: Final[str]
+    kind: Final[str]
+    role: Final[VolumeRole]
+    read_only: Final[bool]
+
+    def __init__(self, container: str, path: str, volume: str, kind: str, role: VolumeRole, *, read_only: bool) -> None:
+        self.container = container
+        self.path = path
+        self.volume = volume
+        self.kind = kind
+        self.role = role
+        self.read_only = read_only
 
 
 def volume_kind(volume: Mapping[str, Any]) -> str:
@@ -104,7 +122,7 @@ def _mounts(spec: Mapping[str, Any], containers: Collection[str]) -> list[_Mount
             volume = str(mount.get("name", ""))
             kind = kinds.get(volume, "unknown")
             path = posixpath.normpath(str(mount.get("mountPath", "")))
-            found.append(_Mount(name, path, volume, kind, volume_role(kind), mount.get("readOnly") is True))
+            found.append(_Mount(name, path, volume, kind, volume_role(kind), read_only=mount.get("readOnly") is True))
     return found
 
 
