@@ -93,8 +93,11 @@ class _Mount:
 
 def volume_kind(volume: Mapping[str, Any]) -> str:
     """The volume's source key (`persistentVolumeClaim`, `configMap`, ...); "unknown" without one."""
-    kinds = sorted(key for key in volume if key != "name")
-    return kinds[0] if kinds else "unknown"
+    first: str | None = None
+    for key in volume:  # the first in sorted order; a loop: a generator is slow compiled
+        if key != "name" and (first is None or key < first):
+            first = key
+    return "unknown" if first is None else first
 
 
 def volume_role(kind: str) -> VolumeRole:
@@ -112,7 +115,8 @@ def _describe_volume(mount: _Mount) -> str:
 
 
 def _mounts(spec: Mapping[str, Any], containers: Collection[str]) -> list[_Mount]:
-    kinds = {str(v.get("name", "")): volume_kind(v) for v in spec.get("volumes") or () if isinstance(v, Mapping)}
+    # dict, not the Mapping ABC: decoded JSON holds dicts, and the ABC check costs ten times more.
+    kinds = {str(v.get("name", "")): volume_kind(v) for v in spec.get("volumes") or () if isinstance(v, dict)}
     found = []
     for container in spec.get("containers") or ():
         name = str(container.get("name", ""))
@@ -160,14 +164,17 @@ def _is_under(path: str, directory: str) -> bool:
 
 def _mount_of(path: str, mounts: Sequence[_Mount]) -> _Mount | None:
     """The deepest mount holding `path` (a mount inside another mount hides what is beneath it)."""
-    holding = [m for m in mounts if _is_under(path, m.path)]
-    return max(holding, key=lambda m: len(m.path), default=None)
+    deepest: _Mount | None = None
+    for mount in mounts:  # a loop, not max(key=lambda): the first of the longest, as max() gives
+        if _is_under(path, mount.path) and (deepest is None or len(mount.path) > len(deepest.path)):
+            deepest = mount
+    return deepest
 
 
 def _check_path(path: str, mounts: Sequence[_Mount], *, annotation: str, out: bool) -> _Mount:
     mount = _mount_of(path, mounts)
-    containers = sorted({m.container for m in mounts})
     if mount is None:
+        containers = sorted({m.container for m in mounts})
         where = ", ".join(sorted({m.path for m in mounts})) or "none"
         raise ValueError(
             f"{annotation}: {path} is under no volume mount of the bursting container(s) {', '.join(containers)}"
