@@ -18,7 +18,7 @@ from webhook import spending, waiting, walltime
 from webhook.resources import (
     QuantityError,
     effective_gpus,
-    effective_requests,
+    effective_request,
     parse_device_count,
     parse_quantity,
     requested_resources,
@@ -234,9 +234,9 @@ def pod_compute(spec: Mapping[str, Any]) -> dict[str, int]:
     _mapping(spec.get("overhead"), "spec.overhead")
     amounts = {POD_COUNT: 1}
     try:
-        for resource, request in effective_requests(spec, tuple(requested_resources(spec))).items():
+        for resource in requested_resources(spec):
             scale = 1000 if resource == CPU_MILLI else 1
-            amount = math.ceil(request * scale) if request else 0
+            amount = math.ceil(effective_request(spec, resource) * scale)
             if amount > 0:
                 amounts[resource] = amount
     except QuantityError as exc:

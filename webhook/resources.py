@@ -172,44 +172,6 @@ def effective_request(spec: Mapping[str, Any], resource: str) -> Decimal:
     return max(app + sidecars_so_far, largest_init) + overhead
 
 
-def _container_requests(container: Mapping[str, Any], names: Iterable[str]) -> dict[str, Decimal]:
-    """_container_request for each of `names` the container asks for (absent ones left out)."""
-    resources = container.get("resources") or {}
-    requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
-    found: dict[str, Decimal] = {}
-    for name in names:
-        if name in requests:
-            found[name] = parse_quantity(requests[name])
-        elif name in limits:
-            found[name] = parse_quantity(limits[name])
-    return found
-
-
-def effective_requests(spec: Mapping[str, Any], names: Sequence[str]) -> dict[str, Decimal]:
-    """effective_request for each of `names`, in one walk over the containers instead of one per name
-    (the same additions in the same order; the one definition of the rule is effective_request)."""
-    if spec.get("resources") or spec.get("overhead"):
-        return {name: effective_request(spec, name) for name in names}  # rare: the rule in full
-    app = dict.fromkeys(names, _ZERO)
-    for container in spec.get("containers") or ():
-        for name, request in _container_requests(container, names).items():
-            app[name] = app[name] + request
-    inits = spec.get("initContainers") or ()
-    if not inits:
-        return {name: max(request, _ZERO) for name, request in app.items()}  # as max(app, no init)
-    sidecars = dict.fromkeys(names, _ZERO)
-    largest = dict.fromkeys(names, _ZERO)
-    for init in inits:
-        requests = _container_requests(init, names)
-        if _is_sidecar(init):
-            for name, request in requests.items():
-                sidecars[name] += request
-        else:
-            for name in names:
-                largest[name] = max(largest[name], requests.get(name, _ZERO) + sidecars[name])
-    return {name: max(app[name] + sidecars[name], largest[name]) for name in names}
-
-
 def _has_request(holder: Mapping[str, Any], resource: str) -> bool:
     resources = holder.get("resources") or {}
     return any(resource in (resources.get(source) or {}) for source in ("requests", "limits"))
@@ -229,8 +191,8 @@ def requested_resources(spec: Mapping[str, Any]) -> set[str]:
 def effective_gpus(spec: Mapping[str, Any], gpu_resources: Sequence[str]) -> dict[str, int]:
     """Effective whole-device request per configured GPU resource; zero counts are omitted."""
     counts: dict[str, int] = {}
-    for resource, request in effective_requests(spec, gpu_resources).items():
-        count = math.ceil(request) if request else 0
+    for resource in gpu_resources:
+        count = math.ceil(effective_request(spec, resource))
         if count > 0:
             counts[resource] = count
     return counts

@@ -5,16 +5,13 @@ rounding of absent quantities)."""
 from __future__ import annotations
 
 import math
-from decimal import Decimal
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from jarvice import contract
 from webhook import data_volumes
-from webhook.resources import container_gpus, container_quantity, effective_request, effective_requests
+from webhook.resources import container_gpus, container_quantity
 
 GPU = ("nvidia.com/gpu", "alpha.kubernetes.io/nvidia-gpu")
 
@@ -97,55 +94,3 @@ def test_the_deepest_mount_decides_a_staged_path(
     else:
         assert isinstance(plan, data_volumes.DataPlan)
         assert [s.stage_out for s in plan.staging] == [expected]
-
-
-# ----- effective_requests: every resource's effective request in one walk -----------------------
-
-_NAMES = ("cpu", "memory", "nvidia.com/gpu", "example.com/fpga")
-_QUANTITY = st.sampled_from(["0", "1", "250m", "1500m", "2", "8", "-1", "64Gi", "1e3", "0.5"])
-
-
-def _resources() -> st.SearchStrategy[dict[str, Any]]:
-    amounts = st.dictionaries(st.sampled_from(_NAMES), _QUANTITY, max_size=3)
-    return st.fixed_dictionaries({}, optional={"requests": amounts, "limits": amounts})
-
-
-_CONTAINER = st.fixed_dictionaries(
-    {"name": st.just("c"), "resources": _resources()},
-    optional={"restartPolicy": st.sampled_from(["Always", "Never"])},
-)
-_SPEC = st.fixed_dictionaries(
-    {"containers": st.lists(_CONTAINER, max_size=3)},
-    optional={
-        "initContainers": st.lists(_CONTAINER, max_size=3),
-        "overhead": st.dictionaries(st.sampled_from(_NAMES), _QUANTITY, max_size=2),
-        "resources": _resources(),
-    },
-)
-
-
-@given(_SPEC)
-@settings(max_examples=300, deadline=None)
-def test_effective_requests_is_effective_request_for_each(spec: dict[str, Any]) -> None:
-    assert effective_requests(spec, _NAMES) == {name: effective_request(spec, name) for name in _NAMES}
-
-
-@pytest.mark.parametrize(
-    ("spec", "expected"),
-    [
-        ({}, {"cpu": 0}),
-        ({"containers": [{"resources": {"requests": {"cpu": "-1"}}}]}, {"cpu": 0}),  # never below no request
-        (  # an init container larger than the app; a sidecar before it counts under both
-            {
-                "containers": [{"resources": {"requests": {"cpu": "1"}}}],
-                "initContainers": [
-                    {"restartPolicy": "Always", "resources": {"requests": {"cpu": "500m"}}},
-                    {"resources": {"limits": {"cpu": "4"}}},
-                ],
-            },
-            {"cpu": Decimal("4.5")},
-        ),
-    ],
-)
-def test_effective_requests_rows(spec: dict[str, Any], expected: dict[str, Decimal]) -> None:
-    assert effective_requests(spec, ("cpu",)) == expected
