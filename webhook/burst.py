@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from jarvice import contract
 from webhook import data_volumes, gpu_models, rewrite_terms, spending, walltime
@@ -20,23 +20,44 @@ from webhook.gangs import GangTerms
 from webhook.types import GpuCounts, PodNeeds, Snapshot
 
 
-@dataclass(frozen=True, slots=True)
+# Its own __init__ and Final fields: mypyc compiles that __init__ (the one dataclasses writes stays
+# interpreted, mypyc #817: ~780 ns a call against ~50 ns) and keeps the fields read-only.
+@dataclass(init=False, unsafe_hash=True, slots=True)
 class BurstAsk:
     """What of the pod a burst must honour beyond its GPUs: its data (volumes, staging annotations)
     and its GPU model (the policy's model label and map name the machines that have it)."""
 
-    spec: Mapping[str, Any]
-    annotations: Mapping[str, Any]
-    policy: rewrite_terms.RewritePolicy
-    bursting: tuple[str, ...]  # the app containers that would burst (resources.burst_container_names)
-    data_key: str = ""  # whose staged data it is (data_volumes.data_key): "" for the pod's own
+    spec: Final[Mapping[str, Any]]
+    annotations: Final[Mapping[str, Any]]
+    policy: Final[rewrite_terms.RewritePolicy]
+    bursting: Final[tuple[str, ...]]  # the app containers that would burst (resources.burst_container_names)
+    data_key: Final[str]  # whose staged data it is (data_volumes.data_key): "" for the pod's own
+
+    def __init__(
+        self,
+        spec: Mapping[str, Any],
+        annotations: Mapping[str, Any],
+        policy: rewrite_terms.RewritePolicy,
+        bursting: tuple[str, ...],
+        data_key: str = "",
+    ) -> None:
+        self.spec = spec
+        self.annotations = annotations
+        self.policy = policy
+        self.bursting = bursting
+        self.data_key = data_key
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, unsafe_hash=True, slots=True)
 class Terms:
-    burst: rewrite_terms.BurstTerms
-    limit_warning: str  # why the namespace's default walltime was not used ("": it was, or none)
-    remote_gpus: int  # what the burst counts against its namespace's budget (see remote_gpus)
+    burst: Final[rewrite_terms.BurstTerms]
+    limit_warning: Final[str]  # why the namespace's default walltime was not used ("": it was, or none)
+    remote_gpus: Final[int]  # what the burst counts against its namespace's budget (see remote_gpus)
+
+    def __init__(self, burst: rewrite_terms.BurstTerms, limit_warning: str, remote_gpus: int) -> None:
+        self.burst = burst
+        self.limit_warning = limit_warning
+        self.remote_gpus = remote_gpus
 
 
 @dataclass(frozen=True, slots=True)

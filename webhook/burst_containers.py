@@ -95,8 +95,8 @@ def _field_ref(name: str, field_path: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
 
 
-def _mounts_path(container: Mapping[str, Any], wanted: str) -> bool:
-    name = posixpath.basename(wanted)
+def _mounts_path(container: Mapping[str, Any], wanted: str, name: str) -> bool:
+    """Whether something is mounted at `wanted` (normalised); `name`: its last component."""
     for mount in container.get("volumeMounts") or ():
         path = str(mount.get("mountPath", ""))
         # normpath only drops ".", "..", and repeated or trailing slashes: a path without the last
@@ -116,6 +116,16 @@ def _append_ops(path: str, existing: object, items: Sequence[Mapping[str, Any]])
 
 
 _POD_ANNOTATIONS_PATH: Final = posixpath.join(contract.POD_INFO_MOUNT_PATH, contract.POD_ANNOTATIONS_FILE)
+# The paths a burst container is given, joined and split once rather than on every review.
+_CREDENTIAL_FILES: Final = tuple(
+    (name, posixpath.join(contract.CREDENTIALS_MOUNT_PATH, file))
+    for name, file in ((contract.ENV_USERNAME_FILE, "username"), (contract.ENV_APIKEY_FILE, "apikey"))
+)
+_GATEWAY_TOKEN_PATH: Final = posixpath.join(contract.GATEWAY_TOKEN_MOUNT_PATH, contract.GATEWAY_TOKEN_FILE)
+_STATE_NAME: Final = posixpath.basename(contract.STATE_MOUNT_PATH)
+_CREDENTIALS_NAME: Final = posixpath.basename(contract.CREDENTIALS_MOUNT_PATH)
+_GATEWAY_TOKEN_NAME: Final = posixpath.basename(contract.GATEWAY_TOKEN_MOUNT_PATH)
+_POD_INFO_NAME: Final = posixpath.basename(contract.POD_INFO_MOUNT_PATH)
 
 
 def _mounts(container: Mapping[str, Any], *, credentials: bool, gateway: bool) -> list[dict[str, Any]]:
@@ -124,15 +134,15 @@ def _mounts(container: Mapping[str, Any], *, credentials: bool, gateway: bool) -
     path: two mounts at one path are invalid, and what is there (a re-created burst pod carries ours)
     is used instead."""
     mounts: list[dict[str, Any]] = []
-    if not _mounts_path(container, contract.STATE_MOUNT_PATH):
+    if not _mounts_path(container, contract.STATE_MOUNT_PATH, _STATE_NAME):
         mounts.append({"name": contract.STATE_VOLUME_NAME, "mountPath": contract.STATE_MOUNT_PATH})
-    if credentials and not _mounts_path(container, contract.CREDENTIALS_MOUNT_PATH):
+    if credentials and not _mounts_path(container, contract.CREDENTIALS_MOUNT_PATH, _CREDENTIALS_NAME):
         mount = {"name": contract.CREDENTIALS_VOLUME_NAME, "mountPath": contract.CREDENTIALS_MOUNT_PATH}
         mounts.append({**mount, "readOnly": True})
-    if gateway and not _mounts_path(container, contract.GATEWAY_TOKEN_MOUNT_PATH):
+    if gateway and not _mounts_path(container, contract.GATEWAY_TOKEN_MOUNT_PATH, _GATEWAY_TOKEN_NAME):
         mount = {"name": contract.GATEWAY_TOKEN_VOLUME_NAME, "mountPath": contract.GATEWAY_TOKEN_MOUNT_PATH}
         mounts.append({**mount, "readOnly": True})
-    if not _mounts_path(container, contract.POD_INFO_MOUNT_PATH):
+    if not _mounts_path(container, contract.POD_INFO_MOUNT_PATH, _POD_INFO_NAME):
         mount = {"name": contract.POD_INFO_VOLUME_NAME, "mountPath": contract.POD_INFO_MOUNT_PATH}
         mounts.append({**mount, "readOnly": True})
     return mounts
@@ -238,19 +248,18 @@ def _burst_container_ops(
     if terms.max_price:
         wanted.append((contract.ENV_MAX_PRICE, _value(contract.ENV_MAX_PRICE, price_text(terms.max_price)), True))
     if credentials:
-        for name, file in ((contract.ENV_USERNAME_FILE, "username"), (contract.ENV_APIKEY_FILE, "apikey")):
-            wanted.append((name, _value(name, posixpath.join(contract.CREDENTIALS_MOUNT_PATH, file)), False))
+        for name, path in _CREDENTIAL_FILES:
+            wanted.append((name, _value(name, path), False))
     if terms.app:
         wanted.append((contract.ENV_APP_NAME, _value(contract.ENV_APP_NAME, terms.app), False))
     if gateway:
         # Where and as whom the runner submits is the product's: the gateway, with the pod's own token.
-        token = posixpath.join(contract.GATEWAY_TOKEN_MOUNT_PATH, contract.GATEWAY_TOKEN_FILE)
         # A key the container brings (its env, or envFrom a Secret) is blanked, which the runner reads as
         # unset: in a namespace paying through the gateway no job is submitted past it.
         wanted += [
             (contract.ENV_API_URL, _value(contract.ENV_API_URL, policy.gateway_url), True),
             (_USERNAME, _value(_USERNAME, contract.GATEWAY_USERNAME), True),
-            (contract.ENV_APIKEY_FILE, _value(contract.ENV_APIKEY_FILE, token), True),
+            (contract.ENV_APIKEY_FILE, _value(contract.ENV_APIKEY_FILE, _GATEWAY_TOKEN_PATH), True),
             (_APIKEY, _value(_APIKEY, ""), True),
             (contract.ENV_USERNAME_FILE, _value(contract.ENV_USERNAME_FILE, ""), True),
         ]

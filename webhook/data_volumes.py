@@ -39,20 +39,30 @@ _FORBIDDEN_CHARS: Final = frozenset(contract.STAGE_PATH_SEPARATOR + "\n\r\t\0")
 MAX_STAGE_ANNOTATION: Final = 8192
 
 
-@dataclass(frozen=True, slots=True)
+# Its own __init__ and Final fields: mypyc compiles that __init__ (the one dataclasses writes stays
+# interpreted, mypyc #817: ~780 ns a call against ~50 ns) and keeps the fields read-only.
+@dataclass(init=False, unsafe_hash=True, slots=True)
 class ContainerStaging:
-    container: str
-    stage_in: tuple[str, ...]
-    stage_out: tuple[str, ...]
+    container: Final[str]
+    stage_in: Final[tuple[str, ...]]
+    stage_out: Final[tuple[str, ...]]
+
+    def __init__(self, container: str, stage_in: tuple[str, ...], stage_out: tuple[str, ...]) -> None:
+        self.container = container
+        self.stage_in = stage_in
+        self.stage_out = stage_out
 
     def env_value(self, direction: Literal["in", "out"]) -> str:
         paths = self.stage_in if direction == "in" else self.stage_out
         return contract.STAGE_PATH_SEPARATOR.join(paths)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, unsafe_hash=True, slots=True)
 class DataPlan:
-    staging: tuple[ContainerStaging, ...]  # only containers with something to stage
+    staging: Final[tuple[ContainerStaging, ...]]  # only containers with something to stage
+
+    def __init__(self, staging: tuple[ContainerStaging, ...]) -> None:
+        self.staging = staging
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,20 +73,31 @@ class DataRefusal:
     warnings: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(init=False, unsafe_hash=True, slots=True)
 class _Mount:
-    container: str
-    path: str
-    volume: str
-    kind: str
-    role: VolumeRole
-    read_only: bool
+    container: Final[str]
+    path: Final[str]
+    volume: Final[str]
+    kind: Final[str]
+    role: Final[VolumeRole]
+    read_only: Final[bool]
+
+    def __init__(self, container: str, path: str, volume: str, kind: str, role: VolumeRole, *, read_only: bool) -> None:
+        self.container = container
+        self.path = path
+        self.volume = volume
+        self.kind = kind
+        self.role = role
+        self.read_only = read_only
 
 
 def volume_kind(volume: Mapping[str, Any]) -> str:
     """The volume's source key (`persistentVolumeClaim`, `configMap`, ...); "unknown" without one."""
-    kinds = sorted(key for key in volume if key != "name")
-    return kinds[0] if kinds else "unknown"
+    first: str | None = None
+    for key in volume:  # the first in sorted order; a loop: a generator is slow compiled
+        if key != "name" and (first is None or key < first):
+            first = key
+    return "unknown" if first is None else first
 
 
 def volume_role(kind: str) -> VolumeRole:
@@ -94,7 +115,8 @@ def _describe_volume(mount: _Mount) -> str:
 
 
 def _mounts(spec: Mapping[str, Any], containers: Collection[str]) -> list[_Mount]:
-    kinds = {str(v.get("name", "")): volume_kind(v) for v in spec.get("volumes") or () if isinstance(v, Mapping)}
+    # dict, not the Mapping ABC: decoded JSON holds dicts, and the ABC check costs ten times more.
+    kinds = {str(v.get("name", "")): volume_kind(v) for v in spec.get("volumes") or () if isinstance(v, dict)}
     found = []
     for container in spec.get("containers") or ():
         name = str(container.get("name", ""))
@@ -104,7 +126,7 @@ def _mounts(spec: Mapping[str, Any], containers: Collection[str]) -> list[_Mount
             volume = str(mount.get("name", ""))
             kind = kinds.get(volume, "unknown")
             path = posixpath.normpath(str(mount.get("mountPath", "")))
-            found.append(_Mount(name, path, volume, kind, volume_role(kind), mount.get("readOnly") is True))
+            found.append(_Mount(name, path, volume, kind, volume_role(kind), read_only=mount.get("readOnly") is True))
     return found
 
 
@@ -142,14 +164,17 @@ def _is_under(path: str, directory: str) -> bool:
 
 def _mount_of(path: str, mounts: Sequence[_Mount]) -> _Mount | None:
     """The deepest mount holding `path` (a mount inside another mount hides what is beneath it)."""
-    holding = [m for m in mounts if _is_under(path, m.path)]
-    return max(holding, key=lambda m: len(m.path), default=None)
+    deepest: _Mount | None = None
+    for mount in mounts:  # a loop, not max(key=lambda): the first of the longest, as max() gives
+        if _is_under(path, mount.path) and (deepest is None or len(mount.path) > len(deepest.path)):
+            deepest = mount
+    return deepest
 
 
 def _check_path(path: str, mounts: Sequence[_Mount], *, annotation: str, out: bool) -> _Mount:
     mount = _mount_of(path, mounts)
-    containers = sorted({m.container for m in mounts})
     if mount is None:
+        containers = sorted({m.container for m in mounts})
         where = ", ".join(sorted({m.path for m in mounts})) or "none"
         raise ValueError(
             f"{annotation}: {path} is under no volume mount of the bursting container(s) {', '.join(containers)}"

@@ -11,17 +11,24 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from jarvice import contract
 from webhook.types import NamespaceMachines
 
 
-@dataclass(frozen=True, slots=True)
+# Its own __init__ and Final fields: mypyc compiles that __init__ (the one dataclasses writes stays
+# interpreted, mypyc #817: ~780 ns a call against ~50 ns) and keeps the fields read-only.
+@dataclass(init=False, unsafe_hash=True, slots=True)
 class MachineTerms:
-    order: tuple[str, ...]  # NIMBIX_BURST_MACHINES (): every machine that fits, cheapest first
-    max_remote_queue: str  # NIMBIX_BURST_MAX_REMOTE_QUEUE as `<seconds>s` ("": the runner's default)
-    warnings: tuple[str, ...]  # what kubectl shows about an annotation that could not be read
+    order: Final[tuple[str, ...]]  # NIMBIX_BURST_MACHINES (): every machine that fits, cheapest first
+    max_remote_queue: Final[str]  # NIMBIX_BURST_MAX_REMOTE_QUEUE as `<seconds>s` ("": the runner's default)
+    warnings: Final[tuple[str, ...]]  # what kubectl shows about an annotation that could not be read
+
+    def __init__(self, order: tuple[str, ...], max_remote_queue: str, warnings: tuple[str, ...]) -> None:
+        self.order = order
+        self.max_remote_queue = max_remote_queue
+        self.warnings = warnings
 
 
 def _shown(value: object) -> str:

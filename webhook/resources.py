@@ -220,7 +220,12 @@ def container_quantity(container: Mapping[str, Any], resource: str) -> Decimal:
 
 def container_gpus(container: Mapping[str, Any], gpu_resources: Sequence[str]) -> int:
     """The machine one runner asks for: the largest of its own GPU counts (devices are whole)."""
-    return max((math.ceil(container_quantity(container, r)) for r in gpu_resources), default=0)
+    counts = []
+    for resource in gpu_resources:
+        quantity = container_quantity(container, resource)
+        # Rounding a Decimal up is slow, compiled too; most resources are absent (0) on most containers.
+        counts.append(math.ceil(quantity) if quantity else 0)
+    return max(counts, default=0)
 
 
 def burst_container_names(spec: Mapping[str, Any], gpu_resources: Sequence[str]) -> tuple[str, ...]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from jarvice import contract, gpubudget
 from webhook import mutation, overreach, rewrite_terms, spending
@@ -21,13 +21,29 @@ from webhook.verdict import Verdict
 Outcome = Literal["local", "remote", "skipped", "error", "denied"]
 
 
-@dataclass(frozen=True, slots=True)
+# Its own __init__ and Final fields: mypyc compiles that __init__ (the one dataclasses writes stays
+# interpreted, mypyc #817: ~780 ns a call against ~50 ns) and keeps the fields read-only.
+@dataclass(init=False, unsafe_hash=True, slots=True)
 class Admission:
-    response: dict[str, Any]
-    outcome: Outcome
-    reason: str
-    node: str = ""
-    over_budget: bool = False  # stopped by its namespace's burst budget (left local, or denied)
+    response: Final[dict[str, Any]]
+    outcome: Final[Outcome]
+    reason: Final[str]
+    node: Final[str]
+    over_budget: Final[bool]  # stopped by its namespace's burst budget (left local, or denied)
+
+    def __init__(
+        self,
+        response: dict[str, Any],
+        outcome: Outcome,
+        reason: str,
+        node: str = "",
+        over_budget: bool = False,
+    ) -> None:
+        self.response = response
+        self.outcome = outcome
+        self.reason = reason
+        self.node = node
+        self.over_budget = over_budget
 
 
 def skip(request: AdmissionRequest, reason: str) -> Admission:

@@ -10,7 +10,7 @@ import base64
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -24,15 +24,36 @@ class MalformedReview(ValueError):
     """The body is not an AdmissionReview v1 we can answer; the message says what to fix."""
 
 
-@dataclass(frozen=True, slots=True)
+# Its own __init__ and Final fields: mypyc compiles that __init__ (the one dataclasses writes stays
+# interpreted, mypyc #817: ~780 ns a call against ~50 ns) and keeps the fields read-only.
+@dataclass(init=False, unsafe_hash=True, slots=True)
 class AdmissionRequest:
-    uid: str
-    operation: str
-    kind: str  # request.kind.kind, e.g. "Pod"
-    group: str
-    namespace: str
-    dry_run: bool
+    uid: Final[str]
+    operation: Final[str]
+    kind: Final[str]  # request.kind.kind, e.g. "Pod"
+    group: Final[str]
+    namespace: Final[str]
+    dry_run: Final[bool]
     object: Mapping[str, Any] = field(repr=False)
+
+    def __init__(
+        self,
+        uid: str,
+        operation: str,
+        kind: str,
+        group: str,
+        namespace: str,
+        *,
+        dry_run: bool,
+        object: Mapping[str, Any],
+    ) -> None:
+        self.uid = uid
+        self.operation = operation
+        self.kind = kind
+        self.group = group
+        self.namespace = namespace
+        self.dry_run = dry_run
+        self.object = object
 
     @property
     def pod_label(self) -> str:

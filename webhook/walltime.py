@@ -18,10 +18,16 @@ MAX_SECONDS: Final = MAX_HOURS * 3600 + 59 * 60 + 59
 _DIGITS = frozenset("0123456789")
 
 
-@dataclass(frozen=True, slots=True)
+# Its own __init__ and Final fields: mypyc compiles that __init__ (the one dataclasses writes stays
+# interpreted, mypyc #817: ~780 ns a call against ~50 ns) and keeps the fields read-only.
+@dataclass(init=False, unsafe_hash=True, slots=True)
 class Walltime:
-    seconds: int
-    source: str  # where it came from, for the pod's annotation
+    seconds: Final[int]
+    source: Final[str]  # where it came from, for the pod's annotation
+
+    def __init__(self, seconds: int, source: str) -> None:
+        self.seconds = seconds
+        self.source = source
 
     @property
     def text(self) -> str:

@@ -333,7 +333,7 @@ def test_decide_gang(case: Case) -> None:
         cluster_unknown=case.cluster_unknown,
         default_walltime=None,
     )
-    gang = GangSnapshot(case.member, case.record, case.marked, case.ranks, case.seen, NOW, TTL)
+    gang = GangSnapshot(case.member, case.record, case.marked, case.ranks, case.seen, now=NOW, ttl=TTL)
     given = facts(local_refusal=case.local_refusal, over_budget=case.over_budget, dry_run=case.dry_run)
     verdict = decide(NEEDS, snapshot, gang, **given)
     assert kind_of(verdict) == case.kind
@@ -358,7 +358,7 @@ def test_decide_gang(case: Case) -> None:
 
 
 def test_a_size_unknown_pod_carries_its_gang_and_rank_and_nothing_else() -> None:
-    snapshot = Snapshot(view_of(), "", None, 0, CLUSTER, "", None)
-    verdict = decide(NEEDS, snapshot, GangSnapshot(job(1, None), None, None, {}, NOTHING, NOW, TTL), **facts())
+    snapshot = Snapshot(view_of(), "", None, 0, CLUSTER, cluster_unknown="", default_walltime=None)
+    verdict = decide(NEEDS, snapshot, GangSnapshot(job(1, None), None, None, {}, NOTHING, now=NOW, ttl=TTL), **facts())
     assert verdict.notes == {"nimbix-burst.io/gang": UID, "nimbix-burst.io/gang-rank": "1"}
     assert verdict.effects == Effects()
