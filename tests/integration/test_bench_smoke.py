@@ -34,6 +34,7 @@ from bench import (
     tls_rotation,
 )
 from devplatform.cluster import addons, processes
+from tests.support.deadlines import PROGRAM_EXIT_SECONDS
 from webhook.model import parse_node, parse_pod
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -271,7 +272,7 @@ def test_loadgen_against_the_limit_server(tmp_path: Path) -> None:
             cwd=REPO_ROOT,
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=PROGRAM_EXIT_SECONDS,
             check=False,
         )
     finally:

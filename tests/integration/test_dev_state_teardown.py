@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from devplatform.cluster import devstate, processes
+from tests.support.deadlines import HANG_SECONDS, PROGRAM_EXIT_SECONDS
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 ROOT = Path(__file__).resolve().parents[2]
 DIES_HALF_WAY = textwrap.dedent(
@@ -37,7 +38,11 @@ DIES_HALF_WAY = textwrap.dedent(
 
 def test_dev_down_stops_what_a_killed_dev_up_had_started(tmp_path: Path) -> None:
     dying = subprocess.run(
-        [sys.executable, "-c", DIES_HALF_WAY, str(tmp_path)], cwd=ROOT, capture_output=True, timeout=30, check=False
+        [sys.executable, "-c", DIES_HALF_WAY, str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=PROGRAM_EXIT_SECONDS,
+        check=False,
     )
     assert dying.returncode == -signal.SIGKILL, dying.stderr
     state = processes.load_state(tmp_path / "state.json")
@@ -52,7 +57,7 @@ def test_dev_down_stops_what_a_killed_dev_up_had_started(tmp_path: Path) -> None
             cwd=ROOT,
             capture_output=True,
             text=True,
-            timeout=45,
+            timeout=PROGRAM_EXIT_SECONDS,
             check=False,
         )
         assert down.returncode == 0, down.stderr

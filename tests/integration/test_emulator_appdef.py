@@ -12,9 +12,10 @@ import pytest
 import requests
 
 from devplatform.emulator import EmulatorConfig, EmulatorThread, Timing, appdef
+from tests.support.deadlines import HANG_SECONDS
 from tests.support.runner_processes import API_KEY, USER, base_env, direct_session, run_runner
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE_APPDEF = ROOT / "images" / "base" / "AppDef.json"

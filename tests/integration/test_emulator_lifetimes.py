@@ -14,9 +14,10 @@ import pytest
 
 from devplatform.cluster import addons
 from devplatform.emulator import EmulatorControl
+from tests.support.deadlines import HANG_SECONDS
 from tests.support.runner_processes import direct_session, wait_for_job
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 FAST = ("--queue-seconds", "0", "--init-seconds", "0")
 

@@ -12,9 +12,10 @@ import pytest
 import requests
 
 from devplatform.emulator import EmulatorConfig, EmulatorControl, EmulatorThread, Timing
+from tests.support.deadlines import HANG_SECONDS
 from tests.support.runner_processes import API_KEY, USER, direct_session, wait_for_job
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 PLAIN = "plain-app"
 OVERRIDDEN = "overridden-app"

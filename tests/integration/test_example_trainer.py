@@ -20,7 +20,9 @@ from types import ModuleType
 
 import pytest
 
-pytestmark = pytest.mark.timeout(60)
+from tests.support.deadlines import HANG_SECONDS
+
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 TRAIN = Path(__file__).resolve().parents[2] / "images" / "example-app" / "train.py"
 STEP = re.compile(r"step (\d+)/(\d+) loss=(\S+)")

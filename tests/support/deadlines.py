@@ -7,3 +7,6 @@ the unit and integration tiers) a Python program's start alone has taken more th
 from typing import Final
 
 PROGRAM_EXIT_SECONDS: Final = 300.0  # a program the test expects to end by itself
+# pytest-timeout's guard against a test that hangs (it fails that test instead of holding the run); a
+# unit test that took 2 s of a loaded machine's wall clock is not a hung one.
+HANG_SECONDS: Final = 300

@@ -6,8 +6,9 @@ import pytest
 
 from devplatform.cluster import devstate, processes
 from devplatform.cluster.processes import ManagedProcess
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(5)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 
 def proc(name: str, pid: int) -> ManagedProcess:

@@ -5,8 +5,9 @@ import shlex
 import pytest
 
 from devplatform.emulator import nodes
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 SPEC = {"mc_scale_min": 1, "mc_scale_max": 4}
 

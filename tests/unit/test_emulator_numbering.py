@@ -7,8 +7,9 @@ import pytest
 
 from devplatform.emulator.numbering import NEXT_NUMBER_FILE, first_unused_number, parse_recorded_number
 from devplatform.emulator.state import JobNumbers
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(5)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 
 @pytest.mark.parametrize(

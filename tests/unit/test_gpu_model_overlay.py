@@ -10,9 +10,10 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 
 from devplatform.emulator.catalogue import default_machines
+from tests.support.deadlines import HANG_SECONDS
 from webhook import gpu_models
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 OVERLAY = Path(__file__).resolve().parents[2] / "devplatform" / "overlay" / "gpu-models.yaml"
 # GPU feature discovery's product name -> the model as the catalogue's descriptions write it.

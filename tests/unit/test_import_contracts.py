@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.timeout(5)
+from tests.support.deadlines import HANG_SECONDS
+
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,8 +9,9 @@ import pytest
 
 from bench import move_home as bench_move_home
 from tests.support import move_home
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(5)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 REMOTE_LOG = """step 1/60 loss=0.9000
 step 2/60 loss=0.8100

@@ -13,8 +13,9 @@ from replay.come_home import Assumptions, RemoteRun, what_if
 from replay.gangs import Gang
 from replay.history import GPU, NodeSeen, Observation, Placement, PodSeen
 from replay.settings import SettingsError, parse_settings
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(5)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 HOUR = 3600.0
 BASE = Assumptions(share=1.0, interval_seconds=600, move_seconds=60, min_saving=0.0, price_per_gpu_hour=2.5)

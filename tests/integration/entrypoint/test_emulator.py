@@ -15,9 +15,10 @@ import pytest
 import requests
 
 from devplatform.emulator import EmulatorControl, EmulatorThread
+from tests.support.deadlines import HANG_SECONDS
 from tests.support.runner_processes import API_KEY, APP, ROOT, USER, direct_session, wait_for_job
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 SEPARATOR = b"#" * 79 + b"\n"
 

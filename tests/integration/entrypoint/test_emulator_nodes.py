@@ -10,9 +10,10 @@ import pytest
 import requests
 
 from devplatform.emulator import EmulatorControl, EmulatorThread
+from tests.support.deadlines import HANG_SECONDS
 from tests.support.runner_processes import API_KEY, APP, USER, direct_session
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 RANKS = 'echo "rank=$NODE_RANK/$NNODES at $MASTER_ADDR:$MASTER_PORT"; cat "$NIMBIX_BURST_NODES_DIR/nodes" | wc -l'
 

@@ -13,7 +13,9 @@ from contextlib import contextmanager
 
 import pytest
 
-pytestmark = pytest.mark.timeout(30)
+from tests.support.deadlines import HANG_SECONDS
+
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 # Says it started, then waits on a child in its group; the TERM trap shows the rank was asked, not
 # killed, and leaves the child alone: only a signal to the whole group ends it.

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from devplatform.emulator import EmulatorConfig, EmulatorControl, EmulatorThread, Timing, appdef
+from tests.support.deadlines import HANG_SECONDS
 from tests.support.runner_processes import API_KEY, USER, Runner, base_env, run_runner
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 ROOT = Path(__file__).resolve().parents[3]
 APP = "nimbix-burst-base"

@@ -5,9 +5,10 @@ import signal
 
 import pytest
 
+from tests.support.deadlines import HANG_SECONDS
 from tests.support.runner_processes import COVERAGE_VARIABLES, Runner, run_runner
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 
 def local_env(**extra: str) -> dict[str, str]:

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from devplatform.emulator import EmulatorControl, EmulatorThread
+from tests.support.deadlines import HANG_SECONDS
 from tests.support.runner_processes import base_env, label_of, run_runner
 
-pytestmark = pytest.mark.timeout(40)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 LIVE = ("SUBMITTED", "SEQUENTIALLY QUEUED", "PROCESSING STARTING")
 

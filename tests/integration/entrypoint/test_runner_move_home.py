@@ -22,10 +22,11 @@ from devplatform.emulator.vault import VaultConfig
 from jarvice import contract
 from jarvice.exitcodes import EXIT_MOVED_HOME
 from tests.integration.entrypoint.test_runner_staging import run_in_pod, staged_env
+from tests.support.deadlines import HANG_SECONDS
 from tests.support.runner_processes import API_KEY, APP, FAST_TIMING, ROOT, USER
 from tests.support.vaults import VAULT_KINDS
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 # Resumes from /srv/ckpt/step, checkpoints every 10 steps by itself and on SIGUSR1 (then exits 0), logs
 # each step; 400 steps of 0.05 s, far more than the test lets it take.

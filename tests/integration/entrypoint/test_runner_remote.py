@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from devplatform.emulator import EmulatorControl, EmulatorThread
+from tests.support.deadlines import HANG_SECONDS
 from tests.support.runner_processes import (
     ALL_OUTPUT,
     API_KEY,
@@ -23,7 +24,7 @@ from tests.support.runner_processes import (
     wait_for_job,
 )
 
-pytestmark = pytest.mark.timeout(40)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 
 @pytest.fixture

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from devplatform.emulator import EmulatorControl, EmulatorThread
+from tests.support.deadlines import HANG_SECONDS
 from tests.support.runner_processes import Runner, base_env, label_of, run_runner, wait_for_job
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 CONTAINER = "trainer"
 

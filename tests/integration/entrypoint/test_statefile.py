@@ -6,8 +6,9 @@ import pytest
 
 from entrypoint import statefile
 from entrypoint.restart import RunnerState
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 
 def test_save_then_load(tmp_path: Path) -> None:

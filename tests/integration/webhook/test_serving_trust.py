@@ -18,10 +18,10 @@ import pytest
 from devplatform.cluster.pki import KeyPair, issue_cert, make_ca, write_pair
 from devplatform.cluster.processes import free_port
 from kubeplumbing.tls import find_serving_problem
-from tests.support.deadlines import PROGRAM_EXIT_SECONDS
+from tests.support.deadlines import HANG_SECONDS, PROGRAM_EXIT_SECONDS
 from webhook.settings import SettingsError, parse_settings
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 ROOT = Path(__file__).resolve().parents[3]
 SERVICE = "nimbix-burst-webhook.nimbix-burst.svc"

@@ -7,8 +7,9 @@ import pytest
 
 from controller.jobrecords import REASON_MOVED, BurstPod, JobFacts, plan_pod
 from controller.pricing import Rate
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 UID = "4f1c2a9e-7b1d-4c55-9d0e-2a6b8c1e3f70"
 START = 1_700_000_000

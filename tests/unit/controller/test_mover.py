@@ -16,10 +16,11 @@ from controller.mover import Mover
 from controller.store import PodStore
 from jarvice.exitcodes import EXIT_MOVED_HOME
 from jarvice.model import JobEntry, Machine
+from tests.support.deadlines import HANG_SECONDS
 from tests.unit.controller.builders import IGNORE_DISRUPTIONS, JOB_UID, job
 from tests.unit.controller.test_homecoming import LOCAL, FakeJarvice, FakeKube, burst, entry
 
-pytestmark = pytest.mark.timeout(5)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 NOW = 1_800_000_000.0
 MOVE_RULE = {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [EXIT_MOVED_HOME]}}

@@ -11,9 +11,10 @@ from controller.model import parse_job
 from jarvice.checkpoint import CheckpointContract
 from jarvice.exitcodes import EXIT_MOVED_HOME, EXIT_TERMINATED, EXIT_TRANSFER
 from jarvice.model import JobEntry
+from tests.support.deadlines import HANG_SECONDS
 from tests.unit.controller.builders import IGNORE_DISRUPTIONS, job
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 NOW = 1_800_000_000.0
 HOUR = 3600.0

@@ -9,8 +9,9 @@ from entrypoint import plan
 from entrypoint.settings import SettingsError, parse_settings
 from jarvice import contract
 from jarvice.model import Machine
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 REMOTE_OK = {
     "REMOTE": "1",

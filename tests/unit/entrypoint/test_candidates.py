@@ -12,8 +12,9 @@ from entrypoint.plan import NoMachineFits, RemotePlan
 from entrypoint.remote_settings import Tuning
 from jarvice import contract
 from jarvice.model import Machine
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 
 def machine(name: str, cores: int, gpus: int, ram: int, price: float, **kw: object) -> Machine:

@@ -6,8 +6,9 @@ import pytest
 
 from entrypoint import fanout
 from entrypoint.fanout import FanoutError, RankExit
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 
 def variables(rank: int, nnodes: int, addr: str, port: int) -> dict[str, str]:

@@ -5,8 +5,9 @@ import pytest
 from entrypoint import gang
 from entrypoint.gang import Gang, carries_data
 from jarvice.model import JobEntry
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 UID = "0b1f7c1e-5d2a-4c7e-9a55-3f1e2d4c6b8a"
 

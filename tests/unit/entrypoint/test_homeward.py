@@ -11,9 +11,10 @@ from entrypoint.termination import KeptInVault
 from jarvice import contract
 from jarvice.client import Unavailable
 from jarvice.exitcodes import EXIT_MOVED_HOME, EXIT_OK, EXIT_TRANSFER
+from tests.support.deadlines import HANG_SECONDS
 from tests.unit.entrypoint.test_remote import LINES, World, make_plan, world
 
-pytestmark = pytest.mark.timeout(5)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 __all__ = ["world"]  # the fixture, used by name
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from devplatform import compiled_core
-from tests.support.deadlines import PROGRAM_EXIT_SECONDS
+from tests.support.deadlines import HANG_SECONDS, PROGRAM_EXIT_SECONDS
 
-pytestmark = pytest.mark.timeout(20)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 ROOT = Path(__file__).resolve().parents[3]
 BASE = ROOT / "images" / "base" / "Dockerfile"

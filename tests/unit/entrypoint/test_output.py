@@ -5,8 +5,9 @@ from hypothesis import strategies as st
 from devplatform.emulator.jobs import last_lines
 from entrypoint import output
 from entrypoint.output import SEPARATOR, StreamState
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(30)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 SEP = SEPARATOR + "\n"
 PRE = "INIT[1]: booting\nINIT[1]: starting app\n" + SEP

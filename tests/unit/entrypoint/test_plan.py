@@ -8,8 +8,9 @@ from entrypoint.settings import ArgvCommand, ShellCommand, parse_settings
 from jarvice import labels
 from jarvice.labels import PodIdentity
 from jarvice.model import Machine
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 
 def machine(name: str, cores: int, gpus: int, ram: int = 16, price: float = 1.0, **kw: object) -> Machine:

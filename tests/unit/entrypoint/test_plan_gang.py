@@ -8,8 +8,9 @@ from entrypoint.settings import parse_settings
 from jarvice import labels
 from jarvice.client import parse_jobs, parse_machines
 from jarvice.model import Machine
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 GANG = "6f1c0d2e-8b3a-4c5d-9e7f-0a1b2c3d4e5f"
 POD = "11111111-2222-4333-8444-555555555555"

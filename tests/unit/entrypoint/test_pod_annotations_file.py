@@ -9,8 +9,9 @@ from entrypoint import ports
 from entrypoint.__main__ import move_mark_reader, pod_annotations
 from entrypoint.settings import Settings, SettingsError, parse_settings
 from jarvice import contract
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(5)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 REMOTE = {
     "REMOTE": "1",

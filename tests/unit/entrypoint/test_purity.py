@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.timeout(2)
+from tests.support.deadlines import HANG_SECONDS
+
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ("entrypoint", "jarvice")

@@ -5,8 +5,9 @@ import pytest
 from entrypoint import recovery
 from entrypoint.recovery import MAX_FOLLOW_RETRIES as MAX
 from jarvice import exitcodes
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 # (failure, job known, consecutive failures so far) -> (action, exit status, terminate first)
 TABLE = [

@@ -25,8 +25,9 @@ from jarvice.client import (
 )
 from jarvice.model import JobEntry, JobStatus, Machine, SignalSent, SubmitBody, SubmitResult
 from tests.support.clocks import Clock
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(5)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 LABEL = "k8s-test-uid"
 PREAMBLE = f"INIT[1]: starting\n{SEPARATOR}\n"

@@ -7,8 +7,9 @@ import pytest
 from entrypoint import restart
 from entrypoint.restart import RunnerState
 from entrypoint.settings import SettingsError, parse_settings
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 LABEL = "k8s-4f1c2a9e-7b1d-4c55-9d0e-2a6b8c1e3f70-trainer-1"
 

@@ -49,8 +49,9 @@ from entrypoint.runsteps import (
 )
 from jarvice import exitcodes
 from jarvice.model import JobEntry, JobStatus
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 LABEL = "k8s-c.uid-train-1"
 SIGTERM = 15

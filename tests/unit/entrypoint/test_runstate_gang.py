@@ -27,8 +27,9 @@ from entrypoint.runsteps import (
 )
 from jarvice import exitcodes
 from jarvice.model import JobEntry, JobStatus
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 LABEL = "k8s-c.gang-1"
 ALL = frozenset[int]()

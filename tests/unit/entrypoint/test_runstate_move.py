@@ -24,8 +24,9 @@ from entrypoint.runsteps import (
 )
 from jarvice import exitcodes
 from jarvice.model import JobStatus
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 FOLLOWING = RunState("following", job=7, job_may_run=True)
 MOVE = MoveJob(7, "ng4v", "queued too long")

@@ -10,8 +10,9 @@ from entrypoint.settings import (
     parse_settings,
 )
 from jarvice.redaction import Secret
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 REMOTE_OK = {
     "REMOTE": "1",

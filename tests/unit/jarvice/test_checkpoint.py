@@ -2,8 +2,9 @@ import pytest
 
 from jarvice import checkpoint
 from jarvice.checkpoint import CheckpointContract, CheckpointContractError, parse_checkpoint_contract
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 STAGED = {
     "nimbix-burst.io/stage-in": "/workspace/data,/workspace/ckpt",

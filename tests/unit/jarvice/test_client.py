@@ -15,8 +15,9 @@ import jarvice
 from jarvice import client
 from jarvice.redaction import Secret
 from tests.support.clocks import Clock
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 KEY = "the-api-key-123"
 Step = Callable[[str, dict[str, Any]], requests.Response] | Exception

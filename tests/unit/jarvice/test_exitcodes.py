@@ -3,8 +3,9 @@ from collections.abc import Callable
 import pytest
 
 from jarvice import exitcodes
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,9 @@ import pytest
 
 from jarvice import labels
 from jarvice.labels import PodIdentity
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 UID = "4f1c2a9e-7b1d-4c55-9d0e-2a6b8c1e3f70"
 CLUSTER = "0123456789ab"  # an identity without a name: 12 hex digits of the kube-system UID

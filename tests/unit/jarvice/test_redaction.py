@@ -1,8 +1,9 @@
 import pytest
 
 from jarvice.redaction import redact
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 KEY = "s3cr3t/K+y=ü"
 

@@ -6,8 +6,9 @@ import pytest
 
 from kubeplumbing.leadership import LeaseTiming
 from kubeplumbing.options import OptionValues
+from tests.support.deadlines import HANG_SECONDS
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 
 @pytest.mark.parametrize(

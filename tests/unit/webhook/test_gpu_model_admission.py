@@ -8,13 +8,14 @@ from typing import Any
 
 import pytest
 
+from tests.support.deadlines import HANG_SECONDS
 from tests.support.reinvocation import make_cache, patched_by, review
 from tests.unit.webhook.builders import GPU, container, node, pod
 from webhook import admission, gpu_models
 from webhook.model import parse_node
 from webhook.rewrite_terms import RewritePolicy
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 LABEL = "nvidia.com/gpu.product"
 A100 = "NVIDIA-A100-SXM4-80GB"

@@ -10,9 +10,10 @@ from typing import Any
 import jsonpatch
 import pytest
 
+from tests.support.deadlines import HANG_SECONDS
 from webhook import gpu_model_patch
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 LABEL = "nvidia.com/gpu.product"
 MODEL = {"key": LABEL, "operator": "In", "values": ["NVIDIA-A100-SXM4-80GB"]}

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
+from tests.support.deadlines import HANG_SECONDS
 from webhook import gpu_models
 from webhook.model import parse_placement
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 LABEL = "nvidia.com/gpu.product"
 T4, V100, A100, P100 = "Tesla-T4", "Tesla-V100-SXM2-16GB", "NVIDIA-A100-SXM4-80GB", "Tesla-P100-SXM2-16GB"

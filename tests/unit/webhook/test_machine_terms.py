@@ -9,6 +9,7 @@ import pytest
 
 from jarvice import contract
 from tests.support.clocks import Clock
+from tests.support.deadlines import HANG_SECONDS
 from tests.support.reinvocation import patched_by, review
 from tests.unit.webhook.builders import GPU, KUBE_SYSTEM, container, namespace, node, pod
 from webhook import admission
@@ -18,7 +19,7 @@ from webhook.rewrite_terms import RewritePolicy
 from webhook.sync import CacheSync
 from webhook.types import NamespaceMachines
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 QUEUE = contract.ANNOTATION_MAX_REMOTE_QUEUE
 MACHINES = contract.ANNOTATION_MACHINES

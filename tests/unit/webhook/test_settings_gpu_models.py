@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.deadlines import HANG_SECONDS
 from webhook import gpu_models
 from webhook.settings import SettingsError, parse_settings
 
-pytestmark = pytest.mark.timeout(2)
+pytestmark = pytest.mark.timeout(HANG_SECONDS)
 
 REPO = Path(__file__).resolve().parents[3]
 
