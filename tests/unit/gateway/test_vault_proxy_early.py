@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from gateway import sftp_requests as sftp
+from gateway.vault_proxy import Resolver
 from tests.support.proxy_wiring import POD, Wired, wire_proxy
 
 OWN = f"nimbix-burst/pod-{POD}.main"
@@ -70,7 +71,7 @@ def status_of(packet: bytes) -> tuple[int, int, str]:
     return request_id, code, packet[17 : 17 + size].decode()
 
 
-async def wired_session(vault: Vault, test: Callable[[Wired], Awaitable[None]]) -> None:
+async def wired_session(vault: Resolver, test: Callable[[Wired], Awaitable[None]]) -> None:
     wired = await wire_proxy(resolve=vault)
     (pod_in, pod_out), (vault_in, vault_out) = wired.pod, wired.vault
     try:
@@ -204,3 +205,65 @@ def test_a_handle_is_passed_once_given_and_refused_once_closed() -> None:
         assert status_of(await next_packet(pod_in))[:2] == (4, sftp.FX_FAILURE)
 
     asyncio.run(wired_session(vault, test))
+
+
+class SwappedVault:
+    """A vault where `OWN/l` is a link out until a request that removes or renames it reaches the vault
+    (a pod then makes it a directory of its own): the realpath of a path through it answers by what
+    `l` is when it is answered, late (its session busy), so a request after it has every chance to
+    reach the vault first."""
+
+    TURNS = 200  # loop turns the late realpath lets pass: the REMOVE, if it is not held, is read by then
+
+    def __init__(self) -> None:
+        self.link_out = True
+
+    async def resolve(self, path: str) -> str:
+        if path == OWN:
+            return f"/{OWN}"
+        assert path == f"{OWN}/l/secret", path
+        for _ in range(self.TURNS):
+            if not self.link_out:
+                break
+            await asyncio.sleep(0)
+        return f"/{OTHER}" if self.link_out else f"/{OWN}/l/secret"
+
+    async def serve(self, vault_in: asyncio.StreamReader, vault_out: asyncio.StreamWriter) -> None:
+        while True:
+            packet = await next_packet(vault_in)
+            if packet[4] == sftp.OPEN:  # done now: what `l` leads to now is what it opens
+                vault_out.write(handle_answer(sftp.request_id_of(packet), b"other" if self.link_out else b"own"))
+            elif packet[4] in (sftp.REMOVE, sftp.RMDIR, sftp.RENAME):
+                self.link_out = False
+                vault_out.write(ok(sftp.request_id_of(packet)))
+            elif packet[4] == sftp.CLOSE:
+                vault_out.write(ok(sftp.request_id_of(packet)))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        request(sftp.REMOVE, 2, f"{OWN}/l".encode()),
+        request(sftp.RMDIR, 2, f"{OWN}/l".encode()),
+        request(sftp.RENAME, 2, f"{OWN}/l".encode(), f"{OWN}/m".encode()),
+    ],
+    ids=["remove", "rmdir", "rename"],
+)
+def test_a_change_after_an_early_open_waits_for_its_check(change: bytes) -> None:
+    """An early open is done by the vault at once; its check comes later. A request after it that
+    changes what its path leads to (the link out removed, a directory of the pod's own put there) must
+    not reach the vault before that check is answered, or the check sees the new path and passes the
+    handle the vault opened through the old one: another pod's file."""
+    vault = SwappedVault()
+
+    async def test(wired: Wired) -> None:
+        (pod_in, pod_out), (vault_in, vault_out) = wired.pod, wired.vault
+        serving = asyncio.create_task(vault.serve(vault_in, vault_out))
+        try:
+            pod_out.write(read_open(1, f"{OWN}/l/secret") + change)
+            answers = {sftp.request_id_of(p): p for p in [await next_packet(pod_in), await next_packet(pod_in)]}
+            assert status_of(answers[1])[:2] == (1, sftp.FX_PERMISSION_DENIED)
+        finally:
+            serving.cancel()
+
+    asyncio.run(wired_session(vault.resolve, test))
