@@ -19,7 +19,7 @@ import contextlib
 import logging
 import struct
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Any, Final
 
 import asyncssh
 
@@ -134,12 +134,14 @@ class PathChecker:
             self.forget(changed)
 
 
-async def _verdict(request: Request, checker: PathChecker, after: asyncio.Future[None] | None) -> bytes | None:
-    """None: pass the request on; else the refusal to answer with. `after`: the answer of the last
-    request before it that may put a link on a path (checked before it ran, a path could be one
-    thing at the check and a link when the request runs)."""
-    if after is not None:
-        await asyncio.shield(after)
+async def _verdict(request: Request, checker: PathChecker, after: list[asyncio.Future[Any]]) -> bytes | None:
+    """None: pass the request on; else the refusal to answer with. `after`: what its checks wait
+    for: the answer of the last request before it that may put a link on a path (checked before it
+    ran, a path could be one thing at the check and a link when the request runs), and for a request
+    that may change the vault, the checks of the early requests before it (the vault ran those at
+    once: checked after a change, their paths could lead elsewhere than where the vault went)."""
+    if after:
+        await asyncio.wait(after)  # waits, never cancels: another request's verdict is not this one's
     try:
         for check in request.checks:
             await checker.check(check)
@@ -246,10 +248,12 @@ class VaultProxy:
                 self._handles.discard(request.handle)
         in_use = self._in_flight.get(request.id, 0)
         self._in_flight[request.id] = in_use + 1
-        verdict = asyncio.ensure_future(_verdict(request, checker, self._barrier)) if request.checks else None
-        if verdict is not None and request.early and not in_use and (self._barrier is None or self._barrier.done()):
-            self._held[request.id] = verdict
+        after: list[asyncio.Future[Any]] = [self._barrier] if self._barrier is not None else []
+        if request.checks and request.early and not in_use and (self._barrier is None or self._barrier.done()):
+            self._held[request.id] = asyncio.ensure_future(_verdict(request, checker, after))
             return request, None
+        after += [held for held in self._held.values() if not held.done()]
+        verdict = asyncio.ensure_future(_verdict(request, checker, after)) if request.checks else None
         if request.barrier:
             self._barrier = self._barriers[request.id] = asyncio.get_running_loop().create_future()
         return request, verdict
