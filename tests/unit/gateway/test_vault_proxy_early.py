@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from gateway import sftp_requests as sftp
-from gateway.vault_proxy import Resolver
+from gateway.vault_proxy import MAX_QUEUED, Resolver
 from tests.support.proxy_wiring import POD, Wired, wire_proxy
 
 OWN = f"nimbix-burst/pod-{POD}.main"
@@ -267,3 +267,30 @@ def test_a_change_after_an_early_open_waits_for_its_check(change: bytes) -> None
             serving.cancel()
 
     asyncio.run(wired_session(vault.resolve, test))
+
+
+def test_early_requests_whose_checks_wait_are_not_taken_without_bound() -> None:
+    """A held request costs the gateway its check (a realpath on the vault's second session) and its
+    answer: a pod that sends stats faster than they are checked is held back by its own channel once
+    the gateway holds as many as it queues, not taken in without end."""
+    bound = 2 * MAX_QUEUED + 1  # held, then queued behind them (each queued one's check under way)
+    asked: list[str] = []
+    never = asyncio.Event()
+
+    async def slow_vault(path: str) -> str:
+        asked.append(path)
+        await never.wait()
+        raise AssertionError("never answered")
+
+    async def test(wired: Wired) -> None:
+        pod_out = wired.pod[1]
+        for request_id in range(1, 3 * MAX_QUEUED + 1):
+            pod_out.write(request(sftp.STAT, request_id, f"{OWN}/f".encode()))
+        async with asyncio.timeout(DEADLINE_SECONDS):
+            while len(asked) < 2 * MAX_QUEUED:
+                await asyncio.sleep(0.01)
+        for _ in range(SwappedVault.TURNS):  # had it read on, the rest would be asked by now
+            await asyncio.sleep(0)
+        assert len(asked) <= bound
+
+    asyncio.run(wired_session(slow_vault, test))
