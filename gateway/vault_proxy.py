@@ -53,6 +53,9 @@ MAX_QUEUED: Final = 4096
 MAX_QUEUED_BYTES: Final = 16 * 1024 * 1024
 MAX_PACKET: Final = 1024 * 1024 + 64  # asyncssh and OpenSSH write at most 256 KiB blocks; room to spare
 MAX_CACHED_DIRS: Final = 4096
+# Early requests held for their checks at once: beyond, a request waits in the queue (which bounds
+# what is read) for its check to be answered before it is sent, as one that may write does.
+MAX_HELD: Final = MAX_QUEUED
 
 Resolver = Callable[[str], Awaitable[str]]
 
@@ -152,6 +155,10 @@ async def _verdict(request: Request, checker: PathChecker, after: list[asyncio.F
     return None
 
 
+async def _both(first: asyncio.Future[Any], second: asyncio.Future[Any]) -> None:
+    await asyncio.wait((first, second))  # waits, never cancels: neither is this one's
+
+
 class VaultProxy:
     """Relay one SFTP session: client (the pod) <-> vault, for the pod's `grant`."""
 
@@ -187,6 +194,10 @@ class VaultProxy:
         # with the id of one held is refused (SFTP ids are unique among a client's open requests).
         self._in_flight: dict[int, int] = {}
         self._held: dict[int, asyncio.Future[bytes | None]] = {}  # an early request's verdict, by id
+        # Done once every early request held so far is checked: what a request that may change the
+        # vault waits for (one future, not each of them: a wait per held request would cost their square).
+        self._early_checked: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._early_checked.set_result(None)
         self._closing: dict[int, bytes] = {}  # the gateway's CLOSE of a refused handle: the refusal, by id
         self._settling: set[asyncio.Task[None]] = set()
         # The handles the vault gave this client and it has not closed: a request naming another is
@@ -249,10 +260,13 @@ class VaultProxy:
         in_use = self._in_flight.get(request.id, 0)
         self._in_flight[request.id] = in_use + 1
         after: list[asyncio.Future[Any]] = [self._barrier] if self._barrier is not None else []
-        if request.checks and request.early and not in_use and (self._barrier is None or self._barrier.done()):
-            self._held[request.id] = asyncio.ensure_future(_verdict(request, checker, after))
+        free = not in_use and len(self._held) < MAX_HELD and (self._barrier is None or self._barrier.done())
+        if request.checks and request.early and free:
+            held = self._held[request.id] = asyncio.ensure_future(_verdict(request, checker, after))
+            self._early_checked = asyncio.ensure_future(_both(self._early_checked, held))
             return request, None
-        after += [held for held in self._held.values() if not held.done()]
+        if not self._early_checked.done():
+            after.append(self._early_checked)
         verdict = asyncio.ensure_future(_verdict(request, checker, after)) if request.checks else None
         if request.barrier:
             self._barrier = self._barriers[request.id] = asyncio.get_running_loop().create_future()
