@@ -294,3 +294,32 @@ def test_early_requests_whose_checks_wait_are_not_taken_without_bound() -> None:
         assert len(asked) <= bound
 
     asyncio.run(wired_session(slow_vault, test))
+
+
+def test_a_handle_given_to_one_session_is_refused_in_another() -> None:
+    """A pod's sessions on one connection each have their own vault session, whose handles may have
+    the same values: a handle passes only in the session that was given it."""
+    vault = Vault({f"{OWN}/f": f"/{OWN}/f"})
+    vault.answer.set()
+
+    async def test(first: Wired) -> None:
+        second = await wire_proxy(resolve=vault)
+        try:
+            (pod_in, pod_out), (vault_in, vault_out) = second.pod, second.vault
+            pod_out.write(sftp.init_packet())
+            await next_packet(vault_in)
+            vault_out.write(sftp.frame(bytes([sftp.VERSION]) + struct.pack(">I", 3)))
+            await next_packet(pod_in)
+            first.pod[1].write(read_open(1, f"{OWN}/f"))
+            await next_packet(first.vault[0])
+            first.vault[1].write(handle_answer(1, b"h1"))
+            assert await next_packet(first.pod[0]) == handle_answer(1, b"h1")
+            pod_out.write(read(2, b"h1") + marker(3))
+            assert sftp.request_id_of(await next_packet(vault_in)) == 3  # not the READ
+            assert status_of(await next_packet(pod_in))[:2] == (2, sftp.FX_FAILURE)
+        finally:
+            second.relay.cancel()
+            await asyncio.gather(second.relay, return_exceptions=True)
+            await second.abort()
+
+    asyncio.run(wired_session(vault, test))
