@@ -143,6 +143,13 @@ def _path(raw: bytes) -> tuple[str, ...]:
     return split_path(raw.decode("utf-8", errors="surrogateescape"))
 
 
+def _resolved_as(raw: bytes, how: Resolve) -> Resolve:
+    """How the vault resolves a path written so: one ending in `/` or `/.` (or the root, `.`) names
+    what its last name leads to, and the vault follows a link there (OpenSSH's sftp-server passes
+    the path to the system as written), whatever the request."""
+    return "full" if raw.rsplit(b"/", 1)[-1] in (b"", b".") else how
+
+
 def _checked(
     kind: int,
     *,
@@ -157,7 +164,7 @@ def _checked(
     for raw, (how, passage_ok) in zip(raw_paths, plan, strict=True):
         parts = _path(raw)
         check_access(parts, grant, passage_ok=passage_ok)
-        checks.append(PathCheck(parts, how, passage_ok))
+        checks.append(PathCheck(parts, _resolved_as(raw, how), passage_ok))
     changes = tuple(check.parts for check in checks) if kind in (REMOVE, RMDIR, RENAME) else ()
     return Request(kind, request_id, packet, tuple(checks), changes, barrier=kind == RENAME, early=early)
 
@@ -195,7 +202,8 @@ def parse_request(packet: bytes, grant: VaultGrant, *, client_swaps: bool, vault
             encode_string(target) + encode_string(link) if vault_swaps else encode_string(link) + encode_string(target)
         )
         rewritten = frame(bytes([SYMLINK]) + struct.pack(">I", request_id) + args)
-        return Request(kind, request_id, rewritten, (PathCheck(parts, "parent", False),), (parts,), barrier=True)
+        check = PathCheck(parts, _resolved_as(link, "parent"), False)
+        return Request(kind, request_id, rewritten, (check,), (parts,), barrier=True)
     if kind == EXTENDED:
         name = reader.string().decode(errors="replace")
         if name in HANDLE_EXTENSIONS:

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import struct
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Any, Final
 
 import asyncssh
 
@@ -53,6 +53,9 @@ MAX_QUEUED: Final = 4096
 MAX_QUEUED_BYTES: Final = 16 * 1024 * 1024
 MAX_PACKET: Final = 1024 * 1024 + 64  # asyncssh and OpenSSH write at most 256 KiB blocks; room to spare
 MAX_CACHED_DIRS: Final = 4096
+# Early requests held for their checks at once: beyond, a request waits in the queue (which bounds
+# what is read) for its check to be answered before it is sent, as one that may write does.
+MAX_HELD: Final = MAX_QUEUED
 
 Resolver = Callable[[str], Awaitable[str]]
 
@@ -134,12 +137,14 @@ class PathChecker:
             self.forget(changed)
 
 
-async def _verdict(request: Request, checker: PathChecker, after: asyncio.Future[None] | None) -> bytes | None:
-    """None: pass the request on; else the refusal to answer with. `after`: the answer of the last
-    request before it that may put a link on a path (checked before it ran, a path could be one
-    thing at the check and a link when the request runs)."""
-    if after is not None:
-        await asyncio.shield(after)
+async def _verdict(request: Request, checker: PathChecker, after: list[asyncio.Future[Any]]) -> bytes | None:
+    """None: pass the request on; else the refusal to answer with. `after`: what its checks wait
+    for: the answer of the last request before it that may put a link on a path (checked before it
+    ran, a path could be one thing at the check and a link when the request runs), and for a request
+    that may change the vault, the checks of the early requests before it (the vault ran those at
+    once: checked after a change, their paths could lead elsewhere than where the vault went)."""
+    if after:
+        await asyncio.wait(after)  # waits, never cancels: another request's verdict is not this one's
     try:
         for check in request.checks:
             await checker.check(check)
@@ -148,6 +153,10 @@ async def _verdict(request: Request, checker: PathChecker, after: asyncio.Future
     except asyncssh.SFTPError as exc:  # the vault could not resolve it: the request would fail alike
         return status_packet(request.id, exc.code if exc.code else FX_NO_SUCH_FILE, exc.reason)
     return None
+
+
+async def _both(first: asyncio.Future[Any], second: asyncio.Future[Any]) -> None:
+    await asyncio.wait((first, second))  # waits, never cancels: neither is this one's
 
 
 class VaultProxy:
@@ -185,6 +194,10 @@ class VaultProxy:
         # with the id of one held is refused (SFTP ids are unique among a client's open requests).
         self._in_flight: dict[int, int] = {}
         self._held: dict[int, asyncio.Future[bytes | None]] = {}  # an early request's verdict, by id
+        # Done once every early request held so far is checked: what a request that may change the
+        # vault waits for (one future, not each of them: a wait per held request would cost their square).
+        self._early_checked: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._early_checked.set_result(None)
         self._closing: dict[int, bytes] = {}  # the gateway's CLOSE of a refused handle: the refusal, by id
         self._settling: set[asyncio.Task[None]] = set()
         # The handles the vault gave this client and it has not closed: a request naming another is
@@ -246,10 +259,15 @@ class VaultProxy:
                 self._handles.discard(request.handle)
         in_use = self._in_flight.get(request.id, 0)
         self._in_flight[request.id] = in_use + 1
-        verdict = asyncio.ensure_future(_verdict(request, checker, self._barrier)) if request.checks else None
-        if verdict is not None and request.early and not in_use and (self._barrier is None or self._barrier.done()):
-            self._held[request.id] = verdict
+        after: list[asyncio.Future[Any]] = [self._barrier] if self._barrier is not None else []
+        free = not in_use and len(self._held) < MAX_HELD and (self._barrier is None or self._barrier.done())
+        if request.checks and request.early and free:
+            held = self._held[request.id] = asyncio.ensure_future(_verdict(request, checker, after))
+            self._early_checked = asyncio.ensure_future(_both(self._early_checked, held))
             return request, None
+        if not self._early_checked.done():
+            after.append(self._early_checked)
+        verdict = asyncio.ensure_future(_verdict(request, checker, after)) if request.checks else None
         if request.barrier:
             self._barrier = self._barriers[request.id] = asyncio.get_running_loop().create_future()
         return request, verdict

@@ -4,6 +4,7 @@ what is refused, and SYMLINK's two paths put in the order the vault reads them."
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import pytest
 
@@ -75,6 +76,50 @@ def test_a_request_naming_paths_is_checked_as_its_kind_resolves_them(
     parsed = parse(packet)
     assert parsed.packet == packet
     assert [(c.how, c.passage_ok) for c in parsed.checks] == checks
+
+
+@pytest.mark.parametrize("tail", ["/", "/.", "//./"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda p: request(sftp.LSTAT, p),
+        lambda p: extended("lsetstat@openssh.com", p, 0),
+        lambda p: request(sftp.REMOVE, p),
+        lambda p: request(sftp.RMDIR, p),
+        lambda p: request(sftp.MKDIR, p, 0),
+        lambda p: request(sftp.READLINK, p),
+        lambda p: request(sftp.OPEN, p, 0x02 | 0x08 | 0x20, 0),
+        lambda p: request(sftp.RENAME, p, p),
+        lambda p: extended("posix-rename@openssh.com", p, p),
+        lambda p: extended("hardlink@openssh.com", p, p),
+        lambda p: request(sftp.SYMLINK, p, b"anything"),
+    ],
+    ids=[
+        "lstat",
+        "lsetstat",
+        "remove",
+        "rmdir",
+        "mkdir",
+        "readlink",
+        "excl-open",
+        "rename",
+        "posix-rename",
+        "hardlink",
+        "symlink",
+    ],
+)
+def test_a_path_ending_in_a_slash_or_dot_is_resolved_whole(make: Callable[[bytes], bytes], tail: str) -> None:
+    """`l/` and `l/.` name what the link `l` leads to: the vault follows it (OpenSSH's sftp-server
+    passes the path to the system as written), so a request that acts on a name itself (an lstat, an
+    lsetstat: a chmod) must not be checked by its directory alone, or it reaches another pod's."""
+    parsed = parse(make(f"{OWN}/l{tail}".encode()))
+    assert {c.how for c in parsed.checks} == {"full"}
+    assert all(c.parts[-1] == "l" for c in parsed.checks)
+
+
+def test_the_vaults_root_written_as_a_dot_is_resolved_whole() -> None:
+    """LSTAT "." has no last name to check beside its directory: checked whole (the root, a passage)."""
+    assert [c.how for c in parse(request(sftp.LSTAT, b".")).checks] == ["full"]
 
 
 def test_a_removal_or_rename_makes_the_cache_forget_its_paths() -> None:

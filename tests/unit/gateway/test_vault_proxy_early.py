@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from gateway import sftp_requests as sftp
+from gateway.vault_proxy import MAX_QUEUED, Resolver
 from tests.support.proxy_wiring import POD, Wired, wire_proxy
 
 OWN = f"nimbix-burst/pod-{POD}.main"
@@ -70,7 +71,7 @@ def status_of(packet: bytes) -> tuple[int, int, str]:
     return request_id, code, packet[17 : 17 + size].decode()
 
 
-async def wired_session(vault: Vault, test: Callable[[Wired], Awaitable[None]]) -> None:
+async def wired_session(vault: Resolver, test: Callable[[Wired], Awaitable[None]]) -> None:
     wired = await wire_proxy(resolve=vault)
     (pod_in, pod_out), (vault_in, vault_out) = wired.pod, wired.vault
     try:
@@ -202,5 +203,123 @@ def test_a_handle_is_passed_once_given_and_refused_once_closed() -> None:
         assert await next_packet(vault_in) == sftp.close_packet(3, b"h1")
         assert sftp.request_id_of(await next_packet(vault_in)) == 5  # the READ after the CLOSE never came
         assert status_of(await next_packet(pod_in))[:2] == (4, sftp.FX_FAILURE)
+
+    asyncio.run(wired_session(vault, test))
+
+
+class SwappedVault:
+    """A vault where `OWN/l` is a link out until a request that removes or renames it reaches the vault
+    (a pod then makes it a directory of its own): the realpath of a path through it answers by what
+    `l` is when it is answered, late (its session busy), so a request after it has every chance to
+    reach the vault first."""
+
+    TURNS = 200  # loop turns the late realpath lets pass: the REMOVE, if it is not held, is read by then
+
+    def __init__(self) -> None:
+        self.link_out = True
+
+    async def resolve(self, path: str) -> str:
+        if path == OWN:
+            return f"/{OWN}"
+        assert path == f"{OWN}/l/secret", path
+        for _ in range(self.TURNS):
+            if not self.link_out:
+                break
+            await asyncio.sleep(0)
+        return f"/{OTHER}" if self.link_out else f"/{OWN}/l/secret"
+
+    async def serve(self, vault_in: asyncio.StreamReader, vault_out: asyncio.StreamWriter) -> None:
+        while True:
+            packet = await next_packet(vault_in)
+            if packet[4] == sftp.OPEN:  # done now: what `l` leads to now is what it opens
+                vault_out.write(handle_answer(sftp.request_id_of(packet), b"other" if self.link_out else b"own"))
+            elif packet[4] in (sftp.REMOVE, sftp.RMDIR, sftp.RENAME):
+                self.link_out = False
+                vault_out.write(ok(sftp.request_id_of(packet)))
+            elif packet[4] == sftp.CLOSE:
+                vault_out.write(ok(sftp.request_id_of(packet)))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        request(sftp.REMOVE, 2, f"{OWN}/l".encode()),
+        request(sftp.RMDIR, 2, f"{OWN}/l".encode()),
+        request(sftp.RENAME, 2, f"{OWN}/l".encode(), f"{OWN}/m".encode()),
+    ],
+    ids=["remove", "rmdir", "rename"],
+)
+def test_a_change_after_an_early_open_waits_for_its_check(change: bytes) -> None:
+    """An early open is done by the vault at once; its check comes later. A request after it that
+    changes what its path leads to (the link out removed, a directory of the pod's own put there) must
+    not reach the vault before that check is answered, or the check sees the new path and passes the
+    handle the vault opened through the old one: another pod's file."""
+    vault = SwappedVault()
+
+    async def test(wired: Wired) -> None:
+        (pod_in, pod_out), (vault_in, vault_out) = wired.pod, wired.vault
+        serving = asyncio.create_task(vault.serve(vault_in, vault_out))
+        try:
+            pod_out.write(read_open(1, f"{OWN}/l/secret") + change)
+            answers = {sftp.request_id_of(p): p for p in [await next_packet(pod_in), await next_packet(pod_in)]}
+            assert status_of(answers[1])[:2] == (1, sftp.FX_PERMISSION_DENIED)
+        finally:
+            serving.cancel()
+
+    asyncio.run(wired_session(vault.resolve, test))
+
+
+def test_early_requests_whose_checks_wait_are_not_taken_without_bound() -> None:
+    """A held request costs the gateway its check (a realpath on the vault's second session) and its
+    answer: a pod that sends stats faster than they are checked is held back by its own channel once
+    the gateway holds as many as it queues, not taken in without end."""
+    bound = 2 * MAX_QUEUED + 1  # held, then at most as many queued behind them
+    asked: list[str] = []
+    never = asyncio.Event()
+
+    async def slow_vault(path: str) -> str:
+        asked.append(path)
+        await never.wait()
+        raise AssertionError("never answered")
+
+    async def test(wired: Wired) -> None:
+        pod_out = wired.pod[1]
+        for request_id in range(1, 3 * MAX_QUEUED + 1):
+            pod_out.write(request(sftp.STAT, request_id, f"{OWN}/f".encode()))
+        async with asyncio.timeout(DEADLINE_SECONDS):
+            while len(asked) < MAX_QUEUED:  # the held ones' checks at least
+                await asyncio.sleep(0.01)
+        for _ in range(SwappedVault.TURNS):  # had it read on, the rest would be asked by now
+            await asyncio.sleep(0)
+        assert len(asked) <= bound
+
+    asyncio.run(wired_session(slow_vault, test))
+
+
+def test_a_handle_given_to_one_session_is_refused_in_another() -> None:
+    """A pod's sessions on one connection each have their own vault session, whose handles may have
+    the same values: a handle passes only in the session that was given it."""
+    vault = Vault({f"{OWN}/f": f"/{OWN}/f"})
+    vault.answer.set()
+
+    async def test(first: Wired) -> None:
+        second = await wire_proxy(resolve=vault)
+        try:
+            (pod_in, pod_out), (vault_in, vault_out) = second.pod, second.vault
+            pod_out.write(sftp.init_packet())
+            await next_packet(vault_in)
+            vault_out.write(sftp.frame(bytes([sftp.VERSION]) + struct.pack(">I", 3)))
+            await next_packet(pod_in)
+            first.pod[1].write(read_open(1, f"{OWN}/f"))
+            await next_packet(first.vault[0])
+            first.vault[1].write(handle_answer(1, b"h1"))
+            assert await next_packet(first.pod[0]) == handle_answer(1, b"h1")
+            pod_out.write(read(2, b"h1") + marker(3))
+            assert sftp.request_id_of(await next_packet(vault_in)) == 3  # not the READ
+            assert status_of(await next_packet(pod_in))[:2] == (2, sftp.FX_FAILURE)
+        finally:
+            second.relay.cancel()
+            await asyncio.gather(second.relay, return_exceptions=True)
+            await second.abort()
 
     asyncio.run(wired_session(vault, test))
