@@ -17,6 +17,7 @@ from typing import Any
 import requests
 
 from devplatform.emulator import EmulatorControl
+from tests.support.deadlines import PROGRAM_EXIT_SECONDS
 
 ROOT = Path(__file__).resolve().parents[2]
 USER = "alice"
@@ -31,7 +32,7 @@ FAST_TIMING = {
     "cancel_fast_seconds": 0.0,
     "queued_end_status": "TERMINATED",
 }
-RUNNER_TIMEOUT = 30.0
+RUNNER_TIMEOUT = PROGRAM_EXIT_SECONDS  # when a test gives up on a runner: never a bound on its speed
 
 ALL_OUTPUT: list[bytes] = []
 
@@ -127,7 +128,7 @@ class Runner:
             assert API_KEY.encode() not in self.stdout and API_KEY.encode() not in self.stderr, "API key leaked"
         return code
 
-    def wait_for_stdout(self, needle: bytes, timeout: float = 15.0) -> None:
+    def wait_for_stdout(self, needle: bytes, timeout: float = PROGRAM_EXIT_SECONDS) -> None:
         deadline = time.monotonic() + timeout
         while needle not in self.stdout:
             if time.monotonic() > deadline or self.process.poll() is not None:

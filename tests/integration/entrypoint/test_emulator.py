@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from devplatform.emulator import EmulatorControl, EmulatorThread
-from tests.support.deadlines import HANG_SECONDS
+from tests.support.deadlines import HANG_SECONDS, PROGRAM_EXIT_SECONDS
 from tests.support.runner_processes import API_KEY, APP, ROOT, USER, direct_session, wait_for_job
 
 pytestmark = pytest.mark.timeout(HANG_SECONDS)
@@ -342,7 +342,7 @@ def test_cli_runs_as_a_process_and_cleans_up(tmp_path: Path) -> None:
         finally:
             api.session.close()
         process.send_signal(signal.SIGTERM)
-        assert process.wait(10) == 0
+        assert process.wait(PROGRAM_EXIT_SECONDS) == 0
         assert not state_file.exists()
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:  # the job's process group was killed with the emulator

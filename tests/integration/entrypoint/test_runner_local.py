@@ -5,7 +5,7 @@ import signal
 
 import pytest
 
-from tests.support.deadlines import HANG_SECONDS
+from tests.support.deadlines import HANG_SECONDS, PROGRAM_EXIT_SECONDS
 from tests.support.runner_processes import COVERAGE_VARIABLES, Runner, run_runner
 
 pytestmark = pytest.mark.timeout(HANG_SECONDS)
@@ -64,7 +64,7 @@ def test_signals_reach_the_child(signum: int, trapped: str) -> None:
     runner = Runner.start(local_env(APP_COMMAND_ARGS=command))
     runner.wait_for_stdout(b"ready\n")
     runner.send(signum)
-    assert runner.wait(10) == 0
+    assert runner.wait(PROGRAM_EXIT_SECONDS) == 0
     assert runner.out == f"ready\ngot {trapped}\n".encode()
 
 
@@ -72,7 +72,7 @@ def test_untrapped_sigterm_exits_143() -> None:
     runner = Runner.start(local_env(APP_COMMAND_ARGS="echo ready; exec sleep 30"))
     runner.wait_for_stdout(b"ready\n")
     runner.send(signal.SIGTERM)
-    assert runner.wait(10) == 143
+    assert runner.wait(PROGRAM_EXIT_SECONDS) == 143
 
 
 def test_gpu_shortage_warns_but_runs() -> None:
