@@ -18,17 +18,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bench import replay_admission
 from devplatform import certmanager, demo
-from devplatform.cluster import addons, controlplane, install, node, nodeconfig, processes
+from devplatform.cluster import addons, controlplane, install, node, nodeconfig
 from replay import come_home, record_file
 from replay.settings import (
     DEFAULT_COME_HOME_INTERVAL,
@@ -49,7 +48,6 @@ DEFAULT_ROUNDS = 5
 HOMECOMING_SECONDS = 2  # how often the controller looks for a burst pod to move
 REAL_NODE_CLAIM_WAIT_SECONDS = 1800.0  # another session may hold the machine's one real node
 NAMESPACE_GONE_SECONDS = 120
-REPLAY_TIMEOUT_SECONDS = 900.0
 HISTORY_FILE = "history-webhook.jsonl.gz"
 
 
@@ -173,18 +171,9 @@ def what_if_rows(history: Path, moves: Sequence[tuple[str, float]], *, share: fl
 
 def replay_history(out: Path) -> Path:
     """The default slice replayed once with the webhook policy, its history saved (3-5 minutes here)."""
-    argv = [sys.executable, "-m", "replay", "--policies", "webhook", "--save-history", "--out", str(out)]
-    completed = subprocess.run(
-        argv,
-        cwd=REPO_ROOT,
-        stdout=sys.stderr,
-        stderr=None,
-        timeout=REPLAY_TIMEOUT_SECONDS,
-        env=processes.build_child_environment(dict(os.environ)),
-        check=False,
+    replay_admission.run_replay(
+        [sys.executable, "-m", "replay", "--policies", "webhook", "--save-history", "--out", str(out)]
     )
-    if completed.returncode != 0:
-        raise RuntimeError(f"python -m replay exited with {completed.returncode}; its output is above")
     return out / HISTORY_FILE
 
 

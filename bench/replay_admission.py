@@ -58,13 +58,12 @@ def read_admission(report: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def run(run_dir: Path, *, webhook_tree: Path, quick: bool) -> dict[str, Any]:
-    out = run_dir / "replay"
-    argv = replay_argv(out, webhook_tree=webhook_tree, quick=quick)
+def run_replay(argv: list[str]) -> None:
+    """`python -m replay` with `argv`, its progress on stderr as the bench's own; raises if it fails."""
     completed = subprocess.run(
         argv,
         cwd=REPO_ROOT,
-        stdout=sys.stderr,  # its progress, as the bench's own, on stderr
+        stdout=sys.stderr,
         stderr=None,
         timeout=REPLAY_TIMEOUT_SECONDS,
         env=processes.build_child_environment(dict(os.environ)),
@@ -72,4 +71,9 @@ def run(run_dir: Path, *, webhook_tree: Path, quick: bool) -> dict[str, Any]:
     )
     if completed.returncode != 0:
         raise RuntimeError(f"python -m replay exited with {completed.returncode}; its output is above")
+
+
+def run(run_dir: Path, *, webhook_tree: Path, quick: bool) -> dict[str, Any]:
+    out = run_dir / "replay"
+    run_replay(replay_argv(out, webhook_tree=webhook_tree, quick=quick))
     return read_admission(json.loads((out / "report.json").read_text()))
