@@ -207,13 +207,12 @@ def wait_for(
 ) -> Any:
     """``probe()``'s first true value; TimeoutError once ``timeout`` seconds pass without one (the
     probe runs once more at the deadline)."""
-    deadline = clock() + timeout
-    for interval in poll_intervals():
+    deadline, pauses = clock() + timeout, poll_intervals()
+    while True:
         value = probe()
         if value:
             return value
         left = deadline - clock()
         if left <= 0:
             raise TimeoutError(f"no {what} after {timeout:g} s")
-        sleep(min(interval, left))
-    raise AssertionError("poll_intervals() never ends")
+        sleep(min(next(pauses), left))
