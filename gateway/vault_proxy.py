@@ -155,10 +155,6 @@ async def _verdict(request: Request, checker: PathChecker, after: list[asyncio.F
     return None
 
 
-async def _both(first: asyncio.Future[Any], second: asyncio.Future[Any]) -> None:
-    await asyncio.wait((first, second))  # waits, never cancels: neither is this one's
-
-
 class VaultProxy:
     """Relay one SFTP session: client (the pod) <-> vault, for the pod's `grant`."""
 
@@ -263,7 +259,8 @@ class VaultProxy:
         free = not in_use and len(self._held) < MAX_HELD and (self._barrier is None or self._barrier.done())
         if request.checks and request.early and free:
             held = self._held[request.id] = asyncio.ensure_future(_verdict(request, checker, after))
-            self._early_checked = asyncio.ensure_future(_both(self._early_checked, held))
+            # asyncio.wait waits, never cancels: neither is the next request's own.
+            self._early_checked = asyncio.ensure_future(asyncio.wait((self._early_checked, held)))
             return request, None
         if not self._early_checked.done():
             after.append(self._early_checked)
