@@ -21,7 +21,20 @@ from typing import Any, Final, NoReturn
 import requests
 from pythonjsonlogger.json import JsonFormatter
 
-from entrypoint import gang, homeward, local, plan, ports, remote, restart, signals, staging, statefile, termination
+from entrypoint import (
+    gang,
+    homeward,
+    leaving,
+    local,
+    plan,
+    ports,
+    remote,
+    restart,
+    signals,
+    staging,
+    statefile,
+    termination,
+)
 from entrypoint.remote_settings import Tuning
 from entrypoint.settings import Settings, SettingsError, parse_settings
 from jarvice import contract, exitcodes
@@ -272,7 +285,10 @@ def run(env: Mapping[str, str], argv: Sequence[str]) -> int:
     if settings.remote is None:
         local_plan = plan.build_plan(settings)
         assert isinstance(local_plan, plan.LocalPlan)
-        return local.run_local(local_plan, env=env)
+        leave, warning = leaving.plan_leave(pod_annotations(settings.pod_annotations_file), env)
+        if warning:
+            log.warning("invalid grace period", extra={"reason": warning})
+        return local.run_local(local_plan, env=env, leave=leave)
     try:
         journal, start = open_journal(settings)
     except statefile.StateDirError as exc:
