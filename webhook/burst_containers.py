@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from jarvice import contract
 from webhook import walltime
-from webhook.grace_period import grace_seconds
+from webhook.grace_period import grace_seconds, own_grace_seconds
 from webhook.json_patch import JsonPatchOp, escape
 from webhook.resources import all_containers, container_gpus, container_quantity, format_quantity_cores
 from webhook.rewrite_terms import BurstTerms, RewritePolicy
@@ -170,12 +170,42 @@ def _volume_ops(spec: Mapping[str, Any], used: set[str], policy: RewritePolicy) 
         projected = {"sources": [{"serviceAccountToken": token}], "defaultMode": 0o444}
         wanted.append({"name": contract.GATEWAY_TOKEN_VOLUME_NAME, "projected": projected})
     if contract.POD_INFO_VOLUME_NAME in used and contract.POD_INFO_VOLUME_NAME not in have:
-        # The pod's annotations, kept current by the kubelet: the runner sees the controller's move-home
-        # mark there (entrypoint.homeward), however the pod pays. Projected: never staged in on its own.
-        annotations = {"path": contract.POD_ANNOTATIONS_FILE, "fieldRef": {"fieldPath": "metadata.annotations"}}
-        projected = {"sources": [{"downwardAPI": {"items": [annotations]}}], "defaultMode": 0o444}
-        wanted.append({"name": contract.POD_INFO_VOLUME_NAME, "projected": projected})
+        wanted.append(_pod_info_volume())
     return _append_ops("/spec/volumes", volumes, wanted)
+
+
+def _pod_info_volume() -> dict[str, Any]:
+    """The pod's annotations, kept current by the kubelet: the runner sees the controller's move-home mark
+    there (entrypoint.homeward), however the pod pays, and whether the pod keeps the checkpoint contract
+    (entrypoint.leaving). Projected: never staged in on its own."""
+    annotations = {"path": contract.POD_ANNOTATIONS_FILE, "fieldRef": {"fieldPath": "metadata.annotations"}}
+    projected = {"sources": [{"downwardAPI": {"items": [annotations]}}], "defaultMode": 0o444}
+    return {"name": contract.POD_INFO_VOLUME_NAME, "projected": projected}
+
+
+def leave_ops(spec: Mapping[str, Any], gpu_resources: Sequence[str]) -> list[JsonPatchOp]:
+    """A pod decided local that keeps the checkpoint contract: each app container with GPUs gets the pod's
+    annotations file and its grace period, so that its runner turns the kubelet's SIGTERM (a preemption, a
+    drain, a delete) into the contract's checkpoint request and the pod leaves with its work
+    (entrypoint.leaving). Its grace period is the pod's own: nothing here runs remotely."""
+    ops: list[JsonPatchOp] = []
+    grace = str(own_grace_seconds(spec))
+    for index, container in enumerate(spec.get("containers") or ()):
+        if not container_gpus(container, gpu_resources):
+            continue
+        base = f"/spec/containers/{index}"
+        wanted: list[_EnvWish] = [
+            (contract.ENV_POD_ANNOTATIONS_FILE, _value(contract.ENV_POD_ANNOTATIONS_FILE, _POD_ANNOTATIONS_PATH), True),
+            (contract.ENV_GRACE_SECONDS, _value(contract.ENV_GRACE_SECONDS, grace), True),
+        ]
+        ops += _env_ops(base, container, wanted)
+        if not _mounts_path(container, contract.POD_INFO_MOUNT_PATH, _POD_INFO_NAME):
+            mount = {"name": contract.POD_INFO_VOLUME_NAME, "mountPath": contract.POD_INFO_MOUNT_PATH, "readOnly": True}
+            ops += _append_ops(f"{base}/volumeMounts", container.get("volumeMounts"), [mount])
+    volumes = spec.get("volumes") or []
+    if not ops or any(volume.get("name") == contract.POD_INFO_VOLUME_NAME for volume in volumes):
+        return ops
+    return ops + _append_ops("/spec/volumes", volumes, [_pod_info_volume()])
 
 
 def _gateway_vault_env(policy: RewritePolicy) -> list[_EnvWish]:

@@ -13,11 +13,15 @@ _GRACE = "terminationGracePeriodSeconds"
 DEFAULT_GRACE_SECONDS = 30  # what the API server gives a pod that sets none
 
 
+def own_grace_seconds(spec: Mapping[str, Any]) -> int:
+    """The grace period the pod asks for (the API server's default when it sets none)."""
+    current = spec.get(_GRACE)
+    return current if type(current) is int else DEFAULT_GRACE_SECONDS
+
+
 def grace_seconds(spec: Mapping[str, Any]) -> int:
     """The grace period the pod has once admitted: its own, raised to the minimum (see grace_period_ops)."""
-    current = spec.get(_GRACE)
-    own = current if type(current) is int else DEFAULT_GRACE_SECONDS
-    return max(own, contract.MIN_TERMINATION_GRACE_SECONDS)
+    return max(own_grace_seconds(spec), contract.MIN_TERMINATION_GRACE_SECONDS)
 
 
 def grace_period_ops(spec: Mapping[str, Any]) -> tuple[list[JsonPatchOp], str]:

@@ -9,14 +9,15 @@ rewrite is told `webhook.rewrite_terms`, and the grace period `webhook.grace_per
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
 from jarvice import contract, gpubudget
+from jarvice.checkpoint import ANNOTATION_CHECKPOINT_DIR
 from webhook import gpu_model_patch, spending
-from webhook.burst_containers import container_ops, price_text, walltime_note
+from webhook.burst_containers import container_ops, leave_ops, price_text, walltime_note
 from webhook.grace_period import grace_period_ops
 from webhook.json_patch import JsonPatchOp, escape
 from webhook.rewrite_terms import BurstTerms, RewritePolicy
@@ -52,6 +53,7 @@ def build_local_patch(
     reservation_id: str,
     notes: Mapping[str, str] | None = None,
     admission: str = "",
+    gpu_resources: Sequence[str] = (),
 ) -> list[JsonPatchOp]:
     """Local: annotations (decision, reason, candidate count, reservation id, the admission's token
     and `notes`) and the decision label."""
@@ -65,7 +67,18 @@ def build_local_patch(
         values[contract.ANNOTATION_RESERVATION] = reservation_id
     values = {**values, **(notes or {})}
     meta = pod.get("metadata") or {}
-    return _annotation_ops(meta, values) + _decision_label_ops(meta, contract.DECISION_LOCAL)
+    ops = _annotation_ops(meta, values) + _decision_label_ops(meta, contract.DECISION_LOCAL)
+    return ops + _leave_ops(pod, gpu_resources)
+
+
+def _leave_ops(pod: Mapping[str, Any], gpu_resources: Sequence[str]) -> list[JsonPatchOp]:
+    """A local pod that names a checkpoint directory leaves with its checkpoint when it is stopped
+    (webhook.burst_containers.leave_ops); any other local pod is only annotated."""
+    annotations = (pod.get("metadata") or {}).get("annotations")
+    directory = annotations.get(ANNOTATION_CHECKPOINT_DIR) if isinstance(annotations, dict) else None
+    if not gpu_resources or not isinstance(directory, str) or not directory.strip():
+        return []
+    return leave_ops(pod.get("spec") or {}, gpu_resources)
 
 
 def _token(admission: str) -> dict[str, str]:
@@ -93,7 +106,12 @@ def _audit_json(audit: Mapping[str, Any]) -> str:
 
 
 def build_kept_local_patch(
-    pod: Mapping[str, Any], *, reason: str, notes: Mapping[str, str] | None = None, admission: str = ""
+    pod: Mapping[str, Any],
+    *,
+    reason: str,
+    notes: Mapping[str, str] | None = None,
+    admission: str = "",
+    gpu_resources: Sequence[str] = (),
 ) -> list[JsonPatchOp]:
     """A pod that would burst but may not (its namespace's budget, an unknown cluster identity) stays
     as submitted and waits for local GPUs: only annotations (decision local, why, and `notes`). No
@@ -105,7 +123,8 @@ def build_kept_local_patch(
         **(notes or {}),
     }
     meta = pod.get("metadata") or {}
-    return _annotation_ops(meta, values) + _decision_label_ops(meta, contract.DECISION_LOCAL)
+    ops = _annotation_ops(meta, values) + _decision_label_ops(meta, contract.DECISION_LOCAL)
+    return ops + _leave_ops(pod, gpu_resources)
 
 
 def build_remote_patch(

@@ -95,7 +95,12 @@ def respond(
     warnings: list[str] = []
     if route == "local":
         patch = mutation.build_local_patch(
-            pod, decision=decision, reservation_id=verdict.reservation_id, notes=verdict.notes, admission=request.uid
+            pod,
+            decision=decision,
+            reservation_id=verdict.reservation_id,
+            notes=verdict.notes,
+            admission=request.uid,
+            gpu_resources=policy.gpu_resources,
         )
     elif route == "remote" and verdict.burst is not None:
         patch = mutation.build_remote_patch(
@@ -118,7 +123,9 @@ def respond(
         if verdict.burst is not None:
             warnings += verdict.burst.warnings
     else:  # kept local (a budget's doing or not): it waits for local GPUs as submitted
-        patch = mutation.build_kept_local_patch(pod, reason=verdict.reason, notes=verdict.notes, admission=request.uid)
+        patch = mutation.build_kept_local_patch(
+            pod, reason=verdict.reason, notes=verdict.notes, admission=request.uid, gpu_resources=policy.gpu_resources
+        )
         warnings = list(verdict.warnings)
     if cleared is not None:
         patch = [*cleared.ops, *patch]
