@@ -8,8 +8,10 @@ the holder deleted 40 s after the Job's JARVICE job started running, and what th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +19,7 @@ from devplatform import demo
 from devplatform.cluster import addons, controlplane, node
 from tests.support import move_home
 from tests.support.installed_controller import annotations_of, turn_homecoming_on
+from tests.support.real_node_pods import gpu_holder
 
 # 70 steps: about 42 remote, the rest local; every step counted once across the two runs.
 TRAINER = move_home.TrainerSettings(steps=70, seconds_per_step=1.0, checkpoint_every=10, run_remotely_seconds=40.0)
@@ -101,3 +104,85 @@ def test_a_running_burst_job_moves_home_from_its_checkpoint_with_every_step_done
         timeout=60,
     )
     assert "NimbixMoveGivenUp" not in reasons, reasons
+
+
+# 40 steps: about 12 here, the rest on Nimbix after the preemption; every step counted once.
+LEAVING = move_home.TrainerSettings(steps=40, seconds_per_step=1.0, checkpoint_every=10, run_remotely_seconds=0.0)
+PREEMPTOR_PRIORITY = "nimbix-burst-e2e-preemptor"
+
+
+@pytest.fixture
+def preemptor_priority(control_plane: controlplane.ControlPlane) -> Iterator[str]:
+    """A PriorityClass above the default 0: a pod of it takes the real node's GPUs from the trainer."""
+    body = {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": PREEMPTOR_PRIORITY},
+        "value": 1000000,
+        "description": "e2e: a pod that preempts a local training pod",
+    }
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps(body))
+    yield PREEMPTOR_PRIORITY
+    control_plane.kubectl("delete", "priorityclass", PREEMPTOR_PRIORITY, "--ignore-not-found", "--wait=false")
+
+
+def test_a_preempted_local_trainer_leaves_with_its_checkpoint_and_resumes_on_nimbix_with_every_step_once(
+    moves_home: None,
+    control_plane: controlplane.ControlPlane,
+    real_node: node.RealNode,
+    node_emulator: addons.EmulatorProcess,
+    namespace: str,
+    workspace: Path,
+    preemptor_priority: str,
+) -> None:
+    """The Job of docs/checkpoints.md runs here; a pod of a higher priority wants the real node's GPUs. The
+    scheduler preempts the trainer: its runner asks it for a checkpoint (SIGUSR1 for the kubelet's SIGTERM), the
+    trainer writes it and exits 0, the pod ends with the move's 81, and the Job's replacement, with no local GPU
+    left, bursts and resumes on Nimbix from that checkpoint. No failure counted, every step done once."""
+    ns, plane = namespace, control_plane
+    body = move_home.checkpointing_job(node_emulator, LEAVING)
+    job = body["metadata"]["name"]
+    plane.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(body))
+    (first,) = demo.wait_for(lambda: move_home.job_pods(plane, ns, job), what="the Job's first pod", timeout=30)
+    first_name, first_uid = first["metadata"]["name"], first["metadata"]["uid"]
+    assert annotations_of(first)["nimbix-burst.io/decision"] == "local", annotations_of(first)
+    demo.wait_for(
+        lambda: max(move_home.parse_steps(move_home.logs(plane, ns, first_name)) or [0]) >= 12,
+        what="12 local steps (a checkpoint written at step 10)",
+        timeout=120,
+    )
+    preemptor = gpu_holder(move_home.HOLDER, gpus=real_node.settings.gpus)
+    preemptor["spec"]["priorityClassName"] = preemptor_priority
+    plane.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(preemptor))
+
+    def replacement() -> dict[str, Any] | None:
+        pods = [p for p in move_home.job_pods(plane, ns, job) if p["metadata"]["uid"] != first_uid]
+        return pods[0] if pods else None
+
+    second = demo.wait_for(replacement, what="the preempted pod's replacement", timeout=120)
+    second_name = second["metadata"]["name"]
+    left = demo.read_pod(plane, ns, first_name)
+    local_log = move_home.logs(plane, ns, first_name)
+    assert demo.read_exit_code(left) == 81, (left["status"], local_log)  # left with its checkpoint
+    conditions = {c["type"]: c for c in left["status"].get("conditions") or ()}
+    assert conditions["DisruptionTarget"]["reason"] == "PreemptionByScheduler", conditions
+    assert annotations_of(second)["nimbix-burst.io/decision"] == "remote", annotations_of(second)
+    demo.wait_for(
+        lambda: (move_home.job_status(plane, ns, job).get("succeeded") or 0) >= 1,
+        what="the Job complete on Nimbix",
+        timeout=move_home.WAIT_SECONDS,
+    )
+    remote_log = move_home.logs(plane, ns, second_name)
+    status_of_job = move_home.job_status(plane, ns, job)
+    assert not status_of_job.get("failed"), f"the preemption was counted as a failure: {status_of_job}"
+
+    local_steps, remote_steps = move_home.parse_steps(local_log), move_home.parse_steps(remote_log)
+    resumed_at = move_home.parse_resumed(remote_log)
+    print(f"\nleft: local steps 1-{max(local_steps)}, resumed on Nimbix from step {resumed_at}")
+    assert f"SIGUSR1: stopped after step {max(local_steps)} with its checkpoint" in local_log, local_log
+    assert resumed_at == max(local_steps), remote_log  # the checkpoint it left with, none older
+    assert local_steps + remote_steps == list(range(1, LEAVING.steps + 1)), (local_log, remote_log)
+    assert "training done" in remote_log
+    assert [j["status"] for j in demo.fetch_emulator_jobs(node_emulator.url, pod_uid=second["metadata"]["uid"])] == [
+        "COMPLETED"
+    ]

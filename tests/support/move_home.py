@@ -159,7 +159,7 @@ def job_event_reasons(plane: controlplane.ControlPlane, namespace: str, job: str
     return {str(event.get("reason")) for event in items}
 
 
-def _logs(plane: controlplane.ControlPlane, namespace: str, pod: str) -> str:
+def logs(plane: controlplane.ControlPlane, namespace: str, pod: str) -> str:
     return plane.kubectl("-n", namespace, "logs", pod, check=False).stdout
 
 
@@ -194,7 +194,7 @@ def move_home_once(
         pod = demo.read_pod(plane, ns, first_name)
         if demo.read_exit_code(pod) is not None:  # ended before it ran: say why, not only that it timed out
             raise AssertionError(
-                f"the burst pod ended (exit {demo.read_exit_code(pod)}), jobs {jobs}:\n{_logs(plane, ns, first_name)}"
+                f"the burst pod ended (exit {demo.read_exit_code(pod)}), jobs {jobs}:\n{logs(plane, ns, first_name)}"
             )
         return None
 
@@ -202,13 +202,11 @@ def move_home_once(
         demo.wait_for(remote_job, what="its JARVICE job running", timeout=120)
     except TimeoutError as exc:
         pod = demo.read_pod(plane, ns, first_name)
-        log = _logs(plane, ns, first_name)
+        log = logs(plane, ns, first_name)
         raise AssertionError(f"{exc}: pod status {json.dumps(pod['status'])}\nlog:\n{log}") from None
     started = time.monotonic()
     demo.wait_for(
-        lambda: (
-            time.monotonic() - started >= trainer.run_remotely_seconds and parse_steps(_logs(plane, ns, first_name))
-        ),
+        lambda: time.monotonic() - started >= trainer.run_remotely_seconds and parse_steps(logs(plane, ns, first_name)),
         what=f"{trainer.run_remotely_seconds:g} s of remote steps in the pod's log",
         timeout=trainer.run_remotely_seconds + 60,
     )
@@ -231,7 +229,7 @@ def move_home_once(
     second = demo.wait_for(replacement, what="the moved pod's replacement", timeout=120)
     second_name = second["metadata"]["name"]
     assert annotations_of(second)[contract.ANNOTATION_DECISION] == "local", annotations_of(second)
-    demo.wait_for(lambda: parse_steps(_logs(plane, ns, second_name)), what="the replacement's first step", timeout=120)
+    demo.wait_for(lambda: parse_steps(logs(plane, ns, second_name)), what="the replacement's first step", timeout=120)
     first_step_after = time.monotonic() - freed
     demo.wait_for(
         lambda: (job_status(plane, ns, job).get("succeeded") or 0) >= 1, what="the Job complete", timeout=WAIT_SECONDS
@@ -243,6 +241,6 @@ def move_home_once(
         remote_status=remote_status,
         completed_after_s=completed_after,
         first_local_step_after_s=first_step_after,
-        remote_log=_logs(plane, ns, first_name),
-        local_log=_logs(plane, ns, second_name),
+        remote_log=logs(plane, ns, first_name),
+        local_log=logs(plane, ns, second_name),
     )
