@@ -3,11 +3,15 @@
 A pod that keeps the checkpoint contract (it names `nimbix-burst.io/checkpoint-dir`, docs/checkpoints.md)
 and runs here is stopped like any pod: the kubelet sends SIGTERM, and SIGKILL when its grace period is
 over. Its runner turns the first SIGTERM into the contract's request, SIGUSR1: the program writes a
-checkpoint into the directory and exits 0. The runner then exits EXIT_MOVED_HOME, which the Job's
-podFailurePolicy ignores (webhook/job_policy.py) as it ignores the disruption itself: the Job creates
-the replacement, counting no failure, and the replacement resumes from that checkpoint wherever the
-webhook decides it (on Nimbix when the GPUs went to the preemptor, through the staged checkpoint
-directory). An exit 0 there would count as the Job's success with the work not done.
+checkpoint into the directory and exits 0. The runner then exits as a stopped pod does (143): an exit 0
+would count as the Job's success with the work not done. A preemption or an eviction (a drain) marks the
+pod `DisruptionTarget`, which the Job's podFailurePolicy ignores (webhook/job_policy.py): the Job creates
+the replacement, counting no failure, and it resumes from that checkpoint wherever the webhook decides
+it (on Nimbix when the GPUs went to the preemptor, through the staged checkpoint directory).
+
+Not the move's 81, which the policy ignores whatever stopped the pod: the kubelet also sends SIGTERM for
+a failed liveness probe, and a pod killed that way would be replaced for free, forever. Whether a stop
+is free is the API server's to say (the condition), never the pod's.
 
 A program that has not exited when little of the grace period is left gets SIGTERM after all ("stop
 now"), so it may still stop before the kubelet's SIGKILL; a second SIGTERM is passed on at once.
@@ -22,7 +26,7 @@ from typing import Final
 
 from entrypoint.homeward import CHECKPOINT_SIGNAL, names_checkpoints
 from jarvice import contract
-from jarvice.exitcodes import EXIT_MOVED_HOME, EXIT_OK
+from jarvice.exitcodes import EXIT_OK, EXIT_TERMINATED
 
 STOP_SIGNAL: Final = int(signal.SIGTERM)
 # What the API server gives a pod that sets no terminationGracePeriodSeconds.
@@ -78,5 +82,5 @@ def forward(signum: int, *, plan: LeavePlan | None, asked: bool) -> Forward:
 
 
 def final_exit(code: int, *, asked: bool) -> int:
-    """The runner's exit: a move's when the program, asked for a checkpoint, exited 0; else `code`."""
-    return EXIT_MOVED_HOME if asked and code == EXIT_OK else code
+    """The runner's exit: a stopped pod's when the program, asked for a checkpoint, exited 0; else `code`."""
+    return EXIT_TERMINATED if asked and code == EXIT_OK else code

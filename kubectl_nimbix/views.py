@@ -94,8 +94,6 @@ def build_status_row(pod: Mapping[str, Any]) -> StatusRow | None:
         state = stage
     if annotations.get(contract.ANNOTATION_MOVE_HOME):  # the controller moves its running job home
         state = move_state(pod, phase) or state
-    elif decision == contract.DECISION_LOCAL and phase == "Failed" and EXIT_MOVED_HOME in _exit_codes(pod):
-        state = "left with checkpoint"  # stopped here, its program checkpointed: the Job's next pod resumes
     if phase in ("Succeeded", "Failed") and kept_in_vault(pod):  # the job's outputs wait in the vault
         state = "outputs in vault"
     deadline = annotations.get(contract.ANNOTATION_BURST_DEADLINE, "")
@@ -119,16 +117,12 @@ def move_state(pod: Mapping[str, Any], phase: str) -> str:
     checkpoint copied back), `moved home` once it left with the checkpoint; "" when it ended otherwise."""
     if phase not in ("Succeeded", "Failed"):
         return "moving home"
-    return "moved home" if EXIT_MOVED_HOME in _exit_codes(pod) else ""
-
-
-def _exit_codes(pod: Mapping[str, Any]) -> list[object]:
-    """The exit codes of the pod's containers that ended."""
-    return [
+    codes = [
         (status.get("state") or {}).get("terminated", {}).get("exitCode")
         for status in (pod.get("status") or {}).get("containerStatuses") or ()
         if isinstance(status, Mapping)
     ]
+    return "moved home" if EXIT_MOVED_HOME in codes else ""
 
 
 def kept_in_vault(pod: Mapping[str, Any]) -> str:

@@ -13,7 +13,8 @@ a Job whose pod template carries `task-type: Nimbix`, and only when its pods' `r
 The second rule (`{action: Ignore, onExitCodes: {operator: In, values: [81]}}`) serves a running burst
 job's move home: its runner exits 81 once the checkpoint is copied back (controller.moving), and the Job
 creates the replacement, which resumes from the checkpoint. The runner never exits 81 otherwise: a
-program's own 81 is reported as 1.
+program's own 81 is reported as 1. (A local pod leaving with its checkpoint, entrypoint.leaving, exits 143:
+the first rule makes its preemption or drain free, the API server's condition, not the pod's word.)
 """
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ def test_a_preempted_local_trainer_leaves_with_its_checkpoint_and_resumes_on_nim
 ) -> None:
     """The Job of docs/checkpoints.md runs here; a pod of a higher priority wants the real node's GPUs. The
     scheduler preempts the trainer: its runner asks it for a checkpoint (SIGUSR1 for the kubelet's SIGTERM), the
-    trainer writes it and exits 0, the pod ends with the move's 81, and the Job's replacement, with no local GPU
+    trainer writes it and exits 0, the pod ends as a stopped one (143), and the Job's replacement, with no local GPU
     left, bursts and resumes on Nimbix from that checkpoint. No failure counted, every step done once."""
     ns, plane = namespace, control_plane
     body = move_home.checkpointing_job(node_emulator, LEAVING)
@@ -163,7 +163,7 @@ def test_a_preempted_local_trainer_leaves_with_its_checkpoint_and_resumes_on_nim
     second_name = second["metadata"]["name"]
     left = demo.read_pod(plane, ns, first_name)
     local_log = move_home.logs(plane, ns, first_name)
-    assert demo.read_exit_code(left) == 81, (left["status"], local_log)  # left with its checkpoint
+    assert demo.read_exit_code(left) == 143, (left["status"], local_log)  # stopped: never the Job's success
     conditions = {c["type"]: c for c in left["status"].get("conditions") or ()}
     assert conditions["DisruptionTarget"]["reason"] == "PreemptionByScheduler", conditions
     assert annotations_of(second)["nimbix-burst.io/decision"] == "remote", annotations_of(second)

@@ -1,7 +1,7 @@
 """A local pod leaving with its checkpoint, as real processes: the runner (`python -m entrypoint`, local mode)
 with the pod's annotations file naming a checkpoint directory, running the example app's trainer. The kubelet's
-SIGTERM becomes the contract's SIGUSR1; the trainer checkpoints and exits 0; the runner exits the move's 81,
-which the Job's failure policy ignores, and the next run resumes from the checkpoint with every step done once."""
+SIGTERM becomes the contract's SIGUSR1; the trainer checkpoints and exits 0; the runner exits as a stopped pod
+(143, never the Job's success), and the next run resumes from the checkpoint with every step done once."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jarvice.exitcodes import EXIT_MOVED_HOME
+from jarvice.exitcodes import EXIT_TERMINATED
 from tests.integration.entrypoint.test_runner_local import local_env
 from tests.support.deadlines import HANG_SECONDS, PROGRAM_EXIT_SECONDS
 from tests.support.runner_processes import Runner, run_runner
@@ -55,7 +55,7 @@ def test_sigterm_checkpoints_the_trainer_and_the_next_run_resumes_with_every_ste
     first = Runner.start(leaving_env(tmp_path), args=trainer(tmp_path))
     first.wait_for_stdout(b"step 7/")
     first.send(signal.SIGTERM)
-    assert first.wait(PROGRAM_EXIT_SECONDS) == EXIT_MOVED_HOME, first.err
+    assert first.wait(PROGRAM_EXIT_SECONDS) == EXIT_TERMINATED, first.err
     stopped = steps(first.out)[-1]
     assert f"SIGUSR1: stopped after step {stopped} with its checkpoint".encode() in first.out, first.out
     assert "asked the program for a checkpoint before it stops" in first.messages()
@@ -103,7 +103,7 @@ def test_an_unreadable_grace_period_is_a_warning_and_the_default(tmp_path: Path)
     runner = Runner.start(leaving_env(tmp_path, grace="soon"), args=trainer(tmp_path))
     runner.wait_for_stdout(b"step 2/")
     runner.send(signal.SIGTERM)
-    assert runner.wait(PROGRAM_EXIT_SECONDS) == EXIT_MOVED_HOME, runner.err
+    assert runner.wait(PROGRAM_EXIT_SECONDS) == EXIT_TERMINATED, runner.err
     (warning,) = [entry for entry in runner.logs() if entry["level"] == "WARNING"]
     assert warning["message"] == "invalid grace period"
     assert "NIMBIX_BURST_GRACE_SECONDS='soon'" in warning["reason"]

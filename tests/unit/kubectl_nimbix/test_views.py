@@ -346,25 +346,6 @@ def test_a_pod_moving_home_says_so(raw: dict[str, Any], state: str) -> None:
     assert dict(views.explain_pod(raw))["Moving home from job"] == "4711"
 
 
-def local_ended(code: int, phase: str = "Failed") -> dict[str, Any]:
-    raw = pod(annotations={P + "decision": "local"}, phase=phase)
-    raw["status"]["containerStatuses"] = [{"name": "app", "state": {"terminated": {"exitCode": code}}}]
-    return raw
-
-
-@pytest.mark.parametrize(
-    ("raw", "state"),
-    [
-        pytest.param(local_ended(81), "left with checkpoint", id="left"),
-        pytest.param(local_ended(143), "", id="stopped"),
-        pytest.param(local_ended(0, "Succeeded"), "", id="done"),
-    ],
-)
-def test_a_local_pod_that_left_with_its_checkpoint_says_so(raw: dict[str, Any], state: str) -> None:
-    row = views.build_status_row(raw)
-    assert row is not None and row.state == state
-
-
 def ended(message: object, *, phase: str = "Failed") -> dict[str, Any]:
     """A burst pod whose runner's container ended with `message` as its termination message."""
     raw = pod(annotations={P + "decision": "remote", P + "job-number": "7"}, phase=phase)
