@@ -146,11 +146,16 @@ def test_a_preempted_local_trainer_leaves_with_its_checkpoint_and_resumes_on_nim
     (first,) = demo.wait_for(lambda: move_home.job_pods(plane, ns, job), what="the Job's first pod", timeout=30)
     first_name, first_uid = first["metadata"]["name"], first["metadata"]["uid"]
     assert annotations_of(first)["nimbix-burst.io/decision"] == "local", annotations_of(first)
-    demo.wait_for(
-        lambda: max(move_home.parse_steps(move_home.logs(plane, ns, first_name)) or [0]) >= 12,
-        what="12 local steps (a checkpoint written at step 10)",
-        timeout=120,
-    )
+    try:
+        demo.wait_for(
+            lambda: max(move_home.parse_steps(move_home.logs(plane, ns, first_name)) or [0]) >= 12,
+            what="12 local steps (a checkpoint written at step 10)",
+            timeout=120,
+        )
+    except TimeoutError as exc:
+        said = plane.kubectl("-n", ns, "logs", first_name, check=False)
+        pod = demo.read_pod(plane, ns, first_name)
+        raise AssertionError(f"{exc}: kubectl logs {said.returncode} {said.stdout!r} {said.stderr!r}; {pod['status']}")
     preemptor = gpu_holder(move_home.HOLDER, gpus=real_node.settings.gpus)
     preemptor["spec"]["priorityClassName"] = preemptor_priority
     plane.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(preemptor))
