@@ -5,7 +5,10 @@ The pod is read from the API server (never a path from the caller): its UID must
 about (a replacement of the same name is another pod). Its Job's directory is reachable only once that
 Job is found with the UID the pod's controller reference names, as for the pod's own SFTP sessions
 (gateway.vault_server). Every path is checked as written and as the vault resolves it, so a link the
-job made in its directory leads nowhere else. One SSH connection per ask, closed after it.
+job made in its directory leads nowhere else; a directory is resolved again after its listing, and one
+that changed meanwhile is refused (a job that swaps it for a link and back between the three requests
+is the SFTP endpoint's known limit too: at worst names and times of files are shown to the controller).
+One SSH connection per ask, closed after it.
 """
 
 from __future__ import annotations
@@ -57,11 +60,15 @@ class _Vault:
         self._root = root
         self._place = place
 
-    async def _checked(self, path: str) -> bytes:
-        parts = split_path(path)
+    async def _resolved(self, path: str) -> bytes:
+        """The vault's realpath of `path`, checked to stay in the pod's directories."""
         resolved = await self._sftp.realpath(path.encode("utf-8", "surrogateescape"))
         below = relative_to_root(resolved.decode("utf-8", "surrogateescape"), self._root)
-        check_resolved(parts, below, self._place.grant, passage_ok=False, how="full")
+        check_resolved(split_path(path), below, self._place.grant, passage_ok=False, how="full")
+        return resolved
+
+    async def _checked(self, path: str) -> bytes:
+        await self._resolved(path)
         return path.encode("utf-8", "surrogateescape")
 
     async def read_lease(self) -> str | None:
@@ -76,7 +83,10 @@ class _Vault:
     async def listing(self, path: str) -> list[Entry]:
         """The directory's entries; none when it does not exist (the program has not made it yet)."""
         try:
-            names = await self._sftp.readdir(await self._checked(path))
+            resolved = await self._resolved(path)
+            names = await self._sftp.readdir(path.encode("utf-8", "surrogateescape"))
+            if await self._resolved(path) != resolved:  # swapped for a link meanwhile: what was listed is unknown
+                raise PathRefused(f"{path!r} changed while it was listed")
         except asyncssh.SFTPNoSuchFile:
             return []
         return [
