@@ -105,8 +105,9 @@ class Homecomer:
         # Every round, candidates or not: may_bring_home() tells the truth between rounds too.
         self._settling = homecoming.still_settling(self._settling, self._store.labeled(), now=self._clock())
         pods = [pod for pod in self._store.labeled() if homecoming.is_candidate(pod)]
-        self._noted &= {pod.uid for pod in pods}
-        self._waiting = {uid: note for uid, note in self._waiting.items() if uid in {pod.uid for pod in pods}}
+        candidates = {pod.uid for pod in pods}
+        self._noted &= candidates
+        self._waiting = {uid: note for uid, note in self._waiting.items() if uid in candidates}
         if not pods:
             return self._interval
         try:
