@@ -102,7 +102,7 @@ def lease_holder(text: str) -> str | None:
 
 def _burst_container(pod: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
     found = [
-        (env[contract.ENV_CONTAINER_NAME], env)
+        (env[contract.ENV_CONTAINER_NAME].strip(), env)
         for container in (pod.get("spec") or {}).get("containers") or ()
         if isinstance(container, Mapping) and contract.ENV_CONTAINER_NAME in (env := container_env(container))
     ]

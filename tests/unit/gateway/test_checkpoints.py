@@ -90,6 +90,8 @@ def test_a_pod_of_a_job_looks_in_the_jobs_directory_it_holds_the_lease_of() -> N
         f"nimbix-burst/.leases/job-{JOB}.main",
     )
     assert place.checkpoint_dir == "/workspace/ckpt"
+    spaced = pod(env={"NIMBIX_BURST_CONTAINER": " main ", "NIMBIX_BURST_DATA_KEY": f" job-{JOB} "})
+    assert checkpoint_place(spaced, job_uid=JOB) == place  # read as the runner reads its env: stripped
     mine, theirs = (staging.render_lease(pod_uid=uid, job_label="k8s-x") for uid in (POD, OTHER))
     assert work_dir(place, mine) == shared
     assert work_dir(place, theirs) == place.own  # another pod holds it: the runner staged into its own
