@@ -154,8 +154,12 @@ async def _build(settings: Settings) -> web.Application:
     else:
         log.warning("orphan reaper off", extra={"reason": settings.reap_disabled_reason})
     gateway_session = requests.Session()  # its own: the stopper's loop runs in its own worker thread
-    if settings.gateway_url:
-        access = GatewayAccess(settings.gateway_url, settings.gateway_ca_file, settings.gateway_token_file)
+    access = (
+        GatewayAccess(settings.gateway_url, settings.gateway_ca_file, settings.gateway_token_file)
+        if settings.gateway_url
+        else None
+    )
+    if access is not None:
 
         async def stop_unaccounted() -> None:
             await cluster_known.wait()
@@ -219,7 +223,15 @@ async def _build(settings: Settings) -> web.Application:
             interval=settings.homecoming_seconds,
             stale_after=settings.watch_stale_seconds,
             # Running burst jobs of pods that opted in move home from their checkpoints (same loop, same client).
-            mover=Mover(jarvice=homecoming_client, kube=kube, metrics=metrics),
+            mover=Mover(
+                jarvice=homecoming_client,
+                kube=kube,
+                metrics=metrics,
+                # The checkpoint's age, read in the vault by the gateway (none without one: not known).
+                checkpoints=GatewayJobs(access, session=homecoming_session, read_file=_read_file)
+                if access is not None
+                else None,
+            ),
             came_home=came_home,
         )
         background.append(every(settings.homecoming_seconds, homecomer.round, name="homecoming"))

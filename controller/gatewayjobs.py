@@ -1,4 +1,5 @@
-"""Every account's live jobs, and their termination, through the add-on's JARVICE gateway (I/O).
+"""Every account's live jobs, their termination, and a burst pod's newest checkpoint in its vault,
+through the add-on's JARVICE gateway (I/O).
 
 The gateway alone holds the accounts' keys; the controller asks with its projected ServiceAccount token
 (an audience of its own, re-read at each call: the kubelet rotates it) over HTTPS, trusting the CA that
@@ -13,6 +14,7 @@ from typing import Final
 import requests
 
 from controller.accounting import GatewayAnswerError, LiveJob, parse_gateway_jobs
+from controller.moving import LastCheckpoint, parse_last_checkpoint
 
 TIMEOUT: Final = (5.0, 30.0)
 HTTP_OK, HTTP_NOT_FOUND = 200, 404
@@ -48,12 +50,15 @@ class GatewayJobs:
             ) from None
         return {"Authorization": f"Bearer {token}"}
 
-    def _call(self, method: str, path: str, body: object = None) -> requests.Response:
+    def _call(
+        self, method: str, path: str, body: object = None, params: dict[str, str] | None = None
+    ) -> requests.Response:
         try:
             return self._session.request(
                 method,
                 f"{self._access.url}{path}",
                 json=body,
+                params=params,
                 headers=self._headers(),
                 verify=self._access.ca_file,
                 timeout=TIMEOUT,
@@ -76,3 +81,14 @@ class GatewayJobs:
             raise JobGone(f"job {number} of account {account}: {response.text[:300]}")
         if response.status_code != HTTP_OK:
             raise GatewayError(f"terminate {number} of {account}: HTTP {response.status_code}: {response.text[:300]}")
+
+    def newest_checkpoint(self, namespace: str, name: str, uid: str) -> LastCheckpoint:
+        """The newest complete checkpoint the pod's remote job wrote (its name "" when there is none yet)."""
+        path = "/controller/checkpoint"
+        response = self._call("GET", path, params={"namespace": namespace, "pod": name, "uid": uid})
+        if response.status_code != HTTP_OK:
+            raise GatewayError(f"{path}: HTTP {response.status_code}: {response.text[:300]}")
+        try:
+            return parse_last_checkpoint(response.json())
+        except ValueError as exc:
+            raise GatewayError(f"{path}: {exc}") from None

@@ -89,6 +89,8 @@ class Homecomer:
         # are not counted as used by the webhook's dry runs, so no other pod comes home.
         self._settling: homecoming.Settling | None = None
         self._noted: set[str] = set()  # pod UIDs whose "stays, its job started" was looked at
+        # Pods refused a move for now only (a stale checkpoint), looked at each round: the note last written.
+        self._waiting: dict[str, str] = {}
         # Running burst jobs move home from their checkpoints (None: they stay remote to the end).
         self._mover = mover
 
@@ -103,7 +105,9 @@ class Homecomer:
         # Every round, candidates or not: may_bring_home() tells the truth between rounds too.
         self._settling = homecoming.still_settling(self._settling, self._store.labeled(), now=self._clock())
         pods = [pod for pod in self._store.labeled() if homecoming.is_candidate(pod)]
-        self._noted &= {pod.uid for pod in pods}
+        candidates = {pod.uid for pod in pods}
+        self._noted &= candidates
+        self._waiting = {uid: note for uid, note in self._waiting.items() if uid in candidates}
         if not pods:
             return self._interval
         try:
@@ -180,11 +184,17 @@ class Homecomer:
         if assessment.verdict == "stay":
             if self._mover is not None and job is not None:
                 # A failed call: asked again next round. The Job's pods now are never its replacement.
-                moved, why = self._mover.consider(pod, parse_job(job), jobs, self._store.labeled())
+                moved, why, again = self._mover.consider(pod, parse_job(job), jobs, self._store.labeled())
                 if moved:
                     self.came_home.add(pod.owner.uid)
                     return True
                 assessment = homecoming.Assessment("stay", f"{assessment.reason}; not moved home: {why}")
+                if again:  # a stale checkpoint: the next one may be on time; said once per text
+                    note = homecoming.started_note(assessment, reason=reason)
+                    if self._waiting.get(pod.uid) != note:
+                        self._note(pod, note)
+                        self._waiting[pod.uid] = note
+                    return False
             self._noted.add(pod.uid)  # looked at once it fits: a move home is decided then or never
             self._note(pod, homecoming.started_note(assessment, reason=reason))
             log.info("burst pod stays: its job started", extra=log_context(pod, reason=assessment.reason))

@@ -172,7 +172,8 @@ class Metrics:
         self.errors = Counter(
             "nimbix_burst_controller_errors",
             "Failed actions, by kind (kubernetes, kubernetes-identity, jarvice-list, jarvice-history,"
-            " jarvice-machines, jarvice-terminate, spend-record, gateway-jobs, gateway-terminate)",
+            " jarvice-machines, jarvice-terminate, spend-record, gateway-jobs, gateway-terminate,"
+            " gateway-checkpoint)",
             ["kind"],
             registry=r,
         )

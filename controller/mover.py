@@ -2,11 +2,13 @@
 
 The homecomer hands it a burst pod whose JARVICE job runs and which a local node could run now (the
 webhook's dry run said so). It reads the pod's checkpoint contract (the pod's and its namespace's
-annotations), prices the rest of the walltime on the job's machine, and when `moving.decide` says go,
-marks the pod (`nimbix-burst.io/move-home: <job>`): the runner asks its job for the checkpoint. Each
-round then advances every move from what the API server and JARVICE say (`moving.advance`), records
-its steps as Events on the Job, takes the mark away from a move given up before the job ended, and
-terminates a job still live after its pod left with the checkpoint.
+annotations), prices the rest of the walltime on the job's machine, and, only when that would go,
+asks the gateway for the newest checkpoint in the job's vault directory (unanswered: not known, the
+move may go as without a gateway). When `moving.decide` says go, it marks the pod
+(`nimbix-burst.io/move-home: <job>`): the runner asks its job for the checkpoint. Each round then
+advances every move from what the API server and JARVICE say (`moving.advance`), records its steps
+as Events on the Job, takes the mark away from a move given up before the job ended, and terminates
+a job still live after its pod left with the checkpoint.
 """
 
 from __future__ import annotations
@@ -35,6 +37,10 @@ class MoverJarvice(Protocol):
     def fetch_jobs(self, *, completed: bool, deadline: float | None = None) -> Mapping[int, JobEntry]: ...
     def fetch_machines(self) -> Mapping[str, Machine]: ...
     def terminate(self, number: int, *, deadline: float | None = None) -> None: ...
+
+
+class MoverCheckpoints(Protocol):
+    def newest_checkpoint(self, namespace: str, name: str, uid: str) -> moving.LastCheckpoint: ...
 
 
 class MoverKube(Protocol):
@@ -72,8 +78,10 @@ class Mover:
         metrics: Metrics,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        checkpoints: MoverCheckpoints | None = None,
     ) -> None:
         self._jarvice = jarvice
+        self._checkpoints = checkpoints  # the gateway (None: the checkpoint's age is never known)
         self._kube = kube
         self._metrics = metrics
         self._clock = clock
@@ -84,33 +92,39 @@ class Mover:
 
     def consider(
         self, pod: PodView, owner: OwnerState, jobs: Sequence[JobEntry], pods: Iterable[PodView] = ()
-    ) -> tuple[bool, str]:
-        """Start moving `pod` home (True) or say why not (False, the reason). `pods`: the pods seen now
-        (those of its Job are never its replacement)."""
+    ) -> tuple[bool, str, bool]:
+        """Start moving `pod` home (True) or say why not (False, the reason, and whether it may pass in a
+        later round: a stale checkpoint). `pods`: the pods seen now (those of its Job are never its replacement)."""
         if pod.uid in self.moves:
-            return False, "its move home is under way"
+            return False, "its move home is under way", False
         if len(jobs) != 1:
-            return False, "it has more than one JARVICE job (one per burst container): it does not move home"
+            return False, "it has more than one JARVICE job (one per burst container): it does not move home", False
         (job,) = jobs
         annotations = (self._kube.read_pod(pod.namespace, pod.name).get("metadata") or {}).get("annotations") or {}
         namespace = self._kube.list_namespace_annotations().get(pod.namespace, {})
         try:
             terms = parse_checkpoint_contract(annotations, namespace)
         except CheckpointContractError as exc:
-            return False, f"its checkpoint annotations cannot be used: {exc}"
+            return False, f"its checkpoint annotations cannot be used: {exc}", False
         machine = self._jarvice.fetch_machines().get(job.machine)
-        choice = moving.decide(
-            terms,
-            job,
-            price_per_hour=machine.price_for(job.nodes) if machine is not None else None,
-            gpus=machine.gpus * job.nodes if machine is not None else 0,
-            now=self._wall_clock(),
-            checkpoint_age=None,  # the remote checkpoint directory is not seen from here
-            policy_ignores_move=owner.moves_home,
-            parallel_unindexed=0 if owner.indexed else owner.parallelism,
-        )
+
+        def decide(checkpoint: moving.LastCheckpoint | None) -> moving.MoveChoice:
+            return moving.decide(
+                terms,
+                job,
+                price_per_hour=machine.price_for(job.nodes) if machine is not None else None,
+                gpus=machine.gpus * job.nodes if machine is not None else 0,
+                now=self._wall_clock(),
+                checkpoint=checkpoint,
+                policy_ignores_move=owner.moves_home,
+                parallel_unindexed=0 if owner.indexed else owner.parallelism,
+            )
+
+        choice = decide(None)
+        if choice.go and self._checkpoints is not None:  # asked only when it decides: a vault read each
+            choice = decide(self._last_checkpoint(pod, job))
         if not choice.go:
-            return False, choice.reason
+            return False, choice.reason, choice.again
         assert pod.owner is not None
         self._kube.patch_pod_json(
             pod.namespace, pod.name, [{"op": "add", "path": _MARK_PATH, "value": str(job.number)}]
@@ -126,7 +140,23 @@ class Mover:
         self.moves[pod.uid] = (pod, progress.move)
         self._report(pod, progress)
         log.info("moving a running burst job home", extra=log_context(pod, job=job.number, reason=choice.reason))
-        return True, choice.reason
+        return True, choice.reason, False
+
+    def _last_checkpoint(self, pod: PodView, job: JobEntry) -> moving.LastCheckpoint | None:
+        """The newest checkpoint the gateway found; None when it did not answer (the move may go, as
+        without a gateway: an unreachable vault must not keep every job remote)."""
+        assert self._checkpoints is not None
+        try:
+            found = self._checkpoints.newest_checkpoint(pod.namespace, pod.name, pod.uid)
+        except Exception:
+            self._metrics.errors.labels(kind="gateway-checkpoint").inc()
+            log.warning("checkpoint not known", extra=log_context(pod, job=job.number), exc_info=True)
+            return None
+        log.info(
+            "checkpoint looked at",
+            extra=log_context(pod, job=job.number, checkpoint=found.name, written=found.written),
+        )
+        return found
 
     def round(self, pods: Iterable[PodView]) -> dict[str, frozenset[str]]:
         """Advances every move; returns, by Job UID, those whose pod left with its checkpoint this round (their

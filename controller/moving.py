@@ -4,7 +4,9 @@ A queued burst job comes home by deleting its pod (controller.homecoming). A run
 keep: it moves home from its checkpoint. The pod opted in (`nimbix-burst.io/come-home: running`, with a
 `checkpoint-dir` under a staged path); a local node can run it (the same accounted decision as a queued
 homecoming: the webhook's dry run, one pod a round, none while the last one settles); and it is worth
-it (the rest of its walltime at its machine's price is above `come-home-min-saving`). Then:
+it (the rest of its walltime at its machine's price is above `come-home-min-saving`); and its last
+checkpoint is fresh (`checkpoint_stale`: the work a failed move would cost is within its interval).
+Then:
 
 1. asked: the controller marks the pod (`nimbix-burst.io/move-home: <job number>`); the pod's runner
    sees the mark and asks the job for a checkpoint through JARVICE's signal path (SIGUSR1 to the
@@ -28,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Final, Literal
 
+from controller.model import format_time
 from jarvice.checkpoint import CheckpointContract
 from jarvice.exitcodes import EXIT_MOVED_HOME
 from jarvice.model import STATUS_COMPLETED, JobEntry, is_terminal
@@ -35,6 +38,11 @@ from jarvice.model import STATUS_COMPLETED, JobEntry, is_terminal
 # The checkpoint asked for must be written (the job ends COMPLETED) within this long: a program that
 # does not answer SIGUSR1 keeps running remotely.
 CHECKPOINT_DEADLINE_SECONDS: Final = 300.0
+# How much older than its interval the work since the last checkpoint may be before a move is refused:
+# a homecoming round late (10 s apart), the listing through the gateway, a write that ended just before
+# its rename, and the vault's clock a few seconds off the cluster's. Never a move refused for a
+# checkpoint that came on time.
+FRESHNESS_SLACK_SECONDS: Final = 30
 # After the job ended, the runner copies the checkpoint back and its pod ends within this long.
 COPY_BACK_DEADLINE_SECONDS: Final = 900.0
 # The replacement binds to a node (or bursts again) within this long (as a queued homecoming settles).
@@ -47,6 +55,56 @@ class MoveChoice:
     reason: str
     saving: float = 0.0  # the money the rest of the walltime would cost remotely
     gpu_hours: float = 0.0  # the GPU-hours the rest of the walltime would run remotely
+    again: bool = False  # refused for now only (a stale checkpoint): looked at again each round
+
+
+@dataclass(frozen=True, slots=True)
+class LastCheckpoint:
+    """The newest complete checkpoint the remote job's directory holds, as the gateway read the vault."""
+
+    name: str = ""  # relative to the checkpoint directory; "" with `written` None: there is none yet
+    written: float | None = None  # its modification time (Unix seconds, the vault's clock)
+
+
+def parse_last_checkpoint(body: object) -> LastCheckpoint:
+    """The gateway's answer (`GET /controller/checkpoint`); ValueError for one of another shape."""
+    found = body.get("checkpoint", ...) if isinstance(body, dict) else ...
+    if found is None:
+        return LastCheckpoint()
+    name = found.get("name") if isinstance(found, dict) else None
+    mtime = found.get("mtime") if isinstance(found, dict) else None
+    if not isinstance(name, str) or not name or isinstance(mtime, bool) or not isinstance(mtime, int | float):
+        raise ValueError(f"not a checkpoint answer: {str(body)[:200]}")
+    return LastCheckpoint(name, float(mtime))
+
+
+def checkpoint_stale(
+    checkpoint: LastCheckpoint | None, terms: CheckpointContract, job: JobEntry, *, now: float
+) -> str | None:
+    """Why the work a failed move would cost is more than the pod's interval allows (None: it is not,
+    or it is not known). That work is what was done since the newest checkpoint, or since the job
+    started when it has written none since (it resumed from the newest one staged in): a program that
+    has not checkpointed by itself for longer than its interval (and FRESHNESS_SLACK_SECONDS) does not
+    keep its contract, and a move that fails half-way, or a program that exits without the checkpoint
+    asked for, would lose all of it. The text stays the same from round to round."""
+    if checkpoint is None:
+        return None
+    started = float(job.start_time) if job.start_time > 0 else None
+    written = checkpoint.written
+    since = max(t for t in (written, started, 0.0) if t is not None)
+    allowed = terms.interval_seconds + FRESHNESS_SLACK_SECONDS
+    if since <= 0 or now - since <= allowed:
+        return None
+    bound = f"longer ago than its interval ({terms.interval_seconds} s) and {FRESHNESS_SLACK_SECONDS} s of slack"
+    if written is not None and (started is None or written >= started):
+        return f"its newest checkpoint ({checkpoint.name}) was written at {format_time(written)}, {bound}"
+    assert started is not None
+    if written is None:
+        return f"it has written no checkpoint since its job started at {format_time(started)}, {bound}"
+    return (
+        f"it has written no checkpoint since its job started at {format_time(started)}, {bound} (the newest,"
+        f" {checkpoint.name}, is from before)"
+    )
 
 
 def remaining_seconds(job: JobEntry, *, now: float) -> float | None:
@@ -63,7 +121,7 @@ def decide(
     price_per_hour: float | None,
     gpus: int,
     now: float,
-    checkpoint_age: float | None,
+    checkpoint: LastCheckpoint | None,
     policy_ignores_move: bool,
     parallel_unindexed: int = 0,
 ) -> MoveChoice:
@@ -71,7 +129,7 @@ def decide(
     checkpoint contract (jarvice.checkpoint; None: it names no checkpoint directory).
 
     `price_per_hour`: the job's machine price times its nodes (None: unknown); `gpus`: the job's GPUs;
-    `checkpoint_age`: seconds since the last checkpoint was written (None: not known);
+    `checkpoint`: the newest complete checkpoint in the remote job's directory (None: not known);
     `policy_ignores_move`: the pod's Job ignores the runner's moved-home exit (its podFailurePolicy);
     `parallel_unindexed`: the pods its Job runs at once without completion indexes (0: not such a Job).
     Those pods share the one checkpoint directory of their template, and nothing tells a replacement
@@ -101,11 +159,8 @@ def decide(
         return MoveChoice(
             False, f"not worth it: the rest of its walltime costs {saving:.2f}, not above {terms.min_saving:.2f}"
         )
-    if checkpoint_age is not None and checkpoint_age > terms.interval_seconds:
-        return MoveChoice(
-            False,
-            f"its last checkpoint is {checkpoint_age:.0f} s old, older than its interval ({terms.interval_seconds} s)",
-        )
+    if (stale := checkpoint_stale(checkpoint, terms, job, now=now)) is not None:
+        return MoveChoice(False, stale, again=True)
     return MoveChoice(True, f"saves {saving:.2f} ({hours * gpus:.1f} GPU-hours)", saving, hours * gpus)
 
 

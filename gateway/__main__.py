@@ -16,6 +16,7 @@ from aiohttp import web
 
 from gateway.accounts import Accounts, AccountsError, parse_accounts
 from gateway.callers import CallerCacheTiming, Callers
+from gateway.checkpoint_reader import CheckpointReader
 from gateway.kube import KubeAdapter
 from gateway.metrics import GatewayMetrics
 from gateway.oversight import Oversight, controller_user
@@ -23,7 +24,7 @@ from gateway.server import GatewayParts, create_app
 from gateway.settings import Settings, parse_settings
 from gateway.submits import Submits, SubmitTiming
 from gateway.upstream import Upstream
-from gateway.vault_server import VaultLogins, start_vault_server
+from gateway.vault_server import VaultLogins, connect_vault, start_vault_server
 from kubeplumbing.logs import configure_logging
 from kubeplumbing.options import SettingsError
 from kubeplumbing.tls import ReloadingTLS
@@ -71,6 +72,7 @@ async def _build(settings: Settings, tls: ReloadingTLS, accounts: Accounts) -> w
         accounts=accounts,
         audience=settings.controller_audience,
         user=controller_user(settings.namespace, settings.controller_service_account),
+        checkpoints=CheckpointReader(kube, accounts, connect=connect_vault, wall_clock=time.time),
     )
     app = create_app(parts, oversight)
 

@@ -8,26 +8,38 @@ for a token that proves nobody, 403 for anyone else).
     ledger entry of a submit is written before it is sent, so a listed job the gateway made always has
     its entry in the read that follows.
   - POST /controller/terminate {"account": name, "number": n}: terminates that job.
+  - GET /controller/checkpoint?namespace=..&pod=..&uid=..: the newest complete checkpoint the pod's
+    remote job wrote into its vault directory (gateway.checkpoint_reader): {"checkpoint": {"name",
+    "mtime"} or null, "directory", "checked_at"}; an error is {"error": why} with its status.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from gateway import ledger
 from gateway.accounts import Account, Accounts
+from gateway.checkpoint_reader import CheckpointReader, Unanswered
 from gateway.identity import SERVICE_ACCOUNT_PREFIX, NotAuthenticated
-from gateway.kube import KubeAdapter
+from gateway.kube import StoredLedger
 from gateway.submission import Catalogue
 from gateway.submits import Submits
 from gateway.upstream import Upstream, UpstreamFailed
 from jarvice.model import is_terminal
 from jarvice.wire import ProtocolError, parse_jobs
+
+log = logging.getLogger(__name__)
+
+
+class OversightKube(Protocol):
+    def review_token(self, token: str, *, audience: str) -> dict[str, Any]: ...
+    def read_ledger(self) -> StoredLedger: ...
 
 
 class NotTheController(Exception):
@@ -95,9 +107,18 @@ def live_jobs(listing: object, *, counted: Mapping[str, ledger.Entry], catalogue
 
 class Oversight:
     def __init__(
-        self, *, kube: KubeAdapter, upstream: Upstream, submits: Submits, accounts: Accounts, audience: str, user: str
+        self,
+        *,
+        kube: OversightKube,
+        upstream: Upstream,
+        submits: Submits,
+        accounts: Accounts,
+        audience: str,
+        user: str,
+        checkpoints: CheckpointReader | None = None,
     ) -> None:
         self._kube = kube
+        self._checkpoints = checkpoints
         self._upstream = upstream
         self._submits = submits
         self._accounts = accounts
@@ -152,6 +173,21 @@ class Oversight:
             status=answer.status, body=answer.body, content_type=answer.content_type or "application/json"
         )
 
+    async def checkpoint(self, request: web.Request) -> web.StreamResponse:
+        await self._authorize(request)
+        asked = [request.query.get(key, "") for key in ("namespace", "pod", "uid")]
+        if not all(asked):
+            return web.json_response({"error": "give ?namespace=<namespace>&pod=<name>&uid=<pod UID>"}, status=400)
+        if self._checkpoints is None:
+            return web.json_response({"error": "this gateway reads no vault"}, status=501)
+        try:
+            found = await self._checkpoints.newest(*asked)
+        except Unanswered as exc:
+            log.warning("checkpoint not read", extra={"path": request.path, "status": exc.status, "reason": str(exc)})
+            return web.json_response({"error": str(exc)}, status=exc.status)
+        return web.json_response(found)
+
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/controller/jobs", self.jobs)
         app.router.add_post("/controller/terminate", self.terminate)
+        app.router.add_get("/controller/checkpoint", self.checkpoint)

@@ -68,7 +68,23 @@ class World:
     clock: list[float]
 
 
-def world(annotations: dict[str, str], *, namespace: dict[str, str] | None = None) -> World:
+@dataclass
+class Checkpoints:
+    """What the gateway answers of the pod's newest checkpoint (an exception: it did not answer)."""
+
+    answer: moving.LastCheckpoint | Exception
+    asked: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def newest_checkpoint(self, namespace: str, name: str, uid: str) -> moving.LastCheckpoint:
+        self.asked.append((namespace, name, uid))
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+def world(
+    annotations: dict[str, str], *, namespace: dict[str, str] | None = None, checkpoints: Checkpoints | None = None
+) -> World:
     body = burst()
     body["metadata"]["annotations"].update(annotations)
     store = PodStore(clock=lambda: 0.0)
@@ -82,7 +98,14 @@ def world(annotations: dict[str, str], *, namespace: dict[str, str] | None = Non
     jarvice = Jarvice({4711: running()})
     metrics = Metrics(is_leader=lambda: True)
     clock = [100.0]
-    mover = Mover(jarvice=jarvice, kube=kube, metrics=metrics, clock=lambda: clock[0], wall_clock=lambda: NOW)
+    mover = Mover(
+        jarvice=jarvice,
+        kube=kube,
+        metrics=metrics,
+        clock=lambda: clock[0],
+        wall_clock=lambda: NOW,
+        checkpoints=checkpoints,
+    )
     homecomer = Homecomer(
         store=store,
         jarvice=jarvice,
@@ -162,6 +185,48 @@ def test_a_pod_that_does_not_move_stays_and_says_why(annotations: dict[str, str]
     assert ops[0]["path"] == "/metadata/annotations/nimbix-burst.io~1homecoming"
     assert why in ops[0]["value"] and "stays on Nimbix" in ops[0]["value"]
     assert w.kube.events == [] and w.jarvice.terminated == []
+
+
+def test_a_fresh_checkpoint_lets_the_move_go() -> None:
+    checkpoints = Checkpoints(moving.LastCheckpoint("step-00000040.json", NOW - 9.9))
+    w = world({**CONTRACT, "nimbix-burst.io/come-home": "running"}, checkpoints=checkpoints)
+    w.homecomer.round()
+    assert reasons(w) == ["NimbixMoveCheckpointAsked"]
+    assert checkpoints.asked == [("team", "train-abcde", w.kube.pods["train-abcde"]["metadata"]["uid"])]
+
+
+def test_a_stale_checkpoint_keeps_the_job_remote_until_a_fresh_one_comes() -> None:
+    """The program stopped checkpointing by itself: said once on the pod, looked at again each round."""
+    stale = moving.LastCheckpoint("step-00000040.json", NOW - 10 - moving.FRESHNESS_SLACK_SECONDS - 1)
+    checkpoints = Checkpoints(stale)
+    w = world({**CONTRACT, "nimbix-burst.io/come-home": "running"}, checkpoints=checkpoints)
+    w.homecomer.round()
+    w.homecomer.round()
+    ((_, ops),) = w.kube.patched  # said once, though looked at twice
+    assert len(checkpoints.asked) == 2
+    assert "stays on Nimbix" in ops[0]["value"]
+    assert "not moved home: its newest checkpoint (step-00000040.json) was written at" in ops[0]["value"]
+    assert w.kube.events == []
+    checkpoints.answer = moving.LastCheckpoint("step-00000050.json", NOW - 1)
+    w.homecomer.round()
+    assert reasons(w) == ["NimbixMoveCheckpointAsked"]
+
+
+def test_a_checkpoint_the_gateway_cannot_read_is_not_known_and_the_move_goes() -> None:
+    checkpoints = Checkpoints(ConnectionError("gateway unreachable"))
+    w = world({**CONTRACT, "nimbix-burst.io/come-home": "running"}, checkpoints=checkpoints)
+    w.homecomer.round()
+    assert reasons(w) == ["NimbixMoveCheckpointAsked"]
+    errors = w.metrics.registry.get_sample_value("nimbix_burst_controller_errors_total", {"kind": "gateway-checkpoint"})
+    assert errors == 1.0
+
+
+def test_the_gateway_is_not_asked_for_a_move_that_would_not_go_anyway() -> None:
+    checkpoints = Checkpoints(moving.LastCheckpoint())
+    annotations = {**CONTRACT, "nimbix-burst.io/come-home": "running", "nimbix-burst.io/come-home-min-saving": "100"}
+    w = world(annotations, checkpoints=checkpoints)
+    w.homecomer.round()
+    assert checkpoints.asked == [] and "not worth it" in w.kube.patched[0][1][0]["value"]
 
 
 def test_a_job_created_before_the_move_rule_never_moves() -> None:

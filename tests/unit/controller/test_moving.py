@@ -40,8 +40,10 @@ def decide(
     age: float | None = 60.0,
     policy: bool = True,
 ) -> moving.MoveChoice:
+    """`age`: seconds since the newest checkpoint was written (None: not known)."""
+    checkpoint = None if age is None else moving.LastCheckpoint("step-00000010.json", NOW - age)
     return moving.decide(
-        terms, job, price_per_hour=price, gpus=4, now=NOW, checkpoint_age=age, policy_ignores_move=policy
+        terms, job, price_per_hour=price, gpus=4, now=NOW, checkpoint=checkpoint, policy_ignores_move=policy
     )
 
 
@@ -56,7 +58,15 @@ def decide(
         (TERMS, RUNNING, None, 60.0, True, "walltime or its price is not known"),
         # 19 h left at 0.25 an hour: 4.75, not above 5.
         (TERMS, RUNNING, 0.25, 60.0, True, "not worth it: the rest of its walltime costs 4.75, not above 5.00"),
-        (TERMS, RUNNING, 2.0, 601.0, True, "601 s old, older than its interval (600 s)"),
+        (
+            TERMS,
+            RUNNING,
+            2.0,
+            631.0,
+            True,
+            "its newest checkpoint (step-00000010.json) was written at 2027-01-15T07:49:29Z, longer ago than its"
+            " interval (600 s) and 30 s of slack",
+        ),
     ],
 )
 def test_a_move_does_not_go(
@@ -66,13 +76,87 @@ def test_a_move_does_not_go(
     assert not choice.go and fragment in choice.reason
 
 
-@pytest.mark.parametrize("age", [None, 0.0, 600.0])
+@pytest.mark.parametrize("age", [None, 0.0, 630.0])
 def test_a_move_goes_and_counts_what_it_saves(age: float | None) -> None:
     choice = decide(age=age)
     assert choice.go
     assert choice.saving == pytest.approx(38.0)  # 19 h x 2.0
     assert choice.gpu_hours == pytest.approx(76.0)  # 19 h x 4 GPUs
     assert "saves 38.00 (76.0 GPU-hours)" in choice.reason
+
+
+STARTED = float(RUNNING.start_time)  # an hour ago
+ALLOWED = TERMS.interval_seconds + moving.FRESHNESS_SLACK_SECONDS
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "job", "says"),
+    [
+        pytest.param(None, RUNNING, None, id="not-known"),
+        pytest.param(moving.LastCheckpoint("a", NOW - ALLOWED), RUNNING, None, id="at-the-bound"),
+        pytest.param(moving.LastCheckpoint("a", NOW - ALLOWED - 1), RUNNING, "its newest checkpoint (a) was", id="old"),
+        pytest.param(moving.LastCheckpoint("a", NOW + 5), RUNNING, None, id="the-vaults-clock-ahead"),
+        # None yet: the work at stake is the job's since it started.
+        pytest.param(moving.LastCheckpoint(), RUNNING, "no checkpoint since its job started at", id="none-for-an-hour"),
+        pytest.param(
+            moving.LastCheckpoint(), replace(RUNNING, start_time=int(NOW - ALLOWED)), None, id="none-yet-just-started"
+        ),
+        # Staged in from an earlier run: the job resumed from it when it started.
+        pytest.param(
+            moving.LastCheckpoint("a", STARTED - 86400),
+            replace(RUNNING, start_time=int(NOW - 60)),
+            None,
+            id="staged-in-job-just-started",
+        ),
+        pytest.param(
+            moving.LastCheckpoint("a", STARTED - 86400), RUNNING, "(the newest, a, is from before)", id="old-run"
+        ),
+        pytest.param(moving.LastCheckpoint(), replace(RUNNING, start_time=0), None, id="start-not-known"),
+        pytest.param(
+            moving.LastCheckpoint("a", NOW - ALLOWED - 1),
+            replace(RUNNING, start_time=0),
+            "its newest checkpoint (a)",
+            id="old-start-not-known",
+        ),
+    ],
+)
+def test_the_work_a_failed_move_would_cost_is_within_the_interval(
+    checkpoint: moving.LastCheckpoint | None, job: JobEntry, says: str | None
+) -> None:
+    stale = moving.checkpoint_stale(checkpoint, TERMS, job, now=NOW)
+    assert (stale is None) == (says is None)
+    if says is not None:
+        assert stale is not None and says in stale and "longer ago than its interval (600 s) and 30 s" in stale
+        assert moving.checkpoint_stale(checkpoint, TERMS, job, now=NOW + 10) == stale  # the same each round
+
+
+def test_a_stale_checkpoint_is_refused_for_now_only() -> None:
+    choice = decide(age=ALLOWED + 1)
+    assert (choice.go, choice.again) == (False, True)
+    assert not decide(price=0.25).again  # not worth it: it never will be
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        (
+            {"checkpoint": {"name": "step-1.json", "mtime": 5}, "directory": "d"},
+            moving.LastCheckpoint("step-1.json", 5.0),
+        ),
+        ({"checkpoint": None, "directory": "d"}, moving.LastCheckpoint()),
+        ({"checkpoint": {"name": "", "mtime": 5}}, None),
+        ({"checkpoint": {"name": "a", "mtime": True}}, None),
+        ({"checkpoint": {"name": "a"}}, None),
+        ({"directory": "d"}, None),
+        (["checkpoint"], None),
+    ],
+)
+def test_the_gateways_answer_is_read_or_refused(body: object, expected: moving.LastCheckpoint | None) -> None:
+    if expected is None:
+        with pytest.raises(ValueError, match="not a checkpoint answer"):
+            moving.parse_last_checkpoint(body)
+    else:
+        assert moving.parse_last_checkpoint(body) == expected
 
 
 def test_a_pod_of_a_parallel_job_without_indexes_does_not_move() -> None:
@@ -83,7 +167,7 @@ def test_a_pod_of_a_parallel_job_without_indexes_does_not_move() -> None:
         price_per_hour=2.0,
         gpus=4,
         now=NOW,
-        checkpoint_age=60.0,
+        checkpoint=moving.LastCheckpoint("step-00000010.json", NOW - 60.0),
         policy_ignores_move=True,
         parallel_unindexed=2,
     )

@@ -1,0 +1,181 @@
+"""Where a burst pod's remote job writes its checkpoints in the vault, and which file is the newest
+complete one (pure; the controller's route in gateway.oversight, the vault I/O in gateway.checkpoint_reader).
+
+The runner keeps a container's staged paths under one vault directory, at the paths themselves
+(entrypoint.staging; the programs import none of each other, so its naming is written again here and
+a unit test holds the two to the same answers): its Job's
+`nimbix-burst/job-<Job UID>[-<index>][.<container>]` when it holds that directory's lease, else its
+own `nimbix-burst/pod-<pod UID>[.<container>]`. The job sees each staged path at its place, so what
+the program writes into its `checkpoint-dir` lands at `<that directory>/<checkpoint-dir>`. Every
+path is checked with the SFTP endpoint's rules (gateway.vault_scope): never outside the pod's own.
+
+A complete checkpoint is a regular file renamed into place: dotfiles and `*.tmp` are writes under
+way (docs/checkpoints.md, the contract). An Indexed Job's program writes into the subdirectory named
+by its completion index: that subdirectory is looked at too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, Literal
+
+from gateway.terms import container_env
+from gateway.vault_scope import JOB_PREFIX, LEASES, POD_PREFIX, VAULT_ROOT, VaultGrant, check_access, split_path
+from jarvice import contract
+from jarvice.checkpoint import CheckpointContractError, parse_checkpoint_contract
+
+ANNOTATION_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
+# As the runner reads them (entrypoint.staging): its data key, a container name, its lease's format.
+_DATA_KEY: Final = re.compile(rf"{JOB_PREFIX}{contract.UID_RE.pattern}(?:-(?:0|[1-9][0-9]{{0,8}}))?")
+_CONTAINER: Final = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
+LEASE_FORMAT: Final = 1
+
+Kind = Literal["file", "directory", "other"]
+
+
+class NoCheckpointPlace(Exception):
+    """The pod has no checkpoint directory the gateway can look at; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointPlace:
+    """Where to look: the pod's grant, its directories, and the checkpoint directory inside them."""
+
+    grant: VaultGrant
+    own: str  # the pod's own vault directory
+    shared: str | None  # its Job's, used when `lease` names this pod (None: no Job's it may reach)
+    lease: str | None
+    checkpoint_dir: str  # absolute, inside the container
+    index: str | None  # an Indexed Job's completion index: its subdirectory is looked at too
+
+    def directories(self, work_dir: str) -> tuple[str, ...]:
+        """The vault paths to list for the work directory the runner uses."""
+        base = vault_path(work_dir, self.checkpoint_dir)
+        paths = (base,) if self.index is None else (base, f"{base}/{self.index}")
+        for path in paths:
+            check_access(split_path(path), self.grant, passage_ok=False)
+        return paths
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    name: str
+    kind: Kind
+    mtime: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Newest:
+    name: str  # relative to the checkpoint directory (`<index>/<file>` in an index's subdirectory)
+    mtime: float
+
+
+def vault_path(work_dir: str, path: str) -> str:
+    """Where the job's `path` is in the vault (relative to its root)."""
+    return f"{work_dir}/{path.lstrip('/')}"
+
+
+def work_dirs(*, pod_uid: str, container: str, data_key: str | None) -> tuple[str, str | None, str | None]:
+    """The pod's own directory, its Job's (None without a data key the runner would take) and that one's lease."""
+    tail = f".{container}" if _CONTAINER.fullmatch(container) else ""
+    own = f"{VAULT_ROOT}/{POD_PREFIX}{pod_uid}{tail}"
+    key = (data_key or "").strip()
+    if not _DATA_KEY.fullmatch(key):
+        return own, None, None
+    return own, f"{VAULT_ROOT}/{key}{tail}", f"{VAULT_ROOT}/{LEASES}/{key}{tail}"
+
+
+def lease_holder(text: str) -> str | None:
+    """The pod UID a lease names (None: no lease of the runner's format)."""
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(raw, dict) or raw.get("format") != LEASE_FORMAT:
+        return None
+    pod = raw.get("pod")
+    return pod if contract.is_uid(pod) else None
+
+
+def _burst_container(pod: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+    found = [
+        (env[contract.ENV_CONTAINER_NAME].strip(), env)
+        for container in (pod.get("spec") or {}).get("containers") or ()
+        if isinstance(container, Mapping) and contract.ENV_CONTAINER_NAME in (env := container_env(container))
+    ]
+    if len(found) != 1:
+        raise NoCheckpointPlace(
+            f"the pod has {len(found)} burst containers (env {contract.ENV_CONTAINER_NAME}): its checkpoints are"
+            " looked at for a pod of one"
+        )
+    return found[0]
+
+
+def checkpoint_place(pod: Mapping[str, Any], *, job_uid: str | None) -> CheckpointPlace:
+    """The pod's checkpoint place, from the pod as the API server holds it. `job_uid`: its controlling
+    Job's UID once that Job was found with it (None: the Job's directory is not the pod's to reach)."""
+    meta = pod.get("metadata") or {}
+    pod_uid = meta.get("uid")
+    if not contract.is_uid(pod_uid):
+        raise NoCheckpointPlace("the pod has no UID")
+    annotations = meta.get("annotations") or {}
+    try:
+        terms = parse_checkpoint_contract(annotations, {})
+    except CheckpointContractError as exc:
+        raise NoCheckpointPlace(f"its checkpoint annotations cannot be used: {exc}") from None
+    if terms is None:
+        raise NoCheckpointPlace("the pod names no nimbix-burst.io/checkpoint-dir")
+    container, env = _burst_container(pod)
+    grant = VaultGrant(pod_uid=str(pod_uid), job_uid=job_uid)
+    own, shared, lease = work_dirs(pod_uid=str(pod_uid), container=container, data_key=env.get(contract.ENV_DATA_KEY))
+    if shared is not None and not grant.owns_name(shared.rsplit("/", 1)[-1]):
+        shared, lease = None, None  # a data key naming no Job of the pod's: its runner's is not reachable
+    index = annotations.get(ANNOTATION_COMPLETION_INDEX)
+    return CheckpointPlace(
+        grant=grant,
+        own=own,
+        shared=shared,
+        lease=lease,
+        checkpoint_dir=terms.directory,
+        index=index if isinstance(index, str) and index.isdigit() else None,
+    )
+
+
+def work_dir(place: CheckpointPlace, lease_text: str | None) -> str:
+    """The directory the runner stages into: its Job's when the lease there names this pod, else its own
+    (`lease_text` None: there is no lease)."""
+    held = lease_text is not None and lease_holder(lease_text) == place.grant.pod_uid
+    return place.shared if place.shared is not None and held else place.own
+
+
+def is_complete(entry: Entry) -> bool:
+    """A checkpoint renamed into place: a regular file, neither a dotfile nor a `*.tmp` write under way."""
+    name = entry.name
+    return entry.kind == "file" and entry.mtime is not None and not name.startswith(".") and not name.endswith(".tmp")
+
+
+def newest(listings: Iterable[tuple[str, Iterable[Entry]]]) -> Newest | None:
+    """The newest complete checkpoint of the listings (prefix, entries); the later name on a tie."""
+    found: Newest | None = None
+    for prefix, entries in listings:
+        for entry in entries:
+            if not is_complete(entry):
+                continue
+            assert entry.mtime is not None
+            candidate = Newest(f"{prefix}{entry.name}", entry.mtime)
+            if found is None or (candidate.mtime, candidate.name) > (found.mtime, found.name):
+                found = candidate
+    return found
+
+
+def answer(place: CheckpointPlace, work: str, found: Newest | None, *, now: float) -> dict[str, Any]:
+    """The route's answer: the newest complete checkpoint (None: none there yet), where it was looked
+    for, and the gateway's clock when it looked."""
+    return {
+        "checkpoint": None if found is None else {"name": found.name, "mtime": found.mtime},
+        "directory": vault_path(work, place.checkpoint_dir),
+        "checked_at": now,
+    }
