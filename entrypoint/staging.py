@@ -8,6 +8,7 @@ container's work under one directory of the vault, at the path itself: `/workspa
 submitted command starts with a prelude that links each path to its copy there
 (`/workspace/data -> /data/nimbix-burst/<work>/workspace/data`) and then runs the command.
 
+Where that work directory is, and its lease, is jarvice.vault_layout (the gateway reads the same).
 The work is the pod's Job (NIMBIX_BURST_DATA_KEY, written by the webhook): a Job's retry finds in
 the vault what its failed pod uploaded and sends only what changed. Pods of one Job may overlap (a
 replacement is made while the old pod still copies back, or its node was lost with its job still
@@ -22,31 +23,26 @@ source's), so a restarted runner or a retry never uploads twice and a copy-back 
 
 import json
 import posixpath
-import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Final, Literal
 
 from jarvice import contract, exitcodes
+from jarvice.vault_layout import (
+    DATA_KEY_RE,
+    VAULT_ROOT,
+    WorkDirs,
+    lease_holder,
+    pod_work_dirs,
+    vault_path,
+)
 
 # Where JARVICE mounts the job's vault on every node.
 VAULT_MOUNT: Final = "/data"
-# The vault directory holding every per-job directory: one place to look, and to clean.
-VAULT_ROOT: Final = "nimbix-burst"
 # The prelude's exit status when a staged path cannot be made: the job fails with it.
 EXIT_LINK_FAILED: Final = exitcodes.EXIT_STAGE_LINK
 RECORD_FORMAT: Final = 2
-# Beside the work directories, one lease file per shared directory: the pod that stages into it.
-LEASES_DIR: Final = f"{VAULT_ROOT}/.leases"
-# The pod's own directory, when no Job's is used: `pod-<pod UID>`.
-POD_KEY_PREFIX: Final = "pod-"
-# Between the work and the container in a directory's name: in neither a key nor a container name.
-CONTAINER_SEPARATOR: Final = "."
-_DATA_KEY_RE: Final = re.compile(
-    rf"^{contract.DATA_KEY_JOB_PREFIX}{contract.UID_RE.pattern}(?:-(?:0|[1-9][0-9]{{0,8}}))?$"
-)
-_CONTAINER_RE: Final = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 _CONTROL: Final = frozenset("\n\r\t\0")
 
 CopyBack = Literal["none", "pending", "done"]
@@ -110,26 +106,12 @@ def parse_data_key(env: Mapping[str, str]) -> str | None:
     if raw is None or not raw.strip():
         return None
     key = raw.strip()
-    if not _DATA_KEY_RE.match(key):
+    if not DATA_KEY_RE.match(key):
         raise StagingError(
             f"{contract.ENV_DATA_KEY} must be job-<Job UID> or job-<Job UID>-<completion index>, as the"
             f" nimbix-burst webhook writes it, got {key!r}; remove it from the pod to key its data by the pod"
         )
     return key
-
-
-@dataclass(frozen=True, slots=True)
-class WorkDirs:
-    """Where one burst container's data lives in the vault (relative to its root).
-
-    `shared`: the Job's directory (None: no Job's), used only under its lease; `own`: the pod's."""
-
-    own: str
-    shared: str | None = None
-
-    @property
-    def lease(self) -> str | None:
-        return f"{LEASES_DIR}/{posixpath.basename(self.shared)}" if self.shared else None
 
 
 def build_work_dirs(*, data_key: str | None, pod_uid: str, container: str, job_label: str) -> WorkDirs:
@@ -139,31 +121,10 @@ def build_work_dirs(*, data_key: str | None, pod_uid: str, container: str, job_l
     as `build_job_dir`."""
     if not contract.is_uid(pod_uid):
         return WorkDirs(own=build_job_dir(job_label))
-    tail = f"{CONTAINER_SEPARATOR}{container}" if _CONTAINER_RE.match(container) else ""
-    own = f"{VAULT_ROOT}/{POD_KEY_PREFIX}{pod_uid}{tail}"
-    return WorkDirs(own=own, shared=f"{VAULT_ROOT}/{data_key}{tail}" if data_key else None)
+    return pod_work_dirs(pod_uid=pod_uid, container=container, data_key=data_key)
 
 
 # --- the lease: which pod stages into a Job's directory ---------------------------------------------
-
-LEASE_FORMAT: Final = 1
-
-
-def render_lease(*, pod_uid: str, job_label: str) -> str:
-    return json.dumps({"format": LEASE_FORMAT, "pod": pod_uid, "job_label": job_label}, sort_keys=True) + "\n"
-
-
-def lease_holder(text: str) -> str | None:
-    """The pod UID a lease names; None for text that is no lease of this format (held by someone unknown)."""
-    try:
-        raw = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(raw, dict) or raw.get("format") != LEASE_FORMAT:
-        return None
-    pod = raw.get("pod")
-    return pod if isinstance(pod, str) and contract.is_uid(pod) else None
-
 
 LeaseAction = Literal["take", "own_dir"]
 
@@ -182,11 +143,6 @@ def removes_work_dir(*, shared: bool, exit_code: int) -> bool:
     """After a complete copy-back: the pod's own directory goes whatever the end (no later pod reads
     it); the Job's only after a success (a failed run's retry sends only what changed)."""
     return not shared or exit_code == 0
-
-
-def vault_path(job_dir: str, path: str) -> str:
-    """Where `path` lives in the vault (relative to its root)."""
-    return f"{job_dir}/{path.lstrip('/')}"
 
 
 def remote_path(job_dir: str, path: str) -> str:

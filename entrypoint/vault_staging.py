@@ -25,7 +25,7 @@ from entrypoint.settings import Settings
 from entrypoint.sftp_transfer import DownloadRoot, Totals, TransferFailed, UploadRoot, VaultTransfer
 from entrypoint.signals import CancelToken
 from entrypoint.termination import KeptInVault
-from jarvice import contract, exitcodes
+from jarvice import contract, exitcodes, vault_layout
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class VaultStaging:
         paths: staging.StagePaths,
         *,
         job_label: str,
-        dirs: staging.WorkDirs,
+        dirs: vault_layout.WorkDirs,
         pod_uid: str,
         transfer: VaultTransfer,
         state_dir: Path | None,
@@ -96,13 +96,13 @@ class VaultStaging:
         self.job_dir, self.shared = self.dirs.own, False
         if self.dirs.shared is None or self.dirs.lease is None:
             return None
-        lease = staging.render_lease(pod_uid=self.pod_uid, job_label=self.job_label)
+        lease = vault_layout.render_lease(pod_uid=self.pod_uid, job_label=self.job_label)
         try:
             existing = self.transfer.take_lease(self.dirs.lease, lease)
         except (OSError, asyncssh.Error, TransferFailed) as exc:
             return str(exc)
         if staging.decide_lease(existing, pod_uid=self.pod_uid) == "own_dir":
-            holder = staging.lease_holder(existing or "")
+            holder = vault_layout.lease_holder(existing or "")
             log.warning(
                 "another pod holds the Job's vault directory; staging into this pod's own (everything is sent)",
                 extra={"vault_dir": self.dirs.shared, "held_by_pod": holder, "own_vault_dir": self.dirs.own},
@@ -140,7 +140,7 @@ class VaultStaging:
             return EarlyExit(exitcodes.EXIT_TRANSFER, reported=False)
         roots: list[UploadRoot] = []
         for path in staging.outermost(self.paths.stage_in):  # a nested one is in its outer tree
-            vault = staging.vault_path(job_dir, path)
+            vault = vault_layout.vault_path(job_dir, path)
             try:
                 real = local_tree.resolve_root(path)
             except FileNotFoundError:
@@ -160,7 +160,9 @@ class VaultStaging:
                 roots.append(UploadRoot(path, real, vault))
         for path in self.paths.stage_out:
             if path not in self.paths.stage_in:
-                roots.append(UploadRoot(path, path, staging.vault_path(job_dir, os.path.dirname(path)), empty=True))
+                roots.append(
+                    UploadRoot(path, path, vault_layout.vault_path(job_dir, os.path.dirname(path)), empty=True)
+                )
         try:
             totals = count_files(roots)
         except local_tree.LocalFailure as exc:
@@ -239,7 +241,7 @@ class VaultStaging:
     def _copy_back(self, label: str, *, exit_code: int, stopping_since: float | None) -> int:
         job_dir = self.job_dir
         outer = staging.outermost(self.paths.stage_out)  # a nested one comes back with its outer tree
-        roots = [DownloadRoot(staging.vault_path(job_dir, path), path) for path in outer]
+        roots = [DownloadRoot(vault_layout.vault_path(job_dir, path), path) for path in outer]
         if stopping_since is not None:
             self.signal_seen_at = stopping_since
         report = self.transfer.download(roots, should_stop=self.should_stop_copy_back)

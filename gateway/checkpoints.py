@@ -2,8 +2,7 @@
 complete one (pure; the controller's route in gateway.oversight, the vault I/O in gateway.checkpoint_reader).
 
 The runner keeps a container's staged paths under one vault directory, at the paths themselves
-(entrypoint.staging; the programs import none of each other, so its naming is written again here and
-a unit test holds the two to the same answers): its Job's
+(jarvice.vault_layout, the naming the runner stages by): its Job's
 `nimbix-burst/job-<Job UID>[-<index>][.<container>]` when it holds that directory's lease, else its
 own `nimbix-burst/pod-<pod UID>[.<container>]`. The job sees each staged path at its place, so what
 the program writes into its `checkpoint-dir` lands at `<that directory>/<checkpoint-dir>`. Every
@@ -16,22 +15,17 @@ by its completion index: that subdirectory is looked at too.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from gateway.terms import container_env
-from gateway.vault_scope import JOB_PREFIX, LEASES, POD_PREFIX, VAULT_ROOT, VaultGrant, check_access, split_path
+from gateway.vault_scope import VaultGrant, check_access, split_path
 from jarvice import contract
 from jarvice.checkpoint import CheckpointContractError, parse_checkpoint_contract
+from jarvice.vault_layout import DATA_KEY_RE, lease_holder, pod_work_dirs, vault_path
 
 ANNOTATION_COMPLETION_INDEX: Final = "batch.kubernetes.io/job-completion-index"
-# As the runner reads them (entrypoint.staging): its data key, a container name, its lease's format.
-_DATA_KEY: Final = re.compile(rf"{JOB_PREFIX}{contract.UID_RE.pattern}(?:-(?:0|[1-9][0-9]{{0,8}}))?")
-_CONTAINER: Final = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
-LEASE_FORMAT: Final = 1
 
 Kind = Literal["file", "directory", "other"]
 
@@ -73,33 +67,6 @@ class Newest:
     mtime: float
 
 
-def vault_path(work_dir: str, path: str) -> str:
-    """Where the job's `path` is in the vault (relative to its root)."""
-    return f"{work_dir}/{path.lstrip('/')}"
-
-
-def work_dirs(*, pod_uid: str, container: str, data_key: str | None) -> tuple[str, str | None, str | None]:
-    """The pod's own directory, its Job's (None without a data key the runner would take) and that one's lease."""
-    tail = f".{container}" if _CONTAINER.fullmatch(container) else ""
-    own = f"{VAULT_ROOT}/{POD_PREFIX}{pod_uid}{tail}"
-    key = (data_key or "").strip()
-    if not _DATA_KEY.fullmatch(key):
-        return own, None, None
-    return own, f"{VAULT_ROOT}/{key}{tail}", f"{VAULT_ROOT}/{LEASES}/{key}{tail}"
-
-
-def lease_holder(text: str) -> str | None:
-    """The pod UID a lease names (None: no lease of the runner's format)."""
-    try:
-        raw = json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(raw, dict) or raw.get("format") != LEASE_FORMAT:
-        return None
-    pod = raw.get("pod")
-    return pod if contract.is_uid(pod) else None
-
-
 def _burst_container(pod: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
     found = [
         (env[contract.ENV_CONTAINER_NAME].strip(), env)
@@ -130,7 +97,9 @@ def checkpoint_place(pod: Mapping[str, Any], *, job_uid: str | None) -> Checkpoi
         raise NoCheckpointPlace("the pod names no nimbix-burst.io/checkpoint-dir")
     container, env = _burst_container(pod)
     grant = VaultGrant(pod_uid=str(pod_uid), job_uid=job_uid)
-    own, shared, lease = work_dirs(pod_uid=str(pod_uid), container=container, data_key=env.get(contract.ENV_DATA_KEY))
+    key = (env.get(contract.ENV_DATA_KEY) or "").strip()
+    dirs = pod_work_dirs(pod_uid=str(pod_uid), container=container, data_key=key if DATA_KEY_RE.match(key) else None)
+    own, shared, lease = dirs.own, dirs.shared, dirs.lease
     if shared is not None and not grant.owns_name(shared.rsplit("/", 1)[-1]):
         shared, lease = None, None  # a data key naming no Job of the pod's: its runner's is not reachable
     index = annotations.get(ANNOTATION_COMPLETION_INDEX)

@@ -20,10 +20,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-VAULT_ROOT: Final = "nimbix-burst"  # the runner's entrypoint.staging.VAULT_ROOT
-LEASES: Final = ".leases"
-POD_PREFIX: Final = "pod-"
-JOB_PREFIX: Final = "job-"
+from jarvice import vault_layout
+
+VAULT_ROOT: Final = vault_layout.VAULT_ROOT
+LEASES: Final = vault_layout.LEASES
+POD_PREFIX: Final = vault_layout.POD_KEY_PREFIX
+JOB_PREFIX: Final = vault_layout.JOB_KEY_PREFIX
 
 Access = Literal["passage", "owned"]
 # "full": the vault resolves the path itself (the request follows a link at its end);

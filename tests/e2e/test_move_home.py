@@ -146,16 +146,14 @@ def test_a_preempted_local_trainer_leaves_with_its_checkpoint_and_resumes_on_nim
     (first,) = demo.wait_for(lambda: move_home.job_pods(plane, ns, job), what="the Job's first pod", timeout=30)
     first_name, first_uid = first["metadata"]["name"], first["metadata"]["uid"]
     assert annotations_of(first)["nimbix-burst.io/decision"] == "local", annotations_of(first)
-    try:
-        demo.wait_for(
-            lambda: max(move_home.parse_steps(move_home.logs(plane, ns, first_name)) or [0]) >= 12,
-            what="12 local steps (a checkpoint written at step 10)",
-            timeout=120,
-        )
-    except TimeoutError as exc:
-        said = plane.kubectl("-n", ns, "logs", first_name, check=False)
-        pod = demo.read_pod(plane, ns, first_name)
-        raise AssertionError(f"{exc}: kubectl logs {said.returncode} {said.stdout!r} {said.stderr!r}; {pod['status']}")
+
+    def local_steps() -> bool:
+        pods = {p["metadata"]["uid"]: p for p in move_home.job_pods(plane, ns, job)}
+        if first_uid not in pods or demo.read_exit_code(pods[first_uid]) is not None:  # say why, not only when
+            raise AssertionError(f"the local pod ended before its 12th step: {_story(plane, ns)}")
+        return max(move_home.parse_steps(move_home.logs(plane, ns, first_name)) or [0]) >= 12
+
+    demo.wait_for(local_steps, what="12 local steps (a checkpoint written at step 10)", timeout=120)
     preemptor = gpu_holder(move_home.HOLDER, gpus=real_node.settings.gpus)
     preemptor["spec"]["priorityClassName"] = preemptor_priority
     plane.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(preemptor))
@@ -191,3 +189,16 @@ def test_a_preempted_local_trainer_leaves_with_its_checkpoint_and_resumes_on_nim
     assert [j["status"] for j in demo.fetch_emulator_jobs(node_emulator.url, pod_uid=second["metadata"]["uid"])] == [
         "COMPLETED"
     ]
+
+
+def _story(plane: controlplane.ControlPlane, namespace: str) -> str:
+    """The namespace's Events and its pods' states, oldest first: what a failure message needs."""
+    events = move_home.get_json(plane, "-n", namespace, "get", "events")["items"]
+    told = [
+        f"{e.get('lastTimestamp') or e.get('eventTime')} {e['involvedObject'].get('name')} {e.get('reason')}:"
+        f" {e.get('message')}"
+        for e in sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime")))
+    ]
+    pods = move_home.get_json(plane, "-n", namespace, "get", "pods")["items"]
+    states = [f"{p['metadata']['name']} {json.dumps(p.get('status', {}).get('containerStatuses'))}" for p in pods]
+    return "\n".join(told + states)

@@ -19,8 +19,7 @@ from typing import Any
 import pytest
 
 from devplatform.emulator import EmulatorControl, EmulatorThread, Timing
-from entrypoint import staging
-from jarvice import contract
+from jarvice import contract, vault_layout
 from tests.support import vaults
 from tests.support.runner_processes import API_KEY, APP, FAST_TIMING, ROOT, USER, base_env, label_of
 
@@ -432,7 +431,7 @@ def test_a_job_s_directory_another_pod_holds_is_left_alone(
     emu, root = vault_emulator
     data_key = f"job-{uuid.uuid4()}"
     jobs = root / USER / "drop.jarvice.com" / "nimbix-burst"
-    held = staging.render_lease(pod_uid=str(uuid.uuid4()), job_label="k8s-another-pod-1")
+    held = vault_layout.render_lease(pod_uid=str(uuid.uuid4()), job_label="k8s-another-pod-1")
     (jobs / ".leases").mkdir(parents=True, exist_ok=True)
     (jobs / ".leases" / f"{data_key}.train").write_text(held)
     env = job_pod_env(emu.url, tmp_path, data_key=data_key)

@@ -10,7 +10,7 @@ from entrypoint import staging, vault_settings
 from entrypoint.sftp_transfer import VaultTransfer
 from entrypoint.signals import CancelToken
 from entrypoint.vault_staging import VaultStaging
-from jarvice import contract
+from jarvice import contract, vault_layout
 from jarvice.redaction import Secret
 
 
@@ -59,7 +59,7 @@ def test_the_copy_back_after_a_signal_stops_only_near_the_end_of_the_pod_s_grace
     stage = VaultStaging(
         staging.StagePaths((), ("/w/out",)),
         job_label="j",
-        dirs=staging.WorkDirs(own="nimbix-burst/j"),
+        dirs=vault_layout.WorkDirs(own="nimbix-burst/j"),
         pod_uid="",
         transfer=transfer,
         state_dir=None,

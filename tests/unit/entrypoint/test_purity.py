@@ -38,6 +38,7 @@ PURE = [
     "jarvice.ledger",
     "jarvice.model",
     "jarvice.redaction",
+    "jarvice.vault_layout",
     "jarvice.wire",
 ]
 FORBIDDEN = {"aiohttp", "kubernetes", "requests", "subprocess", "logging", "socket", "os", "http", "urllib3"}

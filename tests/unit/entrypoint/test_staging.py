@@ -9,7 +9,7 @@ import pytest
 
 from entrypoint import staging, vault_files, vault_settings
 from entrypoint.staging import StagePaths, StagingError, StagingRecord
-from jarvice import contract
+from jarvice import contract, vault_layout
 
 LABEL = "k8s-prod-0123456789ab.6c67bbab-1abe-47db-9b2d-9e98ee17ef5b-train-1"
 
@@ -102,24 +102,28 @@ def test_parse_data_key_rejects(value: str) -> None:
             f"job-{JOB_UID}",
             POD_UID,
             "train",
-            staging.WorkDirs(own=f"nimbix-burst/pod-{POD_UID}.train", shared=f"nimbix-burst/job-{JOB_UID}.train"),
+            vault_layout.WorkDirs(own=f"nimbix-burst/pod-{POD_UID}.train", shared=f"nimbix-burst/job-{JOB_UID}.train"),
             id="a-job-s-pod",
         ),
         pytest.param(
             f"job-{JOB_UID}-3",
             POD_UID,
             "",
-            staging.WorkDirs(own=f"nimbix-burst/pod-{POD_UID}", shared=f"nimbix-burst/job-{JOB_UID}-3"),
+            vault_layout.WorkDirs(own=f"nimbix-burst/pod-{POD_UID}", shared=f"nimbix-burst/job-{JOB_UID}-3"),
             id="no-container-named",
         ),
-        pytest.param(None, POD_UID, "train", staging.WorkDirs(own=f"nimbix-burst/pod-{POD_UID}.train"), id="no-job"),
-        pytest.param(f"job-{JOB_UID}", "", "train", staging.WorkDirs(own=f"nimbix-burst/{LABEL}"), id="no-pod-uid"),
         pytest.param(
-            None, POD_UID, "Bad/Name", staging.WorkDirs(own=f"nimbix-burst/pod-{POD_UID}"), id="no-container-name"
+            None, POD_UID, "train", vault_layout.WorkDirs(own=f"nimbix-burst/pod-{POD_UID}.train"), id="no-job"
+        ),
+        pytest.param(
+            f"job-{JOB_UID}", "", "train", vault_layout.WorkDirs(own=f"nimbix-burst/{LABEL}"), id="no-pod-uid"
+        ),
+        pytest.param(
+            None, POD_UID, "Bad/Name", vault_layout.WorkDirs(own=f"nimbix-burst/pod-{POD_UID}"), id="no-container-name"
         ),
     ],
 )
-def test_build_work_dirs(data_key: str | None, pod_uid: str, container: str, dirs: staging.WorkDirs) -> None:
+def test_build_work_dirs(data_key: str | None, pod_uid: str, container: str, dirs: vault_layout.WorkDirs) -> None:
     assert staging.build_work_dirs(data_key=data_key, pod_uid=pod_uid, container=container, job_label=LABEL) == dirs
 
 
@@ -136,8 +140,12 @@ def test_two_containers_of_one_job_never_share_a_directory_nor_a_lease() -> None
     ("existing", "action"),
     [
         pytest.param(None, "take", id="no-lease-ours-was-made"),
-        pytest.param(staging.render_lease(pod_uid=POD_UID, job_label="old"), "take", id="this-pod-s-earlier-runner"),
-        pytest.param(staging.render_lease(pod_uid=OTHER_POD, job_label=LABEL), "own_dir", id="another-pod-holds-it"),
+        pytest.param(
+            vault_layout.render_lease(pod_uid=POD_UID, job_label="old"), "take", id="this-pod-s-earlier-runner"
+        ),
+        pytest.param(
+            vault_layout.render_lease(pod_uid=OTHER_POD, job_label=LABEL), "own_dir", id="another-pod-holds-it"
+        ),
         pytest.param("garbage", "own_dir", id="unreadable-is-held"),
         pytest.param('{"format": 9, "pod": "' + POD_UID + '"}', "own_dir", id="another-format-is-held"),
         pytest.param("", "own_dir", id="empty-is-held"),
@@ -148,8 +156,8 @@ def test_decide_lease(existing: str | None, action: str) -> None:
 
 
 def test_a_lease_names_its_pod() -> None:
-    assert staging.lease_holder(staging.render_lease(pod_uid=POD_UID, job_label=LABEL)) == POD_UID
-    assert len(staging.render_lease(pod_uid=POD_UID, job_label="x" * 512)) < 4096
+    assert vault_layout.lease_holder(vault_layout.render_lease(pod_uid=POD_UID, job_label=LABEL)) == POD_UID
+    assert len(vault_layout.render_lease(pod_uid=POD_UID, job_label="x" * 512)) < 4096
 
 
 @pytest.mark.parametrize(
@@ -167,7 +175,7 @@ def test_removes_work_dir(shared: bool, exit_code: int, removed: bool) -> None:
 
 
 def test_paths_live_under_the_job_dir_in_the_vault_and_under_data_in_the_job() -> None:
-    assert staging.vault_path("nimbix-burst/j", "/w/data") == "nimbix-burst/j/w/data"
+    assert vault_layout.vault_path("nimbix-burst/j", "/w/data") == "nimbix-burst/j/w/data"
     assert staging.remote_path("nimbix-burst/j", "/w/data") == "/data/nimbix-burst/j/w/data"
 
 
