@@ -134,11 +134,13 @@ def test_a_preempted_local_trainer_leaves_with_its_checkpoint_and_resumes_on_nim
     namespace: str,
     workspace: Path,
     preemptor_priority: str,
+    tmp_path: Path,
 ) -> None:
     """The Job of docs/checkpoints.md runs here; a pod of a higher priority wants the real node's GPUs. The
     scheduler preempts the trainer: its runner asks it for a checkpoint (SIGUSR1 for the kubelet's SIGTERM), the
-    trainer writes it and exits 0, the pod ends as a stopped one (143), and the Job's replacement, with no local GPU
-    left, bursts and resumes on Nimbix from that checkpoint. No failure counted, every step done once."""
+    trainer writes it and exits 0, the pod ends as a stopped one (143) and is gone, and the Job's replacement,
+    with no local GPU left, bursts and resumes on Nimbix from that checkpoint. No failure counted, every step
+    done once. A preempted pod is deleted once it stops: its log and states are followed while it lives."""
     ns, plane = namespace, control_plane
     body = move_home.checkpointing_job(node_emulator, LEAVING)
     job = body["metadata"]["name"]
@@ -146,49 +148,61 @@ def test_a_preempted_local_trainer_leaves_with_its_checkpoint_and_resumes_on_nim
     (first,) = demo.wait_for(lambda: move_home.job_pods(plane, ns, job), what="the Job's first pod", timeout=30)
     first_name, first_uid = first["metadata"]["name"], first["metadata"]["uid"]
     assert annotations_of(first)["nimbix-burst.io/decision"] == "local", annotations_of(first)
-
-    def local_steps() -> bool:
-        pods = {p["metadata"]["uid"]: p for p in move_home.job_pods(plane, ns, job)}
-        if first_uid not in pods or demo.read_exit_code(pods[first_uid]) is not None:  # say why, not only when
-            raise AssertionError(f"the local pod ended before its 12th step: {_story(plane, ns)}")
-        return max(move_home.parse_steps(move_home.logs(plane, ns, first_name)) or [0]) >= 12
-
-    demo.wait_for(local_steps, what="12 local steps (a checkpoint written at step 10)", timeout=120)
-    preemptor = gpu_holder(move_home.HOLDER, gpus=real_node.settings.gpus)
-    preemptor["spec"]["priorityClassName"] = preemptor_priority
-    plane.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(preemptor))
-
-    def replacement() -> dict[str, Any] | None:
-        pods = [p for p in move_home.job_pods(plane, ns, job) if p["metadata"]["uid"] != first_uid]
-        return pods[0] if pods else None
-
-    second = demo.wait_for(replacement, what="the preempted pod's replacement", timeout=120)
-    second_name = second["metadata"]["name"]
-    left = demo.read_pod(plane, ns, first_name)
-    local_log = move_home.logs(plane, ns, first_name)
-    assert demo.read_exit_code(left) == 143, (left["status"], local_log)  # stopped: never the Job's success
-    conditions = {c["type"]: c for c in left["status"].get("conditions") or ()}
-    assert conditions["DisruptionTarget"]["reason"] == "PreemptionByScheduler", conditions
-    assert annotations_of(second)["nimbix-burst.io/decision"] == "remote", annotations_of(second)
     demo.wait_for(
-        lambda: (move_home.job_status(plane, ns, job).get("succeeded") or 0) >= 1,
-        what="the Job complete on Nimbix",
-        timeout=move_home.WAIT_SECONDS,
+        lambda: demo.read_pod(plane, ns, first_name)["status"].get("phase") == "Running",
+        what="the trainer running here",
+        timeout=120,
     )
-    remote_log = move_home.logs(plane, ns, second_name)
+    states = (
+        "{.status.containerStatuses[0].state.terminated.exitCode} {range .status.conditions[*]}{.type}={.reason} {end}"
+    )
+    with (
+        move_home.kubectl_stream(plane, tmp_path / "log", "-n", ns, "logs", "-f", first_name) as local_log,
+        move_home.kubectl_stream(
+            plane, tmp_path / "states", "-n", ns, "get", "pod", first_name, "-w", "-o", f"jsonpath={states}\n"
+        ) as seen,
+    ):
+
+        def local_steps() -> bool:
+            pods = {p["metadata"]["uid"]: p for p in move_home.job_pods(plane, ns, job)}
+            if first_uid not in pods or demo.read_exit_code(pods[first_uid]) is not None:  # say why, not only when
+                raise AssertionError(f"the local pod ended before its 12th step:\n{local_log()}\n{_story(plane, ns)}")
+            return max(move_home.parse_steps(local_log()) or [0]) >= 12
+
+        demo.wait_for(local_steps, what="12 local steps (a checkpoint written at step 10)", timeout=120)
+        preemptor = gpu_holder(move_home.HOLDER, gpus=real_node.settings.gpus)
+        preemptor["spec"]["priorityClassName"] = preemptor_priority
+        plane.kubectl("-n", ns, "create", "-f", "-", input=json.dumps(preemptor))
+
+        def replacement() -> dict[str, Any] | None:
+            pods = [p for p in move_home.job_pods(plane, ns, job) if p["metadata"]["uid"] != first_uid]
+            return pods[0] if pods else None
+
+        second = demo.wait_for(replacement, what="the preempted pod's replacement", timeout=120)
+        assert annotations_of(second)["nimbix-burst.io/decision"] == "remote", annotations_of(second)
+        demo.wait_for(
+            lambda: (move_home.job_status(plane, ns, job).get("succeeded") or 0) >= 1,
+            what="the Job complete on Nimbix",
+            timeout=move_home.WAIT_SECONDS,
+        )
+        left_log, left_states = local_log(), seen()
+    remote_log = move_home.logs(plane, ns, second["metadata"]["name"])
     status_of_job = move_home.job_status(plane, ns, job)
     assert not status_of_job.get("failed"), f"the preemption was counted as a failure: {status_of_job}"
+    # Stopped, never the Job's success: the runner's 143, and the API server's word that it was a preemption.
+    assert any(line.startswith("143 ") for line in left_states.splitlines()), left_states
+    assert "DisruptionTarget=PreemptionByScheduler" in left_states, left_states
 
-    local_steps, remote_steps = move_home.parse_steps(local_log), move_home.parse_steps(remote_log)
-    resumed_at = move_home.parse_resumed(remote_log)
-    print(f"\nleft: local steps 1-{max(local_steps)}, resumed on Nimbix from step {resumed_at}")
-    assert f"SIGUSR1: stopped after step {max(local_steps)} with its checkpoint" in local_log, local_log
-    assert resumed_at == max(local_steps), remote_log  # the checkpoint it left with, none older
-    assert local_steps + remote_steps == list(range(1, LEAVING.steps + 1)), (local_log, remote_log)
+    local_steps_done, remote_steps = move_home.parse_steps(left_log), move_home.parse_steps(remote_log)
+    stopped, resumed_at = max(local_steps_done), move_home.parse_resumed(remote_log)
+    print(f"\nleft: local steps 1-{stopped}, resumed on Nimbix from step {resumed_at}")
+    assert f"SIGUSR1: stopped after step {stopped} with its checkpoint" in left_log, left_log
+    assert "left with a checkpoint: the Job's next pod resumes from it" in left_log, left_log
+    assert resumed_at == stopped, remote_log  # the checkpoint it left with, none older
+    assert local_steps_done + remote_steps == list(range(1, LEAVING.steps + 1)), (left_log, remote_log)
     assert "training done" in remote_log
-    assert [j["status"] for j in demo.fetch_emulator_jobs(node_emulator.url, pod_uid=second["metadata"]["uid"])] == [
-        "COMPLETED"
-    ]
+    remote_jobs = demo.fetch_emulator_jobs(node_emulator.url, pod_uid=second["metadata"]["uid"])
+    assert [j["status"] for j in remote_jobs] == ["COMPLETED"]
 
 
 def _story(plane: controlplane.ControlPlane, namespace: str) -> str:

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -157,6 +158,20 @@ def job_event_reasons(plane: controlplane.ControlPlane, namespace: str, job: str
     selector = f"involvedObject.kind=Job,involvedObject.name={job}"
     items = get_json(plane, "-n", namespace, "get", "events", "--field-selector", selector)["items"]
     return {str(event.get("reason")) for event in items}
+
+
+@contextmanager
+def kubectl_stream(plane: controlplane.ControlPlane, path: Path, *args: str) -> Iterator[Callable[[], str]]:
+    """`kubectl <args>` in the background (`logs -f`, `get -w`), its output kept in `path` and read at any
+    time: what a pod said and was, even once it is deleted (a preempted pod is). Stopped on leaving."""
+    kubectl = [str(plane.bin_dir / "kubectl"), "--kubeconfig", str(plane.kubeconfig_path)]
+    with path.open("wb") as out:
+        process = subprocess.Popen([*kubectl, *args], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield lambda: path.read_bytes().decode(errors="replace")
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 def logs(plane: controlplane.ControlPlane, namespace: str, pod: str) -> str:
