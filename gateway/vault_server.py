@@ -21,6 +21,7 @@ from asyncssh.stream import SSHReader, SSHServerStreamSession, SSHWriter
 
 from gateway.accounts import Accounts, VaultAccess
 from gateway.callers import Callers
+from gateway.connection_limits import PodConnections, session_refusal
 from gateway.identity import NotAuthenticated
 from gateway.kube import KubeAdapter
 from gateway.sftp_requests import BadPacket, swaps_symlink
@@ -98,9 +99,12 @@ class _Vault(NamedTuple):
 class _LoginServer(asyncssh.SSHServer):
     """One client connection: password logins only, the password being the pod's token."""
 
-    def __init__(self, authorize: Authorize) -> None:
+    def __init__(self, authorize: Authorize, connections: PodConnections) -> None:
         self._authorize = authorize
+        self._connections = connections
         self.session: VaultSession | None = None
+        self._admitted = ""  # the pod UID this connection counts against, once logged in
+        self.sessions = 0  # the SFTP sessions open on it
         # One connection to the vault for all this client's SFTP sessions (the runner opens several at
         # once; a connection each would cost the vault's handshake round trips each), and one SFTP
         # session on it for the path checks. Opened by the first session, closed with the client's.
@@ -110,7 +114,14 @@ class _LoginServer(asyncssh.SSHServer):
         return True
 
     def session_requested(self) -> _SftpOnlySession | bool:
-        return _SftpOnlySession(self.session, self) if self.session is not None else False
+        if self.session is None:
+            return False
+        refusal = session_refusal(self.sessions)
+        if refusal is not None:
+            log.warning("vault session refused", extra={**_who(self.session), "reason": refusal})
+            return False
+        self.sessions += 1
+        return _SftpOnlySession(self.session, self)
 
     async def vault(self, access: VaultAccess) -> _Vault:
         if self._vault is None or (self._vault.done() and self._vault.exception() is not None):
@@ -118,6 +129,9 @@ class _LoginServer(asyncssh.SSHServer):
         return await asyncio.shield(self._vault)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._admitted:
+            self._connections.release(self._admitted)
+            self._admitted = ""
         if self._vault is None:
             return
         if not self._vault.done():
@@ -130,18 +144,26 @@ class _LoginServer(asyncssh.SSHServer):
 
     async def validate_password(self, username: str, password: str) -> bool:
         try:
-            self.session = await self._authorize(password)
+            session = await self._authorize(password)
         except (NotAuthenticated, NotDecided) as exc:
             log.warning("vault login refused", extra={"reason": str(exc)})
             return False
         except Exception as exc:  # noqa: BLE001 - the API server unreachable: refused, said why
             log.warning("vault login failed", extra={"reason": str(exc), "error": type(exc).__name__})
             return False
-        log.info(
-            "vault login",
-            extra={"namespace": self.session.namespace, "pod": self.session.pod, "vault": self.session.access.host},
-        )
+        if not self._admitted:  # a second password on one connection counts once
+            refusal = self._connections.admit(session.grant.pod_uid)
+            if refusal is not None:
+                log.warning("vault login refused", extra={**_who(session), "reason": refusal})
+                return False
+            self._admitted = session.grant.pod_uid
+        self.session = session
+        log.info("vault login", extra={**_who(session), "vault": session.access.host})
         return True
+
+
+def _who(session: VaultSession) -> dict[str, str]:
+    return {"namespace": session.namespace, "pod": session.pod}
 
 
 async def connect_vault(access: VaultAccess) -> asyncssh.SSHClientConnection:
@@ -233,6 +255,10 @@ class _SftpOnlySession(SSHServerStreamSession[bytes]):
     def subsystem_requested(self, subsystem: str) -> bool:
         return subsystem == "sftp"
 
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._login.sessions -= 1
+        super().connection_lost(exc)
+
     def session_started(self) -> None:
         channel = self._chan
         assert channel is not None and self._conn is not None
@@ -243,15 +269,17 @@ class _SftpOnlySession(SSHServerStreamSession[bytes]):
 
 
 async def start_vault_server(
-    *, host: str, port: int, host_key_file: Path, authorize: Authorize
+    *, host: str, port: int, host_key_file: Path, authorize: Authorize, connections: PodConnections | None = None
 ) -> asyncssh.SSHAcceptor:
-    """Listen for burst pods' SFTP sessions; close the acceptor to stop."""
+    """Listen for burst pods' SFTP sessions; close the acceptor to stop. `connections`: what each pod holds
+    (gateway.connection_limits; a fresh count when not given)."""
+    held = connections if connections is not None else PodConnections()
     logging.getLogger("asyncssh").setLevel(logging.WARNING)  # its INFO is a line per SSH step
     return await asyncssh.listen(
         host,
         port,
         server_host_keys=[str(host_key_file)],
-        server_factory=lambda: _LoginServer(authorize),
+        server_factory=lambda: _LoginServer(authorize, held),
         encoding=None,
         agent_forwarding=False,
         x11_forwarding=False,

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncssh
 import pytest
@@ -24,17 +25,20 @@ from devplatform.emulator import EmulatorControl, Timing
 from entrypoint import sftp_transfer, vault_settings
 from entrypoint.sftp_transfer import DownloadRoot, UploadRoot, VaultTransfer
 from gateway.accounts import VaultAccess
+from gateway.connection_limits import MAX_CONNECTIONS_PER_POD, MAX_SESSIONS_PER_CONNECTION
 from gateway.identity import NotAuthenticated
 from gateway.vault_scope import VaultGrant
 from gateway.vault_server import VaultSession, start_vault_server
 from jarvice.redaction import Secret
 from tests.support import vaults
+from tests.support.deadlines import PROGRAM_EXIT_SECONDS
 from tests.support.runner_processes import API_KEY, APP, FAST_TIMING, USER
 
 POD = str(uuid.UUID(int=1))
 OTHER_POD = str(uuid.UUID(int=2))
 JOB = str(uuid.UUID(int=3))
 POD_TOKEN, JOB_POD_TOKEN, OTHER_TOKEN = "token-of-pod-1", "token-of-job-pod-1", "token-of-pod-2"
+GREEDY_POD, GREEDY_TOKEN = str(uuid.UUID(int=4)), "token-of-pod-4"
 OWN = f"nimbix-burst/pod-{POD}.main"
 
 
@@ -50,6 +54,7 @@ def _sessions(access: VaultAccess) -> dict[str, VaultSession]:
         POD_TOKEN: VaultSession(VaultGrant(POD), access, namespace="demo", pod="p"),
         JOB_POD_TOKEN: VaultSession(VaultGrant(POD, JOB), access, namespace="demo", pod="p"),
         OTHER_TOKEN: VaultSession(VaultGrant(OTHER_POD), access, namespace="demo", pod="q"),
+        GREEDY_TOKEN: VaultSession(VaultGrant(GREEDY_POD), access, namespace="demo", pod="g"),
     }
 
 
@@ -315,3 +320,54 @@ def test_a_directory_swapped_for_a_link_by_a_second_session_is_not_followed(endp
     asyncio.run(run())
     assert (other / "precious").read_text() == "not yours"
     assert not (other / "planted").exists()
+
+
+def _connect(endpoint: Endpoint, token: str) -> Any:
+    return asyncssh.connect(
+        "127.0.0.1",
+        endpoint.settings.port,
+        username="p",
+        password=token,
+        known_hosts=str(endpoint.known_hosts),
+        client_keys=None,
+        agent_path=None,
+        config=[],
+    )
+
+
+def test_one_pod_holds_at_most_its_share_of_connections_and_sessions(endpoint: Endpoint) -> None:
+    """A pod's token opens MAX_CONNECTIONS_PER_POD connections, each with MAX_SESSIONS_PER_CONNECTION SFTP
+    sessions, and no more; one closed makes room again. Another pod is never refused for it."""
+
+    async def run() -> None:
+        held = [await _connect(endpoint, GREEDY_TOKEN) for _ in range(MAX_CONNECTIONS_PER_POD)]
+        try:
+            with pytest.raises(asyncssh.PermissionDenied):
+                await _connect(endpoint, GREEDY_TOKEN)
+            async with _connect(endpoint, OTHER_TOKEN) as neighbour, neighbour.start_sftp_client():
+                pass  # another pod logs in and opens its session all the same
+            sessions = [await held[0].start_sftp_client() for _ in range(MAX_SESSIONS_PER_CONNECTION)]
+            with pytest.raises(asyncssh.ChannelOpenError):
+                await held[0].start_sftp_client()
+            sessions.pop().exit()
+            await _eventually(held[0].start_sftp_client)
+            held.pop().close()
+            again = await _eventually(lambda: _connect(endpoint, GREEDY_TOKEN))
+            again.close()
+        finally:
+            for conn in held:
+                conn.close()
+
+    asyncio.run(run())
+
+
+async def _eventually(attempt: Any) -> Any:
+    """`attempt()`'s result once the gateway has seen a close (a poll with a deadline)."""
+    deadline = time.monotonic() + PROGRAM_EXIT_SECONDS
+    while True:
+        try:
+            return await attempt()
+        except (asyncssh.PermissionDenied, asyncssh.ChannelOpenError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)
