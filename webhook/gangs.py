@@ -20,10 +20,10 @@ burst generation is over once one of its pods has failed or is being deleted (it
 then not wanted: controller.orphans), or once every rank of it succeeded, so the pod that comes next
 (an Indexed Job's retry, a reused pod group name) starts the next generation, decided afresh, and its
 job never shares a label with the old one. A rank that comes after another rank succeeded, while its
-generation is not complete, joins it and follows the job that ran (generation_over). The generations are told apart by what every replica can read alike: the gang's pods
-in the watch cache (finished burst pods included) and the outstanding reservations, both keyed by
-the generation's identity (see GangIndex.snapshot). A local generation has no job: a replacement
-pod joins it, as before.
+generation is not complete, joins it and follows the job that ran (generation_over). The generations
+are told apart by what every replica can read alike: the gang's pods in the watch cache (finished
+burst pods included) and the outstanding reservations, both keyed by the generation's identity (see
+GangIndex.snapshot). A local generation has no job: a replacement pod joins it, as before.
 This module holds the rules and what the cache keeps of gangs (GangIndex, GangBook); it hands a gang's
 pod's decision (webhook.decision, which takes the pod up in its gang with webhook.gang_decision) one
 GangSnapshot, and what that decision reserves and remembers comes back as its Effects (webhook.verdict),
@@ -125,12 +125,15 @@ class GangTerms:
     size: Final[int]
     rank: Final[int]
     generation: Final[int]
+    # When the generation began (Unix seconds, contract.ENV_GANG_SINCE; None: no pod of it seen yet).
+    began: Final[int | None]
 
-    def __init__(self, uid: str, size: int, rank: int, generation: int = 1) -> None:
+    def __init__(self, uid: str, size: int, rank: int, generation: int = 1, *, began: int | None = None) -> None:
         self.uid = uid
         self.size = size
         self.rank = rank
         self.generation = generation
+        self.began = began
 
     def annotations(self) -> dict[str, str]:
         return {
@@ -352,6 +355,7 @@ class GangSnapshot:
     seen: Final[SeenGang]  # the gang's pods in the watch cache (NOT_READ when not needed)
     now: Final[float]
     ttl: Final[float]  # how long a reservation, and a record, lasts
+    began: Final[float | None]  # the creation of the generation's earliest pod in the watch cache (None: none)
 
     def __init__(
         self,
@@ -363,6 +367,7 @@ class GangSnapshot:
         *,
         now: float,
         ttl: float,
+        began: float | None = None,
     ) -> None:
         self.member = member
         self.record = record
@@ -371,6 +376,7 @@ class GangSnapshot:
         self.seen = seen
         self.now = now
         self.ttl = ttl
+        self.began = began
 
 
 class GangBook:
@@ -455,8 +461,12 @@ class GangIndex:
             opened, taken = hold(open_id(uid, rank)), hold(taken_id(uid, rank))
             if opened is not None or taken is not None:
                 ranks[rank] = RankHolds(opened, taken)
-        seen = read_pods(self.pods(namespace, uid)) if wide else NOT_READ
-        return GangSnapshot(member, record, marked, ranks, seen, now=now, ttl=ttl)
+        pods = self.pods(namespace, uid)
+        seen = read_pods(pods) if wide else NOT_READ
+        # A rank that comes late follows a job that may have ended before its runner starts: it is told
+        # from when its generation's jobs are its own (an identity used again begins again: no pod left).
+        began = min((pod.created for pod in pods if pod.created > 0), default=None)
+        return GangSnapshot(member, record, marked, ranks, seen, now=now, ttl=ttl, began=began)
 
     def _generation_of(
         self, member: GangMember, size: int, *, namespace: str, now: float, hold: Callable[[str], Hold | None]

@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from jarvice import contract, gpubudget
 from kubeplumbing import spendrecord
+from kubeplumbing.times import parse_time
 from webhook import spending, waiting, walltime
 from webhook.resources import (
     QuantityError,
@@ -344,6 +345,7 @@ def _with_gang(pod: PodInfo, meta: Mapping[str, Any], annotations: Mapping[str, 
         decision=annotations.get(contract.ANNOTATION_DECISION, ""),
         deleting=bool(meta.get("deletionTimestamp")),
         succeeded=succeeded,
+        created=parse_time(meta.get("creationTimestamp")) or 0.0,
         waiting=contract.ANNOTATION_BURST_DEADLINE in annotations,
     )
 
@@ -354,7 +356,12 @@ def _is_gang_pod(meta: Mapping[str, Any]) -> bool:
 
 
 def _burst_pod(
-    meta: Mapping[str, Any], spec: Mapping[str, Any], remote_gpus: int, *, terminal: bool = False, succeeded: bool = False
+    meta: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    remote_gpus: int,
+    *,
+    terminal: bool = False,
+    succeeded: bool = False,
 ) -> PodInfo:
     """A burst pod: its namespace's budget counts it; bound and not finished, it also holds its
     runner's CPU and memory."""

@@ -180,6 +180,7 @@ class PodInfo:
     decision: str = ""
     deleting: bool = False
     succeeded: bool = False  # phase Succeeded (terminal, and not Failed)
+    created: float = 0.0  # a gang's pod: its creationTimestamp (epoch s; 0: unreadable), when its generation began
     waiting: bool = False  # a gang's pod kept local to wait before bursting (its burst-deadline annotation)
     admission: str = ""  # our annotation: the token of the admission that decided it (webhook.provenance)
     # A burst pod in a namespace with cost caps: what it was counted for (webhook.spending).

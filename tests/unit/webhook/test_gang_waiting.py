@@ -257,10 +257,10 @@ def test_a_rank_replaced_after_rank_0_ended_joins_the_generation_its_end_leaves(
     sync, wall = make_sync(0)
     waited = [admit(sync, job_pod(rank), f"u{rank}")[0] for rank in range(2)]
     for rank, patched in enumerate(waited):  # the controller evicted both at the deadline
-        appear(sync, patched, f"pod-{rank}", deletionTimestamp="2026-09-21T14:14:01Z")
+        appear(sync, patched, f"pod-{rank}", deletionTimestamp="2026-09-21T14:14:01Z", creationTimestamp=CREATED)
     wall.now = CREATED_EPOCH + 61
     lead, _ = admit(sync, job_pod(0), "r0")
-    appear(sync, lead, "pod-r0")
+    appear(sync, lead, "pod-r0", creationTimestamp="2026-09-21T14:14:01Z")
     finish(sync, lead, "pod-r0", phase)
     wall.now = CREATED_EPOCH + 71
     late, result = admit(sync, job_pod(1), "r1")
@@ -269,3 +269,8 @@ def test_a_rank_replaced_after_rank_0_ended_joins_the_generation_its_end_leaves(
     uid = JOB_UID if generation == 1 else str(uuid.uuid5(uuid.UUID(JOB_UID), f"generation/{generation}"))
     assert (notes[contract.ANNOTATION_GANG], notes[contract.ANNOTATION_GANG_GENERATION]) == (uid, str(generation))
     assert notes[contract.ANNOTATION_GANG_RANK] == "1"
+    # Its runner follows the job that may have ended before it starts: from when its generation began (the
+    # creation of its earliest pod the watch showed; the waiting pods were generation 1's too). A new
+    # generation began with this pod: its runner counts from its own start.
+    env = {e["name"]: e.get("value") for e in late["spec"]["containers"][0]["env"]}
+    assert env.get(contract.ENV_GANG_SINCE) == (str(int(CREATED_EPOCH)) if generation == 1 else None)

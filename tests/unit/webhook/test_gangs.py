@@ -282,7 +282,7 @@ def pod_of(
         pytest.param([pod_of("g", phase="Succeeded")], False, id="a-burst-pod-succeeded-a-rank-to-come"),
         pytest.param([pod_of("g", phase="Succeeded"), pod_of("g", rank=1)], False, id="one-succeeded-one-follows"),
         # it ran to its end: a pod that comes now is a new run (a reused pod group name)
-        pytest.param([pod_of("g", phase="Succeeded"), pod_of("g", rank=1, phase="Succeeded")], True, id="all-succeeded"),
+        pytest.param([pod_of("g", phase="Succeeded"), pod_of("g", rank=1, phase="Succeeded")], True, id="all-done"),
         pytest.param([pod_of("g", phase="Succeeded"), pod_of("g", rank=1, phase="Failed")], True, id="one-failed"),
         pytest.param([pod_of("g", phase="Succeeded", deleting=True)], True, id="a-succeeded-pod-being-deleted"),
     ],
