@@ -37,6 +37,9 @@ class Gang:
     size: int  # pods in the gang = nodes of the JARVICE job
     rank: int  # this pod's rank, 0..size-1
     master_port: int | None = None  # MASTER_PORT from the pod's environment (None: the fan-out's default)
+    # When the pod's generation began (Unix seconds; None: not told): a following rank that comes late
+    # takes the gang's job that ended before it started, as long as it ended after this.
+    since: int | None = None
 
     @property
     def submits(self) -> bool:
@@ -92,9 +95,12 @@ def parse_gang(env: Mapping[str, str], *, nodes: int | None) -> tuple[Gang | Non
             " pod; remove JARVICE_NODES"
         )
     master_port = parse_master_port(env.get(ENV_MASTER_PORT), problems)
+    since = None
+    if env.get(contract.ENV_GANG_SINCE, "").strip():
+        since = _int_value(env, contract.ENV_GANG_SINCE, problems, what="Unix seconds (the webhook sets it)")
     if problems or size is None or rank is None:
         return None, problems
-    return Gang(uid=uid, size=size, rank=rank, master_port=master_port), []
+    return Gang(uid=uid, size=size, rank=rank, master_port=master_port, since=since), []
 
 
 def parse_master_port(raw: str | None, problems: list[str]) -> int | None:
@@ -116,15 +122,23 @@ def build_gang_command(shell_command: str, gang: Gang) -> str:
     return f"export {ENV_MASTER_PORT}={shlex.quote(str(gang.master_port))}; {shell_command}"
 
 
+def follower_since(gang: Gang, *, now: int) -> int:
+    """From when a following rank takes a finished job of the label (see select_gang_jobs): when its
+    generation began, if the webhook said so and that is earlier (the rank came late: rank 0's job may
+    have run and ended before this runner started), else when this runner started."""
+    return now if gang.since is None else min(now, gang.since)
+
+
 def select_gang_jobs(jobs: Iterable[JobEntry], *, started_at: int) -> tuple[JobEntry, ...]:
     """The label's jobs a following rank may take: every live one, and the finished ones that
-    ended at or after this runner started (`started_at`, Unix seconds).
+    ended at or after `started_at` (Unix seconds: follower_since).
 
     A finished job that ended earlier belongs to an earlier run: each generation of a gang has a
     label of its own (webhook.gangs), but a generation's identity may be used again once all of its
     pods are gone, and following such a job would report an old result while rank 0 submits the new
-    job. A job that ends so fast that it is over
-    before this rank even started looks the same; the rank then waits for the gang's job and says
-    so at the end of the wait.
+    job. The generation's own job may have ended before this rank started (its pod came late); the
+    webhook says when the generation began (Gang.since), so that job is taken. A job that ends so fast
+    that it is over before the generation's first pod was seen looks like an earlier run's; the rank
+    then waits for the gang's job and says so at the end of the wait.
     """
     return tuple(job for job in jobs if not is_terminal(job.state) or job.end_time >= started_at)

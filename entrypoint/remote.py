@@ -10,6 +10,7 @@ a fake backend and a fake clock.
 import logging
 from typing import Final
 
+from entrypoint import gang as gangs
 from entrypoint import homeward, restart, runstate, runsteps, termination
 from entrypoint.awaiting import GangWaiter
 from entrypoint.following import Follower
@@ -81,7 +82,8 @@ class _RemoteRun:
         )
         self.progress = Progress(deps, record=record)
         gang = plan.gang
-        follower_since = None if gang is None or gang.submits else int(deps.wall_clock())
+        now = int(deps.wall_clock())
+        follower_since = None if gang is None or gang.submits else gangs.follower_since(gang, now=now)
         first = runstate.begin(start, follower_since=follower_since)
         self.state = first.state
         self.first_actions = first.actions

@@ -346,6 +346,10 @@ ENV_GANG_UID: Final = "NIMBIX_BURST_GANG_UID"
 # How many pods (= JARVICE nodes) the gang has, and this pod's rank in it (0..size-1).
 ENV_GANG_SIZE: Final = "NIMBIX_BURST_GANG_SIZE"
 ENV_GANG_RANK: Final = "NIMBIX_BURST_GANG_RANK"
+# When the pod's generation began (Unix seconds: the creation of its earliest pod the webhook saw; absent
+# when it saw none): a following rank takes a finished job of the gang's label that ended at or after it.
+# A rank that comes late (its Job recreated it apart from the others) may start after its gang's job ended.
+ENV_GANG_SINCE: Final = "NIMBIX_BURST_GANG_SINCE"
 # The same three facts on the pod, for the controller and for people.
 ANNOTATION_GANG: Final = ANNOTATION_PREFIX + "gang"
 ANNOTATION_GANG_SIZE: Final = ANNOTATION_PREFIX + "gang-size"

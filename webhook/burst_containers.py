@@ -261,6 +261,8 @@ def _burst_container_ops(
         wanted.append((contract.ENV_GANG_UID, _value(contract.ENV_GANG_UID, gang.uid), True))
         wanted.append((contract.ENV_GANG_SIZE, _value(contract.ENV_GANG_SIZE, str(gang.size)), True))
         wanted.append((contract.ENV_GANG_RANK, _value(contract.ENV_GANG_RANK, str(gang.rank)), True))
+        if gang.began is not None:
+            wanted.append((contract.ENV_GANG_SINCE, _value(contract.ENV_GANG_SINCE, str(gang.began)), True))
     for name, stage_in, stage_out in terms.staging:
         if name == container.get("name"):
             for env_name, paths in ((contract.ENV_STAGE_IN, stage_in), (contract.ENV_STAGE_OUT, stage_out)):

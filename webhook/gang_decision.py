@@ -13,6 +13,7 @@ the gang's GangSnapshot (ClusterCache.gang_snapshot_for), and goes on as for any
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -94,8 +95,10 @@ def take_up(gang: GangSnapshot) -> GangPart:
     size = member.size
     expires_at = gang.now + gang.ttl
     kind, why = (gang.record.kind, gang.record.reason) if gang.record is not None else _recall(member, gang)
+    began = None if gang.began is None else math.floor(gang.began)
     if kind is None:
-        terms = GangTerms(member.uid, size, member.rank if member.rank is not None else 0, member.generation)
+        rank0 = member.rank if member.rank is not None else 0
+        terms = GangTerms(member.uid, size, rank0, member.generation, began=began)
         return GangPart(name, terms, None, "", terms.annotations(), expires_at=expires_at)
     rank = member.rank
     if rank is None:
@@ -104,7 +107,7 @@ def take_up(gang: GangSnapshot) -> GangPart:
     if rank is None:
         reason = f"all {size} ranks of {name} are held by live pods; this extra pod is kept local"
         return GangPart(name, None, "kept", reason, {})
-    terms = GangTerms(member.uid, size, rank, member.generation)
+    terms = GangTerms(member.uid, size, rank, member.generation, began=began)
     reason = f"{name} ({size} pods) is {_shown(kind)}, as decided at its first pod: {why}"
     holds = gang.ranks.get(rank)
     opened = holds.opened if holds is not None else None

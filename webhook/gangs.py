@@ -16,13 +16,14 @@ decision is kept where a new leader finds it:
     kept local or refused without reserving anything;
   - on the gang's pods themselves (their decision and gang annotations), once the watch shows them.
 Each generation of a gang is a gang of its own, with an identity of its own (generation_uid): a
-burst generation is over once one of its pods has finished or is being deleted (its JARVICE job is
-then not wanted: controller.orphans), so the pod that comes next (an Indexed Job's retry, a reused
-pod group name) starts the next generation, decided afresh, and its job never shares a label with
-the old one. The generations are told apart by what every replica can read alike: the gang's pods
-in the watch cache (finished burst pods included) and the outstanding reservations, both keyed by
-the generation's identity (see GangIndex.snapshot). A local generation has no job: a replacement
-pod joins it, as before.
+burst generation is over once one of its pods has failed or is being deleted (its JARVICE job is
+then not wanted: controller.orphans), or once every rank of it succeeded, so the pod that comes next
+(an Indexed Job's retry, a reused pod group name) starts the next generation, decided afresh, and its
+job never shares a label with the old one. A rank that comes after another rank succeeded, while its
+generation is not complete, joins it and follows the job that ran (generation_over). The generations
+are told apart by what every replica can read alike: the gang's pods in the watch cache (finished
+burst pods included) and the outstanding reservations, both keyed by the generation's identity (see
+GangIndex.snapshot). A local generation has no job: a replacement pod joins it, as before.
 This module holds the rules and what the cache keeps of gangs (GangIndex, GangBook); it hands a gang's
 pod's decision (webhook.decision, which takes the pod up in its gang with webhook.gang_decision) one
 GangSnapshot, and what that decision reserves and remembers comes back as its Effects (webhook.verdict),
@@ -124,12 +125,15 @@ class GangTerms:
     size: Final[int]
     rank: Final[int]
     generation: Final[int]
+    # When the generation began (Unix seconds, contract.ENV_GANG_SINCE; None: no pod of it seen yet).
+    began: Final[int | None]
 
-    def __init__(self, uid: str, size: int, rank: int, generation: int = 1) -> None:
+    def __init__(self, uid: str, size: int, rank: int, generation: int = 1, *, began: int | None = None) -> None:
         self.uid = uid
         self.size = size
         self.rank = rank
         self.generation = generation
+        self.began = began
 
     def annotations(self) -> dict[str, str]:
         return {
@@ -240,7 +244,7 @@ class SeenGang:
     """The gang's decision as its pods in the watch cache show it."""
 
     kind: Final[Literal["local", "remote"] | None]  # None: no live pod of it carries a decision
-    held: Final[frozenset[int]]  # ranks of its live pods
+    held: Final[frozenset[int]]  # ranks of its live pods and of its burst pods that succeeded
 
     def __init__(self, kind: Literal["local", "remote"] | None, held: frozenset[int]) -> None:
         self.kind = kind
@@ -249,10 +253,12 @@ class SeenGang:
 
 def read_pods(pods: Iterable[PodInfo]) -> SeenGang:
     """The decision of the gang's live pods (not finished, not being deleted: a gang whose pods are all
-    gone or going is decided afresh), the lowest rank's first; and the ranks they hold. A pod kept
-    local to wait before bursting (webhook.waiting) carries no decision of its gang: each of a waiting
-    gang's pods decides it again (to wait until the same deadline, or to follow a gang now local)."""
-    live = sorted((p for p in pods if not p.terminal and not p.deleting), key=lambda p: p.gang_rank)
+    gone or going is decided afresh) and of its burst pods that succeeded (their job ran for the whole
+    gang, which a late rank follows: see generation_over), the lowest rank's first; and the ranks they
+    hold. A pod kept local to wait before bursting (webhook.waiting) carries no decision of its gang:
+    each of a waiting gang's pods decides it again (to wait until the same deadline, or to follow a
+    gang now local)."""
+    live = sorted((p for p in pods if _holds_rank(p)), key=lambda p: p.gang_rank)
     kind: Literal["local", "remote"] | None = None
     for pod in live:
         if pod.waiting:
@@ -280,10 +286,30 @@ def parse_terms(annotations: Mapping[str, Any]) -> GangTerms | None:
     return GangTerms(uid, size, rank, generation) if rank < size else None
 
 
-def generation_over(pods: Iterable[PodInfo]) -> bool:
-    """Whether a generation's pods say no pod may join it any more: one of its burst pods finished
-    or is being deleted, so its JARVICE job is not wanted (controller.orphans) and will not be followed."""
-    return any((p.terminal or p.deleting) and p.decision == contract.DECISION_REMOTE for p in pods)
+def _holds_rank(pod: PodInfo) -> bool:
+    """Live, or a burst pod that succeeded: its rank is taken in its generation."""
+    if pod.deleting:
+        return False
+    return not pod.terminal or (pod.succeeded and pod.decision == contract.DECISION_REMOTE)
+
+
+def generation_over(pods: Iterable[PodInfo], *, size: int) -> bool:
+    """Whether a generation's pods say no pod may join it any more: one of its burst pods failed or
+    is being deleted, so its JARVICE job is not wanted (controller.orphans) and will not be followed
+    (the pod that comes next is a retry); or each of its `size` ranks has a burst pod that succeeded
+    (it ran to its end: a pod that comes now is a new run, such as a reused pod group name). A burst
+    pod that succeeded while some rank has none leaves it open: its job ran on every node, and the
+    rank that comes late (its Job recreates evicted ranks apart, its back-off counting each failure
+    as it sees it) follows that job; no other rank 0 would ever submit one for it."""
+    done: set[int] = set()
+    for pod in pods:
+        if pod.decision != contract.DECISION_REMOTE:
+            continue
+        if pod.deleting or (pod.terminal and not pod.succeeded):
+            return True
+        if pod.succeeded:
+            done.add(pod.gang_rank)
+    return done >= set(range(size))
 
 
 @dataclass(init=False, unsafe_hash=True, slots=True)
@@ -329,6 +355,7 @@ class GangSnapshot:
     seen: Final[SeenGang]  # the gang's pods in the watch cache (NOT_READ when not needed)
     now: Final[float]
     ttl: Final[float]  # how long a reservation, and a record, lasts
+    began: Final[float | None]  # the creation of the generation's earliest pod in the watch cache (None: none)
 
     def __init__(
         self,
@@ -340,6 +367,7 @@ class GangSnapshot:
         *,
         now: float,
         ttl: float,
+        began: float | None = None,
     ) -> None:
         self.member = member
         self.record = record
@@ -348,6 +376,7 @@ class GangSnapshot:
         self.seen = seen
         self.now = now
         self.ttl = ttl
+        self.began = began
 
 
 class GangBook:
@@ -432,8 +461,12 @@ class GangIndex:
             opened, taken = hold(open_id(uid, rank)), hold(taken_id(uid, rank))
             if opened is not None or taken is not None:
                 ranks[rank] = RankHolds(opened, taken)
-        seen = read_pods(self.pods(namespace, uid)) if wide else NOT_READ
-        return GangSnapshot(member, record, marked, ranks, seen, now=now, ttl=ttl)
+        pods = self.pods(namespace, uid)
+        seen = read_pods(pods) if wide else NOT_READ
+        # A rank that comes late follows a job that may have ended before its runner starts: it is told
+        # from when its generation's jobs are its own (an identity used again begins again: no pod left).
+        began = min((pod.created for pod in pods if pod.created > 0), default=None)
+        return GangSnapshot(member, record, marked, ranks, seen, now=now, ttl=ttl, began=began)
 
     def _generation_of(
         self, member: GangMember, size: int, *, namespace: str, now: float, hold: Callable[[str], Hold | None]
@@ -451,7 +484,7 @@ class GangIndex:
                 misses += 1
         if latest == 0:
             return member
-        if generation_over(self.pods(namespace, generation_uid(member.uid, latest))):
+        if generation_over(self.pods(namespace, generation_uid(member.uid, latest)), size=size):
             latest += 1
         return replace(member, uid=generation_uid(member.uid, latest), generation=latest)
 

@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from jarvice import contract, gpubudget
 from kubeplumbing import spendrecord
+from kubeplumbing.times import parse_time
 from webhook import spending, waiting, walltime
 from webhook.resources import (
     QuantityError,
@@ -277,10 +278,10 @@ def parse_pod(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> PodInfo |
             if remote_gpus and not gpubudget.burst_job_gone(meta, spec, status):
                 # Finished, but its JARVICE job may still run (a runner killed before it could cancel
                 # it): the budget keeps counting it until the job is known to be gone.
-                return _burst_pod(meta, spec, remote_gpus, terminal=True)
+                return _burst_pod(meta, spec, remote_gpus, terminal=True, succeeded=_succeeded(status))
             if _is_gang_pod(meta):
-                # Counts nothing, but tells that its gang's generation is over (webhook.gangs).
-                return _burst_pod(meta, spec, 0, terminal=True)
+                # Counts nothing, but tells whether its gang's generation is over (webhook.gangs).
+                return _burst_pod(meta, spec, 0, terminal=True, succeeded=_succeeded(status))
     if not gpus and (terminal or not node_name):
         return None
     compute = pod_compute(spec)
@@ -305,10 +306,14 @@ def parse_pod(raw: Mapping[str, Any], gpu_resources: Sequence[str]) -> PodInfo |
         gated=bool(_sequence(spec.get("schedulingGates"), "spec.schedulingGates")),
         blocked_elsewhere=_blocked_elsewhere(status, gpu_resources),
     )
-    return _with_gang(pod, meta, annotations)
+    return _with_gang(pod, meta, annotations, succeeded=_succeeded(status))
 
 
-def _with_gang(pod: PodInfo, meta: Mapping[str, Any], annotations: Mapping[str, str]) -> PodInfo:
+def _succeeded(status: Mapping[str, Any]) -> bool:
+    return status.get("phase") == "Succeeded"
+
+
+def _with_gang(pod: PodInfo, meta: Mapping[str, Any], annotations: Mapping[str, str], *, succeeded: bool) -> PodInfo:
     """A gang pod's record gets its gang, rank, decision and deletion (see webhook.gangs); any other
     pod's stays as small as before. A rank we cannot read is -1: the pod still tells the gang's decision."""
     gang = annotations.get(contract.ANNOTATION_GANG, "")
@@ -339,6 +344,8 @@ def _with_gang(pod: PodInfo, meta: Mapping[str, Any], annotations: Mapping[str, 
         gang_rank=rank,
         decision=annotations.get(contract.ANNOTATION_DECISION, ""),
         deleting=bool(meta.get("deletionTimestamp")),
+        succeeded=succeeded,
+        created=parse_time(meta.get("creationTimestamp")) or 0.0,
         waiting=contract.ANNOTATION_BURST_DEADLINE in annotations,
     )
 
@@ -349,7 +356,12 @@ def _is_gang_pod(meta: Mapping[str, Any]) -> bool:
 
 
 def _burst_pod(
-    meta: Mapping[str, Any], spec: Mapping[str, Any], remote_gpus: int, *, terminal: bool = False
+    meta: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    remote_gpus: int,
+    *,
+    terminal: bool = False,
+    succeeded: bool = False,
 ) -> PodInfo:
     """A burst pod: its namespace's budget counts it; bound and not finished, it also holds its
     runner's CPU and memory."""
@@ -372,7 +384,7 @@ def _burst_pod(
         job_uid=waiting.controlling_job(meta),
         coming_home=_coming_home(meta, annotations),
     )
-    return _with_gang(pod, meta, annotations)
+    return _with_gang(pod, meta, annotations, succeeded=succeeded)
 
 
 def _coming_home(meta: Mapping[str, Any], annotations: Mapping[str, str]) -> tuple[tuple[str, int], ...]:

@@ -63,6 +63,7 @@ _PRODUCT_ENV: Final = frozenset(
         contract.ENV_GANG_UID,
         contract.ENV_GANG_SIZE,
         contract.ENV_GANG_RANK,
+        contract.ENV_GANG_SINCE,
     }
 )
 _CONTAINER_LISTS: Final = ("initContainers", "containers")

@@ -172,13 +172,15 @@ class PodInfo:
     # pod keeps them while a job may still run (see model.parse_pod).
     remote_gpus: int = 0
     # A gang's pod (see webhook.gangs): its generation's UID and this pod's rank (our annotations), the
-    # decision it carries, and whether it is being deleted (a gang whose pods are going is decided afresh;
-    # a burst generation one of whose pods finished or is going takes no pod any more). A finished
-    # burst pod of a gang is kept (counting 0) only to tell that.
+    # decision it carries, whether it is being deleted and whether it succeeded (a gang whose pods are
+    # going is decided afresh; a burst generation one of whose pods failed or is going, or all of whose
+    # ranks succeeded, takes no pod any more). A finished burst pod of a gang is kept (counting 0) to tell that.
     gang: str = ""
     gang_rank: int = -1
     decision: str = ""
     deleting: bool = False
+    succeeded: bool = False  # phase Succeeded (terminal, and not Failed)
+    created: float = 0.0  # a gang's pod: its creationTimestamp (epoch s; 0: unreadable), when its generation began
     waiting: bool = False  # a gang's pod kept local to wait before bursting (its burst-deadline annotation)
     admission: str = ""  # our annotation: the token of the admission that decided it (webhook.provenance)
     # A burst pod in a namespace with cost caps: what it was counted for (webhook.spending).

@@ -4,6 +4,7 @@ JARVICE emulator running the base image's AppDef, so the run command really fans
 
 import json
 import signal
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,6 +91,27 @@ def test_a_gang_of_two_is_one_job_on_two_nodes_and_both_ranks_exit_with_its_resu
         f"nimbix-burst: JARVICE job {job['number']} ended"
     )
     assert "job submitted" not in follower.messages()
+
+
+def test_a_rank_that_starts_after_its_gangs_job_ended_follows_it_from_when_its_generation_began(
+    emulator: EmulatorThread, control: EmulatorControl
+) -> None:
+    """Its Job recreated this rank after rank 0's replacement had run the gang's job to its end: the webhook
+    told it when its generation began (before rank 0's pod), so the job that ended before it started is its."""
+    began = int(time.time())
+    rank0, rank1 = gang_envs(emulator.url, "exit 0", NIMBIX_BURST_GANG_WAIT_SECONDS="3")
+    code0, submitter = run_runner(rank0)
+    assert code0 == 0, submitter.err
+    ended_by = int(time.time())  # the job ended before its runner exited
+    deadline = time.monotonic() + HANG_SECONDS
+    while int(time.time()) <= ended_by:  # this rank starts in a later second than the job's end
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    code1, follower = run_runner({**rank1, "NIMBIX_BURST_GANG_SINCE": str(began)})
+    (job,) = control.jobs(gang_label(rank0))
+    assert code1 == 0, follower.err
+    assert f"rank 1 of 2 follows JARVICE job {job['number']}" in follower.out.decode()
+    assert len(submissions(control, rank0)) == 1
 
 
 def test_a_failing_rank_fails_the_job_and_every_rank_exits_with_its_status(

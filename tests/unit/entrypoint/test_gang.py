@@ -27,8 +27,10 @@ def env(**values: str) -> dict[str, str]:
         ({"NIMBIX_BURST_GANG_SIZE": "1", "NIMBIX_BURST_GANG_RANK": "0"}, None, Gang(UID, 1, 0)),
         ({}, 2, Gang(UID, 2, 1)),  # JARVICE_NODES that agrees is no conflict
         ({"MASTER_PORT": "23456"}, None, Gang(UID, 2, 1, master_port=23456)),
+        ({"NIMBIX_BURST_GANG_SINCE": "1789999980"}, None, Gang(UID, 2, 1, since=1_789_999_980)),
+        ({"NIMBIX_BURST_GANG_SINCE": " "}, None, Gang(UID, 2, 1)),
     ],
-    ids=["rank-1", "rank-0", "spaces", "size-1", "agreeing-nodes", "master-port"],
+    ids=["rank-1", "rank-0", "spaces", "size-1", "agreeing-nodes", "master-port", "since", "blank-since"],
 )
 def test_a_gang(variables: dict[str, str], nodes: int | None, expected: Gang) -> None:
     assert gang.parse_gang(env(**variables), nodes=nodes) == (expected, [])
@@ -52,6 +54,7 @@ def test_no_gang_variables_is_no_gang() -> None:
         ({}, 4, "JARVICE_NODES=4 conflicts with NIMBIX_BURST_GANG_SIZE=2"),
         ({"MASTER_PORT": "70000"}, None, "MASTER_PORT must be a TCP port"),
         ({"MASTER_PORT": "http"}, None, "MASTER_PORT must be a TCP port"),
+        ({"NIMBIX_BURST_GANG_SINCE": "yesterday"}, None, "NIMBIX_BURST_GANG_SINCE must be Unix seconds"),
     ],
     ids=[
         "partial",
@@ -65,6 +68,7 @@ def test_no_gang_variables_is_no_gang() -> None:
         "nodes-conflict",
         "port-too-high",
         "port-not-a-number",
+        "since-not-a-number",
     ],
 )
 def test_a_gang_that_cannot_be_used_says_what_to_fix(
@@ -110,6 +114,26 @@ def entry(number: int, state: str, ended: int = 0) -> JobEntry:
 )
 def test_which_of_the_labels_jobs_a_following_rank_may_take(jobs: list[JobEntry], expected: list[int]) -> None:
     assert [job.number for job in gang.select_gang_jobs(jobs, started_at=100)] == expected
+
+
+@pytest.mark.parametrize(
+    ("since", "expected"),
+    [
+        (None, 100),  # not told: from this runner's start
+        (40, 40),  # its generation began earlier (the rank came late): its job may have ended meanwhile
+        (130, 100),  # a clock ahead of this one's: never later than this runner's start
+    ],
+    ids=["not-told", "generation-began-earlier", "later-than-the-start"],
+)
+def test_a_following_rank_takes_finished_jobs_from_when_its_generation_began(since: int | None, expected: int) -> None:
+    assert gang.follower_since(Gang(UID, 2, 1, since=since), now=100) == expected
+
+
+def test_a_rank_that_came_late_follows_its_gangs_job_that_ended_before_it_started() -> None:
+    # Rank 0's pod came at 40, its job ended at 70; this rank's pod came at 90, its runner started at 100.
+    completed = [entry(7, "COMPLETED", ended=70)]
+    started_at = gang.follower_since(Gang(UID, 2, 1, since=40), now=100)
+    assert [job.number for job in gang.select_gang_jobs(completed, started_at=started_at)] == [7]
 
 
 @pytest.mark.parametrize(

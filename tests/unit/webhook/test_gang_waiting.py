@@ -10,6 +10,7 @@ deadline bursts the gang as one; a Kueue pod group bursts at once and says why.
 from __future__ import annotations
 
 import copy
+import uuid
 from typing import Any
 
 import pytest
@@ -229,3 +230,47 @@ def test_a_pod_group_bursts_at_once_and_says_why() -> None:
     assert (
         "only a gang whose pods a Job controls can wait" in notes_of(patched)[contract.ANNOTATION_BURST_AFTER_IGNORED]
     )
+
+
+def finish(sync: CacheSync, patched: dict[str, Any], uid: str, phase: str) -> None:
+    """The watch shows the pod `uid` ended (`phase`: Succeeded, Failed)."""
+    shown = copy.deepcopy(patched)
+    shown["metadata"]["uid"] = uid
+    shown["status"] = {"phase": phase}
+    assert sync.apply_event("pods", "MODIFIED", shown) is None
+
+
+@pytest.mark.parametrize(
+    ("phase", "generation"),
+    [
+        # its job ran for the whole gang: the late rank follows it, in its generation
+        pytest.param("Succeeded", 1, id="rank-0-succeeded"),
+        # its job is not wanted any more: the Job retries index 0, and both ranks are the next generation's
+        pytest.param("Failed", 2, id="rank-0-failed"),
+    ],
+)
+def test_a_rank_replaced_after_rank_0_ended_joins_the_generation_its_end_leaves(phase: str, generation: int) -> None:
+    """The Job recreates the evicted ranks apart (its back-off counts each failure as it sees it): rank 0's
+    replacement bursts and submits the gang's job, which runs on every node, and its pod ends before rank
+    1's replacement is created. Succeeded, rank 1 is that generation's rank, not a new one's: no other rank
+    0 will ever come (the Job's index 0 succeeded), and its job ran for the whole gang."""
+    sync, wall = make_sync(0)
+    waited = [admit(sync, job_pod(rank), f"u{rank}")[0] for rank in range(2)]
+    for rank, patched in enumerate(waited):  # the controller evicted both at the deadline
+        appear(sync, patched, f"pod-{rank}", deletionTimestamp="2026-09-21T14:14:01Z", creationTimestamp=CREATED)
+    wall.now = CREATED_EPOCH + 61
+    lead, _ = admit(sync, job_pod(0), "r0")
+    appear(sync, lead, "pod-r0", creationTimestamp="2026-09-21T14:14:01Z")
+    finish(sync, lead, "pod-r0", phase)
+    wall.now = CREATED_EPOCH + 71
+    late, result = admit(sync, job_pod(1), "r1")
+    assert result.outcome == "remote"
+    notes = notes_of(late)
+    uid = JOB_UID if generation == 1 else str(uuid.uuid5(uuid.UUID(JOB_UID), f"generation/{generation}"))
+    assert (notes[contract.ANNOTATION_GANG], notes[contract.ANNOTATION_GANG_GENERATION]) == (uid, str(generation))
+    assert notes[contract.ANNOTATION_GANG_RANK] == "1"
+    # Its runner follows the job that may have ended before it starts: from when its generation began (the
+    # creation of its earliest pod the watch showed; the waiting pods were generation 1's too). A new
+    # generation began with this pod: its runner counts from its own start.
+    env = {e["name"]: e.get("value") for e in late["spec"]["containers"][0]["env"]}
+    assert env.get(contract.ENV_GANG_SINCE) == (str(int(CREATED_EPOCH)) if generation == 1 else None)

@@ -170,7 +170,9 @@ def test_a_gang_too_large_to_pack_is_not_packed() -> None:
     assert packing.nodes == () and not packing.fits
 
 
-def member(rank: int, decision: str, *, terminal: bool = False, deleting: bool = False) -> PodInfo:
+def member(
+    rank: int, decision: str, *, terminal: bool = False, deleting: bool = False, succeeded: bool = False
+) -> PodInfo:
     return PodInfo(
         uid=f"p{rank}",
         namespace="ns",
@@ -185,6 +187,7 @@ def member(rank: int, decision: str, *, terminal: bool = False, deleting: bool =
         gang_rank=rank,
         decision=decision,
         deleting=deleting,
+        succeeded=succeeded,
     )
 
 
@@ -196,6 +199,9 @@ def member(rank: int, decision: str, *, terminal: bool = False, deleting: bool =
         pytest.param([member(2, "local")], "local", {2}, id="local"),
         pytest.param([member(0, "local", terminal=True)], None, set(), id="finished-pods-tell-nothing"),
         pytest.param([member(0, "remote", deleting=True)], None, set(), id="going-pods-tell-nothing"),
+        # its job ran for the whole gang: a late rank follows it, and a pod group's next pod takes another rank
+        pytest.param([member(0, "remote", terminal=True, succeeded=True)], "remote", {0}, id="succeeded-burst-pod"),
+        pytest.param([member(0, "remote", terminal=True)], None, set(), id="failed-burst-pod-tells-nothing"),
         pytest.param([member(1, "remote"), member(0, "local")], "local", {0, 1}, id="lowest-rank-first"),
         pytest.param([member(0, "")], None, {0}, id="undecided"),
     ],
@@ -257,23 +263,32 @@ def test_a_generations_identity_is_the_gangs_for_the_first_and_its_own_for_each_
     assert gangs.generation_uid("not-a-uuid", 2) != gangs.generation_uid("not-a-uuid", 3)
 
 
-def pod_of(generation: str, *, terminal: bool = False, deleting: bool = False, decision: str = "remote") -> PodInfo:
-    return PodInfo("p", "ns", "p", "", "", {}, terminal, Placement(), "", gang=generation, gang_rank=0,
-                   decision=decision, deleting=deleting)  # fmt: skip
+def pod_of(
+    generation: str, *, rank: int = 0, phase: str = "Running", deleting: bool = False, decision: str = "remote"
+) -> PodInfo:
+    return PodInfo("p", "ns", "p", "", "", {}, phase in ("Succeeded", "Failed"), Placement(), "", gang=generation,
+                   gang_rank=rank, decision=decision, deleting=deleting, succeeded=phase == "Succeeded")  # fmt: skip
 
 
 @pytest.mark.parametrize(
     ("pods", "over"),
     [
-        pytest.param([pod_of("g"), pod_of("g")], False, id="every-burst-pod-follows"),
-        pytest.param([pod_of("g"), pod_of("g", terminal=True)], True, id="a-burst-pod-finished"),
+        pytest.param([pod_of("g"), pod_of("g", rank=1)], False, id="every-burst-pod-follows"),
+        pytest.param([pod_of("g"), pod_of("g", rank=1, phase="Failed")], True, id="a-burst-pod-failed"),
         pytest.param([pod_of("g", deleting=True)], True, id="a-burst-pod-being-deleted"),
-        pytest.param([pod_of("g", terminal=True, decision="local")], False, id="a-local-pod-finished-no-job"),
+        pytest.param([pod_of("g", phase="Failed", decision="local")], False, id="a-local-pod-finished-no-job"),
         pytest.param([], False, id="no-pod"),
+        # rank 0's job ran on every node and completed before rank 1's pod came: rank 1 follows it
+        pytest.param([pod_of("g", phase="Succeeded")], False, id="a-burst-pod-succeeded-a-rank-to-come"),
+        pytest.param([pod_of("g", phase="Succeeded"), pod_of("g", rank=1)], False, id="one-succeeded-one-follows"),
+        # it ran to its end: a pod that comes now is a new run (a reused pod group name)
+        pytest.param([pod_of("g", phase="Succeeded"), pod_of("g", rank=1, phase="Succeeded")], True, id="all-done"),
+        pytest.param([pod_of("g", phase="Succeeded"), pod_of("g", rank=1, phase="Failed")], True, id="one-failed"),
+        pytest.param([pod_of("g", phase="Succeeded", deleting=True)], True, id="a-succeeded-pod-being-deleted"),
     ],
 )
-def test_a_burst_generation_is_over_once_one_of_its_pods_finished(pods: list[PodInfo], over: bool) -> None:
-    assert gangs.generation_over(pods) is over
+def test_a_burst_generation_is_over_once_a_pod_failed_or_every_rank_succeeded(pods: list[PodInfo], over: bool) -> None:
+    assert gangs.generation_over(pods, size=2) is over
 
 
 def test_a_job_in_another_namespace_makes_no_gang() -> None:
