@@ -97,6 +97,13 @@ def workspace(plane: controlplane.ControlPlane, namespace: str) -> Iterator[Path
         path.chmod(0o777)  # the runner runs as uid 10001
     pv, pvc = demo_data.build_host_volume(namespace, host_dir)
     plane.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [pv, pvc]}))
+    # Bound before a pod uses it: until then the scheduler finds no node for the pod, and the controller (its
+    # stranded threshold a few seconds in the e2e tier) would re-burst a pod decided local.
+    demo.wait_for(
+        lambda: get_json(plane, "-n", namespace, "get", "pvc", "training-data")["status"].get("phase") == "Bound",
+        what="the claim training-data bound",
+        timeout=60,
+    )
     try:
         yield host_dir
     finally:
