@@ -23,6 +23,7 @@ from gateway.accounts import Accounts, VaultAccess
 from gateway.checkpoints import CheckpointPlace, Entry, Kind, NoCheckpointPlace, answer, checkpoint_place, newest
 from gateway.checkpoints import work_dir as choose_work_dir
 from gateway.vault_scope import PathRefused, check_resolved, controlling_job, relative_to_root, split_path
+from jarvice.checkpoint import FRESHNESS_SLACK_SECONDS
 
 # The whole ask (connection, lease, listings): well inside the controller's read timeout (30 s).
 ASK_SECONDS: Final = 20.0
@@ -145,4 +146,5 @@ class CheckpointReader:
                     listings.append((f"{path.rsplit('/', 1)[-1]}/", await vault.listing(path)))
         finally:
             connection.close()
-        return answer(place, work, newest(listings), now=self._wall_clock())
+        now = self._wall_clock()
+        return answer(place, work, newest(listings, not_after=now + FRESHNESS_SLACK_SECONDS), now=now)

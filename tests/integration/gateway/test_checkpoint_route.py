@@ -217,6 +217,17 @@ def test_the_newest_complete_checkpoint_in_the_jobs_directory_its_pod_holds(gate
     assert ask(gateway) == LastCheckpoint("step-00000099.json", float(int(now)))
 
 
+def test_a_checkpoint_dated_in_the_future_is_not_taken_for_the_newest(gateway: Gateway) -> None:
+    """os.utime into the future (or a copy keeping another clock's times) must not keep a job fresh for
+    ever: the answer is the newest file dated no later than the gateway's clock and the slack."""
+    uid = str(uuid.UUID(int=41))
+    gateway.cluster.pods[("team", "dated")] = {**a_pod(uid), "metadata": {**a_pod(uid)["metadata"], "name": "dated"}}
+    now = time.time()
+    write(gateway, f"nimbix-burst/pod-{uid}.main/{CKPT}/step-00000010.json", now - 600)
+    write(gateway, f"nimbix-burst/pod-{uid}.main/{CKPT}/step-99999999.json", now + 10 * 365 * 24 * 3600)
+    assert ask(gateway, uid, name="dated") == LastCheckpoint("step-00000010.json", float(int(now - 600)))
+
+
 def test_no_checkpoint_yet_and_no_directory_yet_are_none(gateway: Gateway) -> None:
     uid = str(uuid.UUID(int=21))
     gateway.cluster.pods[("team", "fresh")] = {**a_pod(uid), "metadata": {**a_pod(uid)["metadata"], "name": "fresh"}}
