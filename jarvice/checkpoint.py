@@ -58,7 +58,8 @@ SOURCE_POD: Final = "pod"
 SOURCE_NAMESPACE: Final = "namespace"
 SOURCE_DEFAULT: Final = "default"
 
-_INTERVAL_PART: Final = re.compile(r"(\d+)([smh])")
+# ASCII digits, at most 9 a part: \d takes any script's digits, and int() refuses more than 4300.
+_INTERVAL_PART: Final = re.compile(r"([0-9]{1,9})([smh])")
 _UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600}
 _MONEY: Final = re.compile(r"\d+(\.\d+)?")
 
