@@ -13,6 +13,7 @@ from typing import Any
 
 from jarvice import contract, gangidentity
 from jarvice.checkpoint import ANNOTATION_CHECKPOINT_DIR
+from jarvice.model import parse_job_number
 from kubeplumbing.disruptions import ignores_disruptions_first, ignores_moves_home
 from kubeplumbing.times import parse_time
 
@@ -128,13 +129,8 @@ def parse_pod(obj: Mapping[str, Any]) -> PodView:
         held_by_model=annotations.get(ANNOTATION_DECISION) == "local" and bool(annotations.get(ANNOTATION_GPU_MODEL)),
         burst_deadline=parse_time(annotations.get(contract.ANNOTATION_BURST_DEADLINE)),
         checkpoints=bool(annotations.get(ANNOTATION_CHECKPOINT_DIR)),
-        moving_home=_job_number(annotations.get(contract.ANNOTATION_MOVE_HOME)),
+        moving_home=parse_job_number(annotations.get(contract.ANNOTATION_MOVE_HOME)),
     )
-
-
-def _job_number(raw: object) -> int | None:
-    text = raw.strip() if isinstance(raw, str) else ""
-    return int(text) if text.isdigit() else None
 
 
 # A pod in one of these phases runs nothing any more (its containers will not be started again).

@@ -31,18 +31,13 @@ from dataclasses import dataclass, replace
 from typing import Final, Literal
 
 from controller.model import format_time
-from jarvice.checkpoint import CheckpointContract
+from jarvice.checkpoint import FRESHNESS_SLACK_SECONDS, CheckpointContract
 from jarvice.exitcodes import EXIT_MOVED_HOME
 from jarvice.model import STATUS_COMPLETED, JobEntry, is_terminal
 
 # The checkpoint asked for must be written (the job ends COMPLETED) within this long: a program that
 # does not answer SIGUSR1 keeps running remotely.
 CHECKPOINT_DEADLINE_SECONDS: Final = 300.0
-# How much older than its interval the work since the last checkpoint may be before a move is refused:
-# a homecoming round late (10 s apart), the listing through the gateway, a write that ended just before
-# its rename, and the vault's clock a few seconds off the cluster's. Never a move refused for a
-# checkpoint that came on time.
-FRESHNESS_SLACK_SECONDS: Final = 30
 # After the job ended, the runner copies the checkpoint back and its pod ends within this long.
 COPY_BACK_DEADLINE_SECONDS: Final = 900.0
 # The replacement binds to a node (or bursts again) within this long (as a queued homecoming settles).

@@ -251,15 +251,43 @@ def open_remote_deps(
         )
 
 
-def pod_annotations(path: str | None) -> dict[str, str]:
-    """The pod's annotations the kubelet writes into the file the webhook names ({} without that file)."""
-    if not path:
-        return {}
+# The API server keeps a pod's annotations within 256 KiB; the kubelet's file quotes them, a little longer.
+MAX_POD_ANNOTATIONS_BYTES: Final = 1 << 20
+
+
+def read_pod_annotations(path: str) -> tuple[dict[str, str], str]:
+    """The pod's annotations the kubelet writes into the file the webhook names, and why they were not
+    read ("" when they were; {} then). Read no further than the API server's bound allows."""
     try:
-        text = Path(path).read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return {}
-    return homeward.parse_annotations(text)
+        with open(path, "rb") as found:
+            data = found.read(MAX_POD_ANNOTATIONS_BYTES + 1)
+    except OSError as exc:
+        return {}, str(exc.strerror or type(exc).__name__)
+    if len(data) > MAX_POD_ANNOTATIONS_BYTES:
+        return {}, f"longer than {MAX_POD_ANNOTATIONS_BYTES} bytes: not the pod's annotations"
+    return homeward.parse_annotations(data.decode("utf-8", errors="replace")), ""
+
+
+def pod_annotations(path: str | None) -> dict[str, str]:
+    """The pod's annotations ({} without that file, or when it cannot be read)."""
+    return read_pod_annotations(path)[0] if path else {}
+
+
+def warn_if_pod_annotations_unread(path: str | None) -> None:
+    """Said once at start: without the file, a stopped local pod is not asked for a checkpoint and a burst
+    pod never moves home, which nothing else would show (a volume of the pod's own mounted in its place)."""
+    if not path:
+        return
+    _, problem = read_pod_annotations(path)
+    if problem:
+        log.warning(
+            "pod annotations file not read",
+            extra={
+                "path": path,
+                "reason": f"{problem}; no checkpoint is asked for when the pod is stopped or moved home"
+                f" (mount nothing of the pod's own at {contract.POD_INFO_MOUNT_PATH})",
+            },
+        )
 
 
 def move_mark_reader(path: str | None) -> Callable[[], int | None]:
@@ -282,6 +310,7 @@ def run(env: Mapping[str, str], argv: Sequence[str]) -> int:
     if settings.remote is not None:
         formatter.secrets.append(settings.remote.credentials.apikey.reveal())
     logging.getLogger().setLevel(settings.log_level)
+    warn_if_pod_annotations_unread(settings.pod_annotations_file)
     if settings.remote is None:
         local_plan = plan.build_plan(settings)
         assert isinstance(local_plan, plan.LocalPlan)

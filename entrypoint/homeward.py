@@ -19,6 +19,7 @@ from typing import Final
 from jarvice import contract
 from jarvice.checkpoint import ANNOTATION_CHECKPOINT_DIR
 from jarvice.exitcodes import EXIT_MOVED_HOME, EXIT_OK
+from jarvice.model import parse_job_number
 
 # What the job's program gets (through the image's JARVICE_SIGNAL_OVERRIDE script): write a checkpoint
 # and exit 0 (the checkpoint contract).
@@ -44,8 +45,7 @@ def parse_annotations(text: str) -> dict[str, str]:
 
 def marked_job(annotations: dict[str, str]) -> int | None:
     """The JARVICE job the controller's move-home mark names (None: no mark, or not a job number)."""
-    raw = annotations.get(contract.ANNOTATION_MOVE_HOME, "").strip()
-    return int(raw) if raw.isdigit() else None
+    return parse_job_number(annotations.get(contract.ANNOTATION_MOVE_HOME))
 
 
 def final_exit(code: int, *, asked: bool, staged_out: bool) -> int:

@@ -31,6 +31,10 @@ from jarvice.exitcodes import EXIT_OK, EXIT_TERMINATED
 STOP_SIGNAL: Final = int(signal.SIGTERM)
 # What the API server gives a pod that sets no terminationGracePeriodSeconds.
 DEFAULT_GRACE_SECONDS: Final = 30
+# What the kubelet gives a container between SIGTERM and SIGKILL however short the grace period (0 too).
+KUBELET_MINIMUM_GRACE_SECONDS: Final = 2
+# terminationGracePeriodSeconds is an int64: at most 19 digits.
+MAX_GRACE_DIGITS: Final = 19
 # The part of the grace period kept for the program to stop on SIGTERM, when the checkpoint has not come.
 STOP_MARGIN_SECONDS: Final = 5.0
 
@@ -65,10 +69,10 @@ def plan_leave(annotations: dict[str, str], env: Mapping[str, str]) -> tuple[Lea
     raw = env.get(contract.ENV_GRACE_SECONDS, "").strip()
     if not raw:
         return LeavePlan(DEFAULT_GRACE_SECONDS), ""
-    if raw.isdigit() and int(raw) > 0:
-        return LeavePlan(int(raw)), ""
+    if raw.isascii() and raw.isdigit() and len(raw) <= MAX_GRACE_DIGITS:
+        return LeavePlan(max(int(raw), KUBELET_MINIMUM_GRACE_SECONDS)), ""
     warning = (
-        f"{contract.ENV_GRACE_SECONDS}={raw!r} is not a whole number of seconds above 0; the checkpoint is asked"
+        f"{contract.ENV_GRACE_SECONDS}={raw[:40]!r} is not a whole number of seconds; the checkpoint is asked"
         f" for as if the grace period were {DEFAULT_GRACE_SECONDS} s (unset it: the webhook writes it)"
     )
     return LeavePlan(DEFAULT_GRACE_SECONDS), warning

@@ -23,10 +23,16 @@ from gateway.accounts import Accounts, VaultAccess
 from gateway.checkpoints import CheckpointPlace, Entry, Kind, NoCheckpointPlace, answer, checkpoint_place, newest
 from gateway.checkpoints import work_dir as choose_work_dir
 from gateway.vault_scope import PathRefused, check_resolved, controlling_job, relative_to_root, split_path
+from jarvice.checkpoint import FRESHNESS_SLACK_SECONDS
 
 # The whole ask (connection, lease, listings): well inside the controller's read timeout (30 s).
 ASK_SECONDS: Final = 20.0
 MAX_LEASE_BYTES: Final = 4096
+# A checkpoint directory holds a few checkpoints (the example keeps 3): a listing stops past this many
+# entries, so one job's directory of millions of files costs the gateway (every tenant's) neither its
+# memory nor its CPU at every homecoming round. Such a directory's newest is not known.
+MAX_LISTED_ENTRIES: Final = 10_000
+_SELF_AND_PARENT: Final = (b".", b"..", ".", "..")
 HTTP_FORBIDDEN, HTTP_NOT_FOUND, HTTP_CONFLICT, HTTP_BAD_GATEWAY = 403, 404, 409, 502
 
 
@@ -50,6 +56,12 @@ def _kind(attrs: asyncssh.SFTPAttrs) -> Kind:
     if attrs.type == asyncssh.FILEXFER_TYPE_REGULAR:
         return "file"
     return "directory" if attrs.type == asyncssh.FILEXFER_TYPE_DIRECTORY else "other"
+
+
+def _entry(name: asyncssh.SFTPName) -> Entry:
+    filename = name.filename
+    text = filename.decode("utf-8", "surrogateescape") if isinstance(filename, bytes) else filename
+    return Entry(text, _kind(name.attrs), None if name.attrs.mtime is None else float(name.attrs.mtime))
 
 
 class _Vault:
@@ -82,21 +94,20 @@ class _Vault:
 
     async def listing(self, path: str) -> list[Entry]:
         """The directory's entries; none when it does not exist (the program has not made it yet)."""
+        entries: list[Entry] = []
         try:
             resolved = await self._resolved(path)
-            names = await self._sftp.readdir(path.encode("utf-8", "surrogateescape"))
+            async for name in self._sftp.scandir(path.encode("utf-8", "surrogateescape")):
+                if name.filename in _SELF_AND_PARENT:
+                    continue
+                if len(entries) == MAX_LISTED_ENTRIES:
+                    raise Unanswered(HTTP_CONFLICT, f"{path!r} holds more than {MAX_LISTED_ENTRIES} entries")
+                entries.append(_entry(name))
             if await self._resolved(path) != resolved:  # swapped for a link meanwhile: what was listed is unknown
                 raise PathRefused(f"{path!r} changed while it was listed")
         except asyncssh.SFTPNoSuchFile:
             return []
-        return [
-            Entry(
-                name.filename.decode("utf-8", "surrogateescape") if isinstance(name.filename, bytes) else name.filename,
-                _kind(name.attrs),
-                None if name.attrs.mtime is None else float(name.attrs.mtime),
-            )
-            for name in names
-        ]
+        return entries
 
 
 class CheckpointReader:
@@ -145,4 +156,5 @@ class CheckpointReader:
                     listings.append((f"{path.rsplit('/', 1)[-1]}/", await vault.listing(path)))
         finally:
             connection.close()
-        return answer(place, work, newest(listings), now=self._wall_clock())
+        now = self._wall_clock()
+        return answer(place, work, newest(listings, not_after=now + FRESHNESS_SLACK_SECONDS), now=now)

@@ -15,6 +15,7 @@ by its completion index: that subdirectory is looked at too.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -126,14 +127,18 @@ def is_complete(entry: Entry) -> bool:
     return entry.kind == "file" and entry.mtime is not None and not name.startswith(".") and not name.endswith(".tmp")
 
 
-def newest(listings: Iterable[tuple[str, Iterable[Entry]]]) -> Newest | None:
-    """The newest complete checkpoint of the listings (prefix, entries); the later name on a tie."""
+def newest(listings: Iterable[tuple[str, Iterable[Entry]]], *, not_after: float = math.inf) -> Newest | None:
+    """The newest complete checkpoint of the listings (prefix, entries); the later name on a tie. A file
+    dated after `not_after` (the gateway's clock and the slack) is left out: a time in the future says
+    nothing of when it was written, and taken for the newest it would keep the job fresh for ever."""
     found: Newest | None = None
     for prefix, entries in listings:
         for entry in entries:
             if not is_complete(entry):
                 continue
             assert entry.mtime is not None
+            if entry.mtime > not_after:
+                continue
             candidate = Newest(f"{prefix}{entry.name}", entry.mtime)
             if found is None or (candidate.mtime, candidate.name) > (found.mtime, found.name):
                 found = candidate

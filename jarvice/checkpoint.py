@@ -47,12 +47,19 @@ MIN_INTERVAL_SECONDS: Final = 1
 # A week: a longer interval is a typo (and a move would wait for a checkpoint that old).
 MAX_INTERVAL_SECONDS: Final = 7 * 24 * 3600
 MAX_PATH_CHARS: Final = 1024
+# How much older than its interval the work since the last checkpoint may be before a move is refused
+# (controller.moving), and how far past the gateway's clock a checkpoint may be dated and still count as
+# written then (gateway.checkpoints): a homecoming round late (10 s apart), the listing through the
+# gateway, a write that ended just before its rename, and the vault's clock a few seconds off the
+# cluster's. Never a move refused for a checkpoint that came on time.
+FRESHNESS_SLACK_SECONDS: Final = 30
 
 SOURCE_POD: Final = "pod"
 SOURCE_NAMESPACE: Final = "namespace"
 SOURCE_DEFAULT: Final = "default"
 
-_INTERVAL_PART: Final = re.compile(r"(\d+)([smh])")
+# ASCII digits, at most 9 a part: \d takes any script's digits, and int() refuses more than 4300.
+_INTERVAL_PART: Final = re.compile(r"([0-9]{1,9})([smh])")
 _UNIT_SECONDS: Final = {"s": 1, "m": 60, "h": 3600}
 _MONEY: Final = re.compile(r"\d+(\.\d+)?")
 

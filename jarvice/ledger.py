@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Final, Literal
 
 from jarvice import contract
+from jarvice.model import parse_job_number
 
 Stage = Literal["submitted", "queued", "running", "succeeded", "failed"]
 STAGES: Final[tuple[Stage, ...]] = ("submitted", "queued", "running", "succeeded", "failed")
@@ -27,10 +28,11 @@ def parse_ledger(text: str) -> tuple[dict[int, Stage], str]:
     for item in filter(None, (part.strip() for part in text.split(","))):
         number, _, stage = item.partition("=")
         named = next((s for s in STAGES if s == stage.strip()), None)
-        if not (number.strip().isascii() and number.strip().isdigit()) or named is None:
+        job = parse_job_number(number)
+        if job is None or named is None:
             bad.append(item[:40])
             continue
-        ledger[int(number)] = named
+        ledger[job] = named
     problem = ""
     if bad:
         problem = (

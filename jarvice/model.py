@@ -33,6 +33,18 @@ def ended_without_running(status: str, start_time: int) -> bool:
     return status.strip().upper() in ENDED_UNSTARTED_STATUSES and not start_time
 
 
+# A job number in text (an annotation, a ledger entry): ASCII digits, no more than a 64-bit number holds.
+MAX_JOB_NUMBER_DIGITS: Final = 18
+
+
+def parse_job_number(text: object) -> int | None:
+    """The job number `text` writes (surrounding spaces allowed), or None. Only ASCII digits: str.isdigit
+    also accepts digits int() refuses (a superscript), and text a pod carries must never raise."""
+    digits = text.strip() if isinstance(text, str) else ""
+    ok = digits.isascii() and digits.isdigit() and len(digits) <= MAX_JOB_NUMBER_DIGITS
+    return int(digits) if ok else None
+
+
 def is_terminal(status: str) -> bool:
     """True for the four terminal statuses (compared case-insensitively, as jarviceclient does)."""
     return status.strip().upper() in TERMINAL_STATUSES

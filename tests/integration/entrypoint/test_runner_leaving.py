@@ -107,3 +107,22 @@ def test_an_unreadable_grace_period_is_a_warning_and_the_default(tmp_path: Path)
     (warning,) = [entry for entry in runner.logs() if entry["level"] == "WARNING"]
     assert warning["message"] == "invalid grace period"
     assert "NIMBIX_BURST_GRACE_SECONDS='soon'" in warning["reason"]
+
+
+@pytest.mark.parametrize("where", ["missing", "directory", "huge"])
+def test_an_annotations_file_that_cannot_be_read_is_said_at_start(tmp_path: Path, where: str) -> None:
+    """A volume of the pod's own mounted where the webhook mounts the annotations (a ConfigMap without the
+    key, a directory) silently took the checkpoint request away: the pod was stopped as if it named none."""
+    path = tmp_path / "pod-annotations"
+    if where == "directory":
+        path.mkdir()
+    elif where == "huge":
+        path.write_bytes(b"x" * ((1 << 20) + 1))
+    command = "trap 'echo asked' USR1; trap 'echo stopping; exit 0' TERM; echo ready; while true; do sleep 0.05; done"
+    runner = Runner.start(local_env(NIMBIX_BURST_POD_ANNOTATIONS_FILE=str(path), APP_COMMAND_ARGS=command))
+    runner.wait_for_stdout(b"ready\n")
+    runner.send(signal.SIGTERM)
+    assert runner.wait(PROGRAM_EXIT_SECONDS) == 0, runner.err
+    (warning,) = [entry for entry in runner.logs() if entry["level"] == "WARNING"]
+    assert warning["message"] == "pod annotations file not read"
+    assert warning["path"] == str(path) and "no checkpoint is asked for" in warning["reason"]

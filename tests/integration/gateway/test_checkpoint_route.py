@@ -30,7 +30,7 @@ from controller.moving import LastCheckpoint
 from devplatform.cluster.pki import issue_cert, make_ca, write_pair
 from devplatform.emulator import EmulatorControl, Timing
 from gateway.accounts import Account, Accounts, VaultAccess
-from gateway.checkpoint_reader import CheckpointReader
+from gateway.checkpoint_reader import MAX_LISTED_ENTRIES, CheckpointReader
 from gateway.kube import KubeAdapter, StoredLedger
 from gateway.metrics import GatewayMetrics
 from gateway.oversight import Oversight, controller_user
@@ -215,6 +215,33 @@ def test_the_newest_complete_checkpoint_in_the_jobs_directory_its_pod_holds(gate
     assert ask(gateway) == LastCheckpoint("step-00000020.json", float(int(now - 10)))
     lease(gateway, OTHER_POD)  # another pod holds the Job's directory: the runner staged into its own
     assert ask(gateway) == LastCheckpoint("step-00000099.json", float(int(now)))
+
+
+def test_a_checkpoint_dated_in_the_future_is_not_taken_for_the_newest(gateway: Gateway) -> None:
+    """os.utime into the future (or a copy keeping another clock's times) must not keep a job fresh for
+    ever: the answer is the newest file dated no later than the gateway's clock and the slack."""
+    uid = str(uuid.UUID(int=41))
+    gateway.cluster.pods[("team", "dated")] = {**a_pod(uid), "metadata": {**a_pod(uid)["metadata"], "name": "dated"}}
+    now = time.time()
+    write(gateway, f"nimbix-burst/pod-{uid}.main/{CKPT}/step-00000010.json", now - 600)
+    write(gateway, f"nimbix-burst/pod-{uid}.main/{CKPT}/step-99999999.json", now + 10 * 365 * 24 * 3600)
+    assert ask(gateway, uid, name="dated") == LastCheckpoint("step-00000010.json", float(int(now - 600)))
+
+
+def test_a_directory_of_more_entries_than_a_listing_reads_is_not_known(gateway: Gateway) -> None:
+    """A job can fill its checkpoint directory with files by the million: read whole at every homecoming
+    round, it would hold the gateway's memory (256 Mi, shared by every tenant's submits) and its CPU.
+    The listing stops at its bound: the age is not known (the controller's rule for an unanswered ask)."""
+    uid = str(uuid.UUID(int=51))
+    gateway.cluster.pods[("team", "full")] = {**a_pod(uid), "metadata": {**a_pod(uid)["metadata"], "name": "full"}}
+    directory = gateway.stored / f"nimbix-burst/pod-{uid}.main/{CKPT}"
+    directory.mkdir(parents=True)
+    for n in range(MAX_LISTED_ENTRIES + 1):
+        (directory / f"f{n}").touch()
+    with pytest.raises(GatewayError, match=rf"HTTP 409: .*more than {MAX_LISTED_ENTRIES} entries"):
+        ask(gateway, uid, name="full")
+    (directory / "f0").unlink()  # at the bound: read, and answered
+    assert ask(gateway, uid, name="full").name.startswith("f")
 
 
 def test_no_checkpoint_yet_and_no_directory_yet_are_none(gateway: Gateway) -> None:

@@ -39,3 +39,23 @@ def test_reap_views_is_a_snapshot() -> None:
     snapshot = store.reap_views()
     store.apply("DELETED", obj("a"))
     assert list(snapshot) == ["a"] and store.reap_views() == {}
+
+
+# What a user can write on a pod of their own at its creation (a pod without the opt-in label never
+# reaches the webhook that clears the product's marks): digits Python reads as digits but int() does not
+# (a superscript), and more digits than int() reads at all.
+NOT_JOB_NUMBERS = ["\u00b2", "9" * 5000, "\u0663"]
+
+
+def test_a_pod_whose_move_home_mark_is_no_job_number_does_not_stop_the_store() -> None:
+    """The store parses every pod of every namespace: one that raised would fail every relist, and the
+    controller would act for no tenant."""
+    store = PodStore(clock=lambda: 0.0)
+    pods = [obj(str(i), labeled=True) for i in range(len(NOT_JOB_NUMBERS))]
+    for pod, text in zip(pods, NOT_JOB_NUMBERS, strict=True):
+        pod["metadata"]["annotations"] = {"nimbix-burst.io/move-home": text}
+    store.replace([*pods, obj("fine", labeled=True)])
+    for pod in pods:
+        store.apply("MODIFIED", pod)
+    assert sorted(store.reap_views()) == ["0", "1", "2", "fine"]
+    assert [v.moving_home for v in store.labeled()] == [None, None, None, None]

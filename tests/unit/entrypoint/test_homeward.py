@@ -107,6 +107,9 @@ def test_without_staged_data_nothing_would_come_back_so_the_job_is_never_asked(w
         ('nimbix-burst.io/move-home="soon"\n', None),
         ('broken line\nnimbix-burst.io/move-home="7"', 7),
         ('x="a \\"quoted\\" value"\nnimbix-burst.io/move-home="8"\n', 8),
+        # A file the user mounts there themselves: digits int() does not read are no mark, not a crash.
+        ('nimbix-burst.io/move-home="\u00b2"\n', None),
+        (f'nimbix-burst.io/move-home="{"9" * 5000}"\n', None),
     ],
 )
 def test_the_mark_is_read_from_the_downward_api_annotations_file(text: str, job: int | None) -> None:

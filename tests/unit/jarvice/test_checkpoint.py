@@ -103,6 +103,9 @@ def test_contract(
         (pod(**{INTERVAL: "1.5m"}), {}, "is not a duration"),
         (pod(**{INTERVAL: "10 minutes"}), {}, "is not a duration"),
         (pod(**{INTERVAL: "0s"}), {}, "is zero"),
+        # digits int() refuses or reads past its bound must be this error, which every reader catches
+        (pod(**{INTERVAL: "9" * 5000 + "s"}), {}, "is not a duration"),
+        (pod(**{INTERVAL: "\u0663s"}), {}, "is not a duration"),
         (pod(**{INTERVAL: "169h"}), {}, "longer than a week"),
         # come-home and min-saving, named with where they came from
         (pod(**{COME_HOME: "yes"}), {}, "come-home on the pod: 'yes' is not running or queued"),
