@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import datetime
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from jarvice import contract, gangidentity
 from jarvice.checkpoint import ANNOTATION_CHECKPOINT_DIR
 from jarvice.model import parse_job_number
-from kubeplumbing.disruptions import ignores_disruptions_first, ignores_moves_home
+from kubeplumbing.disruptions import ignores_disruptions_first, moves_home_containers
 from kubeplumbing.times import parse_time
 
 LABEL_KEY, LABEL_VALUE = "task-type", "Nimbix"
@@ -284,10 +284,17 @@ class OwnerState:
     # Its podFailurePolicy ignores a pod marked DisruptionTarget first: a pod the controller evicts
     # costs it no retry (kubeplumbing.disruptions).
     free_moves: bool = False
-    # ...and then a move home's exit second: its running burst pod may move home (controller.moving).
-    moves_home: bool = False
+    # ...and then a move home's exit of these containers right after (None: of any container, the rule of
+    # Jobs created before the rules named theirs): its running burst pod may move home (controller.moving).
+    moves_home_of: frozenset[str] | None = frozenset()
     parallelism: int = 1  # pods run at once (spec.parallelism)
     indexed: bool = False  # completionMode Indexed: a replacement comes back with its pod's index
+
+    def moves_home(self, containers: Sequence[str]) -> bool:
+        """Whether the Job ignores a move home's exit of each of a pod's burst `containers`."""
+        if self.moves_home_of is None:
+            return self.free_moves
+        return bool(containers) and set(containers) <= self.moves_home_of
 
 
 def _pods_at_once(spec: Mapping[str, Any]) -> int:
@@ -313,7 +320,21 @@ def parse_job(obj: Mapping[str, Any] | None) -> OwnerState:
         finished=finished,
         suspended=spec.get("suspend") is True,
         free_moves=ignores_disruptions_first(spec.get("podFailurePolicy")),
-        moves_home=ignores_moves_home(spec.get("podFailurePolicy")),
+        moves_home_of=moves_home_containers(spec.get("podFailurePolicy")),
         parallelism=_pods_at_once(spec),
         indexed=spec.get("completionMode") == "Indexed",
+    )
+
+
+def burst_containers(pod: Mapping[str, Any]) -> tuple[str, ...]:
+    """The containers of a pod the webhook made runners of remote jobs (their env's REMOTE=1): the ones
+    whose exit 81 is a move home's."""
+    return tuple(
+        str(container.get("name", ""))
+        for container in (pod.get("spec") or {}).get("containers") or ()
+        if isinstance(container, Mapping)
+        and any(
+            isinstance(item, Mapping) and item.get("name") == contract.ENV_REMOTE and item.get("value") == "1"
+            for item in container.get("env") or ()
+        )
     )

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from controller import moving
 from controller.kube import PodGone
 from controller.metrics import Metrics
-from controller.model import TERMINAL_PHASES, OwnerState, PodView, log_context
+from controller.model import TERMINAL_PHASES, OwnerState, PodView, burst_containers, log_context
 from jarvice import contract
 from jarvice.checkpoint import CheckpointContractError, parse_checkpoint_contract
 from jarvice.exitcodes import EXIT_MOVED_HOME
@@ -100,7 +100,8 @@ class Mover:
         if len(jobs) != 1:
             return False, "it has more than one JARVICE job (one per burst container): it does not move home", False
         (job,) = jobs
-        annotations = (self._kube.read_pod(pod.namespace, pod.name).get("metadata") or {}).get("annotations") or {}
+        read = self._kube.read_pod(pod.namespace, pod.name)
+        annotations = (read.get("metadata") or {}).get("annotations") or {}
         namespace = self._kube.list_namespace_annotations().get(pod.namespace, {})
         try:
             terms = parse_checkpoint_contract(annotations, namespace)
@@ -116,7 +117,7 @@ class Mover:
                 gpus=machine.gpus * job.nodes if machine is not None else 0,
                 now=self._wall_clock(),
                 checkpoint=checkpoint,
-                policy_ignores_move=owner.moves_home,
+                policy_ignores_move=owner.moves_home(burst_containers(read)),
                 parallel_unindexed=0 if owner.indexed else owner.parallelism,
             )
 

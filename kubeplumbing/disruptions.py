@@ -7,13 +7,15 @@ The webhook puts the rule first at a Job's creation; the controller moves only t
 have it (`ignores_disruptions_first`).
 
 A running burst job moves home from its checkpoint by its runner's exit with MOVED_HOME_EXIT_CODE,
-after the checkpoint was copied back; the webhook puts `IGNORE_MOVED_HOME` second, so the Job creates
-the replacement for that exit too (`ignores_moves_home`).
+after the checkpoint was copied back; the webhook puts one `ignore_moved_home` rule per burst container
+right after the evictions' rule, each naming its container, so the Job creates the replacement for that
+exit of the runner's container only (`ignores_moves_home`): an 81 of a sidecar, an init container or a
+container without the runner counts as any failure, never a free retry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 DISRUPTION_TARGET: Final = "DisruptionTarget"
@@ -25,10 +27,14 @@ IGNORE_DISRUPTIONS: Final[Mapping[str, Any]] = {
 # The runner's EXIT_MOVED_HOME (jarvice.exitcodes, which this package may not import; a test keeps
 # the two equal).
 MOVED_HOME_EXIT_CODE: Final = 81
-IGNORE_MOVED_HOME: Final[Mapping[str, Any]] = {
-    "action": "Ignore",
-    "onExitCodes": {"operator": "In", "values": [MOVED_HOME_EXIT_CODE]},
-}
+
+
+def ignore_moved_home(container: str) -> dict[str, Any]:
+    """The rule ignoring a move home's exit of `container` (a burst container: its runner's)."""
+    return {
+        "action": "Ignore",
+        "onExitCodes": {"containerName": container, "operator": "In", "values": [MOVED_HOME_EXIT_CODE]},
+    }
 
 
 def ignores_disruptions_first(pod_failure_policy: object) -> bool:
@@ -51,24 +57,40 @@ def ignores_disruptions_first(pod_failure_policy: object) -> bool:
     )
 
 
-def ignores_moves_home(pod_failure_policy: object) -> bool:
-    """Whether a Job's podFailurePolicy ignores evictions first and a move home's exit second: then no
-    rule of the Job's own counts or fails the Job for the pod that left with its checkpoint. A rule
-    that names a container is not that rule: the runner's exit is its burst container's, whatever
-    its name, and the moved pod would count against the Job's backoffLimit."""
+def moves_home_containers(pod_failure_policy: object) -> frozenset[str] | None:
+    """The containers whose move-home exit the Job ignores: the rules right after the evictions' first one
+    that ignore 81, up to the first rule of another kind (a later one may come after a rule that counts or
+    fails the Job for that exit). None: one of them names no container (any container's 81 is ignored, as
+    the rule of Jobs created before rules named their containers did). Empty: no such rule, or the
+    evictions' rule is not first."""
     if not ignores_disruptions_first(pod_failure_policy):
-        return False
+        return frozenset()
     assert isinstance(pod_failure_policy, dict)
-    rules = pod_failure_policy["rules"]
-    if len(rules) < 2 or not isinstance(rules[1], dict):
-        return False
-    second = rules[1]
-    exits = second.get("onExitCodes")
-    return (
-        second.get("action") == "Ignore"
-        and isinstance(exits, dict)
-        and exits.get("containerName") in (None, "")
-        and exits.get("operator") == "In"
-        and isinstance(exits.get("values"), list)
-        and MOVED_HOME_EXIT_CODE in exits["values"]
-    )
+    names: set[str] = set()
+    for rule in pod_failure_policy["rules"][1:]:
+        exits = rule.get("onExitCodes") if isinstance(rule, dict) else None
+        if not (
+            isinstance(exits, dict)
+            and rule.get("action") == "Ignore"
+            and exits.get("operator") == "In"
+            and isinstance(exits.get("values"), list)
+            and MOVED_HOME_EXIT_CODE in exits["values"]
+        ):
+            break
+        name = exits.get("containerName")
+        if name in (None, ""):
+            return None
+        if isinstance(name, str):
+            names.add(name)
+    return frozenset(names)
+
+
+def ignores_moves_home(pod_failure_policy: object, containers: Iterable[str]) -> bool:
+    """Whether a Job's podFailurePolicy ignores evictions first and a move home's exit of every one of
+    `containers` (the burst containers, whose runners exit 81 once the checkpoint is home) right after:
+    then no rule of the Job's own counts or fails the Job for the pod that left with its checkpoint."""
+    wanted = set(containers)
+    covered = moves_home_containers(pod_failure_policy)
+    if covered is None:
+        return ignores_disruptions_first(pod_failure_policy)
+    return bool(wanted) and wanted <= covered

@@ -89,7 +89,7 @@ async def mutate(request: web.Request) -> web.Response:
             log.warning("malformed admission review", extra={"error": str(exc)[:500]})
             return _error(400, str(exc))
         if review.kind == "Job" and review.group == "batch":  # no cluster state read: any replica answers
-            job = job_policy.admit(review)
+            job = job_policy.admit(review, app[SETTINGS].gpu_resources)
             counts.decisions[job.outcome] += 1
             log.info("job admitted", extra={"uid": review.uid, "namespace": review.namespace, "reason": job.reason})
             return web.Response(body=orjson.dumps(job.response), content_type="application/json")

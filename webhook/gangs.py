@@ -1,33 +1,31 @@
 """Gangs: the pods of one distributed job, decided as one (pure).
 
-A gang is the pods of an Indexed Job whose `completions` equals its `parallelism` (at least 2), or
-the pods of a Kueue plain-pod group (label `kueue.x-k8s.io/pod-group-name`, annotation
-`kueue.x-k8s.io/pod-group-total-count`). A non-indexed Job's pods are independent work items: they
-are decided one by one, as any pod.
+A gang is the pods of an Indexed Job whose `completions` equals its `parallelism` (at least 2), or the pods of a
+Kueue plain-pod group (label `kueue.x-k8s.io/pod-group-name`, annotation `kueue.x-k8s.io/pod-group-total-
+count`). A non-indexed Job's pods are independent work items: they are decided one by one, as any pod.
 
-A gang is decided once, at its first pod: local only if all of its pods fit at once
-(webhook.placement.pack: each pod on a node, the GPUs one pod takes never counted for another), and
-then every pod's place is reserved; otherwise every pod is remote. Later pods follow, whoever receives them, because the
-decision is kept where a new leader finds it:
-  - as reservations, one per rank, handed over with the others (kubeplumbing.leadership):
-    `gang.<uid>.<rank>` while the rank's pod has not been admitted, `gang.<uid>.<rank>.pod` once it
-    has (and until the watch shows it); local ones on the rank's node, remote ones counting the
-    rank's GPUs against the namespace's burst budget; `gang.<uid>.kept` / `.denied` mark a gang
-    kept local or refused without reserving anything;
+A gang is decided once, at its first pod: local only if all of its pods fit at once (webhook.placement.pack:
+each pod on a node, the GPUs one pod takes never counted for another), and then every pod's place is reserved;
+otherwise every pod is remote. Later pods follow, whoever receives them, because the decision is kept where a
+new leader finds it:
+- as reservations, one per rank, handed over with the others (kubeplumbing.leadership): `gang.<uid>.<rank>`
+    while the rank's pod has not been admitted, `gang.<uid>.<rank>.pod` once it has (and until the watch shows
+    it); local ones on the rank's node, remote ones counting the rank's GPUs against the namespace's burst
+    budget; `gang.<uid>.kept` / `.denied` mark a gang kept local or refused without reserving anything;
   - on the gang's pods themselves (their decision and gang annotations), once the watch shows them.
-Each generation of a gang is a gang of its own, with an identity of its own (generation_uid): a
-burst generation is over once one of its pods has failed or is being deleted (its JARVICE job is
-then not wanted: controller.orphans), or once every rank of it succeeded, so the pod that comes next
-(an Indexed Job's retry, a reused pod group name) starts the next generation, decided afresh, and its
-job never shares a label with the old one. A rank that comes after another rank succeeded, while its
-generation is not complete, joins it and follows the job that ran (generation_over). The generations
-are told apart by what every replica can read alike: the gang's pods in the watch cache (finished
-burst pods included) and the outstanding reservations, both keyed by the generation's identity (see
-GangIndex.snapshot). A local generation has no job: a replacement pod joins it, as before.
-This module holds the rules and what the cache keeps of gangs (GangIndex, GangBook); it hands a gang's
-pod's decision (webhook.decision, which takes the pod up in its gang with webhook.gang_decision) one
-GangSnapshot, and what that decision reserves and remembers comes back as its Effects (webhook.verdict),
-which the cache applies (ClusterCache.apply).
+Each generation of a gang is a gang of its own, with an identity of its own (generation_uid): a burst
+generation is over once one of its pods has failed or is being deleted (its JARVICE job is then not wanted:
+controller.orphans), or once every rank of it succeeded, so the pod that comes next (an Indexed Job's retry, a
+reused pod group name) starts the next generation, decided afresh, and its job never shares a label with the
+old one. A rank that comes after another rank succeeded, while its generation is not complete, joins it and
+follows the job that ran (generation_over). The generations are told apart by what every replica can read
+alike: the gang's pods in the watch cache (finished burst pods included) and the outstanding reservations,
+both keyed by the generation's identity (see GangIndex.snapshot). A local generation has no job: a replacement
+pod joins it, as before.
+This module holds the rules and what the cache keeps of gangs (GangIndex, GangBook); it hands a gang's pod's
+decision (webhook.decision, which takes the pod up in its gang with webhook.gang_decision) one GangSnapshot,
+and what that decision reserves and remembers comes back as its Effects (webhook.verdict), which the cache
+applies (ClusterCache.apply).
 """
 
 from __future__ import annotations
@@ -39,10 +37,7 @@ from typing import Any, Final, Literal
 from jarvice import contract
 from jarvice.gangidentity import KUEUE_GROUP_LABEL, generation_uid, pod_group_uid
 from kubeplumbing.times import parse_time
-from webhook.types import (
-    Hold,
-    PodInfo,
-)
+from webhook.types import Hold, PodInfo
 
 LABEL_KUEUE_GROUP: Final = KUEUE_GROUP_LABEL
 ANNOTATION_KUEUE_TOTAL: Final = "kueue.x-k8s.io/pod-group-total-count"
@@ -294,13 +289,11 @@ def _holds_rank(pod: PodInfo) -> bool:
 
 
 def generation_over(pods: Iterable[PodInfo], *, size: int) -> bool:
-    """Whether a generation's pods say no pod may join it any more: one of its burst pods failed or
-    is being deleted, so its JARVICE job is not wanted (controller.orphans) and will not be followed
-    (the pod that comes next is a retry); or each of its `size` ranks has a burst pod that succeeded
-    (it ran to its end: a pod that comes now is a new run, such as a reused pod group name). A burst
-    pod that succeeded while some rank has none leaves it open: its job ran on every node, and the
-    rank that comes late (its Job recreates evicted ranks apart, its back-off counting each failure
-    as it sees it) follows that job; no other rank 0 would ever submit one for it."""
+    """Whether no pod may join a generation any more: one of its burst pods failed or is being deleted, so
+    its JARVICE job is not wanted (controller.orphans; the pod that comes next is a retry); or each of its
+    `size` ranks has a burst pod that succeeded (a pod that comes now is a new run, e.g. a reused pod group
+    name). A burst pod that succeeded while some rank has none leaves it open: its job ran on every node,
+    and the rank that comes late (its Job recreates evicted ranks apart) follows that job."""
     done: set[int] = set()
     for pod in pods:
         if pod.decision != contract.DECISION_REMOTE:
@@ -344,9 +337,8 @@ _MARKS: tuple[GangKind, ...] = ("kept", "denied")
 @dataclass(init=False, unsafe_hash=True, slots=True)
 class GangSnapshot:
     """What the cache knows of one gang, handed to its decision (webhook.gang_decision) in one call
-    (ClusterCache.gang_snapshot_for). It reads only what the decision may need: every rank and the
-    gang's pods when this replica has no record of the gang or the pod has no rank yet (a pod
-    group's); else the pod's own rank alone."""
+    (ClusterCache.gang_snapshot_for). It reads only what the decision may need: every rank and the gang's pods
+    when this replica has no record of the gang or the pod has no rank yet (a pod group's); else its rank."""
 
     member: Final[GangMember]  # the pod, as a member of its gang
     record: Final[GangRecord | None]  # this replica's record of the gang (None: none, or it expired)
@@ -399,8 +391,7 @@ class GangBook:
         self._records[gang_uid] = record
 
     def expire(self, *, now: float) -> None:
-        for gang_uid in [uid for uid, record in self._records.items() if record.expires_at <= now]:
-            del self._records[gang_uid]
+        self._records = {uid: record for uid, record in self._records.items() if record.expires_at > now}
 
 
 class GangIndex:

@@ -168,7 +168,10 @@ async def test_a_job_create_gets_its_failure_policy_rule_even_before_the_cache_i
             "backoffLimit": 0,
             "template": {
                 "metadata": {"labels": {"task-type": "Nimbix"}},
-                "spec": {"restartPolicy": "Never", "containers": [{"name": "train", "image": "x"}]},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "train", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+                },
             },
         },
     }
@@ -184,7 +187,7 @@ async def test_a_job_create_gets_its_failure_policy_rule_even_before_the_cache_i
             "value": {
                 "rules": [
                     {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-                    {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [81]}},
+                    {"action": "Ignore", "onExitCodes": {"containerName": "train", "operator": "In", "values": [81]}},
                 ]
             },
         }

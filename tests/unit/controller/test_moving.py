@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from controller import moving
-from controller.model import parse_job
+from controller.model import burst_containers, parse_job
 from jarvice.checkpoint import CheckpointContract
 from jarvice.exitcodes import EXIT_MOVED_HOME, EXIT_TERMINATED, EXIT_TRANSFER
 from jarvice.model import JobEntry
@@ -305,23 +305,42 @@ def test_a_finished_move_stays_finished() -> None:
     assert moving.advance(done, NOTHING, now=T + 10_000) == moving.Progress(done)
 
 
-MOVE_RULE = {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [EXIT_MOVED_HOME]}}
+MOVE_RULE = {"action": "Ignore", "onExitCodes": {"containerName": "app", "operator": "In", "values": [EXIT_MOVED_HOME]}}
+ANY_MOVE_RULE = {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [EXIT_MOVED_HOME]}}
+
+
+def named(rule: dict[str, object], container: str) -> dict[str, object]:
+    return {**rule, "onExitCodes": {**rule["onExitCodes"], "containerName": container}}  # type: ignore[dict-item]
 
 
 @pytest.mark.parametrize(
     ("rules", "moves_home"),
     [
         ([IGNORE_DISRUPTIONS, MOVE_RULE], True),
+        ([IGNORE_DISRUPTIONS, ANY_MOVE_RULE], True),  # a Job made before the rules named their containers
+        ([IGNORE_DISRUPTIONS, named(MOVE_RULE, "log"), MOVE_RULE], True),
         ([IGNORE_DISRUPTIONS], False),  # a Job created before the rule: queued homecomings only
         ([MOVE_RULE, IGNORE_DISRUPTIONS], False),  # evictions not ignored first
         ([IGNORE_DISRUPTIONS, {**MOVE_RULE, "action": "Count"}], False),
         # the user's rule for a container of theirs: the runner's 81 would count against backoffLimit
-        (
-            [IGNORE_DISRUPTIONS, {**MOVE_RULE, "onExitCodes": {**MOVE_RULE["onExitCodes"], "containerName": "log"}}],
-            False,
-        ),
+        ([IGNORE_DISRUPTIONS, named(MOVE_RULE, "log")], False),
         ([IGNORE_DISRUPTIONS, {**MOVE_RULE, "onExitCodes": {"operator": "NotIn", "values": [EXIT_MOVED_HOME]}}], False),
     ],
 )
-def test_a_jobs_policy_lets_its_pod_move_home(rules: list[dict[str, object]], moves_home: bool) -> None:
-    assert parse_job(job(rules=rules)).moves_home is moves_home
+def test_a_jobs_policy_lets_its_burst_containers_pod_move_home(
+    rules: list[dict[str, object]], moves_home: bool
+) -> None:
+    assert parse_job(job(rules=rules)).moves_home(["app"]) is moves_home
+
+
+def test_a_pods_burst_containers_are_those_the_webhook_made_runners() -> None:
+    pod = {
+        "spec": {
+            "containers": [
+                {"name": "app", "env": [{"name": "REMOTE", "value": "1"}]},
+                {"name": "log", "env": [{"name": "REMOTE", "value": "0"}]},
+                {"name": "side"},
+            ]
+        }
+    }
+    assert burst_containers(pod) == ("app",)

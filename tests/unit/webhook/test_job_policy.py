@@ -11,8 +11,8 @@ import pytest
 from jarvice.exitcodes import EXIT_MOVED_HOME
 from kubeplumbing.disruptions import (
     IGNORE_DISRUPTIONS,
-    IGNORE_MOVED_HOME,
     MOVED_HOME_EXIT_CODE,
+    ignore_moved_home,
     ignores_disruptions_first,
     ignores_moves_home,
 )
@@ -22,12 +22,16 @@ from webhook.review import AdmissionRequest
 EXIT_FAILS_JOB = {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [0]}}
 # The user's own rule for one container of theirs: the runner's 81 comes from the burst container.
 SIDECAR_81_IGNORED = {"action": "Ignore", "onExitCodes": {"containerName": "sidecar", "operator": "In", "values": [81]}}
+GPUS = ("nvidia.com/gpu",)
+IGNORE_MOVED_HOME = ignore_moved_home("train")  # the template's one GPU container's
+# The rule of Jobs created before the rules named their containers: any container's 81.
+ANY_81_IGNORED = {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [81]}}
 
 
 def a_job(*, restart: str | None = "Never", labeled: bool = True, rules: list[Any] | None = None) -> dict[str, Any]:
     template: dict[str, Any] = {
         "metadata": {"labels": {"task-type": "Nimbix"} if labeled else {"app": "x"}},
-        "spec": {"containers": [{"name": "train", "image": "x"}]},
+        "spec": {"containers": [{"name": "train", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}]},
     }
     if restart is not None:
         template["spec"]["restartPolicy"] = restart
@@ -86,11 +90,11 @@ def applied(job: dict[str, Any], ops: tuple[dict[str, Any], ...]) -> dict[str, A
 def test_a_job_whose_pods_may_burst_ignores_the_products_evictions_first(
     job: dict[str, Any], rules_after: list[Any]
 ) -> None:
-    planned = job_policy.plan(job)
+    planned = job_policy.plan(job, GPUS)
     after = applied(job, planned.ops)
     assert after["spec"]["podFailurePolicy"]["rules"] == rules_after
     assert ignores_disruptions_first(after["spec"]["podFailurePolicy"])
-    assert ignores_moves_home(after["spec"]["podFailurePolicy"])
+    assert ignores_moves_home(after["spec"]["podFailurePolicy"], ["train"])
     assert planned.warning == ""
 
 
@@ -100,9 +104,9 @@ def test_the_move_homes_rule_ignores_the_runners_own_code() -> None:
 
 def test_with_room_for_one_rule_evictions_stay_free_and_running_jobs_never_move_home() -> None:
     job = a_job(rules=[EXIT_FAILS_JOB] * 19)
-    after = applied(job, job_policy.plan(job).ops)
+    after = applied(job, job_policy.plan(job, GPUS).ops)
     assert ignores_disruptions_first(after["spec"]["podFailurePolicy"])
-    assert not ignores_moves_home(after["spec"]["podFailurePolicy"])
+    assert not ignores_moves_home(after["spec"]["podFailurePolicy"], ["train"])
 
 
 @pytest.mark.parametrize(
@@ -122,7 +126,7 @@ def test_with_room_for_one_rule_evictions_stay_free_and_running_jobs_never_move_
     ],
 )
 def test_a_job_left_as_written_says_why(job: dict[str, Any], says: str, warns: str) -> None:
-    planned = job_policy.plan(job)
+    planned = job_policy.plan(job, GPUS)
     assert planned.ops == ()
     assert says in planned.reason
     assert (warns in planned.warning) if warns else planned.warning == ""
@@ -132,7 +136,7 @@ def test_the_answer_is_the_patch_as_a_json_patch() -> None:
     request = AdmissionRequest(
         uid="r-1", operation="CREATE", kind="Job", group="batch", namespace="ns", dry_run=False, object=a_job()
     )
-    answer = job_policy.admit(request).response["response"]
+    answer = job_policy.admit(request, GPUS).response["response"]
     assert answer["allowed"] is True and answer["patchType"] == "JSONPatch"
     assert json.loads(base64.b64decode(answer["patch"])) == [
         {"op": "add", "path": "/spec/podFailurePolicy", "value": {"rules": [IGNORE_DISRUPTIONS, IGNORE_MOVED_HOME]}}
@@ -149,7 +153,7 @@ def test_an_onfailure_job_is_admitted_unchanged_with_a_warning() -> None:
         dry_run=False,
         object=a_job(restart="OnFailure"),
     )
-    answer = job_policy.admit(request).response["response"]
+    answer = job_policy.admit(request, GPUS).response["response"]
     assert answer["allowed"] is True and "patch" not in answer
     (warning,) = answer["warnings"]
     assert "burst at once, never come home" in warning and len(warning) <= 120
@@ -164,23 +168,39 @@ def test_the_replacement_policy_the_api_server_defaulted_is_made_failed_as_a_fai
     job = a_job()
     if defaulted is not None:
         job["spec"]["podReplacementPolicy"] = defaulted
-    planned = job_policy.plan(job)
+    planned = job_policy.plan(job, GPUS)
     after = applied(job, planned.ops)
     assert after["spec"].get("podReplacementPolicy", "Failed") == "Failed"
 
 
-def test_a_rule_for_one_container_does_not_let_the_controller_move_the_jobs_pods_home() -> None:
-    """The runner exits 81 from the burst container: a rule for another container of the user's lets
-    the moved pod count against backoffLimit (with 0, the Job fails)."""
-    assert not ignores_moves_home({"rules": [IGNORE_DISRUPTIONS, SIDECAR_81_IGNORED]})
-    assert ignores_moves_home(
-        {
-            "rules": [
-                IGNORE_DISRUPTIONS,
-                {**IGNORE_MOVED_HOME, "onExitCodes": {"containerName": None, "operator": "In", "values": [5, 81]}},
-            ]
-        }
-    )
+def test_a_rule_for_another_container_does_not_let_the_controller_move_the_jobs_pods_home() -> None:
+    """The runner exits 81 from its burst container: a rule for another container of the user's lets the
+    moved pod count against backoffLimit (with 0, the Job fails). A rule naming no container (the Jobs made
+    before the rules named theirs) covers every container."""
+    assert not ignores_moves_home({"rules": [IGNORE_DISRUPTIONS, SIDECAR_81_IGNORED]}, ["train"])
+    assert ignores_moves_home({"rules": [IGNORE_DISRUPTIONS, SIDECAR_81_IGNORED, IGNORE_MOVED_HOME]}, ["train"])
+    assert ignores_moves_home({"rules": [IGNORE_DISRUPTIONS, ANY_81_IGNORED]}, ["train"])
+    assert not ignores_moves_home({"rules": [IGNORE_DISRUPTIONS, EXIT_FAILS_JOB, IGNORE_MOVED_HOME]}, ["train"])
+    assert not ignores_moves_home({"rules": [IGNORE_DISRUPTIONS, IGNORE_MOVED_HOME]}, ["train", "eval"])
+    assert not ignores_moves_home({"rules": [IGNORE_DISRUPTIONS, IGNORE_MOVED_HOME]}, [])
+    assert not ignores_moves_home({"rules": [IGNORE_MOVED_HOME, IGNORE_DISRUPTIONS]}, ["train"])
+
+
+def test_each_gpu_container_gets_its_own_rule_in_the_templates_order() -> None:
+    job = a_job(rules=[EXIT_FAILS_JOB])
+    gpu = {"limits": {"nvidia.com/gpu": 1}}
+    job["spec"]["template"]["spec"]["containers"] = [
+        {"name": "train", "image": "x", "resources": gpu},
+        {"name": "loader", "image": "y"},
+        {"name": "eval", "image": "x", "resources": gpu},
+    ]
+    after = applied(job, job_policy.plan(job, GPUS).ops)
+    assert after["spec"]["podFailurePolicy"]["rules"] == [
+        IGNORE_DISRUPTIONS,
+        ignore_moved_home("train"),
+        ignore_moved_home("eval"),
+        EXIT_FAILS_JOB,
+    ]
 
 
 def first_action_for_exit(policy: dict[str, Any], container: str, code: int) -> str:
@@ -194,20 +214,13 @@ def first_action_for_exit(policy: dict[str, Any], container: str, code: int) -> 
     return "Count"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the move-home rule names no container, so an 81 from any container the runner does not run (a"
-    " sidecar, an init container, an image without the runner, a command that overrides the entrypoint) is"
-    " ignored: the Job replaces the pod for free, for ever, its backoffLimit never reached; the rule should"
-    " name the template's burst (GPU) containers (one rule each), with ignores_moves_home accepting that shape",
-)
 def test_only_the_burst_containers_81_is_a_move_home_a_sidecars_is_counted() -> None:
     job = a_job()
     job["spec"]["template"]["spec"]["containers"] = [
         {"name": "train", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}},
         {"name": "loader", "image": "y"},
     ]
-    patched = applied(job, job_policy.plan(job).ops)
+    patched = applied(job, job_policy.plan(job, GPUS).ops)
     policy = patched["spec"]["podFailurePolicy"]
     assert first_action_for_exit(policy, "train", EXIT_MOVED_HOME) == "Ignore"
     assert first_action_for_exit(policy, "loader", EXIT_MOVED_HOME) == "Count"
