@@ -158,7 +158,9 @@ def run_runner(env: dict[str, str], args: tuple[str, ...] = (), timeout: float =
     return runner.wait(timeout), runner
 
 
-def wait_for_job(control: EmulatorControl, label: str, status: str, timeout: float = 15.0) -> dict[str, Any]:
+def wait_for_job(
+    control: EmulatorControl, label: str, status: str, timeout: float = PROGRAM_EXIT_SECONDS
+) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
         jobs = control.jobs(label)

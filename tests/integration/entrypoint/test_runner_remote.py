@@ -56,7 +56,7 @@ def test_success_streams_every_line_exactly_once(env: dict[str, str], control: E
 
 
 def test_output_streams_while_the_job_runs(env: dict[str, str], control: EmulatorControl) -> None:
-    env["APP_COMMAND_ARGS"] = "echo first; sleep 30"
+    env["APP_COMMAND_ARGS"] = "echo first; sleep 300"
     runner = Runner.start(env)
     runner.wait_for_stdout(b"first\n")  # printed while the job is still running
     assert wait_for_job(control, label_of(env), "PROCESSING STARTING")
