@@ -20,7 +20,16 @@ from typing import Any, Final, Protocol
 import asyncssh
 
 from gateway.accounts import Accounts, VaultAccess
-from gateway.checkpoints import CheckpointPlace, Entry, Kind, NoCheckpointPlace, answer, checkpoint_place, newest
+from gateway.checkpoints import (
+    CheckpointPlace,
+    Entry,
+    Kind,
+    NoCheckpointPlace,
+    answer,
+    base_entries,
+    checkpoint_place,
+    newest,
+)
 from gateway.checkpoints import work_dir as choose_work_dir
 from gateway.vault_scope import PathRefused, check_resolved, controlling_job, relative_to_root, split_path
 from jarvice.checkpoint import FRESHNESS_SLACK_SECONDS
@@ -151,7 +160,7 @@ class CheckpointReader:
                 vault = _Vault(sftp, root, place)
                 work = choose_work_dir(place, await vault.read_lease())
                 base, *subdirectories = place.directories(work)
-                listings = [("", await vault.listing(base))]
+                listings = [("", base_entries(place, await vault.listing(base)))]
                 for path in subdirectories:  # an index's own: `<index>/<file>`
                     listings.append((f"{path.rsplit('/', 1)[-1]}/", await vault.listing(path)))
         finally:

@@ -121,10 +121,26 @@ def work_dir(place: CheckpointPlace, lease_text: str | None) -> str:
     return place.shared if place.shared is not None and held else place.own
 
 
+def under_way(name: str) -> bool:
+    """A name the trainers in use give a checkpoint while they write it, before the rename that completes
+    it: a dotfile, `*.tmp`, Hugging Face's `tmp-checkpoint-500`, Orbax's `100.orbax-checkpoint-tmp-1733`."""
+    lowered = name.lower()
+    return lowered.startswith((".", "tmp")) or lowered.endswith(".tmp") or "-tmp-" in lowered or ".tmp." in lowered
+
+
 def is_complete(entry: Entry) -> bool:
-    """A checkpoint renamed into place: a regular file, neither a dotfile nor a `*.tmp` write under way."""
-    name = entry.name
-    return entry.kind == "file" and entry.mtime is not None and not name.startswith(".") and not name.endswith(".tmp")
+    """A checkpoint renamed into place: a regular file, or a directory (Hugging Face's `checkpoint-500/`,
+    Orbax's `100/`, DeepSpeed's `global_step500/`: its time is when an entry in it last changed, so the
+    rename that completes it keeps it), whose name is not one of a write under way."""
+    return entry.kind in ("file", "directory") and entry.mtime is not None and not under_way(entry.name)
+
+
+def base_entries(place: CheckpointPlace, entries: Iterable[Entry]) -> list[Entry]:
+    """The checkpoint directory's own entries that may be checkpoints: for an Indexed Job's pod, not the
+    indexes' subdirectories (`0/`, `1/`, ...), whose checkpoints are looked at in its own index's alone."""
+    if place.index is None:
+        return list(entries)
+    return [entry for entry in entries if not (entry.kind == "directory" and entry.name.isdigit())]
 
 
 def newest(listings: Iterable[tuple[str, Iterable[Entry]]], *, not_after: float = math.inf) -> Newest | None:

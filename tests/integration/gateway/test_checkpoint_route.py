@@ -209,7 +209,10 @@ def test_the_newest_complete_checkpoint_in_the_jobs_directory_its_pod_holds(gate
     write(gateway, f"{SHARED}/{CKPT}/step-00000020.json", now - 10)
     write(gateway, f"{SHARED}/{CKPT}/.step-00000030.json.tmp", now - 1)  # a write under way
     write(gateway, f"{SHARED}/{CKPT}/.hidden", now - 1)
-    (gateway.stored / SHARED / CKPT / "a-directory").mkdir(exist_ok=True)
+    older = gateway.stored / SHARED / CKPT / "checkpoint-5"  # a directory checkpoint, older than step 20
+    older.mkdir(exist_ok=True)
+    os.utime(older, (now - 60, now - 60))
+    (gateway.stored / SHARED / CKPT / "tmp-checkpoint-30").mkdir(exist_ok=True)  # a directory being written
     write(gateway, f"{OWN}/{CKPT}/step-00000099.json", now)  # not where the runner stages: never looked at
     lease(gateway, POD)
     assert ask(gateway) == LastCheckpoint("step-00000020.json", float(int(now - 10)))

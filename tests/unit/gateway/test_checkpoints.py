@@ -14,6 +14,7 @@ from gateway.checkpoints import (
     Newest,
     NoCheckpointPlace,
     answer,
+    base_entries,
     checkpoint_place,
     is_complete,
     newest,
@@ -125,12 +126,13 @@ def test_a_pod_without_one_checkpoint_place_says_why(body: dict[str, Any], says:
         (Entry(".step-00000020.json.tmp", "file", 9.0), False),
         (Entry(".hidden", "file", 9.0), False),
         (Entry("step-00000020.json.tmp", "file", 9.0), False),
-        (Entry("3", "directory", 9.0), False),
+        (Entry("checkpoint-500", "directory", 9.0), True),  # a directory renamed into place
+        (Entry("tmp-checkpoint-600", "directory", 9.0), False),
         (Entry("link", "other", 9.0), False),
         (Entry("no-time", "file", None), False),
     ],
 )
-def test_only_a_file_renamed_into_place_is_a_complete_checkpoint(entry: Entry, complete: bool) -> None:
+def test_only_a_file_or_directory_renamed_into_place_is_a_complete_checkpoint(entry: Entry, complete: bool) -> None:
     assert is_complete(entry) == complete
 
 
@@ -165,14 +167,35 @@ def test_a_file_dated_after_the_gateways_clock_and_the_slack_is_not_the_newest()
     assert newest([("", [Entry("just-now.json", "file", 130.0)])], not_after=130.0) == Newest("just-now.json", 130.0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a checkpoint that is a directory renamed into place (Hugging Face Trainer's checkpoint-500/, Orbax,"
-    " DeepSpeed's global_step500/) is not seen: only files count, so a program checkpointing on time looks as if"
-    " it wrote none and its move is refused; counting directories needs a rule for their writes under way"
-    " (tmp-checkpoint-500/, *.orbax-checkpoint-tmp-*) and for an Indexed Job's <index>/ (docs/checkpoints.md says"
-    " to keep file checkpoints for now)",
-)
 def test_a_checkpoint_directory_renamed_into_place_is_a_checkpoint() -> None:
     listings = [("", [Entry("checkpoint-500", "directory", 100.0), Entry("tmp-checkpoint-600", "directory", 110.0)])]
     assert newest(listings) == Newest("checkpoint-500", 100.0)
+
+
+@pytest.mark.parametrize(
+    ("entries", "found"),
+    [
+        ([Entry("tmp-checkpoint-600", "directory", 110.0)], None),  # Hugging Face, writing
+        ([Entry("600.orbax-checkpoint-tmp-1733", "directory", 110.0)], None),  # Orbax, writing
+        ([Entry(".step-7.json.tmp", "file", 110.0), Entry("step-7.json.tmp", "file", 110.0)], None),
+        ([Entry("100", "directory", 90.0), Entry("200", "directory", 110.0)], Newest("200", 110.0)),  # Orbax's steps
+        ([Entry("global_step500", "directory", 120.0)], Newest("global_step500", 120.0)),  # DeepSpeed
+        ([Entry("latest", "other", 130.0)], None),  # neither a file nor a directory (a link, a device)
+    ],
+    ids=["hf-tmp", "orbax-tmp", "dot-and-tmp-files", "orbax-steps", "deepspeed", "other-kind"],
+)
+def test_writes_under_way_are_never_the_newest(entries: list[Entry], found: Newest | None) -> None:
+    assert newest([("", entries)]) == found
+
+
+def test_an_indexed_pods_index_subdirectories_are_not_checkpoints_of_its_own_directory() -> None:
+    indexed = checkpoint_place(
+        pod(
+            {**CONTRACT, "batch.kubernetes.io/job-completion-index": "0"}, env={"NIMBIX_BURST_DATA_KEY": f"job-{JOB}-0"}
+        ),
+        job_uid=JOB,
+    )
+    entries = [Entry("0", "directory", 100.0), Entry("1", "directory", 200.0), Entry("last.ckpt", "file", 50.0)]
+    assert [e.name for e in base_entries(indexed, entries)] == ["last.ckpt"]  # another index's newer one unseen
+    alone = checkpoint_place(pod(), job_uid=None)
+    assert base_entries(alone, entries) == entries  # not Indexed: step directories are checkpoints
