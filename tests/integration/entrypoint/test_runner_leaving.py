@@ -67,12 +67,21 @@ def test_sigterm_checkpoints_the_trainer_and_the_next_run_resumes_with_every_ste
     assert steps(first.out) + steps(second.out) == list(range(1, 41))
 
 
-def test_a_program_that_ignores_the_request_is_told_to_stop_before_the_grace_period_ends(tmp_path: Path) -> None:
-    command = "trap 'echo asked' USR1; trap 'echo stopping; exit 7' TERM; echo ready; while true; do sleep 0.05; done"
-    runner = Runner.start(leaving_env(tmp_path, grace="2", APP_COMMAND_ARGS=command))
+def asked_then_stopped(tmp_path: Path, *, grace: str, code: int) -> Runner:
+    """A program that only says when it is asked for a checkpoint, and exits `code` on SIGTERM; the runner
+    sent SIGTERM, and the request seen."""
+    command = (
+        f"trap 'echo asked' USR1; trap 'echo stopping; exit {code}' TERM; echo ready; while true; do sleep 0.05; done"
+    )
+    runner = Runner.start(leaving_env(tmp_path, grace=grace, APP_COMMAND_ARGS=command))
     runner.wait_for_stdout(b"ready\n")
     runner.send(signal.SIGTERM)
     runner.wait_for_stdout(b"asked\n")
+    return runner
+
+
+def test_a_program_that_ignores_the_request_is_told_to_stop_before_the_grace_period_ends(tmp_path: Path) -> None:
+    runner = asked_then_stopped(tmp_path, grace="2", code=7)
     # 1 s after the request (half of a 2 s grace period) the program gets SIGTERM: its own exit is mirrored.
     assert runner.wait(PROGRAM_EXIT_SECONDS) == 7, runner.err
     assert runner.out == b"ready\nasked\nstopping\n"
@@ -80,11 +89,7 @@ def test_a_program_that_ignores_the_request_is_told_to_stop_before_the_grace_per
 
 
 def test_a_second_sigterm_is_passed_on_at_once(tmp_path: Path) -> None:
-    command = "trap 'echo asked' USR1; trap 'echo stopping; exit 9' TERM; echo ready; while true; do sleep 0.05; done"
-    runner = Runner.start(leaving_env(tmp_path, grace="3600", APP_COMMAND_ARGS=command))
-    runner.wait_for_stdout(b"ready\n")
-    runner.send(signal.SIGTERM)
-    runner.wait_for_stdout(b"asked\n")
+    runner = asked_then_stopped(tmp_path, grace="3600", code=9)
     runner.send(signal.SIGTERM)
     assert runner.wait(PROGRAM_EXIT_SECONDS) == 9, runner.err
     assert runner.out == b"ready\nasked\nstopping\n"

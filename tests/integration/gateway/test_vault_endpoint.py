@@ -137,19 +137,23 @@ def test_the_runner_stages_a_tree_in_and_back_through_the_gateway(endpoint: Endp
     assert all((back / name).read_bytes() == data for name, data in made.items())
 
 
+def _connect(endpoint: Endpoint, token: str) -> Any:
+    return asyncssh.connect(
+        "127.0.0.1",
+        endpoint.settings.port,
+        username="p",
+        password=token,
+        known_hosts=str(endpoint.known_hosts),
+        client_keys=None,
+        agent_path=None,
+        config=[],
+    )
+
+
 def _sftp(endpoint: Endpoint, token: str, action: object) -> object:
     async def run() -> object:
         async with (
-            asyncssh.connect(
-                "127.0.0.1",
-                endpoint.settings.port,
-                username="p",
-                password=token,
-                known_hosts=str(endpoint.known_hosts),
-                client_keys=None,
-                agent_path=None,
-                config=[],
-            ) as conn,
+            _connect(endpoint, token) as conn,
             conn.start_sftp_client() as sftp,
         ):
             return await action(sftp)  # type: ignore[operator]
@@ -305,34 +309,12 @@ def test_a_directory_swapped_for_a_link_by_a_second_session_is_not_followed(endp
                     await action
 
     async def run() -> None:
-        async with asyncssh.connect(
-            "127.0.0.1",
-            endpoint.settings.port,
-            username="p",
-            password=POD_TOKEN,
-            known_hosts=str(endpoint.known_hosts),
-            client_keys=None,
-            agent_path=None,
-            config=[],
-        ) as conn:
+        async with _connect(endpoint, POD_TOKEN) as conn:
             await two_sessions(conn)
 
     asyncio.run(run())
     assert (other / "precious").read_text() == "not yours"
     assert not (other / "planted").exists()
-
-
-def _connect(endpoint: Endpoint, token: str) -> Any:
-    return asyncssh.connect(
-        "127.0.0.1",
-        endpoint.settings.port,
-        username="p",
-        password=token,
-        known_hosts=str(endpoint.known_hosts),
-        client_keys=None,
-        agent_path=None,
-        config=[],
-    )
 
 
 def test_one_pod_holds_at_most_its_share_of_connections_and_sessions(endpoint: Endpoint) -> None:
