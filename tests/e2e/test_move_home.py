@@ -153,13 +153,10 @@ def test_a_preempted_local_trainer_leaves_with_its_checkpoint_and_resumes_on_nim
         what="the trainer running here",
         timeout=120,
     )
-    states = (
-        "{.status.containerStatuses[0].state.terminated.exitCode} {range .status.conditions[*]}{.type}={.reason} {end}"
-    )
     with (
         move_home.kubectl_stream(plane, tmp_path / "log", "-n", ns, "logs", "-f", first_name) as local_log,
         move_home.kubectl_stream(
-            plane, tmp_path / "states", "-n", ns, "get", "pod", first_name, "-w", "-o", f"jsonpath={states}\n"
+            plane, tmp_path / "states", "-n", ns, "get", "pod", first_name, "-w", "-o", "json"
         ) as seen,
     ):
 
@@ -185,13 +182,14 @@ def test_a_preempted_local_trainer_leaves_with_its_checkpoint_and_resumes_on_nim
             what="the Job complete on Nimbix",
             timeout=move_home.WAIT_SECONDS,
         )
-        left_log, left_states = local_log(), seen()
+        left_log, left_states = local_log(), _watched(seen())
     remote_log = move_home.logs(plane, ns, second["metadata"]["name"])
     status_of_job = move_home.job_status(plane, ns, job)
     assert not status_of_job.get("failed"), f"the preemption was counted as a failure: {status_of_job}"
     # Stopped, never the Job's success: the runner's 143, and the API server's word that it was a preemption.
-    assert any(line.startswith("143 ") for line in left_states.splitlines()), left_states
-    assert "DisruptionTarget=PreemptionByScheduler" in left_states, left_states
+    assert 143 in {demo.read_exit_code(state) for state in left_states}, left_states[-1]["status"]
+    reasons = {(c.get("type"), c.get("reason")) for state in left_states for c in state["status"].get("conditions", [])}
+    assert ("DisruptionTarget", "PreemptionByScheduler") in reasons, reasons
 
     local_steps_done, remote_steps = move_home.parse_steps(left_log), move_home.parse_steps(remote_log)
     stopped, resumed_at = max(local_steps_done), move_home.parse_resumed(remote_log)
@@ -203,6 +201,15 @@ def test_a_preempted_local_trainer_leaves_with_its_checkpoint_and_resumes_on_nim
     assert "training done" in remote_log
     remote_jobs = demo.fetch_emulator_jobs(node_emulator.url, pod_uid=second["metadata"]["uid"])
     assert [j["status"] for j in remote_jobs] == ["COMPLETED"]
+
+
+def _watched(text: str) -> list[dict[str, Any]]:
+    """The objects `kubectl get -w -o json` printed, one after another."""
+    decoder, found, at = json.JSONDecoder(), [], 0
+    while (at := len(text) - len(text[at:].lstrip())) < len(text):
+        value, at = decoder.raw_decode(text, at)
+        found.append(value)
+    return found
 
 
 def _story(plane: controlplane.ControlPlane, namespace: str) -> str:
