@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from gateway import sftp_requests as sftp
 from gateway.vault_proxy import MAX_QUEUED_BYTES
+from tests.support.deadlines import HANG_SECONDS
 from tests.support.proxy_wiring import POD, wire_proxy
 
 BLOCK = 1024 * 1024  # a WRITE of 1 MiB: within the packets the proxy takes
@@ -101,7 +102,7 @@ async def answers_to_requests_sent_with_init(count: int) -> int:
     await vault_writer.drain()
     answered = -1  # the VERSION first
     try:
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(HANG_SECONDS):  # a hang guard, never a bound on its speed
             while answered < count:
                 (size,) = struct.unpack(">I", await pod_in.readexactly(4))
                 await pod_in.readexactly(size)
