@@ -13,6 +13,7 @@ from typing import Any
 from kubeplumbing import leadership
 from kubeplumbing.leadership import HandedOver, LeaseRecord, LeaseTiming, Standing
 from kubeplumbing.lease import LeaseConflict, LeaseElector
+from tests.support.deadlines import HANG_SECONDS
 
 TIMING = LeaseTiming(duration=0.8, renew_deadline=0.5, retry=0.02)
 
@@ -81,7 +82,8 @@ class Replica:
         return self.fit, "" if self.fit else "pods watch broken for 61s (limit 60s)"
 
 
-async def until(predicate: Callable[[], bool], *, timeout: float = 1.5) -> None:
+async def until(predicate: Callable[[], bool], *, timeout: float = HANG_SECONDS) -> None:
+    """`predicate()` true, polled; the timeout is a hang guard, never a bound on the elector's speed."""
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, "timed out"
