@@ -194,9 +194,10 @@ def hold_after_success(start: restart.StartDecision, settings: Settings) -> int:
 
 @contextmanager
 def open_remote_deps(
-    settings: Settings, *, tuning: Tuning, journal: ports.Journal, secrets: list[str]
+    settings: Settings, *, tuning: Tuning, journal: ports.Journal, secrets: list[str], checkpoints: bool
 ) -> Iterator[ports.RemoteDeps]:
-    """The remote run's real dependencies: signals, an HTTP session, the JARVICE client, stdout."""
+    """The remote run's real dependencies: signals, an HTTP session, the JARVICE client, stdout.
+    `checkpoints`: the pod names a checkpoint directory (its annotations as read at start)."""
     assert settings.remote is not None
     creds = settings.remote.credentials
     key_file = settings.remote.apikey_file
@@ -246,7 +247,7 @@ def open_remote_deps(
             journal=journal,
             termination=TerminationFile(settings.termination_log),
             move_mark=move_mark_reader(settings.pod_annotations_file),
-            checkpoints=homeward.names_checkpoints(pod_annotations(settings.pod_annotations_file)),
+            checkpoints=checkpoints,
             apikey=apikey if callable(apikey) else None,
         )
 
@@ -273,12 +274,13 @@ def pod_annotations(path: str | None) -> dict[str, str]:
     return read_pod_annotations(path)[0] if path else {}
 
 
-def warn_if_pod_annotations_unread(path: str | None) -> None:
-    """Said once at start: without the file, a stopped local pod is not asked for a checkpoint and a burst
-    pod never moves home, which nothing else would show (a volume of the pod's own mounted in its place)."""
+def start_pod_annotations(path: str | None) -> dict[str, str]:
+    """The pod's annotations as its runner starts, read once; when the file is named but not read, said
+    once: without it a stopped local pod is not asked for a checkpoint and a burst pod never moves home,
+    which nothing else would show (a volume of the pod's own mounted in its place)."""
     if not path:
-        return
-    _, problem = read_pod_annotations(path)
+        return {}
+    annotations, problem = read_pod_annotations(path)
     if problem:
         log.warning(
             "pod annotations file not read",
@@ -288,6 +290,7 @@ def warn_if_pod_annotations_unread(path: str | None) -> None:
                 f" (mount nothing of the pod's own at {contract.POD_INFO_MOUNT_PATH})",
             },
         )
+    return annotations
 
 
 def move_mark_reader(path: str | None) -> Callable[[], int | None]:
@@ -310,11 +313,11 @@ def run(env: Mapping[str, str], argv: Sequence[str]) -> int:
     if settings.remote is not None:
         formatter.secrets.append(settings.remote.credentials.apikey.reveal())
     logging.getLogger().setLevel(settings.log_level)
-    warn_if_pod_annotations_unread(settings.pod_annotations_file)
+    annotations = start_pod_annotations(settings.pod_annotations_file)
     if settings.remote is None:
         local_plan = plan.build_plan(settings)
         assert isinstance(local_plan, plan.LocalPlan)
-        leave, warning = leaving.plan_leave(pod_annotations(settings.pod_annotations_file), env)
+        leave, warning = leaving.plan_leave(annotations, env)
         if warning:
             log.warning("invalid grace period", extra={"reason": warning})
         return local.run_local(local_plan, env=env, leave=leave)
@@ -340,7 +343,13 @@ def run(env: Mapping[str, str], argv: Sequence[str]) -> int:
     except staging.StagingError as exc:
         log.error("invalid settings", extra={"problems": [str(exc)]})
         return exitcodes.EXIT_CONFIG
-    with open_remote_deps(settings, tuning=remote_plan.tuning, journal=journal, secrets=formatter.secrets) as base_deps:
+    with open_remote_deps(
+        settings,
+        tuning=remote_plan.tuning,
+        journal=journal,
+        secrets=formatter.secrets,
+        checkpoints=homeward.names_checkpoints(annotations),
+    ) as base_deps:
         deps = base_deps
         if not stage_paths.empty and not gang.carries_data(remote_plan.gang):
             log.info("data staged by the gang's submitting rank", extra={"paths": len(stage_paths.stage_in)})
