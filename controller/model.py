@@ -14,7 +14,7 @@ from typing import Any
 from jarvice import contract, gangidentity
 from jarvice.checkpoint import ANNOTATION_CHECKPOINT_DIR
 from jarvice.model import parse_job_number
-from kubeplumbing.disruptions import ignores_disruptions_first, moves_home_containers
+from kubeplumbing.disruptions import covers_moves_home, ignores_disruptions_first, moves_home_containers
 from kubeplumbing.times import parse_time
 
 LABEL_KEY, LABEL_VALUE = "task-type", "Nimbix"
@@ -292,9 +292,7 @@ class OwnerState:
 
     def moves_home(self, containers: Sequence[str]) -> bool:
         """Whether the Job ignores a move home's exit of each of a pod's burst `containers`."""
-        if self.moves_home_of is None:
-            return self.free_moves
-        return bool(containers) and set(containers) <= self.moves_home_of
+        return covers_moves_home(self.moves_home_of, containers)
 
 
 def _pods_at_once(spec: Mapping[str, Any]) -> int:

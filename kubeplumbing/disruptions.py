@@ -85,12 +85,15 @@ def moves_home_containers(pod_failure_policy: object) -> frozenset[str] | None:
     return frozenset(names)
 
 
+def covers_moves_home(covered: frozenset[str] | None, containers: Iterable[str]) -> bool:
+    """Whether the containers `moves_home_containers` found (None: any container) include each of a pod's
+    burst `containers` (and there is at least one)."""
+    wanted = set(containers)
+    return covered is None or (bool(wanted) and wanted <= covered)
+
+
 def ignores_moves_home(pod_failure_policy: object, containers: Iterable[str]) -> bool:
     """Whether a Job's podFailurePolicy ignores evictions first and a move home's exit of every one of
     `containers` (the burst containers, whose runners exit 81 once the checkpoint is home) right after:
     then no rule of the Job's own counts or fails the Job for the pod that left with its checkpoint."""
-    wanted = set(containers)
-    covered = moves_home_containers(pod_failure_policy)
-    if covered is None:
-        return ignores_disruptions_first(pod_failure_policy)
-    return bool(wanted) and wanted <= covered
+    return covers_moves_home(moves_home_containers(pod_failure_policy), containers)
