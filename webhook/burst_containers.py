@@ -142,10 +142,14 @@ def _mounts(container: Mapping[str, Any], *, credentials: bool, gateway: bool) -
     if gateway and not _mounts_path(container, contract.GATEWAY_TOKEN_MOUNT_PATH, _GATEWAY_TOKEN_NAME):
         mount = {"name": contract.GATEWAY_TOKEN_VOLUME_NAME, "mountPath": contract.GATEWAY_TOKEN_MOUNT_PATH}
         mounts.append({**mount, "readOnly": True})
-    if not _mounts_path(container, contract.POD_INFO_MOUNT_PATH, _POD_INFO_NAME):
-        mount = {"name": contract.POD_INFO_VOLUME_NAME, "mountPath": contract.POD_INFO_MOUNT_PATH}
-        mounts.append({**mount, "readOnly": True})
-    return mounts
+    return mounts + _pod_info_mounts(container)
+
+
+def _pod_info_mounts(container: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The pod's annotations file mounted in `container`, unless something is mounted at its path."""
+    if _mounts_path(container, contract.POD_INFO_MOUNT_PATH, _POD_INFO_NAME):
+        return []
+    return [{"name": contract.POD_INFO_VOLUME_NAME, "mountPath": contract.POD_INFO_MOUNT_PATH, "readOnly": True}]
 
 
 def _volume_ops(spec: Mapping[str, Any], used: set[str], policy: RewritePolicy) -> list[JsonPatchOp]:
@@ -199,9 +203,7 @@ def leave_ops(spec: Mapping[str, Any], gpu_resources: Sequence[str]) -> list[Jso
             (contract.ENV_GRACE_SECONDS, _value(contract.ENV_GRACE_SECONDS, grace), True),
         ]
         ops += _env_ops(base, container, wanted)
-        if not _mounts_path(container, contract.POD_INFO_MOUNT_PATH, _POD_INFO_NAME):
-            mount = {"name": contract.POD_INFO_VOLUME_NAME, "mountPath": contract.POD_INFO_MOUNT_PATH, "readOnly": True}
-            ops += _append_ops(f"{base}/volumeMounts", container.get("volumeMounts"), [mount])
+        ops += _append_ops(f"{base}/volumeMounts", container.get("volumeMounts"), _pod_info_mounts(container))
     volumes = spec.get("volumes") or []
     if not ops or any(volume.get("name") == contract.POD_INFO_VOLUME_NAME for volume in volumes):
         return ops
