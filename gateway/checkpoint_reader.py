@@ -31,7 +31,8 @@ from gateway.checkpoints import (
     newest,
 )
 from gateway.checkpoints import work_dir as choose_work_dir
-from gateway.vault_scope import PathRefused, check_resolved, controlling_job, relative_to_root, split_path
+from gateway.vault_scope import PathRefused, check_resolved, relative_to_root, split_path
+from gateway.vault_server import granted_job_uid
 from jarvice.checkpoint import FRESHNESS_SLACK_SECONDS
 
 # The whole ask (connection, lease, listings): well inside the controller's read timeout (30 s).
@@ -133,12 +134,8 @@ class CheckpointReader:
         pod = await asyncio.to_thread(self._kube.get_pod, namespace, name)
         if pod is None or (pod.get("metadata") or {}).get("uid") != uid:
             raise Unanswered(HTTP_NOT_FOUND, f"no pod {namespace}/{name} with UID {uid}")
-        job = controlling_job(pod)
-        job_uid = None
-        if job is not None and await asyncio.to_thread(self._kube.job_uid, namespace, job[0]) == job[1]:
-            job_uid = job[1]
         try:
-            place = checkpoint_place(pod, job_uid=job_uid)
+            place = checkpoint_place(pod, job_uid=await granted_job_uid(self._kube.job_uid, namespace, pod))
         except NoCheckpointPlace as exc:
             raise Unanswered(HTTP_CONFLICT, str(exc)) from None
         account = self._accounts.for_namespace(namespace)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import asyncssh
 from asyncssh.stream import SSHReader, SSHServerStreamSession, SSHWriter
@@ -64,6 +64,18 @@ class VaultSession:
 Authorize = Callable[[str], Awaitable[VaultSession]]
 
 
+async def granted_job_uid(
+    job_uid: Callable[[str, str], str | None], namespace: str, pod: Mapping[str, Any]
+) -> str | None:
+    """The UID of the Job whose vault directories a pod reaches: the one its controller reference names,
+    once that Job is found in the pod's namespace with that UID (`job_uid`: the API server's answer);
+    None for any other pod."""
+    job = controlling_job(pod)
+    if job is not None and await asyncio.to_thread(job_uid, namespace, job[0]) == job[1]:
+        return job[1]
+    return None
+
+
 class VaultLogins:
     """A login's token -> its VaultSession, or NotAuthenticated / NotDecided saying why not."""
 
@@ -80,10 +92,7 @@ class VaultLogins:
             raise NotDecided(f"no JARVICE account of this cluster pays for namespace {caller.namespace!r}")
         if account.vault is None:
             raise NotDecided(f"the account {account.name!r} names no vault: the cluster admin adds its 'vault'")
-        job = controlling_job(pod)
-        job_uid = None
-        if job is not None and await asyncio.to_thread(self._kube.job_uid, caller.namespace, job[0]) == job[1]:
-            job_uid = job[1]
+        job_uid = await granted_job_uid(self._kube.job_uid, caller.namespace, pod)
         grant = VaultGrant(pod_uid=caller.pod_uid, job_uid=job_uid)
         return VaultSession(grant=grant, access=account.vault, namespace=caller.namespace, pod=caller.pod_name)
 
