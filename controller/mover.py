@@ -108,6 +108,7 @@ class Mover:
         except CheckpointContractError as exc:
             return False, f"its checkpoint annotations cannot be used: {exc}", False
         machine = self._jarvice.fetch_machines().get(job.machine)
+        policy_ignores_move = owner.moves_home(burst_containers(read))
 
         def decide(checkpoint: moving.LastCheckpoint | None) -> moving.MoveChoice:
             return moving.decide(
@@ -117,7 +118,7 @@ class Mover:
                 gpus=machine.gpus * job.nodes if machine is not None else 0,
                 now=self._wall_clock(),
                 checkpoint=checkpoint,
-                policy_ignores_move=owner.moves_home(burst_containers(read)),
+                policy_ignores_move=policy_ignores_move,
                 parallel_unindexed=0 if owner.indexed else owner.parallelism,
             )
 
