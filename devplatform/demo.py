@@ -40,7 +40,7 @@ from kubernetes import client as k8s_client
 from kubernetes import watch as k8s_watch
 
 from devplatform import images
-from devplatform.cluster import addons, controlplane, node, nodes
+from devplatform.cluster import addons, controlplane, node, nodes, processes
 from devplatform.demo_pods import (
     CONTAINER,
     DECISION,
@@ -391,6 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     say("- images: devplatform/images/build.sh (cached; a cold build takes minutes)")
     archives = node.build_image_archives()
     say(f"- images ready after {time.monotonic() - started:.1f}s")
+    processes.exit_through_cleanup_on_hangup("demo")
     run_dir = Path(tempfile.mkdtemp(prefix="nimbix-burst-demo-"))
     plane = controlplane.ControlPlane(run_dir / "controlplane", bin_dir=bin_dir)
     real = node.RealNode(run_dir / "node", control_plane=plane, image_archives=archives)

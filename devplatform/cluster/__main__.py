@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import FrameType
 
 from kubernetes import client as k8s_client
 
@@ -216,7 +214,7 @@ def run_up(dev_dir: Path, *, install_with: str = "kustomize") -> int:
         print(f"images: {error}", file=sys.stderr)
         return 1
 
-    _exit_through_cleanup_on_hangup()
+    processes.exit_through_cleanup_on_hangup("dev-up")
     record = devstate.StartRecord(state_path)
     try:
         control_plane, real_node, extras = _start_stack(dev_dir, record, bin_dir=bin_dir, helm=helm, archives=archives)
@@ -286,17 +284,6 @@ def _stop_after_failed_up(dev_dir: Path) -> None:
     short too, state.json stays for make dev-down."""
     print("dev-up failed; stopping what it started", file=sys.stderr)
     run_down(dev_dir)
-
-
-def _exit_through_cleanup_on_hangup() -> None:
-    """SIGTERM and SIGHUP (a closed terminal) end dev-up as Ctrl-C does, through its cleanup:
-    Python's default for them exits at once, leaving the started processes running."""
-
-    def exit_now(signum: int, _frame: FrameType | None) -> None:
-        raise SystemExit(f"dev-up: {signal.Signals(signum).name} received")
-
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, exit_now)
 
 
 def run_down(dev_dir: Path) -> int:

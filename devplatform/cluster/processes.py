@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Literal
 
 # Loopback traffic between the components must never go through a proxy from the environment.
@@ -304,3 +305,15 @@ def _read_start_ticks(pid: int) -> int | None:
     fields = _read_stat_fields(pid)
     # Field 22 (starttime) is index 19 once fields 1-2 are dropped.
     return int(fields[19]) if fields and len(fields) > 19 else None
+
+
+def exit_through_cleanup_on_hangup(program: str) -> None:
+    """SIGTERM and SIGHUP (a CI's timeout, a closed terminal) end `program` as Ctrl-C does, through
+    its `finally` blocks: Python's default for them exits at once, leaving the control plane, the
+    node and everything else the program started running."""
+
+    def exit_now(signum: int, _frame: FrameType | None) -> None:
+        raise SystemExit(f"{program}: {signal.Signals(signum).name} received")
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, exit_now)

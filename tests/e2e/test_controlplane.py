@@ -3,18 +3,30 @@ controller runs, and two control planes coexist."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from devplatform.cluster import controlplane, nodes, processes
+from devplatform.demo_pods import wait_for
 from tests.support.gpus import GPU
 
 # Never pulled: there is no kubelet. Any valid image reference would do.
 IMAGE = "registry.k8s.io/pause:3.10"
 JOB_POD_TIMEOUT_SECONDS = 30.0
+ROOT = Path(__file__).resolve().parents[2]
+# The replay's control plane and its 1,500 nodes (measured: about 30 s on 2 cores).
+REPLAY_START_SECONDS = 240.0
+# Stopping the control plane: each process is given its grace period in turn.
+REPLAY_STOP_SECONDS = 90.0
 
 
 def build_gpu_pod(name: str, *, gpus: int, node: str) -> dict[str, Any]:
@@ -104,3 +116,51 @@ def _wait_for_pods(core: Any, namespace: str, *, label_selector: str) -> list[An
         if pods or time.monotonic() >= deadline:
             return list(pods)
         time.sleep(nodes.POLL_INTERVAL_SECONDS)
+
+
+def _processes_naming(path: Path) -> list[int]:
+    """PIDs whose command line names `path` (a run directory: its etcd's data, its API server's PKI)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:  # gone meanwhile
+            continue
+        if str(path).encode() in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_replay_ended_by_sigterm_stops_the_control_plane_it_started(tmp_path: Path) -> None:
+    """A CI's timeout or a closed terminal ends `python -m replay` (`make replay`) as Ctrl-C does: its
+    control plane goes with it (Python's default for SIGTERM would leave etcd and the API server running)."""
+    out = tmp_path / "replay"
+    log = tmp_path / "replay.log"
+    with log.open("wb") as sink:
+        replay = subprocess.Popen(
+            [sys.executable, "-m", "replay", "--policies", "webhook", "--count", "20", "--out", str(out)],
+            cwd=ROOT,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for(
+            lambda: "created " in log.read_text() or replay.poll() is not None,
+            what="the replay's control plane up with its nodes",
+            timeout=REPLAY_START_SECONDS,
+        )
+        assert replay.poll() is None, log.read_text()
+        assert _processes_naming(out), "the control plane's processes name the run directory"
+        replay.send_signal(signal.SIGTERM)
+        assert replay.wait(timeout=REPLAY_STOP_SECONDS) == 1, log.read_text()
+        assert "replay: SIGTERM received" in log.read_text()
+        assert _processes_naming(out) == []
+    finally:
+        if replay.poll() is None:
+            replay.kill()
+            replay.wait()
+        for pid in _processes_naming(out):  # what a failed check left: this run's, by its directory
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
