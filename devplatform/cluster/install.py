@@ -24,6 +24,7 @@ The pure builders and checks come first; the I/O below them only gathers inputs 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import time
@@ -51,11 +52,13 @@ LEASE = "nimbix-burst-webhook-leader"
 # The gateway's JARVICE accounts (deploy/gateway.yaml mounts it; optional there).
 GATEWAY_ACCOUNTS_SECRET = "nimbix-burst-gateway-accounts"
 GATEWAY_DEPLOYMENT = "nimbix-burst-gateway"
+CONTROLLER_DEPLOYMENT = "nimbix-burst-controller"
 # The gateway Service's fixed address (no cluster DNS here): devplatform/overlay patches it in, the
 # chart gets it as gateway.clusterIP.
 GATEWAY_SERVICE_IP = "10.0.0.53"
 WEBHOOK_CONFIGURATION = "nimbix-burst"
-REPLICAS = 2
+REPLICAS = 2  # pods of each Deployment of the add-on, as deploy/ ships it
+ADDON_DEPLOYMENTS = (DEPLOYMENT, CONTROLLER_DEPLOYMENT, GATEWAY_DEPLOYMENT)
 # The `kubernetes` Service's port name; its targetPort is the apiserver's --secure-port.
 APISERVER_PORT_NAME = "https"
 ENDPOINT_SLICE_NAME = "kubernetes-real-node"
@@ -272,14 +275,24 @@ def render_overlay(plane: ControlPlane, directory: Path = OVERLAY_DIR) -> list[d
 
 
 def install_addon(
-    plane: ControlPlane, node: RealNode, *, timeout: float = INSTALL_TIMEOUT_SECONDS, helm: Path | None = None
+    plane: ControlPlane,
+    node: RealNode,
+    *,
+    timeout: float = INSTALL_TIMEOUT_SECONDS,
+    helm: Path | None = None,
+    replicas: int = REPLICAS,
 ) -> Installed:
     """Applies the overlay (or, given ``helm``, installs the chart with ``build_chart_values``) and
     waits for docs/install.md's checks (see the module docstring).
 
+    ``replicas``: pods of each of the add-on's Deployments (the overlay only). The shipped two unless a
+    caller asks fewer: the e2e tier runs one of each where a module tests no replicas, to save CPU.
+
     cert-manager must be installed already (``certmanager.install(plane)``). Raises InstallError with
     the check that was still failing at ``timeout``.
     """
+    if helm and replicas != REPLICAS:
+        raise ValueError(f"the chart installs {REPLICAS} replicas here, not {replicas}")
     began = time.monotonic()
     deadline = began + timeout
     if _kubectl(plane, "get", "crd", CERT_MANAGER_CRD, check=False).returncode != 0:
@@ -290,8 +303,13 @@ def install_addon(
     # (docs/install.md's three steps for vault staging through the gateway), made for this install.
     applied_dir = plane.run_dir / "addon-install"
     if not helm:
+        override = {} if replicas == REPLICAS else dict.fromkeys(ADDON_DEPLOYMENTS, replicas)
         gatewayssh.write_install_dir(
-            applied_dir, OVERLAY_DIR, namespace=NAMESPACE, sftp=f"{GATEWAY_SERVICE_IP}:{gatewayssh.SFTP_PORT}"
+            applied_dir,
+            OVERLAY_DIR,
+            namespace=NAMESPACE,
+            sftp=f"{GATEWAY_SERVICE_IP}:{gatewayssh.SFTP_PORT}",
+            replicas=override,
         )
     rendered = helmchart.render(helm, values=values) if helm else render_overlay(plane, applied_dir)
     problems = find_overlay_problems(rendered, settings=node.settings)
@@ -324,37 +342,11 @@ def install_addon(
     _wait(ca_bundle, deadline=deadline, what="caBundle injected")
     ca_bundle_done = time.monotonic() - began
 
-    serving: list[str] = []
-
-    def pods() -> str:
-        nonlocal serving
-        states = parse_pods(_get_json(plane, "-n", NAMESPACE, "get", "pods", "-l", APP_SELECTOR).get("items", []))
-        serving = find_serving_pods(states, node=node.name)
-        if len(serving) >= REPLICAS:
-            return ""
-        return f"{len(serving)}/{REPLICAS} Running and Ready on {node.name}: " + ", ".join(
-            f"{p.name} {p.phase or 'Pending'} ready={p.ready} node={p.node or '-'}" for p in states
-        )
-
-    _wait(pods, deadline=deadline, what="webhook pods Running and Ready")
+    serving = _wait_webhook_serving(plane, node.name, replicas=replicas, deadline=deadline)
     pods_done = time.monotonic() - began
-
-    leader = ""
-
-    def lease() -> str:
-        nonlocal leader
-        result = _kubectl(plane, "-n", NAMESPACE, "get", "lease", LEASE, "-o", "json", check=False)
-        leader = parse_lease_holder(json.loads(result.stdout)) if result.returncode == 0 else ""
-        return "" if leader in serving else f"Lease {LEASE} held by {leader or 'nobody'}"
-
-    _wait(lease, deadline=deadline, what="leader Lease held")
+    leader = _wait_webhook_leader(plane, serving, deadline=deadline)
     lease_done = time.monotonic() - began
-
-    def rollouts() -> str:  # the other Deployments of the base (the burst controller)
-        items = _get_json(plane, "-n", NAMESPACE, "get", "deployments").get("items", [])
-        return "; ".join(find_unavailable_deployments(items)) if items else "no Deployments yet"
-
-    _wait(rollouts, deadline=deadline, what="every Deployment rolled out")
+    _wait_rollouts(plane, deadline=deadline)
     return Installed(
         namespace=NAMESPACE,
         pods=tuple(serving),
@@ -369,6 +361,57 @@ def install_addon(
             all_deployments_seconds=time.monotonic() - began,
         ),
     )
+
+
+def scale_addon(
+    plane: ControlPlane, installed: Installed, *, replicas: int, timeout: float = INSTALL_TIMEOUT_SECONDS
+) -> Installed:
+    """Every Deployment of the add-on (the overlay's install) scaled to ``replicas`` pods, then the install's
+    checks of them again: that many webhook pods serving, one of them the leader, every rollout done."""
+    deadline = time.monotonic() + timeout
+    _kubectl(plane, "-n", NAMESPACE, "scale", "deployment", *ADDON_DEPLOYMENTS, f"--replicas={replicas}")
+    serving = _wait_webhook_serving(plane, installed.node, replicas=replicas, deadline=deadline)
+    leader = _wait_webhook_leader(plane, serving, deadline=deadline)
+    _wait_rollouts(plane, deadline=deadline)
+    return dataclasses.replace(installed, pods=tuple(serving), leader=leader)
+
+
+def _wait_webhook_serving(plane: ControlPlane, node_name: str, *, replicas: int, deadline: float) -> list[str]:
+    serving: list[str] = []
+
+    def pods() -> str:
+        nonlocal serving
+        states = parse_pods(_get_json(plane, "-n", NAMESPACE, "get", "pods", "-l", APP_SELECTOR).get("items", []))
+        serving = find_serving_pods(states, node=node_name)
+        if len(serving) == replicas:  # a scale-down is done once the extra pods stopped serving
+            return ""
+        return f"{len(serving)}/{replicas} Running and Ready on {node_name}: " + ", ".join(
+            f"{p.name} {p.phase or 'Pending'} ready={p.ready} node={p.node or '-'}" for p in states
+        )
+
+    _wait(pods, deadline=deadline, what="webhook pods Running and Ready")
+    return serving
+
+
+def _wait_webhook_leader(plane: ControlPlane, serving: Sequence[str], *, deadline: float) -> str:
+    leader = ""
+
+    def lease() -> str:
+        nonlocal leader
+        result = _kubectl(plane, "-n", NAMESPACE, "get", "lease", LEASE, "-o", "json", check=False)
+        leader = parse_lease_holder(json.loads(result.stdout)) if result.returncode == 0 else ""
+        return "" if leader in serving else f"Lease {LEASE} held by {leader or 'nobody'}"
+
+    _wait(lease, deadline=deadline, what="leader Lease held")
+    return leader
+
+
+def _wait_rollouts(plane: ControlPlane, *, deadline: float) -> None:
+    def rollouts() -> str:  # the other Deployments of the base (the burst controller, the gateway)
+        items = _get_json(plane, "-n", NAMESPACE, "get", "deployments").get("items", [])
+        return "; ".join(find_unavailable_deployments(items)) if items else "no Deployments yet"
+
+    _wait(rollouts, deadline=deadline, what="every Deployment rolled out")
 
 
 def uninstall(plane: ControlPlane, *, timeout: float = UNINSTALL_TIMEOUT_SECONDS, helm: Path | None = None) -> None:

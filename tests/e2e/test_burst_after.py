@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from devplatform import demo
-from devplatform.cluster import addons, controlplane, node
+from devplatform.cluster import addons, controlplane, install, node
 from jarvice import contract
 from tests.support.fault_matrix import FaultMatrix, Row
 from tests.support.gpus import GPU
@@ -53,9 +53,11 @@ MEASURED: dict[str, float] = {}
 
 
 @pytest.fixture(scope="module")
-def homecoming(controller: None, control_plane: controlplane.ControlPlane) -> Iterator[None]:
+def homecoming(
+    controller: None, installed_addon: install.Installed, control_plane: controlplane.ControlPlane
+) -> Iterator[None]:
     """The installed controller with homecoming on, looked at every 2 s."""
-    turn_homecoming_on(control_plane, every_seconds=HOMECOMING_SECONDS)
+    turn_homecoming_on(control_plane, every_seconds=HOMECOMING_SECONDS, replicas=len(installed_addon.pods))
     yield
 
 

@@ -27,6 +27,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from devplatform import demo
 from devplatform.cluster import addons, controlplane, install
 from tests.support.gpus import GPU
@@ -46,6 +48,9 @@ from tests.support.installed_controller import (
     wait_admitted_as,
 )
 from tests.support.real_node_pods import runner_pid, wait_log
+
+# About replicas: only the controller's Lease holder acts; the follower's counters stay at zero.
+pytestmark = pytest.mark.addon_replicas(2)
 
 ACTIONS = (
     "nimbix_burst_controller_rebursts_total",

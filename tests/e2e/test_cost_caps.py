@@ -34,6 +34,9 @@ from tests.support.installed_controller import (
 )
 from tests.support.webhook_replicas import create_at_once
 
+# About replicas: two webhook replicas race against one cap; the controller is scaled to none and back.
+pytestmark = pytest.mark.addon_replicas(2)
+
 CAP = "nimbix-burst.io/max-cost-per-hour"
 MONTH_CAP = "nimbix-burst.io/max-cost-per-month"
 SPEND_RECORD = "nimbix-burst-spend"  # the controller's spend record (ConfigMap in the add-on's namespace)

@@ -61,6 +61,9 @@ from tests.support.installed_controller import (
 from tests.support.real_node_pods import python_module_pids, runner_pid, wait_log
 from tests.support.webhook_replicas import create_at_once
 
+# About replicas: a killed webhook or controller leader is replaced by the other replica.
+pytestmark = pytest.mark.addon_replicas(2)
+
 # How late a job may stop after its pod could no longer follow it: the reaper's grace and interval, plus
 # what the pod's status and the JARVICE list take to show it (a kubelet status update, a round's list).
 SLACK_SECONDS = 10

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from devplatform import demo
-from devplatform.cluster import addons, controlplane, node
+from devplatform.cluster import addons, controlplane, install, node
 from tests.support import move_home
 from tests.support.installed_controller import annotations_of, turn_homecoming_on
 from tests.support.real_node_pods import gpu_holder
@@ -48,9 +48,11 @@ def node_emulator(
 
 
 @pytest.fixture(scope="module")
-def moves_home(controller: None, control_plane: controlplane.ControlPlane) -> Iterator[None]:
+def moves_home(
+    controller: None, installed_addon: install.Installed, control_plane: controlplane.ControlPlane
+) -> Iterator[None]:
     """The installed controller with homecoming on, looked at every 2 s."""
-    turn_homecoming_on(control_plane, every_seconds=HOMECOMING_SECONDS)
+    turn_homecoming_on(control_plane, every_seconds=HOMECOMING_SECONDS, replicas=len(installed_addon.pods))
     yield
 
 

@@ -16,6 +16,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from devplatform import demo
 from devplatform.cluster import addons, controlplane, install
 from kubeplumbing.spendrecord import (
@@ -35,6 +37,9 @@ from tests.support.installed_controller import (
     wait_admitted_as,
 )
 from tests.support.real_node_pods import wait_log
+
+# About replicas: the spend is written and counted by the controller's leader only, not its follower.
+pytestmark = pytest.mark.addon_replicas(2)
 
 WAIT_SECONDS = 120.0
 PLUGIN = Path(sys.executable).parent / "kubectl-nimbix"

@@ -44,9 +44,9 @@ def gateway_pays_with(plane: controlplane.ControlPlane, emulator: addons.Emulato
     plane.kubectl("-n", install.NAMESPACE, "rollout", "status", deployment, "--timeout=180s")
 
 
-def configure_controller(plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess) -> None:
+def configure_controller(plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess, *, replicas: int) -> None:
     """The installed controller given the reaper's Secret (`emulator`) and CONTROLLER_ENV's thresholds; rolled
-    out with both replicas Ready and one of them holding the Lease."""
+    out with its `replicas` Ready and one of them holding the Lease."""
     secret = demo.build_secret(emulator, namespace=install.NAMESPACE)
     secret["metadata"]["name"] = CONTROLLER_SECRET
     plane.kubectl("apply", "-f", "-", input=json.dumps(secret))
@@ -56,7 +56,7 @@ def configure_controller(plane: controlplane.ControlPlane, emulator: addons.Emul
     # rolls nothing out: restart it so it talks to this emulator.
     plane.kubectl("-n", install.NAMESPACE, "rollout", "restart", deployment)
     plane.kubectl("-n", install.NAMESPACE, "rollout", "status", deployment, "--timeout=180s")
-    demo.wait_for(lambda: len(controller_pods(plane)) == 2, what="two controller pods Ready", timeout=60)
+    demo.wait_for(lambda: len(controller_pods(plane)) == replicas, what="the controller pods Ready", timeout=60)
     demo.wait_for(lambda: controller_leader(plane), what="a controller leader", timeout=60)
 
 
@@ -69,15 +69,15 @@ def controller_leader(plane: controlplane.ControlPlane) -> str:
     return holder if holder in {p["metadata"]["name"] for p in controller_pods(plane)} else ""
 
 
-def turn_homecoming_on(plane: controlplane.ControlPlane, *, every_seconds: int) -> None:
+def turn_homecoming_on(plane: controlplane.ControlPlane, *, every_seconds: int, replicas: int) -> None:
     """The installed controller with homecoming on, looked at every `every_seconds` (`kubectl set env`, as
-    docs/controller.md says), rolled out with both replicas Ready and a leader; the next module's
-    `controller` fixture sets its own values again."""
+    docs/controller.md says), rolled out with its `replicas` Ready; the next module's `controller` fixture
+    sets its own values again."""
     deployment = f"deployment/{CONTROLLER}"
     env = {"CONTROLLER_HOMECOMING": "true", "CONTROLLER_HOMECOMING_SECONDS": str(every_seconds)}
     plane.kubectl("-n", install.NAMESPACE, "set", "env", deployment, *(f"{k}={v}" for k, v in env.items()))
     plane.kubectl("-n", install.NAMESPACE, "rollout", "status", deployment, "--timeout=180s")
-    demo.wait_for(lambda: len(controller_pods(plane)) == 2, what="two controller pods Ready", timeout=60)
+    demo.wait_for(lambda: len(controller_pods(plane)) == replicas, what="the controller pods Ready", timeout=60)
     demo.wait_for(lambda: controller_leader(plane), what="a controller leader", timeout=60)
 
 
