@@ -35,6 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import yaml  # type: ignore[import-untyped]  # PyYAML (a kubernetes client dependency) ships no stubs
+from kubernetes.client.exceptions import ApiException
 
 from devplatform import helmchart
 from devplatform.cluster import gatewayssh, nodeconfig
@@ -329,14 +330,14 @@ def install_addon(
     certificate_names = list_certificate_names(rendered)
 
     def certificates() -> str:
-        items = _get_json(plane, "-n", NAMESPACE, "get", "certificates.cert-manager.io").get("items", [])
+        items = _read(plane, "certificates", namespace=NAMESPACE).get("items", [])
         return "; ".join(find_unready_certificates(items, names=certificate_names))
 
     _wait(certificates, deadline=deadline, what="Certificates Ready")
     certificates_done = time.monotonic() - began
 
     def ca_bundle() -> str:
-        configuration = _get_json(plane, "get", "mutatingwebhookconfiguration", WEBHOOK_CONFIGURATION)
+        configuration = _read(plane, "mutatingwebhookconfigurations", WEBHOOK_CONFIGURATION)
         return "" if has_ca_bundle(configuration) else "no caBundle in the MutatingWebhookConfiguration yet"
 
     _wait(ca_bundle, deadline=deadline, what="caBundle injected")
@@ -381,7 +382,7 @@ def _wait_webhook_serving(plane: ControlPlane, node_name: str, *, replicas: int,
 
     def pods() -> str:
         nonlocal serving
-        states = parse_pods(_get_json(plane, "-n", NAMESPACE, "get", "pods", "-l", APP_SELECTOR).get("items", []))
+        states = parse_pods(_read(plane, "pods", namespace=NAMESPACE, labels=APP_SELECTOR).get("items", []))
         serving = find_serving_pods(states, node=node_name)
         if len(serving) == replicas:  # a scale-down is done once the extra pods stopped serving
             return ""
@@ -398,8 +399,8 @@ def _wait_webhook_leader(plane: ControlPlane, serving: Sequence[str], *, deadlin
 
     def lease() -> str:
         nonlocal leader
-        result = _kubectl(plane, "-n", NAMESPACE, "get", "lease", LEASE, "-o", "json", check=False)
-        leader = parse_lease_holder(json.loads(result.stdout)) if result.returncode == 0 else ""
+        lease = _read(plane, "leases", LEASE, namespace=NAMESPACE)
+        leader = parse_lease_holder(lease) if lease else ""
         return "" if leader in serving else f"Lease {LEASE} held by {leader or 'nobody'}"
 
     _wait(lease, deadline=deadline, what="leader Lease held")
@@ -408,7 +409,7 @@ def _wait_webhook_leader(plane: ControlPlane, serving: Sequence[str], *, deadlin
 
 def _wait_rollouts(plane: ControlPlane, *, deadline: float) -> None:
     def rollouts() -> str:  # the other Deployments of the base (the burst controller, the gateway)
-        items = _get_json(plane, "-n", NAMESPACE, "get", "deployments").get("items", [])
+        items = _read(plane, "deployments", namespace=NAMESPACE).get("items", [])
         return "; ".join(find_unavailable_deployments(items)) if items else "no Deployments yet"
 
     _wait(rollouts, deadline=deadline, what="every Deployment rolled out")
@@ -441,23 +442,28 @@ def create_release_namespace(plane: ControlPlane) -> None:
 
 def read_serving_pods(plane: ControlPlane, selector: str) -> list[dict[str, Any]]:
     """The add-on's pods matching ``selector`` that are Running, Ready and not terminating."""
-    pods: list[dict[str, Any]] = json.loads(
-        _kubectl(plane, "-n", NAMESPACE, "get", "pods", "-l", selector, "-o", "json").stdout
-    )["items"]
+    pods: list[dict[str, Any]] = plane.read("pods", namespace=NAMESPACE, labels=selector)["items"]
     serving = set(find_serving_pods(parse_pods(pods)))
     return [pod for pod in pods if pod["metadata"]["name"] in serving]
 
 
 def read_lease_holder(plane: ControlPlane, lease: str) -> str:
-    return parse_lease_holder(json.loads(_kubectl(plane, "-n", NAMESPACE, "get", "lease", lease, "-o", "json").stdout))
+    return parse_lease_holder(plane.read("leases", lease, namespace=NAMESPACE))
 
 
-def _get_json(plane: ControlPlane, *args: str) -> dict[str, Any]:
-    result = _kubectl(plane, *args, "-o", "json", check=False)
-    if result.returncode != 0:
+def _read(
+    plane: ControlPlane,
+    resource: str,
+    name: str | None = None,
+    *,
+    namespace: str | None = None,
+    labels: str | None = None,
+) -> dict[str, Any]:
+    """What is there yet, ``{}`` while the API server refuses (a kind not served yet, an object not made yet)."""
+    try:
+        return plane.read(resource, name, namespace=namespace, labels=labels)
+    except ApiException:
         return {}
-    document: dict[str, Any] = json.loads(result.stdout)
-    return document
 
 
 def _kubectl(

@@ -451,7 +451,7 @@ def test_sigterm_while_the_runner_picks_up_an_inherited_job_stops_it(
             statuses = (pod or {}).get("status", {}).get("containerStatuses") or [{}]
             if not statuses[0].get("restartCount") or "running" not in statuses[0].get("state", {}):
                 return False
-            logs = control_plane.kubectl("-n", ns, "logs", "inherit", check=False).stdout
+            logs = control_plane.read_log(ns, "inherit")
             return '"start": "pick_up"' in logs or '"start":"pick_up"' in logs
 
         demo.wait_for(picking_up, what="the restarted runner picking the job up", timeout=90)

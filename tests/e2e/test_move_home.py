@@ -215,12 +215,12 @@ def _watched(text: str) -> list[dict[str, Any]]:
 
 def _story(plane: controlplane.ControlPlane, namespace: str) -> str:
     """The namespace's Events and its pods' states, oldest first: what a failure message needs."""
-    events = move_home.get_json(plane, "-n", namespace, "get", "events")["items"]
+    events = plane.read("events", namespace=namespace)["items"]
     told = [
         f"{e.get('lastTimestamp') or e.get('eventTime')} {e['involvedObject'].get('name')} {e.get('reason')}:"
         f" {e.get('message')}"
         for e in sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime")))
     ]
-    pods = move_home.get_json(plane, "-n", namespace, "get", "pods")["items"]
+    pods = plane.read("pods", namespace=namespace)["items"]
     states = [f"{p['metadata']['name']} {json.dumps(p.get('status', {}).get('containerStatuses'))}" for p in pods]
     return "\n".join(told + states)

@@ -107,8 +107,7 @@ def create_pod(plane: controlplane.ControlPlane, namespace: str, body: dict[str,
 
 
 def find_pod(plane: controlplane.ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
-    result = plane.kubectl("-n", namespace, "get", "pod", name, "-o", "json", check=False)
-    return json.loads(result.stdout) if result.returncode == 0 else None
+    return plane.read("pods", name, namespace=namespace, missing_ok=True) or None
 
 
 # A probe the API server admits but never stores (`kubectl create --dry-run=server`): the webhook decides it
