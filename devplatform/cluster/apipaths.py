@@ -25,6 +25,7 @@ RESOURCES: Mapping[str, Resource] = {
     "events": Resource("/api/v1", True),
     "persistentvolumeclaims": Resource("/api/v1", True),
     "configmaps": Resource("/api/v1", True),
+    "resourcequotas": Resource("/api/v1", True),
     "nodes": Resource("/api/v1", False),
     "namespaces": Resource("/api/v1", False),
     "jobs": Resource("/apis/batch/v1", True),
@@ -35,6 +36,8 @@ RESOURCES: Mapping[str, Resource] = {
 }
 ALIASES: Mapping[str, str] = {
     "pod": "pods",
+    "configmap": "configmaps",
+    "resourcequota": "resourcequotas",
     "pvc": "persistentvolumeclaims",
     "node": "nodes",
     "namespace": "namespaces",

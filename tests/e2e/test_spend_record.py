@@ -46,10 +46,7 @@ PLUGIN = Path(sys.executable).parent / "kubectl-nimbix"
 
 
 def _record(plane: controlplane.ControlPlane) -> dict[str, Any] | None:
-    result = plane.kubectl("-n", install.NAMESPACE, "get", "configmap", CONFIGMAP_NAME, "-o", "json", check=False)
-    if result.returncode != 0:
-        return None
-    data = json.loads(result.stdout).get("data") or {}
+    data = plane.read("configmaps", CONFIGMAP_NAME, namespace=install.NAMESPACE, missing_ok=True).get("data") or {}
     return json.loads(data[RECORD_KEY]) if RECORD_KEY in data else None
 
 
