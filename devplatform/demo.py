@@ -310,7 +310,7 @@ def _delete_running(
     wait_for(
         lambda: (
             [j for j in fetch_emulator_jobs(emulator.url, pod_uid=uid) if j["status"] == "PROCESSING STARTING"]
-            and "trial 2" in plane.kubectl("logs", "-n", namespace, pod_name, check=False).stdout
+            and "trial 2" in plane.read_log(namespace, pod_name)
         ),
         what=f"remote job of {run.job.name} running",
         timeout=POD_TIMEOUT_SECONDS,

@@ -7,6 +7,7 @@ Pure: paths and the shape of what a read returns; the client is the control plan
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -85,3 +86,17 @@ def with_item_kinds(document: dict[str, Any]) -> dict[str, Any]:
         item.setdefault("kind", kind.removesuffix("List"))
         item.setdefault("apiVersion", document.get("apiVersion", ""))
     return document
+
+
+def parse_warnings(headers: list[str]) -> list[str]:
+    """The texts of the API server's ``Warning`` headers (RFC 7234: ``299 - "text"``, quotes and backslashes
+    escaped), as kubectl prints each after ``Warning: ``."""
+    texts = []
+    for header in headers:
+        code, _, rest = header.partition(" ")
+        _agent, _, quoted = rest.partition(" ")
+        if code != "299" or not (quoted.startswith('"') and quoted.endswith('"')):
+            texts.append(header)  # not the API server's form: shown as it came
+            continue
+        texts.append(re.sub(r"\\(.)", r"\1", quoted[1:-1]))
+    return texts

@@ -315,11 +315,9 @@ class ControlPlane:
         """What ``kubectl get <resource> [name] -o json`` prints (a list's items with their kind), read
         through one client this control plane keeps: the way waits look, without a process per look.
         Raises ApiException on an error; ``missing_ok``: an object that is not there reads as ``{}``."""
-        if self._reader is None:
-            self._reader = self.api_client(pool_size=READER_POOL_SIZE)
         path = apipaths.build_path(resource, name=name, namespace=namespace)
         try:
-            response = self._reader.call_api(
+            response = self._client().call_api(
                 path,
                 "GET",
                 query_params=apipaths.build_query(labels=labels, fields=fields),
@@ -336,13 +334,37 @@ class ControlPlane:
         document: dict[str, Any] = json.loads(response.data)
         return apipaths.with_item_kinds(document)
 
+    def dry_run_create(self, namespace: str, body: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+        """What ``kubectl create --dry-run=server -o json`` prints of a namespaced object (``body``, with its
+        kind's path) and its warnings as kubectl writes them (``Warning: <text>`` lines): admission runs,
+        nothing is stored. Through read()'s client, for waits that probe admission."""
+        resource = str(body["kind"]).lower() + "s"
+        path = apipaths.build_path(resource, namespace=namespace)
+        response = self._client().call_api(
+            path,
+            "POST",
+            query_params=[("dryRun", "All")],
+            header_params={"Accept": "application/json", "Content-Type": "application/json"},
+            body=dict(body),
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+            _request_timeout=KUBECTL_TIMEOUT_SECONDS,
+        )
+        warnings = apipaths.parse_warnings(response.headers.getlist("Warning"))
+        document: dict[str, Any] = json.loads(response.data)
+        return document, "".join(f"Warning: {text}\n" for text in warnings)
+
+    def _client(self) -> k8s_client.ApiClient:
+        if self._reader is None:
+            self._reader = self.api_client(pool_size=READER_POOL_SIZE)
+        return self._reader
+
     def read_log(self, namespace: str, name: str) -> str:
         """What ``kubectl logs`` prints of the pod's one container, through read()'s client: for waits that
         look for a line; ``""`` while there is none to read (the container not started yet)."""
-        if self._reader is None:
-            self._reader = self.api_client(pool_size=READER_POOL_SIZE)
         try:  # the raw bytes: the client would parse a log that is one JSON line into a dict's repr
-            response = k8s_client.CoreV1Api(self._reader).read_namespaced_pod_log(
+            response = k8s_client.CoreV1Api(self._client()).read_namespaced_pod_log(
                 name, namespace, _preload_content=False, _request_timeout=KUBECTL_TIMEOUT_SECONDS
             )
         except k8s_client.ApiException:

@@ -142,7 +142,7 @@ def wait_admitted_as(
     key, text = annotation
 
     def admitted_as_wanted() -> bool:
-        pod, warnings = dry_run_admission(plane, namespace, body)
+        pod, warnings = plane.dry_run_create(namespace, body)  # a probe, not what a user types: no kubectl
         annotations = annotations_of(pod)
         return (
             annotations.get("nimbix-burst.io/decision") == decision

@@ -58,3 +58,16 @@ def test_a_lists_items_get_their_kind_as_kubectl_prints_them() -> None:
     assert apipaths.with_item_kinds(listed)["items"] == [{"metadata": {}, "kind": "Pod", "apiVersion": "v1"}]
     one = {"kind": "Pod", "apiVersion": "v1", "metadata": {}}
     assert apipaths.with_item_kinds(dict(one)) == one
+
+
+@pytest.mark.parametrize(
+    ("headers", "texts"),
+    [
+        ([], []),
+        (['299 - "the pod bursts"'], ["the pod bursts"]),
+        (['299 - "a \\"quoted\\" cap \\\\ here"', '299 - "two"'], ['a "quoted" cap \\ here', "two"]),
+        (["199 agent free text"], ["199 agent free text"]),  # not the API server's form: as it came
+    ],
+)
+def test_warnings_read_as_kubectl_prints_them(headers: list[str], texts: list[str]) -> None:
+    assert apipaths.parse_warnings(headers) == texts
