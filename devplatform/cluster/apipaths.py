@@ -76,13 +76,15 @@ def build_query(*, labels: str | None = None, fields: str | None = None) -> list
     return query
 
 
-def with_item_kinds(document: dict[str, Any]) -> dict[str, Any]:
-    """A list as ``kubectl get -o json`` shows it: the API leaves ``kind`` and ``apiVersion`` out of a list's
-    items (the list says them once); kubectl writes them into each item, and a reader may look at them."""
+def as_kubectl_prints(document: dict[str, Any]) -> dict[str, Any]:
+    """A document as ``kubectl get -o json`` shows it: without ``metadata.managedFields`` (kubectl hides them),
+    and a list's items with their ``kind`` and ``apiVersion`` (the API says them once, for the list)."""
+    document.get("metadata", {}).pop("managedFields", None)
     kind = str(document.get("kind", ""))
     if not kind.endswith("List") or "items" not in document:
         return document
     for item in document["items"] or []:
+        item.get("metadata", {}).pop("managedFields", None)
         item.setdefault("kind", kind.removesuffix("List"))
         item.setdefault("apiVersion", document.get("apiVersion", ""))
     return document

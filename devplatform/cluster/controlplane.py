@@ -332,7 +332,7 @@ class ControlPlane:
                 return {}
             raise
         document: dict[str, Any] = json.loads(response.data)
-        return apipaths.with_item_kinds(document)
+        return apipaths.as_kubectl_prints(document)
 
     def dry_run_create(self, namespace: str, body: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
         """What ``kubectl create --dry-run=server -o json`` prints of a namespaced object (``body``, with its

@@ -3,10 +3,12 @@ controller runs, and two control planes coexist."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from kubernetes.client.exceptions import ApiException
 
 from devplatform.cluster import controlplane, nodes, processes
@@ -104,3 +106,23 @@ def _wait_for_pods(core: Any, namespace: str, *, label_selector: str) -> list[An
         if pods or time.monotonic() >= deadline:
             return list(pods)
         time.sleep(nodes.POLL_INTERVAL_SECONDS)
+
+
+def test_read_shows_what_kubectl_get_prints(
+    control_plane: controlplane.ControlPlane, core: Any, namespace: str
+) -> None:
+    """ControlPlane.read, the waits' way to look without a kubectl process, reads the same documents; an
+    admission dry run through its client stores nothing."""
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "settings"}, "data": {"a": "1"}})
+    printed = json.loads(control_plane.kubectl("-n", namespace, "get", "configmaps", "-o", "json").stdout)
+    assert control_plane.read("configmaps", namespace=namespace)["items"] == printed["items"]
+    one = json.loads(control_plane.kubectl("-n", namespace, "get", "configmap", "settings", "-o", "json").stdout)
+    assert control_plane.read("configmap", "settings", namespace=namespace) == one
+    assert control_plane.read("configmaps", "absent", namespace=namespace, missing_ok=True) == {}
+    with pytest.raises(ApiException) as missing:
+        control_plane.read("configmaps", "absent", namespace=namespace)
+    assert missing.value.status == 404
+
+    pod, _warnings = control_plane.dry_run_create(namespace, build_gpu_pod("probe", gpus=1, node="nowhere"))
+    assert pod["metadata"]["name"] == "probe" and pod["spec"]["containers"][0]["resources"]["requests"] == {GPU: "1"}
+    assert control_plane.read("pods", "probe", namespace=namespace, missing_ok=True) == {}

@@ -53,11 +53,18 @@ def test_selectors_become_the_query() -> None:
     ]
 
 
-def test_a_lists_items_get_their_kind_as_kubectl_prints_them() -> None:
-    listed: dict[str, Any] = {"kind": "PodList", "apiVersion": "v1", "items": [{"metadata": {}}]}
-    assert apipaths.with_item_kinds(listed)["items"] == [{"metadata": {}, "kind": "Pod", "apiVersion": "v1"}]
-    one = {"kind": "Pod", "apiVersion": "v1", "metadata": {}}
-    assert apipaths.with_item_kinds(dict(one)) == one
+def test_a_document_reads_as_kubectl_prints_it() -> None:
+    listed: dict[str, Any] = {
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "metadata": {},
+        "items": [{"metadata": {"name": "p", "managedFields": [{}]}}],
+    }
+    assert apipaths.as_kubectl_prints(listed)["items"] == [
+        {"metadata": {"name": "p"}, "kind": "Pod", "apiVersion": "v1"}
+    ]
+    one = {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p", "managedFields": [{}]}}
+    assert apipaths.as_kubectl_prints(one) == {"kind": "Pod", "apiVersion": "v1", "metadata": {"name": "p"}}
 
 
 @pytest.mark.parametrize(
