@@ -118,6 +118,14 @@ def addon_replicas(node: pytest.Item | pytest.Collector) -> int:
     return int(mark.args[0]) if mark else DEFAULT_ADDON_REPLICAS
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # Registered here, beside its one reader, not in pyproject.toml: that file is an input of every image's
+    # cache key (devplatform/images/build.sh), and a test mark is no reason to rebuild them.
+    config.addinivalue_line(
+        "markers", f"{ADDON_REPLICAS_MARK}(n): pods of each Deployment of the installed add-on for this module"
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # This hook sees every collected item, not only this directory's.
     for item in items:
