@@ -34,7 +34,7 @@ from devplatform import certmanager, demo
 from devplatform.cluster import addons, controlplane, install, node, nodeconfig, nodes
 from tests.support.fault_matrix import FaultMatrix, table
 from tests.support.gpus import GPU
-from tests.support.installed_controller import CONTROLLER_SECRET, configure_controller, gateway_pays_with
+from tests.support.installed_controller import configure_controller, gateway_pays_with, release_controller
 
 E2E_DIR = Path(__file__).resolve().parent
 REPO_ROOT = E2E_DIR.parents[1]
@@ -424,7 +424,7 @@ def controller(
     its replicas Ready and one of them holding the Lease."""
     configure_controller(control_plane, node_emulator, replicas=len(installed_addon.pods))
     yield
-    control_plane.kubectl("-n", install.NAMESPACE, "delete", "secret", CONTROLLER_SECRET, "--ignore-not-found")
+    release_controller(control_plane)
 
 
 @pytest.fixture

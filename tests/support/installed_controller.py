@@ -60,6 +60,23 @@ def configure_controller(plane: controlplane.ControlPlane, emulator: addons.Emul
     demo.wait_for(lambda: controller_leader(plane), what="a controller leader", timeout=60)
 
 
+# deploy/controller.yaml's value of the settings CONTROLLER_ENV turns on that need the reaper's Secret: on only
+# when it is there.
+SHIPPED_WHEN_SECRET = {"CONTROLLER_REAP_ORPHANS": "auto", "CONTROLLER_JOB_EVENTS": "auto"}
+
+
+def release_controller(plane: controlplane.ControlPlane) -> None:
+    """The reaper's Secret deleted (its emulator goes with the module) and the settings that need it back to
+    deploy/'s `auto`, so a controller pod that starts later (the add-on scaled up for the next module) runs
+    without it rather than failing its start. The rollout is not waited for: whatever uses the controller
+    next waits for its Deployment."""
+    plane.kubectl("-n", install.NAMESPACE, "delete", "secret", CONTROLLER_SECRET, "--ignore-not-found")
+    deployment = f"deployment/{CONTROLLER}"
+    plane.kubectl(
+        "-n", install.NAMESPACE, "set", "env", deployment, *(f"{k}={v}" for k, v in SHIPPED_WHEN_SECRET.items())
+    )
+
+
 def controller_pods(plane: controlplane.ControlPlane) -> list[dict[str, Any]]:
     return install.read_serving_pods(plane, CONTROLLER_SELECTOR)
 
