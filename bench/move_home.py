@@ -213,8 +213,8 @@ def run_rounds(run_dir: Path, *, rounds: int, trainer: move_home.TrainerSettings
         install.install_addon(plane, real)
         emulator = demo.start_emulator_for_node(run_dir / "emulator", real, vaults=True)
         gateway_pays_with(plane, emulator)
-        configure_controller(plane, emulator)
-        turn_homecoming_on(plane, every_seconds=HOMECOMING_SECONDS)
+        configure_controller(plane, emulator, replicas=install.REPLICAS)
+        turn_homecoming_on(plane, every_seconds=HOMECOMING_SECONDS, replicas=install.REPLICAS)
         rows: list[dict[str, Any]] = []
         for number in range(1, rounds + 1):
             namespace = f"bench-move-{number}"

@@ -206,8 +206,7 @@ def _create_jobs(plane: controlplane.ControlPlane, *, namespace: str, app_name: 
 
 
 def _find_job_pod(plane: controlplane.ControlPlane, namespace: str, job: str) -> dict[str, Any] | None:
-    listed = json.loads(plane.kubectl("get", "-n", namespace, "pods", "-l", f"job-name={job}", "-o", "json").stdout)
-    items = listed.get("items", [])
+    items = plane.read("pods", namespace=namespace, labels=f"job-name={job}").get("items", [])
     return dict(items[0]) if items else None
 
 
@@ -215,8 +214,7 @@ def _all_pods(
     plane: controlplane.ControlPlane, runs: Sequence[_JobRun], done: Callable[[_JobRun], bool], *, namespace: str
 ) -> bool:
     """Refreshes every run's pod (one list call); whether ``done`` holds for all of them."""
-    listed = json.loads(plane.kubectl("get", "-n", namespace, "pods", "-o", "json").stdout)
-    by_name = {item["metadata"]["name"]: item for item in listed.get("items", [])}
+    by_name = {item["metadata"]["name"]: item for item in plane.read("pods", namespace=namespace).get("items", [])}
     now = time.monotonic()
     for run in runs:
         pod = by_name.get(run.pod["metadata"]["name"])
@@ -312,7 +310,7 @@ def _delete_running(
     wait_for(
         lambda: (
             [j for j in fetch_emulator_jobs(emulator.url, pod_uid=uid) if j["status"] == "PROCESSING STARTING"]
-            and "trial 2" in plane.kubectl("logs", "-n", namespace, pod_name, check=False).stdout
+            and "trial 2" in plane.read_log(namespace, pod_name)
         ),
         what=f"remote job of {run.job.name} running",
         timeout=POD_TIMEOUT_SECONDS,

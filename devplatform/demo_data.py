@@ -183,6 +183,5 @@ def run_data_demo(
 
 
 def _job_pod(plane: controlplane.ControlPlane, namespace: str) -> dict[str, Any] | None:
-    listed = json.loads(plane.kubectl("get", "-n", namespace, "pods", "-l", f"job-name={JOB}", "-o", "json").stdout)
-    items = listed.get("items") or []
+    items = plane.read("pods", namespace=namespace, labels=f"job-name={JOB}").get("items") or []
     return dict(items[0]) if items else None

@@ -179,7 +179,7 @@ def fetch_emulator_jobs(url: str, *, pod_uid: str) -> list[dict[str, Any]]:
 
 
 def read_pod(plane: controlplane.ControlPlane, namespace: str, name: str) -> dict[str, Any]:
-    return dict(json.loads(plane.kubectl("get", "-n", namespace, "pod", name, "-o", "json").stdout))
+    return plane.read("pods", name, namespace=namespace)
 
 
 def read_exit_code(pod: Mapping[str, Any]) -> int | None:

@@ -32,7 +32,7 @@ from typing import Any, Self
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from devplatform.cluster import pki, processes
+from devplatform.cluster import apipaths, pki, processes
 from devplatform.cluster.processes import ManagedProcess
 from devplatform.cluster.rundir import RunDirectory
 
@@ -85,6 +85,8 @@ COMPONENT_HEALTH_TIMEOUT_SECONDS = 60.0
 PROBE_INTERVAL_SECONDS = 0.05
 PROBE_REQUEST_TIMEOUT_SECONDS = 2.0
 KUBECTL_TIMEOUT_SECONDS = 120.0
+HTTP_NOT_FOUND = 404
+READER_POOL_SIZE = 8  # read()'s connections: the e2e tier's threads wait side by side
 LOG_TAIL_LINES = 40
 
 
@@ -193,6 +195,7 @@ class ControlPlane:
         self._with_controller_manager = controller_manager
         self._processes: list[ManagedProcess] = []
         self._ports: _Ports | None = None
+        self._reader: k8s_client.ApiClient | None = None  # read()'s, made on its first use
         self.startup_timings: StartupTimings | None = None
 
     # -- properties -------------------------------------------------------------------------------
@@ -251,6 +254,9 @@ class ControlPlane:
 
     def stop(self) -> None:
         """Stops every started process, newest first. Safe to call more than once."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         while self._processes:
             processes.stop_process(self._processes.pop())
 
@@ -295,6 +301,75 @@ class ControlPlane:
         if pool_size is not None:
             client.rest_client.pool_manager.connection_pool_kw["maxsize"] = pool_size
         return client
+
+    def read(
+        self,
+        resource: str,
+        name: str | None = None,
+        *,
+        namespace: str | None = None,
+        labels: str | None = None,
+        fields: str | None = None,
+        missing_ok: bool = False,
+    ) -> dict[str, Any]:
+        """What ``kubectl get <resource> [name] -o json`` prints (a list's items with their kind), read
+        through one client this control plane keeps: the way waits look, without a process per look.
+        Raises ApiException on an error; ``missing_ok``: an object that is not there reads as ``{}``."""
+        path = apipaths.build_path(resource, name=name, namespace=namespace)
+        try:
+            response = self._client().call_api(
+                path,
+                "GET",
+                query_params=apipaths.build_query(labels=labels, fields=fields),
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _return_http_data_only=True,
+                _request_timeout=KUBECTL_TIMEOUT_SECONDS,
+            )
+        except k8s_client.ApiException as error:
+            if missing_ok and error.status == HTTP_NOT_FOUND:
+                return {}
+            raise
+        document: dict[str, Any] = json.loads(response.data)
+        return apipaths.as_kubectl_prints(document)
+
+    def dry_run_create(self, namespace: str, body: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+        """What ``kubectl create --dry-run=server -o json`` prints of a namespaced object (``body``, with its
+        kind's path) and its warnings as kubectl writes them (``Warning: <text>`` lines): admission runs,
+        nothing is stored. Through read()'s client, for waits that probe admission."""
+        resource = str(body["kind"]).lower() + "s"
+        path = apipaths.build_path(resource, namespace=namespace)
+        response = self._client().call_api(
+            path,
+            "POST",
+            query_params=[("dryRun", "All")],
+            header_params={"Accept": "application/json", "Content-Type": "application/json"},
+            body=dict(body),
+            auth_settings=["BearerToken"],
+            _preload_content=False,
+            _return_http_data_only=True,
+            _request_timeout=KUBECTL_TIMEOUT_SECONDS,
+        )
+        warnings = apipaths.parse_warnings(response.headers.getlist("Warning"))
+        document: dict[str, Any] = json.loads(response.data)
+        return document, "".join(f"Warning: {text}\n" for text in warnings)
+
+    def _client(self) -> k8s_client.ApiClient:
+        if self._reader is None:
+            self._reader = self.api_client(pool_size=READER_POOL_SIZE)
+        return self._reader
+
+    def read_log(self, namespace: str, name: str) -> str:
+        """What ``kubectl logs`` prints of the pod's one container, through read()'s client: for waits that
+        look for a line; ``""`` while there is none to read (the container not started yet)."""
+        try:  # the raw bytes: the client would parse a log that is one JSON line into a dict's repr
+            response = k8s_client.CoreV1Api(self._client()).read_namespaced_pod_log(
+                name, namespace, _preload_content=False, _request_timeout=KUBECTL_TIMEOUT_SECONDS
+            )
+        except k8s_client.ApiException:
+            return ""
+        return bytes(response.data).decode(errors="replace")
 
     # -- internals --------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ The builders are pure; `write_install_dir` writes what they build.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,10 +40,12 @@ def make_host_key() -> HostKey:
     return HostKey(private_openssh=private, public=f"{public.decode()} nimbix-burst-gateway")
 
 
-def build_install_kustomization(overlay: str, *, namespace: str, sftp: str, public_key: str) -> dict[str, Any]:
+def build_install_kustomization(
+    overlay: str, *, namespace: str, sftp: str, public_key: str, replicas: Mapping[str, int] | None = None
+) -> dict[str, Any]:
     """A kustomization over `overlay` (a path relative to its own directory) adding the host key's Secret
-    and the webhook's two staging settings."""
-    return {
+    and the webhook's two staging settings, and `replicas` (pods by Deployment name) where given."""
+    kustomization: dict[str, Any] = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [overlay],
@@ -63,9 +66,14 @@ def build_install_kustomization(overlay: str, *, namespace: str, sftp: str, publ
             }
         ],
     }
+    if replicas:
+        kustomization["replicas"] = [{"name": name, "count": count} for name, count in replicas.items()]
+    return kustomization
 
 
-def write_install_dir(directory: Path, overlay_dir: Path, *, namespace: str, sftp: str) -> HostKey:
+def write_install_dir(
+    directory: Path, overlay_dir: Path, *, namespace: str, sftp: str, replicas: Mapping[str, int] | None = None
+) -> HostKey:
     """A fresh host key and the kustomization over `overlay_dir` in `directory` (private: it holds the key)."""
     key = make_host_key()
     directory.mkdir(parents=True, exist_ok=True)
@@ -74,6 +82,8 @@ def write_install_dir(directory: Path, overlay_dir: Path, *, namespace: str, sft
     (directory / PRIVATE_KEY_FILE).chmod(0o600)
     (directory / PUBLIC_KEY_FILE).write_text(key.public + "\n")
     overlay = os.path.relpath(overlay_dir, directory)
-    kustomization = build_install_kustomization(overlay, namespace=namespace, sftp=sftp, public_key=key.public)
+    kustomization = build_install_kustomization(
+        overlay, namespace=namespace, sftp=sftp, public_key=key.public, replicas=replicas
+    )
     (directory / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
     return key

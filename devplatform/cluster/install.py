@@ -24,6 +24,7 @@ The pure builders and checks come first; the I/O below them only gathers inputs 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import time
@@ -34,6 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import yaml  # type: ignore[import-untyped]  # PyYAML (a kubernetes client dependency) ships no stubs
+from kubernetes.client.exceptions import ApiException
 
 from devplatform import helmchart
 from devplatform.cluster import gatewayssh, nodeconfig
@@ -51,11 +53,13 @@ LEASE = "nimbix-burst-webhook-leader"
 # The gateway's JARVICE accounts (deploy/gateway.yaml mounts it; optional there).
 GATEWAY_ACCOUNTS_SECRET = "nimbix-burst-gateway-accounts"
 GATEWAY_DEPLOYMENT = "nimbix-burst-gateway"
+CONTROLLER_DEPLOYMENT = "nimbix-burst-controller"
 # The gateway Service's fixed address (no cluster DNS here): devplatform/overlay patches it in, the
 # chart gets it as gateway.clusterIP.
 GATEWAY_SERVICE_IP = "10.0.0.53"
 WEBHOOK_CONFIGURATION = "nimbix-burst"
-REPLICAS = 2
+REPLICAS = 2  # pods of each Deployment of the add-on, as deploy/ ships it
+ADDON_DEPLOYMENTS = (DEPLOYMENT, CONTROLLER_DEPLOYMENT, GATEWAY_DEPLOYMENT)
 # The `kubernetes` Service's port name; its targetPort is the apiserver's --secure-port.
 APISERVER_PORT_NAME = "https"
 ENDPOINT_SLICE_NAME = "kubernetes-real-node"
@@ -272,14 +276,24 @@ def render_overlay(plane: ControlPlane, directory: Path = OVERLAY_DIR) -> list[d
 
 
 def install_addon(
-    plane: ControlPlane, node: RealNode, *, timeout: float = INSTALL_TIMEOUT_SECONDS, helm: Path | None = None
+    plane: ControlPlane,
+    node: RealNode,
+    *,
+    timeout: float = INSTALL_TIMEOUT_SECONDS,
+    helm: Path | None = None,
+    replicas: int = REPLICAS,
 ) -> Installed:
     """Applies the overlay (or, given ``helm``, installs the chart with ``build_chart_values``) and
     waits for docs/install.md's checks (see the module docstring).
 
+    ``replicas``: pods of each of the add-on's Deployments (the overlay only). The shipped two unless a
+    caller asks fewer: the e2e tier runs one of each where a module tests no replicas, to save CPU.
+
     cert-manager must be installed already (``certmanager.install(plane)``). Raises InstallError with
     the check that was still failing at ``timeout``.
     """
+    if helm and replicas != REPLICAS:
+        raise ValueError(f"the chart installs {REPLICAS} replicas here, not {replicas}")
     began = time.monotonic()
     deadline = began + timeout
     if _kubectl(plane, "get", "crd", CERT_MANAGER_CRD, check=False).returncode != 0:
@@ -290,8 +304,13 @@ def install_addon(
     # (docs/install.md's three steps for vault staging through the gateway), made for this install.
     applied_dir = plane.run_dir / "addon-install"
     if not helm:
+        override = {} if replicas == REPLICAS else dict.fromkeys(ADDON_DEPLOYMENTS, replicas)
         gatewayssh.write_install_dir(
-            applied_dir, OVERLAY_DIR, namespace=NAMESPACE, sftp=f"{GATEWAY_SERVICE_IP}:{gatewayssh.SFTP_PORT}"
+            applied_dir,
+            OVERLAY_DIR,
+            namespace=NAMESPACE,
+            sftp=f"{GATEWAY_SERVICE_IP}:{gatewayssh.SFTP_PORT}",
+            replicas=override,
         )
     rendered = helmchart.render(helm, values=values) if helm else render_overlay(plane, applied_dir)
     problems = find_overlay_problems(rendered, settings=node.settings)
@@ -311,50 +330,24 @@ def install_addon(
     certificate_names = list_certificate_names(rendered)
 
     def certificates() -> str:
-        items = _get_json(plane, "-n", NAMESPACE, "get", "certificates.cert-manager.io").get("items", [])
+        items = _read(plane, "certificates", namespace=NAMESPACE).get("items", [])
         return "; ".join(find_unready_certificates(items, names=certificate_names))
 
     _wait(certificates, deadline=deadline, what="Certificates Ready")
     certificates_done = time.monotonic() - began
 
     def ca_bundle() -> str:
-        configuration = _get_json(plane, "get", "mutatingwebhookconfiguration", WEBHOOK_CONFIGURATION)
+        configuration = _read(plane, "mutatingwebhookconfigurations", WEBHOOK_CONFIGURATION)
         return "" if has_ca_bundle(configuration) else "no caBundle in the MutatingWebhookConfiguration yet"
 
     _wait(ca_bundle, deadline=deadline, what="caBundle injected")
     ca_bundle_done = time.monotonic() - began
 
-    serving: list[str] = []
-
-    def pods() -> str:
-        nonlocal serving
-        states = parse_pods(_get_json(plane, "-n", NAMESPACE, "get", "pods", "-l", APP_SELECTOR).get("items", []))
-        serving = find_serving_pods(states, node=node.name)
-        if len(serving) >= REPLICAS:
-            return ""
-        return f"{len(serving)}/{REPLICAS} Running and Ready on {node.name}: " + ", ".join(
-            f"{p.name} {p.phase or 'Pending'} ready={p.ready} node={p.node or '-'}" for p in states
-        )
-
-    _wait(pods, deadline=deadline, what="webhook pods Running and Ready")
+    serving = _wait_webhook_serving(plane, node.name, replicas=replicas, deadline=deadline)
     pods_done = time.monotonic() - began
-
-    leader = ""
-
-    def lease() -> str:
-        nonlocal leader
-        result = _kubectl(plane, "-n", NAMESPACE, "get", "lease", LEASE, "-o", "json", check=False)
-        leader = parse_lease_holder(json.loads(result.stdout)) if result.returncode == 0 else ""
-        return "" if leader in serving else f"Lease {LEASE} held by {leader or 'nobody'}"
-
-    _wait(lease, deadline=deadline, what="leader Lease held")
+    leader = _wait_webhook_leader(plane, serving, deadline=deadline)
     lease_done = time.monotonic() - began
-
-    def rollouts() -> str:  # the other Deployments of the base (the burst controller)
-        items = _get_json(plane, "-n", NAMESPACE, "get", "deployments").get("items", [])
-        return "; ".join(find_unavailable_deployments(items)) if items else "no Deployments yet"
-
-    _wait(rollouts, deadline=deadline, what="every Deployment rolled out")
+    _wait_rollouts(plane, deadline=deadline)
     return Installed(
         namespace=NAMESPACE,
         pods=tuple(serving),
@@ -369,6 +362,57 @@ def install_addon(
             all_deployments_seconds=time.monotonic() - began,
         ),
     )
+
+
+def scale_addon(
+    plane: ControlPlane, installed: Installed, *, replicas: int, timeout: float = INSTALL_TIMEOUT_SECONDS
+) -> Installed:
+    """Every Deployment of the add-on (the overlay's install) scaled to ``replicas`` pods, then the install's
+    checks of them again: that many webhook pods serving, one of them the leader, every rollout done."""
+    deadline = time.monotonic() + timeout
+    _kubectl(plane, "-n", NAMESPACE, "scale", "deployment", *ADDON_DEPLOYMENTS, f"--replicas={replicas}")
+    serving = _wait_webhook_serving(plane, installed.node, replicas=replicas, deadline=deadline)
+    leader = _wait_webhook_leader(plane, serving, deadline=deadline)
+    _wait_rollouts(plane, deadline=deadline)
+    return dataclasses.replace(installed, pods=tuple(serving), leader=leader)
+
+
+def _wait_webhook_serving(plane: ControlPlane, node_name: str, *, replicas: int, deadline: float) -> list[str]:
+    serving: list[str] = []
+
+    def pods() -> str:
+        nonlocal serving
+        states = parse_pods(_read(plane, "pods", namespace=NAMESPACE, labels=APP_SELECTOR).get("items", []))
+        serving = find_serving_pods(states, node=node_name)
+        if len(serving) == replicas:  # a scale-down is done once the extra pods stopped serving
+            return ""
+        return f"{len(serving)}/{replicas} Running and Ready on {node_name}: " + ", ".join(
+            f"{p.name} {p.phase or 'Pending'} ready={p.ready} node={p.node or '-'}" for p in states
+        )
+
+    _wait(pods, deadline=deadline, what="webhook pods Running and Ready")
+    return serving
+
+
+def _wait_webhook_leader(plane: ControlPlane, serving: Sequence[str], *, deadline: float) -> str:
+    leader = ""
+
+    def lease() -> str:
+        nonlocal leader
+        lease = _read(plane, "leases", LEASE, namespace=NAMESPACE)
+        leader = parse_lease_holder(lease) if lease else ""
+        return "" if leader in serving else f"Lease {LEASE} held by {leader or 'nobody'}"
+
+    _wait(lease, deadline=deadline, what="leader Lease held")
+    return leader
+
+
+def _wait_rollouts(plane: ControlPlane, *, deadline: float) -> None:
+    def rollouts() -> str:  # the other Deployments of the base (the burst controller, the gateway)
+        items = _read(plane, "deployments", namespace=NAMESPACE).get("items", [])
+        return "; ".join(find_unavailable_deployments(items)) if items else "no Deployments yet"
+
+    _wait(rollouts, deadline=deadline, what="every Deployment rolled out")
 
 
 def uninstall(plane: ControlPlane, *, timeout: float = UNINSTALL_TIMEOUT_SECONDS, helm: Path | None = None) -> None:
@@ -398,23 +442,28 @@ def create_release_namespace(plane: ControlPlane) -> None:
 
 def read_serving_pods(plane: ControlPlane, selector: str) -> list[dict[str, Any]]:
     """The add-on's pods matching ``selector`` that are Running, Ready and not terminating."""
-    pods: list[dict[str, Any]] = json.loads(
-        _kubectl(plane, "-n", NAMESPACE, "get", "pods", "-l", selector, "-o", "json").stdout
-    )["items"]
+    pods: list[dict[str, Any]] = plane.read("pods", namespace=NAMESPACE, labels=selector)["items"]
     serving = set(find_serving_pods(parse_pods(pods)))
     return [pod for pod in pods if pod["metadata"]["name"] in serving]
 
 
 def read_lease_holder(plane: ControlPlane, lease: str) -> str:
-    return parse_lease_holder(json.loads(_kubectl(plane, "-n", NAMESPACE, "get", "lease", lease, "-o", "json").stdout))
+    return parse_lease_holder(plane.read("leases", lease, namespace=NAMESPACE))
 
 
-def _get_json(plane: ControlPlane, *args: str) -> dict[str, Any]:
-    result = _kubectl(plane, *args, "-o", "json", check=False)
-    if result.returncode != 0:
+def _read(
+    plane: ControlPlane,
+    resource: str,
+    name: str | None = None,
+    *,
+    namespace: str | None = None,
+    labels: str | None = None,
+) -> dict[str, Any]:
+    """What is there yet, ``{}`` while the API server refuses (a kind not served yet, an object not made yet)."""
+    try:
+        return plane.read(resource, name, namespace=namespace, labels=labels)
+    except ApiException:
         return {}
-    document: dict[str, Any] = json.loads(result.stdout)
-    return document
 
 
 def _kubectl(

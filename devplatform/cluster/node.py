@@ -281,8 +281,7 @@ class RealNode:
                 _write_json(layout.kubeconfig(file_name), kubeconfig, private=True)
 
     def _read_node(self) -> dict[str, Any] | None:
-        result = self._control_plane.kubectl("get", "node", self.name, "-o", "json", check=False)
-        return dict(json.loads(result.stdout)) if result.returncode == 0 else None
+        return self._control_plane.read("nodes", self.name, missing_ok=True) or None
 
     def _node_ready(self) -> bool:
         node = self._read_node()

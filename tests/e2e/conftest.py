@@ -34,7 +34,7 @@ from devplatform import certmanager, demo
 from devplatform.cluster import addons, controlplane, install, node, nodeconfig, nodes
 from tests.support.fault_matrix import FaultMatrix, table
 from tests.support.gpus import GPU
-from tests.support.installed_controller import CONTROLLER_SECRET, configure_controller, gateway_pays_with
+from tests.support.installed_controller import configure_controller, gateway_pays_with, release_controller
 
 E2E_DIR = Path(__file__).resolve().parent
 REPO_ROOT = E2E_DIR.parents[1]
@@ -49,6 +49,11 @@ MAX_NAME_LENGTH = 63
 REAL_NODE_CLAIM_WAIT_SECONDS = 1800
 # The fixture through which a module uses the kustomize-installed add-on (directly or through another).
 INSTALLED_ADDON = "installed_addon"
+# A module's mark for the pods each Deployment of the installed add-on runs: the shipped two where the module
+# is about replicas (leader election, a follower's counters, a killed leader, replicas racing); one elsewhere,
+# which saves the CPU of three more Python processes for the whole module.
+ADDON_REPLICAS_MARK = "addon_replicas"
+DEFAULT_ADDON_REPLICAS = 1
 
 
 @dataclass
@@ -82,11 +87,15 @@ class _AddonSlot:
     node: node.RealNode
     installed: install.Installed | None = None
     applied: bool = False  # anything of it may be in the cluster (an install that failed half-way too)
+    replicas: int = 0  # of each Deployment, as installed or last scaled
 
-    def ensure_installed(self) -> install.Installed:
+    def ensure_installed(self, replicas: int) -> install.Installed:
         if self.installed is None:
             self.applied = True
-            self.installed = install.install_addon(self.plane, self.node)
+            self.installed = install.install_addon(self.plane, self.node, replicas=replicas)
+        elif self.replicas != replicas:
+            self.installed = install.scale_addon(self.plane, self.installed, replicas=replicas)
+        self.replicas = replicas
         return self.installed
 
     def ensure_uninstalled(self) -> None:
@@ -103,16 +112,31 @@ def _uses_installed_addon(item: pytest.Item) -> bool:
     return INSTALLED_ADDON in getattr(item, "fixturenames", ())
 
 
+def addon_replicas(node: pytest.Item | pytest.Collector) -> int:
+    """The replicas a module (or one of its tests) wants of each of the installed add-on's Deployments."""
+    mark = node.get_closest_marker(ADDON_REPLICAS_MARK)
+    return int(mark.args[0]) if mark else DEFAULT_ADDON_REPLICAS
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Registered here, beside its one reader, not in pyproject.toml: that file is an input of every image's
+    # cache key (devplatform/images/build.sh), and a test mark is no reason to rebuild them.
+    config.addinivalue_line(
+        "markers", f"{ADDON_REPLICAS_MARK}(n): pods of each Deployment of the installed add-on for this module"
+    )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # This hook sees every collected item, not only this directory's.
     for item in items:
         if item.path.is_relative_to(E2E_DIR):
             item.add_marker(pytest.mark.e2e)
     # Only to install the add-on once, not for correctness (_AddonSlot: each module sets up the cluster it
-    # needs): the modules that use it run after the others. A stable sort: the order within each part is
-    # what collection (or pytest-randomly's shuffle) gave.
+    # needs): the modules that use it run after the others, those with one replica of it first (scaling up
+    # adds pods; scaling down would stop one, maybe the leader, and wait for the next). A stable sort: the
+    # order within each part is what collection (or pytest-randomly's shuffle) gave.
     addon_modules = {item.path for item in items if _uses_installed_addon(item)}
-    items.sort(key=lambda item: item.path in addon_modules)
+    items.sort(key=lambda item: (item.path in addon_modules, item.path in addon_modules and addon_replicas(item)))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int, config: pytest.Config) -> None:
@@ -341,8 +365,9 @@ def cert_manager(
 
 # --- the installed add-on (devplatform.cluster.install) ---------------------------------------------
 # nimbix-burst installed as a user installs it: `kubectl apply -k devplatform/overlay` (deploy/ plus
-# local-only patches) after cert-manager; two webhook pods on the real node behind the Service, TLS
-# from cert-manager. Once per session, for the modules that run last; uninstalled (docs/install.md's order)
+# local-only patches) after cert-manager; the webhook's pods on the real node behind the Service, TLS
+# from cert-manager. Each Deployment runs the pods the module's mark asks (ADDON_REPLICAS_MARK), one
+# unless it is about replicas. Once per session, for the modules that run last; uninstalled (docs/install.md's order)
 # at the end.
 
 
@@ -361,9 +386,10 @@ def addon_slot(
 
 
 @pytest.fixture(scope="module")
-def installed_addon(addon_slot: _AddonSlot) -> install.Installed:
-    """The add-on as a user installs it, for this module (installed now unless the module before used it too)."""
-    return addon_slot.ensure_installed()
+def installed_addon(addon_slot: _AddonSlot, request: pytest.FixtureRequest) -> install.Installed:
+    """The add-on as a user installs it, for this module (installed now unless the module before used it too),
+    with the replicas the module's mark asks."""
+    return addon_slot.ensure_installed(addon_replicas(request.node))
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -395,10 +421,10 @@ def controller(
     installed_addon: install.Installed, control_plane: controlplane.ControlPlane, node_emulator: addons.EmulatorProcess
 ) -> Iterator[None]:
     """The installed controller given the reaper's Secret and the test's thresholds; rolled out with
-    both replicas Ready and one of them holding the Lease."""
-    configure_controller(control_plane, node_emulator)
+    its replicas Ready and one of them holding the Lease."""
+    configure_controller(control_plane, node_emulator, replicas=len(installed_addon.pods))
     yield
-    control_plane.kubectl("-n", install.NAMESPACE, "delete", "secret", CONTROLLER_SECRET, "--ignore-not-found")
+    release_controller(control_plane)
 
 
 @pytest.fixture

@@ -35,6 +35,9 @@ from devplatform.cluster.node import RealNode
 from tests.support.at_once import run_at_once
 from tests.support.gpus import GPU, GPU_TAINT, GPU_TOLERATION
 
+# About replicas: two webhook pods and the leader among them, as docs/install.md's checks have them.
+pytestmark = pytest.mark.addon_replicas(2)
+
 DECISION = "nimbix-burst.io/decision"
 UNMUTATED = "unmutated"
 FORWARDED_METRIC = 'nimbix_burst_admissions_total{decision="forwarded"}'

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from devplatform import demo
-from devplatform.cluster import addons, controlplane, node
+from devplatform.cluster import addons, controlplane, install, node
 from jarvice import contract
 from tests.support.fault_matrix import FaultMatrix, Row
 from tests.support.gpus import GPU
@@ -53,9 +53,11 @@ MEASURED: dict[str, float] = {}
 
 
 @pytest.fixture(scope="module")
-def homecoming(controller: None, control_plane: controlplane.ControlPlane) -> Iterator[None]:
+def homecoming(
+    controller: None, installed_addon: install.Installed, control_plane: controlplane.ControlPlane
+) -> Iterator[None]:
     """The installed controller with homecoming on, looked at every 2 s."""
-    turn_homecoming_on(control_plane, every_seconds=HOMECOMING_SECONDS)
+    turn_homecoming_on(control_plane, every_seconds=HOMECOMING_SECONDS, replicas=len(installed_addon.pods))
     yield
 
 
@@ -96,11 +98,6 @@ def _post(url: str, body: Any) -> Any:
         return json.loads(response.read() or b"null")
 
 
-def _get(plane: controlplane.ControlPlane, *args: str) -> dict[str, Any]:
-    document: dict[str, Any] = json.loads(plane.kubectl(*args, "-o", "json").stdout)
-    return document
-
-
 def _create_job(
     plane: controlplane.ControlPlane,
     namespace: str,
@@ -131,7 +128,7 @@ def _create_job(
 
 
 def _job_pods(plane: controlplane.ControlPlane, namespace: str, job: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = _get(plane, "-n", namespace, "get", "pods", "-l", f"job-name={job}")["items"]
+    items: list[dict[str, Any]] = plane.read("pods", namespace=namespace, labels=f"job-name={job}")["items"]
     return sorted(items, key=lambda pod: pod["metadata"]["creationTimestamp"])
 
 
@@ -140,12 +137,12 @@ def _jobs_of(node_emulator: addons.EmulatorProcess, pod_uids: set[str]) -> list[
 
 
 def _succeeded(plane: controlplane.ControlPlane, namespace: str, job: str) -> bool:
-    return (_get(plane, "-n", namespace, "get", "job", job)["status"].get("succeeded") or 0) >= 1
+    return (plane.read("job", job, namespace=namespace)["status"].get("succeeded") or 0) >= 1
 
 
 def _events(plane: controlplane.ControlPlane, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
     selector = f"involvedObject.name={name},reason={reason}"
-    items: list[dict[str, Any]] = _get(plane, "-n", namespace, "get", "events", "--field-selector", selector)["items"]
+    items: list[dict[str, Any]] = plane.read("events", namespace=namespace, fields=selector)["items"]
     return items
 
 
@@ -217,12 +214,12 @@ def test_a_backoff_limit_0_job_that_waited_in_vain_completes_on_its_burst_and_co
         annotations={contract.ANNOTATION_BURST_AFTER: "20s"},
         backoff_limit=0,
     )
-    rules = _get(control_plane, "-n", ns, "get", "job", job)["spec"]["podFailurePolicy"]["rules"]
+    rules = control_plane.read("job", job, namespace=ns)["spec"]["podFailurePolicy"]["rules"]
     assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
     (first,) = demo.wait_for(lambda: _job_pods(control_plane, ns, job), what="the Job's first pod", timeout=30)
     assert annotations_of(first).get(contract.ANNOTATION_BURST_DEADLINE), annotations_of(first)
     demo.wait_for(lambda: _succeeded(control_plane, ns, job), what="the Job complete", timeout=WAIT_SECONDS)
-    status = _get(control_plane, "-n", ns, "get", "job", job)["status"]
+    status = control_plane.read("job", job, namespace=ns)["status"]
     assert not status.get("failed"), status
     pods = _job_pods(control_plane, ns, job)
     (burst,) = [p for p in pods if annotations_of(p).get(contract.ANNOTATION_DECISION) == "remote"]
@@ -252,12 +249,12 @@ def test_every_pod_of_a_parallel_job_that_waited_in_vain_runs(
         parallelism=4,
     )
     demo.wait_for(
-        lambda: (_get(control_plane, "-n", ns, "get", "job", job)["status"].get("succeeded") or 0) == 4,
+        lambda: (control_plane.read("job", job, namespace=ns)["status"].get("succeeded") or 0) == 4,
         what="every pod of the Job complete",
         timeout=WAIT_SECONDS + 120,
     )
     print(f"\n4-pod parallel Job, burst-after 20s: created -> every pod complete {time.monotonic() - began:.1f}s")
-    status = _get(control_plane, "-n", ns, "get", "job", job)["status"]
+    status = control_plane.read("job", job, namespace=ns)["status"]
     assert not status.get("failed"), status
     assert len(_events(control_plane, ns, job, "NimbixBurstAfterWait")) == 4
     assert _events(control_plane, ns, job, "NimbixReBurstCapReached") == []
@@ -350,7 +347,7 @@ def test_an_indexed_job_gang_on_a_full_cluster_waits_as_one_then_bursts_as_one_m
     ranks = sorted(annotations_of(pod)[contract.ANNOTATION_GANG_RANK] for pod in replacements)
     assert ranks == ["0", "1"] and {annotations_of(pod)[contract.ANNOTATION_GANG] for pod in replacements} == {gang}
     demo.wait_for(
-        lambda: (_get(control_plane, "-n", ns, "get", "job", name)["status"].get("succeeded") or 0) == 2,
+        lambda: (control_plane.read("job", name, namespace=ns)["status"].get("succeeded") or 0) == 2,
         what="the gang's Job complete",
         timeout=WAIT_SECONDS,
     )
@@ -447,7 +444,7 @@ def held_gpus(control_plane: controlplane.ControlPlane, real_node: node.RealNode
     )
 
     def all_running() -> bool:
-        pods = _get(control_plane, "-n", ns, "get", "pods")["items"]
+        pods = control_plane.read("pods", namespace=ns)["items"]
         running = {p["metadata"]["name"] for p in pods if p["status"].get("phase") == "Running"}
         return set(names) <= running
 
@@ -514,7 +511,7 @@ def test_one_freed_gpu_brings_home_exactly_one_of_two_queued_backoff_limit_0_job
         time.sleep(1)
     for job in jobs:
         demo.wait_for(partial(_succeeded, control_plane, ns, job), what=f"Job {job} complete", timeout=WAIT_SECONDS)
-        status = _get(control_plane, "-n", ns, "get", "job", job)["status"]
+        status = control_plane.read("job", job, namespace=ns)["status"]
         assert not status.get("failed"), status
         (event,) = _events(control_plane, ns, job, "NimbixCameHome")
         assert firsts[jobs.index(job)]["metadata"]["name"] in event["message"]

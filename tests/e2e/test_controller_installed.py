@@ -27,6 +27,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from devplatform import demo
 from devplatform.cluster import addons, controlplane, install
 from tests.support.gpus import GPU
@@ -46,6 +48,9 @@ from tests.support.installed_controller import (
     wait_admitted_as,
 )
 from tests.support.real_node_pods import runner_pid, wait_log
+
+# About replicas: only the controller's Lease holder acts; the follower's counters stay at zero.
+pytestmark = pytest.mark.addon_replicas(2)
 
 ACTIONS = (
     "nimbix_burst_controller_rebursts_total",
@@ -87,11 +92,6 @@ def _assert_only_the_leader_counted(plane: controlplane.ControlPlane, metric: st
     assert all(value == 0 for value in counts[follower].values()), counts
 
 
-def _get(plane: controlplane.ControlPlane, *args: str) -> dict[str, Any]:
-    document: dict[str, Any] = json.loads(plane.kubectl(*args, "-o", "json").stdout)
-    return document
-
-
 def _unschedulable_since(pod: dict[str, Any]) -> float | None:
     assert not pod["spec"].get("nodeName"), f"bound to {pod['spec']['nodeName']}: the GPUs were not gone in time"
     for condition in pod["status"].get("conditions") or ():
@@ -108,7 +108,7 @@ def _release(plane: controlplane.ControlPlane, namespace: str, name: str) -> Non
 
 def _events(plane: controlplane.ControlPlane, namespace: str, name: str, reason: str) -> list[dict[str, Any]]:
     selector = f"involvedObject.name={name},reason={reason}"
-    items: list[dict[str, Any]] = _get(plane, "-n", namespace, "get", "events", "--field-selector", selector)["items"]
+    items: list[dict[str, Any]] = plane.read("events", namespace=namespace, fields=selector)["items"]
     return items
 
 
@@ -141,9 +141,7 @@ def test_gpus_vanish_under_a_local_job_pod_and_a_bare_pod(
     create_pod(control_plane, ns, pod_body("bare", app_container(node_emulator, "echo never runs", gpus=1), gated=True))
 
     def job_pods() -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = _get(control_plane, "-n", ns, "get", "pods", "-l", f"job-name={job_name}")[
-            "items"
-        ]
+        items: list[dict[str, Any]] = control_plane.read("pods", namespace=ns, labels=f"job-name={job_name}")["items"]
         return items
 
     (first,) = demo.wait_for(job_pods, what="the Job's first pod", timeout=30)
@@ -180,7 +178,7 @@ def test_gpus_vanish_under_a_local_job_pod_and_a_bare_pod(
     assert annotations_of(second)["nimbix-burst.io/decision"] == "remote", annotations_of(second)
     _release(control_plane, ns, second["metadata"]["name"])
     finished = demo.wait_for(
-        lambda: (_get(control_plane, "-n", ns, "get", "job", job_name)["status"].get("succeeded") or 0) >= 1,
+        lambda: (control_plane.read("job", job_name, namespace=ns)["status"].get("succeeded") or 0) >= 1,
         what="the Job complete",
         timeout=WAIT_SECONDS,
     )
@@ -329,7 +327,7 @@ def test_the_api_server_refuses_a_budget_that_is_not_a_whole_number(
     for value, error in refused.items():
         assert f'must be a whole number of GPUs >= 0 (0: nothing bursts), not "{value}"' in error, (value, error)
         assert "ValidatingAdmissionPolicy 'nimbix-burst-budget'" in error, error
-    ns = _get(control_plane, "get", "namespace", namespace)
+    ns = control_plane.read("namespace", namespace)
     assert ns["metadata"]["annotations"][BUDGET] == "0"  # the last accepted value; no refused one landed
 
     # A bad value from before the policy does not block other updates of its namespace (only a value

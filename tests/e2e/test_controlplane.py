@@ -4,6 +4,7 @@ controller runs, and two control planes coexist."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes.client.exceptions import ApiException
 
 from devplatform.cluster import controlplane, nodes, processes
@@ -164,3 +166,23 @@ def test_a_replay_ended_by_sigterm_stops_the_control_plane_it_started(tmp_path: 
         for pid in _processes_naming(out):  # what a failed check left: this run's, by its directory
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_read_shows_what_kubectl_get_prints(
+    control_plane: controlplane.ControlPlane, core: Any, namespace: str
+) -> None:
+    """ControlPlane.read, the waits' way to look without a kubectl process, reads the same documents; an
+    admission dry run through its client stores nothing."""
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "settings"}, "data": {"a": "1"}})
+    printed = json.loads(control_plane.kubectl("-n", namespace, "get", "configmaps", "-o", "json").stdout)
+    assert control_plane.read("configmaps", namespace=namespace)["items"] == printed["items"]
+    one = json.loads(control_plane.kubectl("-n", namespace, "get", "configmap", "settings", "-o", "json").stdout)
+    assert control_plane.read("configmap", "settings", namespace=namespace) == one
+    assert control_plane.read("configmaps", "absent", namespace=namespace, missing_ok=True) == {}
+    with pytest.raises(ApiException) as missing:
+        control_plane.read("configmaps", "absent", namespace=namespace)
+    assert missing.value.status == 404
+
+    pod, _warnings = control_plane.dry_run_create(namespace, build_gpu_pod("probe", gpus=1, node="nowhere"))
+    assert pod["metadata"]["name"] == "probe" and pod["spec"]["containers"][0]["resources"]["requests"] == {GPU: "1"}
+    assert control_plane.read("pods", "probe", namespace=namespace, missing_ok=True) == {}

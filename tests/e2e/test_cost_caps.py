@@ -34,6 +34,9 @@ from tests.support.installed_controller import (
 )
 from tests.support.webhook_replicas import create_at_once
 
+# About replicas: two webhook replicas race against one cap; the controller is scaled to none and back.
+pytestmark = pytest.mark.addon_replicas(2)
+
 CAP = "nimbix-burst.io/max-cost-per-hour"
 MONTH_CAP = "nimbix-burst.io/max-cost-per-month"
 SPEND_RECORD = "nimbix-burst-spend"  # the controller's spend record (ConfigMap in the add-on's namespace)
@@ -95,10 +98,7 @@ def _cap(
     the record is read and the caps leave room). The real node's GPUs must be gone already."""
     control_plane.kubectl("annotate", "namespace", ns, *(f"{k}={v}" for k, v in caps.items()), "--overwrite")
     demo.wait_for(
-        lambda: (
-            control_plane.kubectl("-n", install.NAMESPACE, "get", "configmap", SPEND_RECORD, check=False).returncode
-            == 0
-        ),
+        lambda: control_plane.read("configmaps", SPEND_RECORD, namespace=install.NAMESPACE, missing_ok=True) != {},
         what="the controller's spend record",
         timeout=WAIT_SECONDS,
     )
@@ -328,8 +328,7 @@ def test_the_runner_never_submits_over_its_price_ceiling(
 
 
 def _controller_pods_gone(plane: controlplane.ControlPlane) -> bool:
-    listed = plane.kubectl("-n", install.NAMESPACE, "get", "pods", "-l", CONTROLLER_SELECTOR, "-o", "json").stdout
-    return not json.loads(listed)["items"]
+    return not plane.read("pods", namespace=install.NAMESPACE, labels=CONTROLLER_SELECTOR)["items"]
 
 
 def test_without_a_spend_record_a_capped_namespace_does_not_burst(

@@ -165,7 +165,7 @@ def job(name: str, template: dict[str, Any]) -> dict[str, Any]:
 
 
 def job_pod(plane: controlplane.ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
-    listed = json.loads(plane.kubectl("get", "pods", "-n", namespace, "-l", f"job-name={name}", "-o", "json").stdout)
+    listed = plane.read("pods", namespace=namespace, labels=f"job-name={name}")
     items = listed.get("items") or []
     return dict(items[0]) if items else None
 
@@ -354,7 +354,7 @@ CHECKPOINTED_COMMAND = (
 
 
 def finished_pod(plane: controlplane.ControlPlane, namespace: str, uid: str) -> dict[str, Any] | None:
-    listed = json.loads(plane.kubectl("get", "pods", "-n", namespace, "-o", "json").stdout)
+    listed = plane.read("pods", namespace=namespace)
     for pod in listed.get("items") or []:
         if pod["metadata"]["uid"] == uid and pod["status"].get("phase") in ("Succeeded", "Failed"):
             return dict(pod)
@@ -389,9 +389,7 @@ def test_a_job_that_fails_after_a_checkpoint_is_resumed_by_its_retry(
     texts: dict[str, str] = {}
     deadline = time.monotonic() + 900
     while len(texts) < 2 and time.monotonic() < deadline:
-        listed = json.loads(
-            control_plane.kubectl("get", "pods", "-n", ns, "-l", "job-name=checkpointed", "-o", "json").stdout
-        )
+        listed = control_plane.read("pods", namespace=ns, labels="job-name=checkpointed")
         for pod in listed.get("items") or []:
             uid = pod["metadata"]["uid"]
             if uid in texts:

@@ -52,10 +52,7 @@ def test_the_example_job_bursts_and_runs_with_only_what_a_user_decides(
     control_plane.kubectl("-n", ns, "apply", "-f", "-", input=json.dumps(job))
 
     def finished() -> dict[str, object] | None:
-        result = control_plane.kubectl(
-            "-n", ns, "get", "pods", "-l", f"job-name={job['metadata']['name']}", "-o", "json"
-        )
-        pods = json.loads(result.stdout)["items"]
+        pods = control_plane.read("pods", namespace=ns, labels=f"job-name={job['metadata']['name']}")["items"]
         done = [p for p in pods if p["status"].get("phase") in ("Succeeded", "Failed")]
         return done[0] if done else None
 

@@ -63,10 +63,7 @@ def _reservation_ttl(control_plane: controlplane.ControlPlane) -> float:
     """The installed webhook's WEBHOOK_RESERVATION_TTL_SECONDS (deploy/webhook.env, as the overlay sets it)."""
 
     def read(kind: str, name: str) -> dict[str, Any]:
-        found: dict[str, Any] = json.loads(
-            control_plane.kubectl("-n", install.NAMESPACE, "get", kind, name, "-o", "json").stdout
-        )
-        return found
+        return control_plane.read(kind, name, namespace=install.NAMESPACE)
 
     (container,) = read("deployment", install.DEPLOYMENT)["spec"]["template"]["spec"]["containers"]
     # The settings' ConfigMap carries a content hash in its name (kustomize's configMapGenerator).
@@ -92,13 +89,12 @@ def _stopped(emulator: addons.EmulatorProcess, numbers: set[int]) -> int:
 
 
 def _job_pods(plane: controlplane.ControlPlane, namespace: str, job: str) -> list[dict[str, Any]]:
-    result = plane.kubectl("get", "-n", namespace, "pods", "-l", f"{JOB_NAME_LABEL}={job}", "-o", "json")
-    items: list[dict[str, Any]] = json.loads(result.stdout)["items"]
+    items: list[dict[str, Any]] = plane.read("pods", namespace=namespace, labels=f"{JOB_NAME_LABEL}={job}")["items"]
     return items
 
 
 def _job_condition(plane: controlplane.ControlPlane, namespace: str, job: str) -> str:
-    body = json.loads(plane.kubectl("get", "-n", namespace, "job", job, "-o", "json").stdout)
+    body = plane.read("jobs", job, namespace=namespace)
     done = [c["type"] for c in body.get("status", {}).get("conditions") or () if c.get("status") == "True"]
     return next((kind for kind in ("Complete", "Failed") if kind in done), "")
 

@@ -17,6 +17,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from devplatform import demo
 from devplatform.cluster import addons, controlplane
 from tests.support.installed_controller import (
@@ -30,6 +32,9 @@ from tests.support.installed_controller import (
     pod_body,
 )
 from tests.support.real_node_pods import wait_log
+
+# About replicas: job Events are counted by the controller's leader only, not its follower.
+pytestmark = pytest.mark.addon_replicas(2)
 
 WAIT_SECONDS = 120.0
 JOB_SECONDS = 15  # what the burst pod's command sleeps

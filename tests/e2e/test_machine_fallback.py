@@ -157,8 +157,7 @@ def _assert_moved(run: MoveRun, name: str) -> None:
 
 def _events(plane: controlplane.ControlPlane, ns: str, name: str, reason: str) -> list[dict[str, Any]]:
     selector = f"involvedObject.name={name},reason={reason}"
-    listed = plane.kubectl("-n", ns, "get", "events", "--field-selector", selector, "-o", "json").stdout
-    return list(json.loads(listed)["items"])
+    return list(plane.read("events", namespace=ns, fields=selector)["items"])
 
 
 def test_a_v100_pod_queued_on_a_full_ng4_moves_to_ng4v_and_completes(

@@ -61,6 +61,9 @@ from tests.support.installed_controller import (
 from tests.support.real_node_pods import python_module_pids, runner_pid, wait_log
 from tests.support.webhook_replicas import create_at_once
 
+# About replicas: a killed webhook or controller leader is replaced by the other replica.
+pytestmark = pytest.mark.addon_replicas(2)
+
 # How late a job may stop after its pod could no longer follow it: the reaper's grace and interval, plus
 # what the pod's status and the JARVICE list take to show it (a kubelet status update, a round's list).
 SLACK_SECONDS = 10
@@ -448,7 +451,7 @@ def test_sigterm_while_the_runner_picks_up_an_inherited_job_stops_it(
             statuses = (pod or {}).get("status", {}).get("containerStatuses") or [{}]
             if not statuses[0].get("restartCount") or "running" not in statuses[0].get("state", {}):
                 return False
-            logs = control_plane.kubectl("-n", ns, "logs", "inherit", check=False).stdout
+            logs = control_plane.read_log(ns, "inherit")
             return '"start": "pick_up"' in logs or '"start":"pick_up"' in logs
 
         demo.wait_for(picking_up, what="the restarted runner picking the job up", timeout=90)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from devplatform import demo
-from devplatform.cluster import addons, controlplane, node
+from devplatform.cluster import addons, controlplane, install, node
 from tests.support import move_home
 from tests.support.installed_controller import annotations_of, turn_homecoming_on
 from tests.support.real_node_pods import gpu_holder
@@ -48,9 +48,11 @@ def node_emulator(
 
 
 @pytest.fixture(scope="module")
-def moves_home(controller: None, control_plane: controlplane.ControlPlane) -> Iterator[None]:
+def moves_home(
+    controller: None, installed_addon: install.Installed, control_plane: controlplane.ControlPlane
+) -> Iterator[None]:
     """The installed controller with homecoming on, looked at every 2 s."""
-    turn_homecoming_on(control_plane, every_seconds=HOMECOMING_SECONDS)
+    turn_homecoming_on(control_plane, every_seconds=HOMECOMING_SECONDS, replicas=len(installed_addon.pods))
     yield
 
 
@@ -213,12 +215,12 @@ def _watched(text: str) -> list[dict[str, Any]]:
 
 def _story(plane: controlplane.ControlPlane, namespace: str) -> str:
     """The namespace's Events and its pods' states, oldest first: what a failure message needs."""
-    events = move_home.get_json(plane, "-n", namespace, "get", "events")["items"]
+    events = plane.read("events", namespace=namespace)["items"]
     told = [
         f"{e.get('lastTimestamp') or e.get('eventTime')} {e['involvedObject'].get('name')} {e.get('reason')}:"
         f" {e.get('message')}"
         for e in sorted(events, key=lambda e: str(e.get("lastTimestamp") or e.get("eventTime")))
     ]
-    pods = move_home.get_json(plane, "-n", namespace, "get", "pods")["items"]
+    pods = plane.read("pods", namespace=namespace)["items"]
     states = [f"{p['metadata']['name']} {json.dumps(p.get('status', {}).get('containerStatuses'))}" for p in pods]
     return "\n".join(told + states)

@@ -169,7 +169,7 @@ def test_node_advertises_its_gateway_for_servers_pods_use(
 
 def _wait_for_log(plane: controlplane.ControlPlane, namespace: str, name: str, text: str) -> None:
     deadline = time.monotonic() + 60
-    while text not in plane.kubectl("logs", "-n", namespace, name, check=False).stdout:
+    while text not in plane.read_log(namespace, name):
         assert time.monotonic() < deadline, f"{text!r} not in the logs of {name}"
         time.sleep(0.2)
 

@@ -16,6 +16,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from devplatform import demo
 from devplatform.cluster import addons, controlplane, install
 from kubeplumbing.spendrecord import (
@@ -36,15 +38,15 @@ from tests.support.installed_controller import (
 )
 from tests.support.real_node_pods import wait_log
 
+# About replicas: the spend is written and counted by the controller's leader only, not its follower.
+pytestmark = pytest.mark.addon_replicas(2)
+
 WAIT_SECONDS = 120.0
 PLUGIN = Path(sys.executable).parent / "kubectl-nimbix"
 
 
 def _record(plane: controlplane.ControlPlane) -> dict[str, Any] | None:
-    result = plane.kubectl("-n", install.NAMESPACE, "get", "configmap", CONFIGMAP_NAME, "-o", "json", check=False)
-    if result.returncode != 0:
-        return None
-    data = json.loads(result.stdout).get("data") or {}
+    data = plane.read("configmaps", CONFIGMAP_NAME, namespace=install.NAMESPACE, missing_ok=True).get("data") or {}
     return json.loads(data[RECORD_KEY]) if RECORD_KEY in data else None
 
 

@@ -226,7 +226,7 @@ def test_decisions_stay_correct_across_a_watch_interruption(
 
 def _gpu_quota_enforced(group: Group) -> bool:
     """The quota admission refuses only once the quota controller has written the quota's status."""
-    quota = json.loads(group.cp.kubectl("-n", group.namespace, "get", "resourcequota", "no-gpus", "-o", "json").stdout)
+    quota = group.cp.read("resourcequotas", "no-gpus", namespace=group.namespace)
     return f"requests.{GPU}" in (quota.get("status") or {}).get("hard", {})
 
 

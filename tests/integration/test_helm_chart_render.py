@@ -428,3 +428,21 @@ def test_the_installs_kustomization_gives_the_gateway_its_host_key_and_the_webho
     assert settings["WEBHOOK_GATEWAY_URL"] == _settings(overlay)["data"]["WEBHOOK_GATEWAY_URL"]
     assert len(applied) == len(overlay) + 1  # the Secret; nothing else added or lost
     assert install.find_overlay_problems(applied, settings=nodeconfig.NodeSettings()) == []
+
+
+def test_the_installs_kustomization_runs_the_replicas_it_is_given_and_the_shipped_two_otherwise(
+    kubectl: Path, tmp_path: Path
+) -> None:
+    """The e2e tier installs one pod of each Deployment where a module is about no replicas; make dev-up
+    (no override) installs what deploy/ ships."""
+
+    def replicas(override: dict[str, int]) -> dict[str, int]:
+        directory = tmp_path / f"addon-install-{len(override)}"
+        gatewayssh.write_install_dir(
+            directory, install.OVERLAY_DIR, namespace=install.NAMESPACE, sftp="10.0.0.53:2222", replicas=override
+        )
+        applied = manifests.render_kustomize(kubectl, directory=directory)
+        return {d["metadata"]["name"]: d["spec"]["replicas"] for d in applied if d["kind"] == "Deployment"}
+
+    assert replicas({}) == dict.fromkeys(install.ADDON_DEPLOYMENTS, install.REPLICAS)
+    assert replicas(dict.fromkeys(install.ADDON_DEPLOYMENTS, 1)) == dict.fromkeys(install.ADDON_DEPLOYMENTS, 1)

@@ -3,7 +3,6 @@ completion index once they reach a phase, and the submissions the emulator recei
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,8 +43,8 @@ def wait_pods_by_index(
     """The Job's pods by completion index, once there are both and each is in one of `phases`."""
 
     def listed() -> dict[int, dict[str, Any]] | None:
-        result = plane.kubectl("get", "-n", namespace, "pods", "-l", f"{JOB_NAME_LABEL}={job}", "-o", "json")
-        pods = {int(p["metadata"]["annotations"][INDEX_ANNOTATION]): p for p in json.loads(result.stdout)["items"]}
+        items = plane.read("pods", namespace=namespace, labels=f"{JOB_NAME_LABEL}={job}")["items"]
+        pods = {int(p["metadata"]["annotations"][INDEX_ANNOTATION]): p for p in items}
         return pods if len(pods) == PODS and all(p["status"].get("phase") in phases for p in pods.values()) else None
 
     found: dict[int, dict[str, Any]] = demo.wait_for(listed, what=f"the pods of {job} {phases}", timeout=timeout)

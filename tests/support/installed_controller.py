@@ -44,9 +44,9 @@ def gateway_pays_with(plane: controlplane.ControlPlane, emulator: addons.Emulato
     plane.kubectl("-n", install.NAMESPACE, "rollout", "status", deployment, "--timeout=180s")
 
 
-def configure_controller(plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess) -> None:
+def configure_controller(plane: controlplane.ControlPlane, emulator: addons.EmulatorProcess, *, replicas: int) -> None:
     """The installed controller given the reaper's Secret (`emulator`) and CONTROLLER_ENV's thresholds; rolled
-    out with both replicas Ready and one of them holding the Lease."""
+    out with its `replicas` Ready and one of them holding the Lease."""
     secret = demo.build_secret(emulator, namespace=install.NAMESPACE)
     secret["metadata"]["name"] = CONTROLLER_SECRET
     plane.kubectl("apply", "-f", "-", input=json.dumps(secret))
@@ -56,8 +56,25 @@ def configure_controller(plane: controlplane.ControlPlane, emulator: addons.Emul
     # rolls nothing out: restart it so it talks to this emulator.
     plane.kubectl("-n", install.NAMESPACE, "rollout", "restart", deployment)
     plane.kubectl("-n", install.NAMESPACE, "rollout", "status", deployment, "--timeout=180s")
-    demo.wait_for(lambda: len(controller_pods(plane)) == 2, what="two controller pods Ready", timeout=60)
+    demo.wait_for(lambda: len(controller_pods(plane)) == replicas, what="the controller pods Ready", timeout=60)
     demo.wait_for(lambda: controller_leader(plane), what="a controller leader", timeout=60)
+
+
+# deploy/controller.yaml's value of the settings CONTROLLER_ENV turns on that need the reaper's Secret: on only
+# when it is there.
+SHIPPED_WHEN_SECRET = {"CONTROLLER_REAP_ORPHANS": "auto", "CONTROLLER_JOB_EVENTS": "auto"}
+
+
+def release_controller(plane: controlplane.ControlPlane) -> None:
+    """The reaper's Secret deleted (its emulator goes with the module) and the settings that need it back to
+    deploy/'s `auto`, so a controller pod that starts later (the add-on scaled up for the next module) runs
+    without it rather than failing its start. The rollout is not waited for: whatever uses the controller
+    next waits for its Deployment."""
+    plane.kubectl("-n", install.NAMESPACE, "delete", "secret", CONTROLLER_SECRET, "--ignore-not-found")
+    deployment = f"deployment/{CONTROLLER}"
+    plane.kubectl(
+        "-n", install.NAMESPACE, "set", "env", deployment, *(f"{k}={v}" for k, v in SHIPPED_WHEN_SECRET.items())
+    )
 
 
 def controller_pods(plane: controlplane.ControlPlane) -> list[dict[str, Any]]:
@@ -69,15 +86,15 @@ def controller_leader(plane: controlplane.ControlPlane) -> str:
     return holder if holder in {p["metadata"]["name"] for p in controller_pods(plane)} else ""
 
 
-def turn_homecoming_on(plane: controlplane.ControlPlane, *, every_seconds: int) -> None:
+def turn_homecoming_on(plane: controlplane.ControlPlane, *, every_seconds: int, replicas: int) -> None:
     """The installed controller with homecoming on, looked at every `every_seconds` (`kubectl set env`, as
-    docs/controller.md says), rolled out with both replicas Ready and a leader; the next module's
-    `controller` fixture sets its own values again."""
+    docs/controller.md says), rolled out with its `replicas` Ready; the next module's `controller` fixture
+    sets its own values again."""
     deployment = f"deployment/{CONTROLLER}"
     env = {"CONTROLLER_HOMECOMING": "true", "CONTROLLER_HOMECOMING_SECONDS": str(every_seconds)}
     plane.kubectl("-n", install.NAMESPACE, "set", "env", deployment, *(f"{k}={v}" for k, v in env.items()))
     plane.kubectl("-n", install.NAMESPACE, "rollout", "status", deployment, "--timeout=180s")
-    demo.wait_for(lambda: len(controller_pods(plane)) == 2, what="two controller pods Ready", timeout=60)
+    demo.wait_for(lambda: len(controller_pods(plane)) == replicas, what="the controller pods Ready", timeout=60)
     demo.wait_for(lambda: controller_leader(plane), what="a controller leader", timeout=60)
 
 
@@ -107,8 +124,7 @@ def create_pod(plane: controlplane.ControlPlane, namespace: str, body: dict[str,
 
 
 def find_pod(plane: controlplane.ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
-    result = plane.kubectl("-n", namespace, "get", "pod", name, "-o", "json", check=False)
-    return json.loads(result.stdout) if result.returncode == 0 else None
+    return plane.read("pods", name, namespace=namespace, missing_ok=True) or None
 
 
 # A probe the API server admits but never stores (`kubectl create --dry-run=server`): the webhook decides it
@@ -143,7 +159,7 @@ def wait_admitted_as(
     key, text = annotation
 
     def admitted_as_wanted() -> bool:
-        pod, warnings = dry_run_admission(plane, namespace, body)
+        pod, warnings = plane.dry_run_create(namespace, body)  # a probe, not what a user types: no kubectl
         annotations = annotations_of(pod)
         return (
             annotations.get("nimbix-burst.io/decision") == decision

@@ -100,7 +100,7 @@ def workspace(plane: controlplane.ControlPlane, namespace: str) -> Iterator[Path
     # Bound before a pod uses it: until then the scheduler finds no node for the pod, and the controller (its
     # stranded threshold a few seconds in the e2e tier) would re-burst a pod decided local.
     demo.wait_for(
-        lambda: get_json(plane, "-n", namespace, "get", "pvc", "training-data")["status"].get("phase") == "Bound",
+        lambda: plane.read("pvc", "training-data", namespace=namespace)["status"].get("phase") == "Bound",
         what="the claim training-data bound",
         timeout=60,
     )
@@ -146,24 +146,19 @@ def checkpointing_job(node_emulator: addons.EmulatorProcess, trainer: TrainerSet
     }
 
 
-def get_json(plane: controlplane.ControlPlane, *args: str) -> dict[str, Any]:
-    document: dict[str, Any] = json.loads(plane.kubectl(*args, "-o", "json").stdout)
-    return document
-
-
 def job_pods(plane: controlplane.ControlPlane, namespace: str, job: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = get_json(plane, "-n", namespace, "get", "pods", "-l", f"job-name={job}")["items"]
+    items: list[dict[str, Any]] = plane.read("pods", namespace=namespace, labels=f"job-name={job}")["items"]
     return sorted(items, key=lambda pod: pod["metadata"]["creationTimestamp"])
 
 
 def job_status(plane: controlplane.ControlPlane, namespace: str, job: str) -> dict[str, Any]:
-    status: dict[str, Any] = get_json(plane, "-n", namespace, "get", "job", job).get("status") or {}
+    status: dict[str, Any] = plane.read("job", job, namespace=namespace).get("status") or {}
     return status
 
 
 def job_event_reasons(plane: controlplane.ControlPlane, namespace: str, job: str) -> set[str]:
     selector = f"involvedObject.kind=Job,involvedObject.name={job}"
-    items = get_json(plane, "-n", namespace, "get", "events", "--field-selector", selector)["items"]
+    items = plane.read("events", namespace=namespace, fields=selector)["items"]
     return {str(event.get("reason")) for event in items}
 
 

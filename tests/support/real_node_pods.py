@@ -73,7 +73,7 @@ def wait_finished(plane: controlplane.ControlPlane, namespace: str, name: str) -
 
 def wait_log(plane: controlplane.ControlPlane, namespace: str, name: str, text: str) -> None:
     demo.wait_for(
-        lambda: text in plane.kubectl("logs", "-n", namespace, name, check=False).stdout,
+        lambda: text in plane.read_log(namespace, name),
         what=f"{text!r} in the logs of {name}",
         timeout=WAIT_SECONDS,
     )

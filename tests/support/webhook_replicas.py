@@ -58,9 +58,8 @@ class Replicas:
 
     def leader_index(self) -> int:
         """Which replica holds the Lease."""
-        holder = self.control_plane.kubectl(
-            "get", "lease", self.lease_name, "-n", self.namespace, "-o", "jsonpath={.spec.holderIdentity}"
-        ).stdout.strip()
+        lease = self.control_plane.read("leases", self.lease_name, namespace=self.namespace)
+        holder = str(lease.get("spec", {}).get("holderIdentity") or "")
         assert holder in [f"replica-{index}" for index in range(REPLICAS)], holder
         return int(holder.rsplit("-", 1)[1])
 

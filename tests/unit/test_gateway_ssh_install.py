@@ -40,3 +40,14 @@ def test_the_kustomization_adds_the_secret_and_the_webhooks_two_settings(tmp_pat
         "WEBHOOK_GATEWAY_SFTP=10.0.0.53:2222",
         f"WEBHOOK_GATEWAY_SSH_HOST_KEY={key.public}",
     ]
+
+
+def test_the_kustomization_names_replicas_only_when_asked() -> None:
+    def build(replicas: dict[str, int] | None) -> dict[str, object]:
+        return gatewayssh.build_install_kustomization(
+            "../overlay", namespace="n", sftp="s", public_key="k", replicas=replicas
+        )
+
+    assert "replicas" not in build(None)
+    assert "replicas" not in build({})  # the overlay's own (deploy/'s two) stand
+    assert build({"a": 1, "b": 1})["replicas"] == [{"name": "a", "count": 1}, {"name": "b", "count": 1}]
