@@ -6,7 +6,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import orjson
@@ -15,7 +15,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kubeplumbing.background import BackgroundTask, supervised
-from webhook import admission, job_policy
+from webhook import admission, gangs, job_policy
 from webhook.cache import ClusterCache
 from webhook.forwarding import FORWARDED_HEADER
 from webhook.metrics import Metrics
@@ -49,6 +49,8 @@ class Drain:
 
 DRAIN = web.AppKey("drain", Drain)
 RESERVATION_SWEEP_SECONDS = 5.0
+# How often a pod waiting for its Job to reach the watch cache looks again (_job_in_cache).
+JOB_POLL_SECONDS = 0.02
 
 
 def _error(status: int, message: str) -> web.Response:
@@ -62,6 +64,23 @@ def _client_verified(request: web.Request) -> bool:
     if request.app[SETTINGS].client_ca_file is None:
         return True
     return bool(request.transport is not None and request.transport.get_extra_info("peercert"))
+
+
+async def _job_in_cache(sync: CacheSync, cache: ClusterCache, pod: Mapping[str, Any], *, seconds: float) -> None:
+    """An Indexed Job's pod whose Job the watch has not brought yet waits for it, up to `seconds`: the
+    Job controller creates the pods milliseconds after the Job, and without its size the pod would be
+    kept local (gang_decision.take_up) with its gang, which then never bursts. The wait is on the watch
+    cache, polled; the API server is never asked."""
+    meta = pod.get("metadata")
+    if not isinstance(meta, Mapping):
+        return
+    deadline = time.monotonic() + seconds
+    while True:
+        with sync.lock:
+            missing = gangs.unseen_job(meta, cache.gang_index.jobs)
+        if missing is None or time.monotonic() >= deadline:
+            return
+        await asyncio.sleep(JOB_POLL_SECONDS)
 
 
 async def mutate(request: web.Request) -> web.Response:
@@ -109,6 +128,8 @@ async def mutate(request: web.Request) -> web.Response:
                 local_refusal = placed.reason
         sync = app[SYNC]
         result = None
+        if not unready_reason and review.kind == "Pod":
+            await _job_in_cache(sync, app[CACHE], review.object, seconds=app[SETTINGS].job_wait_seconds)
         try:
             if not unready_reason:
                 with sync.lock:  # the watch threads apply changes under it: decide and reserve as one

@@ -80,6 +80,8 @@ class Settings:
     spend_namespace: str = ""
     spend_poll_seconds: float = 5.0
     spend_max_age_seconds: float = 300.0
+    # How long an Indexed Job's pod waits for its Job to reach the watch cache (its size decides the gang).
+    job_wait_seconds: float = 2.0
 
     @property
     def gpu_resources(self) -> tuple[str, ...]:
@@ -102,6 +104,12 @@ OPTIONS: tuple[Option, ...] = (
     ("--strip-runtime-classes", "WEBHOOK_STRIP_RUNTIME_CLASSES", "", "runtimeClassName values removed on burst"),
     ("--max-body-bytes", "WEBHOOK_MAX_BODY_BYTES", str(DEFAULT_MAX_BODY_BYTES), "largest AdmissionReview"),
     ("--watch-stale-seconds", "WEBHOOK_WATCH_STALE_SECONDS", "60", "not ready after the watch is broken this long"),
+    (
+        "--job-wait-seconds",
+        "WEBHOOK_JOB_WAIT_SECONDS",
+        "2",
+        "how long an Indexed Job's pod waits for its Job to reach the watch cache",
+    ),
     ("--reservation-ttl-seconds", "WEBHOOK_RESERVATION_TTL_SECONDS", "15", "how long a local admission holds GPUs"),
     # A reservation lives until the watch shows its pod (well under a second normally), so only reviews
     # that no pod follows (forged, or a flood) pile up; these bound how many GPUs they can hold.
@@ -306,6 +314,7 @@ def parse_settings(argv: Sequence[str], env: Mapping[str, str], *, check_files: 
         spend_namespace=str(raw["spend_namespace"]).strip() or str(raw["lease_namespace"]).strip(),
         spend_poll_seconds=number("spend_poll_seconds", minimum=0.5),
         spend_max_age_seconds=number("spend_max_age_seconds", minimum=10),
+        job_wait_seconds=number("job_wait_seconds", minimum=0),
     )
     if problems:
         raise SettingsError(problems)
