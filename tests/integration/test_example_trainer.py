@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import selectors
 import signal
@@ -44,28 +45,36 @@ def start(*args: str) -> subprocess.Popen[str]:
     )
 
 
-def read_until(process: subprocess.Popen[str], pattern: str) -> list[str]:
-    """The lines the trainer printed up to the first matching `pattern` (polled, with a deadline)."""
+def read_until(process: subprocess.Popen[str], pattern: str) -> tuple[list[str], str]:
+    """The lines the trainer printed up to and including the first matching `pattern` (polled, with a
+    deadline), and what followed it in the same reads (finish's to keep). Read from the pipe itself,
+    as communicate() reads it: a line left in a file object's buffer would be lost to communicate()
+    (two steps were, under load, when one read brought several lines)."""
     assert process.stdout is not None
+    fd = process.stdout.fileno()
     lines: list[str] = []
+    pending = b""
     deadline = time.monotonic() + WAIT_SECONDS
     with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
+        selector.register(fd, selectors.EVENT_READ)
         while time.monotonic() < deadline:
             if not selector.select(timeout=0.2):
                 continue
-            line = process.stdout.readline()
-            if not line:
+            chunk = os.read(fd, 65536)
+            if not chunk:
                 break
-            lines.append(line.rstrip("\n"))
-            if re.search(pattern, line):
-                return lines
+            *complete, pending = (pending + chunk).split(b"\n")
+            for at, raw in enumerate(complete):
+                lines.append(raw.decode())
+                if re.search(pattern, lines[-1]):
+                    rest = b"\n".join([*complete[at + 1 :], pending])
+                    return lines, rest.decode()
     raise AssertionError(f"no line matching {pattern!r} within {WAIT_SECONDS} s; the trainer printed {lines}")
 
 
-def finish(process: subprocess.Popen[str], lines: list[str]) -> tuple[int, list[str]]:
+def finish(process: subprocess.Popen[str], lines: list[str], tail: str = "") -> tuple[int, list[str]]:
     out, err = process.communicate(timeout=WAIT_SECONDS)
-    return process.returncode, lines + out.splitlines() + ([err] if err else [])
+    return process.returncode, lines + (tail + out).splitlines() + ([err] if err else [])
 
 
 def run(*args: str) -> tuple[int, list[str]]:
@@ -91,9 +100,9 @@ def fast(directory: Path, total: int = 40, every: int = 5) -> list[str]:
 
 def test_sigusr1_checkpoints_exits_0_and_the_resume_repeats_nothing(tmp_path: Path) -> None:
     first = start(*fast(tmp_path / "ckpt"))
-    lines = read_until(first, r"^step 7/")
+    lines, tail = read_until(first, r"^step 7/")
     first.send_signal(signal.SIGUSR1)
-    code, lines = finish(first, lines)
+    code, lines = finish(first, lines, tail)
     assert code == 0, lines
     stopped = steps(lines)[-1][0]
     assert lines[-2:] == [
@@ -113,9 +122,9 @@ def test_sigusr1_checkpoints_exits_0_and_the_resume_repeats_nothing(tmp_path: Pa
 
 def test_a_killed_run_resumes_from_its_last_checkpoint_repeating_at_most_one_interval(tmp_path: Path) -> None:
     first = start(*fast(tmp_path, every=5))
-    lines = read_until(first, r"^step 13/")
+    lines, tail = read_until(first, r"^step 13/")
     first.kill()
-    _, lines = finish(first, lines)
+    _, lines = finish(first, lines, tail)
     code, resumed = run(*fast(tmp_path, every=5))
     assert code == 0, resumed
     assert resumed[0].startswith("resumed from step 10 ")
@@ -141,9 +150,9 @@ def test_a_half_written_or_foreign_checkpoint_is_ignored(tmp_path: Path) -> None
 
 def test_sigterm_checkpoints_and_exits_143(tmp_path: Path) -> None:
     first = start(*fast(tmp_path, every=100))
-    lines = read_until(first, r"^step 3/")
+    lines, tail = read_until(first, r"^step 3/")
     first.send_signal(signal.SIGTERM)
-    code, lines = finish(first, lines)
+    code, lines = finish(first, lines, tail)
     stopped = steps(lines)[-1][0]
     assert code == 143, lines
     assert lines[-2:] == [
