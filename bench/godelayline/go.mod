@@ -1,0 +1,3 @@
+module nimbix-burst/bench/godelayline
+
+go 1.22
