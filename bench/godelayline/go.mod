@@ -1,3 +1,0 @@
-module nimbix-burst/bench/godelayline
-
-go 1.22
