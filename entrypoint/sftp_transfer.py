@@ -4,7 +4,7 @@ JARVICE has no REST upload: its own clients use SFTP to the vault host, user = t
 password = the API key. Every transfer here is:
 - concurrent: FILES_IN_FLIGHT files move at once over one session (SFTP requests are pipelined), and
   a large file moves in CHUNK_BYTES blocks that asyncssh splits into parallel requests; at most
-  CHUNKS_IN_MEMORY blocks are held at a time, so memory does not grow with the data. A small file
+  CHUNKS_IN_MEMORY blocks (more for a far vault) are held at a time, so memory does not grow with the data. A small file
   (IN_PLACE_BYTES) is one round trip after its open: write, time and close (or read and close) are
   sent together, and the SSH connection sends a loop turn's packets at once (batched_socket);
 - streamed: the trees are walked one directory at a time on both sides (local `os.scandir`, remote
@@ -253,9 +253,10 @@ class VaultTransfer:
             # session has in flight: a far vault gets more sessions, and more blocks per file.
             depth = vault_files.transfer_depth(rtt)
             state.blocks_per_file = depth.blocks_per_file
-            more = [
-                await lanes.enter_async_context(await start_sftp(conn, activity)) for _ in range(depth.sessions - 1)
-            ]
+            state.chunks.widen(depth.blocks_in_memory)
+            # Opened side by side: one round trip for all of them, not one each.
+            opened = await asyncio.gather(*(start_sftp(conn, activity) for _ in range(depth.sessions - 1)))
+            more = [await lanes.enter_async_context(session) for session in opened]
             state.lanes = [first, *more]
             log.info(
                 "vault round trip measured",

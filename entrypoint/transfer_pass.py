@@ -23,13 +23,14 @@ __all__ = ["LocalFailure"]
 
 # One write or read of this size is split by asyncssh into parallel SFTP requests.
 CHUNK_BYTES: Final = 1024 * 1024
-# Blocks held in memory at once, over every file in flight: 6 x 1 MiB. asyncssh copies a block a
+# Blocks held in memory at once, over every file in flight: 6 x 1 MiB (more across a WAN, up to
+# vault_files.MAX_BLOCKS, for one large file's blocks in flight). asyncssh copies a block a
 # few times on its way (requests, packets, encryption): the runner's peak RSS stays under 100 MB with
 # eight large files in flight (92 MB measured in the bench's mixed case; 71 MB with 4 x 1 MiB).
 CHUNKS_IN_MEMORY: Final = 6
 # A file's blocks in flight at once (when the block memory allows) until the round trip is measured
-# (vault_files.transfer_depth: three near, six far, where what is in flight sets the pace; on loopback
-# two left the server waiting).
+# (vault_files.transfer_depth: three near, far from six up with the round trip, where what is in
+# flight sets the pace; on loopback two left the server waiting).
 BLOCKS_PER_FILE: Final = 3
 # Files moving at once: small files are a few round trips each, so they move side by side.
 FILES_IN_FLIGHT: Final = 64
@@ -138,12 +139,20 @@ class Meter:
 
 
 class BlockMemory:
-    """The blocks held in memory at once: CHUNKS_IN_MEMORY. A small file's block (at most
-    IN_PLACE_BYTES) is not counted: FILES_IN_FLIGHT of them are 4 MiB, and counting them would
-    let only CHUNKS_IN_MEMORY small files move at once."""
+    """The blocks held in memory at once: CHUNKS_IN_MEMORY, or more for a far vault (widen). A small
+    file's block (at most IN_PLACE_BYTES) is not counted: FILES_IN_FLIGHT of them are 4 MiB, and
+    counting them would let only CHUNKS_IN_MEMORY small files move at once."""
 
     def __init__(self) -> None:
         self.slots = asyncio.Semaphore(CHUNKS_IN_MEMORY)
+        self.size = CHUNKS_IN_MEMORY
+
+    def widen(self, size: int) -> None:
+        """At least `size` blocks from now on. Never narrower: a reconnect may measure a nearer
+        vault, and blocks held then would be counted against the smaller size."""
+        for _ in range(size - self.size):
+            self.slots.release()
+        self.size = max(self.size, size)
 
     async def acquire(self, length: int) -> None:
         if length > IN_PLACE_BYTES:

@@ -5,6 +5,7 @@ lines. Pure; the transfers (`entrypoint.vault_upload`, `entrypoint.vault_downloa
 """
 
 import hashlib
+import math
 import re
 from dataclasses import dataclass
 from typing import Final
@@ -48,22 +49,48 @@ def sftp_time(mtime_ns: int) -> int:
 
 
 # Below this round trip the vault is near (a LAN, loopback): the CPU per packet sets the pace, and one
-# session with three blocks of a file in flight is quickest. Farther, what is in flight does: four
-# sessions (each an SSH channel with its own window) and six blocks.
+# session with three blocks of a file in flight is quickest (four sessions made a loopback upload of
+# many files half as slow again).
 NEAR_RTT_SECONDS: Final = 0.005
+NEAR_DEPTH_BLOCKS: Final = 3
+# Farther, what is in flight sets the pace: a file's blocks in flight are the rate aimed at times the
+# round trip (6.4 MiB at 50 ms, 19.2 MiB at 150 ms), between the bounds below.
+TARGET_BYTES_PER_SECOND: Final = 128 << 20
+BLOCK_BYTES: Final = 1 << 20  # transfer_pass.CHUNK_BYTES
+FAR_MIN_BLOCKS: Final = 6
+# A session's channel has the server's window (OpenSSH: 2 MiB): a session carries three quarters of
+# it in blocks (on average: a file's blocks go round the sessions), so a window seldom holds one back.
+SESSION_BLOCK_BYTES: Final = 1536 << 10
+FAR_MIN_SESSIONS: Final = 4
+# OpenSSH's sshd allows 10 sessions per connection unless told otherwise (MaxSessions): 8 leave room.
+MAX_SESSIONS: Final = 8
+# Each block in flight is held in the runner's memory (with asyncssh's copies of it), and 12 are
+# what 8 sessions carry: 80 MiB/s at 150 ms.
+MAX_BLOCKS: Final = MAX_SESSIONS * SESSION_BLOCK_BYTES // BLOCK_BYTES
+# Blocks held in memory at once over all files (a near vault, or a far one's least): six.
+MIN_BLOCKS_IN_MEMORY: Final = 6
 
 
 @dataclass(frozen=True, slots=True)
 class Depth:
-    """How much a transfer keeps in flight: SFTP sessions, and a file's blocks."""
+    """How much a transfer keeps in flight: SFTP sessions, a file's blocks, and the blocks held in
+    memory over every file at once."""
 
     sessions: int
     blocks_per_file: int
+    blocks_in_memory: int = MIN_BLOCKS_IN_MEMORY
 
 
-def transfer_depth(rtt_seconds: float) -> Depth:
-    """The depth for a vault a measured round trip away."""
-    return Depth(1, 3) if rtt_seconds < NEAR_RTT_SECONDS else Depth(4, 6)
+def transfer_depth(rtt_seconds: float, *, target_bytes_per_second: int = TARGET_BYTES_PER_SECOND) -> Depth:
+    """The depth for a vault a measured round trip away: a far vault's blocks in flight are what
+    `target_bytes_per_second` puts in flight over the round trip (bounded), its sessions as many as
+    those blocks need windows for."""
+    if rtt_seconds < NEAR_RTT_SECONDS:
+        return Depth(1, NEAR_DEPTH_BLOCKS)
+    wanted = math.ceil(target_bytes_per_second * rtt_seconds / BLOCK_BYTES)
+    blocks = min(max(wanted, FAR_MIN_BLOCKS), MAX_BLOCKS)
+    sessions = min(max(math.ceil(blocks * BLOCK_BYTES / SESSION_BLOCK_BYTES), FAR_MIN_SESSIONS), MAX_SESSIONS)
+    return Depth(sessions, blocks, max(blocks, MIN_BLOCKS_IN_MEMORY))
 
 
 def format_bytes(count: float) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import os
 import socket
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
+from bench import delay_line
 from devplatform.emulator import EmulatorControl, Timing
 from entrypoint import (
     local_tree,
@@ -179,6 +181,29 @@ def test_copy_back_writes_new_files_in_place_and_replaces_a_file_the_pod_holds_w
     assert not [p for p in pod.rglob("*") if vault_files.is_part_name(p.name)]
     again = transfer(address).download([DownloadRoot("down-small", str(pod))], should_stop=lambda: False)
     assert (again.copied, again.skipped) == (0, SMALL)
+
+
+def test_a_far_vault_gets_the_depth_of_its_round_trip_and_a_large_file_crosses_whole(
+    vault: tuple[vault_settings.VaultSettings, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    address, stored = vault
+    blob = os.urandom(14 * vault_files.BLOCK_BYTES + 12345)  # more blocks than are in flight, a short last one
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "big.bin").write_bytes(blob)
+    assert address.known_hosts is not None
+    with delay_line.delay_line(address.port, rtt_ms=100) as port:  # Depth(8, 12) at 100 ms
+        host_key = Path(address.known_hosts).read_text().split(" ", 1)[1]
+        (tmp_path / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_key}")
+        far = vault_settings.VaultSettings(address.host, port, str(tmp_path / "known_hosts"), keep_job_dir=True)
+        with caplog.at_level(logging.INFO, logger=sftp_transfer.log.name):
+            assert upload(far, tmp_path / "data", "far-big").complete
+            back = tmp_path / "back"
+            report = transfer(far).download([DownloadRoot("far-big", str(back))], should_stop=lambda: False)
+    assert report.complete, report.error
+    assert (stored / "far-big" / "big.bin").read_bytes() == blob
+    assert (back / "big.bin").read_bytes() == blob
+    measured = [r for r in caplog.records if r.getMessage() == "vault round trip measured"]
+    assert [(r.sessions, r.blocks) for r in measured] == [(8, 12), (8, 12)]  # type: ignore[attr-defined]
 
 
 def test_a_link_planted_at_a_new_files_name_after_the_listing_is_replaced_never_written_through(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from entrypoint import staging, vault_files, vault_settings
+from entrypoint import staging, transfer_pass, vault_files, vault_settings
 from entrypoint.staging import StagePaths, StagingError, StagingRecord
 from jarvice import contract, vault_layout
 
@@ -482,11 +482,42 @@ def test_file_mode_carries_permissions_never_set_id_bits(mode: int, carried: int
 @pytest.mark.parametrize(
     ("rtt", "depth"),
     [
-        (0.0001, vault_files.Depth(1, 3)),  # loopback: the CPU per packet sets the pace
-        (0.0049, vault_files.Depth(1, 3)),
-        (0.005, vault_files.Depth(4, 6)),  # a WAN: what is in flight does
-        (0.150, vault_files.Depth(4, 6)),
+        (0.0001, vault_files.Depth(1, 3, 6)),  # loopback: the CPU per packet sets the pace
+        (0.0049, vault_files.Depth(1, 3, 6)),
+        (0.005, vault_files.Depth(4, 6, 6)),  # a WAN: what is in flight does, six blocks at least
+        (0.020, vault_files.Depth(4, 6, 6)),  # 2.5 MiB wanted
+        (0.050, vault_files.Depth(5, 7, 7)),  # 6.4 MiB: seven blocks, over five 2 MiB windows
+        (0.080, vault_files.Depth(8, 11, 11)),  # 10.24 MiB: eleven blocks, eight windows
+        (0.094, vault_files.Depth(8, 12, 12)),  # 12.03 MiB: at the bound
+        (0.150, vault_files.Depth(8, 12, 12)),  # bounded: memory, and OpenSSH's 10 sessions a connection
+        (3.0, vault_files.Depth(8, 12, 12)),
     ],
 )
 def test_transfer_depth_follows_the_measured_round_trip(rtt: float, depth: vault_files.Depth) -> None:
     assert vault_files.transfer_depth(rtt) == depth
+
+
+@pytest.mark.parametrize(
+    ("rate", "depth"),
+    [
+        (32 << 20, vault_files.Depth(4, 6, 6)),
+        (256 << 20, vault_files.Depth(8, 12, 12)),
+        (160 << 20, vault_files.Depth(6, 8, 8)),
+    ],
+)
+def test_transfer_depth_puts_the_rate_aimed_at_in_flight(rate: int, depth: vault_files.Depth) -> None:
+    assert vault_files.transfer_depth(0.05, target_bytes_per_second=rate) == depth
+
+
+async def test_block_memory_widens_for_a_far_vault_and_never_narrows() -> None:
+    memory = transfer_pass.BlockMemory()
+    for _ in range(transfer_pass.CHUNKS_IN_MEMORY):
+        await memory.acquire(transfer_pass.CHUNK_BYTES)
+    assert memory.locked()
+    memory.widen(transfer_pass.CHUNKS_IN_MEMORY + 2)
+    await memory.acquire(transfer_pass.CHUNK_BYTES)
+    await memory.acquire(transfer_pass.CHUNK_BYTES)
+    assert memory.locked()
+    memory.widen(transfer_pass.CHUNKS_IN_MEMORY)  # a reconnect to a nearer vault: the blocks held stay counted
+    memory.release(transfer_pass.CHUNK_BYTES)
+    assert not memory.locked()
