@@ -145,6 +145,7 @@ demo: venv controlplane
 	$(BIN)/python -m devplatform.demo
 
 bench: venv controlplane
+	@devplatform/host/install-packages.sh bench
 	$(BIN)/python -m bench
 
 # make replay BURST_AFTER=0,5m,30m: the webhook once per burst-after setting; MAX_COST_PER_HOUR=none,20: and

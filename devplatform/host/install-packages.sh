@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Debian packages the real node and the image builds need (containerd, runc, CNI plugins, buildah,
 # mmdebstrap, iptables). Idempotent and quiet when everything is present; must run as root.
+# `install-packages.sh bench`: also what `make bench` compares the runner's staging with (OpenSSH's
+# sshd and sftp, lftp).
 set -euo pipefail
 packages=(containerd runc containernetworking-plugins buildah mmdebstrap iptables)
+if [[ "${1:-}" == bench ]]; then
+  packages+=(openssh-server openssh-client lftp)
+fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
