@@ -15,7 +15,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from kubeplumbing.background import BackgroundTask, supervised
-from webhook import admission, gangs, job_policy
+from webhook import admission, gang_decision, job_policy
 from webhook.cache import ClusterCache
 from webhook.forwarding import FORWARDED_HEADER
 from webhook.metrics import Metrics
@@ -77,8 +77,8 @@ async def _job_in_cache(sync: CacheSync, cache: ClusterCache, pod: Mapping[str, 
     deadline = time.monotonic() + seconds
     while True:
         with sync.lock:
-            missing = gangs.unseen_job(meta, cache.gang_index.jobs)
-        if missing is None or time.monotonic() >= deadline:
+            waits = gang_decision.awaits_its_job(meta, cache.gang_index.jobs)
+        if not waits or time.monotonic() >= deadline:
             return
         await asyncio.sleep(JOB_POLL_SECONDS)
 

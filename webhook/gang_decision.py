@@ -16,10 +16,10 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from jarvice import contract
-from webhook.gangs import GangKind, GangMember, GangSnapshot, GangTerms
+from webhook.gangs import GangError, GangKind, GangMember, GangSnapshot, GangTerms, JobInfo, find_member
 from webhook.reasons import describe_need
 from webhook.types import GpuCounts
 
@@ -62,6 +62,16 @@ class GangPart:
         self.node = node
         self.expires_at = expires_at
         self.recount = recount
+
+
+def awaits_its_job(meta: Mapping[str, Any], jobs: Mapping[str, JobInfo]) -> bool:
+    """Whether the pod is an Indexed Job's whose Job `jobs` (the watch cache) does not hold yet: the Job
+    controller creates the pods milliseconds after the Job, and its watch event may come later."""
+    try:
+        member = find_member(meta, namespace="", cluster="", jobs=jobs)
+    except GangError:  # unreadable annotations: decided now, with the error it gives
+        return False
+    return member is not None and member.source == "job" and member.size is None
 
 
 def describe(member: GangMember) -> str:

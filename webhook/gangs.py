@@ -216,16 +216,6 @@ def find_member(
     return GangMember(job_uid, "job", job_name, size, index, since=job.created)
 
 
-def unseen_job(meta: Mapping[str, Any], jobs: Mapping[str, JobInfo]) -> str | None:
-    """The UID of the Job an Indexed Job's pod belongs to when `jobs` (the watch cache) does not hold
-    it yet: its pods are created a few milliseconds after it, and its watch event may come later."""
-    owner = _controller_job(meta)
-    annotations = meta.get("annotations") or {}
-    if owner is None or ANNOTATION_COMPLETION_INDEX not in annotations or owner[0] in jobs:
-        return None
-    return owner[0]
-
-
 # ----- what the cache tells of a gang ------------------------------------------------------------
 
 

@@ -265,7 +265,9 @@ def test_a_vault_that_stops_answering_is_handled_like_a_dropped_one(
     """Its TCP connection and SSH layer alive, its file server silent: the watch ends the session
     and the transfer resumes on a new one, both ways."""
     address, stored, url = vault
-    monkeypatch.setattr(sftp_transfer, "REQUEST_TIMEOUT_SECONDS", 0.5)
+    # Long enough that a healthy session's answer is never taken for a stall under make test's load (at
+    # 0.5 s a third, spurious "connection lost" was seen), short enough for the two real stalls.
+    monkeypatch.setattr(sftp_transfer, "REQUEST_TIMEOUT_SECONDS", 3.0)
     monkeypatch.setattr(sftp_transfer, "WATCH_SECONDS", 0.1)
     data = os.urandom(8 * BIG)  # every session (lane) has blocks past the fault
     (tmp_path / "data").mkdir()

@@ -106,18 +106,19 @@ def test_find_member(meta: dict[str, Any], jobs: dict[str, JobInfo], want: GangM
 @pytest.mark.parametrize(
     ("meta", "jobs", "want"),
     [
-        pytest.param(job_pod_meta(), {}, JOB_UID, id="indexed-job-pod-before-its-job"),
-        pytest.param(job_pod_meta(), KNOWN, None, id="job-in-the-cache"),
-        pytest.param(job_pod_meta(None), {}, None, id="non-indexed-job-pod"),
-        pytest.param(job_pod_meta(controller=False), {}, None, id="not-the-controller"),
-        pytest.param(job_pod_meta(kind="CronJob"), {}, None, id="other-owner"),
-        pytest.param(group_meta(), {}, None, id="kueue-group-needs-no-job"),
-        pytest.param({"labels": {}}, {}, None, id="bare-pod"),
+        pytest.param(job_pod_meta(), {}, True, id="indexed-job-pod-before-its-job"),
+        pytest.param(job_pod_meta(), KNOWN, False, id="job-in-the-cache"),
+        pytest.param(job_pod_meta(None), {}, False, id="non-indexed-job-pod"),
+        pytest.param(job_pod_meta("x"), {}, False, id="unreadable-index-decided-now"),
+        pytest.param(job_pod_meta(controller=False), {}, False, id="not-the-controller"),
+        pytest.param(job_pod_meta(kind="CronJob"), {}, False, id="other-owner"),
+        pytest.param(group_meta(), {}, False, id="kueue-group-needs-no-job"),
+        pytest.param({"labels": {}}, {}, False, id="bare-pod"),
     ],
 )
-def test_unseen_job(meta: dict[str, Any], jobs: dict[str, JobInfo], want: str | None) -> None:
+def test_awaits_its_job(meta: dict[str, Any], jobs: dict[str, JobInfo], want: bool) -> None:
     """Which pods wait for their Job to reach the cache before they are decided (webhook.app)."""
-    assert gangs.unseen_job(meta, jobs) == want
+    assert gang_decision.awaits_its_job(meta, jobs) == want
 
 
 def test_a_pod_group_is_not_recognised_without_the_clusters_identity() -> None:
