@@ -122,12 +122,19 @@ class _Vault:
 
 class CheckpointReader:
     def __init__(
-        self, kube: PodReader, accounts: Accounts, *, connect: Connect, wall_clock: Callable[[], float]
+        self,
+        kube: PodReader,
+        accounts: Accounts,
+        *,
+        connect: Connect,
+        wall_clock: Callable[[], float],
+        ask_seconds: float = ASK_SECONDS,
     ) -> None:
         self._kube = kube
         self._accounts = accounts
         self._connect = connect
         self._wall_clock = wall_clock
+        self._ask_seconds = ask_seconds
 
     async def newest(self, namespace: str, name: str, uid: str) -> dict[str, Any]:
         """The route's answer for the pod (gateway.checkpoints.answer); Unanswered says why not."""
@@ -142,7 +149,7 @@ class CheckpointReader:
         if account is None or account.vault is None:
             raise Unanswered(HTTP_CONFLICT, f"no account of this cluster with a vault pays for namespace {namespace!r}")
         try:
-            return await asyncio.wait_for(self._look(place, account.vault), ASK_SECONDS)
+            return await asyncio.wait_for(self._look(place, account.vault), self._ask_seconds)
         except PathRefused as exc:
             raise Unanswered(HTTP_FORBIDDEN, str(exc)) from None
         except (OSError, asyncssh.Error, TimeoutError) as exc:

@@ -69,7 +69,7 @@ def awaits_its_job(meta: Mapping[str, Any], jobs: Mapping[str, JobInfo]) -> bool
     controller creates the pods milliseconds after the Job, and its watch event may come later."""
     try:
         member = find_member(meta, namespace="", cluster="", jobs=jobs)
-    except GangError:  # unreadable annotations: decided now, with the error it gives
+    except (GangError, AttributeError, TypeError):  # unreadable metadata: decided now, with the error it gives
         return False
     return member is not None and member.source == "job" and member.size is None
 

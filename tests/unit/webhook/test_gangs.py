@@ -114,6 +114,9 @@ def test_find_member(meta: dict[str, Any], jobs: dict[str, JobInfo], want: GangM
         pytest.param(job_pod_meta(kind="CronJob"), {}, False, id="other-owner"),
         pytest.param(group_meta(), {}, False, id="kueue-group-needs-no-job"),
         pytest.param({"labels": {}}, {}, False, id="bare-pod"),
+        pytest.param({"labels": True}, {}, False, id="labels-not-a-map-decided-now"),
+        pytest.param({**job_pod_meta(), "annotations": ["x"]}, {}, False, id="annotations-not-a-map"),
+        pytest.param({**job_pod_meta(), "ownerReferences": 7}, {}, False, id="owners-not-a-list"),
     ],
 )
 def test_awaits_its_job(meta: dict[str, Any], jobs: dict[str, JobInfo], want: bool) -> None:
