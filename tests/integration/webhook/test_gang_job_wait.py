@@ -15,11 +15,13 @@ from jarvice import contract
 from tests.integration.webhook.test_gang_waiting import JOB_UID, admitted, notes
 from tests.support.clocks import Clock
 from tests.support.deadlines import HANG_SECONDS
+from tests.support.leases import until
 from tests.support.webhook_app import ClientFactory
 from tests.unit.webhook.builders import KUBE_SYSTEM, container, namespace, node, pod
 from webhook import gangs
 from webhook.app import create_app
 from webhook.cache import ClusterCache
+from webhook.gangs import JobInfo
 from webhook.settings import Settings
 from webhook.sync import KINDS_WITH_JOBS, CacheSync
 
@@ -27,6 +29,18 @@ JOB = {
     "metadata": {"uid": JOB_UID, "namespace": "ns", "name": "ddp", "creationTimestamp": "2026-11-27T17:00:00Z"},
     "spec": {"completionMode": "Indexed", "parallelism": 2, "completions": 2},
 }
+
+
+class LookedUp(dict[str, JobInfo]):
+    """The cache's Jobs, recording which UIDs a review looked up."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.asked.add(key)
+        return super().get(key, default)
 
 
 def full_cluster_without_the_job(settings: Settings, clock: Clock) -> CacheSync:
@@ -61,8 +75,10 @@ async def test_a_pod_whose_job_comes_while_it_waits_is_decided_with_its_gang(
     sync = full_cluster_without_the_job(settings, clock)
     waits = dataclasses.replace(settings, job_wait_seconds=HANG_SECONDS)
     client = await client_for(aiohttp_client, waits, sync, clock)
+    looked = LookedUp()
+    sync.cache.gang_index.jobs = looked  # still without the Job; tells when the review first looked for it
     first = asyncio.create_task(admitted(client, rank_pod(0), "r0"))
-    await asyncio.sleep(0.3)
+    await until(lambda: JOB_UID in looked.asked)  # the Job comes only after the review found it missing
     assert not first.done(), "the pod was answered before its Job reached the cache"
     with sync.lock:  # as the Job watch's thread applies it
         assert sync.apply_event("jobs", "ADDED", copy.deepcopy(JOB)) is None
