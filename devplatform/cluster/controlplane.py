@@ -317,16 +317,7 @@ class ControlPlane:
         Raises ApiException on an error; ``missing_ok``: an object that is not there reads as ``{}``."""
         path = apipaths.build_path(resource, name=name, namespace=namespace)
         try:
-            response = self._client().call_api(
-                path,
-                "GET",
-                query_params=apipaths.build_query(labels=labels, fields=fields),
-                header_params={"Accept": "application/json"},
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _return_http_data_only=True,
-                _request_timeout=KUBECTL_TIMEOUT_SECONDS,
-            )
+            response = self._call(path, "GET", query=apipaths.build_query(labels=labels, fields=fields))
         except k8s_client.ApiException as error:
             if missing_ok and error.status == HTTP_NOT_FOUND:
                 return {}
@@ -340,20 +331,27 @@ class ControlPlane:
         nothing is stored. Through read()'s client, for waits that probe admission."""
         resource = str(body["kind"]).lower() + "s"
         path = apipaths.build_path(resource, namespace=namespace)
-        response = self._client().call_api(
+        response = self._call(path, "POST", query=[("dryRun", "All")], body=dict(body))
+        warnings = apipaths.parse_warnings(response.headers.getlist("Warning"))
+        document: dict[str, Any] = json.loads(response.data)
+        return document, "".join(f"Warning: {text}\n" for text in warnings)
+
+    def _call(self, path: str, method: str, *, query: list[tuple[str, str]], body: dict[str, Any] | None = None) -> Any:
+        """One JSON request through read()'s client; the raw response (the caller parses its body)."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        return self._client().call_api(
             path,
-            "POST",
-            query_params=[("dryRun", "All")],
-            header_params={"Accept": "application/json", "Content-Type": "application/json"},
-            body=dict(body),
+            method,
+            query_params=query,
+            header_params=headers,
+            body=body,
             auth_settings=["BearerToken"],
             _preload_content=False,
             _return_http_data_only=True,
             _request_timeout=KUBECTL_TIMEOUT_SECONDS,
         )
-        warnings = apipaths.parse_warnings(response.headers.getlist("Warning"))
-        document: dict[str, Any] = json.loads(response.data)
-        return document, "".join(f"Warning: {text}\n" for text in warnings)
 
     def _client(self) -> k8s_client.ApiClient:
         if self._reader is None:
